@@ -1,0 +1,132 @@
+//! Decoded trace items: what the rest of mtlab sees of a trace file.
+
+/// An intercepted function, as named in reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Func {
+    Malloc,
+    Free,
+    Calloc,
+    Realloc,
+    Reallocarray,
+    PosixMemalign,
+    AlignedAlloc,
+    Memalign,
+    Valloc,
+    Pvalloc,
+    Mmap,
+    Mmap64,
+    Munmap,
+    Mremap,
+    Brk,
+    Sbrk,
+}
+
+impl Func {
+    pub const ALL: [Func; 16] = [
+        Func::Malloc,
+        Func::Free,
+        Func::Calloc,
+        Func::Realloc,
+        Func::Reallocarray,
+        Func::PosixMemalign,
+        Func::AlignedAlloc,
+        Func::Memalign,
+        Func::Valloc,
+        Func::Pvalloc,
+        Func::Mmap,
+        Func::Mmap64,
+        Func::Munmap,
+        Func::Mremap,
+        Func::Brk,
+        Func::Sbrk,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Func::Malloc => "malloc",
+            Func::Free => "free",
+            Func::Calloc => "calloc",
+            Func::Realloc => "realloc",
+            Func::Reallocarray => "reallocarray",
+            Func::PosixMemalign => "posix_memalign",
+            Func::AlignedAlloc => "aligned_alloc",
+            Func::Memalign => "memalign",
+            Func::Valloc => "valloc",
+            Func::Pvalloc => "pvalloc",
+            Func::Mmap => "mmap",
+            Func::Mmap64 => "mmap64",
+            Func::Munmap => "munmap",
+            Func::Mremap => "mremap",
+            Func::Brk => "brk",
+            Func::Sbrk => "sbrk",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Event flag bits (high 3 bits of the kind byte), see docs/trace-format.md.
+pub const FLAG_CHUNK_MMAPPED: u8 = 0x20;
+pub const FLAG_IN_ALLOCATOR: u8 = 0x40;
+pub const FLAG_FAILED: u8 = 0x80;
+
+/// One traced call, or one heap-extent observation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub tid: u32,
+    /// Absolute TSC when the call began.
+    pub tsc: u64,
+    /// TSC cycles spent inside the real function.
+    pub cycles: u64,
+    /// Stack id (0: none recorded).
+    pub stack: u32,
+    /// FLAG_* bits.
+    pub flags: u8,
+    pub kind: EventKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    /// malloc, calloc, posix_memalign, aligned_alloc, memalign, valloc, pvalloc.
+    /// `size` is the requested byte count (nmemb*size for calloc); `align` is 0
+    /// where the function takes none; `ptr` is 0 on failure.
+    Alloc { func: Func, size: u64, align: u64, ptr: u64, usable: u64 },
+    Free { ptr: u64 },
+    /// realloc and reallocarray (`size` = nmemb*size).
+    Realloc { func: Func, old: u64, size: u64, ptr: u64, usable: u64 },
+    /// mmap and mmap64.
+    Mmap { func: Func, hint: u64, len: u64, prot: u64, flags: u64, fd: i64, offset: u64, result: u64 },
+    Munmap { addr: u64, len: u64, ret: i64 },
+    Mremap { old: u64, old_len: u64, new_len: u64, flags: u64, result: u64 },
+    Brk { addr: u64, ret: i64, brk_after: u64 },
+    Sbrk { increment: i64, result: u64, brk_after: u64 },
+    /// The allocator moved the program break (observed, not a call).
+    BrkSeen { brk: u64 },
+    /// A glibc non-main-arena heap now spans [base, base+size).
+    ArenaHeap { base: u64, size: u64 },
+}
+
+impl EventKind {
+    /// The intercepted function this event counts towards, if it is a call.
+    pub fn func(&self) -> Option<Func> {
+        match *self {
+            EventKind::Alloc { func, .. } | EventKind::Realloc { func, .. } | EventKind::Mmap { func, .. } => Some(func),
+            EventKind::Free { .. } => Some(Func::Free),
+            EventKind::Munmap { .. } => Some(Func::Munmap),
+            EventKind::Mremap { .. } => Some(Func::Mremap),
+            EventKind::Brk { .. } => Some(Func::Brk),
+            EventKind::Sbrk { .. } => Some(Func::Sbrk),
+            EventKind::BrkSeen { .. } | EventKind::ArenaHeap { .. } => None,
+        }
+    }
+}
+
+/// What the decoder yields, in global time order for events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    /// A call stack definition: program counters, innermost first.
+    Stack { id: u32, pcs: Vec<u64> },
+    Event(Event),
+}

@@ -1,0 +1,83 @@
+/*
+ * mtlab_trace.h — the trace file format: the one contract between the C
+ * preload library (writer) and the Rust decoder (reader).
+ *
+ * docs/trace-format.md is the normative prose; this header holds the
+ * numbers. Change both together and bump MTLAB_TRACE_VERSION when a reader
+ * of the old version would misread the new layout.
+ *
+ * Layout: a file header, then records. Every multi-byte integer is
+ * little-endian. "varint" is unsigned LEB128; "svarint" is zigzag + LEB128.
+ */
+#ifndef MTLAB_TRACE_H
+#define MTLAB_TRACE_H
+
+#include <stdint.h>
+
+#define MTLAB_TRACE_MAGIC "MTLABTR\0" /* 8 bytes */
+#define MTLAB_TRACE_VERSION 1u
+
+/* File header: magic[8], u32 version, u32 text_len, then text_len bytes of
+ * "key=value\n" lines (see docs/trace-format.md for the keys). */
+#define MTLAB_FILE_HEADER_FIXED 16u
+
+/* Record header: u32 payload_len, u16 type, u16 flags, then the payload. */
+#define MTLAB_RECORD_HEADER 8u
+#define MTLAB_RECORD_FLAG_ZSTD 0x1u /* zstd frame (EVENTS: after the 24-byte chunk header) */
+
+enum mtlab_record_type {
+    MTLAB_REC_EVENTS = 1,  /* one thread's chunk of events */
+    MTLAB_REC_MAPS = 2,    /* text of /proc/self/maps at that moment */
+    MTLAB_REC_END = 3,     /* clean end: totals written at exit */
+    MTLAB_REC_RUNINFO = 4, /* appended by `mtlab record` after the run */
+};
+
+/* EVENTS payload: u32 tid, u32 n_events, u64 first_tsc, u64 last_tsc,
+ * then the events. Each event starts with one byte: kind in the low 5 bits,
+ * flags in the high 3. All but STACK_DEF then carry
+ *   varint ts_delta   (tsc minus the previous event's tsc in this chunk;
+ *                      the first is relative to first_tsc)
+ *   varint cycles     (tsc cycles spent inside the real call)
+ *   varint stack_id   (0 = no stack)
+ * and then the kind's own fields below. "ptr" fields are svarint deltas
+ * from the previous ptr field of the chunk (starting at 0). */
+#define MTLAB_EVENTS_HEADER 24u
+#define MTLAB_KIND_MASK 0x1fu
+
+enum mtlab_event_kind {
+    MTLAB_EV_STACK_DEF = 0,      /* varint id, varint depth, depth x svarint pc delta (no ts/cycles/stack) */
+    MTLAB_EV_MALLOC = 1,         /* varint size, ptr result, varint usable_extra */
+    MTLAB_EV_FREE = 2,           /* ptr */
+    MTLAB_EV_CALLOC = 3,         /* varint nmemb, varint size, ptr result, varint usable_extra */
+    MTLAB_EV_REALLOC = 4,        /* ptr old, varint size, ptr result, varint usable_extra */
+    MTLAB_EV_REALLOCARRAY = 5,   /* ptr old, varint nmemb, varint size, ptr result, varint usable_extra */
+    MTLAB_EV_POSIX_MEMALIGN = 6, /* varint align, varint size, ptr result, varint ret, varint usable_extra */
+    MTLAB_EV_ALIGNED_ALLOC = 7,  /* varint align, varint size, ptr result, varint usable_extra */
+    MTLAB_EV_MEMALIGN = 8,       /* varint align, varint size, ptr result, varint usable_extra */
+    MTLAB_EV_VALLOC = 9,         /* varint size, ptr result, varint usable_extra */
+    MTLAB_EV_PVALLOC = 10,       /* varint size, ptr result, varint usable_extra */
+    MTLAB_EV_MMAP = 11,          /* ptr hint, varint len, varint prot, varint flags, svarint fd, varint offset, ptr result */
+    MTLAB_EV_MMAP64 = 12,        /* same fields as MMAP */
+    MTLAB_EV_MUNMAP = 13,        /* ptr addr, varint len, svarint ret */
+    MTLAB_EV_MREMAP = 14,        /* ptr old, varint old_len, varint new_len, varint flags, ptr result */
+    MTLAB_EV_BRK = 15,           /* ptr addr, svarint ret, ptr break_after */
+    MTLAB_EV_SBRK = 16,          /* svarint increment, ptr result, ptr break_after */
+    MTLAB_EV_BRK_SEEN = 17,      /* ptr break: the allocator moved the break (seen by polling) */
+    MTLAB_EV_ARENA_HEAP = 18,    /* ptr base, varint size: a glibc non-main-arena heap's mapped extent */
+    MTLAB_EV_KIND_COUNT = 19,
+};
+
+/* usable_extra = malloc_usable_size(result) - requested bytes (0 on failure). */
+
+/* Event flags (high 3 bits of the kind byte). */
+#define MTLAB_EVF_CHUNK_MMAPPED 0x20u /* glibc: the block is its own mmap'd chunk */
+#define MTLAB_EVF_IN_ALLOCATOR 0x40u  /* mmap family: called from inside an allocator call */
+#define MTLAB_EVF_FAILED 0x80u        /* the call failed (NULL / MAP_FAILED / -1) */
+
+/* END payload: u64 end_tsc, u64 end_ns (CLOCK_REALTIME), u64 events_written,
+ * u64 events_dropped, u64 chunks_dropped, u64 stacks_overflowed. */
+#define MTLAB_END_PAYLOAD 48u
+
+/* RUNINFO payload: "key=value\n" text (exit status, wall times, baseline). */
+
+#endif

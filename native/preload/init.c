@@ -1,0 +1,110 @@
+/*
+ * init.c — start and end of tracing in a process: configuration from the
+ * environment set by `mtlab record`, fork handling, and the final flush.
+ *
+ * Environment (read once, here, never in a shim):
+ *   MTLAB_OUT     trace path; without it the library stays inactive
+ *   MTLAB_PARENT  pid of `mtlab record`: its direct child writes MTLAB_OUT
+ *   MTLAB_STACKS  fp (default) | none
+ *   MTLAB_DEPTH   frames per stack (default 64, at most 256)
+ *   MTLAB_FOLLOW  1 (default): children are traced too; 0: only this process
+ *   MTLAB_TSC_HZ  TSC frequency measured by `mtlab record`
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+HIDDEN struct mtlab_config mtlab_cfg;
+HIDDEN _Atomic int mtlab_state;
+HIDDEN struct mtlab_counters mtlab_counters;
+
+static uint64_t env_u64(const char *name, uint64_t dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    uint64_t x = 0;
+    for (; *v >= '0' && *v <= '9'; v++) x = x * 10 + (uint64_t)(*v - '0');
+    return x;
+}
+
+static void copy(char *dst, size_t cap, const char *src) {
+    size_t n = strlen(src);
+    if (n >= cap) n = cap - 1;
+    memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+static void detect_allocator(void) {
+    Dl_info info;
+    const char *path = "";
+    if (mtlab_real.malloc && dladdr((void *)mtlab_real.malloc, &info) && info.dli_fname) path = info.dli_fname;
+    copy(mtlab_cfg.allocator_path, sizeof mtlab_cfg.allocator_path, path);
+    const char *name = "other";
+    if (strstr(path, "jemalloc")) name = "jemalloc";
+    else if (strstr(path, "tcmalloc")) name = "tcmalloc";
+    else if (strstr(path, "mimalloc")) name = "mimalloc";
+    else if (strstr(path, "/libc.so") || strstr(path, "/libc-")) name = "glibc";
+    copy(mtlab_cfg.allocator, sizeof mtlab_cfg.allocator, name);
+    mtlab_cfg.is_glibc = strcmp(name, "glibc") == 0;
+}
+
+static void fork_prepare(void) {
+    mtlab_tls.guard++;
+    if (mtlab_state == 1 && mtlab_tls.buf) mtlab_flush_buf(mtlab_tls.buf);
+}
+
+static void fork_parent(void) { mtlab_tls.guard--; }
+
+static void fork_child(void) {
+    if (mtlab_state == 1) {
+        mtlab_writer_fork_child();
+        mtlab_fork_child_reset();
+        mtlab_stack_table_reset();
+        mtlab_tls.arena_base = mtlab_tls.arena_size = 0;
+        if (!mtlab_cfg.follow) mtlab_state = 0;
+    }
+    mtlab_tls.guard--;
+}
+
+__attribute__((constructor)) static void mtlab_start(void) {
+    mtlab_tls.guard++;
+    mtlab_resolve();
+    const char *out = getenv("MTLAB_OUT");
+    if (!out || !*out) {
+        mtlab_tls.guard--;
+        return;
+    }
+    copy(mtlab_cfg.out_path, sizeof mtlab_cfg.out_path, out);
+    const char *stacks = getenv("MTLAB_STACKS");
+    mtlab_cfg.stacks = !(stacks && strcmp(stacks, "none") == 0);
+    uint64_t depth = env_u64("MTLAB_DEPTH", 64);
+    mtlab_cfg.max_depth = (int)(depth == 0 ? 1 : depth > MTLAB_MAX_DEPTH ? MTLAB_MAX_DEPTH : depth);
+    mtlab_cfg.follow = env_u64("MTLAB_FOLLOW", 1) != 0;
+    mtlab_cfg.tsc_hz = env_u64("MTLAB_TSC_HZ", 0);
+    mtlab_set_root(env_u64("MTLAB_PARENT", 0) == (uint64_t)getppid());
+    if (!mtlab_cfg.follow) unsetenv("MTLAB_OUT"); /* children stay untraced */
+    detect_allocator();
+    mtlab_cfg.brk_start = (uint64_t)mtlab_real.sbrk(0);
+    mtlab_init_brk(mtlab_cfg.brk_start);
+    mtlab_stack_table_init();
+    mtlab_thread_init_global();
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    mtlab_state = 1;
+    mtlab_tls.guard--;
+}
+
+/* Runs from exit() after the program's atexit handlers and destructors of
+ * libraries loaded after this one, so late frees are still seen. */
+__attribute__((destructor)) static void mtlab_stop(void) {
+    if (mtlab_state != 1) return;
+    mtlab_tls.guard++;
+    mtlab_state = 2;
+    mtlab_flush_all();
+    mtlab_write_maps();
+    mtlab_write_end();
+    mtlab_tls.guard--;
+}

@@ -1,0 +1,172 @@
+/*
+ * internal.h — shared state of the preload library (libmtlab_preload.so).
+ *
+ * The library records, it never analyses: shims call the real function, then
+ * append one compact event to the calling thread's buffer. Buffers are written
+ * to the trace file with pwrite at offsets reserved by one atomic add, so no
+ * lock is taken on the hot path. See docs/architecture.md for the whole flow.
+ */
+#ifndef MTLAB_INTERNAL_H
+#define MTLAB_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../include/mtlab_trace.h"
+
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define HIDDEN __attribute__((visibility("hidden")))
+
+/* Bytes of one thread buffer: record header + chunk header + events. */
+#define MTLAB_BUF_BYTES (64 * 1024)
+/* Room one event may need, so an append never checks twice. */
+#define MTLAB_MAX_EVENT_BYTES 96
+#define MTLAB_MAX_DEPTH 256
+
+/* ---- configuration, fixed by the constructor ---- */
+struct mtlab_config {
+    int stacks;    /* 1: frame-pointer stacks, 0: none */
+    int max_depth; /* frames kept per stack */
+    int follow;    /* trace children */
+    int is_glibc;  /* the program's malloc is glibc's: chunk headers readable */
+    uint64_t tsc_hz;
+    uint64_t brk_start;
+    char out_path[4096];
+    char allocator[16];
+    char allocator_path[512];
+};
+extern HIDDEN struct mtlab_config mtlab_cfg;
+
+/* 0 until the constructor finished, 1 while tracing, 2 once finalized. */
+extern HIDDEN _Atomic int mtlab_state;
+
+/* ---- real functions (resolve.c) ---- */
+struct mtlab_real {
+    void *(*malloc)(size_t);
+    void (*free)(void *);
+    void *(*calloc)(size_t, size_t);
+    void *(*realloc)(void *, size_t);
+    void *(*reallocarray)(void *, size_t, size_t);
+    int (*posix_memalign)(void **, size_t, size_t);
+    void *(*aligned_alloc)(size_t, size_t);
+    void *(*memalign)(size_t, size_t);
+    void *(*valloc)(size_t);
+    void *(*pvalloc)(size_t);
+    size_t (*malloc_usable_size)(void *);
+    void *(*mmap)(void *, size_t, int, int, int, off_t);
+    void *(*mmap64)(void *, size_t, int, int, int, off_t);
+    int (*munmap)(void *, size_t);
+    void *(*mremap)(void *, size_t, size_t, int, ...);
+    int (*brk)(void *);
+    void *(*sbrk)(intptr_t);
+    int (*execve)(const char *, char *const[], char *const[]);
+};
+extern HIDDEN struct mtlab_real mtlab_real;
+HIDDEN void mtlab_resolve(void);
+HIDDEN int mtlab_in_bootstrap(const void *p);
+HIDDEN void *mtlab_bootstrap_alloc(size_t n);
+
+/* ---- per-thread state (thread.c) ---- */
+struct mtlab_buf {
+    struct mtlab_buf *next; /* global list, never unlinked */
+    _Atomic int owned;      /* 1 while a live thread writes into it */
+    _Atomic int closed;     /* set by the exit flush: drop later appends */
+    uint32_t tid;
+    uint32_t n_events;
+    uint64_t first_tsc, last_tsc, prev_tsc;
+    int64_t prev_ptr;
+    _Atomic uint32_t len; /* bytes of events after the headers */
+    uint8_t data[];       /* MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER + events */
+};
+#define MTLAB_BUF_HEAD (MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER)
+#define MTLAB_BUF_CAP (MTLAB_BUF_BYTES - sizeof(struct mtlab_buf) - MTLAB_BUF_HEAD)
+
+struct mtlab_tls {
+    int guard;    /* inside mtlab's own code: every shim passes through */
+    int in_alloc; /* inside a real allocator call: nested mmaps are the allocator's */
+    int dead;     /* buffer released by the thread-exit destructor */
+    struct mtlab_buf *buf;
+    uintptr_t stack_hi;
+    uint64_t arena_base, arena_size; /* last glibc arena heap extent reported */
+};
+extern HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model("initial-exec")));
+
+HIDDEN struct mtlab_buf *mtlab_thread_buf(void); /* guard must be set */
+HIDDEN void mtlab_thread_init_global(void);
+HIDDEN void mtlab_flush_buf(struct mtlab_buf *b);
+HIDDEN void mtlab_flush_all(void);
+HIDDEN void mtlab_fork_child_reset(void);
+
+/* ---- output (writer.c) ---- */
+HIDDEN int mtlab_write_record(uint16_t type, const void *payload, uint32_t len);
+HIDDEN int mtlab_write_raw(const void *data, size_t len); /* whole record(s) */
+HIDDEN void mtlab_write_maps(void);
+HIDDEN void mtlab_write_end(void);
+HIDDEN void mtlab_writer_fork_child(void);
+HIDDEN void mtlab_set_root(int is_root);
+
+struct mtlab_counters {
+    _Atomic uint64_t events_written;
+    _Atomic uint64_t events_dropped;
+    _Atomic uint64_t chunks_dropped;
+    _Atomic uint64_t stacks_overflowed;
+};
+extern HIDDEN struct mtlab_counters mtlab_counters;
+
+HIDDEN void mtlab_init_brk(uint64_t brk);
+
+/* ---- stacks (stack.c) ---- */
+HIDDEN uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame);
+HIDDEN void mtlab_stack_table_init(void);
+HIDDEN void mtlab_stack_table_reset(void);
+
+/* ---- raw syscalls and small helpers (sys.c): no libc state, no malloc ---- */
+HIDDEN long mtlab_sys_write(int fd, const void *p, size_t n);
+HIDDEN long mtlab_sys_pwrite(int fd, const void *p, size_t n, uint64_t off);
+HIDDEN int mtlab_sys_open(const char *path, int flags, int mode);
+HIDDEN long mtlab_sys_read(int fd, void *p, size_t n);
+HIDDEN void mtlab_sys_close(int fd);
+HIDDEN void *mtlab_sys_mmap(size_t len);
+HIDDEN void mtlab_sys_munmap(void *p, size_t len);
+HIDDEN uint32_t mtlab_gettid(void);
+HIDDEN uint64_t mtlab_realtime_ns(void);
+HIDDEN size_t mtlab_strlen(const char *s);
+HIDDEN char *mtlab_append(char *dst, const char *end, const char *src);
+HIDDEN char *mtlab_append_u64(char *dst, const char *end, uint64_t v);
+
+static inline uint64_t mtlab_tsc(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    uint32_t lo, hi;
+    __asm__ __volatile__("rdtsc" : "=a"(lo), "=d"(hi));
+    return ((uint64_t)hi << 32) | lo;
+#elif defined(__aarch64__)
+    uint64_t v;
+    __asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(v));
+    return v;
+#else
+#error "mtlab needs a cycle counter: x86_64 or aarch64"
+#endif
+}
+
+/* ---- encoding (inline: the hot path) ---- */
+static inline uint8_t *mtlab_put_varint(uint8_t *p, uint64_t v) {
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+static inline uint8_t *mtlab_put_svarint(uint8_t *p, int64_t v) {
+    return mtlab_put_varint(p, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+static inline uint8_t *mtlab_put_ptr(struct mtlab_buf *b, uint8_t *p, uint64_t ptr) {
+    int64_t d = (int64_t)(ptr - (uint64_t)b->prev_ptr);
+    b->prev_ptr = (int64_t)ptr;
+    return mtlab_put_svarint(p, d);
+}
+
+#endif

@@ -1,0 +1,450 @@
+/*
+ * shims.c — the exported libc names: every function mtlab intercepts.
+ *
+ * Shape of a shim: check the recursion flags first and pass straight through
+ * when set; time the real call with the TSC; then, under the guard, append
+ * one event to the thread's buffer. errno is kept as the real call left it.
+ * A shim never fails its caller: if anything of mtlab's is missing, the event
+ * is dropped and counted, and the real result is returned.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdarg.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* Is the calling thread allowed to record right now? */
+static inline int tracing(const struct mtlab_tls *t) {
+    return LIKELY(!t->guard && !t->in_alloc && atomic_load_explicit(&mtlab_state, memory_order_relaxed) == 1);
+}
+
+/* Starts an event: returns the write position or NULL (event dropped). */
+static inline uint8_t *begin(struct mtlab_buf **bp, unsigned kind, unsigned flags, uint64_t tsc, uint64_t cycles,
+                             const void *frame) {
+    struct mtlab_buf *b = mtlab_thread_buf();
+    if (UNLIKELY(!b)) {
+        atomic_fetch_add(&mtlab_counters.events_dropped, 1);
+        return NULL;
+    }
+    if (UNLIKELY(atomic_load_explicit(&b->len, memory_order_relaxed) + MTLAB_MAX_EVENT_BYTES > MTLAB_BUF_CAP))
+        mtlab_flush_buf(b);
+    uint32_t stack = mtlab_cfg.stacks && frame ? mtlab_stack_id(b, frame) : 0;
+    if (tsc < b->prev_tsc) tsc = b->prev_tsc; /* per-thread time never goes back */
+    if (b->n_events == 0) b->first_tsc = b->prev_tsc = tsc;
+    uint8_t *p = b->data + MTLAB_BUF_HEAD + atomic_load_explicit(&b->len, memory_order_relaxed);
+    *p++ = (uint8_t)(kind | flags);
+    p = mtlab_put_varint(p, tsc - b->prev_tsc);
+    p = mtlab_put_varint(p, cycles);
+    p = mtlab_put_varint(p, stack);
+    b->prev_tsc = tsc;
+    *bp = b;
+    return p;
+}
+
+static inline void commit(struct mtlab_buf *b, uint8_t *p) {
+    b->n_events++;
+    b->last_tsc = b->prev_tsc;
+    atomic_store_explicit(&b->len, (uint32_t)(p - (b->data + MTLAB_BUF_HEAD)), memory_order_release);
+}
+
+/* glibc keeps the chunk size, with flag bits, in the word before the block. */
+#define GLIBC_IS_MMAPPED 0x2
+#define GLIBC_NON_MAIN_ARENA 0x4
+#define GLIBC_HEAP_MAX (64ull << 20)
+
+static _Atomic uint64_t last_brk;
+
+/* Extra events telling where an allocator's memory lives (glibc only). */
+static unsigned heap_facts(void *ptr, struct mtlab_buf **bp, uint64_t tsc) {
+    if (!mtlab_cfg.is_glibc || !ptr || mtlab_in_bootstrap(ptr)) return 0;
+    uint64_t brk_now = (uint64_t)mtlab_real.sbrk(0);
+    uint64_t seen = atomic_load_explicit(&last_brk, memory_order_relaxed);
+    if (UNLIKELY(brk_now != seen) && atomic_compare_exchange_strong(&last_brk, &seen, brk_now)) {
+        uint8_t *p = begin(bp, MTLAB_EV_BRK_SEEN, 0, tsc, 0, NULL);
+        if (p) commit(*bp, mtlab_put_ptr(*bp, p, brk_now));
+    }
+    size_t word = ((const size_t *)ptr)[-1];
+    if (word & GLIBC_IS_MMAPPED) return MTLAB_EVF_CHUNK_MMAPPED;
+    if (word & GLIBC_NON_MAIN_ARENA) {
+        uint64_t base = (uint64_t)ptr & ~(GLIBC_HEAP_MAX - 1);
+        uint64_t size = ((const uint64_t *)base)[2]; /* heap_info.size */
+        struct mtlab_tls *t = &mtlab_tls;
+        if (base != t->arena_base || size != t->arena_size) {
+            t->arena_base = base;
+            t->arena_size = size;
+            uint8_t *p = begin(bp, MTLAB_EV_ARENA_HEAP, 0, tsc, 0, NULL);
+            if (p) {
+                p = mtlab_put_ptr(*bp, p, base);
+                commit(*bp, mtlab_put_varint(p, size));
+            }
+        }
+    }
+    return 0;
+}
+
+static inline uint64_t usable_extra(void *ptr, size_t requested) {
+    if (!ptr || mtlab_in_bootstrap(ptr) || !mtlab_real.malloc_usable_size) return 0;
+    size_t u = mtlab_real.malloc_usable_size(ptr);
+    return u >= requested ? u - requested : 0;
+}
+
+/* One allocation event; `a`,`b` are the size arguments (b unused: 0). */
+static void record_alloc(unsigned kind, uint64_t t0, uint64_t t1, const void *frame, uint64_t old, uint64_t a,
+                         uint64_t b2, uint64_t size, void *result, int ret) {
+    struct mtlab_tls *t = &mtlab_tls;
+    int saved = errno;
+    t->guard++;
+    struct mtlab_buf *b;
+    unsigned flags = heap_facts(result, &b, t1);
+    if (!result && (kind != MTLAB_EV_REALLOC || size != 0)) flags |= MTLAB_EVF_FAILED;
+    uint8_t *p = begin(&b, kind, flags, t1, t1 - t0, frame);
+    if (p) {
+        switch (kind) {
+        case MTLAB_EV_REALLOC:
+            p = mtlab_put_ptr(b, p, old);
+            p = mtlab_put_varint(p, a);
+            break;
+        case MTLAB_EV_REALLOCARRAY:
+            p = mtlab_put_ptr(b, p, old);
+            p = mtlab_put_varint(p, a);
+            p = mtlab_put_varint(p, b2);
+            break;
+        case MTLAB_EV_CALLOC:
+        case MTLAB_EV_POSIX_MEMALIGN:
+        case MTLAB_EV_ALIGNED_ALLOC:
+        case MTLAB_EV_MEMALIGN:
+            p = mtlab_put_varint(p, a);
+            p = mtlab_put_varint(p, b2);
+            break;
+        default: /* malloc, valloc, pvalloc */
+            p = mtlab_put_varint(p, a);
+        }
+        p = mtlab_put_ptr(b, p, (uint64_t)result);
+        if (kind == MTLAB_EV_POSIX_MEMALIGN) p = mtlab_put_varint(p, (uint64_t)ret);
+        p = mtlab_put_varint(p, usable_extra(result, size));
+        commit(b, p);
+    }
+    t->guard--;
+    errno = saved;
+}
+
+#define ENTER_ALLOC(t) ((t)->in_alloc++, mtlab_tsc())
+#define LEAVE_ALLOC(t, t1) ((t1) = mtlab_tsc(), (t)->in_alloc--)
+
+static inline void ensure_real(void) {
+    if (UNLIKELY(!mtlab_real.malloc)) mtlab_resolve();
+}
+
+EXPORT void *malloc(size_t n) {
+    struct mtlab_tls *t = &mtlab_tls;
+    if (UNLIKELY(!mtlab_real.malloc)) {
+        if (t->guard) return mtlab_bootstrap_alloc(n);
+        mtlab_resolve();
+    }
+    if (!tracing(t)) return mtlab_real.malloc(n);
+    uint64_t t1, t0 = ENTER_ALLOC(t);
+    void *r = mtlab_real.malloc(n);
+    LEAVE_ALLOC(t, t1);
+    record_alloc(MTLAB_EV_MALLOC, t0, t1, __builtin_frame_address(0), 0, n, 0, n, r, 0);
+    return r;
+}
+
+EXPORT void *calloc(size_t nmemb, size_t size) {
+    struct mtlab_tls *t = &mtlab_tls;
+    if (UNLIKELY(!mtlab_real.calloc)) {
+        if (t->guard) return mtlab_bootstrap_alloc(nmemb * size); /* pool memory is zeroed */
+        mtlab_resolve();
+    }
+    if (!tracing(t)) return mtlab_real.calloc(nmemb, size);
+    uint64_t t1, t0 = ENTER_ALLOC(t);
+    void *r = mtlab_real.calloc(nmemb, size);
+    LEAVE_ALLOC(t, t1);
+    size_t total;
+    if (__builtin_mul_overflow(nmemb, size, &total)) total = (size_t)-1;
+    record_alloc(MTLAB_EV_CALLOC, t0, t1, __builtin_frame_address(0), 0, nmemb, size, total, r, 0);
+    return r;
+}
+
+/* free is stamped at its start: the block is gone as soon as free begins. */
+EXPORT void free(void *p) {
+    struct mtlab_tls *t = &mtlab_tls;
+    if (UNLIKELY(mtlab_in_bootstrap(p))) return;
+    ensure_real();
+    if (!p || !tracing(t)) {
+        mtlab_real.free(p);
+        return;
+    }
+    uint64_t t1, t0 = ENTER_ALLOC(t);
+    mtlab_real.free(p);
+    LEAVE_ALLOC(t, t1);
+    int saved = errno;
+    t->guard++;
+    struct mtlab_buf *b;
+    uint8_t *w = begin(&b, MTLAB_EV_FREE, 0, t0, t1 - t0, __builtin_frame_address(0));
+    if (w) commit(b, mtlab_put_ptr(b, w, (uint64_t)p));
+    t->guard--;
+    errno = saved;
+}
+
+static void *realloc_bootstrap(void *old, size_t n) {
+    size_t oldn = ((const size_t *)old)[-2];
+    void *r = mtlab_real.malloc ? mtlab_real.malloc(n) : mtlab_bootstrap_alloc(n);
+    if (r) __builtin_memcpy(r, old, oldn < n ? oldn : n);
+    return r;
+}
+
+EXPORT void *realloc(void *old, size_t n) {
+    struct mtlab_tls *t = &mtlab_tls;
+    if (UNLIKELY(mtlab_in_bootstrap(old))) return realloc_bootstrap(old, n);
+    if (UNLIKELY(!mtlab_real.realloc)) {
+        if (t->guard) return mtlab_bootstrap_alloc(n);
+        mtlab_resolve();
+    }
+    if (!tracing(t)) return mtlab_real.realloc(old, n);
+    uint64_t t1, t0 = ENTER_ALLOC(t);
+    void *r = mtlab_real.realloc(old, n);
+    LEAVE_ALLOC(t, t1);
+    record_alloc(MTLAB_EV_REALLOC, t0, t1, __builtin_frame_address(0), (uint64_t)old, n, 0, n, r, 0);
+    return r;
+}
+
+EXPORT void *reallocarray(void *old, size_t nmemb, size_t size) {
+    struct mtlab_tls *t = &mtlab_tls;
+    ensure_real();
+    if (!tracing(t) || !mtlab_real.reallocarray) {
+        size_t total;
+        if (!mtlab_real.reallocarray) {
+            if (__builtin_mul_overflow(nmemb, size, &total)) {
+                errno = ENOMEM;
+                return NULL;
+            }
+            return realloc(old, total);
+        }
+        return mtlab_real.reallocarray(old, nmemb, size);
+    }
+    uint64_t t1, t0 = ENTER_ALLOC(t);
+    void *r = mtlab_real.reallocarray(old, nmemb, size);
+    LEAVE_ALLOC(t, t1);
+    size_t total;
+    if (__builtin_mul_overflow(nmemb, size, &total)) total = (size_t)-1;
+    record_alloc(MTLAB_EV_REALLOCARRAY, t0, t1, __builtin_frame_address(0), (uint64_t)old, nmemb, size, total, r,
+                 0);
+    return r;
+}
+
+EXPORT int posix_memalign(void **out, size_t align, size_t n) {
+    struct mtlab_tls *t = &mtlab_tls;
+    ensure_real();
+    if (!tracing(t)) return mtlab_real.posix_memalign(out, align, n);
+    uint64_t t1, t0 = ENTER_ALLOC(t);
+    int ret = mtlab_real.posix_memalign(out, align, n);
+    LEAVE_ALLOC(t, t1);
+    record_alloc(MTLAB_EV_POSIX_MEMALIGN, t0, t1, __builtin_frame_address(0), 0, align, n, n,
+                 ret == 0 ? *out : NULL, ret);
+    return ret;
+}
+
+#define ALIGNED_SHIM(name, KIND)                                                                              \
+    EXPORT void *name(size_t align, size_t n) {                                                               \
+        struct mtlab_tls *t = &mtlab_tls;                                                                     \
+        ensure_real();                                                                                        \
+        if (!tracing(t)) return mtlab_real.name(align, n);                                                    \
+        uint64_t t1, t0 = ENTER_ALLOC(t);                                                                     \
+        void *r = mtlab_real.name(align, n);                                                                  \
+        LEAVE_ALLOC(t, t1);                                                                                   \
+        record_alloc(KIND, t0, t1, __builtin_frame_address(0), 0, align, n, n, r, 0);                         \
+        return r;                                                                                             \
+    }
+ALIGNED_SHIM(aligned_alloc, MTLAB_EV_ALIGNED_ALLOC)
+ALIGNED_SHIM(memalign, MTLAB_EV_MEMALIGN)
+
+#define PAGE_SHIM(name, KIND)                                                                                 \
+    EXPORT void *name(size_t n) {                                                                             \
+        struct mtlab_tls *t = &mtlab_tls;                                                                     \
+        ensure_real();                                                                                        \
+        if (!tracing(t)) return mtlab_real.name(n);                                                           \
+        uint64_t t1, t0 = ENTER_ALLOC(t);                                                                     \
+        void *r = mtlab_real.name(n);                                                                         \
+        LEAVE_ALLOC(t, t1);                                                                                   \
+        record_alloc(KIND, t0, t1, __builtin_frame_address(0), 0, n, 0, n, r, 0);                             \
+        return r;                                                                                             \
+    }
+PAGE_SHIM(valloc, MTLAB_EV_VALLOC)
+PAGE_SHIM(pvalloc, MTLAB_EV_PVALLOC)
+
+/* ---- the mmap family: recorded from the program and from allocators ---- */
+
+/* mmap calls made inside an allocator call are recorded (flagged) too. */
+static inline int tracing_map(const struct mtlab_tls *t) {
+    return LIKELY(!t->guard && atomic_load_explicit(&mtlab_state, memory_order_relaxed) == 1);
+}
+
+static void *map_call(int use64, void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    if (use64 && mtlab_real.mmap64) return mtlab_real.mmap64(addr, len, prot, flags, fd, off);
+    if (mtlab_real.mmap) return mtlab_real.mmap(addr, len, prot, flags, fd, off);
+    long r = syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+    return (void *)r;
+}
+
+static void *mmap_shim(unsigned kind, void *addr, size_t len, int prot, int flags, int fd, off_t off,
+                       const void *frame) {
+    struct mtlab_tls *t = &mtlab_tls;
+    if (!tracing_map(t)) return map_call(kind == MTLAB_EV_MMAP64, addr, len, prot, flags, fd, off);
+    unsigned evf = t->in_alloc ? MTLAB_EVF_IN_ALLOCATOR : 0;
+    uint64_t t0 = mtlab_tsc();
+    void *r = map_call(kind == MTLAB_EV_MMAP64, addr, len, prot, flags, fd, off);
+    uint64_t t1 = mtlab_tsc();
+    int saved = errno;
+    if (r == MAP_FAILED) evf |= MTLAB_EVF_FAILED;
+    t->guard++;
+    struct mtlab_buf *b;
+    uint8_t *p = begin(&b, kind, evf, t1, t1 - t0, frame);
+    if (p) {
+        p = mtlab_put_ptr(b, p, (uint64_t)addr);
+        p = mtlab_put_varint(p, len);
+        p = mtlab_put_varint(p, (uint64_t)(unsigned)prot);
+        p = mtlab_put_varint(p, (uint64_t)(unsigned)flags);
+        p = mtlab_put_svarint(p, fd);
+        p = mtlab_put_varint(p, (uint64_t)off);
+        commit(b, mtlab_put_ptr(b, p, (uint64_t)r));
+    }
+    t->guard--;
+    errno = saved;
+    return r;
+}
+
+EXPORT void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    return mmap_shim(MTLAB_EV_MMAP, addr, len, prot, flags, fd, off, __builtin_frame_address(0));
+}
+
+EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off) {
+    return mmap_shim(MTLAB_EV_MMAP64, addr, len, prot, flags, fd, off, __builtin_frame_address(0));
+}
+
+EXPORT int munmap(void *addr, size_t len) {
+    struct mtlab_tls *t = &mtlab_tls;
+    ensure_real();
+    if (!tracing_map(t)) return mtlab_real.munmap(addr, len);
+    unsigned evf = t->in_alloc ? MTLAB_EVF_IN_ALLOCATOR : 0;
+    uint64_t t0 = mtlab_tsc();
+    int r = mtlab_real.munmap(addr, len);
+    uint64_t t1 = mtlab_tsc();
+    int saved = errno;
+    if (r != 0) evf |= MTLAB_EVF_FAILED;
+    t->guard++;
+    struct mtlab_buf *b;
+    uint8_t *p = begin(&b, MTLAB_EV_MUNMAP, evf, t0, t1 - t0, __builtin_frame_address(0));
+    if (p) {
+        p = mtlab_put_ptr(b, p, (uint64_t)addr);
+        p = mtlab_put_varint(p, len);
+        commit(b, mtlab_put_svarint(p, r));
+    }
+    t->guard--;
+    errno = saved;
+    return r;
+}
+
+EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
+    struct mtlab_tls *t = &mtlab_tls;
+    void *new_addr = NULL;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        new_addr = va_arg(ap, void *);
+        va_end(ap);
+    }
+    ensure_real();
+    if (!tracing_map(t)) return mtlab_real.mremap(old, old_len, new_len, flags, new_addr);
+    unsigned evf = t->in_alloc ? MTLAB_EVF_IN_ALLOCATOR : 0;
+    uint64_t t0 = mtlab_tsc();
+    void *r = mtlab_real.mremap(old, old_len, new_len, flags, new_addr);
+    uint64_t t1 = mtlab_tsc();
+    int saved = errno;
+    if (r == MAP_FAILED) evf |= MTLAB_EVF_FAILED;
+    t->guard++;
+    struct mtlab_buf *b;
+    uint8_t *p = begin(&b, MTLAB_EV_MREMAP, evf, t1, t1 - t0, __builtin_frame_address(0));
+    if (p) {
+        p = mtlab_put_ptr(b, p, (uint64_t)old);
+        p = mtlab_put_varint(p, old_len);
+        p = mtlab_put_varint(p, new_len);
+        p = mtlab_put_varint(p, (uint64_t)(unsigned)flags);
+        commit(b, mtlab_put_ptr(b, p, (uint64_t)r));
+    }
+    t->guard--;
+    errno = saved;
+    return r;
+}
+
+EXPORT int brk(void *addr) {
+    struct mtlab_tls *t = &mtlab_tls;
+    ensure_real();
+    if (!tracing_map(t)) return mtlab_real.brk(addr);
+    unsigned evf = t->in_alloc ? MTLAB_EVF_IN_ALLOCATOR : 0;
+    uint64_t t0 = mtlab_tsc();
+    int r = mtlab_real.brk(addr);
+    uint64_t t1 = mtlab_tsc();
+    int saved = errno;
+    if (r != 0) evf |= MTLAB_EVF_FAILED;
+    t->guard++;
+    uint64_t after = (uint64_t)mtlab_real.sbrk(0);
+    atomic_store(&last_brk, after);
+    struct mtlab_buf *b;
+    uint8_t *p = begin(&b, MTLAB_EV_BRK, evf, t1, t1 - t0, __builtin_frame_address(0));
+    if (p) {
+        p = mtlab_put_ptr(b, p, (uint64_t)addr);
+        p = mtlab_put_svarint(p, r);
+        commit(b, mtlab_put_ptr(b, p, after));
+    }
+    t->guard--;
+    errno = saved;
+    return r;
+}
+
+EXPORT void *sbrk(intptr_t inc) {
+    struct mtlab_tls *t = &mtlab_tls;
+    ensure_real();
+    if (!tracing_map(t) || inc == 0) return mtlab_real.sbrk(inc);
+    unsigned evf = t->in_alloc ? MTLAB_EVF_IN_ALLOCATOR : 0;
+    uint64_t t0 = mtlab_tsc();
+    void *r = mtlab_real.sbrk(inc);
+    uint64_t t1 = mtlab_tsc();
+    int saved = errno;
+    if (r == (void *)-1) evf |= MTLAB_EVF_FAILED;
+    t->guard++;
+    uint64_t after = (uint64_t)mtlab_real.sbrk(0);
+    atomic_store(&last_brk, after);
+    struct mtlab_buf *b;
+    uint8_t *p = begin(&b, MTLAB_EV_SBRK, evf, t1, t1 - t0, __builtin_frame_address(0));
+    if (p) {
+        p = mtlab_put_svarint(p, inc);
+        p = mtlab_put_ptr(b, p, (uint64_t)r);
+        commit(b, mtlab_put_ptr(b, p, after));
+    }
+    t->guard--;
+    errno = saved;
+    return r;
+}
+
+/* exec replaces the image: write out what this process has first. */
+EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+    struct mtlab_tls *t = &mtlab_tls;
+    ensure_real();
+    if (!t->guard && atomic_load(&mtlab_state) == 1) {
+        int saved = errno;
+        t->guard++;
+        if (t->buf) mtlab_flush_buf(t->buf);
+        t->guard--;
+        errno = saved;
+    }
+    int r = mtlab_real.execve(path, argv, envp);
+    /* exec failed: this image goes on, so does its tracing. */
+    return r;
+}
+
+void mtlab_init_brk(uint64_t b) { atomic_store(&last_brk, b); }

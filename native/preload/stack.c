@@ -1,0 +1,87 @@
+/*
+ * stack.c — call stacks by frame-pointer walking, and the process-wide
+ * table that gives each distinct stack one small id.
+ *
+ * The walk checks every frame against the thread's stack bounds, so code
+ * built without frame pointers (rbp used as a general register) ends the walk
+ * early instead of faulting. The table is open addressing over 64-bit hashes
+ * claimed by compare-and-swap: the slot index is the id, and the thread that
+ * claims a slot writes the stack's definition into its own buffer, once.
+ */
+#define _GNU_SOURCE
+#include <sys/mman.h>
+
+#include "internal.h"
+
+#define TABLE_BITS 20
+#define TABLE_SLOTS (1u << TABLE_BITS)
+#define MAX_PROBE 64
+
+static _Atomic uint64_t *table;
+
+void mtlab_stack_table_init(void) {
+    table = (_Atomic uint64_t *)mtlab_sys_mmap(TABLE_SLOTS * sizeof(uint64_t));
+}
+
+/* After fork the child's ids start afresh: its trace defines its own stacks. */
+void mtlab_stack_table_reset(void) {
+    if (table) madvise((void *)table, TABLE_SLOTS * sizeof(uint64_t), MADV_DONTNEED);
+}
+
+static inline uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v;
+    h *= 0x9e3779b97f4a7c15ull;
+    return h ^ (h >> 29);
+}
+
+static void write_def(struct mtlab_buf *b, uint32_t id, const uintptr_t *pcs, int n) {
+    uint8_t *p = b->data + MTLAB_BUF_HEAD + atomic_load_explicit(&b->len, memory_order_relaxed);
+    *p++ = MTLAB_EV_STACK_DEF;
+    p = mtlab_put_varint(p, id);
+    p = mtlab_put_varint(p, (uint64_t)n);
+    uint64_t prev = 0;
+    for (int i = 0; i < n; i++) {
+        p = mtlab_put_svarint(p, (int64_t)(pcs[i] - prev));
+        prev = pcs[i];
+    }
+    uint32_t len = (uint32_t)(p - (b->data + MTLAB_BUF_HEAD));
+    atomic_store_explicit(&b->len, len, memory_order_release);
+}
+
+/* `frame` is the shim's frame address; its return address is the caller. */
+uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
+    uintptr_t pcs[MTLAB_MAX_DEPTH];
+    int n = 0, max = mtlab_cfg.max_depth;
+    uintptr_t fp = (uintptr_t)frame, lo = fp, hi = mtlab_tls.stack_hi;
+    uint64_t h = 0x243f6a8885a308d3ull;
+    while (n < max) {
+        if (fp < lo || fp > hi - 16 || (fp & 7)) break; /* no overflow: hi > 16 */
+        uintptr_t next = ((const uintptr_t *)fp)[0];
+        uintptr_t ret = ((const uintptr_t *)fp)[1];
+        if (ret < 4096) break;
+        pcs[n++] = ret;
+        h = mix(h, ret);
+        if (next <= fp) break;
+        fp = next;
+    }
+    if (n == 0 || !table) return 0;
+    h |= 1; /* 0 marks an empty slot */
+    uint32_t idx = (uint32_t)h & (TABLE_SLOTS - 1);
+    for (int probe = 0; probe < MAX_PROBE; probe++, idx = (idx + 1) & (TABLE_SLOTS - 1)) {
+        uint64_t cur = atomic_load_explicit(&table[idx], memory_order_relaxed);
+        if (cur == h) return idx + 1;
+        if (cur == 0) {
+            uint64_t expected = 0;
+            if (atomic_compare_exchange_strong(&table[idx], &expected, h)) {
+                /* Make room for the definition plus the event that follows. */
+                size_t need = 2 + 10 + (size_t)n * 10 + MTLAB_MAX_EVENT_BYTES;
+                if (atomic_load_explicit(&b->len, memory_order_relaxed) + need > MTLAB_BUF_CAP) mtlab_flush_buf(b);
+                write_def(b, idx + 1, pcs, n);
+                return idx + 1;
+            }
+            if (expected == h) return idx + 1;
+        }
+    }
+    atomic_fetch_add(&mtlab_counters.stacks_overflowed, 1);
+    return 0;
+}

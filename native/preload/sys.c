@@ -1,0 +1,72 @@
+/*
+ * sys.c — raw system calls and tiny string helpers for the preload library.
+ *
+ * Shims must not touch stdio, errno-visible libc state or malloc, so the
+ * writer talks to the kernel directly through these.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static inline long raw6(long n, long a, long b, long c, long d, long e, long f) {
+    long ret;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ __volatile__("syscall"
+                         : "=a"(ret)
+                         : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                         : "rcx", "r11", "memory");
+    return ret;
+}
+
+/* Raw calls return -errno on failure and never touch the caller's errno. */
+long mtlab_sys_write(int fd, const void *p, size_t n) { return raw6(SYS_write, fd, (long)p, (long)n, 0, 0, 0); }
+long mtlab_sys_pwrite(int fd, const void *p, size_t n, uint64_t off) {
+    return raw6(SYS_pwrite64, fd, (long)p, (long)n, (long)off, 0, 0);
+}
+int mtlab_sys_open(const char *path, int flags, int mode) {
+    return (int)raw6(SYS_openat, AT_FDCWD, (long)path, flags, mode, 0, 0);
+}
+long mtlab_sys_read(int fd, void *p, size_t n) { return raw6(SYS_read, fd, (long)p, (long)n, 0, 0, 0); }
+void mtlab_sys_close(int fd) { raw6(SYS_close, fd, 0, 0, 0, 0, 0); }
+void *mtlab_sys_mmap(size_t len) {
+    long r = raw6(SYS_mmap, 0, (long)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return (r < 0 && r > -4096) ? NULL : (void *)r;
+}
+void mtlab_sys_munmap(void *p, size_t len) { raw6(SYS_munmap, (long)p, (long)len, 0, 0, 0, 0); }
+uint32_t mtlab_gettid(void) { return (uint32_t)raw6(SYS_gettid, 0, 0, 0, 0, 0, 0); }
+
+uint64_t mtlab_realtime_ns(void) {
+    struct timespec ts;
+    raw6(SYS_clock_gettime, CLOCK_REALTIME, (long)&ts, 0, 0, 0, 0);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+size_t mtlab_strlen(const char *s) {
+    size_t n = 0;
+    while (s[n]) n++;
+    return n;
+}
+
+/* Appends src at dst, never writing at or past end; returns the new end. */
+char *mtlab_append(char *dst, const char *end, const char *src) {
+    while (*src && dst < end) *dst++ = *src++;
+    return dst;
+}
+
+char *mtlab_append_u64(char *dst, const char *end, uint64_t v) {
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    while (n && dst < end) *dst++ = tmp[--n];
+    return dst;
+}

@@ -1,0 +1,224 @@
+/*
+ * writer.c — the trace file: naming, header, and lock-free record output.
+ *
+ * Each record is written with one pwrite at an offset reserved by an atomic
+ * add, so threads never wait for each other. A failed or short write (disk
+ * full) turns the reserved range into PADDING-free damage control: the
+ * record header is rewritten as an unknown type covering the range, which
+ * readers skip, and the events are counted as dropped.
+ *
+ * Naming: the process started by `mtlab record` writes FILE; every other
+ * traced process (fork children, exec'd programs) writes FILE.PID, or
+ * FILE.PID.N when an earlier image of the same pid already wrote FILE.PID.
+ * The file is created on the first write, so a fork child that only execs
+ * leaves no empty trace behind.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define REC_SKIP 0x7fff /* unknown type: readers skip the damaged range */
+
+static _Atomic int file_state; /* 0 closed, 1 opening, 2 open, 3 failed */
+static int fd = -1;
+static _Atomic uint64_t file_off;
+static int is_root;
+
+void mtlab_set_root(int root) { is_root = root; }
+
+static char *escape_into(char *p, const char *end, const char *s, size_t n, char sep_from, const char *sep_to) {
+    for (size_t i = 0; i < n && p < end - 2; i++) {
+        char c = s[i];
+        if (c == sep_from) p = mtlab_append(p, end, sep_to);
+        else if (c == '\n') p = mtlab_append(p, end, "\\n");
+        else if (c == '\\') p = mtlab_append(p, end, "\\\\");
+        else *p++ = c;
+    }
+    return p;
+}
+
+static char *kv_u64(char *p, const char *end, const char *key, uint64_t v) {
+    p = mtlab_append(p, end, key);
+    p = mtlab_append(p, end, "=");
+    p = mtlab_append_u64(p, end, v);
+    return mtlab_append(p, end, "\n");
+}
+
+static char *kv_str(char *p, const char *end, const char *key, const char *v) {
+    p = mtlab_append(p, end, key);
+    p = mtlab_append(p, end, "=");
+    p = escape_into(p, end, v, mtlab_strlen(v), 0, "");
+    return mtlab_append(p, end, "\n");
+}
+
+static size_t read_file(const char *path, char *buf, size_t cap) {
+    int f = mtlab_sys_open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (f < 0) return 0;
+    size_t n = 0;
+    long r;
+    while (n < cap && (r = mtlab_sys_read(f, buf + n, cap - n)) > 0) n += (size_t)r;
+    mtlab_sys_close(f);
+    return n;
+}
+
+static int write_all_at(const void *data, size_t len, uint64_t off) {
+    const uint8_t *p = (const uint8_t *)data;
+    size_t done = 0;
+    while (done < len) {
+        long r = mtlab_sys_pwrite(fd, p + done, len - done, off + done);
+        if (r == -4 /* EINTR */) continue;
+        if (r <= 0) break;
+        done += (size_t)r;
+    }
+    if (done == len) return 0;
+    if (done >= MTLAB_RECORD_HEADER) { /* mark the range as a record to skip */
+        uint8_t hdr[MTLAB_RECORD_HEADER];
+        uint32_t plen = (uint32_t)(len - MTLAB_RECORD_HEADER);
+        uint16_t type = REC_SKIP, flags = 0;
+        memcpy(hdr, &plen, 4);
+        memcpy(hdr + 4, &type, 2);
+        memcpy(hdr + 6, &flags, 2);
+        mtlab_sys_pwrite(fd, hdr, sizeof hdr, off);
+    }
+    return -1;
+}
+
+static int reserve_and_write(const void *data, size_t len) {
+    uint64_t off = atomic_fetch_add(&file_off, len);
+    return write_all_at(data, len, off);
+}
+
+static int open_path(void) {
+    static char path[4200];
+    char *end = path + sizeof path - 1;
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+    if (is_root) {
+        char *p = mtlab_append(path, end, mtlab_cfg.out_path);
+        *p = 0;
+        int f = mtlab_sys_open(path, flags, 0644);
+        if (f >= 0) return f;
+    }
+    uint32_t pid = (uint32_t)getpid();
+    for (uint64_t k = 0; k < 1000; k++) {
+        char *p = mtlab_append(path, end, mtlab_cfg.out_path);
+        p = mtlab_append(p, end, ".");
+        p = mtlab_append_u64(p, end, pid);
+        if (k) {
+            p = mtlab_append(p, end, ".");
+            p = mtlab_append_u64(p, end, k);
+        }
+        *p = 0;
+        int f = mtlab_sys_open(path, flags, 0644);
+        if (f != -17 /* EEXIST */) return f;
+    }
+    return -1;
+}
+
+static void write_header(void) {
+    static char text[16384];
+    static char raw[8192];
+    char *p = text, *end = text + sizeof text - 1;
+    p = kv_u64(p, end, "pid", (uint64_t)getpid());
+    p = kv_u64(p, end, "ppid", (uint64_t)getppid());
+    size_t n = read_file("/proc/self/cmdline", raw, sizeof raw);
+    if (n && raw[n - 1] == 0) n--;
+    p = mtlab_append(p, end, "cmdline=");
+    p = escape_into(p, end, raw, n, 0, "\x1f");
+    p = mtlab_append(p, end, "\n");
+    long r = readlink("/proc/self/exe", raw, sizeof raw - 1);
+    raw[r > 0 ? r : 0] = 0;
+    p = kv_str(p, end, "exe", raw);
+    p = kv_u64(p, end, "start_ns", mtlab_realtime_ns());
+    p = kv_u64(p, end, "start_tsc", mtlab_tsc());
+    p = kv_u64(p, end, "tsc_hz", mtlab_cfg.tsc_hz);
+    p = kv_u64(p, end, "page_size", (uint64_t)sysconf(_SC_PAGESIZE));
+    p = kv_str(p, end, "allocator", mtlab_cfg.allocator);
+    p = kv_str(p, end, "allocator_path", mtlab_cfg.allocator_path);
+    p = kv_str(p, end, "stacks", mtlab_cfg.stacks ? "fp" : "none");
+    p = kv_u64(p, end, "max_depth", (uint64_t)mtlab_cfg.max_depth);
+    p = kv_u64(p, end, "brk_start", mtlab_cfg.brk_start);
+    p = kv_u64(p, end, "follow", (uint64_t)mtlab_cfg.follow);
+    p = kv_str(p, end, "mtlab_version", MTLAB_VERSION);
+    uint32_t text_len = (uint32_t)(p - text);
+    uint8_t fixed[MTLAB_FILE_HEADER_FIXED];
+    uint32_t version = MTLAB_TRACE_VERSION;
+    memcpy(fixed, MTLAB_TRACE_MAGIC, 8);
+    memcpy(fixed + 8, &version, 4);
+    memcpy(fixed + 12, &text_len, 4);
+    reserve_and_write(fixed, sizeof fixed);
+    reserve_and_write(text, text_len);
+}
+
+/* Opens the file on first use; 0 when it can be written. */
+static int ensure_open(void) {
+    int s = atomic_load_explicit(&file_state, memory_order_acquire);
+    if (LIKELY(s == 2)) return 0;
+    if (s == 3) return -1;
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&file_state, &expected, 1)) {
+        fd = open_path();
+        if (fd < 0) {
+            atomic_store(&file_state, 3);
+            return -1;
+        }
+        atomic_store(&file_off, 0);
+        write_header();
+        atomic_store(&file_state, 2);
+        mtlab_write_maps();
+        return 0;
+    }
+    while ((s = atomic_load(&file_state)) == 1) { /* another thread opens it */
+    }
+    return s == 2 ? 0 : -1;
+}
+
+int mtlab_write_raw(const void *data, size_t len) {
+    if (ensure_open() != 0) return -1;
+    return reserve_and_write(data, len);
+}
+
+int mtlab_write_record(uint16_t type, const void *payload, uint32_t len) {
+    uint8_t hdr[MTLAB_RECORD_HEADER];
+    uint16_t flags = 0;
+    memcpy(hdr, &len, 4);
+    memcpy(hdr + 4, &type, 2);
+    memcpy(hdr + 6, &flags, 2);
+    if (ensure_open() != 0) return -1;
+    /* One reservation for header and payload keeps the record contiguous. */
+    uint64_t off = atomic_fetch_add(&file_off, MTLAB_RECORD_HEADER + (uint64_t)len);
+    if (write_all_at(hdr, sizeof hdr, off) != 0) return -1;
+    return write_all_at(payload, len, off + MTLAB_RECORD_HEADER);
+}
+
+void mtlab_write_maps(void) {
+    static char maps[1 << 20];
+    size_t n = read_file("/proc/self/maps", maps, sizeof maps);
+    if (n) mtlab_write_record(MTLAB_REC_MAPS, maps, (uint32_t)n);
+}
+
+void mtlab_write_end(void) {
+    uint64_t v[6] = {
+        mtlab_tsc(),
+        mtlab_realtime_ns(),
+        atomic_load(&mtlab_counters.events_written),
+        atomic_load(&mtlab_counters.events_dropped),
+        atomic_load(&mtlab_counters.chunks_dropped),
+        atomic_load(&mtlab_counters.stacks_overflowed),
+    };
+    mtlab_write_record(MTLAB_REC_END, v, sizeof v);
+}
+
+/* A fork child writes its own file, opened on its first write. */
+void mtlab_writer_fork_child(void) {
+    atomic_store(&file_state, 0);
+    fd = -1;
+    is_root = 0;
+    atomic_store(&file_off, 0);
+    atomic_store(&mtlab_counters.events_written, 0);
+    atomic_store(&mtlab_counters.events_dropped, 0);
+    atomic_store(&mtlab_counters.chunks_dropped, 0);
+    atomic_store(&mtlab_counters.stacks_overflowed, 0);
+}
