@@ -8,6 +8,7 @@
  *   MTLAB_STACKS  fp (default) | none
  *   MTLAB_DEPTH   frames per stack (default 64, at most 256)
  *   MTLAB_FOLLOW  1 (default): children are traced too; 0: only this process
+ *   MTLAB_FREE_STACKS 1: walk the stack for free as well (default 0: id 0)
  *   MTLAB_TSC_HZ  TSC frequency measured by `mtlab record`
  */
 #define _GNU_SOURCE
@@ -84,6 +85,7 @@ __attribute__((constructor)) static void mtlab_start(void) {
     uint64_t depth = env_u64("MTLAB_DEPTH", 64);
     mtlab_cfg.max_depth = (int)(depth == 0 ? 1 : depth > MTLAB_MAX_DEPTH ? MTLAB_MAX_DEPTH : depth);
     mtlab_cfg.follow = env_u64("MTLAB_FOLLOW", 1) != 0;
+    mtlab_cfg.free_stacks = env_u64("MTLAB_FREE_STACKS", 0) != 0;
     mtlab_cfg.tsc_hz = env_u64("MTLAB_TSC_HZ", 0);
     mtlab_set_root(env_u64("MTLAB_PARENT", 0) == (uint64_t)getppid());
     if (!mtlab_cfg.follow) unsetenv("MTLAB_OUT"); /* children stay untraced */

@@ -31,6 +31,7 @@ struct mtlab_config {
     int stacks;    /* 1: frame-pointer stacks, 0: none */
     int max_depth; /* frames kept per stack */
     int follow;    /* trace children */
+    int free_stacks; /* walk the stack for free too (off: stack id 0) */
     int is_glibc;  /* the program's malloc is glibc's: chunk headers readable */
     uint64_t tsc_hz;
     uint64_t brk_start;
@@ -63,10 +64,14 @@ struct mtlab_real {
     int (*brk)(void *);
     void *(*sbrk)(intptr_t);
     int (*execve)(const char *, char *const[], char *const[]);
+    void **curbrk; /* glibc's cached program break, read instead of calling sbrk(0) */
 };
 extern HIDDEN struct mtlab_real mtlab_real;
 HIDDEN void mtlab_resolve(void);
-HIDDEN int mtlab_in_bootstrap(const void *p);
+extern HIDDEN unsigned char mtlab_pool[64 * 1024];
+static inline int mtlab_in_bootstrap(const void *p) {
+    return (const unsigned char *)p >= mtlab_pool && (const unsigned char *)p < mtlab_pool + sizeof mtlab_pool;
+}
 HIDDEN void *mtlab_bootstrap_alloc(size_t n);
 
 /* ---- per-thread state (thread.c) ---- */

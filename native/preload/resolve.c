@@ -13,13 +13,10 @@
 
 HIDDEN struct mtlab_real mtlab_real;
 
-static _Alignas(64) unsigned char pool[64 * 1024];
+HIDDEN _Alignas(64) unsigned char mtlab_pool[64 * 1024];
+#define pool mtlab_pool
 static _Atomic size_t pool_used;
 static _Atomic int resolved; /* 0 no, 1 in progress, 2 done */
-
-int mtlab_in_bootstrap(const void *p) {
-    return (const unsigned char *)p >= pool && (const unsigned char *)p < pool + sizeof pool;
-}
 
 /* 16-byte header holds the size so realloc of pool memory can copy. */
 void *mtlab_bootstrap_alloc(size_t n) {
@@ -58,6 +55,7 @@ void mtlab_resolve(void) {
     RESOLVE(brk);
     RESOLVE(sbrk);
     RESOLVE(execve);
+    mtlab_real.curbrk = (void **)dlsym(RTLD_DEFAULT, "__curbrk");
     mtlab_tls.guard--;
     atomic_store(&resolved, 2);
 }

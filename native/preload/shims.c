@@ -26,7 +26,7 @@ static inline int tracing(const struct mtlab_tls *t) {
 /* Starts an event: returns the write position or NULL (event dropped). */
 static inline uint8_t *begin(struct mtlab_buf **bp, unsigned kind, unsigned flags, uint64_t tsc, uint64_t cycles,
                              const void *frame) {
-    struct mtlab_buf *b = mtlab_thread_buf();
+    struct mtlab_buf *b = LIKELY(mtlab_tls.buf != NULL) ? mtlab_tls.buf : mtlab_thread_buf();
     if (UNLIKELY(!b)) {
         atomic_fetch_add(&mtlab_counters.events_dropped, 1);
         return NULL;
@@ -60,9 +60,9 @@ static inline void commit(struct mtlab_buf *b, uint8_t *p) {
 static _Atomic uint64_t last_brk;
 
 /* Extra events telling where an allocator's memory lives (glibc only). */
-static unsigned heap_facts(void *ptr, struct mtlab_buf **bp, uint64_t tsc) {
+static inline __attribute__((always_inline)) unsigned heap_facts(void *ptr, struct mtlab_buf **bp, uint64_t tsc) {
     if (!mtlab_cfg.is_glibc || !ptr || mtlab_in_bootstrap(ptr)) return 0;
-    uint64_t brk_now = (uint64_t)mtlab_real.sbrk(0);
+    uint64_t brk_now = mtlab_real.curbrk ? (uint64_t)*mtlab_real.curbrk : (uint64_t)mtlab_real.sbrk(0);
     uint64_t seen = atomic_load_explicit(&last_brk, memory_order_relaxed);
     if (UNLIKELY(brk_now != seen) && atomic_compare_exchange_strong(&last_brk, &seen, brk_now)) {
         uint8_t *p = begin(bp, MTLAB_EV_BRK_SEEN, 0, tsc, 0, NULL);
@@ -87,14 +87,23 @@ static unsigned heap_facts(void *ptr, struct mtlab_buf **bp, uint64_t tsc) {
     return 0;
 }
 
+/* glibc's usable size is in the chunk header: no call needed. */
 static inline uint64_t usable_extra(void *ptr, size_t requested) {
-    if (!ptr || mtlab_in_bootstrap(ptr) || !mtlab_real.malloc_usable_size) return 0;
-    size_t u = mtlab_real.malloc_usable_size(ptr);
+    if (!ptr || mtlab_in_bootstrap(ptr)) return 0;
+    size_t u;
+    if (mtlab_cfg.is_glibc) {
+        size_t word = ((const size_t *)ptr)[-1];
+        u = (word & ~(size_t)7) - ((word & GLIBC_IS_MMAPPED) ? 16 : 8);
+    } else if (mtlab_real.malloc_usable_size) {
+        u = mtlab_real.malloc_usable_size(ptr);
+    } else {
+        return 0;
+    }
     return u >= requested ? u - requested : 0;
 }
 
 /* One allocation event; `a`,`b` are the size arguments (b unused: 0). */
-static void record_alloc(unsigned kind, uint64_t t0, uint64_t t1, const void *frame, uint64_t old, uint64_t a,
+static inline __attribute__((always_inline)) void record_alloc(unsigned kind, uint64_t t0, uint64_t t1, const void *frame, uint64_t old, uint64_t a,
                          uint64_t b2, uint64_t size, void *result, int ret) {
     struct mtlab_tls *t = &mtlab_tls;
     int saved = errno;
@@ -185,7 +194,7 @@ EXPORT void free(void *p) {
     int saved = errno;
     t->guard++;
     struct mtlab_buf *b;
-    uint8_t *w = begin(&b, MTLAB_EV_FREE, 0, t0, t1 - t0, __builtin_frame_address(0));
+    uint8_t *w = begin(&b, MTLAB_EV_FREE, 0, t0, t1 - t0, mtlab_cfg.free_stacks ? __builtin_frame_address(0) : NULL);
     if (w) commit(b, mtlab_put_ptr(b, w, (uint64_t)p));
     t->guard--;
     errno = saved;

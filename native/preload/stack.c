@@ -28,12 +28,6 @@ void mtlab_stack_table_reset(void) {
     if (table) madvise((void *)table, TABLE_SLOTS * sizeof(uint64_t), MADV_DONTNEED);
 }
 
-static inline uint64_t mix(uint64_t h, uint64_t v) {
-    h ^= v;
-    h *= 0x9e3779b97f4a7c15ull;
-    return h ^ (h >> 29);
-}
-
 static void write_def(struct mtlab_buf *b, uint32_t id, const uintptr_t *pcs, int n) {
     uint8_t *p = b->data + MTLAB_BUF_HEAD + atomic_load_explicit(&b->len, memory_order_relaxed);
     *p++ = MTLAB_EV_STACK_DEF;
@@ -53,17 +47,21 @@ uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
     uintptr_t pcs[MTLAB_MAX_DEPTH];
     int n = 0, max = mtlab_cfg.max_depth;
     uintptr_t fp = (uintptr_t)frame, lo = fp, hi = mtlab_tls.stack_hi;
-    uint64_t h = 0x243f6a8885a308d3ull;
     while (n < max) {
         if (fp < lo || fp > hi - 16 || (fp & 7)) break; /* no overflow: hi > 16 */
         uintptr_t next = ((const uintptr_t *)fp)[0];
         uintptr_t ret = ((const uintptr_t *)fp)[1];
         if (ret < 4096) break;
         pcs[n++] = ret;
-        h = mix(h, ret);
         if (next <= fp) break;
         fp = next;
     }
+    /* Independent multiplies: the hash costs little more than the loads. */
+    uint64_t h = 0x243f6a8885a308d3ull ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) h += (uint64_t)pcs[i] * (0x9e3779b97f4a7c15ull + 2 * (uint64_t)i);
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
     if (n == 0 || !table) return 0;
     h |= 1; /* 0 marks an empty slot */
     uint32_t idx = (uint32_t)h & (TABLE_SLOTS - 1);

@@ -1,0 +1,51 @@
+//! Builds the native parts with the system C compiler and hands their paths
+//! to the crate, which embeds them (see src/native.rs). No cc crate: the
+//! flags are few and the outputs are a shared library and executables.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn cc(out: &Path, sources: &[PathBuf], extra: &[&str]) {
+    let compiler = env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let version = env::var("CARGO_PKG_VERSION").unwrap();
+    let mut cmd = Command::new(&compiler);
+    cmd.args(["-O2", "-g", "-fno-omit-frame-pointer", "-Wall", "-Wextra", "-pthread"])
+        .arg(format!("-DMTLAB_VERSION=\"{version}\""))
+        .args(extra)
+        .arg("-o")
+        .arg(out)
+        .args(sources);
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run the C compiler `{compiler}`: {e}"));
+    assert!(status.success(), "C compiler failed building {}", out.display());
+}
+
+fn c_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "c"))
+        .collect();
+    v.sort();
+    v
+}
+
+fn main() {
+    let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap());
+    let native = manifest.join("../../native").canonicalize().expect("native/ beside crates/");
+    let out = PathBuf::from(env::var("OUT_DIR").unwrap());
+    println!("cargo:rerun-if-changed={}", native.display());
+    println!("cargo:rerun-if-env-changed=CC");
+
+    let preload = out.join("libmtlab_preload.so");
+    cc(
+        &preload,
+        &c_files(&native.join("preload")),
+        &["-fPIC", "-shared", "-fvisibility=hidden", "-ftls-model=initial-exec", "-ldl"],
+    );
+    let malloc_test = out.join("mtlab-malloc-test");
+    cc(&malloc_test, &[native.join("bench/malloc_test.c")], &[]);
+
+    println!("cargo:rustc-env=MTLAB_PRELOAD_SO={}", preload.display());
+    println!("cargo:rustc-env=MTLAB_MALLOC_TEST={}", malloc_test.display());
+}

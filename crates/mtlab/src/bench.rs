@@ -1,0 +1,375 @@
+//! `mtlab bench`: benchmarks that compare ratios inside one run.
+//!
+//! `bench tracer` runs the malloc-test workload untraced, under `mtlab
+//! record` and under heaptrack (when installed), interleaving the three so
+//! drift of a shared VM hits all alike, and reports medians and ratios,
+//! trace sizes, and the speed and memory of `mtlab report` on the trace.
+//! `bench program` does the same for any command by wall time.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use crate::native::{self, Part};
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Cost of tracing the malloc-test workload: untraced vs mtlab vs heaptrack.
+    Tracer(TracerArgs),
+    /// Wall-time cost of tracing any program: untraced vs mtlab vs heaptrack.
+    Program(ProgramArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TracerArgs {
+    /// Threads of the workload.
+    #[arg(long, default_value_t = 2)]
+    threads: u32,
+    /// Iterations (malloc+free pairs) per thread.
+    #[arg(long, default_value_t = 1_000_000)]
+    iterations: u64,
+    /// Repetitions of each configuration (interleaved).
+    #[arg(long, default_value_t = 5)]
+    reps: u32,
+    /// Directory for the traces (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Skip heaptrack even if installed.
+    #[arg(long)]
+    no_heaptrack: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct ProgramArgs {
+    /// Repetitions of each configuration (interleaved).
+    #[arg(long, default_value_t = 3)]
+    reps: u32,
+    /// Directory for the traces (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Skip heaptrack even if installed.
+    #[arg(long)]
+    no_heaptrack: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+    /// The program to run, then its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<OsString>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("cannot run {what}: {source}")]
+    Spawn { what: String, source: std::io::Error },
+    #[error("{what} failed ({status}); its stderr:\n{stderr}")]
+    Failed { what: String, status: String, stderr: String },
+    #[error("{0}")]
+    Output(String),
+    #[error(transparent)]
+    Unpack(#[from] native::UnpackError),
+    #[error("cannot use {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+struct Measured {
+    stdout: String,
+    wall: Duration,
+    max_rss_kib: u64,
+}
+
+/// Runs `cmd` to completion, with its own peak RSS from wait4.
+fn measure(mut cmd: Command, what: &str) -> Result<Measured, BenchError> {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let start = Instant::now();
+    let child = cmd.spawn().map_err(|source| BenchError::Spawn { what: what.into(), source })?;
+    let pid = child.id() as libc::pid_t;
+    let out = {
+        let mut child = child;
+        let mut stdout = String::new();
+        let mut stderr = String::new();
+        use std::io::Read;
+        let (mut o, mut e) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let t = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = e.read_to_string(&mut s);
+            s
+        });
+        let _ = o.read_to_string(&mut stdout);
+        stderr.push_str(&t.join().unwrap_or_default());
+        (stdout, stderr)
+    };
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our own unwaited child; status and usage are valid pointers.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let wall = start.elapsed();
+    if r < 0 {
+        return Err(BenchError::Spawn { what: what.into(), source: std::io::Error::last_os_error() });
+    }
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        return Err(BenchError::Failed { what: what.into(), status: format!("wait status {status}"), stderr: out.1 });
+    }
+    Ok(Measured { stdout: out.0, wall, max_rss_kib: usage.ru_maxrss as u64 })
+}
+
+fn cycles_per_op(stdout: &str, what: &str) -> Result<f64, BenchError> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("{\"workload\""))
+        .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()?["cycles_per_op"].as_f64())
+        .ok_or_else(|| BenchError::Output(format!("{what}: no cycles_per_op line in the workload's output")))
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+pub fn heaptrack_path() -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join("heaptrack")).find(|p| p.is_file())
+}
+
+fn files_size(paths: &[PathBuf]) -> u64 {
+    paths.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum()
+}
+
+fn heaptrack_files(dir: &Path, stem: &str) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with(stem)))
+        .collect()
+}
+
+#[derive(Debug, Serialize)]
+pub struct ConfigResult {
+    pub name: String,
+    /// Median over repetitions: cycles per op (tracer) or wall seconds (program).
+    pub median: f64,
+    pub samples: Vec<f64>,
+    pub ratio: f64,
+    pub trace_bytes: Option<u64>,
+    pub max_rss_kib: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ReportSpeed {
+    pub events: u64,
+    pub seconds: f64,
+    pub events_per_second: f64,
+    pub max_rss_kib: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct BenchResult {
+    pub benchmark: String,
+    pub unit: String,
+    pub command: Vec<String>,
+    pub configs: Vec<ConfigResult>,
+    pub report: Option<ReportSpeed>,
+}
+
+struct Runner {
+    dir: PathBuf,
+    _tmp: Option<tempfile::TempDir>,
+    mtlab: PathBuf,
+    heaptrack: Option<PathBuf>,
+}
+
+impl Runner {
+    fn new(dir: Option<PathBuf>, no_heaptrack: bool) -> Result<Self, BenchError> {
+        let (dir, tmp) = match dir {
+            Some(d) => {
+                std::fs::create_dir_all(&d).map_err(|source| BenchError::Io { path: d.clone(), source })?;
+                (d, None)
+            }
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("mtlab-bench")
+                    .tempdir()
+                    .map_err(|source| BenchError::Io { path: std::env::temp_dir(), source })?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        let mtlab = std::env::current_exe().map_err(|source| BenchError::Io { path: "mtlab".into(), source })?;
+        let heaptrack = if no_heaptrack { None } else { heaptrack_path() };
+        Ok(Runner { dir, _tmp: tmp, mtlab, heaptrack })
+    }
+
+    fn configs(&self) -> Vec<&'static str> {
+        let mut v = vec!["untraced", "mtlab"];
+        if self.heaptrack.is_some() {
+            v.push("heaptrack");
+        }
+        v
+    }
+
+    /// The command for one configuration, and the trace files it leaves.
+    fn command(&self, config: &str, argv: &[OsString]) -> (Command, Box<dyn Fn() -> Vec<PathBuf> + '_>) {
+        match config {
+            "mtlab" => {
+                let out = self.dir.join("bench.mtl");
+                let mut c = Command::new(&self.mtlab);
+                c.arg("record").arg("-o").arg(&out).arg("--").args(argv);
+                (c, Box::new(move || crate::record::trace_family(&self.dir.join("bench.mtl"))))
+            }
+            "heaptrack" => {
+                for old in heaptrack_files(&self.dir, "bench.heaptrack") {
+                    let _ = std::fs::remove_file(old);
+                }
+                let mut c = Command::new(self.heaptrack.as_ref().unwrap());
+                c.arg("-o").arg(self.dir.join("bench.heaptrack")).args(argv);
+                (c, Box::new(move || heaptrack_files(&self.dir, "bench.heaptrack")))
+            }
+            _ => {
+                let mut c = Command::new(&argv[0]);
+                c.args(&argv[1..]);
+                (c, Box::new(Vec::new))
+            }
+        }
+    }
+
+    /// Runs every configuration `reps` times, interleaved; `value` turns a
+    /// run into the compared number.
+    fn sweep(
+        &self,
+        argv: &[OsString],
+        reps: u32,
+        value: &dyn Fn(&Measured, &str) -> Result<f64, BenchError>,
+    ) -> Result<Vec<ConfigResult>, BenchError> {
+        let configs = self.configs();
+        let mut samples = vec![Vec::new(); configs.len()];
+        let mut sizes = vec![None; configs.len()];
+        let mut rss = vec![0u64; configs.len()];
+        for rep in 0..reps {
+            for (i, cfg) in configs.iter().enumerate() {
+                eprint!("\rmtlab bench: repetition {}/{reps}: {cfg:<10}", rep + 1);
+                let (cmd, files) = self.command(cfg, argv);
+                let m = measure(cmd, cfg)?;
+                samples[i].push(value(&m, cfg)?);
+                rss[i] = rss[i].max(m.max_rss_kib);
+                if *cfg != "untraced" {
+                    sizes[i] = Some(files_size(&files()));
+                }
+            }
+        }
+        eprintln!();
+        let base = median(&mut samples[0].clone());
+        Ok(configs
+            .iter()
+            .zip(samples)
+            .zip(sizes.into_iter().zip(rss))
+            .map(|((name, mut s), (trace_bytes, max_rss_kib))| {
+                let m = median(&mut s);
+                ConfigResult { name: name.to_string(), median: m, samples: s, ratio: m / base, trace_bytes, max_rss_kib }
+            })
+            .collect())
+    }
+
+    /// Times `mtlab report --json` on the last mtlab trace.
+    fn report_speed(&self) -> Result<ReportSpeed, BenchError> {
+        let trace = self.dir.join("bench.mtl");
+        let mut c = Command::new(&self.mtlab);
+        c.arg("report").arg("--json").arg(&trace);
+        let m = measure(c, "mtlab report")?;
+        let v: serde_json::Value =
+            serde_json::from_str(&m.stdout).map_err(|e| BenchError::Output(format!("mtlab report --json: {e}")))?;
+        let events = v["events"].as_u64().unwrap_or(0)
+            + v["children"].as_array().map(|c| c.iter().filter_map(|p| p["events"].as_u64()).sum()).unwrap_or(0);
+        let seconds = m.wall.as_secs_f64();
+        Ok(ReportSpeed { events, seconds, events_per_second: events as f64 / seconds, max_rss_kib: m.max_rss_kib })
+    }
+}
+
+fn print_result(r: &BenchResult, json: bool) {
+    if json {
+        println!("{}", serde_json::to_string_pretty(r).expect("json"));
+        return;
+    }
+    println!("{}: {}", r.benchmark, r.command.join(" "));
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
+    t.set_header(vec!["configuration", &format!("median {}", r.unit), "× untraced", "trace size", "peak RSS", "samples"]);
+    for c in &r.configs {
+        t.add_row(vec![
+            c.name.clone(),
+            format!("{:.3}", c.median),
+            format!("{:.2}", c.ratio),
+            c.trace_bytes.map(crate::report::human_bytes).unwrap_or_else(|| "-".into()),
+            crate::report::human_bytes(c.max_rss_kib * 1024),
+            c.samples.iter().map(|s| format!("{s:.1}")).collect::<Vec<_>>().join(" "),
+        ]);
+    }
+    println!("{t}");
+    if let Some(s) = &r.report {
+        println!(
+            "mtlab report: {} events in {:.3} s = {:.1} M events/s, peak RSS {}",
+            s.events,
+            s.seconds,
+            s.events_per_second / 1e6,
+            crate::report::human_bytes(s.max_rss_kib * 1024)
+        );
+    }
+}
+
+pub fn run(cmd: BenchCommand) -> Result<ExitCode, BenchError> {
+    match cmd {
+        BenchCommand::Tracer(a) => {
+            let runner = Runner::new(a.dir, a.no_heaptrack)?;
+            let workload = native::path(Part::MallocTest)?;
+            let argv: Vec<OsString> = vec![
+                workload.into_os_string(),
+                "--threads".into(),
+                a.threads.to_string().into(),
+                "--size".into(),
+                "512".into(),
+                "--depth".into(),
+                "10".into(),
+                "--iterations".into(),
+                a.iterations.to_string().into(),
+            ];
+            let configs = runner.sweep(&argv, a.reps, &|m, what| cycles_per_op(&m.stdout, what))?;
+            let report = Some(runner.report_speed()?);
+            let r = BenchResult {
+                benchmark: "tracer overhead on malloc-test".into(),
+                unit: "cycles/op".into(),
+                command: argv.iter().map(|s| s.to_string_lossy().to_string()).collect(),
+                configs,
+                report,
+            };
+            print_result(&r, a.json);
+        }
+        BenchCommand::Program(a) => {
+            let runner = Runner::new(a.dir, a.no_heaptrack)?;
+            let configs = runner.sweep(&a.command, a.reps, &|m, _| Ok(m.wall.as_secs_f64()))?;
+            let report = Some(runner.report_speed()?);
+            let r = BenchResult {
+                benchmark: "tracer overhead on a program".into(),
+                unit: "wall s".into(),
+                command: a.command.iter().map(|s| s.to_string_lossy().to_string()).collect(),
+                configs,
+                report,
+            };
+            print_result(&r, a.json);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

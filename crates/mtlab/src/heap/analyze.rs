@@ -1,0 +1,477 @@
+//! One pass over a process's trace: replays every event into the shadow
+//! heap and gathers what `mtlab report` prints (docs/metrics.md).
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::Serialize;
+
+use super::model::{HeapSnapshot, RegionKind, ShadowHeap};
+use super::stats::{CycleSummary, FuncStats};
+use crate::symbolize::{parse_maps, Symbolizer};
+use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
+use crate::trace::{EventKind, Func, Item, TraceError, TraceFile};
+
+const MAP_ANONYMOUS: u64 = 0x20;
+/// glibc: a block's chunk starts this many bytes before it.
+const GLIBC_CHUNK_HEADER: u64 = 16;
+
+#[derive(Clone, Debug)]
+pub struct AnalyzeOptions {
+    /// Most points in the time series.
+    pub max_points: usize,
+    /// Sites listed in each top table.
+    pub top: usize,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        AnalyzeOptions { max_points: 200, top: 10 }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FunctionReport {
+    pub calls: u64,
+    pub failed: u64,
+    pub mean_size: f64,
+    pub cycles: CycleSummary,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PeakReport {
+    #[serde(flatten)]
+    pub heap: HeapSnapshot,
+    /// Index of the event at which live bytes peaked.
+    pub at_event: u64,
+    pub at_ns: Option<u64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SeriesPoint {
+    pub event: u64,
+    pub ns: Option<u64>,
+    pub live_bytes: u64,
+    pub mapped_bytes: u64,
+    pub fragmentation_total: f64,
+    pub fragmentation_mean: f64,
+    pub utilization: f64,
+    /// Mean cycles of the malloc calls since the previous point.
+    pub malloc_mean_cycles: Option<f64>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct FrameReport {
+    pub pc: String,
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+    pub module: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteReport {
+    pub stack_id: u32,
+    pub calls: u64,
+    pub bytes: u64,
+    pub live_objects: u64,
+    pub live_bytes: u64,
+    pub frames: Vec<FrameReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TopSites {
+    pub by_bytes: Vec<SiteReport>,
+    pub by_calls: Vec<SiteReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LeakReport {
+    pub objects: u64,
+    pub bytes: u64,
+    pub top: Vec<SiteReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct StackQuality {
+    pub mode: String,
+    pub distinct: u64,
+    /// Share of allocation calls whose stack stops before main or a thread start.
+    pub truncated_call_fraction: f64,
+    pub note: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Slowdown {
+    pub baseline_wall_ns: u64,
+    pub traced_wall_ns: u64,
+    pub ratio: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProgramMappings {
+    pub calls: u64,
+    pub bytes: u64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProcessReport {
+    pub file: String,
+    pub pid: u32,
+    pub ppid: u32,
+    pub cmdline: Vec<String>,
+    pub allocator: String,
+    pub allocator_path: String,
+    pub duration_ns: Option<u64>,
+    pub events: u64,
+    pub functions: BTreeMap<String, FunctionReport>,
+    pub peak: PeakReport,
+    pub end: HeapSnapshot,
+    pub time_series: Vec<SeriesPoint>,
+    pub top_sites: TopSites,
+    pub leaks: LeakReport,
+    /// Events the preload library could not write; None when the process did
+    /// not end through exit (no END record), so the count is unknown.
+    pub events_dropped: Option<u64>,
+    pub chunks_dropped: Option<u64>,
+    pub stacks_overflowed: Option<u64>,
+    pub clean_end: bool,
+    pub unknown_frees: u64,
+    pub overlapping_allocs: u64,
+    pub program_mappings: ProgramMappings,
+    pub stacks: StackQuality,
+    pub slowdown: Option<Slowdown>,
+    pub exit: Option<String>,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Default, Clone, Copy)]
+struct SiteAcc {
+    calls: u64,
+    bytes: u64,
+    live_objects: u64,
+    live_bytes: u64,
+}
+
+struct Pass<'a> {
+    trace: &'a TraceFile,
+    heap: ShadowHeap,
+    funcs: Vec<FuncStats>,
+    sites: HashMap<u32, SiteAcc>,
+    stacks: HashMap<u32, Vec<u64>>,
+    peak: PeakReport,
+    series: Vec<SeriesPoint>,
+    every: u64,
+    events: u64,
+    window_cycles: u64,
+    window_mallocs: u64,
+    program_maps: ProgramMappings,
+}
+
+impl<'a> Pass<'a> {
+    fn ns(&self, tsc: u64) -> Option<u64> {
+        self.trace.header.ns_since_start(tsc)
+    }
+
+    fn allocated(&mut self, ptr: u64, size: u64, usable: u64, stack: u32, flags: u8, at: u64) {
+        if flags & FLAG_CHUNK_MMAPPED != 0 {
+            self.heap.map(ptr - GLIBC_CHUNK_HEADER, ptr + usable, RegionKind::GlibcChunk);
+        }
+        if let Some(old) = self.heap.alloc(ptr, size, usable, stack) {
+            self.site_released(old.stack, old.size);
+        }
+        let site = self.sites.entry(stack).or_default();
+        site.calls += 1;
+        site.bytes += size;
+        site.live_objects += 1;
+        site.live_bytes += size;
+        if self.heap.live_bytes() > self.peak.heap.live_bytes {
+            self.peak = PeakReport { heap: self.heap.snapshot(), at_event: self.events, at_ns: self.ns(at) };
+        }
+    }
+
+    fn site_released(&mut self, stack: u32, size: u64) {
+        if let Some(s) = self.sites.get_mut(&stack) {
+            s.live_objects = s.live_objects.saturating_sub(1);
+            s.live_bytes = s.live_bytes.saturating_sub(size);
+        }
+    }
+
+    /// Frees `ptr`; returns its size when it was live.
+    fn released(&mut self, ptr: u64) -> Option<u64> {
+        let chunk_region = self.heap.region_of(ptr).filter(|(_, k)| *k == RegionKind::GlibcChunk);
+        match self.heap.free(ptr) {
+            Some(obj) => {
+                self.site_released(obj.stack, obj.size);
+                if let Some((start, _)) = chunk_region {
+                    self.heap.unmap(start, ptr + obj.usable);
+                }
+                Some(obj.size)
+            }
+            None => {
+                self.heap.count_unknown_free();
+                None
+            }
+        }
+    }
+
+    fn event(&mut self, ev: &crate::trace::Event) {
+        let failed = ev.flags & FLAG_FAILED != 0;
+        let page = self.trace.header.page_size.max(1);
+        let round = |len: u64| len.div_ceil(page) * page;
+        match ev.kind {
+            EventKind::Alloc { func, size, ptr, usable, .. } => {
+                self.funcs[func.index()].add(ev.cycles, Some(size), failed || ptr == 0);
+                if func == Func::Malloc {
+                    self.window_cycles += ev.cycles;
+                    self.window_mallocs += 1;
+                }
+                if ptr != 0 {
+                    self.allocated(ptr, size, usable, ev.stack, ev.flags, ev.tsc);
+                }
+            }
+            EventKind::Free { ptr } => {
+                let size = self.released(ptr);
+                self.funcs[Func::Free.index()].add(ev.cycles, size, false);
+            }
+            EventKind::Realloc { func, old, size, ptr, usable } => {
+                self.funcs[func.index()].add(ev.cycles, Some(size), failed);
+                if ptr != 0 || size == 0 {
+                    // Success, or realloc(p, 0) which frees p.
+                    if old != 0 {
+                        self.released(old);
+                    }
+                    if ptr != 0 {
+                        self.allocated(ptr, size, usable, ev.stack, ev.flags, ev.tsc);
+                    }
+                }
+            }
+            EventKind::Mmap { func, len, flags, result, .. } => {
+                self.funcs[func.index()].add(ev.cycles, Some(len), failed);
+                if failed {
+                    return;
+                }
+                if ev.flags & FLAG_IN_ALLOCATOR != 0 && flags & MAP_ANONYMOUS != 0 {
+                    self.heap.map(result, result + round(len), RegionKind::Mmap);
+                } else {
+                    self.program_maps.calls += 1;
+                    self.program_maps.bytes += len;
+                }
+            }
+            EventKind::Munmap { addr, len, ret } => {
+                self.funcs[Func::Munmap.index()].add(ev.cycles, Some(len), failed || ret != 0);
+                if ret == 0 {
+                    self.heap.unmap(addr, addr + round(len));
+                }
+            }
+            EventKind::Mremap { old, old_len, new_len, result, .. } => {
+                self.funcs[Func::Mremap.index()].add(ev.cycles, Some(new_len), failed);
+                if failed {
+                    return;
+                }
+                let kind = self.heap.region_of(old).map(|(_, k)| k);
+                let kind = kind.or((ev.flags & FLAG_IN_ALLOCATOR != 0).then_some(RegionKind::Mmap));
+                if let Some(kind) = kind {
+                    self.heap.unmap(old, old + round(old_len));
+                    self.heap.map(result, result + round(new_len), kind);
+                }
+            }
+            EventKind::Brk { ret, brk_after, .. } => {
+                self.funcs[Func::Brk.index()].add(ev.cycles, None, failed || ret != 0);
+                self.heap.set_break(brk_after);
+            }
+            EventKind::Sbrk { increment, brk_after, .. } => {
+                self.funcs[Func::Sbrk.index()].add(ev.cycles, Some(increment.unsigned_abs()), failed);
+                self.heap.set_break(brk_after);
+            }
+            EventKind::BrkSeen { brk } => self.heap.set_break(brk),
+            EventKind::ArenaHeap { base, size } => self.heap.map(base, base + size, RegionKind::Arena),
+        }
+        if ev.kind.func().is_some() {
+            self.events += 1;
+            if self.events % self.every == 0 {
+                self.point(ev.tsc);
+            }
+        }
+    }
+
+    fn point(&mut self, tsc: u64) {
+        let s = self.heap.snapshot();
+        self.series.push(SeriesPoint {
+            event: self.events,
+            ns: self.ns(tsc),
+            live_bytes: s.live_bytes,
+            mapped_bytes: s.mapped_bytes,
+            fragmentation_total: s.fragmentation.total,
+            fragmentation_mean: s.fragmentation.mean,
+            utilization: s.utilization,
+            malloc_mean_cycles: (self.window_mallocs > 0)
+                .then(|| self.window_cycles as f64 / self.window_mallocs as f64),
+        });
+        self.window_cycles = 0;
+        self.window_mallocs = 0;
+    }
+}
+
+const STACK_BOTTOMS: [&str; 7] =
+    ["main", "__libc_start_call_main", "__libc_start_main", "_start", "start_thread", "clone", "clone3"];
+
+fn is_bottom(name: &str) -> bool {
+    STACK_BOTTOMS.iter().any(|b| name == *b || name.starts_with(&format!("{b}@")) || name.starts_with("__libc_start_main"))
+}
+
+struct Symbols {
+    sym: Symbolizer,
+}
+
+impl Symbols {
+    fn new(trace: &TraceFile) -> Self {
+        // Union of every maps snapshot: libraries loaded late appear in the last one.
+        let maps: Vec<_> = trace.maps.iter().flat_map(|m| parse_maps(m)).collect();
+        Symbols { sym: Symbolizer::new(&maps) }
+    }
+
+    fn frames(&mut self, pcs: &[u64]) -> Vec<FrameReport> {
+        pcs.iter()
+            .flat_map(|&pc| self.sym.symbolize(pc))
+            .map(|f| FrameReport {
+                pc: format!("{:#x}", f.pc),
+                function: f.function,
+                file: f.file,
+                line: f.line,
+                module: f.module,
+            })
+            .collect()
+    }
+
+    fn outermost_is_bottom(&mut self, pcs: &[u64]) -> bool {
+        let Some(&last) = pcs.last() else { return false };
+        self.sym.symbolize(last).iter().any(|f| f.function.as_deref().is_some_and(is_bottom))
+    }
+}
+
+pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport, TraceError> {
+    let total: u64 = trace.chunks.iter().map(|c| c.n_events as u64).sum();
+    let every = (total / opts.max_points.max(1) as u64).max(1);
+    let mut pass = Pass {
+        trace,
+        heap: ShadowHeap::new(trace.header.brk_start),
+        funcs: Func::ALL.iter().map(|_| FuncStats::default()).collect(),
+        sites: HashMap::new(),
+        stacks: HashMap::new(),
+        peak: PeakReport { heap: HeapSnapshot::default(), at_event: 0, at_ns: None },
+        series: Vec::new(),
+        every,
+        events: 0,
+        window_cycles: 0,
+        window_mallocs: 0,
+        program_maps: ProgramMappings { calls: 0, bytes: 0 },
+    };
+    let mut items = trace.items()?;
+    let mut last_tsc = 0;
+    for item in &mut items {
+        match item {
+            Item::Stack { id, pcs } => {
+                pass.stacks.insert(id, pcs);
+            }
+            Item::Event(ev) => {
+                last_tsc = ev.tsc;
+                pass.event(&ev);
+            }
+        }
+    }
+    let mut warnings = trace.warnings.clone();
+    warnings.extend(items.warnings().iter().cloned());
+    if pass.events % every != 0 || pass.series.is_empty() {
+        pass.point(last_tsc);
+    }
+
+    let mut symbols = Symbols::new(trace);
+    let top = opts.top;
+    let site_report = |id: u32, acc: &SiteAcc, symbols: &mut Symbols, stacks: &HashMap<u32, Vec<u64>>| SiteReport {
+        stack_id: id,
+        calls: acc.calls,
+        bytes: acc.bytes,
+        live_objects: acc.live_objects,
+        live_bytes: acc.live_bytes,
+        frames: stacks.get(&id).map(|pcs| symbols.frames(pcs)).unwrap_or_default(),
+    };
+    let mut ranked: Vec<(u32, SiteAcc)> = pass.sites.iter().map(|(&k, &v)| (k, v)).collect();
+    ranked.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
+    let by_bytes = ranked.iter().take(top).map(|(id, a)| site_report(*id, a, &mut symbols, &pass.stacks)).collect();
+    ranked.sort_by(|a, b| b.1.calls.cmp(&a.1.calls).then(a.0.cmp(&b.0)));
+    let by_calls = ranked.iter().take(top).map(|(id, a)| site_report(*id, a, &mut symbols, &pass.stacks)).collect();
+    ranked.sort_by(|a, b| b.1.live_bytes.cmp(&a.1.live_bytes).then(a.0.cmp(&b.0)));
+    let leak_top = ranked
+        .iter()
+        .filter(|(_, a)| a.live_objects > 0)
+        .take(top)
+        .map(|(id, a)| site_report(*id, a, &mut symbols, &pass.stacks))
+        .collect();
+
+    let end = pass.heap.exact_snapshot();
+    let stacks = stack_quality(trace, &pass, &mut symbols);
+    let functions = Func::ALL
+        .iter()
+        .map(|f| {
+            let s = &pass.funcs[f.index()];
+            (f.name().to_string(), FunctionReport { calls: s.calls, failed: s.failed, mean_size: s.mean_size(), cycles: s.cycles() })
+        })
+        .collect();
+    let run = |k: &str| trace.runinfo.iter().find(|(key, _)| key == k).and_then(|(_, v)| v.parse::<u64>().ok());
+    let slowdown = match (run("baseline_wall_ns"), run("wall_ns")) {
+        (Some(b), Some(t)) if b > 0 => Some(Slowdown { baseline_wall_ns: b, traced_wall_ns: t, ratio: t as f64 / b as f64 }),
+        _ => None,
+    };
+    let exit = run("exit_code").map(|c| format!("exit code {c}")).or_else(|| run("signal").map(|s| format!("killed by signal {s}")));
+    let duration_ns = trace.end.as_ref().and_then(|e| pass.ns(e.end_tsc)).or_else(|| pass.ns(last_tsc));
+    Ok(ProcessReport {
+        file: trace.path.display().to_string(),
+        pid: trace.header.pid,
+        ppid: trace.header.ppid,
+        cmdline: trace.header.cmdline.clone(),
+        allocator: trace.header.allocator.clone(),
+        allocator_path: trace.header.allocator_path.clone(),
+        duration_ns,
+        events: pass.events,
+        functions,
+        peak: pass.peak.clone(),
+        end,
+        time_series: std::mem::take(&mut pass.series),
+        top_sites: TopSites { by_bytes, by_calls },
+        leaks: LeakReport { objects: end.live_objects, bytes: end.live_bytes, top: leak_top },
+        events_dropped: trace.end.as_ref().map(|e| e.events_dropped),
+        chunks_dropped: trace.end.as_ref().map(|e| e.chunks_dropped),
+        stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),
+        clean_end: trace.end.is_some(),
+        unknown_frees: pass.heap.unknown_frees,
+        overlapping_allocs: pass.heap.overlapping_allocs,
+        program_mappings: pass.program_maps.clone(),
+        stacks,
+        slowdown,
+        exit,
+        warnings,
+    })
+}
+
+fn stack_quality(trace: &TraceFile, pass: &Pass, symbols: &mut Symbols) -> StackQuality {
+    let mode = trace.header.stacks.clone();
+    let mut calls = 0u64;
+    let mut truncated = 0u64;
+    for (id, acc) in &pass.sites {
+        let Some(pcs) = pass.stacks.get(id) else { continue };
+        calls += acc.calls;
+        if !symbols.outermost_is_bottom(pcs) && pcs.len() < trace.header.max_depth as usize {
+            truncated += acc.calls;
+        }
+    }
+    let fraction = if calls == 0 { 0.0 } else { truncated as f64 / calls as f64 };
+    let note = (mode == "fp" && fraction > 0.2).then(|| {
+        format!(
+            "stacks look truncated: {:.0}% of allocation calls have a stack that stops before main or a thread start; \
+             the program or its libraries were likely built without frame pointers (-fno-omit-frame-pointer), \
+             so frame-pointer walking ends early",
+            fraction * 100.0
+        )
+    });
+    StackQuality { mode, distinct: pass.stacks.len() as u64, truncated_call_fraction: fraction, note }
+}

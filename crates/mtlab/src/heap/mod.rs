@@ -1,0 +1,7 @@
+//! The heap study's analysis: a shadow heap replayed from a trace.
+
+pub mod analyze;
+pub mod model;
+pub mod stats;
+
+pub use analyze::{analyze, AnalyzeOptions, ProcessReport};

@@ -1,0 +1,374 @@
+//! The shadow heap: live objects and mapped regions, with the fragmentation
+//! sums of docs/metrics.md kept up to date on every event so that any
+//! snapshot (time-series point, peak, end) costs O(1).
+//!
+//! A region's *span* runs from its start to the end of its last live object;
+//! keeping that end exact on free needs the previous live object in address
+//! order, hence live objects in a BTreeMap.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegionKind {
+    /// The brk heap, from its start to the current break.
+    Brk,
+    /// An anonymous mapping the allocator made through mmap/mremap.
+    Mmap,
+    /// A glibc block that is its own mmap'd chunk.
+    GlibcChunk,
+    /// A glibc non-main-arena heap.
+    Arena,
+}
+
+#[derive(Clone, Debug)]
+struct Region {
+    end: u64,
+    kind: RegionKind,
+    live_bytes: u64,
+    live_count: u64,
+    /// End of the last live object; == start when none.
+    last_end: u64,
+}
+
+impl Region {
+    fn span(&self, start: u64) -> u64 {
+        self.last_end.saturating_sub(start)
+    }
+    fn frag(&self, start: u64) -> f64 {
+        let span = self.span(start);
+        if span == 0 {
+            0.0
+        } else {
+            span.saturating_sub(self.live_bytes) as f64 / span as f64
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Object {
+    pub size: u64,
+    pub usable: u64,
+    pub stack: u32,
+    /// Start of the region holding it, if any was known at allocation.
+    region: Option<u64>,
+}
+
+/// Numbers describing the heap at one moment (docs/metrics.md).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct HeapSnapshot {
+    pub live_objects: u64,
+    pub live_bytes: u64,
+    pub live_usable_bytes: u64,
+    pub regions: u64,
+    pub mapped_bytes: u64,
+    pub brk_bytes: u64,
+    pub mmap_regions: u64,
+    pub mmap_bytes: u64,
+    /// Live bytes outside every known region (allocator memory mtlab did not see mapped).
+    pub unplaced_bytes: u64,
+    pub fragmentation: Fragmentation,
+    pub utilization: f64,
+}
+
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct Fragmentation {
+    pub mean: f64,
+    pub total: f64,
+}
+
+#[derive(Default)]
+pub struct ShadowHeap {
+    objects: BTreeMap<u64, Object>,
+    regions: BTreeMap<u64, Region>,
+    brk_start: u64,
+    live_bytes: u64,
+    live_usable: u64,
+    unplaced_bytes: u64,
+    mapped_bytes: u64,
+    brk_bytes: u64,
+    sum_span: u64,
+    sum_region_live: u64,
+    sum_frag: f64,
+    /// Frees of addresses that were not live (allocated before tracing, or bugs).
+    pub unknown_frees: u64,
+    /// Allocations returning an address that was still live.
+    pub overlapping_allocs: u64,
+}
+
+impl ShadowHeap {
+    pub fn new(brk_start: u64) -> Self {
+        ShadowHeap { brk_start, ..Default::default() }
+    }
+
+    fn region_at(&self, addr: u64) -> Option<u64> {
+        let (&start, r) = self.regions.range(..=addr).next_back()?;
+        (addr < r.end).then_some(start)
+    }
+
+    /// Removes a region's contribution to the sums, runs `f`, adds it back.
+    fn update_region(&mut self, start: u64, f: impl FnOnce(&mut Region, &BTreeMap<u64, Object>)) {
+        let Some(r) = self.regions.get_mut(&start) else { return };
+        self.sum_span -= r.span(start);
+        self.sum_region_live -= r.live_bytes;
+        self.sum_frag -= r.frag(start);
+        f(r, &self.objects);
+        self.sum_span += r.span(start);
+        self.sum_region_live += r.live_bytes;
+        self.sum_frag += r.frag(start);
+    }
+
+    pub fn alloc(&mut self, addr: u64, size: u64, usable: u64, stack: u32) -> Option<Object> {
+        let replaced = self.free(addr);
+        if replaced.is_some() {
+            self.overlapping_allocs += 1;
+        }
+        let region = self.region_at(addr);
+        self.objects.insert(addr, Object { size, usable, stack, region });
+        self.live_bytes += size;
+        self.live_usable += usable;
+        match region {
+            Some(start) => self.update_region(start, |r, _| {
+                r.live_bytes += size;
+                r.live_count += 1;
+                r.last_end = r.last_end.max(addr + size);
+            }),
+            None => self.unplaced_bytes += size,
+        }
+        replaced
+    }
+
+    /// Removes a live object; None (and counted) when `addr` was not live.
+    pub fn free(&mut self, addr: u64) -> Option<Object> {
+        let Some(obj) = self.objects.remove(&addr) else { return None };
+        self.live_bytes -= obj.size;
+        self.live_usable -= obj.usable;
+        match obj.region.filter(|s| self.regions.contains_key(s)) {
+            Some(start) => self.update_region(start, |r, objects| {
+                r.live_bytes -= obj.size;
+                r.live_count -= 1;
+                if addr + obj.size >= r.last_end {
+                    r.last_end = objects
+                        .range(start..addr)
+                        .next_back()
+                        .map(|(&a, o)| a + o.size)
+                        .filter(|_| r.live_count > 0)
+                        .unwrap_or(start);
+                }
+            }),
+            None => self.unplaced_bytes = self.unplaced_bytes.saturating_sub(obj.size),
+        }
+        Some(obj)
+    }
+
+    /// The region holding `addr`: its start and kind.
+    pub fn region_of(&self, addr: u64) -> Option<(u64, RegionKind)> {
+        let start = self.region_at(addr)?;
+        Some((start, self.regions[&start].kind))
+    }
+
+    pub fn count_unknown_free(&mut self) {
+        self.unknown_frees += 1;
+    }
+
+    pub fn get(&self, addr: u64) -> Option<&Object> {
+        self.objects.get(&addr)
+    }
+
+    /// Adds or resizes a region starting at `start`; objects already live in
+    /// the new range are taken in.
+    pub fn map(&mut self, start: u64, end: u64, kind: RegionKind) {
+        if end <= start {
+            return;
+        }
+        if let Some(r) = self.regions.get(&start) {
+            if r.kind == kind {
+                let old_end = r.end;
+                self.set_region_end(start, end, old_end);
+                return;
+            }
+        }
+        self.unmap(start, end);
+        let mut region = Region { end, kind, live_bytes: 0, live_count: 0, last_end: start };
+        let inside: Vec<u64> = self.objects.range(start..end).map(|(&a, _)| a).collect();
+        for a in inside {
+            let o = self.objects.get_mut(&a).unwrap();
+            if o.region.is_none() {
+                self.unplaced_bytes = self.unplaced_bytes.saturating_sub(o.size);
+            }
+            o.region = Some(start);
+            region.live_bytes += o.size;
+            region.live_count += 1;
+            region.last_end = region.last_end.max(a + o.size);
+        }
+        self.mapped_bytes += end - start;
+        if kind == RegionKind::Brk {
+            self.brk_bytes += end - start;
+        }
+        self.sum_span += region.span(start);
+        self.sum_region_live += region.live_bytes;
+        self.sum_frag += region.frag(start);
+        self.regions.insert(start, region);
+    }
+
+    fn set_region_end(&mut self, start: u64, end: u64, old_end: u64) {
+        if end < old_end {
+            self.unmap(end, old_end);
+            return;
+        }
+        let grow = end - old_end;
+        let r = self.regions.get_mut(&start).unwrap();
+        r.end = end;
+        self.mapped_bytes += grow;
+        if r.kind == RegionKind::Brk {
+            self.brk_bytes += grow;
+        }
+    }
+
+    /// Removes [start, end) from every region it touches (munmap semantics).
+    pub fn unmap(&mut self, start: u64, end: u64) {
+        if end <= start {
+            return;
+        }
+        let first = self.regions.range(..start).next_back().filter(|(_, r)| r.end > start).map(|(&s, _)| s);
+        let touched: Vec<u64> = first.into_iter().chain(self.regions.range(start..end).map(|(&s, _)| s)).collect();
+        for s in touched {
+            let r = self.regions.remove(&s).unwrap();
+            self.sum_span -= r.span(s);
+            self.sum_region_live -= r.live_bytes;
+            self.sum_frag -= r.frag(s);
+            self.mapped_bytes -= r.end - s;
+            if r.kind == RegionKind::Brk {
+                self.brk_bytes -= r.end - s;
+            }
+            let objs: Vec<u64> = self.objects.range(s..r.end).map(|(&a, _)| a).collect();
+            for a in &objs {
+                self.objects.get_mut(a).unwrap().region = None;
+                self.unplaced_bytes += self.objects[a].size;
+            }
+            // Pieces outside the unmapped range survive as regions of the same kind.
+            if s < start {
+                self.map(s, start, r.kind);
+            }
+            if r.end > end {
+                self.map(end, r.end, r.kind);
+            }
+        }
+    }
+
+    /// The brk heap now ends at `brk`.
+    pub fn set_break(&mut self, brk: u64) {
+        if self.brk_start == 0 {
+            self.brk_start = brk;
+        }
+        let start = self.brk_start;
+        match self.regions.get(&start).map(|r| r.end) {
+            Some(old) if brk > start => self.set_region_end(start, brk, old),
+            Some(old) => self.unmap(start, old),
+            None if brk > start => self.map(start, brk, RegionKind::Brk),
+            None => {}
+        }
+    }
+
+    /// Snapshot using the running sums (mean fragmentation carries float
+    /// rounding from incremental updates; see `exact_snapshot`).
+    pub fn snapshot(&self) -> HeapSnapshot {
+        self.build(self.sum_frag)
+    }
+
+    /// Snapshot with mean fragmentation recomputed region by region.
+    pub fn exact_snapshot(&self) -> HeapSnapshot {
+        let sum: f64 = self.regions.iter().map(|(&s, r)| r.frag(s)).sum();
+        self.build(sum)
+    }
+
+    fn build(&self, sum_frag: f64) -> HeapSnapshot {
+        let n = self.regions.len() as u64;
+        let mmap_regions = self.regions.values().filter(|r| r.kind != RegionKind::Brk).count() as u64;
+        HeapSnapshot {
+            live_objects: self.objects.len() as u64,
+            live_bytes: self.live_bytes,
+            live_usable_bytes: self.live_usable,
+            regions: n,
+            mapped_bytes: self.mapped_bytes,
+            brk_bytes: self.brk_bytes,
+            mmap_regions,
+            mmap_bytes: self.mapped_bytes - self.brk_bytes,
+            unplaced_bytes: self.unplaced_bytes,
+            fragmentation: Fragmentation {
+                mean: if n == 0 { 0.0 } else { (sum_frag / n as f64).max(0.0) },
+                total: if self.sum_span == 0 {
+                    0.0
+                } else {
+                    (self.sum_span - self.sum_region_live.min(self.sum_span)) as f64 / self.sum_span as f64
+                },
+            },
+            utilization: if self.mapped_bytes == 0 { 0.0 } else { self.live_bytes as f64 / self.mapped_bytes as f64 },
+        }
+    }
+
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
+    }
+
+    /// Live objects, in address order (for leak reports at the end).
+    pub fn objects(&self) -> impl Iterator<Item = (&u64, &Object)> {
+        self.objects.iter()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fragmentation_follows_the_definition() {
+        let mut h = ShadowHeap::new(0x1000);
+        h.set_break(0x1000 + 1000);
+        h.alloc(0x1000, 100, 100, 1);
+        h.alloc(0x1000 + 300, 100, 100, 1);
+        // span 400, live 200 -> 0.5
+        let s = h.exact_snapshot();
+        assert_eq!(s.fragmentation.total, 0.5);
+        assert_eq!(s.fragmentation.mean, 0.5);
+        assert_eq!(s.utilization, 0.2);
+        // Freeing the last object shrinks the span to the first: frag 0.
+        h.free(0x1000 + 300);
+        assert_eq!(h.exact_snapshot().fragmentation.total, 0.0);
+        // Trailing free space is ignored; a second empty region counts 0 in the mean.
+        h.map(0x10_0000, 0x10_0000 + 4096, RegionKind::Mmap);
+        h.alloc(0x1000 + 500, 100, 100, 1); // span 600, live 200
+        let s = h.exact_snapshot();
+        assert!((s.fragmentation.total - 400.0 / 600.0).abs() < 1e-12);
+        assert!((s.fragmentation.mean - (400.0 / 600.0) / 2.0).abs() < 1e-12);
+        assert_eq!(s.regions, 2);
+        assert_eq!(s.mapped_bytes, 1000 + 4096);
+        assert_eq!(s.brk_bytes, 1000);
+        assert!((h.snapshot().fragmentation.mean - s.fragmentation.mean).abs() < 1e-9);
+    }
+
+    #[test]
+    fn unmap_splits_and_drops_regions() {
+        let mut h = ShadowHeap::new(0);
+        h.map(0x10000, 0x20000, RegionKind::Mmap);
+        h.unmap(0x14000, 0x18000);
+        let s = h.snapshot();
+        assert_eq!(s.regions, 2);
+        assert_eq!(s.mapped_bytes, 0xC000);
+        h.unmap(0, u64::MAX);
+        assert_eq!(h.snapshot().mapped_bytes, 0);
+    }
+
+    #[test]
+    fn unknown_free_and_reuse() {
+        let mut h = ShadowHeap::new(0);
+        assert!(h.free(42).is_none());
+        h.alloc(8, 10, 16, 0);
+        h.alloc(8, 20, 24, 0);
+        assert_eq!(h.overlapping_allocs, 1);
+        assert_eq!(h.snapshot().live_bytes, 20);
+        assert_eq!(h.snapshot().unplaced_bytes, 20);
+    }
+}

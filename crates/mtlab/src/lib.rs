@@ -1,0 +1,12 @@
+//! mtlab: a performance lab for multithreaded programs on Linux.
+//! docs/architecture.md maps these modules.
+
+pub mod bench;
+pub mod cli;
+pub mod heap;
+pub mod native;
+pub mod record;
+pub mod report;
+pub mod symbolize;
+pub mod trace;
+pub mod tsc;

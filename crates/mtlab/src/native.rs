@@ -1,0 +1,94 @@
+//! The native parts (preload library, C workloads) are compiled by build.rs
+//! and embedded in the binary, so `mtlab` works from any directory with no
+//! install step. On first use they are written to a per-version cache
+//! directory, named by a hash of their bytes so stale copies are never used.
+
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+static PRELOAD: &[u8] = include_bytes!(env!("MTLAB_PRELOAD_SO"));
+static MALLOC_TEST: &[u8] = include_bytes!(env!("MTLAB_MALLOC_TEST"));
+
+#[derive(Debug, thiserror::Error)]
+#[error("cannot unpack mtlab's native parts into {dir}: {source} (set XDG_CACHE_HOME to a writable directory)")]
+pub struct UnpackError {
+    dir: PathBuf,
+    source: std::io::Error,
+}
+
+/// A native part carried inside the binary.
+#[derive(Clone, Copy, Debug)]
+pub enum Part {
+    Preload,
+    MallocTest,
+}
+
+impl Part {
+    fn file_name(self) -> &'static str {
+        match self {
+            Part::Preload => "libmtlab_preload.so",
+            Part::MallocTest => "mtlab-malloc-test",
+        }
+    }
+    fn bytes(self) -> &'static [u8] {
+        match self {
+            Part::Preload => PRELOAD,
+            Part::MallocTest => MALLOC_TEST,
+        }
+    }
+}
+
+fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf29ce484222325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+}
+
+fn cache_root() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("mtlab");
+    }
+    if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(home).join(".cache/mtlab");
+    }
+    std::env::temp_dir().join(format!("mtlab-{}", current_uid()))
+}
+
+fn current_uid() -> u32 {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    unsafe { libc::getuid() }
+}
+
+/// Path of `part` on disk, writing it there first if needed.
+pub fn path(part: Part) -> Result<PathBuf, UnpackError> {
+    let bytes = part.bytes();
+    let dir = cache_root().join(format!("{}-{:016x}", env!("CARGO_PKG_VERSION"), fnv1a(bytes)));
+    let target = dir.join(part.file_name());
+    if std::fs::metadata(&target).map(|m| m.len() == bytes.len() as u64).unwrap_or(false) {
+        return Ok(target);
+    }
+    write_atomically(&dir, &target, bytes).map_err(|source| UnpackError { dir: dir.clone(), source })?;
+    Ok(target)
+}
+
+fn write_atomically(dir: &Path, target: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{}.{}", target.file_name().unwrap().to_string_lossy(), std::process::id()));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.set_permissions(std::fs::Permissions::from_mode(0o755))?;
+    drop(f);
+    std::fs::rename(&tmp, target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_unpack_and_preload_is_elf() {
+        let p = path(Part::Preload).unwrap();
+        let head = std::fs::read(&p).unwrap();
+        assert_eq!(&head[..4], b"\x7fELF");
+        assert_eq!(path(Part::Preload).unwrap(), p, "second call reuses the cached copy");
+    }
+}

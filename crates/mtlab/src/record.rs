@@ -1,0 +1,248 @@
+//! `mtlab record`: run a program with the preload library and collect its
+//! trace(s). The program's stdio, exit code and signals pass through
+//! unchanged; everything mtlab says goes to stderr.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use crate::native::{self, Part};
+use crate::trace::{self, TraceError};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Stacks {
+    /// Walk frame pointers (fast; truncated in code built without them).
+    Fp,
+    /// Record no stacks.
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordConfig {
+    pub output: PathBuf,
+    pub stacks: Stacks,
+    pub depth: u32,
+    pub follow: bool,
+    pub free_stacks: bool,
+    pub baseline: bool,
+    pub program: OsString,
+    pub args: Vec<OsString>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("cannot find program `{0}`: not a file and not found in PATH")]
+    ProgramNotFound(String),
+    #[error("`{0}` is not executable (check its permissions)")]
+    NotExecutable(String),
+    #[error("cannot write the trace to {path}: {source} (choose another place with -o)")]
+    Unwritable { path: PathBuf, source: std::io::Error },
+    #[error("cannot start `{program}`: {source}")]
+    Spawn { program: String, source: std::io::Error },
+    #[error(transparent)]
+    Unpack(#[from] native::UnpackError),
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+}
+
+/// What happened, for the summary and the exit code.
+#[derive(Debug)]
+pub struct RecordOutcome {
+    pub status: ExitStatus,
+    pub traces: Vec<PathBuf>,
+    pub wall: Duration,
+    pub baseline_wall: Option<Duration>,
+    pub bytes: u64,
+}
+
+impl RecordOutcome {
+    /// The exit code mtlab itself should end with: the program's own.
+    pub fn exit_code(&self) -> i32 {
+        self.status.code().unwrap_or_else(|| 128 + self.status.signal().unwrap_or(0))
+    }
+}
+
+/// Finds PROGRAM as the shell would: a path if it has a slash, else in PATH.
+pub fn resolve_program(program: &OsString) -> Result<PathBuf, RecordError> {
+    let shown = program.to_string_lossy().to_string();
+    let candidates: Vec<PathBuf> = if shown.contains('/') {
+        vec![PathBuf::from(program)]
+    } else {
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
+            .unwrap_or_default()
+    };
+    let found = candidates.into_iter().find(|c| c.is_file()).ok_or_else(|| RecordError::ProgramNotFound(shown.clone()))?;
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&found).map(|m| m.permissions().mode()).unwrap_or(0);
+    if mode & 0o111 == 0 {
+        return Err(RecordError::NotExecutable(shown));
+    }
+    Ok(found)
+}
+
+/// Trace files written by a run whose root trace is `root`: the root first,
+/// then `ROOT.PID` and `ROOT.PID.N` in pid order (docs/trace-format.md).
+pub fn trace_family(root: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if root.exists() {
+        out.push(root.to_path_buf());
+    }
+    let (Some(dir), Some(name)) = (root.parent(), root.file_name()) else { return out };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let prefix = format!("{}.", name.to_string_lossy());
+    let mut children: Vec<(u64, u64, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let file = e.file_name().to_string_lossy().to_string();
+            let rest = file.strip_prefix(&prefix)?;
+            let mut parts = rest.split('.');
+            let pid: u64 = parts.next()?.parse().ok()?;
+            let gen: u64 = match parts.next() {
+                Some(g) => g.parse().ok()?,
+                None => 0,
+            };
+            if parts.next().is_some() {
+                return None;
+            }
+            Some((pid, gen, e.path()))
+        })
+        .collect();
+    children.sort();
+    out.extend(children.into_iter().map(|(_, _, p)| p));
+    out
+}
+
+fn prepare_output(path: &Path) -> Result<(), RecordError> {
+    for old in trace_family(path) {
+        let _ = std::fs::remove_file(old);
+    }
+    let unwritable = |source| RecordError::Unwritable { path: path.to_path_buf(), source };
+    std::fs::File::create(path).map_err(unwritable)?;
+    // The preload creates the file itself (O_EXCL): leave no placeholder.
+    std::fs::remove_file(path).map_err(unwritable)
+}
+
+/// TSC ticks per second, measured against the monotonic clock.
+pub fn tsc_hz() -> u64 {
+    let start = Instant::now();
+    let t0 = crate::tsc::now();
+    std::thread::sleep(Duration::from_millis(20));
+    let t1 = crate::tsc::now();
+    let ns = start.elapsed().as_nanos() as f64;
+    ((t1.wrapping_sub(t0)) as f64 * 1e9 / ns) as u64
+}
+
+fn run(mut cmd: Command, program: &str) -> Result<(ExitStatus, Duration), RecordError> {
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
+    // Like time(1): a ^C reaches the program; mtlab stays to finish the trace.
+    let _guard = IgnoreInterrupts::new();
+    let status = child.wait().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
+    Ok((status, start.elapsed()))
+}
+
+struct IgnoreInterrupts {
+    old: [libc::sighandler_t; 2],
+}
+
+impl IgnoreInterrupts {
+    fn new() -> Self {
+        // SAFETY: installing SIG_IGN is async-signal-safe and restored on drop.
+        unsafe { IgnoreInterrupts { old: [libc::signal(libc::SIGINT, libc::SIG_IGN), libc::signal(libc::SIGQUIT, libc::SIG_IGN)] } }
+    }
+}
+
+impl Drop for IgnoreInterrupts {
+    fn drop(&mut self) {
+        // SAFETY: restores the handlers saved in new().
+        unsafe {
+            libc::signal(libc::SIGINT, self.old[0]);
+            libc::signal(libc::SIGQUIT, self.old[1]);
+        }
+    }
+}
+
+pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
+    let program = resolve_program(&cfg.program)?;
+    let shown = cfg.program.to_string_lossy().to_string();
+    let output = std::path::absolute(&cfg.output).map_err(|source| RecordError::Unwritable { path: cfg.output.clone(), source })?;
+    prepare_output(&output)?;
+    let preload = native::path(Part::Preload)?;
+
+    let baseline_wall = if cfg.baseline {
+        let mut cmd = Command::new(&program);
+        cmd.args(&cfg.args);
+        eprintln!("mtlab: baseline run of {shown} (untraced)");
+        Some(run(cmd, &shown)?.1)
+    } else {
+        None
+    };
+
+    let mut cmd = Command::new(&program);
+    cmd.args(&cfg.args);
+    let mut ld_preload = preload.as_os_str().to_owned();
+    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        ld_preload.push(":");
+        ld_preload.push(existing);
+    }
+    cmd.env("LD_PRELOAD", ld_preload)
+        .env("MTLAB_OUT", &output)
+        .env("MTLAB_PARENT", std::process::id().to_string())
+        .env("MTLAB_STACKS", if cfg.stacks == Stacks::Fp { "fp" } else { "none" })
+        .env("MTLAB_DEPTH", cfg.depth.to_string())
+        .env("MTLAB_FOLLOW", if cfg.follow { "1" } else { "0" })
+        .env("MTLAB_FREE_STACKS", if cfg.free_stacks { "1" } else { "0" })
+        .env("MTLAB_TSC_HZ", tsc_hz().to_string());
+    let (status, wall) = run(cmd, &shown)?;
+
+    let traces = trace_family(&output);
+    let mut runinfo = vec![("wall_ns".to_string(), wall.as_nanos().to_string())];
+    match (status.code(), status.signal()) {
+        (Some(code), _) => runinfo.push(("exit_code".into(), code.to_string())),
+        (None, Some(sig)) => runinfo.push(("signal".into(), sig.to_string())),
+        _ => {}
+    }
+    if let Some(b) = baseline_wall {
+        runinfo.push(("baseline_wall_ns".into(), b.as_nanos().to_string()));
+    }
+    let mut bytes = 0;
+    for (i, t) in traces.iter().enumerate() {
+        let info: &[(String, String)] = if i == 0 && *t == output { &runinfo } else { &[] };
+        bytes += trace::finish_trace(t, info)?.bytes_after;
+    }
+    Ok(RecordOutcome { status, traces, wall, baseline_wall, bytes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn family_lists_root_then_children_in_pid_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("t.mtl");
+        for name in ["t.mtl", "t.mtl.20", "t.mtl.3", "t.mtl.3.1", "t.mtl.x", "t.mtl.3.1.2", "other"] {
+            std::fs::write(dir.path().join(name), b"").unwrap();
+        }
+        let names: Vec<String> =
+            trace_family(&root).iter().map(|p| p.file_name().unwrap().to_string_lossy().to_string()).collect();
+        assert_eq!(names, ["t.mtl", "t.mtl.3", "t.mtl.3.1", "t.mtl.20"]);
+    }
+
+    #[test]
+    fn missing_program_is_a_clear_error() {
+        let err = resolve_program(&OsString::from("no-such-program-mtlab")).unwrap_err();
+        assert!(err.to_string().contains("cannot find program `no-such-program-mtlab`"));
+    }
+
+    #[test]
+    fn tsc_frequency_is_plausible() {
+        let hz = tsc_hz();
+        assert!((100_000_000..20_000_000_000).contains(&hz), "{hz}");
+    }
+}

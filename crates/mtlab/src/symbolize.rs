@@ -1,0 +1,1442 @@
+//! Offline symbolization of program counters recorded in a trace.
+//!
+//! A trace holds raw return addresses (captured by frame-pointer walking inside the traced
+//! process) and the text of that process's `/proc/self/maps`. Once the process is gone,
+//! [`Symbolizer`] turns each pc into frames using the ELF files on disk:
+//!
+//! 1. find the mapping holding `pc - 1` (pcs are return addresses, so `pc - 1` lies inside
+//!    the call instruction and gives the right line and inlining context);
+//! 2. turn the runtime address into a file offset (`pc - map.start + map.offset`) and the
+//!    file offset into the ELF virtual address through the `PT_LOAD` program headers (this
+//!    is right for non-PIE executables, PIE executables and shared libraries alike);
+//! 3. ask DWARF for function, file, line and inlined frames — from the ELF itself or from
+//!    a separate debug file found by build-id (`<debug dir>/.build-id/xx/yyyy.debug`, the
+//!    debuginfod client cache) or by `.gnu_debuglink` (next to the file, in `.debug/`, or
+//!    under `<debug dir>/<file's dir>`), with `dwz` supplementary files
+//!    (`.gnu_debugaltlink`) when present;
+//! 4. fall back to the ELF symbol table (`.symtab`, then `.dynsym`) for the function name.
+//!
+//! Names are demangled (Rust and C++). Every module is opened once; a module that cannot
+//! be read is remembered as failed and yields `module+0xoffset` frames. Results are cached
+//! per pc. Nothing here panics or returns an error on bad input: the worst case is a frame
+//! without a function name.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+// ---------------------------------------------------------------------------------------
+// /proc/PID/maps
+// ---------------------------------------------------------------------------------------
+
+/// One line of `/proc/PID/maps`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Mapping {
+    /// First address of the mapping.
+    pub start: u64,
+    /// One past the last address of the mapping.
+    pub end: u64,
+    /// Offset in the mapped file of `start` (meaningless for anonymous mappings).
+    pub offset: u64,
+    /// Permissions as printed by the kernel, e.g. `r-xp`.
+    pub perms: String,
+    /// The path column verbatim (it may contain spaces and end in ` (deleted)`), a
+    /// pseudo-name such as `[heap]`, `[stack]`, `[vdso]`, `[anon:name]`, or empty for an
+    /// anonymous mapping.
+    pub path: String,
+}
+
+const DELETED_SUFFIX: &str = " (deleted)";
+
+impl Mapping {
+    /// Whether `addr` lies inside the mapping.
+    pub fn contains(&self, addr: u64) -> bool {
+        self.start <= addr && addr < self.end
+    }
+
+    /// Whether the kernel marked the mapped file as deleted (or replaced) on disk.
+    pub fn is_deleted(&self) -> bool {
+        self.path.ends_with(DELETED_SUFFIX)
+    }
+
+    /// Whether the mapping is backed by a file (its path is absolute).
+    pub fn is_file(&self) -> bool {
+        self.path.starts_with('/')
+    }
+
+    /// Whether the mapping is executable.
+    pub fn is_executable(&self) -> bool {
+        self.perms.as_bytes().get(2) == Some(&b'x')
+    }
+
+    /// The path of the mapped file without the ` (deleted)` marker, for file mappings.
+    pub fn file_path(&self) -> Option<&str> {
+        if !self.is_file() {
+            return None;
+        }
+        Some(self.path.strip_suffix(DELETED_SUFFIX).unwrap_or(&self.path))
+    }
+
+    /// The name used for frames in this mapping: the file name of a file mapping, the
+    /// pseudo-name (`[vdso]`, `[heap]`, …) of a special one, `[anon]` for an anonymous one.
+    pub fn module_name(&self) -> String {
+        match self.file_path() {
+            Some(p) => p
+                .rsplit('/')
+                .next()
+                .filter(|s| !s.is_empty())
+                .unwrap_or(p)
+                .to_string(),
+            None if self.path.is_empty() => ANON.to_string(),
+            None => self.path.clone(),
+        }
+    }
+}
+
+/// Splits off the first whitespace-delimited field of `s`, returning it and the rest (which
+/// starts with the delimiting whitespace, if any).
+fn next_field(s: &str) -> Option<(&str, &str)> {
+    let s = s.trim_start_matches([' ', '\t']);
+    if s.is_empty() {
+        return None;
+    }
+    let end = s.find([' ', '\t']).unwrap_or(s.len());
+    Some((&s[..end], &s[end..]))
+}
+
+fn parse_maps_line(line: &str) -> Option<Mapping> {
+    let (range, rest) = next_field(line)?;
+    let (perms, rest) = next_field(rest)?;
+    let (offset, rest) = next_field(rest)?;
+    let (_dev, rest) = next_field(rest)?;
+    let (_inode, rest) = next_field(rest)?;
+    let (start, end) = range.split_once('-')?;
+    let start = u64::from_str_radix(start, 16).ok()?;
+    let end = u64::from_str_radix(end, 16).ok()?;
+    let offset = u64::from_str_radix(offset, 16).ok()?;
+    if start >= end || perms.is_empty() {
+        return None;
+    }
+    Some(Mapping {
+        start,
+        end,
+        offset,
+        perms: perms.to_string(),
+        path: rest.trim_start_matches([' ', '\t']).to_string(),
+    })
+}
+
+/// Parses the text of `/proc/PID/maps`. Lines that do not parse are skipped.
+pub fn parse_maps(text: &str) -> Vec<Mapping> {
+    text.lines()
+        .map(|l| l.trim_end_matches(['\r', '\n']))
+        .filter_map(parse_maps_line)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Frames
+// ---------------------------------------------------------------------------------------
+
+const ANON: &str = "[anon]";
+const UNKNOWN: &str = "[unknown]";
+
+/// One symbolized frame. A pc gives one frame per inlined call, innermost first, then the
+/// frame of the real (out-of-line) function.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Frame {
+    /// The pc as recorded (a return address; the lookup used `pc - 1`).
+    pub pc: u64,
+    /// Demangled function name, if known.
+    pub function: Option<String>,
+    /// Source file (full path as recorded in DWARF), if known.
+    pub file: Option<String>,
+    /// Source line, if known.
+    pub line: Option<u32>,
+    /// File name of the ELF holding the pc, or `[anon]`, `[vdso]`, `[heap]`, … for
+    /// non-file mappings, or `[unknown]` when no mapping holds the pc.
+    pub module: String,
+    /// True for a frame of a function inlined into the next frame.
+    pub inlined: bool,
+    /// Where the pc is inside `module`: the ELF virtual address of the pc when the ELF could
+    /// be read (the address `addr2line -e <file>` expects), otherwise its offset in the file;
+    /// `pc - start` for non-file mappings; the pc itself when no mapping holds it.
+    pub offset: u64,
+}
+
+impl Frame {
+    /// A short human-readable form: `func (file.c:12)`, `func (file.c)`, `func`,
+    /// `module+0xoff`, or `0xpc` for a pc outside every mapping.
+    pub fn display(&self) -> String {
+        let loc = self.file.as_deref().map(|f| {
+            let base = f.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or(f);
+            match self.line {
+                Some(l) => format!("{base}:{l}"),
+                None => base.to_string(),
+            }
+        });
+        let head = match &self.function {
+            Some(f) => f.clone(),
+            None if self.module == UNKNOWN => format!("{:#x}", self.pc),
+            None => format!("{}+{:#x}", self.module, self.offset),
+        };
+        match loc {
+            Some(loc) => format!("{head} ({loc})"),
+            None => head,
+        }
+    }
+}
+
+impl fmt::Display for Frame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.display())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Minimal ELF reader (program headers, notes, a few sections)
+// ---------------------------------------------------------------------------------------
+
+const PT_LOAD: u32 = 1;
+const PT_NOTE: u32 = 4;
+const SHT_NOTE: u32 = 7;
+const SHT_NOBITS: u32 = 8;
+const NT_GNU_BUILD_ID: u32 = 3;
+/// Upper bound for any header table or small section we read into memory.
+const MAX_TABLE: u64 = 64 << 20;
+
+#[derive(Debug, Clone, Copy)]
+struct LoadSegment {
+    offset: u64,
+    vaddr: u64,
+    filesz: u64,
+}
+
+#[derive(Debug, Default)]
+struct ElfInfo {
+    loads: Vec<LoadSegment>,
+    build_id: Option<Vec<u8>>,
+    /// `.gnu_debuglink`: file name and CRC-32 of the debug file.
+    debuglink: Option<(String, u32)>,
+    /// `.gnu_debugaltlink`: path and build-id of the dwz supplementary file.
+    altlink: Option<(String, Vec<u8>)>,
+    /// Whether the file carries DWARF line/function data itself.
+    has_dwarf: bool,
+}
+
+struct ElfReader<'f> {
+    file: &'f File,
+    is64: bool,
+    le: bool,
+}
+
+impl ElfReader<'_> {
+    fn read(&self, off: u64, len: u64) -> Option<Vec<u8>> {
+        if len > MAX_TABLE {
+            return None;
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.file.read_exact_at(&mut buf, off).ok()?;
+        Some(buf)
+    }
+    fn u16(&self, b: &[u8], at: usize) -> Option<u64> {
+        let x: [u8; 2] = b.get(at..at + 2)?.try_into().ok()?;
+        Some(if self.le {
+            u16::from_le_bytes(x)
+        } else {
+            u16::from_be_bytes(x)
+        } as u64)
+    }
+    fn u32(&self, b: &[u8], at: usize) -> Option<u64> {
+        let x: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
+        Some(if self.le {
+            u32::from_le_bytes(x)
+        } else {
+            u32::from_be_bytes(x)
+        } as u64)
+    }
+    fn u64(&self, b: &[u8], at: usize) -> Option<u64> {
+        let x: [u8; 8] = b.get(at..at + 8)?.try_into().ok()?;
+        Some(if self.le {
+            u64::from_le_bytes(x)
+        } else {
+            u64::from_be_bytes(x)
+        })
+    }
+    /// A word: 8 bytes in ELF64, 4 in ELF32.
+    fn word(&self, b: &[u8], at64: usize, at32: usize) -> Option<u64> {
+        if self.is64 {
+            self.u64(b, at64)
+        } else {
+            self.u32(b, at32)
+        }
+    }
+}
+
+struct SectionHeader {
+    name: u64,
+    kind: u32,
+    offset: u64,
+    size: u64,
+    link: u64,
+    info: u64,
+}
+
+fn parse_notes(r: &ElfReader<'_>, data: &[u8], align: u64) -> Option<Vec<u8>> {
+    let align = if align == 8 { 8 } else { 4 };
+    let pad = |n: usize| n.div_ceil(align) * align;
+    let mut p = 0usize;
+    while p + 12 <= data.len() {
+        let namesz = r.u32(data, p)? as usize;
+        let descsz = r.u32(data, p + 4)? as usize;
+        let kind = r.u32(data, p + 8)? as u32;
+        let name_at = p + 12;
+        let desc_at = name_at.checked_add(pad(namesz))?;
+        let next = desc_at.checked_add(pad(descsz))?;
+        let name = data.get(name_at..name_at + namesz)?;
+        let desc = data.get(desc_at..desc_at + descsz)?;
+        if kind == NT_GNU_BUILD_ID && name == b"GNU\0" && !desc.is_empty() {
+            return Some(desc.to_vec());
+        }
+        p = next;
+    }
+    None
+}
+
+fn read_elf_info(path: &Path) -> Result<ElfInfo, String> {
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut ident = [0u8; 64];
+    file.read_exact_at(&mut ident[..52], 0)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if &ident[..4] != b"\x7fELF" {
+        return Err(format!("{}: not an ELF file", path.display()));
+    }
+    let is64 = match ident[4] {
+        1 => false,
+        2 => true,
+        c => return Err(format!("{}: bad ELF class {c}", path.display())),
+    };
+    let le = match ident[5] {
+        1 => true,
+        2 => false,
+        d => return Err(format!("{}: bad ELF data encoding {d}", path.display())),
+    };
+    if is64 {
+        file.read_exact_at(&mut ident, 0)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    let r = ElfReader {
+        file: &file,
+        is64,
+        le,
+    };
+    let bad = || format!("{}: malformed ELF header", path.display());
+    let h = &ident[..];
+    let phoff = r.word(h, 32, 28).ok_or_else(bad)?;
+    let shoff = r.word(h, 40, 32).ok_or_else(bad)?;
+    let (phentsize, mut phnum, shentsize, mut shnum, mut shstrndx) = if is64 {
+        (
+            r.u16(h, 54),
+            r.u16(h, 56),
+            r.u16(h, 58),
+            r.u16(h, 60),
+            r.u16(h, 62),
+        )
+    } else {
+        (
+            r.u16(h, 42),
+            r.u16(h, 44),
+            r.u16(h, 46),
+            r.u16(h, 48),
+            r.u16(h, 50),
+        )
+    };
+    let phentsize = phentsize.ok_or_else(bad)?;
+    let shentsize = shentsize.ok_or_else(bad)?;
+
+    // Section headers (optional: a file without them still has program headers).
+    let read_shdr = |b: &[u8], at: usize| -> Option<SectionHeader> {
+        Some(SectionHeader {
+            name: r.u32(b, at)?,
+            kind: r.u32(b, at + 4)? as u32,
+            offset: r.word(b, at + 24, at + 16)?,
+            size: r.word(b, at + 32, at + 20)?,
+            link: r.u32(b, at + if is64 { 40 } else { 24 })?,
+            info: r.u32(b, at + if is64 { 44 } else { 28 })?,
+        })
+    };
+    let min_shent = if is64 { 64 } else { 40 };
+    let mut sections = Vec::new();
+    if shoff != 0 && shentsize >= min_shent {
+        // Extended numbering lives in section 0.
+        if let Some(s0) = r.read(shoff, shentsize).and_then(|b| read_shdr(&b, 0)) {
+            if shnum == Some(0) {
+                shnum = Some(s0.size);
+            }
+            if shstrndx == Some(0xffff) {
+                shstrndx = Some(s0.link);
+            }
+            if phnum == Some(0xffff) {
+                phnum = Some(s0.info);
+            }
+        }
+        if let Some(n) = shnum {
+            if let Some(table) = r.read(shoff, n.saturating_mul(shentsize)) {
+                for i in 0..n as usize {
+                    if let Some(s) = read_shdr(&table, i * shentsize as usize) {
+                        sections.push(s);
+                    }
+                }
+            }
+        }
+    }
+    let names = shstrndx
+        .and_then(|i| sections.get(i as usize))
+        .and_then(|s| r.read(s.offset, s.size))
+        .unwrap_or_default();
+    let section_name = |s: &SectionHeader| -> &[u8] {
+        let start = s.name as usize;
+        let rest = names.get(start..).unwrap_or(&[]);
+        &rest[..rest.iter().position(|&c| c == 0).unwrap_or(rest.len())]
+    };
+
+    let mut info = ElfInfo::default();
+
+    // Program headers.
+    let phnum = phnum.ok_or_else(bad)?;
+    let min_phent = if is64 { 56 } else { 32 };
+    if phoff != 0 && phnum != 0 && phentsize >= min_phent {
+        let table = r
+            .read(phoff, phnum.saturating_mul(phentsize))
+            .ok_or_else(|| format!("{}: cannot read program headers", path.display()))?;
+        for i in 0..phnum as usize {
+            let at = i * phentsize as usize;
+            let Some(kind) = r.u32(&table, at) else {
+                continue;
+            };
+            let (offset, vaddr, filesz, align) = if is64 {
+                (
+                    r.u64(&table, at + 8),
+                    r.u64(&table, at + 16),
+                    r.u64(&table, at + 32),
+                    r.u64(&table, at + 48),
+                )
+            } else {
+                (
+                    r.u32(&table, at + 4),
+                    r.u32(&table, at + 8),
+                    r.u32(&table, at + 16),
+                    r.u32(&table, at + 28),
+                )
+            };
+            let (Some(offset), Some(vaddr), Some(filesz), Some(align)) =
+                (offset, vaddr, filesz, align)
+            else {
+                continue;
+            };
+            match kind as u32 {
+                PT_LOAD => info.loads.push(LoadSegment {
+                    offset,
+                    vaddr,
+                    filesz,
+                }),
+                PT_NOTE if info.build_id.is_none() => {
+                    if let Some(data) = r.read(offset, filesz) {
+                        info.build_id = parse_notes(&r, &data, align);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    for s in &sections {
+        let name = section_name(s);
+        let readable = s.kind != SHT_NOBITS && s.size > 0;
+        match name {
+            b".debug_info" | b".zdebug_info" | b".debug_line" | b".zdebug_line" if readable => {
+                info.has_dwarf = true;
+            }
+            b".gnu_debuglink" if readable => {
+                if let Some(data) = r.read(s.offset, s.size) {
+                    if let Some(nul) = data.iter().position(|&c| c == 0) {
+                        let crc_at = (nul + 1 + 3) & !3;
+                        let crc = r.u32(&data, crc_at).unwrap_or(0) as u32;
+                        if nul > 0 {
+                            let name = String::from_utf8_lossy(&data[..nul]).into_owned();
+                            info.debuglink = Some((name, crc));
+                        }
+                    }
+                }
+            }
+            b".gnu_debugaltlink" if readable => {
+                if let Some(data) = r.read(s.offset, s.size) {
+                    if let Some(nul) = data.iter().position(|&c| c == 0) {
+                        let name = String::from_utf8_lossy(&data[..nul]).into_owned();
+                        info.altlink = Some((name, data[nul + 1..].to_vec()));
+                    }
+                }
+            }
+            _ if s.kind == SHT_NOTE && readable && info.build_id.is_none() => {
+                if let Some(data) = r.read(s.offset, s.size) {
+                    info.build_id = parse_notes(&r, &data, 4);
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(info)
+}
+
+/// CRC-32 (IEEE, as used by `.gnu_debuglink`) of a whole file.
+fn file_crc32(path: &Path) -> Option<u32> {
+    use std::io::Read;
+    let mut table = [0u32; 256];
+    for (i, t) in table.iter_mut().enumerate() {
+        let mut c = i as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+        }
+        *t = c;
+    }
+    let mut f = File::open(path).ok()?;
+    let mut buf = vec![0u8; 1 << 16];
+    let mut crc = !0u32;
+    loop {
+        let n = f.read(&mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        for &b in &buf[..n] {
+            crc = table[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
+        }
+    }
+    Some(!crc)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// Candidate paths for the file with this build-id in the debug directories and the
+/// debuginfod client cache.
+fn build_id_candidates(build_id: &[u8], debug_dirs: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if build_id.len() < 2 {
+        return out;
+    }
+    let h = hex(build_id);
+    for d in debug_dirs {
+        out.push(
+            d.join(".build-id")
+                .join(&h[..2])
+                .join(format!("{}.debug", &h[2..])),
+        );
+    }
+    let mut caches = Vec::new();
+    if let Some(p) = std::env::var_os("DEBUGINFOD_CACHE_PATH") {
+        caches.push(PathBuf::from(p));
+    }
+    if let Some(p) = std::env::var_os("XDG_CACHE_HOME") {
+        caches.push(PathBuf::from(p).join("debuginfod_client"));
+    }
+    if let Some(p) = std::env::var_os("HOME") {
+        caches.push(PathBuf::from(p).join(".cache/debuginfod_client"));
+    }
+    for c in caches {
+        out.push(c.join(&h).join("debuginfo"));
+    }
+    out
+}
+
+/// Finds a separate debug file for the ELF at `path` (described by `info`).
+fn find_debug_file(path: &Path, info: &ElfInfo, debug_dirs: &[PathBuf]) -> Option<PathBuf> {
+    if let Some(id) = &info.build_id {
+        for cand in build_id_candidates(id, debug_dirs) {
+            if cand.is_file() && !same_file(&cand, path) {
+                return Some(cand);
+            }
+        }
+    }
+    let (name, crc) = info.debuglink.as_ref()?;
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = path.parent() {
+        dirs.push(d.to_path_buf());
+    }
+    if let Some(d) = std::fs::canonicalize(path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+    {
+        if !dirs.contains(&d) {
+            dirs.push(d);
+        }
+    }
+    let mut cands = Vec::new();
+    for d in &dirs {
+        cands.push(d.join(name));
+        cands.push(d.join(".debug").join(name));
+        for dd in debug_dirs {
+            let rel = d.strip_prefix("/").unwrap_or(d);
+            cands.push(dd.join(rel).join(name));
+        }
+    }
+    for cand in cands {
+        if !cand.is_file() || same_file(&cand, path) {
+            continue;
+        }
+        // Check that the candidate belongs to this file: build-ids when both have one,
+        // otherwise the CRC recorded in the debuglink.
+        let cand_id = read_elf_info(&cand).ok().and_then(|i| i.build_id);
+        let ok = match (&info.build_id, cand_id) {
+            (Some(a), Some(b)) => *a == b,
+            _ => file_crc32(&cand) == Some(*crc),
+        };
+        if ok {
+            return Some(cand);
+        }
+    }
+    None
+}
+
+/// Finds the dwz supplementary file named by a `.gnu_debugaltlink` in `debug_file`.
+fn find_alt_file(
+    debug_file: &Path,
+    altlink: &(String, Vec<u8>),
+    debug_dirs: &[PathBuf],
+) -> Option<PathBuf> {
+    let (name, id) = altlink;
+    let p = Path::new(name);
+    let direct = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        debug_file.parent().unwrap_or(Path::new("/")).join(p)
+    };
+    if direct.is_file() {
+        return Some(direct);
+    }
+    build_id_candidates(id, debug_dirs)
+        .into_iter()
+        .find(|c| c.is_file())
+}
+
+// ---------------------------------------------------------------------------------------
+// Modules
+// ---------------------------------------------------------------------------------------
+
+struct Module {
+    loads: Vec<LoadSegment>,
+    /// DWARF/symbol sources, most informative first: the separate debug file (if any),
+    /// then the ELF itself.
+    loaders: Vec<addr2line::Loader>,
+    debug_file: Option<PathBuf>,
+    has_dwarf: bool,
+}
+
+enum ModuleState {
+    Loaded(Box<Module>),
+    Failed(String),
+}
+
+/// What the symbolizer found out about one module (for diagnostics and reports).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleInfo {
+    /// Path of the ELF file.
+    pub path: String,
+    /// Whether the ELF could be read.
+    pub loaded: bool,
+    /// Why it could not be read.
+    pub error: Option<String>,
+    /// The separate debug file used, if any.
+    pub debug_file: Option<String>,
+    /// Whether DWARF (function, file, line) is available, from the file or its debug file.
+    pub has_dwarf: bool,
+}
+
+fn open_loader(path: &Path) -> Result<addr2line::Loader, String> {
+    addr2line::Loader::new(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn load_module(path: &Path, debug_dirs: &[PathBuf]) -> Result<Module, String> {
+    let info = read_elf_info(path)?;
+    if info.loads.is_empty() {
+        return Err(format!("{}: no PT_LOAD segments", path.display()));
+    }
+    let main = open_loader(path)?;
+    let mut loaders = Vec::with_capacity(2);
+    let mut debug_file = None;
+    let mut has_dwarf = info.has_dwarf;
+    if !info.has_dwarf {
+        if let Some(dbg) = find_debug_file(path, &info, debug_dirs) {
+            let dbg_info = read_elf_info(&dbg).ok();
+            let alt = dbg_info
+                .as_ref()
+                .and_then(|i| i.altlink.as_ref())
+                .and_then(|a| find_alt_file(&dbg, a, debug_dirs));
+            let loader = match alt {
+                Some(alt) => addr2line::Loader::new_with_sup(&dbg, Some(&alt)).ok(),
+                None => None,
+            }
+            .or_else(|| open_loader(&dbg).ok());
+            if let Some(l) = loader {
+                loaders.push(l);
+                has_dwarf = dbg_info.map(|i| i.has_dwarf).unwrap_or(false);
+                debug_file = Some(dbg);
+            }
+        }
+    } else if let Some(alt) = info
+        .altlink
+        .as_ref()
+        .and_then(|a| find_alt_file(path, a, debug_dirs))
+    {
+        // A file carrying its own dwz-compressed DWARF.
+        if let Ok(l) = addr2line::Loader::new_with_sup(path, Some(&alt)) {
+            loaders.push(l);
+        }
+    }
+    loaders.push(main);
+    Ok(Module {
+        loads: info.loads,
+        loaders,
+        debug_file,
+        has_dwarf,
+    })
+}
+
+/// One resolved frame before it gets the pc/module fields.
+struct RawFrame {
+    function: Option<String>,
+    file: Option<String>,
+    line: Option<u32>,
+}
+
+fn demangle(name: &str) -> String {
+    addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned()
+}
+
+impl Module {
+    fn svma(&self, file_offset: u64) -> Option<u64> {
+        self.loads
+            .iter()
+            .find(|s| s.offset <= file_offset && file_offset - s.offset < s.filesz)
+            .map(|s| file_offset - s.offset + s.vaddr)
+    }
+
+    fn symbol(&self, svma: u64) -> Option<String> {
+        self.loaders
+            .iter()
+            .find_map(|l| l.find_symbol(svma))
+            .filter(|s| !s.is_empty())
+            .map(demangle)
+    }
+
+    fn lookup(&self, svma: u64) -> Vec<RawFrame> {
+        let mut out = Vec::new();
+        for loader in &self.loaders {
+            let Ok(mut it) = loader.find_frames(svma) else {
+                continue;
+            };
+            while let Ok(Some(f)) = it.next() {
+                let function = f
+                    .function
+                    .as_ref()
+                    .and_then(|n| n.demangle().ok().map(Cow::into_owned))
+                    .filter(|s| !s.is_empty());
+                let (file, line) = match &f.location {
+                    Some(loc) => (loc.file.map(str::to_string), loc.line.filter(|&l| l != 0)),
+                    None => (None, None),
+                };
+                out.push(RawFrame {
+                    function,
+                    file,
+                    line,
+                });
+                if out.len() > 256 {
+                    break; // corrupt inline chains
+                }
+            }
+            if !out.is_empty() {
+                break;
+            }
+        }
+        match out.last_mut() {
+            Some(outer) if outer.function.is_none() => outer.function = self.symbol(svma),
+            Some(_) => {}
+            None => out.push(RawFrame {
+                function: self.symbol(svma),
+                file: None,
+                line: None,
+            }),
+        }
+        out
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Symbolizer
+// ---------------------------------------------------------------------------------------
+
+/// Symbolizes pcs of a (gone) process from its memory map and the ELF files on disk.
+pub struct Symbolizer {
+    /// Non-overlapping mappings keyed by start address.
+    maps: BTreeMap<u64, Mapping>,
+    modules: HashMap<String, ModuleState>,
+    cache: HashMap<u64, Vec<Frame>>,
+    debug_dirs: Vec<PathBuf>,
+}
+
+impl fmt::Debug for Symbolizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Symbolizer")
+            .field("mappings", &self.maps.len())
+            .field("modules", &self.modules.len())
+            .field("cached_pcs", &self.cache.len())
+            .field("debug_dirs", &self.debug_dirs)
+            .finish()
+    }
+}
+
+/// Inserts `m`, trimming or removing whatever it overlaps (the newest mapping wins).
+fn insert_mapping(tree: &mut BTreeMap<u64, Mapping>, m: Mapping) {
+    if m.start >= m.end {
+        return;
+    }
+    let overlapping: Vec<u64> = tree
+        .range(..m.end)
+        .rev()
+        .take_while(|(_, x)| x.end > m.start)
+        .map(|(k, _)| *k)
+        .collect();
+    for k in overlapping {
+        let Some(old) = tree.remove(&k) else { continue };
+        if old.start < m.start {
+            let left = Mapping {
+                end: m.start,
+                ..old.clone()
+            };
+            tree.insert(left.start, left);
+        }
+        if old.end > m.end {
+            let right = Mapping {
+                start: m.end,
+                offset: old.offset.wrapping_add(m.end - old.start),
+                ..old
+            };
+            tree.insert(right.start, right);
+        }
+    }
+    tree.insert(m.start, m);
+}
+
+impl Symbolizer {
+    /// Builds a symbolizer for the given mappings. They may be the concatenation of several
+    /// snapshots of the same process: where two overlap, the later one wins.
+    /// Separate debug files are searched under `/usr/lib/debug`.
+    pub fn new(maps: &[Mapping]) -> Self {
+        Self::with_debug_dirs(maps, vec![PathBuf::from("/usr/lib/debug")])
+    }
+
+    /// Like [`Symbolizer::new`], with explicit global debug directories (searched for
+    /// `.build-id/xx/yyyy.debug` and `<dir>/<path of the file's dir>/<debuglink name>`).
+    /// An empty list disables those searches (debuglink files next to the ELF and the
+    /// debuginfod cache are still used).
+    pub fn with_debug_dirs(maps: &[Mapping], debug_dirs: Vec<PathBuf>) -> Self {
+        let mut tree = BTreeMap::new();
+        for m in maps {
+            insert_mapping(&mut tree, m.clone());
+        }
+        Symbolizer {
+            maps: tree,
+            modules: HashMap::new(),
+            cache: HashMap::new(),
+            debug_dirs,
+        }
+    }
+
+    /// The mapping holding `pc`, if any.
+    pub fn module_of(&self, pc: u64) -> Option<&Mapping> {
+        self.maps
+            .range(..=pc)
+            .next_back()
+            .map(|(_, m)| m)
+            .filter(|m| m.contains(pc))
+    }
+
+    /// Symbolizes a return address: inlined frames innermost first, then the real function.
+    /// Never empty; a pc that cannot be resolved gives one frame without a function name.
+    pub fn symbolize(&mut self, pc: u64) -> Vec<Frame> {
+        if let Some(frames) = self.cache.get(&pc) {
+            return frames.clone();
+        }
+        let frames = self.resolve(pc);
+        self.cache.insert(pc, frames.clone());
+        frames
+    }
+
+    /// Diagnostics for every module opened so far.
+    pub fn modules(&self) -> Vec<ModuleInfo> {
+        let mut out: Vec<ModuleInfo> = self
+            .modules
+            .iter()
+            .map(|(path, st)| match st {
+                ModuleState::Loaded(m) => ModuleInfo {
+                    path: path.clone(),
+                    loaded: true,
+                    error: None,
+                    debug_file: m.debug_file.as_ref().map(|p| p.display().to_string()),
+                    has_dwarf: m.has_dwarf,
+                },
+                ModuleState::Failed(e) => ModuleInfo {
+                    path: path.clone(),
+                    loaded: false,
+                    error: Some(e.clone()),
+                    debug_file: None,
+                    has_dwarf: false,
+                },
+            })
+            .collect();
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        out
+    }
+
+    fn resolve(&mut self, pc: u64) -> Vec<Frame> {
+        let unknown = |module: String, offset: u64| {
+            vec![Frame {
+                pc,
+                function: None,
+                file: None,
+                line: None,
+                module,
+                inlined: false,
+                offset,
+            }]
+        };
+        // Look up the call instruction, not the instruction after it.
+        let Some(probe) = pc.checked_sub(1) else {
+            return unknown(UNKNOWN.to_string(), pc);
+        };
+        let Some(map) = self.module_of(probe) else {
+            return unknown(UNKNOWN.to_string(), pc);
+        };
+        let module = map.module_name();
+        let Some(path) = map.file_path() else {
+            return unknown(module, pc - map.start);
+        };
+        let file_offset = probe - map.start + map.offset;
+        if map.is_deleted() {
+            // The file on disk (if any) is not the one that was mapped.
+            return unknown(module, file_offset + 1);
+        }
+        let path = path.to_string();
+        let debug_dirs = &self.debug_dirs;
+        let state = self.modules.entry(path.clone()).or_insert_with(|| {
+            match load_module(Path::new(&path), debug_dirs) {
+                Ok(m) => ModuleState::Loaded(Box::new(m)),
+                Err(e) => ModuleState::Failed(e),
+            }
+        });
+        let ModuleState::Loaded(m) = state else {
+            return unknown(module, file_offset + 1);
+        };
+        let Some(svma) = m.svma(file_offset) else {
+            return unknown(module, file_offset + 1);
+        };
+        let raw = m.lookup(svma);
+        let n = raw.len();
+        raw.into_iter()
+            .enumerate()
+            .map(|(i, r)| Frame {
+                pc,
+                function: r.function,
+                file: r.file,
+                line: r.line,
+                module: module.clone(),
+                inlined: i + 1 < n,
+                offset: svma + 1,
+            })
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+
+    const SAMPLE_MAPS: &str = "\
+55d0c8a00000-55d0c8a01000 r--p 00000000 fd:01 1234567                    /usr/bin/my prog
+55d0c8a01000-55d0c8a02000 r-xp 00001000 fd:01 1234567                    /usr/bin/my prog
+55d0c8a02000-55d0c8a03000 r--p 00002000 fd:01 1234567                    /usr/bin/my prog
+55d0c9e5e000-55d0c9e7f000 rw-p 00000000 00:00 0                          [heap]
+7f1e2c000000-7f1e2c021000 rw-p 00000000 00:00 0 
+7f1e30028000-7f1e301bd000 r-xp 00028000 fd:01 2345678                    /usr/lib/x86_64-linux-gnu/libc.so.6
+7f1e30400000-7f1e30401000 r-xp 00000000 00:05 99                         /memfd:jit (deleted)
+7f1e30500000-7f1e30510000 r-xp 00003000 fd:01 777                        /tmp/old lib.so (deleted)
+7f1e30600000-7f1e30601000 rw-p 00000000 00:00 0                          [anon:glibc: malloc arena]
+not a maps line at all
+
+7ffd6b7e5000-7ffd6b806000 rw-p 00000000 00:00 0                          [stack]
+7ffd6b9c7000-7ffd6b9cb000 r--p 00000000 00:00 0                          [vvar]
+7ffd6b9cb000-7ffd6b9cd000 r-xp 00000000 00:00 0                          [vdso]
+ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsyscall]
+zzzz-1000 r-xp 00000000 00:00 0 /bad/hex
+2000-1000 r-xp 00000000 00:00 0 /bad/range
+";
+
+    #[test]
+    fn symbolize_parse_maps_sample() {
+        let maps = parse_maps(SAMPLE_MAPS);
+        assert_eq!(maps.len(), 13, "{maps:#?}");
+        let m = &maps[1];
+        assert_eq!(
+            (m.start, m.end, m.offset),
+            (0x55d0c8a01000, 0x55d0c8a02000, 0x1000)
+        );
+        assert_eq!(m.perms, "r-xp");
+        assert_eq!(m.path, "/usr/bin/my prog");
+        assert_eq!(m.module_name(), "my prog");
+        assert!(m.is_executable() && m.is_file() && !m.is_deleted());
+        assert_eq!(maps[3].path, "[heap]");
+        assert_eq!(maps[3].module_name(), "[heap]");
+        assert_eq!(maps[4].path, "");
+        assert_eq!(maps[4].module_name(), "[anon]");
+        assert_eq!(maps[5].offset, 0x28000);
+        assert_eq!(maps[5].module_name(), "libc.so.6");
+        assert!(maps[6].is_deleted());
+        assert_eq!(maps[6].file_path(), Some("/memfd:jit"));
+        assert_eq!(maps[6].module_name(), "memfd:jit");
+        assert_eq!(maps[7].path, "/tmp/old lib.so (deleted)");
+        assert_eq!(maps[7].file_path(), Some("/tmp/old lib.so"));
+        assert_eq!(maps[7].module_name(), "old lib.so");
+        assert_eq!(maps[8].path, "[anon:glibc: malloc arena]");
+        assert!(!maps[8].is_file());
+        assert_eq!(maps[9].path, "[stack]");
+        assert_eq!(maps[11].path, "[vdso]");
+        assert_eq!(maps[12].start, 0xffffffffff600000);
+        // CRLF and trailing whitespace-only lines are tolerated.
+        let crlf =
+            parse_maps("1000-2000 r-xp 00000000 08:01 5 /lib/a.so\r\n3000-4000 ---p 0 0 0\r\n");
+        assert_eq!(crlf.len(), 2);
+        assert_eq!(crlf[0].path, "/lib/a.so");
+        assert_eq!(crlf[1].path, "");
+    }
+
+    #[test]
+    fn symbolize_non_file_and_unknown_pcs() {
+        let maps = parse_maps(SAMPLE_MAPS);
+        let mut s = Symbolizer::new(&maps);
+        let f = s.symbolize(0x7ffd6b9cb010);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].module, "[vdso]");
+        assert_eq!(f[0].function, None);
+        assert_eq!(f[0].offset, 0x10);
+        assert_eq!(f[0].display(), "[vdso]+0x10");
+        let f = s.symbolize(0x7f1e2c000100);
+        assert_eq!(f[0].module, "[anon]");
+        assert_eq!(f[0].display(), "[anon]+0x100");
+        let f = s.symbolize(0x1234);
+        assert_eq!(f[0].module, "[unknown]");
+        assert_eq!(f[0].display(), "0x1234");
+        assert_eq!(s.symbolize(0)[0].module, "[unknown]");
+        // A deleted file is never opened: module+file offset.
+        let f = s.symbolize(0x7f1e30500010);
+        assert_eq!(f[0].module, "old lib.so");
+        assert_eq!(f[0].offset, 0x3010);
+        assert_eq!(f[0].display(), "old lib.so+0x3010");
+        // A file that does not exist: remembered as failed, no panic.
+        let f = s.symbolize(0x55d0c8a01234);
+        assert_eq!(f[0].module, "my prog");
+        assert_eq!(f[0].function, None);
+        assert_eq!(f[0].offset, 0x1234);
+        let f2 = s.symbolize(0x55d0c8a01238);
+        assert_eq!(f2[0].offset, 0x1238);
+        let mods = s.modules();
+        assert_eq!(mods.len(), 1);
+        assert!(!mods[0].loaded && mods[0].error.is_some());
+        // A non-ELF file.
+        let dir = tempfile::tempdir().unwrap();
+        let junk = dir.path().join("junk.so");
+        std::fs::write(&junk, b"definitely not an ELF file, just some text").unwrap();
+        let text = format!("10000-20000 r-xp 00000000 08:01 5 {}\n", junk.display());
+        let mut s = Symbolizer::new(&parse_maps(&text));
+        let f = s.symbolize(0x10010);
+        assert_eq!(f[0].display(), "junk.so+0x10");
+    }
+
+    #[test]
+    fn symbolize_overlapping_snapshots_later_wins() {
+        let first = parse_maps(
+            "1000-5000 r-xp 00002000 08:01 5 /lib/old.so\n\
+             9000-a000 rw-p 00000000 00:00 0 [heap]\n",
+        );
+        let second = parse_maps(
+            "2000-3000 r-xp 00000000 08:01 6 /lib/new.so\n\
+             9000-b000 rw-p 00000000 00:00 0 [heap]\n",
+        );
+        let all: Vec<Mapping> = first.into_iter().chain(second).collect();
+        let s = Symbolizer::new(&all);
+        assert_eq!(s.module_of(0x1800).unwrap().path, "/lib/old.so");
+        assert_eq!(s.module_of(0x1800).unwrap().offset, 0x2000);
+        assert_eq!(s.module_of(0x2800).unwrap().path, "/lib/new.so");
+        let right = s.module_of(0x3800).unwrap();
+        assert_eq!(
+            (right.path.as_str(), right.start, right.end, right.offset),
+            ("/lib/old.so", 0x3000, 0x5000, 0x4000)
+        );
+        assert_eq!(s.module_of(0xa800).unwrap().end, 0xb000);
+        assert!(s.module_of(0x5000).is_none());
+        assert!(s.module_of(0x500).is_none());
+    }
+
+    #[test]
+    fn symbolize_symbolizer_is_send() {
+        fn assert_send<T: Send>() {}
+        assert_send::<Symbolizer>();
+    }
+
+    #[test]
+    fn symbolize_display_forms() {
+        let mut f = Frame {
+            pc: 0x1000,
+            function: Some("middle".into()),
+            file: Some("/src/dir/prog.c".into()),
+            line: Some(12),
+            module: "prog".into(),
+            inlined: false,
+            offset: 0x1000,
+        };
+        assert_eq!(f.display(), "middle (prog.c:12)");
+        f.line = None;
+        assert_eq!(f.display(), "middle (prog.c)");
+        f.file = None;
+        assert_eq!(f.display(), "middle");
+        f.function = None;
+        assert_eq!(f.display(), "prog+0x1000");
+        assert_eq!(f.to_string(), "prog+0x1000");
+    }
+
+    #[test]
+    fn symbolize_demangles() {
+        assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
+        assert_eq!(
+            demangle("_ZN4core3ptr13drop_in_place17h0123456789abcdefE"),
+            "core::ptr::drop_in_place"
+        );
+        assert_eq!(demangle("malloc"), "malloc");
+    }
+
+    // ---------------------------------------------------------------- end-to-end
+
+    const PROG: &str = r#"
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+
+__attribute__((noinline)) void *leaf(void) {
+    void *ra = __builtin_return_address(0);
+    __asm__ volatile("" : : "r"(ra) : "memory");
+    return ra;
+}
+
+__attribute__((noinline)) void *middle(void) {
+    void *ra = leaf(); /* MARK_MIDDLE */
+    __asm__ volatile("" : : "r"(ra) : "memory");
+    return ra;
+}
+
+static inline __attribute__((always_inline)) void *helper(void) {
+    void *ra = leaf(); /* MARK_HELPER */
+    __asm__ volatile("" : : "r"(ra) : "memory");
+    return ra;
+}
+
+__attribute__((noinline)) void *middle2(void) {
+    void *ra = helper(); /* MARK_MIDDLE2 */
+    __asm__ volatile("" : : "r"(ra) : "memory");
+    return ra;
+}
+
+int main(void) {
+    void *(*volatile m)(size_t) = malloc;
+    printf("RA %p\n", middle());
+    printf("RA2 %p\n", middle2());
+    printf("MALLOC %p\n", (void *)m);
+    printf("MAPS\n");
+    fflush(stdout);
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return 1;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) fwrite(buf, 1, n, stdout);
+    fclose(f);
+    return 0;
+}
+"#;
+
+    struct Run {
+        _dir: tempfile::TempDir,
+        dir: PathBuf,
+        exe: PathBuf,
+        ra: u64,
+        ra2: u64,
+        malloc: u64,
+        maps: Vec<Mapping>,
+    }
+
+    fn line_of(marker: &str) -> u32 {
+        PROG.lines()
+            .position(|l| l.contains(marker))
+            .expect("marker") as u32
+            + 1
+    }
+
+    fn sh(cmd: &mut Command) {
+        let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+        assert!(
+            out.status.success(),
+            "{cmd:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Compiles PROG with `flags`, lets `post` transform the binary (strip etc.), runs it.
+    fn compile_and_run(flags: &[&str], post: impl FnOnce(&Path, &Path)) -> Run {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let src = dir.join("prog.c");
+        std::fs::write(&src, PROG).unwrap();
+        let exe = dir.join("prog");
+        sh(Command::new("cc").args(flags).arg("-o").arg(&exe).arg(&src));
+        post(&dir, &exe);
+        let out = Command::new(&exe).output().unwrap();
+        assert!(out.status.success());
+        let text = String::from_utf8(out.stdout).unwrap();
+        let (head, maps) = text.split_once("MAPS\n").expect("MAPS marker");
+        let field = |key: &str| -> u64 {
+            let line = head
+                .lines()
+                .find(|l| l.starts_with(&format!("{key} ")))
+                .expect(key);
+            let v = line.split_whitespace().nth(1).unwrap();
+            u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap()
+        };
+        Run {
+            dir,
+            exe,
+            ra: field("RA"),
+            ra2: field("RA2"),
+            malloc: field("MALLOC"),
+            maps: parse_maps(maps),
+            _dir: tmp,
+        }
+    }
+
+    fn assert_middle(s: &mut Symbolizer, run: &Run, expect_file: bool) {
+        let frames = s.symbolize(run.ra);
+        assert_eq!(frames.len(), 1, "{frames:#?}");
+        let f = &frames[0];
+        assert_eq!(f.pc, run.ra);
+        assert_eq!(f.function.as_deref(), Some("middle"), "{f:#?}");
+        assert_eq!(f.module, "prog");
+        assert!(!f.inlined);
+        if expect_file {
+            assert!(
+                f.file.as_deref().unwrap_or("").ends_with("prog.c"),
+                "{f:#?}"
+            );
+            assert_eq!(f.line, Some(line_of("MARK_MIDDLE")), "{f:#?}");
+            assert_eq!(
+                f.display(),
+                format!("middle (prog.c:{})", line_of("MARK_MIDDLE"))
+            );
+        }
+        // Cached result is identical.
+        assert_eq!(s.symbolize(run.ra), frames);
+    }
+
+    fn assert_inlined(s: &mut Symbolizer, run: &Run) {
+        let frames = s.symbolize(run.ra2);
+        assert_eq!(frames.len(), 2, "{frames:#?}");
+        assert_eq!(frames[0].function.as_deref(), Some("helper"));
+        assert!(frames[0].inlined);
+        assert_eq!(frames[0].line, Some(line_of("MARK_HELPER")));
+        assert_eq!(frames[1].function.as_deref(), Some("middle2"));
+        assert!(!frames[1].inlined);
+        assert_eq!(frames[1].line, Some(line_of("MARK_MIDDLE2")));
+        assert!(frames.iter().all(|f| f.pc == run.ra2 && f.module == "prog"));
+    }
+
+    const O0: &[&str] = &["-g", "-O0", "-fno-omit-frame-pointer"];
+
+    #[test]
+    fn symbolize_pie_end_to_end() {
+        let run = compile_and_run(&[O0, &["-fPIE", "-pie"]].concat(), |_, _| {});
+        let map = run.maps.iter().find(|m| m.contains(run.ra)).unwrap();
+        assert!(
+            map.start >= 0x10000000,
+            "PIE expected to load high: {map:?}"
+        );
+        let mut s = Symbolizer::new(&run.maps);
+        assert_eq!(s.module_of(run.ra).unwrap().path, run.exe.to_str().unwrap());
+        assert_middle(&mut s, &run, true);
+        assert_inlined(&mut s, &run);
+        let info = s.modules();
+        assert!(info
+            .iter()
+            .any(|m| m.path == run.exe.to_str().unwrap() && m.loaded && m.has_dwarf));
+    }
+
+    #[test]
+    fn symbolize_non_pie_end_to_end() {
+        let run = compile_and_run(&[O0, &["-fno-pie", "-no-pie"]].concat(), |_, _| {});
+        assert!(run.ra < 0x10000000, "non-PIE expected low: {:#x}", run.ra);
+        let mut s = Symbolizer::new(&run.maps);
+        assert_middle(&mut s, &run, true);
+        assert_inlined(&mut s, &run);
+    }
+
+    #[test]
+    fn symbolize_optimized_inline_end_to_end() {
+        let run = compile_and_run(
+            &["-g", "-O2", "-fno-omit-frame-pointer", "-fPIE", "-pie"],
+            |_, _| {},
+        );
+        let mut s = Symbolizer::new(&run.maps);
+        assert_middle(&mut s, &run, true);
+        assert_inlined(&mut s, &run);
+    }
+
+    #[test]
+    fn symbolize_libc_malloc() {
+        let run = compile_and_run(&[O0, &["-fPIE", "-pie"]].concat(), |_, _| {});
+        let pc = run.malloc + 1;
+        // Symbol tables only (.dynsym for Debian's stripped libc): no debug directories.
+        let mut s = Symbolizer::with_debug_dirs(&run.maps, vec![]);
+        let map = s.module_of(run.malloc).expect("malloc mapped").clone();
+        assert!(
+            map.module_name().starts_with("libc"),
+            "malloc not in libc: {map:?}"
+        );
+        let frames = s.symbolize(pc);
+        let last = frames.last().unwrap();
+        assert!(
+            last.function.as_deref().unwrap_or("").contains("malloc"),
+            "{frames:#?}"
+        );
+        assert!(last.module.starts_with("libc"));
+        eprintln!("libc malloc, symbol tables only: {}", last.display());
+        // With the default debug directory (libc6-dbg may or may not be installed).
+        let mut s = Symbolizer::new(&run.maps);
+        let frames = s.symbolize(pc);
+        let last = frames.last().unwrap();
+        assert!(
+            last.function.as_deref().unwrap_or("").contains("malloc"),
+            "{frames:#?}"
+        );
+        eprintln!("libc malloc: {} / {:?}", last.display(), s.modules());
+    }
+
+    #[test]
+    fn symbolize_separate_debug_file_via_debuglink() {
+        let run = compile_and_run(&[O0, &["-fPIE", "-pie"]].concat(), |dir, exe| {
+            let dbg = dir.join("prog.debug");
+            sh(Command::new("objcopy")
+                .arg("--only-keep-debug")
+                .arg(exe)
+                .arg(&dbg));
+            sh(Command::new("strip").arg("--strip-debug").arg(exe));
+            sh(Command::new("objcopy")
+                .current_dir(dir)
+                .arg("--add-gnu-debuglink=prog.debug")
+                .arg(exe));
+        });
+        let mut s = Symbolizer::with_debug_dirs(&run.maps, vec![]);
+        assert_middle(&mut s, &run, true);
+        assert_inlined(&mut s, &run);
+        let m = s
+            .modules()
+            .into_iter()
+            .find(|m| m.path == run.exe.to_str().unwrap())
+            .unwrap();
+        assert_eq!(
+            m.debug_file.as_deref(),
+            Some(run.dir.join("prog.debug").to_str().unwrap())
+        );
+        assert!(m.has_dwarf);
+    }
+
+    #[test]
+    fn symbolize_separate_debug_file_via_build_id() {
+        let run = compile_and_run(
+            &[O0, &["-fPIE", "-pie", "-Wl,--build-id"]].concat(),
+            |dir, exe| {
+                let info = read_elf_info(exe).unwrap();
+                let id = hex(info.build_id.as_ref().expect("build-id"));
+                let sub = dir.join("debug/.build-id").join(&id[..2]);
+                std::fs::create_dir_all(&sub).unwrap();
+                let dbg = sub.join(format!("{}.debug", &id[2..]));
+                sh(Command::new("objcopy")
+                    .arg("--only-keep-debug")
+                    .arg(exe)
+                    .arg(&dbg));
+                sh(Command::new("strip").arg("--strip-debug").arg(exe));
+            },
+        );
+        let mut s = Symbolizer::with_debug_dirs(&run.maps, vec![run.dir.join("debug")]);
+        assert_middle(&mut s, &run, true);
+        assert_inlined(&mut s, &run);
+    }
+
+    #[test]
+    fn symbolize_without_debug_info() {
+        // .symtab only: function names, no file/line.
+        let run = compile_and_run(&[O0, &["-fPIE", "-pie"]].concat(), |_, exe| {
+            sh(Command::new("strip").arg("--strip-debug").arg(exe));
+        });
+        let mut s = Symbolizer::with_debug_dirs(&run.maps, vec![]);
+        assert_middle(&mut s, &run, false);
+        let f = &s.symbolize(run.ra)[0];
+        assert_eq!((f.file.as_deref(), f.line), (None, None));
+        assert_eq!(f.display(), "middle");
+        let f = s.symbolize(run.ra2);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].function.as_deref(), Some("middle2"));
+
+        // Fully stripped: only .dynsym, which lacks `middle`; must still give a frame.
+        let run = compile_and_run(&[O0, &["-fPIE", "-pie"]].concat(), |_, exe| {
+            sh(Command::new("strip").arg("--strip-all").arg(exe));
+        });
+        let mut s = Symbolizer::with_debug_dirs(&run.maps, vec![]);
+        let f = s.symbolize(run.ra);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].module, "prog");
+        assert_ne!(f[0].function.as_deref(), Some("middle"));
+        eprintln!("fully stripped: {}", f[0].display());
+        if f[0].function.is_none() {
+            assert!(f[0].display().starts_with("prog+0x"), "{}", f[0].display());
+        }
+        // The offset is the ELF virtual address: the same pc in the unstripped build would
+        // resolve there; at least it must fall inside the file's loadable range.
+        assert!(f[0].offset > 0);
+    }
+}

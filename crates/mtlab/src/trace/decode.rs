@@ -1,0 +1,1948 @@
+//! Reading trace files: the header, an index of records, and a merged,
+//! time-ordered stream of decoded items (docs/trace-format.md).
+//!
+//! Memory stays bounded: `TraceFile::open` only reads record headers (and the
+//! small MAPS / END / RUNINFO payloads); `TraceFile::items` reads a chunk's
+//! events when the merge reaches the chunk's `first_tsc` and drops them when
+//! the chunk is exhausted.
+
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::event::{Event, EventKind, Func, Item};
+use super::format::*;
+
+/// Records larger than this are taken as damage: mtlab never writes one.
+pub(crate) const MAX_PAYLOAD: u32 = 1 << 30;
+/// Largest decompressed MAPS / END / RUNINFO payload accepted.
+const MAX_TEXT_PAYLOAD: u64 = 1 << 30;
+
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{} is not an mtlab trace: give a file written by `mtlab record`", path.display())]
+    NotATrace { path: PathBuf },
+    #[error(
+        "{} was written by a newer mtlab (format v{found}), this mtlab reads up to v{supported}: upgrade mtlab",
+        path.display()
+    )]
+    NewerVersion { path: PathBuf, found: u32, supported: u32 },
+    #[error("{} has a damaged header: {reason}", path.display())]
+    BadHeader { path: PathBuf, reason: String },
+}
+
+impl TraceError {
+    pub(crate) fn io(path: &Path) -> impl FnOnce(io::Error) -> TraceError + '_ {
+        move |source| TraceError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// The file header's `key=value` text, parsed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Header {
+    pub version: u32,
+    pub pid: u32,
+    pub ppid: u32,
+    pub cmdline: Vec<String>,
+    pub exe: String,
+    pub start_ns: u64,
+    pub start_tsc: u64,
+    pub tsc_hz: u64,
+    pub page_size: u64,
+    pub allocator: String,
+    pub allocator_path: String,
+    pub stacks: String,
+    pub max_depth: u32,
+    pub brk_start: u64,
+    pub follow: bool,
+    pub mtlab_version: String,
+    /// Every pair in file order, values unescaped (including unknown keys).
+    pub raw: Vec<(String, String)>,
+}
+
+impl Header {
+    /// Parses header text; returns the header (with `version` 0) and
+    /// warnings about values that are not numbers.
+    pub fn parse(text: &str) -> (Header, Vec<String>) {
+        let mut h = Header {
+            raw: parse_kv_text(text),
+            ..Header::default()
+        };
+        let mut warnings = Vec::new();
+        let raw = std::mem::take(&mut h.raw);
+        for (k, v) in &raw {
+            let mut num = |v: &str| -> u64 {
+                match v.trim().parse::<u64>() {
+                    Ok(n) => n,
+                    Err(_) => {
+                        warnings.push(format!("trace header: {k}={v:?} is not a number; using 0"));
+                        0
+                    }
+                }
+            };
+            match k.as_str() {
+                "pid" => h.pid = num(v) as u32,
+                "ppid" => h.ppid = num(v) as u32,
+                "cmdline" => {
+                    h.cmdline = if v.is_empty() {
+                        Vec::new()
+                    } else {
+                        v.split('\u{1f}').map(str::to_string).collect()
+                    }
+                }
+                "exe" => h.exe = v.clone(),
+                "start_ns" => h.start_ns = num(v),
+                "start_tsc" => h.start_tsc = num(v),
+                "tsc_hz" => h.tsc_hz = num(v),
+                "page_size" => h.page_size = num(v),
+                "allocator" => h.allocator = v.clone(),
+                "allocator_path" => h.allocator_path = v.clone(),
+                "stacks" => h.stacks = v.clone(),
+                "max_depth" => h.max_depth = num(v) as u32,
+                "brk_start" => h.brk_start = num(v),
+                "follow" => h.follow = v.trim() == "1",
+                "mtlab_version" => h.mtlab_version = v.clone(),
+                _ => {}
+            }
+        }
+        h.raw = raw;
+        (h, warnings)
+    }
+
+    /// The value of `key` as written (unescaped), if present.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.raw.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    /// Nanoseconds from the start of tracing to `tsc`, when `tsc_hz` is known.
+    pub fn ns_since_start(&self, tsc: u64) -> Option<u64> {
+        if self.tsc_hz == 0 {
+            return None;
+        }
+        let d = tsc.saturating_sub(self.start_tsc) as u128;
+        Some((d * 1_000_000_000 / self.tsc_hz as u128) as u64)
+    }
+}
+
+/// Unescapes a header / RUNINFO value: `\n` → newline, `\\` → backslash.
+pub(crate) fn unescape(v: &str) -> String {
+    if !v.contains('\\') {
+        return v.to_string();
+    }
+    let mut out = String::with_capacity(v.len());
+    let mut it = v.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\\' {
+            match it.peek() {
+                Some('n') => {
+                    out.push('\n');
+                    it.next();
+                }
+                Some('\\') => {
+                    out.push('\\');
+                    it.next();
+                }
+                _ => out.push('\\'),
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Parses `key=value\n` text into pairs (values unescaped, lines without `=` ignored).
+pub(crate) fn parse_kv_text(text: &str) -> Vec<(String, String)> {
+    text.split('\n')
+        .filter_map(|line| {
+            let line = line.strip_suffix('\r').unwrap_or(line);
+            let (k, v) = line.split_once('=')?;
+            Some((k.to_string(), unescape(v)))
+        })
+        .collect()
+}
+
+/// The END record's totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndRecord {
+    pub end_tsc: u64,
+    pub end_ns: u64,
+    pub events_written: u64,
+    pub events_dropped: u64,
+    pub chunks_dropped: u64,
+    pub stacks_overflowed: u64,
+}
+
+impl EndRecord {
+    pub fn from_bytes(b: &[u8]) -> Option<EndRecord> {
+        if b.len() < END_PAYLOAD as usize {
+            return None;
+        }
+        let u = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+        Some(EndRecord {
+            end_tsc: u(0),
+            end_ns: u(1),
+            events_written: u(2),
+            events_dropped: u(3),
+            chunks_dropped: u(4),
+            stacks_overflowed: u(5),
+        })
+    }
+
+    pub fn to_bytes(&self) -> [u8; END_PAYLOAD as usize] {
+        let mut b = [0u8; END_PAYLOAD as usize];
+        for (i, v) in [
+            self.end_tsc,
+            self.end_ns,
+            self.events_written,
+            self.events_dropped,
+            self.chunks_dropped,
+            self.stacks_overflowed,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+}
+
+/// One EVENTS record, as found by the index pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkInfo {
+    /// File offset of the record header.
+    pub offset: u64,
+    /// Record payload length (24-byte chunk header included).
+    pub payload_len: u32,
+    /// The event bytes are one zstd frame.
+    pub compressed: bool,
+    pub tid: u32,
+    pub n_events: u32,
+    pub first_tsc: u64,
+    pub last_tsc: u64,
+}
+
+// ---------------------------------------------------------------------------
+// Record scanning, shared with `encode::finish_trace`.
+
+/// A record header found at `offset`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecHdr {
+    pub offset: u64,
+    pub payload_len: u32,
+    pub ty: u16,
+    pub flags: u16,
+}
+
+impl RecHdr {
+    pub fn payload_offset(&self) -> u64 {
+        self.offset + RECORD_HEADER as u64
+    }
+    pub fn end(&self) -> u64 {
+        self.payload_offset() + self.payload_len as u64
+    }
+}
+
+/// Why reading records stopped early.
+#[derive(Debug, Clone)]
+pub(crate) enum Damage {
+    Truncated {
+        offset: u64,
+        record_len: u64,
+        file_len: u64,
+    },
+    Bad {
+        offset: u64,
+        reason: String,
+    },
+}
+
+impl Damage {
+    pub fn message(&self, chunks_before: usize) -> String {
+        let using = if chunks_before == 1 {
+            "using the 1 chunk before it".to_string()
+        } else {
+            format!("using the {chunks_before} chunks before it")
+        };
+        match self {
+            Damage::Truncated {
+                offset,
+                record_len,
+                file_len,
+            } => format!(
+                "trace truncated at byte {offset}: record of {record_len} bytes runs past the end \
+                 (file is {file_len} bytes); {using}"
+            ),
+            Damage::Bad { offset, reason } => format!("trace damaged at byte {offset}: {reason}; {using}"),
+        }
+    }
+}
+
+/// Reads and checks the file header. Returns the version, the header text
+/// and the offset of the first record.
+pub(crate) fn read_file_header(file: &File, path: &Path, file_len: u64) -> Result<(u32, String, u64), TraceError> {
+    let not_a_trace = || TraceError::NotATrace {
+        path: path.to_path_buf(),
+    };
+    if file_len < FILE_HEADER_FIXED as u64 {
+        return Err(not_a_trace());
+    }
+    let mut fixed = [0u8; FILE_HEADER_FIXED as usize];
+    file.read_exact_at(&mut fixed, 0).map_err(TraceError::io(path))?;
+    if fixed[..8] != TRACE_MAGIC {
+        return Err(not_a_trace());
+    }
+    let version = u32::from_le_bytes(fixed[8..12].try_into().unwrap());
+    let text_len = u32::from_le_bytes(fixed[12..16].try_into().unwrap()) as u64;
+    if version > TRACE_VERSION {
+        return Err(TraceError::NewerVersion {
+            path: path.to_path_buf(),
+            found: version,
+            supported: TRACE_VERSION,
+        });
+    }
+    if version == 0 {
+        return Err(TraceError::BadHeader {
+            path: path.to_path_buf(),
+            reason: "format version 0 does not exist".into(),
+        });
+    }
+    if FILE_HEADER_FIXED as u64 + text_len > file_len {
+        return Err(TraceError::BadHeader {
+            path: path.to_path_buf(),
+            reason: format!("its text of {text_len} bytes runs past the end of the file ({file_len} bytes)"),
+        });
+    }
+    let mut text = vec![0u8; text_len as usize];
+    file.read_exact_at(&mut text, FILE_HEADER_FIXED as u64)
+        .map_err(TraceError::io(path))?;
+    let text = String::from_utf8(text).map_err(|e| TraceError::BadHeader {
+        path: path.to_path_buf(),
+        reason: format!("its text is not UTF-8 ({e})"),
+    })?;
+    Ok((version, text, FILE_HEADER_FIXED as u64 + text_len))
+}
+
+/// Reads the record header at `offset`: `Ok(None)` at a clean end of file.
+pub(crate) fn next_record(file: &File, offset: u64, file_len: u64) -> io::Result<Result<Option<RecHdr>, Damage>> {
+    if offset >= file_len {
+        return Ok(Ok(None));
+    }
+    if offset + RECORD_HEADER as u64 > file_len {
+        return Ok(Err(Damage::Truncated {
+            offset,
+            record_len: RECORD_HEADER as u64,
+            file_len,
+        }));
+    }
+    let mut b = [0u8; RECORD_HEADER as usize];
+    file.read_exact_at(&mut b, offset)?;
+    let rec = RecHdr {
+        offset,
+        payload_len: u32::from_le_bytes(b[0..4].try_into().unwrap()),
+        ty: u16::from_le_bytes(b[4..6].try_into().unwrap()),
+        flags: u16::from_le_bytes(b[6..8].try_into().unwrap()),
+    };
+    if rec.end() > file_len {
+        return Ok(Err(Damage::Truncated {
+            offset,
+            record_len: RECORD_HEADER as u64 + rec.payload_len as u64,
+            file_len,
+        }));
+    }
+    if rec.payload_len > MAX_PAYLOAD {
+        return Ok(Err(Damage::Bad {
+            offset,
+            reason: format!("record of {} bytes is larger than mtlab ever writes", rec.payload_len),
+        }));
+    }
+    Ok(Ok(Some(rec)))
+}
+
+/// Checks an EVENTS record's 24-byte chunk header (`head` holds at least the
+/// first 24 payload bytes, or fewer when the payload is that short).
+pub(crate) fn parse_chunk_header(rec: &RecHdr, head: &[u8]) -> Result<ChunkInfo, Damage> {
+    if (rec.payload_len as usize) < EVENTS_HEADER as usize || head.len() < EVENTS_HEADER as usize {
+        return Err(Damage::Bad {
+            offset: rec.offset,
+            reason: format!(
+                "EVENTS record of {} bytes is shorter than its {EVENTS_HEADER}-byte chunk header",
+                rec.payload_len
+            ),
+        });
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().unwrap());
+    let info = ChunkInfo {
+        offset: rec.offset,
+        payload_len: rec.payload_len,
+        compressed: rec.flags & RECORD_FLAG_ZSTD != 0,
+        tid: u32_at(0),
+        n_events: u32_at(4),
+        first_tsc: u64_at(8),
+        last_tsc: u64_at(16),
+    };
+    if info.first_tsc > info.last_tsc {
+        return Err(Damage::Bad {
+            offset: rec.offset,
+            reason: format!(
+                "EVENTS chunk of thread {} says its first_tsc {} is after its last_tsc {}",
+                info.tid, info.first_tsc, info.last_tsc
+            ),
+        });
+    }
+    Ok(info)
+}
+
+/// Decompresses one zstd frame (or several) into `out`, refusing more than `limit` bytes.
+pub(crate) fn zstd_decompress_into(
+    dctx: &mut zstd::bulk::Decompressor<'static>,
+    src: &[u8],
+    out: &mut Vec<u8>,
+    limit: u64,
+) -> io::Result<()> {
+    out.clear();
+    match zstd::zstd_safe::get_frame_content_size(src) {
+        Ok(Some(n)) if n <= limit && zstd::zstd_safe::find_frame_compressed_size(src).ok() == Some(src.len()) => {
+            out.reserve(n as usize);
+            let got = dctx.decompress_to_buffer(src, out)?;
+            if got as u64 != n {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "zstd frame is shorter than it says",
+                ));
+            }
+            Ok(())
+        }
+        Ok(Some(n)) if n > limit => Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("zstd frame says it holds {n} bytes, more than mtlab ever writes"),
+        )),
+        _ => {
+            // Unknown content size or several frames: stream it.
+            let dec = zstd::stream::read::Decoder::new(src)?;
+            dec.take(limit + 1).read_to_end(out)?;
+            if out.len() as u64 > limit {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "zstd payload is larger than mtlab ever writes",
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The index pass.
+
+/// An opened trace: its header and an index of its records.
+#[derive(Debug, Clone)]
+pub struct TraceFile {
+    pub path: PathBuf,
+    pub header: Header,
+    /// EVENTS records in file order.
+    pub chunks: Vec<ChunkInfo>,
+    /// Every MAPS text in file order.
+    pub maps: Vec<String>,
+    pub end: Option<EndRecord>,
+    pub runinfo: Vec<(String, String)>,
+    /// Problems met while indexing (damage, odd header values).
+    pub warnings: Vec<String>,
+    pub file_len: u64,
+}
+
+impl TraceFile {
+    pub fn open(path: impl AsRef<Path>) -> Result<TraceFile, TraceError> {
+        let path = path.as_ref();
+        let file = File::open(path).map_err(TraceError::io(path))?;
+        let file_len = file.metadata().map_err(TraceError::io(path))?.len();
+        let (version, text, mut off) = read_file_header(&file, path, file_len)?;
+        let (mut header, warnings) = Header::parse(&text);
+        header.version = version;
+        let mut tf = TraceFile {
+            path: path.to_path_buf(),
+            header,
+            chunks: Vec::new(),
+            maps: Vec::new(),
+            end: None,
+            runinfo: Vec::new(),
+            warnings,
+            file_len,
+        };
+        let mut dctx: Option<zstd::bulk::Decompressor<'static>> = None;
+        let mut buf = Vec::new();
+        let mut plain = Vec::new();
+        loop {
+            let rec = match next_record(&file, off, file_len).map_err(TraceError::io(path))? {
+                Ok(Some(rec)) => rec,
+                Ok(None) => break,
+                Err(d) => {
+                    tf.warnings.push(d.message(tf.chunks.len()));
+                    break;
+                }
+            };
+            match rec.ty {
+                REC_EVENTS => {
+                    let mut head = [0u8; EVENTS_HEADER as usize];
+                    let n = (rec.payload_len as usize).min(head.len());
+                    file.read_exact_at(&mut head[..n], rec.payload_offset())
+                        .map_err(TraceError::io(path))?;
+                    match parse_chunk_header(&rec, &head[..n]) {
+                        Ok(info) => tf.chunks.push(info),
+                        Err(d) => {
+                            tf.warnings.push(d.message(tf.chunks.len()));
+                            break;
+                        }
+                    }
+                }
+                REC_MAPS | REC_END | REC_RUNINFO => {
+                    buf.resize(rec.payload_len as usize, 0);
+                    file.read_exact_at(&mut buf, rec.payload_offset())
+                        .map_err(TraceError::io(path))?;
+                    let payload: &[u8] = if rec.flags & RECORD_FLAG_ZSTD != 0 {
+                        let d = match &mut dctx {
+                            Some(d) => d,
+                            None => dctx.insert(zstd::bulk::Decompressor::new().map_err(TraceError::io(path))?),
+                        };
+                        if let Err(e) = zstd_decompress_into(d, &buf, &mut plain, MAX_TEXT_PAYLOAD) {
+                            let d = Damage::Bad {
+                                offset: rec.offset,
+                                reason: format!("{} record does not decompress ({e})", record_name(rec.ty)),
+                            };
+                            tf.warnings.push(d.message(tf.chunks.len()));
+                            break;
+                        }
+                        &plain
+                    } else {
+                        &buf
+                    };
+                    match rec.ty {
+                        REC_MAPS => tf.maps.push(String::from_utf8_lossy(payload).into_owned()),
+                        REC_RUNINFO => tf.runinfo.extend(parse_kv_text(&String::from_utf8_lossy(payload))),
+                        _ => match EndRecord::from_bytes(payload) {
+                            Some(end) => tf.end = Some(end),
+                            None => {
+                                let d = Damage::Bad {
+                                    offset: rec.offset,
+                                    reason: format!(
+                                        "END record of {} bytes is shorter than {END_PAYLOAD}",
+                                        payload.len()
+                                    ),
+                                };
+                                tf.warnings.push(d.message(tf.chunks.len()));
+                                break;
+                            }
+                        },
+                    }
+                }
+                _ => {} // unknown record type: skipped
+            }
+            off = rec.end();
+        }
+        Ok(tf)
+    }
+
+    /// Every item of the trace: events in global TSC order (ties in chunk
+    /// file order), stack definitions as they are reached.
+    pub fn items(&self) -> Result<Items, TraceError> {
+        let file = File::open(&self.path).map_err(TraceError::io(&self.path))?;
+        Ok(Items::new(self.path.clone(), file, self.chunks.clone()))
+    }
+
+    /// Looks up a RUNINFO value.
+    pub fn runinfo_get(&self, key: &str) -> Option<&str> {
+        self.runinfo
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Distinct thread ids that have chunks, in order of first appearance.
+    pub fn tids(&self) -> Vec<u32> {
+        let mut seen = Vec::new();
+        for c in &self.chunks {
+            if !seen.contains(&c.tid) {
+                seen.push(c.tid);
+            }
+        }
+        seen
+    }
+}
+
+fn record_name(ty: u16) -> &'static str {
+    match ty {
+        REC_EVENTS => "EVENTS",
+        REC_MAPS => "MAPS",
+        REC_END => "END",
+        REC_RUNINFO => "RUNINFO",
+        _ => "unknown",
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Event decoding.
+
+#[derive(Debug)]
+enum DecErr {
+    Eof,
+    VarintOverflow,
+    UnknownKind(u8),
+    StackIdTooLarge(u64),
+    StackTooDeep(u64),
+}
+
+impl std::fmt::Display for DecErr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecErr::Eof => write!(f, "an event runs past the end of the chunk"),
+            DecErr::VarintOverflow => write!(f, "a varint is longer than 10 bytes or overflows 64 bits"),
+            DecErr::UnknownKind(k) => write!(f, "unknown event kind {k}"),
+            DecErr::StackIdTooLarge(id) => write!(f, "stack id {id} does not fit 32 bits"),
+            DecErr::StackTooDeep(d) => write!(f, "a STACK_DEF of depth {d} is longer than the chunk"),
+        }
+    }
+}
+
+#[inline(always)]
+fn zigzag(u: u64) -> i64 {
+    ((u >> 1) as i64) ^ -((u & 1) as i64)
+}
+
+#[inline(never)]
+#[cold]
+fn varint_slow(buf: &[u8], pos: &mut usize) -> Result<u64, DecErr> {
+    let mut v: u64 = 0;
+    let mut shift = 0u32;
+    let mut p = *pos;
+    loop {
+        let Some(&b) = buf.get(p) else { return Err(DecErr::Eof) };
+        p += 1;
+        if shift == 63 && b > 1 {
+            return Err(DecErr::VarintOverflow);
+        }
+        v |= ((b & 0x7f) as u64) << shift;
+        if b < 0x80 {
+            *pos = p;
+            return Ok(v);
+        }
+        shift += 7;
+        if shift > 63 {
+            return Err(DecErr::VarintOverflow);
+        }
+    }
+}
+
+#[inline(always)]
+fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, DecErr> {
+    match buf.get(*pos) {
+        Some(&b) if b < 0x80 => {
+            *pos += 1;
+            Ok(b as u64)
+        }
+        _ => varint2(buf, pos),
+    }
+}
+
+#[inline(always)]
+fn varint2(buf: &[u8], pos: &mut usize) -> Result<u64, DecErr> {
+    // Unrolled when 10 bytes are there to read; the checked loop near the end.
+    let p = *pos;
+    if let Some(s) = buf.get(p..p + 10) {
+        let s: &[u8; 10] = s.try_into().unwrap();
+        let mut v: u64 = 0;
+        for (i, &b) in s.iter().enumerate().take(9) {
+            v |= ((b & 0x7f) as u64) << (7 * i);
+            if b < 0x80 {
+                *pos = p + i + 1;
+                return Ok(v);
+            }
+        }
+        let b = s[9];
+        if b > 1 {
+            return Err(DecErr::VarintOverflow);
+        }
+        *pos = p + 10;
+        return Ok(v | (b as u64) << 63);
+    }
+    varint_slow(buf, pos)
+}
+
+#[inline(always)]
+fn usable(flags: u8, size: u64, ptr: u64, extra: u64) -> u64 {
+    if flags & EVF_FAILED != 0 || ptr == 0 {
+        0
+    } else {
+        size.saturating_add(extra)
+    }
+}
+
+/// One chunk's decoded-so-far state.
+struct ChunkCursor {
+    /// Index of the chunk in file order.
+    idx: u32,
+    offset: u64,
+    tid: u32,
+    /// The event bytes (after the 24-byte chunk header), decompressed.
+    buf: Vec<u8>,
+    pos: usize,
+    tsc: u64,
+    ptr: u64,
+}
+
+enum Step {
+    Event(Event),
+    Stack(u32, Vec<u64>),
+}
+
+impl ChunkCursor {
+    /// Decodes the next item; `Ok(None)` at the end of the chunk.
+    #[inline(always)]
+    fn step(&mut self) -> Result<Option<Step>, DecErr> {
+        let buf = &self.buf[..];
+        let mut p = self.pos;
+        let Some(&b) = buf.get(p) else { return Ok(None) };
+        p += 1;
+        let kind = b & KIND_MASK;
+        let flags = b & EVF_MASK;
+        if kind == EV_STACK_DEF {
+            let id = varint(buf, &mut p)?;
+            let id = u32::try_from(id).map_err(|_| DecErr::StackIdTooLarge(id))?;
+            let depth = varint(buf, &mut p)?;
+            if depth > (buf.len() - p) as u64 {
+                return Err(DecErr::StackTooDeep(depth));
+            }
+            let mut pcs = Vec::with_capacity(depth as usize);
+            let mut pc: u64 = 0;
+            for _ in 0..depth {
+                pc = pc.wrapping_add(zigzag(varint(buf, &mut p)?) as u64);
+                pcs.push(pc);
+            }
+            self.pos = p;
+            return Ok(Some(Step::Stack(id, pcs)));
+        }
+        let ts = varint(buf, &mut p)?;
+        let cycles = varint(buf, &mut p)?;
+        let stack = varint(buf, &mut p)?;
+        let stack = u32::try_from(stack).map_err(|_| DecErr::StackIdTooLarge(stack))?;
+        let mut ptr = self.ptr;
+        macro_rules! v {
+            () => {
+                varint(buf, &mut p)?
+            };
+        }
+        macro_rules! sv {
+            () => {
+                zigzag(varint(buf, &mut p)?)
+            };
+        }
+        macro_rules! ptr {
+            () => {{
+                ptr = ptr.wrapping_add(sv!() as u64);
+                ptr
+            }};
+        }
+        let ek = match kind {
+            EV_MALLOC | EV_VALLOC | EV_PVALLOC => {
+                let size = v!();
+                let res = ptr!();
+                let extra = v!();
+                let func = match kind {
+                    EV_MALLOC => Func::Malloc,
+                    EV_VALLOC => Func::Valloc,
+                    _ => Func::Pvalloc,
+                };
+                EventKind::Alloc {
+                    func,
+                    size,
+                    align: 0,
+                    ptr: res,
+                    usable: usable(flags, size, res, extra),
+                }
+            }
+            EV_FREE => EventKind::Free { ptr: ptr!() },
+            EV_CALLOC => {
+                let nmemb = v!();
+                let sz = v!();
+                let size = nmemb.saturating_mul(sz);
+                let res = ptr!();
+                let extra = v!();
+                EventKind::Alloc {
+                    func: Func::Calloc,
+                    size,
+                    align: 0,
+                    ptr: res,
+                    usable: usable(flags, size, res, extra),
+                }
+            }
+            EV_REALLOC => {
+                let old = ptr!();
+                let size = v!();
+                let res = ptr!();
+                let extra = v!();
+                EventKind::Realloc {
+                    func: Func::Realloc,
+                    old,
+                    size,
+                    ptr: res,
+                    usable: usable(flags, size, res, extra),
+                }
+            }
+            EV_REALLOCARRAY => {
+                let old = ptr!();
+                let nmemb = v!();
+                let sz = v!();
+                let size = nmemb.saturating_mul(sz);
+                let res = ptr!();
+                let extra = v!();
+                EventKind::Realloc {
+                    func: Func::Reallocarray,
+                    old,
+                    size,
+                    ptr: res,
+                    usable: usable(flags, size, res, extra),
+                }
+            }
+            EV_POSIX_MEMALIGN => {
+                let align = v!();
+                let size = v!();
+                let res = ptr!();
+                let _ret = v!();
+                let extra = v!();
+                EventKind::Alloc {
+                    func: Func::PosixMemalign,
+                    size,
+                    align,
+                    ptr: res,
+                    usable: usable(flags, size, res, extra),
+                }
+            }
+            EV_ALIGNED_ALLOC | EV_MEMALIGN => {
+                let align = v!();
+                let size = v!();
+                let res = ptr!();
+                let extra = v!();
+                let func = if kind == EV_MEMALIGN {
+                    Func::Memalign
+                } else {
+                    Func::AlignedAlloc
+                };
+                EventKind::Alloc {
+                    func,
+                    size,
+                    align,
+                    ptr: res,
+                    usable: usable(flags, size, res, extra),
+                }
+            }
+            EV_MMAP | EV_MMAP64 => {
+                let hint = ptr!();
+                let len = v!();
+                let prot = v!();
+                let mflags = v!();
+                let fd = sv!();
+                let offset = v!();
+                let result = ptr!();
+                let func = if kind == EV_MMAP { Func::Mmap } else { Func::Mmap64 };
+                EventKind::Mmap {
+                    func,
+                    hint,
+                    len,
+                    prot,
+                    flags: mflags,
+                    fd,
+                    offset,
+                    result,
+                }
+            }
+            EV_MUNMAP => {
+                let addr = ptr!();
+                let len = v!();
+                let ret = sv!();
+                EventKind::Munmap { addr, len, ret }
+            }
+            EV_MREMAP => {
+                let old = ptr!();
+                let old_len = v!();
+                let new_len = v!();
+                let mflags = v!();
+                let result = ptr!();
+                EventKind::Mremap {
+                    old,
+                    old_len,
+                    new_len,
+                    flags: mflags,
+                    result,
+                }
+            }
+            EV_BRK => {
+                let addr = ptr!();
+                let ret = sv!();
+                let brk_after = ptr!();
+                EventKind::Brk { addr, ret, brk_after }
+            }
+            EV_SBRK => {
+                let increment = sv!();
+                let result = ptr!();
+                let brk_after = ptr!();
+                EventKind::Sbrk {
+                    increment,
+                    result,
+                    brk_after,
+                }
+            }
+            EV_BRK_SEEN => EventKind::BrkSeen { brk: ptr!() },
+            EV_ARENA_HEAP => {
+                let base = ptr!();
+                let size = v!();
+                EventKind::ArenaHeap { base, size }
+            }
+            k => return Err(DecErr::UnknownKind(k)),
+        };
+        self.tsc = self.tsc.wrapping_add(ts);
+        self.ptr = ptr;
+        self.pos = p;
+        Ok(Some(Step::Event(Event {
+            tid: self.tid,
+            tsc: self.tsc,
+            cycles,
+            stack,
+            flags,
+            kind: ek,
+        })))
+    }
+}
+
+/// A chunk being merged, with its next event decoded ahead.
+struct Active {
+    cur: ChunkCursor,
+    /// `next` holds the chunk's next event, not yet yielded.
+    has_next: bool,
+    next: Event,
+}
+
+const NO_KEY: (u64, u32) = (u64::MAX, u32::MAX);
+const NO_SLOT: u32 = u32::MAX;
+
+/// Heap entry: (tsc, chunk index, slot); `Reverse` makes the max-heap a min-heap.
+type HeapKey = std::cmp::Reverse<(u64, u32, u32)>;
+
+/// Iterator over a trace's items; see [`TraceFile::items`].
+pub struct Items {
+    path: PathBuf,
+    file: File,
+    chunks: Vec<ChunkInfo>,
+    /// Chunk indices by (first_tsc, file order).
+    order: Vec<u32>,
+    next_pending: usize,
+    /// Chunks being merged (the current one and those parked in the heap).
+    slots: Vec<Active>,
+    free_slots: Vec<u32>,
+    /// Parked chunks by the key of their buffered next event.
+    heap: BinaryHeap<HeapKey>,
+    /// The chunk being drained, or NO_SLOT.
+    cur: u32,
+    /// Smallest key among the heap and the pending chunks.
+    bound: (u64, u32),
+    warnings: Vec<String>,
+    events: u64,
+    pool: Vec<Vec<u8>>,
+    raw: Vec<u8>,
+    dctx: Option<zstd::bulk::Decompressor<'static>>,
+}
+
+impl Items {
+    fn new(path: PathBuf, file: File, chunks: Vec<ChunkInfo>) -> Items {
+        let mut order: Vec<u32> = (0..chunks.len() as u32).collect();
+        order.sort_by_key(|&i| (chunks[i as usize].first_tsc, i));
+        let mut it = Items {
+            path,
+            file,
+            chunks,
+            order,
+            next_pending: 0,
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            heap: BinaryHeap::new(),
+            cur: NO_SLOT,
+            bound: NO_KEY,
+            warnings: Vec::new(),
+            events: 0,
+            pool: Vec::new(),
+            raw: Vec::new(),
+            dctx: None,
+        };
+        it.bound = it.compute_bound();
+        it
+    }
+
+    /// Problems met while decoding (each abandons the rest of one chunk).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Events yielded so far.
+    pub fn events_decoded(&self) -> u64 {
+        self.events
+    }
+
+    /// The trace's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    #[inline]
+    fn pending_key(&self) -> Option<(u64, u32)> {
+        self.order
+            .get(self.next_pending)
+            .map(|&i| (self.chunks[i as usize].first_tsc, i))
+    }
+
+    #[inline]
+    fn compute_bound(&self) -> (u64, u32) {
+        let h = self.heap.peek().map_or(NO_KEY, |e| (e.0 .0, e.0 .1));
+        let p = self.pending_key().unwrap_or(NO_KEY);
+        h.min(p)
+    }
+
+    /// Frees the current chunk's slot, keeping its buffer for reuse.
+    fn release_cur(&mut self) {
+        let slot = self.cur;
+        self.cur = NO_SLOT;
+        let buf = std::mem::take(&mut self.slots[slot as usize].cur.buf);
+        if self.pool.len() < 8 {
+            self.pool.push(buf);
+        }
+        self.free_slots.push(slot);
+    }
+
+    /// Reads (and decompresses) chunk `idx` into a free slot.
+    fn load(&mut self, idx: u32) -> Option<u32> {
+        let c = self.chunks[idx as usize];
+        let start = c.offset + RECORD_HEADER as u64 + EVENTS_HEADER as u64;
+        let len = c.payload_len as usize - EVENTS_HEADER as usize;
+        let mut buf = self.pool.pop().unwrap_or_default();
+        let res: io::Result<()> = (|| {
+            if c.compressed {
+                self.raw.resize(len, 0);
+                self.file.read_exact_at(&mut self.raw, start)?;
+                let d = match &mut self.dctx {
+                    Some(d) => d,
+                    None => self.dctx.insert(zstd::bulk::Decompressor::new()?),
+                };
+                zstd_decompress_into(d, &self.raw, &mut buf, MAX_PAYLOAD as u64)?;
+            } else {
+                buf.resize(len, 0);
+                self.file.read_exact_at(&mut buf, start)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = res {
+            self.warnings.push(format!(
+                "chunk at byte {} (thread {}): cannot read its events ({e}); skipped",
+                c.offset, c.tid
+            ));
+            if self.pool.len() < 8 {
+                self.pool.push(buf);
+            }
+            return None;
+        }
+        let active = Active {
+            cur: ChunkCursor {
+                idx,
+                offset: c.offset,
+                tid: c.tid,
+                buf,
+                pos: 0,
+                tsc: c.first_tsc,
+                ptr: 0,
+            },
+            has_next: false,
+            next: Event {
+                tid: c.tid,
+                tsc: 0,
+                cycles: 0,
+                stack: 0,
+                flags: 0,
+                kind: EventKind::Free { ptr: 0 },
+            },
+        };
+        Some(match self.free_slots.pop() {
+            Some(s) => {
+                self.slots[s as usize] = active;
+                s
+            }
+            None => {
+                self.slots.push(active);
+                (self.slots.len() - 1) as u32
+            }
+        })
+    }
+
+    #[cold]
+    fn chunk_error(&mut self, e: DecErr) {
+        let a = &self.slots[self.cur as usize].cur;
+        self.warnings.push(format!(
+            "chunk at byte {} (thread {}): {e} at event byte {}; the rest of the chunk is skipped",
+            a.offset, a.tid, a.pos
+        ));
+        self.release_cur();
+    }
+
+    /// The current chunk's next event has `key`, which is not below the
+    /// bound: park it and pick the chunk that holds the bound.
+    #[inline]
+    fn yield_cur(&mut self, key: (u64, u32)) {
+        let from_heap = self.heap.peek().is_some_and(|e| (e.0 .0, e.0 .1) == self.bound);
+        if from_heap {
+            // Swap with the heap's top: one sift instead of a push and a pop.
+            let mut top = self.heap.peek_mut().unwrap();
+            let next = top.0 .2;
+            *top = std::cmp::Reverse((key.0, key.1, self.cur));
+            drop(top);
+            self.cur = next;
+            self.bound = self.compute_bound();
+        } else {
+            self.heap.push(std::cmp::Reverse((key.0, key.1, self.cur)));
+            self.cur = NO_SLOT;
+        }
+    }
+
+    /// Picks the next chunk to drain. Returns false when everything is done.
+    fn switch(&mut self) -> bool {
+        loop {
+            let h = self.heap.peek().map(|e| (e.0 .0, e.0 .1));
+            let p = self.pending_key();
+            let take_heap = match (h, p) {
+                (None, None) => return false,
+                (Some(h), Some(p)) => h < p,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+            };
+            if take_heap {
+                self.cur = self.heap.pop().unwrap().0 .2;
+            } else {
+                let idx = self.order[self.next_pending];
+                self.next_pending += 1;
+                match self.load(idx) {
+                    Some(slot) => self.cur = slot,
+                    None => continue,
+                }
+            }
+            self.bound = self.compute_bound();
+            return true;
+        }
+    }
+}
+
+impl Iterator for Items {
+    type Item = Item;
+
+    #[inline]
+    fn next(&mut self) -> Option<Item> {
+        loop {
+            if self.cur != NO_SLOT {
+                let a = &mut self.slots[self.cur as usize];
+                if a.has_next {
+                    let key = (a.next.tsc, a.cur.idx);
+                    if key < self.bound {
+                        a.has_next = false;
+                        self.events += 1;
+                        return Some(Item::Event(a.next.clone()));
+                    }
+                    self.yield_cur(key);
+                    continue;
+                }
+                match a.cur.step() {
+                    Ok(Some(Step::Event(ev))) => {
+                        let key = (ev.tsc, a.cur.idx);
+                        if key < self.bound {
+                            self.events += 1;
+                            return Some(Item::Event(ev));
+                        }
+                        a.next = ev;
+                        a.has_next = true;
+                        self.yield_cur(key);
+                        continue;
+                    }
+                    Ok(Some(Step::Stack(id, pcs))) => return Some(Item::Stack { id, pcs }),
+                    Ok(None) => {
+                        self.release_cur();
+                        continue;
+                    }
+                    Err(e) => {
+                        self.chunk_error(e);
+                        continue;
+                    }
+                }
+            }
+            if !self.switch() {
+                return None;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varints() {
+        let mut buf = Vec::new();
+        let vals = [
+            0u64,
+            1,
+            127,
+            128,
+            300,
+            16383,
+            16384,
+            u32::MAX as u64,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for &v in &vals {
+            super::super::encode::put_varint(&mut buf, v);
+        }
+        let mut p = 0;
+        for &v in &vals {
+            assert_eq!(varint(&buf, &mut p).unwrap(), v);
+        }
+        assert_eq!(p, buf.len());
+        assert!(matches!(varint(&buf, &mut p), Err(DecErr::Eof)));
+        let bad = [0xffu8; 11];
+        let mut p = 0;
+        assert!(matches!(varint(&bad, &mut p), Err(DecErr::VarintOverflow)));
+        let bad = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
+        let mut p = 0;
+        assert!(matches!(varint(&bad, &mut p), Err(DecErr::VarintOverflow)));
+        for v in [0i64, -1, 1, i64::MIN, i64::MAX, -123456789] {
+            let mut b = Vec::new();
+            super::super::encode::put_svarint(&mut b, v);
+            let mut p = 0;
+            assert_eq!(zigzag(varint(&b, &mut p).unwrap()), v);
+        }
+    }
+
+    #[test]
+    fn header_text() {
+        let (h, w) = Header::parse(
+            "pid=12\nppid=1\ncmdline=./a\u{1f}x y\u{1f}\\n\\\\z\nexe=/bin/a\ntsc_hz=3000000000\nfollow=1\n\
+             stacks=fp\nmax_depth=64\nweird=\\q\nstart_tsc=abc\n",
+        );
+        assert_eq!(h.pid, 12);
+        assert_eq!(h.ppid, 1);
+        assert_eq!(h.cmdline, vec!["./a".to_string(), "x y".into(), "\n\\z".into()]);
+        assert_eq!(h.exe, "/bin/a");
+        assert_eq!(h.tsc_hz, 3_000_000_000);
+        assert!(h.follow);
+        assert_eq!(h.stacks, "fp");
+        assert_eq!(h.max_depth, 64);
+        assert_eq!(h.get("weird"), Some("\\q"));
+        assert_eq!(h.start_tsc, 0);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(h.allocator, "");
+        assert_eq!(h.ns_since_start(3_000_000_000), Some(1_000_000_000));
+    }
+
+    // ---- round trips through the Rust writer -------------------------------
+
+    use crate::trace::encode::{finish_trace, ChunkEncoder, TraceWriter};
+    use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
+
+    fn header_pairs() -> Vec<(String, String)> {
+        [
+            ("pid", "4242"),
+            ("ppid", "1"),
+            ("cmdline", "./prog\u{1f}--x\u{1f}a\nb\\c"),
+            ("exe", "/usr/bin/prog"),
+            ("start_ns", "1700000000000000000"),
+            ("start_tsc", "1000"),
+            ("tsc_hz", "2000000000"),
+            ("page_size", "4096"),
+            ("allocator", "glibc"),
+            ("allocator_path", "/lib/x86_64-linux-gnu/libc.so.6"),
+            ("stacks", "fp"),
+            ("max_depth", "128"),
+            ("brk_start", "93824992235520"),
+            ("follow", "1"),
+            ("mtlab_version", "0.1.0"),
+            ("future_key", "kept"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    }
+
+    fn ev(tid: u32, tsc: u64, flags: u8, kind: EventKind) -> Item {
+        Item::Event(Event {
+            tid,
+            tsc,
+            cycles: tsc % 1000 + 7,
+            stack: (tsc % 5) as u32,
+            flags,
+            kind,
+        })
+    }
+
+    fn alloc(func: Func, size: u64, align: u64, ptr: u64, usable: u64) -> EventKind {
+        EventKind::Alloc {
+            func,
+            size,
+            align,
+            ptr,
+            usable,
+        }
+    }
+
+    /// One event of every kind and flag combination, with awkward values.
+    fn every_kind(tid: u32, t0: u64) -> Vec<Item> {
+        let big = u64::MAX - 4095;
+        let kinds = vec![
+            alloc(Func::Malloc, 24, 0, 0x5555_5555_9000, 40),
+            alloc(Func::Malloc, 1 << 40, 0, 0, 0),
+            EventKind::Free { ptr: 0x5555_5555_9000 },
+            EventKind::Free { ptr: 0 },
+            alloc(Func::Calloc, 800, 0, 0x7fff_f000_0010, 808),
+            EventKind::Realloc {
+                func: Func::Realloc,
+                old: 0x7fff_f000_0010,
+                size: 1600,
+                ptr: 0x1000,
+                usable: 1608,
+            },
+            EventKind::Realloc {
+                func: Func::Reallocarray,
+                old: 0x1000,
+                size: 3200,
+                ptr: big,
+                usable: 3208,
+            },
+            alloc(Func::PosixMemalign, 100, 64, 0x4000_0040, 112),
+            alloc(Func::AlignedAlloc, 4096, 4096, 0x4000_1000, 4096),
+            alloc(Func::Memalign, 5000, 256, 0x10, 5008),
+            alloc(Func::Valloc, 10, 0, 0x7000_0000_1000, 4096),
+            alloc(Func::Pvalloc, 10, 0, 0x7000_0000_2000, 4096),
+            EventKind::Mmap {
+                func: Func::Mmap,
+                hint: 0,
+                len: 1 << 21,
+                prot: 3,
+                flags: 0x22,
+                fd: -1,
+                offset: 0,
+                result: 0x7f00_0000_0000,
+            },
+            EventKind::Mmap {
+                func: Func::Mmap64,
+                hint: 0x6000_0000_0000,
+                len: u64::MAX,
+                prot: 1,
+                flags: 0x1,
+                fd: i64::MAX,
+                offset: u64::MAX,
+                result: u64::MAX,
+            },
+            EventKind::Munmap {
+                addr: 0x7f00_0000_0000,
+                len: 1 << 21,
+                ret: 0,
+            },
+            EventKind::Munmap {
+                addr: 1,
+                len: 0,
+                ret: -1,
+            },
+            EventKind::Mremap {
+                old: 0x7f00_0000_0000,
+                old_len: 4096,
+                new_len: 1 << 30,
+                flags: 1,
+                result: 0x10,
+            },
+            EventKind::Brk {
+                addr: 0x5555_5600_0000,
+                ret: 0,
+                brk_after: 0x5555_5600_0000,
+            },
+            EventKind::Brk {
+                addr: 0,
+                ret: i64::MIN,
+                brk_after: 0x5555_5600_0000,
+            },
+            EventKind::Sbrk {
+                increment: -135168,
+                result: 0x5555_5600_0000,
+                brk_after: 0x5555_55fd_f000,
+            },
+            EventKind::Sbrk {
+                increment: i64::MAX,
+                result: u64::MAX,
+                brk_after: 0,
+            },
+            EventKind::BrkSeen { brk: 0x5555_5700_0000 },
+            EventKind::ArenaHeap {
+                base: 0x7ff0_0000_0000,
+                size: 64 << 20,
+            },
+        ];
+        let mut out = vec![Item::Stack {
+            id: tid * 100 + 1,
+            pcs: vec![0x40_1000, 0x40_0f00, u64::MAX, 0, 0x7fff_ffff_ffff],
+        }];
+        let mut t = t0;
+        for (i, k) in kinds.into_iter().enumerate() {
+            for f in 0..8u8 {
+                let flags = f << 5;
+                let mut k = k.clone();
+                // The decoder reports usable 0 for failed calls and NULL results.
+                if let EventKind::Alloc { ptr, usable, .. } | EventKind::Realloc { ptr, usable, .. } = &mut k {
+                    if flags & FLAG_FAILED != 0 || *ptr == 0 {
+                        *usable = 0;
+                    }
+                }
+                out.push(ev(tid, t, flags, k));
+                t += (i as u64 * 37 + f as u64) % 50; // includes equal timestamps
+            }
+        }
+        out.push(Item::Stack {
+            id: tid * 100 + 2,
+            pcs: vec![],
+        });
+        // A huge jump in time.
+        out.push(ev(
+            tid,
+            t + (1u64 << 62),
+            FLAG_IN_ALLOCATOR,
+            EventKind::Free { ptr: 0x42 },
+        ));
+        out
+    }
+
+    fn events_of(items: &[Item]) -> Vec<Event> {
+        items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Event(e) => Some(e.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn roundtrip_every_kind_through_finish() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.mtlab");
+        let items_a = every_kind(7, 1_000_000);
+        let mut items_b = every_kind(8, 1_000_003);
+        // Make chunk B long and repetitive so it compresses.
+        let extra: Vec<Item> = (0..2000u64)
+            .map(|i| {
+                ev(
+                    8,
+                    (1u64 << 62) + 2_000_000 + i * 10,
+                    0,
+                    alloc(Func::Malloc, 32, 0, 0x1000 + i * 48, 40),
+                )
+            })
+            .collect();
+        items_b.extend(extra);
+
+        let mut w = TraceWriter::create(&path, header_pairs()).unwrap();
+        w.maps("00400000-00401000 r-xp 00000000 08:01 1 /usr/bin/prog\n")
+            .unwrap();
+        w.events_chunk(7, &items_a).unwrap();
+        let mut raw = ChunkEncoder::new(9);
+        raw.calloc(5, 1, 0, FLAG_FAILED, u64::MAX, 2, 0, 0);
+        raw.calloc(6, 1, 0, 0, 3, 5, 0x100, 1);
+        raw.reallocarray(7, 1, 0, 0, 0x100, 1 << 33, 1 << 33, 0x200, 9);
+        raw.reallocarray(8, 1, 0, FLAG_CHUNK_MMAPPED, 0x200, 4, 8, 0x300, 0);
+        w.chunk(&raw).unwrap();
+        w.events_chunk(8, &items_b).unwrap();
+        w.record(77, 0, b"a record type from the future").unwrap();
+        w.maps_compressed("second maps\n").unwrap();
+        let end = EndRecord {
+            end_tsc: 99,
+            end_ns: 98,
+            events_written: 97,
+            events_dropped: 1,
+            chunks_dropped: 2,
+            stacks_overflowed: u64::MAX,
+        };
+        w.end(&end).unwrap();
+        w.finish().unwrap();
+
+        let before = std::fs::metadata(&path).unwrap().len();
+        let runinfo = vec![
+            ("exit_code".to_string(), "0".to_string()),
+            ("wall_ns".into(), "12345".into()),
+        ];
+        let stats = finish_trace(&path, &runinfo).unwrap();
+        assert_eq!(stats.bytes_before, before);
+        assert_eq!(stats.bytes_after, std::fs::metadata(&path).unwrap().len());
+        assert!(stats.chunks_compressed >= 1, "{stats:?}");
+        assert!(stats.bytes_after < stats.bytes_before, "{stats:?}");
+        assert!(stats.warnings.is_empty(), "{stats:?}");
+        // No temp file left behind.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+
+        let tf = TraceFile::open(&path).unwrap();
+        assert!(tf.warnings.is_empty(), "{:?}", tf.warnings);
+        let h = &tf.header;
+        assert_eq!(h.version, 1);
+        assert_eq!(h.pid, 4242);
+        assert_eq!(h.cmdline, vec!["./prog".to_string(), "--x".into(), "a\nb\\c".into()]);
+        assert_eq!(h.exe, "/usr/bin/prog");
+        assert_eq!(h.start_ns, 1_700_000_000_000_000_000);
+        assert_eq!(h.start_tsc, 1000);
+        assert_eq!(h.tsc_hz, 2_000_000_000);
+        assert_eq!(h.page_size, 4096);
+        assert_eq!(h.allocator, "glibc");
+        assert_eq!(h.allocator_path, "/lib/x86_64-linux-gnu/libc.so.6");
+        assert_eq!(h.stacks, "fp");
+        assert_eq!(h.max_depth, 128);
+        assert_eq!(h.brk_start, 93824992235520);
+        assert!(h.follow);
+        assert_eq!(h.mtlab_version, "0.1.0");
+        assert_eq!(h.get("future_key"), Some("kept"));
+        assert_eq!(tf.maps.len(), 2);
+        assert!(tf.maps[0].contains("/usr/bin/prog"));
+        assert_eq!(tf.maps[1], "second maps\n");
+        assert_eq!(tf.end, Some(end));
+        assert_eq!(tf.runinfo, runinfo);
+        assert_eq!(tf.runinfo_get("wall_ns"), Some("12345"));
+        assert_eq!(tf.chunks.len(), 3);
+        assert!(tf.chunks[0].compressed && tf.chunks[2].compressed);
+        assert_eq!(tf.chunks[0].tid, 7);
+        assert_eq!(tf.chunks[0].n_events as usize, events_of(&items_a).len());
+        assert_eq!(tf.chunks[0].first_tsc, 1_000_000);
+        assert_eq!(tf.tids(), vec![7, 9, 8]);
+
+        let mut it = tf.items().unwrap();
+        let got: Vec<Item> = it.by_ref().collect();
+        assert!(it.warnings().is_empty(), "{:?}", it.warnings());
+
+        // Stacks: all four defined, with their pcs.
+        let stacks: Vec<&Item> = got.iter().filter(|i| matches!(i, Item::Stack { .. })).collect();
+        assert_eq!(stacks.len(), 4);
+        for s in items_a
+            .iter()
+            .chain(items_b.iter())
+            .filter(|i| matches!(i, Item::Stack { .. }))
+        {
+            assert!(stacks.contains(&s), "missing {s:?}");
+        }
+
+        // Events: per thread, exactly what was written; globally, TSC order.
+        let got_ev = events_of(&got);
+        assert_eq!(it.events_decoded() as usize, got_ev.len());
+        let per = |tid: u32| got_ev.iter().filter(|e| e.tid == tid).cloned().collect::<Vec<_>>();
+        assert_eq!(per(7), events_of(&items_a));
+        assert_eq!(per(8), events_of(&items_b));
+        let raw_ev = per(9);
+        assert_eq!(raw_ev.len(), 4);
+        assert_eq!(raw_ev[0].kind, alloc(Func::Calloc, u64::MAX, 0, 0, 0));
+        assert_eq!(raw_ev[1].kind, alloc(Func::Calloc, 15, 0, 0x100, 16));
+        assert_eq!(
+            raw_ev[2].kind,
+            EventKind::Realloc {
+                func: Func::Reallocarray,
+                old: 0x100,
+                size: u64::MAX,
+                ptr: 0x200,
+                usable: u64::MAX
+            }
+        );
+        assert_eq!(
+            raw_ev[3].kind,
+            EventKind::Realloc {
+                func: Func::Reallocarray,
+                old: 0x200,
+                size: 32,
+                ptr: 0x300,
+                usable: 32
+            }
+        );
+        assert_eq!(raw_ev[3].flags, FLAG_CHUNK_MMAPPED);
+        assert!(got_ev.windows(2).all(|w| w[0].tsc <= w[1].tsc));
+        assert_eq!(got_ev.len(), events_of(&items_a).len() + events_of(&items_b).len() + 4);
+    }
+
+    /// A tiny deterministic generator.
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            self.0 >> 33
+        }
+    }
+
+    #[test]
+    fn chunks_out_of_order_merge_by_tsc() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.mtlab");
+        let mk = |tid: u32, ts: &[u64]| -> Vec<Item> {
+            ts.iter()
+                .map(|&t| {
+                    ev(
+                        tid,
+                        t,
+                        0,
+                        EventKind::Free {
+                            ptr: (tid as u64) << 32 | t,
+                        },
+                    )
+                })
+                .collect()
+        };
+        let mut w = TraceWriter::create(&path, header_pairs()).unwrap();
+        // Thread 1 flushes its chunks before thread 2 flushes its earlier ones.
+        w.events_chunk(1, &mk(1, &[10, 20, 30])).unwrap(); // chunk 0
+        w.events_chunk(1, &mk(1, &[40, 50, 50])).unwrap(); // chunk 1
+        let mut b = mk(2, &[5, 20, 25]);
+        b.insert(
+            1,
+            Item::Stack {
+                id: 3,
+                pcs: vec![1, 2, 3],
+            },
+        );
+        w.events_chunk(2, &b).unwrap(); // chunk 2
+        w.events_chunk(2, &mk(2, &[26, 40, 60])).unwrap(); // chunk 3
+        w.events_chunk(3, &mk(3, &[])).unwrap(); // empty chunk
+        w.finish().unwrap();
+
+        let tf = TraceFile::open(&path).unwrap();
+        let got: Vec<(u32, u64)> = tf
+            .items()
+            .unwrap()
+            .filter_map(|i| match i {
+                Item::Event(e) => Some((e.tid, e.tsc)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (2, 5),
+                (1, 10),
+                (1, 20), // tie at 20: chunk 0 comes before chunk 2
+                (2, 20),
+                (2, 25),
+                (2, 26),
+                (1, 30),
+                (1, 40), // tie at 40: chunk 1 before chunk 3
+                (2, 40),
+                (1, 50),
+                (1, 50),
+                (2, 60),
+            ]
+        );
+    }
+
+    #[test]
+    fn random_merge_matches_sort() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.mtlab");
+        let mut rng = Lcg(42);
+        let mut w = TraceWriter::create(&path, header_pairs()).unwrap();
+        let mut clocks = [0u64; 6];
+        let mut pending: Vec<Vec<Item>> = vec![Vec::new(); 6];
+        let mut expected: Vec<(u64, usize, u32, u64)> = Vec::new(); // (tsc, chunk idx, tid, ptr)
+        let mut chunk_idx = 0usize;
+        for step in 0..20_000u64 {
+            let t = (rng.next() % 6) as usize;
+            clocks[t] += rng.next() % 20;
+            pending[t].push(ev(t as u32, clocks[t], 0, EventKind::Free { ptr: step }));
+            if rng.next().is_multiple_of(50) {
+                for i in &pending[t] {
+                    if let Item::Event(e) = i {
+                        expected.push((e.tsc, chunk_idx, t as u32, step));
+                    }
+                }
+                w.events_chunk(t as u32, &pending[t]).unwrap();
+                chunk_idx += 1;
+                pending[t].clear();
+            }
+        }
+        w.finish().unwrap();
+        expected.sort_by_key(|e| (e.0, e.1));
+        let tf = TraceFile::open(&path).unwrap();
+        let got: Vec<(u64, u32)> = tf
+            .items()
+            .unwrap()
+            .filter_map(|i| match i {
+                Item::Event(e) => Some((e.tsc, e.tid)),
+                _ => None,
+            })
+            .collect();
+        let want: Vec<(u64, u32)> = expected.iter().map(|e| (e.0, e.2)).collect();
+        assert_eq!(got.len(), want.len());
+        assert_eq!(got, want);
+    }
+
+    fn write_three_chunks(path: &Path) -> Vec<u64> {
+        let mut w = TraceWriter::create(path, header_pairs()).unwrap();
+        let mut offsets = Vec::new();
+        for c in 0..3u64 {
+            offsets.push(w.bytes_written());
+            let items: Vec<Item> = (0..100u64)
+                .map(|i| ev(1, c * 1000 + i, 0, alloc(Func::Malloc, i, 0, 0x1000 + i * 16, i + 8)))
+                .collect();
+            w.events_chunk(1, &items).unwrap();
+        }
+        offsets.push(w.bytes_written());
+        w.finish().unwrap();
+        offsets
+    }
+
+    #[test]
+    fn truncated_file_reads_up_to_the_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cut.mtlab");
+        let offs = write_three_chunks(&path);
+        let cut = offs[2] + 30;
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(cut).unwrap();
+        drop(f);
+
+        let tf = TraceFile::open(&path).unwrap();
+        assert_eq!(tf.chunks.len(), 2);
+        assert_eq!(tf.warnings.len(), 1, "{:?}", tf.warnings);
+        let w = &tf.warnings[0];
+        assert!(w.contains(&format!("trace truncated at byte {}", offs[2])), "{w}");
+        assert!(w.contains(&format!("file is {cut} bytes")), "{w}");
+        assert!(w.contains("using the 2 chunks before it"), "{w}");
+        let n = tf.items().unwrap().filter(|i| matches!(i, Item::Event(_))).count();
+        assert_eq!(n, 200);
+
+        // A cut inside a record header.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.set_len(offs[1] + 3).unwrap();
+        drop(f);
+        let tf = TraceFile::open(&path).unwrap();
+        assert_eq!(tf.chunks.len(), 1);
+        assert!(
+            tf.warnings[0].contains(&format!("at byte {}", offs[1])),
+            "{:?}",
+            tf.warnings
+        );
+
+        // finish_trace keeps the good part and appends RUNINFO.
+        let stats = finish_trace(&path, &[("signal".into(), "9".into())]).unwrap();
+        assert_eq!(stats.warnings.len(), 1);
+        assert_eq!(stats.chunks_compressed, 1);
+        let tf = TraceFile::open(&path).unwrap();
+        assert!(tf.warnings.is_empty(), "{:?}", tf.warnings);
+        assert_eq!(tf.chunks.len(), 1);
+        assert_eq!(tf.runinfo_get("signal"), Some("9"));
+        assert_eq!(tf.items().unwrap().count(), 100);
+    }
+
+    #[test]
+    fn inconsistent_chunk_header_stops_the_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.mtlab");
+        let offs = write_three_chunks(&path);
+        // Make chunk 1's first_tsc larger than its last_tsc.
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.write_all_at(&u64::MAX.to_le_bytes(), offs[1] + 8 + 8).unwrap();
+        drop(f);
+        let tf = TraceFile::open(&path).unwrap();
+        assert_eq!(tf.chunks.len(), 1);
+        assert!(
+            tf.warnings[0].contains(&format!("trace damaged at byte {}", offs[1])),
+            "{:?}",
+            tf.warnings
+        );
+        assert!(
+            tf.warnings[0].contains("using the 1 chunk before it"),
+            "{:?}",
+            tf.warnings
+        );
+    }
+
+    #[test]
+    fn garbage_is_not_a_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g");
+        std::fs::write(&path, b"#!/bin/sh\necho this is not a trace at all\n").unwrap();
+        let e = TraceFile::open(&path).unwrap_err();
+        assert!(matches!(e, TraceError::NotATrace { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("not an mtlab trace") && msg.contains("mtlab record"),
+            "{msg}"
+        );
+        std::fs::write(&path, b"MTLAB").unwrap();
+        assert!(matches!(TraceFile::open(&path), Err(TraceError::NotATrace { .. })));
+        std::fs::write(&path, b"").unwrap();
+        assert!(matches!(TraceFile::open(&path), Err(TraceError::NotATrace { .. })));
+        assert!(matches!(finish_trace(&path, &[]), Err(TraceError::NotATrace { .. })));
+        let e = TraceFile::open(dir.path().join("missing")).unwrap_err();
+        assert!(matches!(e, TraceError::Io { .. }), "{e:?}");
+    }
+
+    #[test]
+    fn newer_version_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v99");
+        let f = std::fs::File::create(&path).unwrap();
+        let mut w = TraceWriter::with_version(f, 99, [("pid", "1")]).unwrap();
+        w.events_chunk(1, &[]).unwrap();
+        w.finish().unwrap();
+        let e = TraceFile::open(&path).unwrap_err();
+        match &e {
+            TraceError::NewerVersion { found, supported, .. } => {
+                assert_eq!((*found, *supported), (99, TRACE_VERSION));
+            }
+            other => panic!("{other:?}"),
+        }
+        let msg = e.to_string();
+        assert!(
+            msg.contains("newer mtlab (format v99)") && msg.contains("up to v1") && msg.contains("upgrade"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn bad_header_text_length() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h");
+        let mut b = TRACE_MAGIC.to_vec();
+        b.extend_from_slice(&1u32.to_le_bytes());
+        b.extend_from_slice(&1000u32.to_le_bytes());
+        b.extend_from_slice(b"pid=1\n");
+        std::fs::write(&path, b).unwrap();
+        assert!(matches!(TraceFile::open(&path), Err(TraceError::BadHeader { .. })));
+    }
+
+    #[test]
+    fn unknown_kind_abandons_only_that_chunk() {
+        for compress in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("k.mtlab");
+            let mut w = TraceWriter::create(&path, header_pairs()).unwrap();
+            let off_bad = w.bytes_written();
+            let mut c = ChunkEncoder::new(5);
+            c.item(&ev(5, 10, 0, alloc(Func::Malloc, 8, 0, 0x100, 8)));
+            c.item(&ev(5, 12, 0, EventKind::Free { ptr: 0x100 }));
+            c.raw_bytes(&[0x1f, 0, 0, 0]);
+            c.item(&ev(5, 14, 0, EventKind::Free { ptr: 0x200 }));
+            w.chunk(&c).unwrap();
+            let other: Vec<Item> = (0..5u64)
+                .map(|i| ev(6, 11 + i, 0, EventKind::Free { ptr: i }))
+                .collect();
+            w.events_chunk(6, &other).unwrap();
+            let mut t = ChunkEncoder::new(7);
+            t.item(&ev(7, 100, 0, EventKind::Free { ptr: 1 }));
+            t.raw_bytes(&[EV_MALLOC, 0x80]); // runs out of bytes
+            w.chunk(&t).unwrap();
+            w.finish().unwrap();
+            if compress {
+                finish_trace(&path, &[]).unwrap();
+            }
+
+            let tf = TraceFile::open(&path).unwrap();
+            assert!(tf.warnings.is_empty());
+            let mut it = tf.items().unwrap();
+            let got: Vec<(u32, u64)> = it
+                .by_ref()
+                .filter_map(|i| match i {
+                    Item::Event(e) => Some((e.tid, e.tsc)),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                got,
+                vec![(5, 10), (6, 11), (5, 12), (6, 12), (6, 13), (6, 14), (6, 15), (7, 100)]
+            );
+            assert_eq!(it.warnings().len(), 2, "{:?}", it.warnings());
+            let w0 = &it.warnings()[0];
+            assert!(w0.contains(&format!("chunk at byte {off_bad}")), "{w0}");
+            assert!(w0.contains("thread 5") && w0.contains("unknown event kind 31"), "{w0}");
+            assert!(it.warnings()[1].contains("thread 7"), "{:?}", it.warnings());
+            assert_eq!(it.events_decoded(), 8);
+        }
+    }
+
+    /// Decode speed on small events (malloc/free pairs), with the threads'
+    /// chunks overlapping in time (a heap switch at nearly every event) and
+    /// one after the other (the drain fast path). Run with
+    /// `cargo test --release -p mtlab --lib decode_speed -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn decode_speed() {
+        for overlapping in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("speed.mtlab");
+            let threads = 4u32;
+            let per_chunk = 8192u64;
+            let chunks_per_thread = 600u64;
+            let mut w = TraceWriter::create(&path, header_pairs()).unwrap();
+            let mut n = 0u64;
+            for c in 0..chunks_per_thread {
+                for t in 0..threads {
+                    let mut enc = ChunkEncoder::new(t + 1);
+                    let base = if overlapping {
+                        c * per_chunk * 10 + t as u64 * 3
+                    } else {
+                        (c * threads as u64 + t as u64) * per_chunk * 10
+                    };
+                    for i in 0..per_chunk {
+                        let tsc = base + i * 10;
+                        let p = 0x5555_0000_0000 + ((i * 7919) % 4096) * 64;
+                        let e = if i % 2 == 0 {
+                            ev(t + 1, tsc, 0, alloc(Func::Malloc, 16 + (i % 48), 0, p, 24 + (i % 48)))
+                        } else {
+                            ev(t + 1, tsc, 0, EventKind::Free { ptr: p })
+                        };
+                        enc.item(&e);
+                        n += 1;
+                    }
+                    w.chunk(&enc).unwrap();
+                }
+            }
+            w.finish().unwrap();
+            for compressed in [false, true] {
+                if compressed {
+                    let s = finish_trace(&path, &[]).unwrap();
+                    eprintln!("finish_trace: {} -> {} bytes", s.bytes_before, s.bytes_after);
+                }
+                let tf = TraceFile::open(&path).unwrap();
+                let t0 = std::time::Instant::now();
+                let mut it = tf.items().unwrap();
+                let mut sum = 0u64;
+                for item in it.by_ref() {
+                    if let Item::Event(e) = item {
+                        sum = sum.wrapping_add(e.tsc);
+                    }
+                }
+                let dt = t0.elapsed().as_secs_f64();
+                assert_eq!(it.events_decoded(), n);
+                eprintln!(
+                    "overlapping={overlapping} compressed={compressed}: {n} events in {dt:.3}s = {:.1} M events/s \
+                     (checksum {sum})",
+                    n as f64 / dt / 1e6
+                );
+            }
+        }
+    }
+}

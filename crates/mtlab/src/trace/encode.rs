@@ -1,0 +1,606 @@
+//! Writing trace files from Rust (for tests and tools), and `finish_trace`,
+//! which `mtlab record` runs on a trace after the traced program has ended.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::decode::{next_record, parse_chunk_header, read_file_header, EndRecord, TraceError};
+use super::event::{Event, EventKind, Func, Item};
+use super::format::*;
+
+/// zstd level `finish_trace` compresses EVENTS payloads with.
+pub const FINISH_ZSTD_LEVEL: i32 = 3;
+
+/// Appends an unsigned LEB128 varint.
+#[inline]
+pub fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        buf.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    buf.push(v as u8);
+}
+
+/// Appends a zigzag-encoded signed varint.
+#[inline]
+pub fn put_svarint(buf: &mut Vec<u8>, v: i64) {
+    put_varint(buf, ((v << 1) ^ (v >> 63)) as u64);
+}
+
+/// Escapes a header / RUNINFO value: newline → `\n`, backslash → `\\`.
+pub fn escape_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `key=value\n` text with escaped values.
+pub fn kv_text<K: AsRef<str>, V: AsRef<str>>(pairs: impl IntoIterator<Item = (K, V)>) -> String {
+    let mut s = String::new();
+    for (k, v) in pairs {
+        s.push_str(k.as_ref());
+        s.push('=');
+        s.push_str(&escape_value(v.as_ref()));
+        s.push('\n');
+    }
+    s
+}
+
+/// Builds one EVENTS chunk the way the C writer does: `first_tsc` is the
+/// first event's TSC, `last_tsc` the last one's, `n_events` counts events
+/// (not STACK_DEFs), ptr fields chain through the chunk from 0.
+#[derive(Debug, Clone)]
+pub struct ChunkEncoder {
+    tid: u32,
+    body: Vec<u8>,
+    n_events: u32,
+    first_tsc: Option<u64>,
+    last_tsc: u64,
+    prev_ptr: u64,
+}
+
+impl ChunkEncoder {
+    pub fn new(tid: u32) -> ChunkEncoder {
+        ChunkEncoder {
+            tid,
+            body: Vec::new(),
+            n_events: 0,
+            first_tsc: None,
+            last_tsc: 0,
+            prev_ptr: 0,
+        }
+    }
+
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
+
+    pub fn n_events(&self) -> u32 {
+        self.n_events
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.body.is_empty()
+    }
+
+    /// Encodes a decoded item (an event's own `tid` is ignored: the chunk's is used).
+    pub fn item(&mut self, item: &Item) {
+        match item {
+            Item::Stack { id, pcs } => self.stack(*id, pcs),
+            Item::Event(ev) => self.event(ev),
+        }
+    }
+
+    /// A STACK_DEF.
+    pub fn stack(&mut self, id: u32, pcs: &[u64]) {
+        self.body.push(EV_STACK_DEF);
+        put_varint(&mut self.body, id as u64);
+        put_varint(&mut self.body, pcs.len() as u64);
+        let mut prev = 0u64;
+        for &pc in pcs {
+            put_svarint(&mut self.body, pc.wrapping_sub(prev) as i64);
+            prev = pc;
+        }
+    }
+
+    fn common(&mut self, kind: u8, flags: u8, tsc: u64, cycles: u64, stack: u32) {
+        let prev = match self.first_tsc {
+            Some(_) => self.last_tsc,
+            None => {
+                self.first_tsc = Some(tsc);
+                tsc
+            }
+        };
+        self.body.push(kind | (flags & EVF_MASK));
+        put_varint(&mut self.body, tsc.wrapping_sub(prev));
+        put_varint(&mut self.body, cycles);
+        put_varint(&mut self.body, stack as u64);
+        self.last_tsc = tsc;
+        self.n_events += 1;
+    }
+
+    fn ptr(&mut self, p: u64) {
+        put_svarint(&mut self.body, p.wrapping_sub(self.prev_ptr) as i64);
+        self.prev_ptr = p;
+    }
+
+    fn v(&mut self, v: u64) {
+        put_varint(&mut self.body, v);
+    }
+
+    fn sv(&mut self, v: i64) {
+        put_svarint(&mut self.body, v);
+    }
+
+    /// Encodes a decoded event. calloc and reallocarray are written with
+    /// `nmemb = 1` (use [`ChunkEncoder::calloc`] / [`ChunkEncoder::reallocarray`]
+    /// for other splits); posix_memalign's `ret` is 0, or ENOMEM when FAILED.
+    ///
+    /// Panics when an `Alloc`/`Realloc`/`Mmap` carries a `func` of another family.
+    pub fn event(&mut self, ev: &Event) {
+        let extra = |size: u64, usable: u64| usable.saturating_sub(size);
+        let (tsc, cyc, st, fl) = (ev.tsc, ev.cycles, ev.stack, ev.flags);
+        match ev.kind {
+            EventKind::Alloc {
+                func,
+                size,
+                align,
+                ptr,
+                usable,
+            } => match func {
+                Func::Malloc | Func::Valloc | Func::Pvalloc => {
+                    let kind = match func {
+                        Func::Malloc => EV_MALLOC,
+                        Func::Valloc => EV_VALLOC,
+                        _ => EV_PVALLOC,
+                    };
+                    self.common(kind, fl, tsc, cyc, st);
+                    self.v(size);
+                    self.ptr(ptr);
+                    self.v(extra(size, usable));
+                }
+                Func::Calloc => self.calloc(tsc, cyc, st, fl, 1, size, ptr, extra(size, usable)),
+                Func::PosixMemalign => {
+                    self.common(EV_POSIX_MEMALIGN, fl, tsc, cyc, st);
+                    self.v(align);
+                    self.v(size);
+                    self.ptr(ptr);
+                    self.v(if fl & EVF_FAILED != 0 { libc::ENOMEM as u64 } else { 0 });
+                    self.v(extra(size, usable));
+                }
+                Func::AlignedAlloc | Func::Memalign => {
+                    let kind = if func == Func::Memalign {
+                        EV_MEMALIGN
+                    } else {
+                        EV_ALIGNED_ALLOC
+                    };
+                    self.common(kind, fl, tsc, cyc, st);
+                    self.v(align);
+                    self.v(size);
+                    self.ptr(ptr);
+                    self.v(extra(size, usable));
+                }
+                f => panic!("EventKind::Alloc cannot carry {}", f.name()),
+            },
+            EventKind::Free { ptr } => {
+                self.common(EV_FREE, fl, tsc, cyc, st);
+                self.ptr(ptr);
+            }
+            EventKind::Realloc {
+                func,
+                old,
+                size,
+                ptr,
+                usable,
+            } => match func {
+                Func::Realloc => {
+                    self.common(EV_REALLOC, fl, tsc, cyc, st);
+                    self.ptr(old);
+                    self.v(size);
+                    self.ptr(ptr);
+                    self.v(extra(size, usable));
+                }
+                Func::Reallocarray => self.reallocarray(tsc, cyc, st, fl, old, 1, size, ptr, extra(size, usable)),
+                f => panic!("EventKind::Realloc cannot carry {}", f.name()),
+            },
+            EventKind::Mmap {
+                func,
+                hint,
+                len,
+                prot,
+                flags,
+                fd,
+                offset,
+                result,
+            } => {
+                let kind = match func {
+                    Func::Mmap => EV_MMAP,
+                    Func::Mmap64 => EV_MMAP64,
+                    f => panic!("EventKind::Mmap cannot carry {}", f.name()),
+                };
+                self.common(kind, fl, tsc, cyc, st);
+                self.ptr(hint);
+                self.v(len);
+                self.v(prot);
+                self.v(flags);
+                self.sv(fd);
+                self.v(offset);
+                self.ptr(result);
+            }
+            EventKind::Munmap { addr, len, ret } => {
+                self.common(EV_MUNMAP, fl, tsc, cyc, st);
+                self.ptr(addr);
+                self.v(len);
+                self.sv(ret);
+            }
+            EventKind::Mremap {
+                old,
+                old_len,
+                new_len,
+                flags,
+                result,
+            } => {
+                self.common(EV_MREMAP, fl, tsc, cyc, st);
+                self.ptr(old);
+                self.v(old_len);
+                self.v(new_len);
+                self.v(flags);
+                self.ptr(result);
+            }
+            EventKind::Brk { addr, ret, brk_after } => {
+                self.common(EV_BRK, fl, tsc, cyc, st);
+                self.ptr(addr);
+                self.sv(ret);
+                self.ptr(brk_after);
+            }
+            EventKind::Sbrk {
+                increment,
+                result,
+                brk_after,
+            } => {
+                self.common(EV_SBRK, fl, tsc, cyc, st);
+                self.sv(increment);
+                self.ptr(result);
+                self.ptr(brk_after);
+            }
+            EventKind::BrkSeen { brk } => {
+                self.common(EV_BRK_SEEN, fl, tsc, cyc, st);
+                self.ptr(brk);
+            }
+            EventKind::ArenaHeap { base, size } => {
+                self.common(EV_ARENA_HEAP, fl, tsc, cyc, st);
+                self.ptr(base);
+                self.v(size);
+            }
+        }
+    }
+
+    /// A CALLOC event with its two factors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn calloc(
+        &mut self,
+        tsc: u64,
+        cycles: u64,
+        stack: u32,
+        flags: u8,
+        nmemb: u64,
+        size: u64,
+        ptr: u64,
+        usable_extra: u64,
+    ) {
+        self.common(EV_CALLOC, flags, tsc, cycles, stack);
+        self.v(nmemb);
+        self.v(size);
+        self.ptr(ptr);
+        self.v(usable_extra);
+    }
+
+    /// A REALLOCARRAY event with its two factors.
+    #[allow(clippy::too_many_arguments)]
+    pub fn reallocarray(
+        &mut self,
+        tsc: u64,
+        cycles: u64,
+        stack: u32,
+        flags: u8,
+        old: u64,
+        nmemb: u64,
+        size: u64,
+        ptr: u64,
+        usable_extra: u64,
+    ) {
+        self.common(EV_REALLOCARRAY, flags, tsc, cycles, stack);
+        self.ptr(old);
+        self.v(nmemb);
+        self.v(size);
+        self.ptr(ptr);
+        self.v(usable_extra);
+    }
+
+    /// Appends raw bytes to the event stream (to build damaged chunks in tests).
+    pub fn raw_bytes(&mut self, bytes: &[u8]) {
+        self.body.extend_from_slice(bytes);
+    }
+
+    /// The 24-byte chunk header.
+    pub fn chunk_header(&self) -> [u8; EVENTS_HEADER as usize] {
+        let mut h = [0u8; EVENTS_HEADER as usize];
+        let first = self.first_tsc.unwrap_or(0);
+        let last = if self.first_tsc.is_some() { self.last_tsc } else { 0 };
+        h[0..4].copy_from_slice(&self.tid.to_le_bytes());
+        h[4..8].copy_from_slice(&self.n_events.to_le_bytes());
+        h[8..16].copy_from_slice(&first.to_le_bytes());
+        h[16..24].copy_from_slice(&last.to_le_bytes());
+        h
+    }
+
+    /// The event bytes after the chunk header.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The whole EVENTS payload (chunk header + events), uncompressed.
+    pub fn payload(&self) -> Vec<u8> {
+        let mut p = Vec::with_capacity(EVENTS_HEADER as usize + self.body.len());
+        p.extend_from_slice(&self.chunk_header());
+        p.extend_from_slice(&self.body);
+        p
+    }
+}
+
+/// Writes a trace file record by record.
+pub struct TraceWriter<W: Write> {
+    out: W,
+    written: u64,
+}
+
+impl TraceWriter<BufWriter<File>> {
+    /// Creates `path` and writes the header.
+    pub fn create<K: AsRef<str>, V: AsRef<str>>(
+        path: impl AsRef<Path>,
+        header: impl IntoIterator<Item = (K, V)>,
+    ) -> io::Result<Self> {
+        TraceWriter::new(BufWriter::new(File::create(path)?), header)
+    }
+}
+
+impl<W: Write> TraceWriter<W> {
+    /// Writes the file header (current format version) from key/value pairs.
+    pub fn new<K: AsRef<str>, V: AsRef<str>>(out: W, header: impl IntoIterator<Item = (K, V)>) -> io::Result<Self> {
+        TraceWriter::with_version(out, TRACE_VERSION, header)
+    }
+
+    /// Like `new` with any version number (to test version checks).
+    pub fn with_version<K: AsRef<str>, V: AsRef<str>>(
+        mut out: W,
+        version: u32,
+        header: impl IntoIterator<Item = (K, V)>,
+    ) -> io::Result<Self> {
+        let text = kv_text(header);
+        out.write_all(&TRACE_MAGIC)?;
+        out.write_all(&version.to_le_bytes())?;
+        out.write_all(&(text.len() as u32).to_le_bytes())?;
+        out.write_all(text.as_bytes())?;
+        Ok(TraceWriter {
+            out,
+            written: FILE_HEADER_FIXED as u64 + text.len() as u64,
+        })
+    }
+
+    /// Any record, payload as given.
+    pub fn record(&mut self, ty: u16, flags: u16, payload: &[u8]) -> io::Result<()> {
+        let mut h = [0u8; RECORD_HEADER as usize];
+        h[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
+        h[4..6].copy_from_slice(&ty.to_le_bytes());
+        h[6..8].copy_from_slice(&flags.to_le_bytes());
+        self.out.write_all(&h)?;
+        self.out.write_all(payload)?;
+        self.written += RECORD_HEADER as u64 + payload.len() as u64;
+        Ok(())
+    }
+
+    /// An uncompressed EVENTS record.
+    pub fn chunk(&mut self, chunk: &ChunkEncoder) -> io::Result<()> {
+        self.record(REC_EVENTS, 0, &chunk.payload())
+    }
+
+    /// An EVENTS record holding `items`, encoded as the C writer does.
+    pub fn events_chunk(&mut self, tid: u32, items: &[Item]) -> io::Result<()> {
+        let mut c = ChunkEncoder::new(tid);
+        for it in items {
+            c.item(it);
+        }
+        self.chunk(&c)
+    }
+
+    pub fn maps(&mut self, text: &str) -> io::Result<()> {
+        self.record(REC_MAPS, 0, text.as_bytes())
+    }
+
+    /// A MAPS record whose whole payload is one zstd frame.
+    pub fn maps_compressed(&mut self, text: &str) -> io::Result<()> {
+        let c = zstd::bulk::compress(text.as_bytes(), FINISH_ZSTD_LEVEL)?;
+        self.record(REC_MAPS, RECORD_FLAG_ZSTD, &c)
+    }
+
+    pub fn end(&mut self, end: &EndRecord) -> io::Result<()> {
+        self.record(REC_END, 0, &end.to_bytes())
+    }
+
+    pub fn runinfo<K: AsRef<str>, V: AsRef<str>>(&mut self, pairs: impl IntoIterator<Item = (K, V)>) -> io::Result<()> {
+        self.record(REC_RUNINFO, 0, kv_text(pairs).as_bytes())
+    }
+
+    /// Bytes written so far (the offset of the next record).
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+
+    /// Flushes and hands back the writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.out.flush()?;
+        Ok(self.out)
+    }
+}
+
+/// What `finish_trace` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FinishStats {
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub chunks_compressed: u64,
+    /// Damage found (the records from there on were dropped).
+    pub warnings: Vec<String>,
+}
+
+/// Removes the temp file unless disarmed.
+struct TempGuard(Option<PathBuf>);
+
+impl Drop for TempGuard {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+/// Rewrites the trace at `path` after the traced program has ended:
+/// compresses every uncompressed EVENTS payload (zstd level 3, when that is
+/// smaller), copies other records verbatim, stops at the first damaged
+/// record, and appends a RUNINFO record with `runinfo`. The rewrite goes to
+/// a temp file in the same directory that then replaces `path`.
+pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishStats, TraceError> {
+    let io_err = TraceError::io(path);
+    let src = File::open(path).map_err(TraceError::io(path))?;
+    let meta = src.metadata().map_err(TraceError::io(path))?;
+    let file_len = meta.len();
+    let (_version, _text, header_end) = read_file_header(&src, path, file_len)?;
+
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "trace".into());
+    let tmp_path = dir.join(format!(".{name}.finish-{}", std::process::id()));
+    let _ = fs::remove_file(&tmp_path);
+    let tmp = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp_path)
+        .map_err(TraceError::io(&tmp_path))?;
+    let mut guard = TempGuard(Some(tmp_path.clone()));
+    let tmp_err = |e| TraceError::Io {
+        path: tmp_path.clone(),
+        source: e,
+    };
+
+    let mut out = BufWriter::with_capacity(1 << 20, tmp);
+    let mut stats = FinishStats {
+        bytes_before: file_len,
+        ..FinishStats::default()
+    };
+
+    // Header, verbatim.
+    let mut head = vec![0u8; header_end as usize];
+    src.read_exact_at(&mut head, 0).map_err(TraceError::io(path))?;
+    out.write_all(&head).map_err(tmp_err)?;
+    let mut written = header_end;
+
+    let mut comp = zstd::bulk::Compressor::new(FINISH_ZSTD_LEVEL).map_err(TraceError::io(path))?;
+    let mut payload = Vec::new();
+    let mut cbuf = Vec::new();
+    let mut n_chunks = 0usize;
+    let mut off = header_end;
+    let mut reader = src.try_clone().map_err(TraceError::io(path))?;
+    loop {
+        let rec = match next_record(&src, off, file_len).map_err(TraceError::io(path))? {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(d) => {
+                stats.warnings.push(d.message(n_chunks));
+                break;
+            }
+        };
+        let mut hdr = [0u8; RECORD_HEADER as usize];
+        if rec.ty == REC_EVENTS {
+            payload.resize(rec.payload_len as usize, 0);
+            src.read_exact_at(&mut payload, rec.payload_offset())
+                .map_err(TraceError::io(path))?;
+            if let Err(d) = parse_chunk_header(&rec, &payload) {
+                stats.warnings.push(d.message(n_chunks));
+                break;
+            }
+            n_chunks += 1;
+            let body = &payload[EVENTS_HEADER as usize..];
+            let mut done = false;
+            if rec.flags & RECORD_FLAG_ZSTD == 0 && !body.is_empty() {
+                cbuf.clear();
+                cbuf.reserve(zstd::zstd_safe::compress_bound(body.len()));
+                comp.compress_to_buffer(body, &mut cbuf).map_err(TraceError::io(path))?;
+                if cbuf.len() < body.len() {
+                    let len = EVENTS_HEADER as usize + cbuf.len();
+                    hdr[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+                    hdr[4..6].copy_from_slice(&rec.ty.to_le_bytes());
+                    hdr[6..8].copy_from_slice(&(rec.flags | RECORD_FLAG_ZSTD).to_le_bytes());
+                    out.write_all(&hdr).map_err(tmp_err)?;
+                    out.write_all(&payload[..EVENTS_HEADER as usize]).map_err(tmp_err)?;
+                    out.write_all(&cbuf).map_err(tmp_err)?;
+                    written += RECORD_HEADER as u64 + len as u64;
+                    stats.chunks_compressed += 1;
+                    done = true;
+                }
+            }
+            if !done {
+                hdr[0..4].copy_from_slice(&rec.payload_len.to_le_bytes());
+                hdr[4..6].copy_from_slice(&rec.ty.to_le_bytes());
+                hdr[6..8].copy_from_slice(&rec.flags.to_le_bytes());
+                out.write_all(&hdr).map_err(tmp_err)?;
+                out.write_all(&payload).map_err(tmp_err)?;
+                written += RECORD_HEADER as u64 + rec.payload_len as u64;
+            }
+        } else {
+            // Verbatim, streamed (header included).
+            reader.seek(SeekFrom::Start(rec.offset)).map_err(TraceError::io(path))?;
+            let n = RECORD_HEADER as u64 + rec.payload_len as u64;
+            let copied = io::copy(&mut (&mut reader).take(n), &mut out).map_err(tmp_err)?;
+            if copied != n {
+                return Err(TraceError::Io {
+                    path: path.to_path_buf(),
+                    source: io::Error::new(io::ErrorKind::UnexpectedEof, "the trace shrank while being rewritten"),
+                });
+            }
+            written += n;
+        }
+        off = rec.end();
+    }
+
+    // RUNINFO.
+    let text = kv_text(runinfo.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let mut hdr = [0u8; RECORD_HEADER as usize];
+    hdr[0..4].copy_from_slice(&(text.len() as u32).to_le_bytes());
+    hdr[4..6].copy_from_slice(&REC_RUNINFO.to_le_bytes());
+    out.write_all(&hdr).map_err(tmp_err)?;
+    out.write_all(text.as_bytes()).map_err(tmp_err)?;
+    written += RECORD_HEADER as u64 + text.len() as u64;
+
+    let tmp = out.into_inner().map_err(|e| tmp_err(e.into_error()))?;
+    let _ = tmp.set_permissions(meta.permissions());
+    drop(tmp);
+    drop(src);
+    drop(reader);
+    fs::rename(&tmp_path, path).map_err(io_err)?;
+    guard.0 = None;
+    stats.bytes_after = written;
+    Ok(stats)
+}

@@ -1,0 +1,247 @@
+//! The numbers of the trace format, mirroring `native/include/mtlab_trace.h`.
+//!
+//! docs/trace-format.md is the normative description. The test
+//! `format_constants_match_header` parses the C header and fails when a
+//! number here and there disagree.
+
+/// File magic: the first 8 bytes of every trace.
+pub const TRACE_MAGIC: [u8; 8] = *b"MTLABTR\0";
+/// The newest format version this mtlab reads and writes.
+pub const TRACE_VERSION: u32 = 1;
+
+/// magic[8], u32 version, u32 text_len.
+pub const FILE_HEADER_FIXED: u32 = 16;
+
+/// u32 payload_len, u16 type, u16 flags.
+pub const RECORD_HEADER: u32 = 8;
+/// The payload is zstd-compressed (EVENTS: the bytes after the 24-byte chunk header).
+pub const RECORD_FLAG_ZSTD: u16 = 0x1;
+
+pub const REC_EVENTS: u16 = 1;
+pub const REC_MAPS: u16 = 2;
+pub const REC_END: u16 = 3;
+pub const REC_RUNINFO: u16 = 4;
+
+/// u32 tid, u32 n_events, u64 first_tsc, u64 last_tsc.
+pub const EVENTS_HEADER: u32 = 24;
+/// Kind bits of an event's first byte.
+pub const KIND_MASK: u8 = 0x1f;
+/// Flag bits of an event's first byte.
+pub const EVF_MASK: u8 = 0xe0;
+
+pub const EV_STACK_DEF: u8 = 0;
+pub const EV_MALLOC: u8 = 1;
+pub const EV_FREE: u8 = 2;
+pub const EV_CALLOC: u8 = 3;
+pub const EV_REALLOC: u8 = 4;
+pub const EV_REALLOCARRAY: u8 = 5;
+pub const EV_POSIX_MEMALIGN: u8 = 6;
+pub const EV_ALIGNED_ALLOC: u8 = 7;
+pub const EV_MEMALIGN: u8 = 8;
+pub const EV_VALLOC: u8 = 9;
+pub const EV_PVALLOC: u8 = 10;
+pub const EV_MMAP: u8 = 11;
+pub const EV_MMAP64: u8 = 12;
+pub const EV_MUNMAP: u8 = 13;
+pub const EV_MREMAP: u8 = 14;
+pub const EV_BRK: u8 = 15;
+pub const EV_SBRK: u8 = 16;
+pub const EV_BRK_SEEN: u8 = 17;
+pub const EV_ARENA_HEAP: u8 = 18;
+pub const EV_KIND_COUNT: u8 = 19;
+
+pub const EVF_CHUNK_MMAPPED: u8 = 0x20;
+pub const EVF_IN_ALLOCATOR: u8 = 0x40;
+pub const EVF_FAILED: u8 = 0x80;
+
+/// END payload: six u64s.
+pub const END_PAYLOAD: u32 = 48;
+
+/// Name of an event kind, for messages.
+pub fn kind_name(kind: u8) -> &'static str {
+    match kind {
+        EV_STACK_DEF => "STACK_DEF",
+        EV_MALLOC => "MALLOC",
+        EV_FREE => "FREE",
+        EV_CALLOC => "CALLOC",
+        EV_REALLOC => "REALLOC",
+        EV_REALLOCARRAY => "REALLOCARRAY",
+        EV_POSIX_MEMALIGN => "POSIX_MEMALIGN",
+        EV_ALIGNED_ALLOC => "ALIGNED_ALLOC",
+        EV_MEMALIGN => "MEMALIGN",
+        EV_VALLOC => "VALLOC",
+        EV_PVALLOC => "PVALLOC",
+        EV_MMAP => "MMAP",
+        EV_MMAP64 => "MMAP64",
+        EV_MUNMAP => "MUNMAP",
+        EV_MREMAP => "MREMAP",
+        EV_BRK => "BRK",
+        EV_SBRK => "SBRK",
+        EV_BRK_SEEN => "BRK_SEEN",
+        EV_ARENA_HEAP => "ARENA_HEAP",
+        _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
+    use std::collections::BTreeMap;
+
+    /// Every numeric constant of the C header, by its name without `MTLAB_`.
+    fn rust_constants() -> BTreeMap<&'static str, u64> {
+        let list: &[(&str, u64)] = &[
+            ("TRACE_VERSION", TRACE_VERSION as u64),
+            ("FILE_HEADER_FIXED", FILE_HEADER_FIXED as u64),
+            ("RECORD_HEADER", RECORD_HEADER as u64),
+            ("RECORD_FLAG_ZSTD", RECORD_FLAG_ZSTD as u64),
+            ("REC_EVENTS", REC_EVENTS as u64),
+            ("REC_MAPS", REC_MAPS as u64),
+            ("REC_END", REC_END as u64),
+            ("REC_RUNINFO", REC_RUNINFO as u64),
+            ("EVENTS_HEADER", EVENTS_HEADER as u64),
+            ("KIND_MASK", KIND_MASK as u64),
+            ("EV_STACK_DEF", EV_STACK_DEF as u64),
+            ("EV_MALLOC", EV_MALLOC as u64),
+            ("EV_FREE", EV_FREE as u64),
+            ("EV_CALLOC", EV_CALLOC as u64),
+            ("EV_REALLOC", EV_REALLOC as u64),
+            ("EV_REALLOCARRAY", EV_REALLOCARRAY as u64),
+            ("EV_POSIX_MEMALIGN", EV_POSIX_MEMALIGN as u64),
+            ("EV_ALIGNED_ALLOC", EV_ALIGNED_ALLOC as u64),
+            ("EV_MEMALIGN", EV_MEMALIGN as u64),
+            ("EV_VALLOC", EV_VALLOC as u64),
+            ("EV_PVALLOC", EV_PVALLOC as u64),
+            ("EV_MMAP", EV_MMAP as u64),
+            ("EV_MMAP64", EV_MMAP64 as u64),
+            ("EV_MUNMAP", EV_MUNMAP as u64),
+            ("EV_MREMAP", EV_MREMAP as u64),
+            ("EV_BRK", EV_BRK as u64),
+            ("EV_SBRK", EV_SBRK as u64),
+            ("EV_BRK_SEEN", EV_BRK_SEEN as u64),
+            ("EV_ARENA_HEAP", EV_ARENA_HEAP as u64),
+            ("EV_KIND_COUNT", EV_KIND_COUNT as u64),
+            ("EVF_CHUNK_MMAPPED", EVF_CHUNK_MMAPPED as u64),
+            ("EVF_IN_ALLOCATOR", EVF_IN_ALLOCATOR as u64),
+            ("EVF_FAILED", EVF_FAILED as u64),
+            ("END_PAYLOAD", END_PAYLOAD as u64),
+        ];
+        list.iter().copied().collect()
+    }
+
+    fn parse_number(s: &str) -> Option<u64> {
+        let s = s.trim().trim_end_matches(['u', 'U', 'l', 'L']);
+        if let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+            u64::from_str_radix(hex, 16).ok()
+        } else {
+            s.parse().ok()
+        }
+    }
+
+    /// Strips `/* ... */` and `// ...` comments.
+    fn strip_comments(src: &str) -> String {
+        let mut out = String::with_capacity(src.len());
+        let mut rest = src;
+        loop {
+            let block = rest.find("/*");
+            let line = rest.find("//");
+            match (block, line) {
+                (Some(b), l) if l.is_none_or(|l| b < l) => {
+                    out.push_str(&rest[..b]);
+                    match rest[b + 2..].find("*/") {
+                        Some(e) => rest = &rest[b + 2 + e + 2..],
+                        None => break,
+                    }
+                }
+                (_, Some(l)) => {
+                    out.push_str(&rest[..l]);
+                    match rest[l..].find('\n') {
+                        Some(e) => rest = &rest[l + e..],
+                        None => break,
+                    }
+                }
+                _ => {
+                    out.push_str(rest);
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn format_constants_match_header() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../native/include/mtlab_trace.h");
+        let src = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("reading {path}: {e}"));
+        let src = strip_comments(&src);
+        let rust = rust_constants();
+        let mut seen = BTreeMap::new();
+        let mut magic_seen = false;
+
+        for line in src.lines() {
+            let line = line.trim();
+            if let Some(rest) = line.strip_prefix("#define") {
+                let mut parts = rest.split_whitespace();
+                let Some(name) = parts.next() else { continue };
+                let Some(name) = name.strip_prefix("MTLAB_") else {
+                    continue;
+                };
+                let value: String = parts.collect::<Vec<_>>().join(" ");
+                if value.is_empty() {
+                    continue; // include guard
+                }
+                if name == "TRACE_MAGIC" {
+                    let inner = value.trim().trim_matches('"').replace("\\0", "\0");
+                    assert_eq!(
+                        inner.as_bytes(),
+                        &TRACE_MAGIC[..],
+                        "MTLAB_TRACE_MAGIC differs from TRACE_MAGIC"
+                    );
+                    magic_seen = true;
+                    continue;
+                }
+                let n =
+                    parse_number(&value).unwrap_or_else(|| panic!("cannot parse the value of MTLAB_{name}: {value:?}"));
+                seen.insert(name.to_string(), n);
+            } else {
+                // enum members: `MTLAB_X = N,`
+                for piece in line.split(',') {
+                    let piece = piece.trim();
+                    let Some((name, value)) = piece.split_once('=') else {
+                        continue;
+                    };
+                    let Some(name) = name.trim().strip_prefix("MTLAB_") else {
+                        continue;
+                    };
+                    let n = parse_number(value)
+                        .unwrap_or_else(|| panic!("cannot parse the value of MTLAB_{name}: {value:?}"));
+                    seen.insert(name.to_string(), n);
+                }
+            }
+        }
+
+        assert!(magic_seen, "MTLAB_TRACE_MAGIC not found in {path}");
+        assert!(seen.len() >= 30, "parsed only {} constants from {path}", seen.len());
+        for (name, value) in &seen {
+            match rust.get(name.as_str()) {
+                Some(r) => assert_eq!(r, value, "MTLAB_{name} is {value} in the C header but {r} in format.rs"),
+                None => panic!("MTLAB_{name} = {value} in the C header has no constant in format.rs"),
+            }
+        }
+        for name in rust.keys() {
+            assert!(
+                seen.contains_key(*name),
+                "format.rs has {name} but the C header has no MTLAB_{name}"
+            );
+        }
+
+        // The decoded-event flag bits in event.rs are the same numbers.
+        assert_eq!(FLAG_CHUNK_MMAPPED, EVF_CHUNK_MMAPPED);
+        assert_eq!(FLAG_IN_ALLOCATOR, EVF_IN_ALLOCATOR);
+        assert_eq!(FLAG_FAILED, EVF_FAILED);
+        assert_eq!(EVF_MASK, EVF_CHUNK_MMAPPED | EVF_IN_ALLOCATOR | EVF_FAILED);
+        assert_eq!(EVF_MASK & KIND_MASK, 0);
+        assert_eq!(EVF_MASK | KIND_MASK, 0xff);
+    }
+}

@@ -1,0 +1,10 @@
+//! The trace file: format constants, decoding, encoding (docs/trace-format.md).
+
+pub mod decode;
+pub mod encode;
+pub mod event;
+pub mod format;
+
+pub use decode::{ChunkInfo, EndRecord, Header, Items, TraceError, TraceFile};
+pub use encode::{finish_trace, ChunkEncoder, FinishStats, TraceWriter};
+pub use event::{Event, EventKind, Func, Item};
