@@ -1,7 +1,9 @@
 //! One pass over a process's trace: replays every event into the shadow
 //! heap and gathers what `mtlab report` prints (docs/metrics.md).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 
@@ -198,12 +200,13 @@ impl<'a> Pass<'a> {
 
     /// Frees `ptr`; returns its size when it was live.
     fn released(&mut self, ptr: u64) -> Option<u64> {
-        let chunk_region = self.heap.region_of(ptr).filter(|(_, k)| *k == RegionKind::GlibcChunk);
         match self.heap.free(ptr) {
             Some(obj) => {
                 self.site_released(obj.stack, obj.size);
-                if let Some((start, _)) = chunk_region {
-                    self.heap.unmap(start, ptr + obj.usable);
+                if let Some(start) = obj.region {
+                    if self.heap.region_kind(start) == Some(RegionKind::GlibcChunk) {
+                        self.heap.unmap(start, ptr + obj.usable);
+                    }
                 }
                 Some(obj.size)
             }
@@ -356,8 +359,8 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         trace,
         heap: ShadowHeap::new(trace.header.brk_start),
         funcs: Func::ALL.iter().map(|_| FuncStats::default()).collect(),
-        sites: HashMap::new(),
-        stacks: HashMap::new(),
+        sites: HashMap::default(),
+        stacks: HashMap::default(),
         peak: PeakReport { heap: HeapSnapshot::default(), at_event: 0, at_ns: None },
         series: Vec::new(),
         every,

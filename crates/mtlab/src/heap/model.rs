@@ -53,7 +53,7 @@ pub struct Object {
     pub usable: u64,
     pub stack: u32,
     /// Start of the region holding it, if any was known at allocation.
-    region: Option<u64>,
+    pub region: Option<u64>,
 }
 
 /// Numbers describing the heap at one moment (docs/metrics.md).
@@ -96,6 +96,8 @@ pub struct ShadowHeap {
     pub unknown_frees: u64,
     /// Allocations returning an address that was still live.
     pub overlapping_allocs: u64,
+    /// The region found by the last lookup (start, end); (0, 0) when none.
+    last_region: std::cell::Cell<(u64, u64)>,
 }
 
 impl ShadowHeap {
@@ -104,8 +106,17 @@ impl ShadowHeap {
     }
 
     fn region_at(&self, addr: u64) -> Option<u64> {
+        let (start, end) = self.last_region.get();
+        if addr >= start && addr < end {
+            return Some(start);
+        }
         let (&start, r) = self.regions.range(..=addr).next_back()?;
-        (addr < r.end).then_some(start)
+        if addr < r.end {
+            self.last_region.set((start, r.end));
+            Some(start)
+        } else {
+            None
+        }
     }
 
     /// Removes a region's contribution to the sums, runs `f`, adds it back.
@@ -121,12 +132,21 @@ impl ShadowHeap {
     }
 
     pub fn alloc(&mut self, addr: u64, size: u64, usable: u64, stack: u32) -> Option<Object> {
-        let replaced = self.free(addr);
-        if replaced.is_some() {
-            self.overlapping_allocs += 1;
-        }
         let region = self.region_at(addr);
-        self.objects.insert(addr, Object { size, usable, stack, region });
+        let obj = Object { size, usable, stack, region };
+        // One tree search on the common path; an address still live is rare.
+        let replaced = match self.objects.entry(addr) {
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(obj);
+                None
+            }
+            std::collections::btree_map::Entry::Occupied(_) => {
+                let old = self.free(addr);
+                self.overlapping_allocs += 1;
+                self.objects.insert(addr, obj);
+                old
+            }
+        };
         self.live_bytes += size;
         self.live_usable += usable;
         match region {
@@ -169,6 +189,11 @@ impl ShadowHeap {
         Some((start, self.regions[&start].kind))
     }
 
+    /// Kind of the region starting at `start`, if it still exists.
+    pub fn region_kind(&self, start: u64) -> Option<RegionKind> {
+        self.regions.get(&start).map(|r| r.kind)
+    }
+
     pub fn count_unknown_free(&mut self) {
         self.unknown_frees += 1;
     }
@@ -183,6 +208,7 @@ impl ShadowHeap {
         if end <= start {
             return;
         }
+        self.last_region.set((0, 0));
         if let Some(r) = self.regions.get(&start) {
             if r.kind == kind {
                 let old_end = r.end;
@@ -214,6 +240,7 @@ impl ShadowHeap {
     }
 
     fn set_region_end(&mut self, start: u64, end: u64, old_end: u64) {
+        self.last_region.set((0, 0));
         if end < old_end {
             self.unmap(end, old_end);
             return;
@@ -232,6 +259,7 @@ impl ShadowHeap {
         if end <= start {
             return;
         }
+        self.last_region.set((0, 0));
         let first = self.regions.range(..start).next_back().filter(|(_, r)| r.end > start).map(|(&s, _)| s);
         let touched: Vec<u64> = first.into_iter().chain(self.regions.range(start..end).map(|(&s, _)| s)).collect();
         for s in touched {

@@ -1,0 +1,19 @@
+/*
+ * calloc_once.c — one calloc(nmemb=10, size=100), checked to be zeroed, freed.
+ *
+ * Expected, from this program: calloc calls 1, mean size 1000 (10*100),
+ * free calls 1, peak live bytes 1000, live at end 0. No stdio.
+ * Exit code 0; 1 if the block is not zeroed, 3 if calloc fails.
+ */
+#include <stdlib.h>
+
+__attribute__((noinline)) static char *one_calloc(void) { return calloc(10, 100); }
+
+int main(void) {
+    char *p = one_calloc();
+    if (!p) return 3;
+    for (int i = 0; i < 1000; i++)
+        if (p[i]) return 1;
+    free(p);
+    return 0;
+}

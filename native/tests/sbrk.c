@@ -1,0 +1,24 @@
+/*
+ * sbrk.c — moving the program break by hand, with no malloc at all:
+ *   start = sbrk(0) (not traced: increment 0), sbrk(4096), sbrk(4096),
+ *   sbrk(-4096), then brk(start).
+ *
+ * Expected, from this program: sbrk calls 3 (mean |increment| 4096), brk
+ * calls 1, none failed; the brk heap, starting at the break seen when
+ * tracing started, is 4096, 8192, 4096, then 0 bytes after each call, and
+ * 0 at the end. Exit code 0; 1 if the break is not where it should be.
+ */
+#define _DEFAULT_SOURCE
+#include <stdint.h>
+#include <unistd.h>
+
+int main(void) {
+    char *start = sbrk(0);
+    if (sbrk(4096) != start) return 1;
+    if (sbrk(4096) != start + 4096) return 1;
+    if (sbrk(-4096) != start + 8192) return 1;
+    if (sbrk(0) != start + 4096) return 1;
+    if (brk(start) != 0) return 1;
+    if (sbrk(0) != start) return 1;
+    return 0;
+}
