@@ -90,8 +90,10 @@ __attribute__((constructor)) static void mtlab_start(void) {
     mtlab_set_root(env_u64("MTLAB_PARENT", 0) == (uint64_t)getppid());
     if (!mtlab_cfg.follow) unsetenv("MTLAB_OUT"); /* children stay untraced */
     detect_allocator();
-    mtlab_cfg.brk_start = (uint64_t)mtlab_real.sbrk(0);
-    mtlab_init_brk(mtlab_cfg.brk_start);
+    mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);
+    uint64_t heap = mtlab_heap_start();
+    mtlab_cfg.brk_start = heap && heap <= mtlab_cfg.brk_init ? heap : mtlab_cfg.brk_init;
+    mtlab_init_brk(mtlab_cfg.brk_init);
     mtlab_stack_table_init();
     mtlab_thread_init_global();
     pthread_atfork(fork_prepare, fork_parent, fork_child);

@@ -34,7 +34,8 @@ struct mtlab_config {
     int free_stacks; /* walk the stack for free too (off: stack id 0) */
     int is_glibc;  /* the program's malloc is glibc's: chunk headers readable */
     uint64_t tsc_hz;
-    uint64_t brk_start;
+    uint64_t brk_start; /* start of the brk heap ([heap] in maps, else the break) */
+    uint64_t brk_init;  /* the break when tracing started */
     char out_path[4096];
     char allocator[16];
     char allocator_path[512];
@@ -109,6 +110,7 @@ HIDDEN void mtlab_fork_child_reset(void);
 HIDDEN int mtlab_write_record(uint16_t type, const void *payload, uint32_t len);
 HIDDEN int mtlab_write_raw(const void *data, size_t len); /* whole record(s) */
 HIDDEN void mtlab_write_maps(void);
+HIDDEN uint64_t mtlab_heap_start(void); /* start of [heap] in /proc/self/maps, 0 if none */
 HIDDEN void mtlab_write_end(void);
 HIDDEN void mtlab_writer_fork_child(void);
 HIDDEN void mtlab_set_root(int is_root);

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -78,7 +79,16 @@ static void thread_exit(void *arg) {
     mtlab_tls.guard--;
 }
 
+/* Set by the dynamic loader to the initial stack pointer of the process. */
+extern void *__libc_stack_end __attribute__((weak));
+
 static uintptr_t stack_top(void) {
+    /* The main thread: glibc's pthread_getattr_np reads /proc/self/maps with
+     * stdio there, i.e. calls malloc, which (untraced, under the guard) would
+     * set up the brk heap in the middle of the program's first traced call —
+     * moving the break under a program that uses sbrk itself. */
+    if (&__libc_stack_end && __libc_stack_end && mtlab_gettid() == (uint32_t)getpid())
+        return ((uintptr_t)__libc_stack_end + 4095) & ~(uintptr_t)4095;
     pthread_attr_t attr;
     void *addr = NULL;
     size_t size = 0;

@@ -140,6 +140,7 @@ static void write_header(void) {
     p = kv_str(p, end, "stacks", mtlab_cfg.stacks ? "fp" : "none");
     p = kv_u64(p, end, "max_depth", (uint64_t)mtlab_cfg.max_depth);
     p = kv_u64(p, end, "brk_start", mtlab_cfg.brk_start);
+    p = kv_u64(p, end, "brk_init", mtlab_cfg.brk_init);
     p = kv_u64(p, end, "follow", (uint64_t)mtlab_cfg.follow);
     p = kv_str(p, end, "mtlab_version", MTLAB_VERSION);
     uint32_t text_len = (uint32_t)(p - text);
@@ -193,10 +194,39 @@ int mtlab_write_record(uint16_t type, const void *payload, uint32_t len) {
     return write_all_at(payload, len, off + MTLAB_RECORD_HEADER);
 }
 
+/* One buffer for maps text: used at start and at exit, never concurrently. */
+static char maps[1 << 20];
+
 void mtlab_write_maps(void) {
-    static char maps[1 << 20];
     size_t n = read_file("/proc/self/maps", maps, sizeof maps);
     if (n) mtlab_write_record(MTLAB_REC_MAPS, maps, (uint32_t)n);
+}
+
+static uint64_t parse_hex(const char *p, const char **end) {
+    uint64_t v = 0;
+    for (;; p++) {
+        char c = *p;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) break;
+        v = v * 16 + (uint64_t)d;
+    }
+    *end = p;
+    return v;
+}
+
+uint64_t mtlab_heap_start(void) {
+    size_t n = read_file("/proc/self/maps", maps, sizeof maps - 1);
+    maps[n] = 0;
+    for (const char *line = maps; *line;) {
+        const char *eol = line;
+        while (*eol && *eol != '\n') eol++;
+        if (eol - line > 6 && __builtin_memcmp(eol - 6, "[heap]", 6) == 0) {
+            const char *e;
+            return parse_hex(line, &e);
+        }
+        line = *eol ? eol + 1 : eol;
+    }
+    return 0;
 }
 
 void mtlab_write_end(void) {

@@ -357,7 +357,11 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
     let every = (total / opts.max_points.max(1) as u64).max(1);
     let mut pass = Pass {
         trace,
-        heap: ShadowHeap::new(trace.header.brk_start),
+        heap: {
+            let mut h = ShadowHeap::new(trace.header.brk_start);
+            h.set_break(trace.header.brk_init);
+            h
+        },
         funcs: Func::ALL.iter().map(|_| FuncStats::default()).collect(),
         sites: HashMap::default(),
         stacks: HashMap::default(),

@@ -65,6 +65,8 @@ pub struct Header {
     pub stacks: String,
     pub max_depth: u32,
     pub brk_start: u64,
+    /// The program break when tracing started (the brk heap's initial end).
+    pub brk_init: u64,
     pub follow: bool,
     pub mtlab_version: String,
     /// Every pair in file order, values unescaped (including unknown keys).
@@ -111,6 +113,7 @@ impl Header {
                 "stacks" => h.stacks = v.clone(),
                 "max_depth" => h.max_depth = num(v) as u32,
                 "brk_start" => h.brk_start = num(v),
+                "brk_init" => h.brk_init = num(v),
                 "follow" => h.follow = v.trim() == "1",
                 "mtlab_version" => h.mtlab_version = v.clone(),
                 _ => {}
