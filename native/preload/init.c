@@ -60,12 +60,22 @@ static void fork_prepare(void) {
 
 static void fork_parent(void) { mtlab_tls.guard--; }
 
+static void start_clock(void) {
+    mtlab_cfg.start_ns = mtlab_realtime_ns();
+    mtlab_cfg.start_tsc = mtlab_tsc();
+}
+
 static void fork_child(void) {
     if (mtlab_state == 1) {
+        start_clock();
         mtlab_writer_fork_child();
         mtlab_fork_child_reset();
         mtlab_stack_table_reset();
         mtlab_tls.arena_base = mtlab_tls.arena_size = 0;
+        /* The child's trace starts empty: its brk heap is the one it
+         * inherited, as it is now (not as it was when the parent started). */
+        mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);
+        mtlab_init_brk(mtlab_cfg.brk_init);
         if (!mtlab_cfg.follow) mtlab_state = 0;
     }
     mtlab_tls.guard--;
@@ -97,6 +107,7 @@ __attribute__((constructor)) static void mtlab_start(void) {
     mtlab_stack_table_init();
     mtlab_thread_init_global();
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    start_clock();
     mtlab_state = 1;
     mtlab_tls.guard--;
 }

@@ -36,6 +36,7 @@ struct mtlab_config {
     uint64_t tsc_hz;
     uint64_t brk_start; /* start of the brk heap ([heap] in maps, else the break) */
     uint64_t brk_init;  /* the break when tracing started */
+    uint64_t start_ns, start_tsc; /* when tracing of this process started */
     char out_path[4096];
     char allocator[16];
     char allocator_path[512];
@@ -65,6 +66,9 @@ struct mtlab_real {
     int (*brk)(void *);
     void *(*sbrk)(intptr_t);
     int (*execve)(const char *, char *const[], char *const[]);
+    int (*execvp)(const char *, char *const[]);
+    int (*execvpe)(const char *, char *const[], char *const[]);
+    int (*fexecve)(int, char *const[], char *const[]);
     void **curbrk; /* glibc's cached program break, read instead of calling sbrk(0) */
 };
 extern HIDDEN struct mtlab_real mtlab_real;

@@ -55,6 +55,9 @@ void mtlab_resolve(void) {
     RESOLVE(brk);
     RESOLVE(sbrk);
     RESOLVE(execve);
+    RESOLVE(execvp);
+    RESOLVE(execvpe);
+    RESOLVE(fexecve);
     mtlab_real.curbrk = (void **)dlsym(RTLD_DEFAULT, "__curbrk");
     mtlab_tls.guard--;
     atomic_store(&resolved, 2);

@@ -440,8 +440,10 @@ EXPORT void *sbrk(intptr_t inc) {
     return r;
 }
 
-/* exec replaces the image: write out what this process has first. */
-EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+/* exec replaces the image: write out what this thread has first. glibc's
+ * exec* functions call execve internally (not through the PLT), so each
+ * entry point needs its own shim. */
+static void flush_before_exec(void) {
     struct mtlab_tls *t = &mtlab_tls;
     ensure_real();
     if (!t->guard && atomic_load(&mtlab_state) == 1) {
@@ -451,9 +453,65 @@ EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
         t->guard--;
         errno = saved;
     }
-    int r = mtlab_real.execve(path, argv, envp);
-    /* exec failed: this image goes on, so does its tracing. */
-    return r;
+}
+
+/* If exec fails, this image goes on, and so does its tracing. */
+EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+    flush_before_exec();
+    return mtlab_real.execve(path, argv, envp);
+}
+
+EXPORT int execv(const char *path, char *const argv[]) {
+    flush_before_exec();
+    return mtlab_real.execve(path, argv, environ);
+}
+
+EXPORT int execvp(const char *file, char *const argv[]) {
+    flush_before_exec();
+    return mtlab_real.execvp(file, argv);
+}
+
+EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
+    flush_before_exec();
+    return mtlab_real.execvpe(file, argv, envp);
+}
+
+EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
+    flush_before_exec();
+    return mtlab_real.fexecve(fd, argv, envp);
+}
+
+/* The execl family: argv gathered on the stack, as glibc does. */
+#define GATHER_ARGS(arg, ap, argv, extra)                                                                    \
+    va_list ap;                                                                                              \
+    size_t argc = 1;                                                                                         \
+    va_start(ap, arg);                                                                                       \
+    while (va_arg(ap, char *)) argc++;                                                                       \
+    va_end(ap);                                                                                              \
+    char *argv[argc + 1];                                                                                    \
+    argv[0] = (char *)arg;                                                                                   \
+    va_start(ap, arg);                                                                                       \
+    for (size_t i = 1; i <= argc; i++) argv[i] = va_arg(ap, char *);                                         \
+    extra;                                                                                                   \
+    va_end(ap)
+
+EXPORT int execl(const char *path, const char *arg, ...) {
+    GATHER_ARGS(arg, ap, argv, (void)0);
+    flush_before_exec();
+    return mtlab_real.execve(path, argv, environ);
+}
+
+EXPORT int execlp(const char *file, const char *arg, ...) {
+    GATHER_ARGS(arg, ap, argv, (void)0);
+    flush_before_exec();
+    return mtlab_real.execvp(file, argv);
+}
+
+EXPORT int execle(const char *path, const char *arg, ...) {
+    char *const *envp;
+    GATHER_ARGS(arg, ap, argv, envp = va_arg(ap, char *const *));
+    flush_before_exec();
+    return mtlab_real.execve(path, argv, envp);
 }
 
 void mtlab_init_brk(uint64_t b) { atomic_store(&last_brk, b); }

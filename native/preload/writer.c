@@ -131,8 +131,10 @@ static void write_header(void) {
     long r = readlink("/proc/self/exe", raw, sizeof raw - 1);
     raw[r > 0 ? r : 0] = 0;
     p = kv_str(p, end, "exe", raw);
-    p = kv_u64(p, end, "start_ns", mtlab_realtime_ns());
-    p = kv_u64(p, end, "start_tsc", mtlab_tsc());
+    /* The file is opened at the first flush; events before it count from
+     * the start of tracing, taken by the constructor or at fork. */
+    p = kv_u64(p, end, "start_ns", mtlab_cfg.start_ns);
+    p = kv_u64(p, end, "start_tsc", mtlab_cfg.start_tsc);
     p = kv_u64(p, end, "tsc_hz", mtlab_cfg.tsc_hz);
     p = kv_u64(p, end, "page_size", (uint64_t)sysconf(_SC_PAGESIZE));
     p = kv_str(p, end, "allocator", mtlab_cfg.allocator);

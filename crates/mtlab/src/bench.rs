@@ -57,6 +57,10 @@ pub struct ProgramArgs {
     /// Skip heaptrack even if installed.
     #[arg(long)]
     no_heaptrack: bool,
+    /// Run heaptrack in record-only mode (`--raw`): its interpreter runs out
+    /// of memory on some programs (cc1 with heaptrack 1.4).
+    #[arg(long)]
+    heaptrack_raw: bool,
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
@@ -192,10 +196,11 @@ struct Runner {
     _tmp: Option<tempfile::TempDir>,
     mtlab: PathBuf,
     heaptrack: Option<PathBuf>,
+    heaptrack_raw: bool,
 }
 
 impl Runner {
-    fn new(dir: Option<PathBuf>, no_heaptrack: bool) -> Result<Self, BenchError> {
+    fn new(dir: Option<PathBuf>, no_heaptrack: bool, heaptrack_raw: bool) -> Result<Self, BenchError> {
         let (dir, tmp) = match dir {
             Some(d) => {
                 std::fs::create_dir_all(&d).map_err(|source| BenchError::Io { path: d.clone(), source })?;
@@ -211,13 +216,13 @@ impl Runner {
         };
         let mtlab = std::env::current_exe().map_err(|source| BenchError::Io { path: "mtlab".into(), source })?;
         let heaptrack = if no_heaptrack { None } else { heaptrack_path() };
-        Ok(Runner { dir, _tmp: tmp, mtlab, heaptrack })
+        Ok(Runner { dir, _tmp: tmp, mtlab, heaptrack, heaptrack_raw })
     }
 
     fn configs(&self) -> Vec<&'static str> {
         let mut v = vec!["untraced", "mtlab"];
         if self.heaptrack.is_some() {
-            v.push("heaptrack");
+            v.push(if self.heaptrack_raw { "heaptrack --raw" } else { "heaptrack" });
         }
         v
     }
@@ -231,11 +236,14 @@ impl Runner {
                 c.arg("record").arg("-o").arg(&out).arg("--").args(argv);
                 (c, Box::new(move || crate::record::trace_family(&self.dir.join("bench.mtl"))))
             }
-            "heaptrack" => {
+            "heaptrack" | "heaptrack --raw" => {
                 for old in heaptrack_files(&self.dir, "bench.heaptrack") {
                     let _ = std::fs::remove_file(old);
                 }
                 let mut c = Command::new(self.heaptrack.as_ref().unwrap());
+                if self.heaptrack_raw {
+                    c.arg("--raw");
+                }
                 c.arg("-o").arg(self.dir.join("bench.heaptrack")).args(argv);
                 (c, Box::new(move || heaptrack_files(&self.dir, "bench.heaptrack")))
             }
@@ -333,7 +341,7 @@ fn print_result(r: &BenchResult, json: bool) {
 pub fn run(cmd: BenchCommand) -> Result<ExitCode, BenchError> {
     match cmd {
         BenchCommand::Tracer(a) => {
-            let runner = Runner::new(a.dir, a.no_heaptrack)?;
+            let runner = Runner::new(a.dir, a.no_heaptrack, false)?;
             let workload = native::path(Part::MallocTest)?;
             let argv: Vec<OsString> = vec![
                 workload.into_os_string(),
@@ -358,7 +366,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, BenchError> {
             print_result(&r, a.json);
         }
         BenchCommand::Program(a) => {
-            let runner = Runner::new(a.dir, a.no_heaptrack)?;
+            let runner = Runner::new(a.dir, a.no_heaptrack, a.heaptrack_raw)?;
             let configs = runner.sweep(&a.command, a.reps, &|m, _| Ok(m.wall.as_secs_f64()))?;
             let report = Some(runner.report_speed()?);
             let r = BenchResult {

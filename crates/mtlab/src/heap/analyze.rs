@@ -203,9 +203,9 @@ impl<'a> Pass<'a> {
         match self.heap.free(ptr) {
             Some(obj) => {
                 self.site_released(obj.stack, obj.size);
-                if let Some(start) = obj.region {
+                if let Some(start) = obj.region() {
                     if self.heap.region_kind(start) == Some(RegionKind::GlibcChunk) {
-                        self.heap.unmap(start, ptr + obj.usable);
+                        self.heap.unmap(start, ptr + obj.usable());
                     }
                 }
                 Some(obj.size)

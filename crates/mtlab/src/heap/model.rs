@@ -47,13 +47,25 @@ impl Region {
     }
 }
 
+/// A live block. Kept to 24 bytes: the tree moves these around a lot.
 #[derive(Clone, Copy, Debug)]
 pub struct Object {
     pub size: u64,
-    pub usable: u64,
+    /// Start of the region holding it; 0 when no known region held it.
+    region: u64,
     pub stack: u32,
+    /// malloc_usable_size minus size (saturated).
+    usable_extra: u32,
+}
+
+impl Object {
+    pub fn usable(&self) -> u64 {
+        self.size + self.usable_extra as u64
+    }
     /// Start of the region holding it, if any was known at allocation.
-    pub region: Option<u64>,
+    pub fn region(&self) -> Option<u64> {
+        (self.region != 0).then_some(self.region)
+    }
 }
 
 /// Numbers describing the heap at one moment (docs/metrics.md).
@@ -133,7 +145,8 @@ impl ShadowHeap {
 
     pub fn alloc(&mut self, addr: u64, size: u64, usable: u64, stack: u32) -> Option<Object> {
         let region = self.region_at(addr);
-        let obj = Object { size, usable, stack, region };
+        let extra = usable.saturating_sub(size).min(u32::MAX as u64) as u32;
+        let obj = Object { size, region: region.unwrap_or(0), stack, usable_extra: extra };
         // One tree search on the common path; an address still live is rare.
         let replaced = match self.objects.entry(addr) {
             std::collections::btree_map::Entry::Vacant(v) => {
@@ -148,7 +161,7 @@ impl ShadowHeap {
             }
         };
         self.live_bytes += size;
-        self.live_usable += usable;
+        self.live_usable += size + extra as u64;
         match region {
             Some(start) => self.update_region(start, |r, _| {
                 r.live_bytes += size;
@@ -164,8 +177,8 @@ impl ShadowHeap {
     pub fn free(&mut self, addr: u64) -> Option<Object> {
         let Some(obj) = self.objects.remove(&addr) else { return None };
         self.live_bytes -= obj.size;
-        self.live_usable -= obj.usable;
-        match obj.region.filter(|s| self.regions.contains_key(s)) {
+        self.live_usable -= obj.usable();
+        match obj.region().filter(|s| self.regions.contains_key(s)) {
             Some(start) => self.update_region(start, |r, objects| {
                 r.live_bytes -= obj.size;
                 r.live_count -= 1;
@@ -221,10 +234,10 @@ impl ShadowHeap {
         let inside: Vec<u64> = self.objects.range(start..end).map(|(&a, _)| a).collect();
         for a in inside {
             let o = self.objects.get_mut(&a).unwrap();
-            if o.region.is_none() {
+            if o.region == 0 {
                 self.unplaced_bytes = self.unplaced_bytes.saturating_sub(o.size);
             }
-            o.region = Some(start);
+            o.region = start;
             region.live_bytes += o.size;
             region.live_count += 1;
             region.last_end = region.last_end.max(a + o.size);
@@ -273,7 +286,7 @@ impl ShadowHeap {
             }
             let objs: Vec<u64> = self.objects.range(s..r.end).map(|(&a, _)| a).collect();
             for a in &objs {
-                self.objects.get_mut(a).unwrap().region = None;
+                self.objects.get_mut(a).unwrap().region = 0;
                 self.unplaced_bytes += self.objects[a].size;
             }
             // Pieces outside the unmapped range survive as regions of the same kind.

@@ -51,7 +51,12 @@ impl FuncStats {
         }
         self.sum += cycles as u128;
         self.sum_sq += (cycles as f64) * (cycles as f64);
-        self.hist.saturating_record(cycles);
+        // record(), not saturating_record(): the histogram auto-resizes only
+        // on record(); saturating_record() clamps to its initial range (a few
+        // hundred), which made max/p99 wrong for any slower call.
+        if self.hist.record(cycles).is_err() {
+            self.hist.saturating_record(cycles);
+        }
     }
 
     pub fn mean_size(&self) -> f64 {
@@ -94,5 +99,17 @@ mod tests {
         assert_eq!(c.p50, 50);
         assert_eq!(c.p99, 99);
         assert_eq!(s.mean_size(), 10.0);
+    }
+
+    #[test]
+    fn large_values_are_not_clamped() {
+        let mut s = FuncStats::default();
+        for c in [10u64, 20, 1_000_000] {
+            s.add(c, None, false);
+        }
+        let c = s.cycles();
+        assert!(c.max >= 990_000 && c.max <= 1_010_000, "max {}", c.max);
+        assert!(c.p99 >= 990_000, "p99 {}", c.p99);
+        assert!(c.mean <= c.max as f64);
     }
 }

@@ -1,0 +1,643 @@
+//! End-to-end tests: the built `mtlab` records small C programs from
+//! native/tests/ (compiled per test) and real programs, and the numbers of
+//! `mtlab report --json` are checked exactly.
+//!
+//! Exactness: a test program's own calls are counted either through its
+//! allocation sites (the innermost frame is a function of the program, see
+//! `util::site`) or by subtracting a run of the same program that does none of
+//! the work (N = 0, or the argument "baseline"), which makes whatever the C
+//! runtime allocates by itself cancel out.
+
+mod util;
+
+use std::os::unix::process::ExitStatusExt;
+
+use util::*;
+
+// ---------------------------------------------------------------------------
+// Small programs with exactly known behaviour.
+
+#[test]
+fn n_mallocs_counts_peak_and_leaks_are_exact() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    let (n, s, k) = (1000u64, 48u64, 10u64);
+    lab.record_ok("base.mtl", &prog, &["0", "48", "0"]);
+    lab.record_ok("t.mtl", &prog, &[&n.to_string(), &s.to_string(), &k.to_string()]);
+    let base = lab.report("base.mtl");
+    let r = lab.report("t.mtl");
+    strict(&r);
+    strict(&base);
+
+    assert_eq!(call_deltas(&r, &base), deltas(&[("malloc", n as i64), ("free", (n - k) as i64)]));
+    assert_eq!(total_size(&r, "malloc") - total_size(&base, "malloc"), n * s);
+    assert_eq!(total_size(&r, "free") - total_size(&base, "free"), (n - k) * s, "free sizes are the freed blocks'");
+    assert_eq!(site(&r, "do_allocs"), site_of(n, n * s, k, k * s));
+    assert_eq!(live_bytes_peak(&r) - live_bytes_peak(&base), n * s, "all N blocks are live at the peak");
+    assert_eq!(live_bytes_end(&r) - live_bytes_end(&base), k * s, "K blocks leak");
+    assert_eq!(u(&r["leaks"]["objects"]) - u(&base["leaks"]["objects"]), k);
+    assert_eq!(u(&r["end"]["live_objects"]) - u(&base["end"]["live_objects"]), k);
+    if calls(&base, "malloc") == 0 {
+        // The runtime allocated nothing: the means are this program's alone.
+        assert_eq!(mean_size(&r, "malloc"), s as f64);
+        assert_eq!(live_bytes_peak(&r), n * s);
+        assert_eq!(live_bytes_end(&r), k * s);
+    }
+    // The leak table's first site is the program's.
+    let leak = &r["leaks"]["top"][0];
+    assert_eq!(leak["frames"][0]["function"], "do_allocs");
+    assert_eq!((u(&leak["live_objects"]), u(&leak["live_bytes"])), (k, k * s));
+    assert_eq!(r["exit"], "exit code 0");
+    assert_eq!(r["clean_end"], true);
+    assert_eq!(u(&r["events_dropped"]), 0);
+    // The blocks live in the brk heap, which is known, so fragmentation and
+    // utilization are meaningful: the K survivors sit at the top of a span
+    // of at least N*S bytes.
+    assert!(u(&r["end"]["brk_bytes"]) >= n * s);
+    let frag = f(&r["end"]["fragmentation"]["total"]);
+    assert!(frag > 0.5, "K of N blocks live at the top of the heap: fragmentation {frag}");
+}
+
+#[test]
+fn top_site_by_bytes_symbolizes_to_the_program_function() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    lab.record_ok("t.mtl", &prog, &["200", "4000", "0"]);
+    let r = lab.report("t.mtl");
+    let top = &r["top_sites"]["by_bytes"][0];
+    assert_eq!(u(&top["bytes"]), 200 * 4000);
+    let frames = top["frames"].as_array().unwrap();
+    assert_eq!(frames[0]["function"], "do_allocs", "{top}");
+    assert!(frames[0]["file"].as_str().unwrap().ends_with("n_mallocs.c"), "{top}");
+    assert_eq!(u(&frames[0]["line"]), source_line("n_mallocs", "blocks[i] = malloc(s);"));
+    assert_eq!(frames[0]["module"], "n_mallocs");
+    assert_eq!(frames[1]["function"], "main", "{top}");
+    assert_eq!(u(&frames[1]["line"]), source_line("n_mallocs", "do_allocs(n, (size_t)s);"));
+    // The program is built with frame pointers: its stacks reach main.
+    assert_eq!(f(&r["stacks"]["truncated_call_fraction"]), 0.0);
+    assert!(r["stacks"]["note"].is_null());
+}
+
+#[test]
+fn calloc_once_is_one_call_of_1000_bytes() {
+    let lab = Lab::new();
+    let prog = lab.compile("calloc_once");
+    lab.record_ok("base.mtl", &prog, &["baseline"]);
+    lab.record_ok("t.mtl", &prog, &[]);
+    let (base, r) = (lab.report("base.mtl"), lab.report("t.mtl"));
+    strict(&r);
+    assert_eq!(call_deltas(&r, &base), deltas(&[("calloc", 1), ("free", 1)]));
+    assert_eq!(total_size(&r, "calloc") - total_size(&base, "calloc"), 1000, "nmemb * size");
+    assert_eq!(site(&r, "one_calloc"), site_of(1, 1000, 0, 0));
+    assert_eq!(live_bytes_peak(&r) - live_bytes_peak(&base), 1000);
+    assert_eq!(live_bytes_end(&r), live_bytes_end(&base));
+}
+
+#[test]
+fn realloc_chain_is_nine_reallocs() {
+    let lab = Lab::new();
+    let prog = lab.compile("realloc_chain");
+    lab.record_ok("base.mtl", &prog, &["baseline"]);
+    lab.record_ok("t.mtl", &prog, &[]);
+    let (base, r) = (lab.report("base.mtl"), lab.report("t.mtl"));
+    strict(&r);
+    assert_eq!(call_deltas(&r, &base), deltas(&[("malloc", 1), ("realloc", 9), ("free", 1)]));
+    assert_eq!(calls(&r, "realloc"), 9);
+    assert_eq!(failed(&r, "realloc"), 0);
+    let sizes: u64 = (5..=13).map(|b| 1u64 << b).sum(); // 32 + 64 + ... + 8192
+    assert_eq!(sizes, 16352);
+    assert_eq!(total_size(&r, "realloc") - total_size(&base, "realloc"), sizes);
+    assert!((mean_size(&r, "realloc") - sizes as f64 / 9.0).abs() < 1e-9);
+    assert_eq!(site(&r, "grow"), site_of(9, sizes, 0, 0));
+    // Only one block is ever live: the peak is the last size.
+    assert_eq!(live_bytes_peak(&r) - live_bytes_peak(&base), 8192);
+    assert_eq!(live_bytes_end(&r), live_bytes_end(&base));
+    // The final free releases the 8192-byte block.
+    assert_eq!(total_size(&r, "free") - total_size(&base, "free"), 8192);
+}
+
+#[test]
+fn memalign_family_one_call_each() {
+    let lab = Lab::new();
+    let prog = lab.compile("memalign");
+    lab.record_ok("base.mtl", &prog, &["baseline"]);
+    lab.record_ok("t.mtl", &prog, &[]);
+    let (base, r) = (lab.report("base.mtl"), lab.report("t.mtl"));
+    strict(&r);
+    assert_eq!(
+        call_deltas(&r, &base),
+        deltas(&[
+            ("posix_memalign", 1),
+            ("aligned_alloc", 1),
+            ("memalign", 1),
+            ("valloc", 1),
+            ("pvalloc", 1),
+            ("free", 5)
+        ])
+    );
+    for (func, size) in [("posix_memalign", 1000), ("aligned_alloc", 8192), ("memalign", 300), ("valloc", 100), ("pvalloc", 100)] {
+        assert_eq!(mean_size(&r, func), size as f64, "{func}: the requested size, not the rounded one");
+        assert_eq!(failed(&r, func), 0, "{func}");
+    }
+    assert_eq!(site(&r, "main").calls - site(&base, "main").calls, 5);
+    assert_eq!(live_bytes_peak(&r) - live_bytes_peak(&base), 1000 + 8192 + 300 + 100 + 100);
+    assert_eq!(live_bytes_end(&r), live_bytes_end(&base));
+    assert_eq!(total_size(&r, "free") - total_size(&base, "free"), 9692);
+}
+
+#[test]
+fn maps_mmap_mremap_munmap_counts() {
+    let lab = Lab::new();
+    let prog = lab.compile("maps");
+    lab.record_ok("base.mtl", &prog, &["baseline"]);
+    lab.record_ok("t.mtl", &prog, &[]);
+    let (base, r) = (lab.report("base.mtl"), lab.report("t.mtl"));
+    strict(&r);
+    assert_eq!(call_deltas(&r, &base), deltas(&[("mmap", 1), ("mmap64", 1), ("mremap", 1), ("munmap", 2)]));
+    let mib = 1u64 << 20;
+    assert_eq!(mean_size(&r, "mmap"), mib as f64);
+    assert_eq!(mean_size(&r, "mmap64"), (64 << 10) as f64);
+    assert_eq!(mean_size(&r, "mremap"), (2 * mib) as f64, "mremap counts the new length");
+    assert_eq!(total_size(&r, "munmap") - total_size(&base, "munmap"), 2 * mib + (64 << 10));
+    for func in ["mmap", "mmap64", "mremap", "munmap"] {
+        assert_eq!(failed(&r, func), 0, "{func}");
+    }
+    // The program's own mappings are not heap: counted apart, no heap region.
+    assert_eq!(u(&r["program_mappings"]["calls"]) - u(&base["program_mappings"]["calls"]), 2);
+    assert_eq!(u(&r["program_mappings"]["bytes"]) - u(&base["program_mappings"]["bytes"]), mib + (64 << 10));
+    assert_eq!(u(&r["end"]["mmap_bytes"]), u(&base["end"]["mmap_bytes"]));
+    assert_eq!(live_bytes_peak(&r), live_bytes_peak(&base));
+}
+
+#[test]
+fn sbrk_and_brk_move_the_brk_heap() {
+    let lab = Lab::new();
+    let prog = lab.compile("sbrk");
+    lab.record_ok("base.mtl", &prog, &["baseline"]);
+    // Exit code 0 also says: tracing did not move the break under the program.
+    lab.record_ok("t.mtl", &prog, &[]);
+    let (base, r) = (lab.report("base.mtl"), lab.report("t.mtl"));
+    strict(&r);
+    assert_eq!(call_deltas(&r, &base), deltas(&[("sbrk", 3), ("brk", 1)]));
+    assert_eq!(mean_size(&r, "sbrk"), 4096.0, "|increment|");
+    assert_eq!(failed(&r, "sbrk") + failed(&r, "brk"), 0);
+    assert_eq!(u(&r["end"]["brk_bytes"]), 0, "brk(start) gave everything back");
+    if r["events"] == 4 {
+        // Nothing else was traced: one time-series point per call, and the
+        // brk heap after each call is exactly 4096, 8192, 4096, 0 bytes.
+        let mapped: Vec<u64> = r["time_series"].as_array().unwrap().iter().map(|p| u(&p["mapped_bytes"])).collect();
+        assert_eq!(mapped, [4096, 8192, 4096, 0]);
+    } else {
+        panic!("the sbrk program made other traced calls: {}", r["functions"]);
+    }
+}
+
+#[test]
+fn eight_threads_lose_no_event() {
+    let lab = Lab::new();
+    let prog = lab.compile("threads");
+    let (threads, pairs) = (8u64, 50_000u64);
+    lab.record_ok("base.mtl", &prog, &["8", "0"]);
+    lab.record_ok("t.mtl", &prog, &["8", &pairs.to_string()]);
+    let (base, r) = (lab.report("base.mtl"), lab.report("t.mtl"));
+    strict(&r);
+    let n = threads * pairs;
+    assert!(u(&r["events"]) >= 2 * n, "events {}", r["events"]);
+    assert_eq!(u(&r["events"]) - u(&base["events"]), 2 * n);
+    assert_eq!(call_deltas(&r, &base), deltas(&[("malloc", n as i64), ("free", n as i64)]));
+    assert_eq!(total_size(&r, "malloc") - total_size(&base, "malloc"), n * 64);
+    assert_eq!(site(&r, "worker"), site_of(n, n * 64, 0, 0));
+    assert_eq!(u(&r["events_dropped"]), 0);
+    assert_eq!(u(&r["chunks_dropped"]), 0);
+    assert_eq!(live_bytes_end(&r), live_bytes_end(&base), "every block of the workers is freed");
+}
+
+/// Parses "child <pid>" from a program's stdout.
+fn child_pid(stdout: &[u8]) -> u32 {
+    let s = String::from_utf8_lossy(stdout);
+    s.trim().strip_prefix("child ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("no child pid in {s:?}"))
+}
+
+#[test]
+fn fork_child_writes_its_own_trace() {
+    let lab = Lab::new();
+    let prog = lab.compile("fork");
+    let (a, b) = (50u64, 70u64);
+    let base_out = lab.record_ok("base.mtl", &prog, &["0", "0"]);
+    let out = lab.record_ok("t.mtl", &prog, &[&a.to_string(), &b.to_string()]);
+    let pid = child_pid(&out.stdout);
+    assert_eq!(lab.files_with_prefix("t.mtl"), ["t.mtl".to_string(), format!("t.mtl.{pid}")]);
+
+    let (base, r) = (lab.report("base.mtl"), lab.report("t.mtl"));
+    let bpid = child_pid(&base_out.stdout);
+    let children = r["children"].as_array().unwrap();
+    assert_eq!(children.len(), 1, "one child trace");
+    let child = &children[0];
+    let base_child = &base["children"][0];
+    assert_eq!(u(&base_child["pid"]), bpid as u64);
+    for p in [&r, child] {
+        strict(p);
+    }
+    assert_eq!(u(&child["pid"]), pid as u64);
+    assert_eq!(u(&child["ppid"]), u(&r["pid"]));
+    assert_eq!(child["cmdline"], r["cmdline"], "a fork child runs the same command line");
+    assert!(child["file"].as_str().unwrap().ends_with(&format!("t.mtl.{pid}")));
+
+    // Parent: its A blocks, none of the child's.
+    assert_eq!(call_deltas(&r, &base), deltas(&[("malloc", a as i64)]));
+    assert_eq!(site(&r, "parent_allocs"), site_of(a, a * 100, a, a * 100));
+    assert_eq!(site(&r, "child_allocs"), Site::default());
+    assert_eq!(live_bytes_end(&r) - live_bytes_end(&base), a * 100);
+    // Child: its B blocks only; the trace starts empty at the fork.
+    assert_eq!(call_deltas(child, base_child), deltas(&[("malloc", b as i64)]));
+    assert_eq!(site(child, "child_allocs"), site_of(b, b * 200, b, b * 200));
+    assert_eq!(site(child, "parent_allocs"), Site::default());
+    assert_eq!(live_bytes_end(child) - live_bytes_end(base_child), b * 200);
+    assert_eq!(live_bytes_peak(child) - live_bytes_peak(base_child), b * 200);
+    assert_eq!(child["clean_end"], true, "the child ended by exit()");
+    assert_eq!(u(&child["events_dropped"]), 0);
+    // The child's blocks are placed in the brk heap it inherited.
+    assert!(u(&child["end"]["brk_bytes"]) > 0);
+
+    // --no-children reports the root alone.
+    let o = lab.command(MTLAB).args(["report", "--json", "--no-children", "t.mtl"]).output().unwrap();
+    assert_success(&o, "report --no-children");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["children"].as_array().unwrap().len(), 0);
+    assert_eq!(v["pid"], r["pid"]);
+}
+
+#[test]
+fn no_follow_leaves_children_untraced() {
+    let lab = Lab::new();
+    let prog = lab.compile("fork");
+    let out = lab.record_cmd("t.mtl", &["--no-follow"], &prog, &["5", "7"]).output().unwrap();
+    assert_success(&out, "mtlab record --no-follow");
+    assert_eq!(lab.files_with_prefix("t.mtl"), ["t.mtl"]);
+    let r = lab.report("t.mtl");
+    assert_eq!(r["children"].as_array().unwrap().len(), 0);
+    assert_eq!(site(&r, "parent_allocs").calls, 5);
+}
+
+#[test]
+fn fork_exec_lists_the_exec_image_and_the_pre_exec_child() {
+    let lab = Lab::new();
+    let prog = lab.compile("fork_exec");
+    let (c, m) = (30u64, 40u64);
+    let out = lab.record_ok("t.mtl", &prog, &[&c.to_string(), &m.to_string()]);
+    let pid = child_pid(&out.stdout);
+    // The fork child wrote FILE.PID (flushed at exec); the image it exec'd has
+    // the same pid and so wrote FILE.PID.1.
+    assert_eq!(lab.files_with_prefix("t.mtl"), ["t.mtl".to_string(), format!("t.mtl.{pid}"), format!("t.mtl.{pid}.1")]);
+    let r = lab.report("t.mtl");
+    let children = r["children"].as_array().unwrap();
+    assert_eq!(children.len(), 2);
+    for p in processes(&r) {
+        strict(p);
+        assert_eq!(site(p, "before_exec").calls + site(p, "in_exec_image").calls > 0, u(&p["pid"]) == pid as u64);
+    }
+    assert_eq!(site(&r, "before_exec"), Site::default());
+    let (pre, img) = (&children[0], &children[1]);
+    assert_eq!(u(&pre["pid"]), pid as u64);
+    assert_eq!(u(&img["pid"]), pid as u64);
+    // Before exec: C blocks, no END record (exec does not run exit handlers).
+    assert_eq!(site(pre, "before_exec"), site_of(c, c * 300, c, c * 300));
+    assert_eq!(pre["clean_end"], false);
+    assert!(pre["events_dropped"].is_null());
+    // The exec'd image: its own command line, M blocks all freed, clean end.
+    let cmd: Vec<&str> = img["cmdline"].as_array().unwrap().iter().map(|v| v.as_str().unwrap()).collect();
+    assert_eq!(cmd[1..], ["inner", "40"]);
+    assert_eq!(site(img, "in_exec_image"), site_of(m, m * 400, 0, 0));
+    assert_eq!(site(img, "before_exec"), Site::default());
+    assert_eq!(img["clean_end"], true);
+    assert!(calls(img, "free") >= m, "the M blocks are freed");
+}
+
+#[test]
+fn fork_exec_child_without_events_leaves_no_trace() {
+    let lab = Lab::new();
+    let prog = lab.compile("fork_exec");
+    let out = lab.record_ok("t.mtl", &prog, &["0", "25"]);
+    let pid = child_pid(&out.stdout);
+    // The fork child made no traced call before exec: only the image's trace.
+    assert_eq!(lab.files_with_prefix("t.mtl"), ["t.mtl".to_string(), format!("t.mtl.{pid}")]);
+    let r = lab.report("t.mtl");
+    let children = r["children"].as_array().unwrap();
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0]["cmdline"][1], "inner");
+    assert_eq!(site(&children[0], "in_exec_image"), site_of(25, 25 * 400, 0, 0));
+}
+
+#[test]
+fn thread_exit_flushes_the_thread_buffer() {
+    let lab = Lab::new();
+    let prog = lab.compile("thread_exit");
+    let (m, p) = (500u64, 300u64);
+    lab.record_ok("t.mtl", &prog, &[&m.to_string(), &p.to_string(), "exit"]);
+    let r = lab.report("t.mtl");
+    strict(&r);
+    assert_eq!(site(&r, "thread_allocs"), site_of(m, m * 32, m, m * 32));
+    assert_eq!(site(&r, "main_allocs"), site_of(p, p * 48, p, p * 48));
+    assert_eq!(site(&r, "second_allocs"), site_of(10, 160, 10, 160));
+    assert_eq!(r["clean_end"], true);
+    assert_eq!(u(&r["events_dropped"]), 0);
+
+    // Ending by _exit: no exit-time flush at all. The first thread's events
+    // are there only because its buffer was written when it exited (and
+    // before the second thread could take the buffer over).
+    lab.record_ok("q.mtl", &prog, &[&m.to_string(), &p.to_string(), "_exit"]);
+    let q = lab.report("q.mtl");
+    assert_eq!(q["clean_end"], false);
+    assert!(q["events_dropped"].is_null());
+    assert_eq!(site(&q, "thread_allocs"), site_of(m, m * 32, m, m * 32));
+    assert_eq!(site(&q, "second_allocs"), site_of(10, 160, 10, 160));
+    assert!(site(&q, "main_allocs").calls <= p);
+}
+
+#[test]
+fn sleeping_program_timestamps_cover_the_run() {
+    let lab = Lab::new();
+    let prog = lab.compile("sleep_between");
+    lab.record_ok("t.mtl", &prog, &[]);
+    let r = lab.report("t.mtl");
+    strict(&r);
+    assert_eq!(site(&r, "first_alloc"), site_of(1, 100, 0, 0));
+    assert_eq!(site(&r, "second_alloc"), site_of(1, 200, 0, 0));
+    let ms = 1_000_000u64;
+    assert!(u(&r["duration_ns"]) >= 200 * ms, "duration {} ns", r["duration_ns"]);
+    assert_eq!(live_bytes_peak(&r), 300);
+    let at = u(&r["peak"]["at_ns"]);
+    assert!(at >= 200 * ms, "the peak comes after the sleep: at {at} ns");
+    let first = u(&r["time_series"][0]["ns"]);
+    assert!(first < 100 * ms, "the first event is before the sleep: at {first} ns");
+}
+
+#[test]
+fn abort_keeps_the_trace_readable_and_the_signal() {
+    let lab = Lab::new();
+    let prog = lab.compile("abort");
+    let n = 100_000u64;
+    // No core files from the program or from mtlab re-raising SIGABRT.
+    let mut cmd = lab.record_cmd("t.mtl", &[], &prog, &[&n.to_string()]);
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            libc::setrlimit(libc::RLIMIT_CORE, &zero);
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "mtlab dies by the program's signal: {}", out.status);
+    let r = lab.report("t.mtl");
+    strict(&r);
+    assert_eq!(r["clean_end"], false);
+    assert!(r["events_dropped"].is_null(), "unknown without an END record");
+    assert_eq!(r["exit"], "killed by signal 6");
+    let s = site(&r, "abort_allocs");
+    // A buffer holds at most 65536/7 < 9363 events: all but the last one are in.
+    assert!(s.calls >= n - 9362 && s.calls < n, "abort_allocs calls {} of {n}", s.calls);
+    assert_eq!(s, site_of(s.calls, s.calls * 64, s.calls, s.calls * 64));
+    // The table report says why the count is unknown.
+    let o = lab.command(MTLAB).args(["report", "t.mtl"]).output().unwrap();
+    assert_success(&o, "mtlab report");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("events dropped: unknown"));
+
+    // As a shell sees it: status 128 + 6.
+    let o = lab
+        .command("sh")
+        .arg("-c")
+        .arg(r#"ulimit -c 0; "$0" record -o s.mtl -- "$1" 20000 2>/dev/null; echo "status=$?""#)
+        .arg(MTLAB)
+        .arg(&prog)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "status=134");
+}
+
+#[test]
+fn exit_code_and_stdio_pass_through() {
+    let lab = Lab::new();
+    let prog = lab.compile("exit_code");
+    let input = b"abc\ndef\n";
+    let plain = run_with_stdin(lab.command(&prog), input);
+    let traced = run_with_stdin(lab.record_cmd("t.mtl", &[], &prog, &[]), input);
+    assert_eq!(plain.status.code(), Some(7));
+    assert_eq!(traced.status.code(), Some(7), "{}", stderr(&traced));
+    assert_eq!(String::from_utf8_lossy(&traced.stdout), "to stdout: hello\necho: abc\ndef\n");
+    assert_eq!(traced.stdout, plain.stdout);
+    assert_eq!(program_stderr(&traced), "to stderr: hello\n");
+    assert_eq!(program_stderr(&traced).as_bytes(), plain.stderr.as_slice());
+    // mtlab's own lines follow the program's.
+    assert!(stderr(&traced).starts_with("to stderr: hello\nmtlab: wrote "), "{}", stderr(&traced));
+    let r = lab.report("t.mtl");
+    assert_eq!(r["exit"], "exit code 7");
+}
+
+// ---------------------------------------------------------------------------
+// Real programs.
+
+/// The real interpreter behind `python3` (not a pyenv-style wrapper script).
+fn python() -> Option<String> {
+    let o = std::process::Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
+    let p = String::from_utf8(o.stdout).ok()?.trim().to_string();
+    (o.status.success() && !p.is_empty()).then_some(p)
+}
+
+#[test]
+fn python_script_output_and_exit_code_unchanged() {
+    let Some(py) = python() else {
+        eprintln!("skipped: no python3");
+        return;
+    };
+    let lab = Lab::new();
+    let script = "import json, sys\n\
+                  d = {i: str(i) * 10 for i in range(20000)}\n\
+                  rows = [list(range(i % 50)) for i in range(5000)]\n\
+                  print(len(d), sum(map(len, rows)), sorted(d)[-1])\n\
+                  print(json.dumps({'k': [1, 2, 3], 's': d[123]}))\n\
+                  print('to stderr', file=sys.stderr)\n\
+                  sys.exit(5)\n";
+    let plain = lab.command(&py).args(["-c", script]).output().unwrap();
+    let traced = lab.record("t.mtl", &py, &["-c", script]);
+    assert_eq!(plain.status.code(), Some(5));
+    assert_eq!(traced.status.code(), Some(5), "{}", stderr(&traced));
+    assert_eq!(String::from_utf8_lossy(&traced.stdout), String::from_utf8_lossy(&plain.stdout));
+    assert_eq!(String::from_utf8_lossy(&traced.stdout), "20000 122500 19999\n{\"k\": [1, 2, 3], \"s\": \"123123123123123123123123123123\"}\n");
+    assert_eq!(program_stderr(&traced), String::from_utf8_lossy(&plain.stderr));
+    let r = lab.report("t.mtl");
+    assert!(calls(&r, "malloc") > 1000, "malloc calls {}", calls(&r, "malloc"));
+    assert!(calls(&r, "free") > 1000);
+    assert_eq!(r["exit"], "exit code 5");
+    assert_eq!(r["clean_end"], true);
+    assert_eq!(u(&r["events_dropped"]), 0);
+    assert!(r["warnings"].as_array().unwrap().is_empty(), "{}", r["warnings"]);
+    assert_eq!(r["cmdline"][0], py);
+    assert!(live_bytes_peak(&r) > 1 << 20, "20000 strings of ~50 bytes and their dict");
+}
+
+#[test]
+fn gcc_driver_children_are_traced() {
+    let lab = Lab::new();
+    std::fs::create_dir(lab.path("plain")).unwrap();
+    std::fs::create_dir(lab.path("traced")).unwrap();
+    let src = "int add(int a, int b) { return a + b; }\nint twice(int x) { return add(x, x); }\n";
+    std::fs::write(lab.path("plain/tiny.c"), src).unwrap();
+    std::fs::write(lab.path("traced/tiny.c"), src).unwrap();
+    let plain = lab.command("gcc").current_dir(lab.path("plain")).args(["-c", "tiny.c", "-o", "tiny.o"]).output().unwrap();
+    assert_success(&plain, "gcc untraced");
+    let traced = lab
+        .record_cmd("t.mtl", &[], "gcc", &["-c", "tiny.c", "-o", "tiny.o"])
+        .current_dir(lab.path("traced"))
+        .output()
+        .unwrap();
+    assert_success(&traced, "mtlab record -- gcc");
+    let a = std::fs::read(lab.path("plain/tiny.o")).unwrap();
+    let b = std::fs::read(lab.path("traced/tiny.o")).unwrap();
+    assert_eq!(a.len(), b.len(), "object sizes");
+    assert!(a == b, "the traced compile produced a different object");
+    let r = lab.report("t.mtl");
+    assert!(r["cmdline"][0].as_str().unwrap().ends_with("gcc"));
+    let children = r["children"].as_array().unwrap();
+    let argv0 = |c: &serde_json::Value| c["cmdline"][0].as_str().unwrap_or("").to_string();
+    let cc1 = children.iter().find(|c| argv0(c).ends_with("cc1")).unwrap_or_else(|| {
+        panic!("no cc1 among {:?}", children.iter().map(argv0).collect::<Vec<_>>())
+    });
+    assert!(children.iter().any(|c| argv0(c) == "as" || argv0(c).ends_with("/as")), "the assembler is traced too");
+    assert!(calls(cc1, "malloc") > 100, "cc1 malloc calls {}", calls(cc1, "malloc"));
+    assert_eq!(cc1["clean_end"], true);
+    for c in children {
+        assert!(c["warnings"].as_array().unwrap().is_empty(), "{}", c["warnings"]);
+    }
+    assert_eq!(r["exit"], "exit code 0");
+}
+
+#[test]
+fn git_log_output_unchanged() {
+    let lab = Lab::new();
+    let root = repo_root();
+    let args = ["-C", root.to_str().unwrap(), "log", "--oneline", "-3"];
+    // Others may commit meanwhile: compare with untraced runs on both sides.
+    for attempt in 0..3 {
+        let before = lab.command("git").args(args).output().unwrap();
+        assert_success(&before, "git log");
+        let traced = lab.record("t.mtl", "git", &args);
+        let after = lab.command("git").args(args).output().unwrap();
+        if before.stdout != after.stdout && attempt < 2 {
+            continue;
+        }
+        assert_success(&traced, "mtlab record -- git log");
+        assert_eq!(String::from_utf8_lossy(&traced.stdout), String::from_utf8_lossy(&before.stdout));
+        assert_eq!(String::from_utf8_lossy(&traced.stdout).lines().count(), 3);
+        let r = lab.report("t.mtl");
+        assert!(calls(&r, "malloc") > 10);
+        assert_eq!(r["exit"], "exit code 0");
+        return;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Bad input.
+
+#[test]
+fn missing_program_exits_127_naming_it() {
+    let lab = Lab::new();
+    let o = lab.record("t.mtl", "no-such-program-mtlab-e2e", &["x"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(stderr(&o).contains("no-such-program-mtlab-e2e"), "{}", stderr(&o));
+    assert!(lab.files_with_prefix("t.mtl").is_empty());
+}
+
+#[test]
+fn unwritable_output_is_refused() {
+    let lab = Lab::new();
+    let prog = lab.compile("calloc_once");
+    let o = lab.command(MTLAB).args(["record", "-o", "/proc/nope/x.mtl", "--"]).arg(&prog).output().unwrap();
+    assert!(!o.status.success());
+    assert_ne!(o.status.code(), Some(0));
+    assert!(stderr(&o).contains("cannot write"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("/proc/nope/x.mtl"), "{}", stderr(&o));
+}
+
+#[test]
+fn truncated_trace_is_read_up_to_the_damage() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    lab.record_ok("t.mtl", &prog, &["200000", "16", "0"]);
+    let bytes = std::fs::read(lab.path("t.mtl")).unwrap();
+    let records = raw_records(&bytes);
+    assert!(records.iter().filter(|r| r.ty == 1).count() >= 4, "want several EVENTS records");
+    let mut cut = bytes.len() as u64 / 2;
+    if records.iter().any(|r| r.offset == cut) {
+        cut += 1; // cut inside a record, not between two
+    }
+    let hit = records.iter().find(|r| r.offset < cut && cut < r.end).unwrap();
+    std::fs::write(lab.path("half.mtl"), &bytes[..cut as usize]).unwrap();
+    // The same file cut cleanly just before the damaged record.
+    std::fs::write(lab.path("clean.mtl"), &bytes[..hit.offset as usize]).unwrap();
+
+    let o = lab.command(MTLAB).args(["report", "--json", "half.mtl"]).output().unwrap();
+    assert_success(&o, "report of a truncated trace");
+    let half: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let warnings = half["warnings"].as_array().unwrap();
+    let needle = format!("byte {}", hit.offset);
+    assert!(warnings.iter().any(|w| w.as_str().unwrap().contains(&needle)), "no warning with {needle:?}: {warnings:?}");
+    assert_eq!(half["clean_end"], false);
+    let clean = lab.report("clean.mtl");
+    assert!(clean["warnings"].as_array().unwrap().is_empty());
+    // Every record before the damage is used, nothing after it.
+    assert_eq!(half["functions"], clean["functions"]);
+    assert_eq!(half["events"], clean["events"]);
+    let full = lab.report("t.mtl");
+    let n = u(&half["events"]);
+    assert!(n > 0 && n < u(&full["events"]), "events {n} of {}", full["events"]);
+    // The table output shows the warning too.
+    let o = lab.command(MTLAB).args(["report", "half.mtl"]).output().unwrap();
+    assert_success(&o, "table report of a truncated trace");
+    let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
+    assert!(all.contains(&needle), "{all}");
+}
+
+#[test]
+fn trace_from_a_newer_version_is_refused() {
+    let lab = Lab::new();
+    let prog = lab.compile("calloc_once");
+    lab.record_ok("t.mtl", &prog, &[]);
+    let mut bytes = std::fs::read(lab.path("t.mtl")).unwrap();
+    bytes[8..12].copy_from_slice(&99u32.to_le_bytes());
+    std::fs::write(lab.path("new.mtl"), &bytes).unwrap();
+    let o = lab.command(MTLAB).args(["report", "--json", "new.mtl"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(o.stdout.is_empty());
+    let e = stderr(&o);
+    assert!(e.contains("newer") && e.contains("v99") && e.contains("v1"), "{e}");
+}
+
+#[test]
+fn garbage_and_empty_files_are_not_traces() {
+    let lab = Lab::new();
+    let mut x: u64 = 0x9e3779b97f4a7c15;
+    let garbage: Vec<u8> = (0..4096)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(lab.path("garbage.mtl"), &garbage).unwrap();
+    std::fs::write(lab.path("empty.mtl"), b"").unwrap();
+    for name in ["garbage.mtl", "empty.mtl"] {
+        let o = lab.command(MTLAB).args(["report", "--json", name]).output().unwrap();
+        assert!(!o.status.success(), "{name}");
+        assert!(stderr(&o).contains("not an mtlab trace"), "{name}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn report_of_a_missing_file() {
+    let lab = Lab::new();
+    let o = lab.command(MTLAB).args(["report", "--json", "nowhere.mtl"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("nowhere.mtl") && stderr(&o).contains("does not exist"), "{}", stderr(&o));
+}

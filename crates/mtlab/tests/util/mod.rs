@@ -1,0 +1,343 @@
+//! Helpers for the end-to-end tests: compile a test program from
+//! native/tests/, record it with the built `mtlab`, read `mtlab report --json`.
+//!
+//! Every test works in its own temporary directory (also the working
+//! directory of every command it runs), so tests can run in parallel.
+
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+pub const MTLAB: &str = env!("CARGO_BIN_EXE_mtlab");
+
+/// `--top` for every report: large enough that the site tables are complete
+/// for the test programs (checked in [`site`]).
+pub const TOP: usize = 1000;
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
+}
+
+pub fn test_source(name: &str) -> PathBuf {
+    repo_root().join("native/tests").join(format!("{name}.c"))
+}
+
+/// 1-based number of the first line of native/tests/NAME.c containing `needle`.
+pub fn source_line(name: &str, needle: &str) -> u64 {
+    let text = std::fs::read_to_string(test_source(name)).unwrap();
+    let idx = text.lines().position(|l| l.contains(needle)).unwrap_or_else(|| panic!("{needle:?} not in {name}.c"));
+    idx as u64 + 1
+}
+
+pub struct Lab {
+    pub dir: tempfile::TempDir,
+}
+
+impl Default for Lab {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Lab {
+    pub fn new() -> Lab {
+        Lab { dir: tempfile::Builder::new().prefix("mtlab-e2e-").tempdir().unwrap() }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Compiles native/tests/NAME.c into the lab as NAME.
+    pub fn compile(&self, name: &str) -> PathBuf {
+        let out = self.path(name);
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let o = Command::new(&cc)
+            .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-Wall", "-Wextra", "-o"])
+            .arg(&out)
+            .arg(test_source(name))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+        assert!(o.status.success(), "compiling {name}.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        out
+    }
+
+    /// A command run in the lab directory with stdin closed.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(program);
+        c.current_dir(self.dir.path()).stdin(Stdio::null());
+        c
+    }
+
+    /// `mtlab record [extra] -o TRACE -- PROGRAM ARGS...`
+    pub fn record_cmd(&self, trace: &str, extra: &[&str], program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Command {
+        let mut c = self.command(MTLAB);
+        c.arg("record").args(extra).arg("-o").arg(self.path(trace)).arg("--").arg(program).args(args);
+        c
+    }
+
+    pub fn record(&self, trace: &str, program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Output {
+        self.record_cmd(trace, &[], program, args).output().unwrap()
+    }
+
+    /// Records and asserts that the program exited 0.
+    pub fn record_ok(&self, trace: &str, program: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> Output {
+        let o = self.record(trace, program, args);
+        assert_success(&o, "mtlab record");
+        o
+    }
+
+    /// `mtlab report --json --top TOP FILE`, checked for success, parsed,
+    /// and checked against the invariants of [`sanity`].
+    pub fn report(&self, trace: &str) -> Value {
+        self.report_path(&self.path(trace))
+    }
+
+    pub fn report_path(&self, trace: &Path) -> Value {
+        let o = self.command(MTLAB).args(["report", "--json", "--top", &TOP.to_string()]).arg(trace).output().unwrap();
+        assert_success(&o, "mtlab report --json");
+        let v: Value = serde_json::from_slice(&o.stdout).expect("report --json prints JSON");
+        for p in processes(&v) {
+            sanity(p);
+        }
+        v
+    }
+
+    /// Names of the files in the lab starting with `prefix`, sorted.
+    pub fn files_with_prefix(&self, prefix: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with(prefix))
+            .collect();
+        v.sort();
+        v
+    }
+}
+
+pub fn assert_success(o: &Output, what: &str) {
+    assert!(
+        o.status.success(),
+        "{what} failed: {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).to_string()
+}
+
+/// The program's own stderr from a `mtlab record` run: mtlab only ever adds
+/// whole lines starting with "mtlab:" after the program ended.
+pub fn program_stderr(o: &Output) -> String {
+    let s = stderr(o);
+    let mut lines: Vec<&str> = s.split_inclusive('\n').collect();
+    while lines.last().is_some_and(|l| l.starts_with("mtlab:")) {
+        lines.pop();
+    }
+    lines.concat()
+}
+
+/// Feeds `input` to a command's stdin and collects its output.
+pub fn run_with_stdin(mut cmd: Command, input: &[u8]) -> Output {
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// The root process and all children of a JSON report.
+pub fn processes(v: &Value) -> Vec<&Value> {
+    let mut out = vec![v];
+    if let Some(children) = v["children"].as_array() {
+        out.extend(children.iter());
+    }
+    out
+}
+
+pub fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not an unsigned number: {v}"))
+}
+
+pub fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+pub fn calls(p: &Value, func: &str) -> u64 {
+    u(&p["functions"][func]["calls"])
+}
+
+pub fn failed(p: &Value, func: &str) -> u64 {
+    u(&p["functions"][func]["failed"])
+}
+
+pub fn mean_size(p: &Value, func: &str) -> f64 {
+    f(&p["functions"][func]["mean_size"])
+}
+
+/// Total of the sizes behind `mean_size` (mean × calls), rounded: exact for
+/// the integer totals of the test programs.
+pub fn total_size(p: &Value, func: &str) -> u64 {
+    (mean_size(p, func) * calls(p, func) as f64).round() as u64
+}
+
+/// `calls(p) - calls(base)` for every function, as (name, delta) pairs with a
+/// non-zero delta, sorted by name.
+pub fn call_deltas(p: &Value, base: &Value) -> Vec<(String, i64)> {
+    let funcs = p["functions"].as_object().unwrap();
+    let mut out: Vec<(String, i64)> = funcs
+        .keys()
+        .map(|k| (k.clone(), calls(p, k) as i64 - calls(base, k) as i64))
+        .filter(|(_, d)| *d != 0)
+        .collect();
+    out.sort();
+    out
+}
+
+pub fn deltas(list: &[(&str, i64)]) -> Vec<(String, i64)> {
+    let mut v: Vec<(String, i64)> = list.iter().map(|(k, d)| (k.to_string(), *d)).collect();
+    v.sort();
+    v
+}
+
+pub fn live_bytes_end(p: &Value) -> u64 {
+    u(&p["end"]["live_bytes"])
+}
+
+pub fn live_bytes_peak(p: &Value) -> u64 {
+    u(&p["peak"]["live_bytes"])
+}
+
+/// Sum over the allocation sites whose innermost frame is `function`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Site {
+    pub calls: u64,
+    pub bytes: u64,
+    pub live_objects: u64,
+    pub live_bytes: u64,
+}
+
+pub fn site(p: &Value, function: &str) -> Site {
+    let sites = p["top_sites"]["by_calls"].as_array().unwrap();
+    assert!(sites.len() < TOP, "site table may be cut at --top {TOP}: raise TOP");
+    let mut s = Site::default();
+    for site in sites {
+        if site["frames"][0]["function"].as_str() == Some(function) {
+            s.calls += u(&site["calls"]);
+            s.bytes += u(&site["bytes"]);
+            s.live_objects += u(&site["live_objects"]);
+            s.live_bytes += u(&site["live_bytes"]);
+        }
+    }
+    s
+}
+
+pub fn site_of(calls: u64, bytes: u64, live_objects: u64, live_bytes: u64) -> Site {
+    Site { calls, bytes, live_objects, live_bytes }
+}
+
+fn check_unit(what: &str, x: f64) {
+    assert!((0.0..=1.0).contains(&x), "{what} = {x} is outside [0, 1]");
+}
+
+fn check_snapshot(what: &str, s: &Value) {
+    check_unit(&format!("{what}.fragmentation.total"), f(&s["fragmentation"]["total"]));
+    check_unit(&format!("{what}.fragmentation.mean"), f(&s["fragmentation"]["mean"]));
+    check_unit(&format!("{what}.utilization"), f(&s["utilization"]));
+    assert!(u(&s["live_usable_bytes"]) >= u(&s["live_bytes"]), "{what}: usable bytes below requested bytes");
+    assert!(u(&s["unplaced_bytes"]) <= u(&s["live_bytes"]), "{what}: more unplaced than live bytes");
+    assert_eq!(u(&s["mapped_bytes"]), u(&s["brk_bytes"]) + u(&s["mmap_bytes"]), "{what}: mapped != brk + mmap");
+    assert!(u(&s["mmap_regions"]) <= u(&s["regions"]), "{what}: regions");
+}
+
+/// Invariants every process report must satisfy, whatever the program.
+pub fn sanity(p: &Value) {
+    let who = format!("process {} {:?}", p["pid"], p["cmdline"]);
+    let funcs = p["functions"].as_object().unwrap();
+    let mut sum_calls = 0;
+    for (name, fr) in funcs {
+        let c = u(&fr["calls"]);
+        sum_calls += c;
+        assert!(u(&fr["failed"]) <= c, "{who}: {name} failed > calls");
+        let cy = &fr["cycles"];
+        if c > 0 {
+            let (p50, p99, max, mean) = (u(&cy["p50"]), u(&cy["p99"]), u(&cy["max"]), f(&cy["mean"]));
+            assert!(p50 <= p99 && p99 <= max, "{who}: {name} cycles p50 {p50} p99 {p99} max {max}");
+            assert!(mean <= max as f64 * 1.01 + 1.0, "{who}: {name} mean cycles {mean} above max {max}");
+        }
+    }
+    assert_eq!(u(&p["events"]), sum_calls, "{who}: events != sum of calls");
+    check_snapshot(&format!("{who} end"), &p["end"]);
+    check_snapshot(&format!("{who} peak"), &p["peak"]);
+    assert!(live_bytes_peak(p) >= live_bytes_end(p), "{who}: peak below end");
+    assert!(u(&p["peak"]["at_event"]) <= u(&p["events"]), "{who}: peak after the last event");
+    assert_eq!(u(&p["leaks"]["bytes"]), live_bytes_end(p), "{who}: leaks.bytes");
+    assert_eq!(u(&p["leaks"]["objects"]), u(&p["end"]["live_objects"]), "{who}: leaks.objects");
+    let mut last_event = 0;
+    let mut last_ns = 0;
+    for (i, pt) in p["time_series"].as_array().unwrap().iter().enumerate() {
+        let what = format!("{who} time_series[{i}]");
+        check_unit(&format!("{what}.fragmentation_total"), f(&pt["fragmentation_total"]));
+        check_unit(&format!("{what}.fragmentation_mean"), f(&pt["fragmentation_mean"]));
+        check_unit(&format!("{what}.utilization"), f(&pt["utilization"]));
+        let ev = u(&pt["event"]);
+        assert!(ev >= last_event && ev <= u(&p["events"]), "{what}: event {ev}");
+        last_event = ev;
+        if let Some(ns) = pt["ns"].as_u64() {
+            assert!(ns >= last_ns, "{what}: time goes back ({ns} < {last_ns})");
+            last_ns = ns;
+        }
+    }
+    if let Some(d) = p["duration_ns"].as_u64() {
+        assert!(last_ns <= d, "{who}: a point at {last_ns} ns is after the duration {d} ns");
+    }
+    let clean = p["clean_end"].as_bool().unwrap();
+    assert_eq!(clean, !p["events_dropped"].is_null(), "{who}: events_dropped is known exactly when the end is clean");
+}
+
+/// Asserts the invariants that hold for the test programs (glibc malloc,
+/// every block freed was allocated while traced).
+pub fn strict(p: &Value) {
+    let who = format!("process {} {:?}", p["pid"], p["cmdline"]);
+    assert_eq!(p["allocator"], "glibc", "{who}");
+    assert_eq!(u(&p["unknown_frees"]), 0, "{who}: unknown frees");
+    assert_eq!(u(&p["overlapping_allocs"]), 0, "{who}: overlapping allocations");
+    assert_eq!(u(&p["end"]["unplaced_bytes"]), 0, "{who}: live bytes outside every known region");
+    assert!(p["warnings"].as_array().unwrap().is_empty(), "{who}: warnings {}", p["warnings"]);
+    if p["clean_end"].as_bool().unwrap() {
+        assert_eq!(u(&p["events_dropped"]), 0, "{who}: events dropped");
+        assert_eq!(u(&p["chunks_dropped"]), 0, "{who}: chunks dropped");
+        assert_eq!(u(&p["stacks_overflowed"]), 0, "{who}: stacks overflowed");
+    }
+}
+
+/// One record of a trace file, from its raw bytes (docs/trace-format.md).
+#[derive(Debug, Clone, Copy)]
+pub struct RawRecord {
+    pub offset: u64,
+    pub end: u64,
+    pub ty: u16,
+}
+
+/// The records of a complete trace file, in file order.
+pub fn raw_records(bytes: &[u8]) -> Vec<RawRecord> {
+    assert_eq!(&bytes[..8], b"MTLABTR\0");
+    let text_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as u64;
+    let mut off = 16 + text_len;
+    let mut out = Vec::new();
+    while off < bytes.len() as u64 {
+        let o = off as usize;
+        let len = u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap()) as u64;
+        let ty = u16::from_le_bytes(bytes[o + 4..o + 6].try_into().unwrap());
+        let end = off + 8 + len;
+        assert!(end <= bytes.len() as u64, "complete trace has a record past its end");
+        out.push(RawRecord { offset: off, end, ty });
+        off = end;
+    }
+    out
+}
