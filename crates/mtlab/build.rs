@@ -41,11 +41,14 @@ fn main() {
     cc(
         &preload,
         &c_files(&native.join("preload")),
-        &["-fPIC", "-shared", "-fvisibility=hidden", "-ftls-model=initial-exec", "-ldl"],
+        &["-fPIC", "-shared", "-fvisibility=hidden", "-ftls-model=initial-exec", "-ldl", "-lm"],
     );
     let malloc_test = out.join("mtlab-malloc-test");
     cc(&malloc_test, &[native.join("bench/malloc_test.c")], &[]);
+    let latency_pipeline = out.join("mtlab-latency-pipeline");
+    cc(&latency_pipeline, &[native.join("bench/latency_pipeline.c")], &[]);
 
     println!("cargo:rustc-env=MTLAB_PRELOAD_SO={}", preload.display());
     println!("cargo:rustc-env=MTLAB_MALLOC_TEST={}", malloc_test.display());
+    println!("cargo:rustc-env=MTLAB_LATENCY_PIPELINE={}", latency_pipeline.display());
 }

@@ -1,11 +1,26 @@
 /*
  * malloc_test.c — the malloc-test workload (source 000/001, DESIGN.md §2).
  *
- * Each thread, after a common start barrier, repeats: descend DEPTH calls,
- * malloc(SIZE), optionally touch the block, free it. The memory is not
- * touched by default, as in the paper, so the allocator and whatever is
- * interposed on it dominate. Per-thread TSC cycles over the loop, divided by
- * the iterations, give cycles per operation (one malloc + one free).
+ * Each thread, after a common start barrier, runs WARMUP unmeasured
+ * iterations, waits at a second barrier, then repeats ITERATIONS times:
+ * descend DEPTH calls, malloc(SIZE), optionally touch the block, free it. The
+ * memory is not touched by default, as in the paper, so the allocator and
+ * whatever is interposed on it dominate. Per-thread TSC cycles over the
+ * measured loop, divided by the iterations, give cycles per operation (one
+ * malloc + one free).
+ *
+ * With --time-each the TSC is also read immediately around every malloc call
+ * (fenced: lfence; rdtsc; lfence on both sides) and each sample, less the
+ * median cost of an empty back-to-back pair measured at start
+ * ("timer_overhead_cycles", clamped at 0), goes into a per-thread log-linear
+ * histogram (64 sub-buckets per power of two: exact below 128 cycles, within
+ * 1/64 above) that lives in memory allocated and pre-faulted before the
+ * loop. The histograms are merged after the join: mean (exact), p50, p99 and
+ * max (exact; a descheduled thread shows up here and in the mean).
+ * cycles_per_op then includes the cost of the two timer reads.
+ *
+ * Frames: worker -> descend x DEPTH -> malloc, all noinline, so a
+ * frame-pointer walk from malloc sees about DEPTH + 3 frames.
  *
  * Output: one JSON object on stdout. Exit code 2 on bad arguments.
  */
@@ -29,24 +44,115 @@ static inline uint64_t tsc(void) {
 #endif
 }
 
+/* A fenced read for timing one call: earlier instructions have completed and
+ * later ones have not started when the counter is read. */
+static inline uint64_t stamp(void) {
+#if defined(__x86_64__)
+    uint32_t lo, hi;
+    __asm__ __volatile__("lfence\n\trdtsc\n\tlfence" : "=a"(lo), "=d"(hi) : : "memory");
+    return ((uint64_t)hi << 32) | lo;
+#else
+    uint64_t v;
+    __asm__ __volatile__("isb\n\tmrs %0, cntvct_el0\n\tisb" : "=r"(v) : : "memory");
+    return v;
+#endif
+}
+
+/* ---- log-linear histogram: 64 sub-buckets per power of two ---- */
+#define SUB_BITS 6
+#define SUB (1u << SUB_BITS)
+#define NBUCKETS (SUB + (64 - SUB_BITS) * SUB)
+
+struct hist {
+    uint64_t count, sum, min, max;
+    uint64_t b[NBUCKETS];
+};
+
+static inline unsigned bucket_of(uint64_t v) {
+    if (v < SUB) return (unsigned)v;
+    unsigned e = 63u - (unsigned)__builtin_clzll(v);
+    return SUB + (e - SUB_BITS) * SUB + (unsigned)((v >> (e - SUB_BITS)) & (SUB - 1));
+}
+
+/* Middle of bucket i's value range. */
+static uint64_t bucket_mid(unsigned i) {
+    if (i < 2 * SUB) return i;
+    unsigned e = (i - SUB) / SUB + SUB_BITS, sub = (i - SUB) % SUB;
+    uint64_t low = (uint64_t)(SUB + sub) << (e - SUB_BITS);
+    return low + ((1ull << (e - SUB_BITS)) - 1) / 2;
+}
+
+static inline void hist_add(struct hist *h, uint64_t v) {
+    h->count++;
+    h->sum += v;
+    if (v < h->min) h->min = v;
+    if (v > h->max) h->max = v;
+    h->b[bucket_of(v)]++;
+}
+
+static void hist_reset(struct hist *h) {
+    memset(h, 0, sizeof *h);
+    h->min = UINT64_MAX;
+}
+
+static void hist_merge(struct hist *into, const struct hist *h) {
+    into->count += h->count;
+    into->sum += h->sum;
+    if (h->min < into->min) into->min = h->min;
+    if (h->max > into->max) into->max = h->max;
+    for (unsigned i = 0; i < NBUCKETS; i++) into->b[i] += h->b[i];
+}
+
+static uint64_t hist_quantile(const struct hist *h, double q) {
+    if (!h->count) return 0;
+    uint64_t rank = (uint64_t)(q * (double)h->count);
+    if ((double)rank < q * (double)h->count) rank++;
+    if (rank < 1) rank = 1;
+    uint64_t seen = 0;
+    for (unsigned i = 0; i < NBUCKETS; i++) {
+        seen += h->b[i];
+        if (seen >= rank) {
+            uint64_t v = bucket_mid(i);
+            if (v < h->min) v = h->min;
+            if (v > h->max) v = h->max;
+            return v;
+        }
+    }
+    return h->max;
+}
+
+/* ---- the workload ---- */
 static size_t block_size = 512;
 static int depth = 10;
 static long iterations = 1000000;
+static long warmup = -1; /* -1: 10% of iterations */
 static int touch;
-static pthread_barrier_t start;
+static int time_each;
+static uint64_t timer_overhead;
+static pthread_barrier_t start, measured;
 
 struct result {
     uint64_t cycles;
-};
+    struct hist h; /* used with --time-each only */
+} __attribute__((aligned(64)));
 
 /* noinline + a volatile sink keep every level a real frame. */
-__attribute__((noinline)) static void descend(int level) {
+__attribute__((noinline)) static void descend(int level, struct hist *h) {
     if (level > 1) {
-        descend(level - 1);
+        descend(level - 1, h);
         __asm__ __volatile__("" ::: "memory");
         return;
     }
-    void *p = malloc(block_size);
+    void *p;
+    if (h) {
+        uint64_t t0 = stamp();
+        p = malloc(block_size);
+        uint64_t t1 = stamp();
+        uint64_t d = t1 - t0;
+        hist_add(h, d > timer_overhead ? d - timer_overhead : 0);
+    } else {
+        p = malloc(block_size);
+    }
     if (!p) abort();
     if (touch) memset(p, 0xa5, block_size);
     __asm__ __volatile__("" : : "r"(p) : "memory");
@@ -55,18 +161,53 @@ __attribute__((noinline)) static void descend(int level) {
 
 static void *worker(void *arg) {
     struct result *r = arg;
+    struct hist *h = time_each ? &r->h : NULL;
+    if (h) hist_reset(h); /* also pre-faults the histogram's pages */
     pthread_barrier_wait(&start);
+    for (long i = 0; i < warmup; i++) descend(depth, h);
+    if (h) hist_reset(h);
+    pthread_barrier_wait(&measured);
     uint64_t t0 = tsc();
-    for (long i = 0; i < iterations; i++) descend(depth);
+    for (long i = 0; i < iterations; i++) descend(depth, h);
     r->cycles = tsc() - t0;
     return NULL;
 }
 
-static long parse_num(const char *flag, const char *v) {
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median cost of an empty pair of fenced reads, as used around malloc. */
+static uint64_t measure_timer_overhead(void) {
+    enum { PAIRS = 20001 };
+    static uint64_t d[PAIRS];
+    for (int i = 0; i < 1000; i++) { /* warm the path */
+        uint64_t a = stamp();
+        uint64_t b = stamp();
+        __asm__ __volatile__("" : : "r"(a), "r"(b));
+    }
+    for (int i = 0; i < PAIRS; i++) {
+        uint64_t a = stamp();
+        uint64_t b = stamp();
+        d[i] = b - a;
+    }
+    qsort(d, PAIRS, sizeof d[0], cmp_u64);
+    return d[PAIRS / 2];
+}
+
+static void usage(void) {
+    fprintf(stderr, "usage: mtlab-malloc-test [--threads N] [--size BYTES] [--depth N] [--iterations N] "
+                    "[--warmup N] [--touch] [--time-each]\n");
+}
+
+static long parse_num(const char *flag, const char *v, long min) {
     char *end;
     long x = strtol(v, &end, 10);
-    if (*v == 0 || *end != 0 || x <= 0) {
-        fprintf(stderr, "mtlab-malloc-test: %s needs a positive integer, got '%s'\n", flag, v);
+    if (*v == 0 || *end != 0 || x < min) {
+        fprintf(stderr, "mtlab-malloc-test: %s needs a%s integer, got '%s'\n", flag,
+                min > 0 ? " positive" : " non-negative", v);
+        usage();
         exit(2);
     }
     return x;
@@ -77,23 +218,38 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : "";
-        if (!strcmp(a, "--threads")) threads = (int)parse_num(a, v), i++;
-        else if (!strcmp(a, "--size")) block_size = (size_t)parse_num(a, v), i++;
-        else if (!strcmp(a, "--depth")) depth = (int)parse_num(a, v), i++;
-        else if (!strcmp(a, "--iterations")) iterations = parse_num(a, v), i++;
+        if (!strcmp(a, "--threads")) threads = (int)parse_num(a, v, 1), i++;
+        else if (!strcmp(a, "--size")) block_size = (size_t)parse_num(a, v, 1), i++;
+        else if (!strcmp(a, "--depth")) depth = (int)parse_num(a, v, 1), i++;
+        else if (!strcmp(a, "--iterations")) iterations = parse_num(a, v, 1), i++;
+        else if (!strcmp(a, "--warmup")) warmup = parse_num(a, v, 0), i++;
         else if (!strcmp(a, "--touch")) touch = 1;
+        else if (!strcmp(a, "--time-each")) time_each = 1;
         else {
-            fprintf(stderr,
-                    "usage: mtlab-malloc-test [--threads N] [--size BYTES] [--depth N] [--iterations N] [--touch]\n");
+            usage();
             return 2;
         }
     }
+    if (warmup < 0) warmup = iterations / 10;
+    if (time_each) timer_overhead = measure_timer_overhead();
+
     pthread_t *tids = calloc((size_t)threads, sizeof *tids);
-    struct result *res = calloc((size_t)threads, sizeof *res);
+    struct result *res = NULL;
+    if (!tids || posix_memalign((void **)&res, 64, (size_t)threads * sizeof *res)) {
+        fprintf(stderr, "mtlab-malloc-test: out of memory\n");
+        return 1;
+    }
+    memset(res, 0, (size_t)threads * sizeof *res);
     pthread_barrier_init(&start, NULL, (unsigned)threads);
+    pthread_barrier_init(&measured, NULL, (unsigned)threads);
     struct timespec w0, w1;
     clock_gettime(CLOCK_MONOTONIC, &w0);
-    for (int i = 0; i < threads; i++) pthread_create(&tids[i], NULL, worker, &res[i]);
+    for (int i = 0; i < threads; i++) {
+        if (pthread_create(&tids[i], NULL, worker, &res[i])) {
+            fprintf(stderr, "mtlab-malloc-test: cannot create thread %d\n", i);
+            return 1;
+        }
+    }
     uint64_t total = 0;
     for (int i = 0; i < threads; i++) {
         pthread_join(tids[i], NULL);
@@ -103,8 +259,20 @@ int main(int argc, char **argv) {
     double wall_ns = (double)(w1.tv_sec - w0.tv_sec) * 1e9 + (double)(w1.tv_nsec - w0.tv_nsec);
     double per_op = (double)total / ((double)iterations * threads);
     printf("{\"workload\":\"malloc-test\",\"threads\":%d,\"size\":%zu,\"depth\":%d,\"iterations\":%ld,"
-           "\"touch\":%s,\"cycles_per_op\":%.2f,\"wall_ns\":%.0f}\n",
-           threads, block_size, depth, iterations, touch ? "true" : "false", per_op, wall_ns);
+           "\"warmup\":%ld,\"touch\":%s,\"time_each\":%s,\"cycles_per_op\":%.2f,\"wall_ns\":%.0f",
+           threads, block_size, depth, iterations, warmup, touch ? "true" : "false",
+           time_each ? "true" : "false", per_op, wall_ns);
+    if (time_each) {
+        static struct hist all;
+        hist_reset(&all);
+        for (int i = 0; i < threads; i++) hist_merge(&all, &res[i].h);
+        double mean = all.count ? (double)all.sum / (double)all.count : 0.0;
+        printf(",\"malloc_mean_cycles\":%.2f,\"malloc_p50_cycles\":%llu,\"malloc_p99_cycles\":%llu,"
+               "\"malloc_max_cycles\":%llu,\"timer_overhead_cycles\":%llu",
+               mean, (unsigned long long)hist_quantile(&all, 0.50), (unsigned long long)hist_quantile(&all, 0.99),
+               (unsigned long long)all.max, (unsigned long long)timer_overhead);
+    }
+    printf("}\n");
     free(tids);
     free(res);
     return 0;

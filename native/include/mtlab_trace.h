@@ -30,6 +30,7 @@ enum mtlab_record_type {
     MTLAB_REC_MAPS = 2,    /* text of /proc/self/maps at that moment */
     MTLAB_REC_END = 3,     /* clean end: totals written at exit */
     MTLAB_REC_RUNINFO = 4, /* appended by `mtlab record` after the run */
+    MTLAB_REC_STATS = 5,   /* "key=value\n" text: the writer's own costs, at exit */
 };
 
 /* EVENTS payload: u32 tid, u32 n_events, u64 first_tsc, u64 last_tsc,
@@ -64,7 +65,9 @@ enum mtlab_event_kind {
     MTLAB_EV_SBRK = 16,          /* svarint increment, ptr result, ptr break_after */
     MTLAB_EV_BRK_SEEN = 17,      /* ptr break: the allocator moved the break (seen by polling) */
     MTLAB_EV_ARENA_HEAP = 18,    /* ptr base, varint size: a glibc non-main-arena heap's mapped extent */
-    MTLAB_EV_KIND_COUNT = 19,
+    MTLAB_EV_SAMPLE = 19,        /* varint func (an MTLAB_EV_* allocation kind), varint size, ptr result, varint interval */
+    MTLAB_EV_SAMPLE_FREE = 20,   /* ptr: a sampled block was freed (or moved by realloc) */
+    MTLAB_EV_KIND_COUNT = 21,
 };
 
 /* usable_extra = malloc_usable_size(result) - requested bytes (0 on failure). */
@@ -79,5 +82,34 @@ enum mtlab_event_kind {
 #define MTLAB_END_PAYLOAD 48u
 
 /* RUNINFO payload: "key=value\n" text (exit status, wall times, baseline). */
+
+/* The sampler's control page, shared with `mtlab ctl` through
+ * /dev/shm/mtlab-PID (MAP_SHARED). `state` is read on every allocation call. */
+#define MTLAB_CTL_MAGIC 0x4c544342414c544dull /* the bytes "MTLABCTL" read as a little-endian u64 */
+#define MTLAB_CTL_VERSION 1u
+#define MTLAB_CTL_SIZE 4096u
+#define MTLAB_CTL_ON 0x1u     /* sampling mode is set up */
+#define MTLAB_CTL_ACTIVE 0x2u /* sampling allocations now */
+#define MTLAB_CTL_LIVE 0x4u   /* sampled blocks may be live: frees are checked */
+
+struct mtlab_ctl_page {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t pid;
+    uint32_t state;         /* MTLAB_CTL_* bits; atomic */
+    uint32_t signal;        /* the signal that toggles sampling / requests a dump */
+    uint64_t interval;      /* mean sampling interval in bytes; atomic */
+    uint64_t dump_seq;      /* bumped by `mtlab ctl dump` */
+    uint64_t dump_done;     /* set to dump_seq once buffers are flushed */
+    uint64_t samples;       /* samples taken so far */
+    char trace_path[4000];  /* the trace file this process writes */
+};
+#define MTLAB_CTL_OFF_STATE 16u
+#define MTLAB_CTL_OFF_SIGNAL 20u
+#define MTLAB_CTL_OFF_INTERVAL 24u
+#define MTLAB_CTL_OFF_DUMP_SEQ 32u
+#define MTLAB_CTL_OFF_DUMP_DONE 40u
+#define MTLAB_CTL_OFF_SAMPLES 48u
+#define MTLAB_CTL_OFF_PATH 56u
 
 #endif

@@ -10,10 +10,16 @@
  *   MTLAB_FOLLOW  1 (default): children are traced too; 0: only this process
  *   MTLAB_FREE_STACKS 1: walk the stack for free as well (default 0: id 0)
  *   MTLAB_TSC_HZ  TSC frequency measured by `mtlab record`
+ *   MTLAB_UNWIND  fp (default) | libgcc | libunwind
+ *   MTLAB_SAMPLE  mean sampling interval in bytes: sampling mode (no full trace)
+ *   MTLAB_INACTIVE 1: sampling mode starts switched off
+ *   MTLAB_SAMPLE_SEED  fixed seed for the sampler (tests); 0: from the TSC
+ *   MTLAB_SIGNAL  signal that toggles the sampler / requests a dump
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -72,6 +78,10 @@ static void fork_child(void) {
         mtlab_fork_child_reset();
         mtlab_stack_table_reset();
         mtlab_tls.arena_base = mtlab_tls.arena_size = 0;
+        if (mtlab_ctl) {
+            mtlab_write_maps();
+            mtlab_sampler_fork_child();
+        }
         /* The child's trace starts empty: its brk heap is the one it
          * inherited, as it is now (not as it was when the parent started). */
         mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);
@@ -96,6 +106,14 @@ __attribute__((constructor)) static void mtlab_start(void) {
     mtlab_cfg.max_depth = (int)(depth == 0 ? 1 : depth > MTLAB_MAX_DEPTH ? MTLAB_MAX_DEPTH : depth);
     mtlab_cfg.follow = env_u64("MTLAB_FOLLOW", 1) != 0;
     mtlab_cfg.free_stacks = env_u64("MTLAB_FREE_STACKS", 0) != 0;
+    const char *unwind = getenv("MTLAB_UNWIND");
+    mtlab_cfg.unwind = !unwind                        ? MTLAB_UNWIND_FP
+                       : strcmp(unwind, "libgcc") == 0    ? MTLAB_UNWIND_LIBGCC
+                       : strcmp(unwind, "libunwind") == 0 ? MTLAB_UNWIND_LIBUNWIND
+                                                          : MTLAB_UNWIND_FP;
+    if (mtlab_cfg.stacks && mtlab_unwind_init(mtlab_cfg.unwind) != 0) mtlab_cfg.unwind = MTLAB_UNWIND_FP;
+    mtlab_cfg.sample_interval = env_u64("MTLAB_SAMPLE", 0);
+    mtlab_cfg.sample_seed = env_u64("MTLAB_SAMPLE_SEED", 0);
     mtlab_cfg.tsc_hz = env_u64("MTLAB_TSC_HZ", 0);
     mtlab_set_root(env_u64("MTLAB_PARENT", 0) == (uint64_t)getppid());
     if (!mtlab_cfg.follow) unsetenv("MTLAB_OUT"); /* children stay untraced */
@@ -109,6 +127,11 @@ __attribute__((constructor)) static void mtlab_start(void) {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
     start_clock();
     mtlab_state = 1;
+    if (mtlab_cfg.sample_interval) {
+        mtlab_write_maps(); /* opens the file now: the control page names it */
+        int sig = (int)env_u64("MTLAB_SIGNAL", (uint64_t)(SIGRTMIN + 7));
+        mtlab_sampler_init(mtlab_cfg.sample_interval, env_u64("MTLAB_INACTIVE", 0) == 0, sig);
+    }
     mtlab_tls.guard--;
 }
 
@@ -117,8 +140,10 @@ __attribute__((constructor)) static void mtlab_start(void) {
 __attribute__((destructor)) static void mtlab_stop(void) {
     if (mtlab_state != 1) return;
     mtlab_tls.guard++;
+    mtlab_sampler_stop();
     mtlab_state = 2;
     mtlab_flush_all();
+    mtlab_write_stats();
     mtlab_write_maps();
     mtlab_write_end();
     mtlab_tls.guard--;

@@ -27,11 +27,15 @@
 #define MTLAB_MAX_DEPTH 256
 
 /* ---- configuration, fixed by the constructor ---- */
+enum { MTLAB_UNWIND_FP = 0, MTLAB_UNWIND_LIBGCC = 1, MTLAB_UNWIND_LIBUNWIND = 2 };
 struct mtlab_config {
     int stacks;    /* 1: frame-pointer stacks, 0: none */
     int max_depth; /* frames kept per stack */
     int follow;    /* trace children */
     int free_stacks; /* walk the stack for free too (off: stack id 0) */
+    int unwind;      /* MTLAB_UNWIND_*: how stacks are captured */
+    uint64_t sample_interval; /* 0: full trace; else mean bytes between samples */
+    uint64_t sample_seed;     /* 0: seed each thread from the TSC */
     int is_glibc;  /* the program's malloc is glibc's: chunk headers readable */
     uint64_t tsc_hz;
     uint64_t brk_start; /* start of the brk heap ([heap] in maps, else the break) */
@@ -89,6 +93,7 @@ struct mtlab_buf {
     uint64_t first_tsc, last_tsc, prev_tsc;
     int64_t prev_ptr;
     _Atomic uint32_t len; /* bytes of events after the headers */
+    _Atomic int lock;     /* sampling mode only: held while appending */
     uint8_t data[];       /* MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER + events */
 };
 #define MTLAB_BUF_HEAD (MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER)
@@ -101,6 +106,10 @@ struct mtlab_tls {
     struct mtlab_buf *buf;
     uintptr_t stack_hi;
     uint64_t arena_base, arena_size; /* last glibc arena heap extent reported */
+    int64_t countdown;               /* sampler: bytes to the next sample point */
+    uint64_t rng;                    /* sampler: xorshift state */
+    int sampler_init;
+    uint64_t dump_seen, last_flush_tsc;
 };
 extern HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model("initial-exec")));
 
@@ -109,6 +118,7 @@ HIDDEN void mtlab_thread_init_global(void);
 HIDDEN void mtlab_flush_buf(struct mtlab_buf *b);
 HIDDEN void mtlab_flush_all(void);
 HIDDEN void mtlab_fork_child_reset(void);
+HIDDEN struct mtlab_buf *mtlab_first_buf(void);
 
 /* ---- output (writer.c) ---- */
 HIDDEN int mtlab_write_record(uint16_t type, const void *payload, uint32_t len);
@@ -118,6 +128,8 @@ HIDDEN uint64_t mtlab_heap_start(void); /* start of [heap] in /proc/self/maps, 0
 HIDDEN void mtlab_write_end(void);
 HIDDEN void mtlab_writer_fork_child(void);
 HIDDEN void mtlab_set_root(int is_root);
+HIDDEN void mtlab_writer_path(char *out, size_t cap); /* the file this process writes */
+HIDDEN void mtlab_write_stats(void);
 
 struct mtlab_counters {
     _Atomic uint64_t events_written;
@@ -129,7 +141,22 @@ extern HIDDEN struct mtlab_counters mtlab_counters;
 
 HIDDEN void mtlab_init_brk(uint64_t brk);
 
+/* ---- sampler (sampler.c) ---- */
+#define MTLAB_FILTER_SLOTS (1u << 14)
+extern HIDDEN struct mtlab_ctl_page *mtlab_ctl; /* NULL unless sampling */
+extern HIDDEN _Atomic uint8_t mtlab_filter[MTLAB_FILTER_SLOTS];
+static inline uint32_t mtlab_filter_hash(uint64_t p) {
+    return (uint32_t)((p >> 4) * 0x9e3779b97f4a7c15ull >> (64 - 14));
+}
+HIDDEN void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame);
+HIDDEN void mtlab_sample_free(void *p);
+HIDDEN void mtlab_sampler_init(uint64_t interval, int active, int sig);
+HIDDEN void mtlab_sampler_fork_child(void);
+HIDDEN void mtlab_sampler_stop(void);
+HIDDEN char *mtlab_sampler_stats(char *p, const char *end);
+
 /* ---- stacks (stack.c) ---- */
+HIDDEN int mtlab_unwind_init(int unwind); /* 0 ok, -1: that unwinder is not available */
 HIDDEN uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame);
 HIDDEN void mtlab_stack_table_init(void);
 HIDDEN void mtlab_stack_table_reset(void);
@@ -159,6 +186,26 @@ static inline uint64_t mtlab_tsc(void) {
     return v;
 #else
 #error "mtlab needs a cycle counter: x86_64 or aarch64"
+/* Writes an event's common fields; the caller made room for it. */
+static inline uint8_t *mtlab_begin_event(struct mtlab_buf *b, unsigned kind, unsigned flags, uint64_t tsc,
+                                         uint64_t cycles, uint32_t stack) {
+    if (tsc < b->prev_tsc) tsc = b->prev_tsc; /* per-thread time never goes back */
+    if (b->n_events == 0) b->first_tsc = b->prev_tsc = tsc;
+    uint8_t *p = b->data + MTLAB_BUF_HEAD + atomic_load_explicit(&b->len, memory_order_relaxed);
+    *p++ = (uint8_t)(kind | flags);
+    p = mtlab_put_varint(p, tsc - b->prev_tsc);
+    p = mtlab_put_varint(p, cycles);
+    p = mtlab_put_varint(p, stack);
+    b->prev_tsc = tsc;
+    return p;
+}
+
+static inline void mtlab_commit_event(struct mtlab_buf *b, uint8_t *p) {
+    b->n_events++;
+    b->last_tsc = b->prev_tsc;
+    atomic_store_explicit(&b->len, (uint32_t)(p - (b->data + MTLAB_BUF_HEAD)), memory_order_release);
+}
+
 #endif
 }
 
@@ -178,6 +225,26 @@ static inline uint8_t *mtlab_put_ptr(struct mtlab_buf *b, uint8_t *p, uint64_t p
     int64_t d = (int64_t)(ptr - (uint64_t)b->prev_ptr);
     b->prev_ptr = (int64_t)ptr;
     return mtlab_put_svarint(p, d);
+}
+
+/* Writes an event's common fields; the caller made room for it. */
+static inline uint8_t *mtlab_begin_event(struct mtlab_buf *b, unsigned kind, unsigned flags, uint64_t tsc,
+                                         uint64_t cycles, uint32_t stack) {
+    if (tsc < b->prev_tsc) tsc = b->prev_tsc; /* per-thread time never goes back */
+    if (b->n_events == 0) b->first_tsc = b->prev_tsc = tsc;
+    uint8_t *p = b->data + MTLAB_BUF_HEAD + atomic_load_explicit(&b->len, memory_order_relaxed);
+    *p++ = (uint8_t)(kind | flags);
+    p = mtlab_put_varint(p, tsc - b->prev_tsc);
+    p = mtlab_put_varint(p, cycles);
+    p = mtlab_put_varint(p, stack);
+    b->prev_tsc = tsc;
+    return p;
+}
+
+static inline void mtlab_commit_event(struct mtlab_buf *b, uint8_t *p) {
+    b->n_events++;
+    b->last_tsc = b->prev_tsc;
+    atomic_store_explicit(&b->len, (uint32_t)(p - (b->data + MTLAB_BUF_HEAD)), memory_order_release);
 }
 
 #endif

@@ -34,22 +34,30 @@ static inline uint8_t *begin(struct mtlab_buf **bp, unsigned kind, unsigned flag
     if (UNLIKELY(atomic_load_explicit(&b->len, memory_order_relaxed) + MTLAB_MAX_EVENT_BYTES > MTLAB_BUF_CAP))
         mtlab_flush_buf(b);
     uint32_t stack = mtlab_cfg.stacks && frame ? mtlab_stack_id(b, frame) : 0;
-    if (tsc < b->prev_tsc) tsc = b->prev_tsc; /* per-thread time never goes back */
-    if (b->n_events == 0) b->first_tsc = b->prev_tsc = tsc;
-    uint8_t *p = b->data + MTLAB_BUF_HEAD + atomic_load_explicit(&b->len, memory_order_relaxed);
-    *p++ = (uint8_t)(kind | flags);
-    p = mtlab_put_varint(p, tsc - b->prev_tsc);
-    p = mtlab_put_varint(p, cycles);
-    p = mtlab_put_varint(p, stack);
-    b->prev_tsc = tsc;
     *bp = b;
-    return p;
+    return mtlab_begin_event(b, kind, flags, tsc, cycles, stack);
 }
 
-static inline void commit(struct mtlab_buf *b, uint8_t *p) {
-    b->n_events++;
-    b->last_tsc = b->prev_tsc;
-    atomic_store_explicit(&b->len, (uint32_t)(p - (b->data + MTLAB_BUF_HEAD)), memory_order_release);
+static inline void commit(struct mtlab_buf *b, uint8_t *p) { mtlab_commit_event(b, p); }
+
+/* Sampling mode: the real call, then a countdown; all else is the slow path.
+ * Inactive, this is one load and a tail call. */
+#define SAMPLING_ALLOC(KIND, CALL, SIZE)                                                                      \
+    do {                                                                                                      \
+        struct mtlab_ctl_page *c_ = mtlab_ctl;                                                                \
+        if (c_) {                                                                                             \
+            if (LIKELY(!(__atomic_load_n(&c_->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE))) return CALL;    \
+            void *r_ = CALL;                                                                                  \
+            if (LIKELY((mtlab_tls.countdown -= (int64_t)(SIZE)) > 0)) return r_;                              \
+            return mtlab_sample_alloc(KIND, r_, SIZE, __builtin_frame_address(0));                            \
+        }                                                                                                     \
+    } while (0)
+
+/* Sampling mode: a free (or realloc) of a block that may be sampled. */
+static inline void sampling_release(void *p) {
+    if (UNLIKELY((__atomic_load_n(&mtlab_ctl->state, __ATOMIC_RELAXED) & MTLAB_CTL_LIVE) && p &&
+                 atomic_load_explicit(&mtlab_filter[mtlab_filter_hash((uint64_t)p)], memory_order_relaxed)))
+        mtlab_sample_free(p);
 }
 
 /* glibc keeps the chunk size, with flag bits, in the word before the block. */
@@ -155,6 +163,7 @@ EXPORT void *malloc(size_t n) {
         if (t->guard) return mtlab_bootstrap_alloc(n);
         mtlab_resolve();
     }
+    SAMPLING_ALLOC(MTLAB_EV_MALLOC, mtlab_real.malloc(n), n);
     if (!tracing(t)) return mtlab_real.malloc(n);
     uint64_t t1, t0 = ENTER_ALLOC(t);
     void *r = mtlab_real.malloc(n);
@@ -169,6 +178,7 @@ EXPORT void *calloc(size_t nmemb, size_t size) {
         if (t->guard) return mtlab_bootstrap_alloc(nmemb * size); /* pool memory is zeroed */
         mtlab_resolve();
     }
+    SAMPLING_ALLOC(MTLAB_EV_CALLOC, mtlab_real.calloc(nmemb, size), nmemb * size);
     if (!tracing(t)) return mtlab_real.calloc(nmemb, size);
     uint64_t t1, t0 = ENTER_ALLOC(t);
     void *r = mtlab_real.calloc(nmemb, size);
@@ -184,6 +194,11 @@ EXPORT void free(void *p) {
     struct mtlab_tls *t = &mtlab_tls;
     if (UNLIKELY(mtlab_in_bootstrap(p))) return;
     ensure_real();
+    if (mtlab_ctl) {
+        sampling_release(p);
+        mtlab_real.free(p);
+        return;
+    }
     if (!p || !tracing(t)) {
         mtlab_real.free(p);
         return;
@@ -214,6 +229,10 @@ EXPORT void *realloc(void *old, size_t n) {
         if (t->guard) return mtlab_bootstrap_alloc(n);
         mtlab_resolve();
     }
+    if (mtlab_ctl) {
+        sampling_release(old);
+        SAMPLING_ALLOC(MTLAB_EV_REALLOC, mtlab_real.realloc(old, n), n);
+    }
     if (!tracing(t)) return mtlab_real.realloc(old, n);
     uint64_t t1, t0 = ENTER_ALLOC(t);
     void *r = mtlab_real.realloc(old, n);
@@ -225,6 +244,10 @@ EXPORT void *realloc(void *old, size_t n) {
 EXPORT void *reallocarray(void *old, size_t nmemb, size_t size) {
     struct mtlab_tls *t = &mtlab_tls;
     ensure_real();
+    if (mtlab_ctl && mtlab_real.reallocarray) {
+        sampling_release(old);
+        SAMPLING_ALLOC(MTLAB_EV_REALLOCARRAY, mtlab_real.reallocarray(old, nmemb, size), nmemb * size);
+    }
     if (!tracing(t) || !mtlab_real.reallocarray) {
         size_t total;
         if (!mtlab_real.reallocarray) {
@@ -249,6 +272,13 @@ EXPORT void *reallocarray(void *old, size_t nmemb, size_t size) {
 EXPORT int posix_memalign(void **out, size_t align, size_t n) {
     struct mtlab_tls *t = &mtlab_tls;
     ensure_real();
+    if (mtlab_ctl) {
+        int ret = mtlab_real.posix_memalign(out, align, n);
+        if ((__atomic_load_n(&mtlab_ctl->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE) && ret == 0 &&
+            (t->countdown -= (int64_t)n) <= 0)
+            mtlab_sample_alloc(MTLAB_EV_POSIX_MEMALIGN, *out, n, __builtin_frame_address(0));
+        return ret;
+    }
     if (!tracing(t)) return mtlab_real.posix_memalign(out, align, n);
     uint64_t t1, t0 = ENTER_ALLOC(t);
     int ret = mtlab_real.posix_memalign(out, align, n);
@@ -262,6 +292,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t n) {
     EXPORT void *name(size_t align, size_t n) {                                                               \
         struct mtlab_tls *t = &mtlab_tls;                                                                     \
         ensure_real();                                                                                        \
+        SAMPLING_ALLOC(KIND, mtlab_real.name(align, n), n);                                                   \
         if (!tracing(t)) return mtlab_real.name(align, n);                                                    \
         uint64_t t1, t0 = ENTER_ALLOC(t);                                                                     \
         void *r = mtlab_real.name(align, n);                                                                  \
@@ -276,6 +307,7 @@ ALIGNED_SHIM(memalign, MTLAB_EV_MEMALIGN)
     EXPORT void *name(size_t n) {                                                                             \
         struct mtlab_tls *t = &mtlab_tls;                                                                     \
         ensure_real();                                                                                        \
+        SAMPLING_ALLOC(KIND, mtlab_real.name(n), n);                                                          \
         if (!tracing(t)) return mtlab_real.name(n);                                                           \
         uint64_t t1, t0 = ENTER_ALLOC(t);                                                                     \
         void *r = mtlab_real.name(n);                                                                         \
@@ -290,7 +322,7 @@ PAGE_SHIM(pvalloc, MTLAB_EV_PVALLOC)
 
 /* mmap calls made inside an allocator call are recorded (flagged) too. */
 static inline int tracing_map(const struct mtlab_tls *t) {
-    return LIKELY(!t->guard && atomic_load_explicit(&mtlab_state, memory_order_relaxed) == 1);
+    return LIKELY(!t->guard && !mtlab_ctl && atomic_load_explicit(&mtlab_state, memory_order_relaxed) == 1);
 }
 
 static void *map_call(int use64, void *addr, size_t len, int prot, int flags, int fd, off_t off) {

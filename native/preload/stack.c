@@ -1,6 +1,7 @@
 /*
- * stack.c — call stacks by frame-pointer walking, and the process-wide
- * table that gives each distinct stack one small id.
+ * stack.c — call stacks (frame-pointer walking, or libgcc's / libunwind's
+ * DWARF unwinders), and the process-wide table that gives each distinct
+ * stack one small id.
  *
  * The walk checks every frame against the thread's stack bounds, so code
  * built without frame pointers (rbp used as a general register) ends the walk
@@ -9,9 +10,103 @@
  * claims a slot writes the stack's definition into its own buffer, once.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
 #include <sys/mman.h>
+#include <unwind.h>
 
 #include "internal.h"
+
+/* ---- DWARF unwinders, loaded on request ---- */
+
+typedef _Unwind_Reason_Code (*backtrace_fn)(_Unwind_Trace_Fn, void *);
+typedef uintptr_t (*getip_fn)(struct _Unwind_Context *);
+typedef int (*unw_backtrace_fn)(void **, int);
+
+static backtrace_fn gcc_backtrace;
+static getip_fn gcc_getip;
+static unw_backtrace_fn unw_backtrace;
+static uintptr_t self_lo, self_hi; /* this library's text: frames to skip */
+
+static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    uintptr_t probe = (uintptr_t)arg;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD) continue;
+        uintptr_t lo = info->dlpi_addr + ph->p_vaddr, hi = lo + ph->p_memsz;
+        if (probe >= lo && probe < hi) {
+            self_lo = lo;
+            self_hi = hi;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int mtlab_unwind_init(int unwind) {
+    if (unwind == MTLAB_UNWIND_FP) return 0;
+    dl_iterate_phdr(find_self, (void *)(uintptr_t)&mtlab_unwind_init);
+    if (unwind == MTLAB_UNWIND_LIBGCC) {
+        void *h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
+        if (h) {
+            gcc_backtrace = (backtrace_fn)dlsym(h, "_Unwind_Backtrace");
+            gcc_getip = (getip_fn)dlsym(h, "_Unwind_GetIP");
+        }
+        return gcc_backtrace && gcc_getip ? 0 : -1;
+    }
+    void *h = dlopen("libunwind.so.8", RTLD_NOW | RTLD_LOCAL);
+    if (h) unw_backtrace = (unw_backtrace_fn)dlsym(h, "unw_backtrace");
+    return unw_backtrace ? 0 : -1;
+}
+
+struct gcc_walk {
+    uintptr_t *pcs;
+    int n, max;
+};
+
+static _Unwind_Reason_Code gcc_step(struct _Unwind_Context *ctx, void *arg) {
+    struct gcc_walk *w = (struct gcc_walk *)arg;
+    uintptr_t ip = gcc_getip(ctx);
+    if (ip >= self_lo && ip < self_hi) return _URC_NO_REASON; /* mtlab's own frames */
+    if (ip == 0 || w->n >= w->max) return _URC_END_OF_STACK;
+    w->pcs[w->n++] = ip;
+    return _URC_NO_REASON;
+}
+
+/* Return addresses, innermost first, starting at the caller of the shim. */
+static int capture(uintptr_t *pcs, int max, const void *frame) {
+    if (mtlab_cfg.unwind == MTLAB_UNWIND_LIBGCC) {
+        struct gcc_walk w = {pcs, 0, max};
+        gcc_backtrace(gcc_step, &w);
+        return w.n;
+    }
+    if (mtlab_cfg.unwind == MTLAB_UNWIND_LIBUNWIND) {
+        void *raw[MTLAB_MAX_DEPTH + 16];
+        int got = unw_backtrace(raw, max + 16 < MTLAB_MAX_DEPTH + 16 ? max + 16 : MTLAB_MAX_DEPTH + 16);
+        int n = 0;
+        for (int i = 0; i < got && n < max; i++) {
+            uintptr_t ip = (uintptr_t)raw[i];
+            if (ip >= self_lo && ip < self_hi) continue;
+            pcs[n++] = ip;
+        }
+        return n;
+    }
+    /* Frame pointers: every frame is checked against the thread's stack, so
+     * code built without them ends the walk instead of faulting. */
+    int n = 0;
+    uintptr_t fp = (uintptr_t)frame, lo = fp, hi = mtlab_tls.stack_hi;
+    while (n < max) {
+        if (fp < lo || fp > hi - 16 || (fp & 7)) break; /* no overflow: hi > 16 */
+        uintptr_t next = ((const uintptr_t *)fp)[0];
+        uintptr_t ret = ((const uintptr_t *)fp)[1];
+        if (ret < 4096) break;
+        pcs[n++] = ret;
+        if (next <= fp) break;
+        fp = next;
+    }
+    return n;
+}
 
 #define TABLE_BITS 20
 #define TABLE_SLOTS (1u << TABLE_BITS)
@@ -45,17 +140,7 @@ static void write_def(struct mtlab_buf *b, uint32_t id, const uintptr_t *pcs, in
 /* `frame` is the shim's frame address; its return address is the caller. */
 uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
     uintptr_t pcs[MTLAB_MAX_DEPTH];
-    int n = 0, max = mtlab_cfg.max_depth;
-    uintptr_t fp = (uintptr_t)frame, lo = fp, hi = mtlab_tls.stack_hi;
-    while (n < max) {
-        if (fp < lo || fp > hi - 16 || (fp & 7)) break; /* no overflow: hi > 16 */
-        uintptr_t next = ((const uintptr_t *)fp)[0];
-        uintptr_t ret = ((const uintptr_t *)fp)[1];
-        if (ret < 4096) break;
-        pcs[n++] = ret;
-        if (next <= fp) break;
-        fp = next;
-    }
+    int n = capture(pcs, mtlab_cfg.max_depth, frame);
     /* Independent multiplies: the hash costs little more than the loads. */
     uint64_t h = 0x243f6a8885a308d3ull ^ (uint64_t)n;
     for (int i = 0; i < n; i++) h += (uint64_t)pcs[i] * (0x9e3779b97f4a7c15ull + 2 * (uint64_t)i);

@@ -117,6 +117,8 @@ struct mtlab_buf *mtlab_thread_buf(void) {
     return b;
 }
 
+struct mtlab_buf *mtlab_first_buf(void) { return atomic_load(&all_bufs); }
+
 void mtlab_thread_init_global(void) { pthread_key_create(&exit_key, thread_exit); }
 
 /* At exit: flush every buffer; other threads may still run, so their

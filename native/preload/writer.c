@@ -91,8 +91,16 @@ static int reserve_and_write(const void *data, size_t len) {
     return write_all_at(data, len, off);
 }
 
+static char path[4200];
+
+void mtlab_writer_path(char *out, size_t cap) {
+    size_t n = mtlab_strlen(path);
+    if (n >= cap) n = cap - 1;
+    __builtin_memcpy(out, path, n);
+    out[n] = 0;
+}
+
 static int open_path(void) {
-    static char path[4200];
     char *end = path + sizeof path - 1;
     int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
     if (is_root) {
@@ -144,6 +152,10 @@ static void write_header(void) {
     p = kv_u64(p, end, "brk_start", mtlab_cfg.brk_start);
     p = kv_u64(p, end, "brk_init", mtlab_cfg.brk_init);
     p = kv_u64(p, end, "follow", (uint64_t)mtlab_cfg.follow);
+    p = kv_u64(p, end, "sample_interval", mtlab_cfg.sample_interval);
+    p = kv_str(p, end, "unwind", mtlab_cfg.unwind == MTLAB_UNWIND_LIBGCC      ? "libgcc"
+                                 : mtlab_cfg.unwind == MTLAB_UNWIND_LIBUNWIND ? "libunwind"
+                                                                              : "fp");
     p = kv_str(p, end, "mtlab_version", MTLAB_VERSION);
     uint32_t text_len = (uint32_t)(p - text);
     uint8_t fixed[MTLAB_FILE_HEADER_FIXED];
@@ -243,10 +255,18 @@ void mtlab_write_end(void) {
     mtlab_write_record(MTLAB_REC_END, v, sizeof v);
 }
 
+void mtlab_write_stats(void) {
+    static char text[1024];
+    char *p = mtlab_sampler_stats(text, text + sizeof text - 1);
+    mtlab_write_record(MTLAB_REC_STATS, text, (uint32_t)(p - text));
+}
+
 /* A fork child writes its own file, opened on its first write. */
 void mtlab_writer_fork_child(void) {
     atomic_store(&file_state, 0);
+    if (fd >= 0) mtlab_sys_close(fd);
     fd = -1;
+    path[0] = 0;
     is_root = 0;
     atomic_store(&file_off, 0);
     atomic_store(&mtlab_counters.events_written, 0);

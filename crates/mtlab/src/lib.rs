@@ -5,6 +5,7 @@ pub mod bench;
 pub mod cli;
 pub mod heap;
 pub mod native;
+pub mod profile;
 pub mod record;
 pub mod report;
 pub mod symbolize;

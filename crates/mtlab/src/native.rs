@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 static PRELOAD: &[u8] = include_bytes!(env!("MTLAB_PRELOAD_SO"));
 static MALLOC_TEST: &[u8] = include_bytes!(env!("MTLAB_MALLOC_TEST"));
+static LATENCY_PIPELINE: &[u8] = include_bytes!(env!("MTLAB_LATENCY_PIPELINE"));
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot unpack mtlab's native parts into {dir}: {source} (set XDG_CACHE_HOME to a writable directory)")]
@@ -22,6 +23,7 @@ pub struct UnpackError {
 pub enum Part {
     Preload,
     MallocTest,
+    LatencyPipeline,
 }
 
 impl Part {
@@ -29,12 +31,14 @@ impl Part {
         match self {
             Part::Preload => "libmtlab_preload.so",
             Part::MallocTest => "mtlab-malloc-test",
+            Part::LatencyPipeline => "mtlab-latency-pipeline",
         }
     }
     fn bytes(self) -> &'static [u8] {
         match self {
             Part::Preload => PRELOAD,
             Part::MallocTest => MALLOC_TEST,
+            Part::LatencyPipeline => LATENCY_PIPELINE,
         }
     }
 }

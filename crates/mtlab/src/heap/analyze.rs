@@ -288,6 +288,8 @@ impl<'a> Pass<'a> {
             }
             EventKind::BrkSeen { brk } => self.heap.set_break(brk),
             EventKind::ArenaHeap { base, size } => self.heap.map(base, base + size, RegionKind::Arena),
+            // Sampled traces are read by profile::sampled, not replayed here.
+            EventKind::Sample { .. } | EventKind::SampleFree { .. } => {}
         }
         if ev.kind.func().is_some() {
             self.events += 1;

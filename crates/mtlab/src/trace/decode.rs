@@ -913,6 +913,15 @@ impl ChunkCursor {
                 let size = v!();
                 EventKind::ArenaHeap { base, size }
             }
+            EV_SAMPLE => {
+                let fk = v!();
+                let size = v!();
+                let res = ptr!();
+                let interval = v!();
+                let func = u8::try_from(fk).ok().and_then(Func::from_alloc_kind).ok_or(DecErr::UnknownKind(kind))?;
+                EventKind::Sample { func, size, ptr: res, interval }
+            }
+            EV_SAMPLE_FREE => EventKind::SampleFree { ptr: ptr!() },
             k => return Err(DecErr::UnknownKind(k)),
         };
         self.tsc = self.tsc.wrapping_add(ts);
@@ -1402,6 +1411,8 @@ mod tests {
                 base: 0x7ff0_0000_0000,
                 size: 64 << 20,
             },
+            EventKind::Sample { func: Func::Calloc, size: 4096, ptr: 0x7ff0_0000_1000, interval: 512 << 10 },
+            EventKind::SampleFree { ptr: 0x7ff0_0000_1000 },
         ];
         let mut out = vec![Item::Stack {
             id: tid * 100 + 1,

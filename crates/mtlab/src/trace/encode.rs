@@ -280,6 +280,17 @@ impl ChunkEncoder {
                 self.ptr(base);
                 self.v(size);
             }
+            EventKind::Sample { func, size, ptr, interval } => {
+                self.common(EV_SAMPLE, fl, tsc, cyc, st);
+                self.v(func.alloc_kind().expect("samples come from allocation functions") as u64);
+                self.v(size);
+                self.ptr(ptr);
+                self.v(interval);
+            }
+            EventKind::SampleFree { ptr } => {
+                self.common(EV_SAMPLE_FREE, fl, tsc, cyc, st);
+                self.ptr(ptr);
+            }
         }
     }
 

@@ -65,6 +65,40 @@ impl Func {
     pub fn index(self) -> usize {
         self as usize
     }
+
+    /// The function an allocation event kind of the trace format stands for.
+    pub fn from_alloc_kind(kind: u8) -> Option<Func> {
+        use super::format::*;
+        Some(match kind {
+            EV_MALLOC => Func::Malloc,
+            EV_CALLOC => Func::Calloc,
+            EV_REALLOC => Func::Realloc,
+            EV_REALLOCARRAY => Func::Reallocarray,
+            EV_POSIX_MEMALIGN => Func::PosixMemalign,
+            EV_ALIGNED_ALLOC => Func::AlignedAlloc,
+            EV_MEMALIGN => Func::Memalign,
+            EV_VALLOC => Func::Valloc,
+            EV_PVALLOC => Func::Pvalloc,
+            _ => return None,
+        })
+    }
+
+    /// The trace format's event kind of an allocation function.
+    pub fn alloc_kind(self) -> Option<u8> {
+        use super::format::*;
+        Some(match self {
+            Func::Malloc => EV_MALLOC,
+            Func::Calloc => EV_CALLOC,
+            Func::Realloc => EV_REALLOC,
+            Func::Reallocarray => EV_REALLOCARRAY,
+            Func::PosixMemalign => EV_POSIX_MEMALIGN,
+            Func::AlignedAlloc => EV_ALIGNED_ALLOC,
+            Func::Memalign => EV_MEMALIGN,
+            Func::Valloc => EV_VALLOC,
+            Func::Pvalloc => EV_PVALLOC,
+            _ => return None,
+        })
+    }
 }
 
 /// Event flag bits (high 3 bits of the kind byte), see docs/trace-format.md.
@@ -106,6 +140,11 @@ pub enum EventKind {
     BrkSeen { brk: u64 },
     /// A glibc non-main-arena heap now spans [base, base+size).
     ArenaHeap { base: u64, size: u64 },
+    /// A sampled allocation (sampling mode): `func` allocated `size` bytes at
+    /// `ptr` while the mean sampling interval was `interval` bytes.
+    Sample { func: Func, size: u64, ptr: u64, interval: u64 },
+    /// A sampled block was freed (or moved away by realloc).
+    SampleFree { ptr: u64 },
 }
 
 impl EventKind {
@@ -118,7 +157,10 @@ impl EventKind {
             EventKind::Mremap { .. } => Some(Func::Mremap),
             EventKind::Brk { .. } => Some(Func::Brk),
             EventKind::Sbrk { .. } => Some(Func::Sbrk),
-            EventKind::BrkSeen { .. } | EventKind::ArenaHeap { .. } => None,
+            EventKind::BrkSeen { .. }
+            | EventKind::ArenaHeap { .. }
+            | EventKind::Sample { .. }
+            | EventKind::SampleFree { .. } => None,
         }
     }
 }

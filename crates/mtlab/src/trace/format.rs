@@ -21,6 +21,7 @@ pub const REC_EVENTS: u16 = 1;
 pub const REC_MAPS: u16 = 2;
 pub const REC_END: u16 = 3;
 pub const REC_RUNINFO: u16 = 4;
+pub const REC_STATS: u16 = 5;
 
 /// u32 tid, u32 n_events, u64 first_tsc, u64 last_tsc.
 pub const EVENTS_HEADER: u32 = 24;
@@ -48,7 +49,9 @@ pub const EV_BRK: u8 = 15;
 pub const EV_SBRK: u8 = 16;
 pub const EV_BRK_SEEN: u8 = 17;
 pub const EV_ARENA_HEAP: u8 = 18;
-pub const EV_KIND_COUNT: u8 = 19;
+pub const EV_SAMPLE: u8 = 19;
+pub const EV_SAMPLE_FREE: u8 = 20;
+pub const EV_KIND_COUNT: u8 = 21;
 
 pub const EVF_CHUNK_MMAPPED: u8 = 0x20;
 pub const EVF_IN_ALLOCATOR: u8 = 0x40;
@@ -56,6 +59,21 @@ pub const EVF_FAILED: u8 = 0x80;
 
 /// END payload: six u64s.
 pub const END_PAYLOAD: u32 = 48;
+
+/// The sampler's control page (`/dev/shm/mtlab-PID`), see mtlab_trace.h.
+pub const CTL_MAGIC: u64 = 0x4c54_4342_414c_544d;
+pub const CTL_VERSION: u32 = 1;
+pub const CTL_SIZE: u32 = 4096;
+pub const CTL_ON: u32 = 0x1;
+pub const CTL_ACTIVE: u32 = 0x2;
+pub const CTL_LIVE: u32 = 0x4;
+pub const CTL_OFF_STATE: u32 = 16;
+pub const CTL_OFF_SIGNAL: u32 = 20;
+pub const CTL_OFF_INTERVAL: u32 = 24;
+pub const CTL_OFF_DUMP_SEQ: u32 = 32;
+pub const CTL_OFF_DUMP_DONE: u32 = 40;
+pub const CTL_OFF_SAMPLES: u32 = 48;
+pub const CTL_OFF_PATH: u32 = 56;
 
 /// Name of an event kind, for messages.
 pub fn kind_name(kind: u8) -> &'static str {
@@ -79,6 +97,8 @@ pub fn kind_name(kind: u8) -> &'static str {
         EV_SBRK => "SBRK",
         EV_BRK_SEEN => "BRK_SEEN",
         EV_ARENA_HEAP => "ARENA_HEAP",
+        EV_SAMPLE => "SAMPLE",
+        EV_SAMPLE_FREE => "SAMPLE_FREE",
         _ => "unknown",
     }
 }
@@ -121,7 +141,23 @@ mod tests {
             ("EV_SBRK", EV_SBRK as u64),
             ("EV_BRK_SEEN", EV_BRK_SEEN as u64),
             ("EV_ARENA_HEAP", EV_ARENA_HEAP as u64),
+            ("EV_SAMPLE", EV_SAMPLE as u64),
+            ("EV_SAMPLE_FREE", EV_SAMPLE_FREE as u64),
             ("EV_KIND_COUNT", EV_KIND_COUNT as u64),
+            ("REC_STATS", REC_STATS as u64),
+            ("CTL_MAGIC", CTL_MAGIC),
+            ("CTL_VERSION", CTL_VERSION as u64),
+            ("CTL_SIZE", CTL_SIZE as u64),
+            ("CTL_ON", CTL_ON as u64),
+            ("CTL_ACTIVE", CTL_ACTIVE as u64),
+            ("CTL_LIVE", CTL_LIVE as u64),
+            ("CTL_OFF_STATE", CTL_OFF_STATE as u64),
+            ("CTL_OFF_SIGNAL", CTL_OFF_SIGNAL as u64),
+            ("CTL_OFF_INTERVAL", CTL_OFF_INTERVAL as u64),
+            ("CTL_OFF_DUMP_SEQ", CTL_OFF_DUMP_SEQ as u64),
+            ("CTL_OFF_DUMP_DONE", CTL_OFF_DUMP_DONE as u64),
+            ("CTL_OFF_SAMPLES", CTL_OFF_SAMPLES as u64),
+            ("CTL_OFF_PATH", CTL_OFF_PATH as u64),
             ("EVF_CHUNK_MMAPPED", EVF_CHUNK_MMAPPED as u64),
             ("EVF_IN_ALLOCATOR", EVF_IN_ALLOCATOR as u64),
             ("EVF_FAILED", EVF_FAILED as u64),

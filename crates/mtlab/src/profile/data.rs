@@ -1,0 +1,27 @@
+//! The profile every exporter (pprof, flame graph, folded stacks) reads.
+
+use crate::symbolize::Mapping;
+
+/// One call stack with its (estimated or exact) totals.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StackSample {
+    /// Program counters (return addresses), innermost first.
+    pub pcs: Vec<u64>,
+    pub alloc_objects: f64,
+    pub alloc_bytes: f64,
+    pub inuse_objects: f64,
+    pub inuse_bytes: f64,
+}
+
+/// A heap profile of one process.
+#[derive(Debug, Clone, Default)]
+pub struct ProfileData {
+    pub samples: Vec<StackSample>,
+    /// The process's memory maps, for symbolization.
+    pub maps: Vec<Mapping>,
+    /// Mean sampling interval in bytes (0: every allocation recorded).
+    pub period_bytes: u64,
+    /// When the profile starts (ns since the epoch) and how long it covers.
+    pub start_ns: u64,
+    pub duration_ns: u64,
+}

@@ -1,0 +1,8 @@
+//! Heap profiles: weighted call stacks, from a sampled trace (estimates) or a
+//! full trace (exact), and what is computed and exported from them.
+
+pub mod data;
+pub mod pprof;
+pub mod flame;
+
+pub use data::{ProfileData, StackSample};

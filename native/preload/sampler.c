@@ -1,0 +1,266 @@
+/*
+ * sampler.c — the sampling heap profiler (`mtlab record --sample INTERVAL`).
+ *
+ * Each thread counts allocated bytes down from a distance drawn from the
+ * exponential distribution with mean INTERVAL, so every byte is sampled with
+ * probability 1/INTERVAL whatever the allocation sizes. Only when the count
+ * runs out does the slow path below run: capture the stack, append a SAMPLE
+ * event, remember the block so its free is recorded. Frees check a small
+ * counting filter first, so a free of an unsampled block costs one load.
+ *
+ * The control page (/dev/shm/mtlab-PID, see mtlab_trace.h) lets `mtlab ctl`
+ * switch sampling on and off and change the interval with no restart; the
+ * signal in page->signal toggles sampling, or flushes every buffer when a
+ * dump was requested.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+HIDDEN struct mtlab_ctl_page *mtlab_ctl;
+
+#define SET_BITS 16
+#define SET_SLOTS (1u << SET_BITS)
+#define SET_PROBE 128
+#define TOMBSTONE 1ull
+
+static _Atomic uint64_t sampled_set[SET_SLOTS]; /* live sampled block addresses */
+HIDDEN _Atomic uint8_t mtlab_filter[MTLAB_FILTER_SLOTS];
+static _Atomic uint64_t untracked, stacks_captured, unwind_cycles;
+static char shm_path[64];
+
+static inline uint32_t set_hash(uint64_t p) { return (uint32_t)((p >> 4) * 0x9e3779b97f4a7c15ull >> (64 - SET_BITS)); }
+
+static int set_insert(uint64_t p) {
+    uint32_t i = set_hash(p);
+    for (int n = 0; n < SET_PROBE; n++, i = (i + 1) & (SET_SLOTS - 1)) {
+        uint64_t cur = atomic_load_explicit(&sampled_set[i], memory_order_relaxed);
+        if ((cur == 0 || cur == TOMBSTONE) && atomic_compare_exchange_strong(&sampled_set[i], &cur, p)) return 1;
+    }
+    return 0;
+}
+
+static int set_remove(uint64_t p) {
+    uint32_t i = set_hash(p);
+    for (int n = 0; n < SET_PROBE; n++, i = (i + 1) & (SET_SLOTS - 1)) {
+        uint64_t cur = atomic_load_explicit(&sampled_set[i], memory_order_relaxed);
+        if (cur == 0) return 0;
+        if (cur == p) return atomic_compare_exchange_strong(&sampled_set[i], &cur, TOMBSTONE);
+    }
+    return 0;
+}
+
+static inline uint64_t rng_next(struct mtlab_tls *t) {
+    uint64_t x = t->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    t->rng = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+/* Bytes to the next sample point: exponential with mean `interval`. */
+static int64_t draw(struct mtlab_tls *t, uint64_t interval) {
+    double u = ((double)(rng_next(t) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double v = -log(u) * (double)interval;
+    return v < 1.0 ? 1 : v > 4e18 ? (int64_t)4e18 : (int64_t)v;
+}
+
+static void seed(struct mtlab_tls *t) {
+    uint64_t s = mtlab_cfg.sample_seed ? mtlab_cfg.sample_seed : mtlab_tsc();
+    t->rng = (s ^ ((uint64_t)mtlab_gettid() * 0x9e3779b97f4a7c15ull)) | 1;
+    t->sampler_init = 1;
+}
+
+/* Sampling-mode appends lock their buffer so a dump may flush it from the
+ * signal handler of another thread. */
+static inline int lock_buf(struct mtlab_buf *b) { return atomic_exchange_explicit(&b->lock, 1, memory_order_acquire) == 0; }
+static inline void unlock_buf(struct mtlab_buf *b) { atomic_store_explicit(&b->lock, 0, memory_order_release); }
+
+static void maybe_flush(struct mtlab_tls *t, struct mtlab_buf *b, uint64_t now) {
+    uint64_t seq = __atomic_load_n(&mtlab_ctl->dump_seq, __ATOMIC_RELAXED);
+    uint64_t every = mtlab_cfg.tsc_hz ? mtlab_cfg.tsc_hz / 10 : 300000000ull; /* ~100 ms */
+    if (seq != t->dump_seen || now - t->last_flush_tsc > every) {
+        mtlab_flush_buf(b);
+        t->dump_seen = seq;
+        t->last_flush_tsc = now;
+    }
+}
+
+static void append_sample(struct mtlab_tls *t, unsigned kind, void *r, size_t size, uint64_t interval,
+                          const void *frame) {
+    struct mtlab_buf *b = mtlab_thread_buf();
+    if (!b || !lock_buf(b)) {
+        atomic_fetch_add(&mtlab_counters.events_dropped, 1);
+        return;
+    }
+    if (atomic_load_explicit(&b->len, memory_order_relaxed) + MTLAB_MAX_EVENT_BYTES + 16 + 10 * MTLAB_MAX_DEPTH >
+        MTLAB_BUF_CAP)
+        mtlab_flush_buf(b);
+    uint64_t c0 = mtlab_tsc();
+    uint32_t stack = mtlab_cfg.stacks ? mtlab_stack_id(b, frame) : 0;
+    uint64_t now = mtlab_tsc();
+    atomic_fetch_add_explicit(&stacks_captured, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&unwind_cycles, now - c0, memory_order_relaxed);
+    uint8_t *p = mtlab_begin_event(b, MTLAB_EV_SAMPLE, r ? 0 : MTLAB_EVF_FAILED, now, 0, stack);
+    p = mtlab_put_varint(p, kind);
+    p = mtlab_put_varint(p, size);
+    p = mtlab_put_ptr(b, p, (uint64_t)r);
+    p = mtlab_put_varint(p, interval);
+    mtlab_commit_event(b, p);
+    maybe_flush(t, b, now);
+    unlock_buf(b);
+}
+
+void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame) {
+    struct mtlab_tls *t = &mtlab_tls;
+    if (t->guard || !r) return r;
+    uint64_t interval = __atomic_load_n(&mtlab_ctl->interval, __ATOMIC_RELAXED);
+    if (!t->sampler_init) {
+        seed(t);
+        /* The countdown was 0 (never drawn): draw the distance to the first
+         * sample point from the start of this block. */
+        int64_t first = draw(t, interval);
+        if (first > (int64_t)size) {
+            t->countdown = first - (int64_t)size;
+            return r;
+        }
+    }
+    t->countdown = draw(t, interval);
+    int saved = errno;
+    t->guard++;
+    append_sample(t, kind, r, size, interval, frame);
+    if (set_insert((uint64_t)r)) {
+        atomic_fetch_add_explicit(&mtlab_filter[mtlab_filter_hash((uint64_t)r)], 1, memory_order_relaxed);
+        __atomic_fetch_or(&mtlab_ctl->state, MTLAB_CTL_LIVE, __ATOMIC_RELAXED);
+    } else {
+        atomic_fetch_add_explicit(&untracked, 1, memory_order_relaxed);
+    }
+    __atomic_fetch_add(&mtlab_ctl->samples, 1, __ATOMIC_RELAXED);
+    t->guard--;
+    errno = saved;
+    return r;
+}
+
+/* The filter said `p` may be sampled: check, and record its free. */
+void mtlab_sample_free(void *p) {
+    struct mtlab_tls *t = &mtlab_tls;
+    if (t->guard || !set_remove((uint64_t)p)) return;
+    atomic_fetch_sub_explicit(&mtlab_filter[mtlab_filter_hash((uint64_t)p)], 1, memory_order_relaxed);
+    int saved = errno;
+    t->guard++;
+    struct mtlab_buf *b = mtlab_thread_buf();
+    if (b && lock_buf(b)) {
+        if (atomic_load_explicit(&b->len, memory_order_relaxed) + MTLAB_MAX_EVENT_BYTES > MTLAB_BUF_CAP)
+            mtlab_flush_buf(b);
+        uint64_t now = mtlab_tsc();
+        uint8_t *w = mtlab_begin_event(b, MTLAB_EV_SAMPLE_FREE, 0, now, 0, 0);
+        mtlab_commit_event(b, mtlab_put_ptr(b, w, (uint64_t)p));
+        maybe_flush(t, b, now);
+        unlock_buf(b);
+    } else {
+        atomic_fetch_add(&mtlab_counters.events_dropped, 1);
+    }
+    t->guard--;
+    errno = saved;
+}
+
+/* Flushes every buffer that is not in the middle of an append. */
+static void flush_all_locked(void) {
+    for (struct mtlab_buf *b = mtlab_first_buf(); b; b = b->next) {
+        if (!lock_buf(b)) continue;
+        mtlab_flush_buf(b);
+        unlock_buf(b);
+    }
+}
+
+static void on_signal(int sig) {
+    (void)sig;
+    int saved = errno;
+    mtlab_tls.guard++;
+    uint64_t seq = __atomic_load_n(&mtlab_ctl->dump_seq, __ATOMIC_ACQUIRE);
+    if (seq != __atomic_load_n(&mtlab_ctl->dump_done, __ATOMIC_ACQUIRE)) {
+        flush_all_locked();
+        mtlab_write_maps();
+        __atomic_store_n(&mtlab_ctl->dump_done, seq, __ATOMIC_RELEASE);
+    } else {
+        __atomic_fetch_xor(&mtlab_ctl->state, MTLAB_CTL_ACTIVE, __ATOMIC_RELAXED);
+    }
+    mtlab_tls.guard--;
+    errno = saved;
+}
+
+/* Sets up the control page; falls back to private memory when /dev/shm is
+ * unusable (then only the signal controls the sampler). */
+void mtlab_sampler_init(uint64_t interval, int active, int sig) {
+    char *p = mtlab_append(shm_path, shm_path + sizeof shm_path - 1, "/dev/shm/mtlab-");
+    p = mtlab_append_u64(p, shm_path + sizeof shm_path - 1, (uint64_t)getpid());
+    *p = 0;
+    struct mtlab_ctl_page *page = NULL;
+    int fd = mtlab_sys_open(shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd >= 0 && ftruncate(fd, MTLAB_CTL_SIZE) == 0) {
+        void *m = mtlab_real.mmap ? mtlab_real.mmap(NULL, MTLAB_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                                  : MAP_FAILED;
+        if (m != MAP_FAILED) page = (struct mtlab_ctl_page *)m;
+    }
+    if (fd >= 0) mtlab_sys_close(fd);
+    if (!page) {
+        shm_path[0] = 0;
+        page = (struct mtlab_ctl_page *)mtlab_sys_mmap(MTLAB_CTL_SIZE);
+        if (!page) return;
+    }
+    page->magic = MTLAB_CTL_MAGIC;
+    page->version = MTLAB_CTL_VERSION;
+    page->pid = (uint32_t)getpid();
+    page->signal = (uint32_t)sig;
+    __atomic_store_n(&page->interval, interval, __ATOMIC_RELAXED);
+    mtlab_writer_path(page->trace_path, sizeof page->trace_path);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sa.sa_flags = SA_RESTART;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, NULL);
+    __atomic_store_n(&page->state, MTLAB_CTL_ON | (active ? MTLAB_CTL_ACTIVE : 0), __ATOMIC_RELEASE);
+    mtlab_ctl = page;
+}
+
+/* A fork child gets its own page (the parent's stays the parent's). */
+void mtlab_sampler_fork_child(void) {
+    if (!mtlab_ctl) return;
+    struct mtlab_ctl_page *old = mtlab_ctl;
+    uint64_t interval = __atomic_load_n(&old->interval, __ATOMIC_RELAXED);
+    int active = (__atomic_load_n(&old->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE) != 0;
+    mtlab_ctl = NULL;
+    memset((void *)sampled_set, 0, sizeof sampled_set);
+    memset((void *)mtlab_filter, 0, sizeof mtlab_filter);
+    mtlab_sampler_init(interval, active, (int)old->signal);
+    if (mtlab_ctl != old) munmap(old, MTLAB_CTL_SIZE);
+}
+
+void mtlab_sampler_stop(void) {
+    if (!mtlab_ctl) return;
+    __atomic_fetch_and(&mtlab_ctl->state, ~(uint32_t)MTLAB_CTL_ACTIVE, __ATOMIC_RELAXED);
+    flush_all_locked();
+    if (shm_path[0]) unlink(shm_path);
+}
+
+/* "key=value" lines of the sampler's own costs for the STATS record. */
+char *mtlab_sampler_stats(char *p, const char *end) {
+    p = mtlab_append(p, end, "stacks_captured=");
+    p = mtlab_append_u64(p, end, atomic_load(&stacks_captured));
+    p = mtlab_append(p, end, "\nunwind_cycles=");
+    p = mtlab_append_u64(p, end, atomic_load(&unwind_cycles));
+    p = mtlab_append(p, end, "\nsamples_untracked=");
+    p = mtlab_append_u64(p, end, atomic_load(&untracked));
+    p = mtlab_append(p, end, "\nsamples=");
+    p = mtlab_append_u64(p, end, mtlab_ctl ? __atomic_load_n(&mtlab_ctl->samples, __ATOMIC_RELAXED) : 0);
+    return mtlab_append(p, end, "\n");
+}
