@@ -7,7 +7,11 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::heap::{self, AnalyzeOptions};
-use crate::record::{self, RecordConfig, RecordError, Stacks};
+use crate::record::{self, RecordConfig, RecordError, SampleConfig, Stacks, Unwind};
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    crate::units::parse_size(s).map_err(|e| e.to_string())
+}
 use crate::report::{self, RunReport};
 use crate::trace::{TraceError, TraceFile};
 
@@ -39,9 +43,21 @@ struct RecordArgs {
     /// Trace file to write; traced children write FILE.PID beside it.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// How to capture call stacks.
+    /// Capture call stacks (fp) or not (none); see --unwind for how.
     #[arg(long, value_enum, default_value = "fp")]
     stacks: Stacks,
+    /// How stacks are captured: frame pointers, or a DWARF unwinder for code built without them.
+    #[arg(long, value_enum, default_value = "fp")]
+    unwind: Unwind,
+    /// Sampling heap profiler instead of a full trace: sample one byte in INTERVAL on average (e.g. 512KiB).
+    #[arg(long, value_name = "INTERVAL", value_parser = parse_size_arg)]
+    sample: Option<u64>,
+    /// With --sample: start with sampling off; switch it with `mtlab ctl PID start`.
+    #[arg(long, requires = "sample")]
+    inactive: bool,
+    /// With --sample: fixed seed for the sampler (reproducible runs); 0 draws one from the clock.
+    #[arg(long, default_value_t = 0, requires = "sample")]
+    sample_seed: u64,
     /// Most frames kept per stack (1-256).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=256))]
     depth: u32,
@@ -146,6 +162,8 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     let cfg = RecordConfig {
         output: a.output.unwrap_or_else(|| default_output(&program)),
         stacks: a.stacks,
+        unwind: a.unwind,
+        sample: a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed }),
         depth: a.depth,
         follow: !a.no_follow,
         free_stacks: a.free_stacks,
@@ -225,6 +243,8 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     let cfg = RecordConfig {
         output: a.output.clone(),
         stacks: Stacks::Fp,
+        unwind: Unwind::Fp,
+        sample: None,
         depth: 64,
         follow: true,
         free_stacks: false,

@@ -11,3 +11,4 @@ pub mod report;
 pub mod symbolize;
 pub mod trace;
 pub mod tsc;
+pub mod units;

@@ -19,10 +19,43 @@ pub enum Stacks {
     None,
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Unwind {
+    /// Frame pointers: fastest; stops early in code built without them.
+    Fp,
+    /// libgcc's DWARF unwinder (_Unwind_Backtrace).
+    Libgcc,
+    /// libunwind's DWARF unwinder (unw_backtrace), when libunwind is installed.
+    Libunwind,
+}
+
+impl Unwind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Unwind::Fp => "fp",
+            Unwind::Libgcc => "libgcc",
+            Unwind::Libunwind => "libunwind",
+        }
+    }
+}
+
+/// Sampling-profiler settings (`record --sample`).
+#[derive(Debug, Clone)]
+pub struct SampleConfig {
+    /// Mean bytes between samples.
+    pub interval: u64,
+    /// Start with sampling switched off (`mtlab ctl PID start` turns it on).
+    pub inactive: bool,
+    /// Fixed seed for the sampler's random draws (0: from the clock).
+    pub seed: u64,
+}
+
 #[derive(Debug, Clone)]
 pub struct RecordConfig {
     pub output: PathBuf,
     pub stacks: Stacks,
+    pub unwind: Unwind,
+    pub sample: Option<SampleConfig>,
     pub depth: u32,
     pub follow: bool,
     pub free_stacks: bool,
@@ -41,6 +74,8 @@ pub enum RecordError {
     Unwritable { path: PathBuf, source: std::io::Error },
     #[error("cannot start `{program}`: {source}")]
     Spawn { program: String, source: std::io::Error },
+    #[error("libunwind is not installed (libunwind.so.8 not found): install it (apt-get install libunwind8) or use --unwind fp or --unwind libgcc")]
+    NoLibunwind,
     #[error(transparent)]
     Unpack(#[from] native::UnpackError),
     #[error(transparent)]
@@ -167,7 +202,24 @@ impl Drop for IgnoreInterrupts {
     }
 }
 
+/// Can this process load `lib` (e.g. "libunwind.so.8")?
+pub fn library_available(lib: &str) -> bool {
+    let name = std::ffi::CString::new(lib).expect("no NUL in library names");
+    // SAFETY: dlopen with a valid C string; the handle is closed right away.
+    unsafe {
+        let h = libc::dlopen(name.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL);
+        if h.is_null() {
+            return false;
+        }
+        libc::dlclose(h);
+    }
+    true
+}
+
 pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
+    if cfg.unwind == Unwind::Libunwind && cfg.stacks != Stacks::None && !library_available("libunwind.so.8") {
+        return Err(RecordError::NoLibunwind);
+    }
     let program = resolve_program(&cfg.program)?;
     let shown = cfg.program.to_string_lossy().to_string();
     let output = std::path::absolute(&cfg.output).map_err(|source| RecordError::Unwritable { path: cfg.output.clone(), source })?;
@@ -197,7 +249,18 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         .env("MTLAB_DEPTH", cfg.depth.to_string())
         .env("MTLAB_FOLLOW", if cfg.follow { "1" } else { "0" })
         .env("MTLAB_FREE_STACKS", if cfg.free_stacks { "1" } else { "0" })
+        .env("MTLAB_UNWIND", cfg.unwind.name())
         .env("MTLAB_TSC_HZ", tsc_hz().to_string());
+    match &cfg.sample {
+        Some(s) => {
+            cmd.env("MTLAB_SAMPLE", s.interval.to_string())
+                .env("MTLAB_INACTIVE", if s.inactive { "1" } else { "0" })
+                .env("MTLAB_SAMPLE_SEED", s.seed.to_string());
+        }
+        None => {
+            cmd.env_remove("MTLAB_SAMPLE");
+        }
+    }
     let (status, wall) = run(cmd, &shown)?;
 
     let traces = trace_family(&output);

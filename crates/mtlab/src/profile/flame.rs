@@ -101,7 +101,8 @@ pub fn folded(
     let mut names: std::collections::HashMap<u64, Vec<String>> = std::collections::HashMap::new();
     for s in &profile.samples {
         let v = value.of(s);
-        if !(v > 0.0) {
+        // Skips zero, negative and NaN values.
+        if v.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             continue;
         }
         let mut parts: Vec<&str> = Vec::new();
@@ -254,8 +255,7 @@ mod tests {
         assert!(l.ends_with("mtlab_test_leaf_alpha"), "{l}");
         assert!(r.ends_with("mtlab_test_root_beta"), "{r}");
         assert_eq!(
-            l,
-            "mtlab::profile::pprof::tests::mtlab_test_leaf_alpha",
+            l, "mtlab::profile::pprof::tests::mtlab_test_leaf_alpha",
             "demangled path expected"
         );
 
@@ -263,14 +263,11 @@ mod tests {
         let mut want = vec![(format!("{r};{l}"), 1025), (r.to_string(), 500)];
         want.sort();
         assert_eq!(got, want);
-        assert_eq!(
-            folded(&profile, &mut sym, FlameValue::AllocObjects),
-            {
-                let mut w = vec![(format!("{r};{l}"), 3), (r.to_string(), 1)];
-                w.sort();
-                w
-            }
-        );
+        assert_eq!(folded(&profile, &mut sym, FlameValue::AllocObjects), {
+            let mut w = vec![(format!("{r};{l}"), 3), (r.to_string(), 1)];
+            w.sort();
+            w
+        });
         assert_eq!(
             folded(&profile, &mut sym, FlameValue::InuseBytes),
             vec![(format!("{r};{l}"), 64)]
@@ -284,7 +281,7 @@ mod tests {
         let path = dir.path().join("alloc.folded");
         write_collapsed(&profile, &mut sym, FlameValue::AllocBytes, &path).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
-        let mut want_lines = vec![format!("{r};{l} 1025"), format!("{r} 500")];
+        let mut want_lines = [format!("{r};{l} 1025"), format!("{r} 500")];
         want_lines.sort();
         assert_eq!(text, format!("{}\n{}\n", want_lines[0], want_lines[1]));
     }
@@ -351,7 +348,11 @@ mod tests {
             Path::new("/nonexistent/dir/a.folded"),
         )
         .unwrap_err();
-        assert!(err.to_string().starts_with("cannot create /nonexistent/dir/a.folded"), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("cannot create /nonexistent/dir/a.folded"),
+            "{err}"
+        );
     }
 
     /// Checks that `svg` is well-formed XML with an `<svg>` root; returns all text content.
@@ -364,9 +365,10 @@ mod tests {
         let mut roots = 0;
         let mut text = String::new();
         loop {
-            match reader.read_event().unwrap_or_else(|e| {
-                panic!("bad XML at {}: {e}", reader.buffer_position())
-            }) {
+            match reader
+                .read_event()
+                .unwrap_or_else(|e| panic!("bad XML at {}: {e}", reader.buffer_position()))
+            {
                 Event::Start(e) => {
                     if depth == 0 {
                         roots += 1;
@@ -374,11 +376,9 @@ mod tests {
                     }
                     depth += 1;
                 }
-                Event::Empty(e) => {
-                    if depth == 0 {
-                        roots += 1;
-                        root = Some(String::from_utf8_lossy(e.local_name().as_ref()).into());
-                    }
+                Event::Empty(e) if depth == 0 => {
+                    roots += 1;
+                    root = Some(String::from_utf8_lossy(e.local_name().as_ref()).into());
                 }
                 Event::End(_) => depth -= 1,
                 Event::Text(t) => {

@@ -2,7 +2,9 @@
 //! full trace (exact), and what is computed and exported from them.
 
 pub mod data;
+pub mod sampled;
 pub mod pprof;
 pub mod flame;
 
 pub use data::{ProfileData, StackSample};
+pub use pprof::ExportError;

@@ -501,8 +501,16 @@ pub(crate) mod tests {
         let (profile, leaf, root) = test_profile();
         let mut sym = Symbolizer::new(&profile.maps);
         let leaf_frames = sym.symbolize(leaf);
-        let leaf_name = leaf_frames.last().unwrap().function.clone().unwrap_or_default();
-        assert!(leaf_name.contains("mtlab_test_leaf_alpha"), "{leaf_frames:#?}");
+        let leaf_name = leaf_frames
+            .last()
+            .unwrap()
+            .function
+            .clone()
+            .unwrap_or_default();
+        assert!(
+            leaf_name.contains("mtlab_test_leaf_alpha"),
+            "{leaf_frames:#?}"
+        );
 
         // Decode the uncompressed bytes back.
         let bytes = to_pprof_bytes(&profile, &mut sym);
@@ -518,7 +526,10 @@ pub(crate) mod tests {
         assert_eq!(st[p.default_sample_type as usize], "inuse_space");
         let pt = p.period_type.as_ref().unwrap();
         assert_eq!(
-            (st[pt.r#type as usize].as_str(), st[pt.unit as usize].as_str()),
+            (
+                st[pt.r#type as usize].as_str(),
+                st[pt.unit as usize].as_str()
+            ),
             ("space", "bytes")
         );
         assert_eq!(p.period, 524288);
@@ -576,9 +587,12 @@ pub(crate) mod tests {
         assert_eq!(raw, bytes);
 
         // go tool pprof reads it.
-        let go = ["/usr/local/go/bin/go", "go"]
-            .into_iter()
-            .find(|g| Command::new(g).arg("version").output().is_ok_and(|o| o.status.success()));
+        let go = ["/usr/local/go/bin/go", "go"].into_iter().find(|g| {
+            Command::new(g)
+                .arg("version")
+                .output()
+                .is_ok_and(|o| o.status.success())
+        });
         let Some(go) = go else {
             eprintln!("NOTE: `go` not found: skipping the `go tool pprof` check");
             return;
@@ -601,7 +615,10 @@ pub(crate) mod tests {
         };
         let top = run("alloc_space");
         assert!(top.contains("Type: alloc_space"), "{top}");
-        assert!(top.contains("accounting for 4MB, 100% of 4MB total"), "{top}");
+        assert!(
+            top.contains("accounting for 4MB, 100% of 4MB total"),
+            "{top}"
+        );
         let line_of = |text: &str, name: &str| -> String {
             text.lines()
                 .find(|l| l.contains(name))
@@ -609,9 +626,17 @@ pub(crate) mod tests {
                 .to_string()
         };
         let l = line_of(&top, "mtlab_test_leaf_alpha");
-        assert!(l.trim_start().starts_with("3MB 75.00% 75.00%        3MB 75.00%"), "{l}");
+        assert!(
+            l.trim_start()
+                .starts_with("3MB 75.00% 75.00%        3MB 75.00%"),
+            "{l}"
+        );
         let l = line_of(&top, "mtlab_test_root_beta");
-        assert!(l.trim_start().starts_with("1MB 25.00%   100%        4MB   100%"), "{l}");
+        assert!(
+            l.trim_start()
+                .starts_with("1MB 25.00%   100%        4MB   100%"),
+            "{l}"
+        );
 
         let top = run("alloc_objects");
         assert!(top.contains("accounting for 4, 100% of 4 total"), "{top}");
@@ -661,9 +686,12 @@ pub(crate) mod tests {
         assert_eq!(st[p.mapping[0].filename as usize], "/nonexistent/lib.so");
         assert_eq!(p.location[2].mapping_id, 0);
 
-        let err = write_pprof(&profile, &mut sym, Path::new("/nonexistent/dir/x.pb.gz"))
-            .unwrap_err();
+        let err =
+            write_pprof(&profile, &mut sym, Path::new("/nonexistent/dir/x.pb.gz")).unwrap_err();
         assert!(matches!(err, ExportError::Create { .. }));
-        assert!(err.to_string().contains("/nonexistent/dir/x.pb.gz"), "{err}");
+        assert!(
+            err.to_string().contains("/nonexistent/dir/x.pb.gz"),
+            "{err}"
+        );
     }
 }

@@ -67,6 +67,10 @@ pub struct Header {
     pub brk_start: u64,
     /// The program break when tracing started (the brk heap's initial end).
     pub brk_init: u64,
+    /// Mean sampling interval in bytes (0: a full trace).
+    pub sample_interval: u64,
+    /// Stack capture: fp, libgcc or libunwind.
+    pub unwind: String,
     pub follow: bool,
     pub mtlab_version: String,
     /// Every pair in file order, values unescaped (including unknown keys).
@@ -114,6 +118,8 @@ impl Header {
                 "max_depth" => h.max_depth = num(v) as u32,
                 "brk_start" => h.brk_start = num(v),
                 "brk_init" => h.brk_init = num(v),
+                "sample_interval" => h.sample_interval = num(v),
+                "unwind" => h.unwind = v.to_string(),
                 "follow" => h.follow = v.trim() == "1",
                 "mtlab_version" => h.mtlab_version = v.clone(),
                 _ => {}

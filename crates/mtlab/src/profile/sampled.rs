@@ -1,0 +1,262 @@
+//! Estimates from a sampled trace (`record --sample`).
+//!
+//! An allocation of `s` bytes made while the mean interval was `I` is sampled
+//! with probability `p = 1 - exp(-s/I)` (a Poisson process over bytes). Each
+//! sample therefore stands for `1/p` allocations and `s/p` bytes: summing
+//! these weights gives unbiased estimates (Horvitz–Thompson), and summing
+//! `(1-p)/p²` times the squared value estimates their variance
+//! (docs/metrics.md, "Sampled profiles").
+
+use rustc_hash::FxHashMap as HashMap;
+use serde::Serialize;
+
+use super::data::{ProfileData, StackSample};
+use crate::symbolize::parse_maps;
+use crate::trace::{EventKind, Item, TraceError, TraceFile};
+
+/// Probability that an allocation of `size` bytes is sampled at mean interval `interval`.
+pub fn sample_probability(size: u64, interval: u64) -> f64 {
+    if interval == 0 {
+        return 1.0;
+    }
+    -(-(size as f64) / interval as f64).exp_m1()
+}
+
+/// A weighted total with its estimated variance.
+#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+pub struct Estimate {
+    pub value: f64,
+    pub variance: f64,
+}
+
+impl Estimate {
+    /// Half-width of the 95 % confidence interval (normal approximation).
+    pub fn ci95(&self) -> f64 {
+        1.96 * self.variance.max(0.0).sqrt()
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SampledStack {
+    pub stack_id: u32,
+    #[serde(skip)]
+    pub pcs: Vec<u64>,
+    pub samples: u64,
+    pub alloc_bytes: Estimate,
+    pub alloc_objects: Estimate,
+    pub inuse_samples: u64,
+    pub inuse_bytes: Estimate,
+    pub inuse_objects: Estimate,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SampledProfile {
+    /// Intervals seen in the samples (more than one if changed at run time).
+    pub intervals: Vec<u64>,
+    pub samples: u64,
+    pub sample_frees: u64,
+    pub alloc_bytes: Estimate,
+    pub alloc_objects: Estimate,
+    pub inuse_bytes: Estimate,
+    pub inuse_objects: Estimate,
+    pub stacks: Vec<SampledStack>,
+    #[serde(skip)]
+    pub data: ProfileData,
+}
+
+struct Live {
+    stack: u32,
+    bytes: f64,
+    objects: f64,
+    /// 1 - p: scales the squared weights into variances.
+    weight: f64,
+}
+
+/// Adds one sample of `size` bytes at interval `interval` to the byte and
+/// object estimates: values `s/p` and `1/p`, variances `(1-p)(s/p)^2` and `(1-p)/p^2`.
+fn add_sample(bytes: &mut Estimate, objects: &mut Estimate, size: u64, interval: u64) -> (f64, f64, f64) {
+    let p = sample_probability(size, interval).max(f64::MIN_POSITIVE);
+    let b = size as f64 / p;
+    let o = 1.0 / p;
+    bytes.value += b;
+    bytes.variance += (1.0 - p) * b * b;
+    objects.value += o;
+    objects.variance += (1.0 - p) * o * o;
+    (b, o, 1.0 - p)
+}
+
+/// Counts a sample still live at the end towards the in-use estimates.
+fn add_live(s: &mut SampledStack, l: &Live) {
+    s.inuse_samples += 1;
+    s.inuse_bytes.value += l.bytes;
+    s.inuse_bytes.variance += l.weight * l.bytes * l.bytes;
+    s.inuse_objects.value += l.objects;
+    s.inuse_objects.variance += l.weight * l.objects * l.objects;
+}
+
+pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
+    let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
+    let mut per: HashMap<u32, SampledStack> = HashMap::default();
+    let mut live: HashMap<u64, Live> = HashMap::default();
+    let mut intervals = Vec::new();
+    let (mut samples, mut frees) = (0u64, 0u64);
+    let mut total = SampledStack {
+        stack_id: 0,
+        pcs: Vec::new(),
+        samples: 0,
+        alloc_bytes: Estimate::default(),
+        alloc_objects: Estimate::default(),
+        inuse_samples: 0,
+        inuse_bytes: Estimate::default(),
+        inuse_objects: Estimate::default(),
+    };
+    let (mut first_tsc, mut last_tsc) = (u64::MAX, 0u64);
+    for item in trace.items()? {
+        match item {
+            Item::Stack { id, pcs } => {
+                stacks.insert(id, pcs);
+            }
+            Item::Event(ev) => match ev.kind {
+                EventKind::Sample { size, ptr, interval, .. } if ptr != 0 => {
+                    samples += 1;
+                    first_tsc = first_tsc.min(ev.tsc);
+                    last_tsc = last_tsc.max(ev.tsc);
+                    if !intervals.contains(&interval) {
+                        intervals.push(interval);
+                    }
+                    let s = per.entry(ev.stack).or_insert_with(|| SampledStack { stack_id: ev.stack, ..total.clone() });
+                    s.samples += 1;
+                    let (b, o, q) = add_sample(&mut s.alloc_bytes, &mut s.alloc_objects, size, interval);
+                    add_sample(&mut total.alloc_bytes, &mut total.alloc_objects, size, interval);
+                    live.insert(ptr, Live { stack: ev.stack, bytes: b, objects: o, weight: q });
+                }
+                EventKind::SampleFree { ptr } => {
+                    frees += 1;
+                    live.remove(&ptr);
+                }
+                _ => {}
+            },
+        }
+    }
+    for l in live.values() {
+        add_live(&mut total, l);
+        if let Some(s) = per.get_mut(&l.stack) {
+            add_live(s, l);
+        }
+    }
+    let mut list: Vec<SampledStack> = per
+        .into_values()
+        .map(|mut s| {
+            s.pcs = stacks.get(&s.stack_id).cloned().unwrap_or_default();
+            s
+        })
+        .collect();
+    list.sort_by(|a, b| b.alloc_bytes.value.total_cmp(&a.alloc_bytes.value).then(a.stack_id.cmp(&b.stack_id)));
+    let data = ProfileData {
+        samples: list
+            .iter()
+            .map(|s| StackSample {
+                pcs: s.pcs.clone(),
+                alloc_objects: s.alloc_objects.value,
+                alloc_bytes: s.alloc_bytes.value,
+                inuse_objects: s.inuse_objects.value,
+                inuse_bytes: s.inuse_bytes.value,
+            })
+            .collect(),
+        maps: trace.maps.iter().flat_map(|m| parse_maps(m)).collect(),
+        period_bytes: intervals.first().copied().unwrap_or(trace.header.sample_interval),
+        start_ns: trace.header.start_ns,
+        duration_ns: if first_tsc <= last_tsc { trace.header.ns_since_start(last_tsc).unwrap_or(0) } else { 0 },
+    };
+    Ok(SampledProfile {
+        intervals,
+        samples,
+        sample_frees: frees,
+        alloc_bytes: total.alloc_bytes,
+        alloc_objects: total.alloc_objects,
+        inuse_bytes: total.inuse_bytes,
+        inuse_objects: total.inuse_objects,
+        stacks: list,
+        data,
+    })
+}
+
+/// Exact profile of a full trace: every allocation counted, nothing estimated.
+pub fn full_profile(trace: &TraceFile) -> Result<ProfileData, TraceError> {
+    let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
+    let mut per: HashMap<u32, StackSample> = HashMap::default();
+    let mut live: HashMap<u64, (u32, u64)> = HashMap::default();
+    let mut last_tsc = 0;
+    let release = |live: &mut HashMap<u64, (u32, u64)>, per: &mut HashMap<u32, StackSample>, ptr: u64| {
+        if let Some((stack, size)) = live.remove(&ptr) {
+            if let Some(s) = per.get_mut(&stack) {
+                s.inuse_objects -= 1.0;
+                s.inuse_bytes -= size as f64;
+            }
+        }
+    };
+    for item in trace.items()? {
+        match item {
+            Item::Stack { id, pcs } => {
+                stacks.insert(id, pcs);
+            }
+            Item::Event(ev) => {
+                last_tsc = ev.tsc;
+                let (old, size, ptr) = match ev.kind {
+                    EventKind::Alloc { size, ptr, .. } => (0, size, ptr),
+                    EventKind::Realloc { old, size, ptr, .. } if ptr != 0 || size == 0 => (old, size, ptr),
+                    EventKind::Free { ptr } => (ptr, 0, 0),
+                    _ => continue,
+                };
+                if old != 0 {
+                    release(&mut live, &mut per, old);
+                }
+                if ptr != 0 {
+                    let s = per.entry(ev.stack).or_default();
+                    s.alloc_objects += 1.0;
+                    s.alloc_bytes += size as f64;
+                    s.inuse_objects += 1.0;
+                    s.inuse_bytes += size as f64;
+                    live.insert(ptr, (ev.stack, size));
+                }
+            }
+        }
+    }
+    let mut samples: Vec<StackSample> = per
+        .into_iter()
+        .map(|(id, mut s)| {
+            s.pcs = stacks.get(&id).cloned().unwrap_or_default();
+            s
+        })
+        .collect();
+    samples.sort_by(|a, b| b.alloc_bytes.total_cmp(&a.alloc_bytes));
+    Ok(ProfileData {
+        samples,
+        maps: trace.maps.iter().flat_map(|m| parse_maps(m)).collect(),
+        period_bytes: 0,
+        start_ns: trace.header.start_ns,
+        duration_ns: trace.header.ns_since_start(last_tsc).unwrap_or(0),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probability_and_weights() {
+        assert_eq!(sample_probability(10, 0), 1.0);
+        let p = sample_probability(512, 512 << 10);
+        assert!((p - (1.0 - (-512.0f64 / 524288.0).exp())).abs() < 1e-15);
+        let mut b = Estimate::default();
+        let mut o = Estimate::default();
+        let (bw, ow, q) = add_sample(&mut b, &mut o, 512, 512 << 10);
+        assert!((bw - 512.0 / p).abs() < 1e-6);
+        assert!((ow - 1.0 / p).abs() < 1e-9);
+        assert!((q - (1.0 - p)).abs() < 1e-15);
+        assert!((b.variance - (1.0 - p) * bw * bw).abs() < 1e-3);
+        // A block far larger than the interval is sampled almost surely: weight ~ its size.
+        let p_big = sample_probability(64 << 20, 512 << 10);
+        assert!(p_big > 0.999_999);
+    }
+}

@@ -1,0 +1,67 @@
+//! Byte sizes as people write them: `512KiB`, `2MiB`, `64k`, `1048576`.
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("`{0}` is not a size: write a number with an optional unit, like 512KiB, 2MiB or 65536")]
+    Garbage(String),
+    #[error("`{0}` is too large")]
+    Overflow(String),
+    #[error("the size must be greater than zero (got `{0}`)")]
+    Zero(String),
+}
+
+/// Parses a positive byte size. Units are powers of 1024 (`k`, `KiB`, `KB`
+/// all mean 1024), case-insensitive; a trailing `B` is optional.
+pub fn parse_size(text: &str) -> Result<u64, SizeError> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    if num.is_empty() {
+        return Err(SizeError::Garbage(text.to_string()));
+    }
+    let n: u64 = num.parse().map_err(|_| SizeError::Overflow(text.to_string()))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        _ => return Err(SizeError::Garbage(text.to_string())),
+    };
+    let v = n.checked_mul(1u64 << shift).ok_or_else(|| SizeError::Overflow(text.to_string()))?;
+    if v == 0 {
+        return Err(SizeError::Zero(text.to_string()));
+    }
+    Ok(v)
+}
+
+/// A size as the shortest exact unit: 524288 -> "512KiB".
+pub fn format_size(v: u64) -> String {
+    for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if v >= 1 << shift && v % (1 << shift) == 0 {
+            return format!("{}{unit}", v >> shift);
+        }
+    }
+    format!("{v}B")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512KiB"), Ok(512 << 10));
+        assert_eq!(parse_size("2MiB"), Ok(2 << 20));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(matches!(parse_size("0"), Err(SizeError::Zero(_))));
+        assert!(matches!(parse_size("0KiB"), Err(SizeError::Zero(_))));
+        assert!(matches!(parse_size("lots"), Err(SizeError::Garbage(_))));
+        assert!(matches!(parse_size("12 parsecs"), Err(SizeError::Garbage(_))));
+        assert!(matches!(parse_size("99999999999999999999"), Err(SizeError::Overflow(_))));
+        assert_eq!(format_size(512 << 10), "512KiB");
+        assert_eq!(format_size(3 << 20), "3MiB");
+        assert_eq!(format_size(1000), "1000B");
+    }
+}
