@@ -6,7 +6,9 @@ use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn cc(out: &Path, sources: &[PathBuf], extra: &[&str]) {
+/// `libs` go after the sources: with --as-needed a library named before the
+/// objects that use it is dropped.
+fn cc(out: &Path, sources: &[PathBuf], extra: &[&str], libs: &[&str]) {
     let compiler = env::var("CC").unwrap_or_else(|_| "cc".to_string());
     let version = env::var("CARGO_PKG_VERSION").unwrap();
     let mut cmd = Command::new(&compiler);
@@ -15,7 +17,8 @@ fn cc(out: &Path, sources: &[PathBuf], extra: &[&str]) {
         .args(extra)
         .arg("-o")
         .arg(out)
-        .args(sources);
+        .args(sources)
+        .args(libs);
     let status = cmd.status().unwrap_or_else(|e| panic!("cannot run the C compiler `{compiler}`: {e}"));
     assert!(status.success(), "C compiler failed building {}", out.display());
 }
@@ -41,12 +44,13 @@ fn main() {
     cc(
         &preload,
         &c_files(&native.join("preload")),
-        &["-fPIC", "-shared", "-fvisibility=hidden", "-ftls-model=initial-exec", "-ldl", "-lm"],
+        &["-fPIC", "-shared", "-fvisibility=hidden", "-ftls-model=initial-exec"],
+        &["-ldl", "-lm"],
     );
     let malloc_test = out.join("mtlab-malloc-test");
-    cc(&malloc_test, &[native.join("bench/malloc_test.c")], &[]);
+    cc(&malloc_test, &[native.join("bench/malloc_test.c")], &[], &[]);
     let latency_pipeline = out.join("mtlab-latency-pipeline");
-    cc(&latency_pipeline, &[native.join("bench/latency_pipeline.c")], &[]);
+    cc(&latency_pipeline, &[native.join("bench/latency_pipeline.c")], &[], &[]);
 
     println!("cargo:rustc-env=MTLAB_PRELOAD_SO={}", preload.display());
     println!("cargo:rustc-env=MTLAB_MALLOC_TEST={}", malloc_test.display());

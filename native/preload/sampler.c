@@ -122,6 +122,8 @@ static void append_sample(struct mtlab_tls *t, unsigned kind, void *r, size_t si
 void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame) {
     struct mtlab_tls *t = &mtlab_tls;
     if (t->guard || !r) return r;
+    int saved = errno;
+    t->guard++; /* from here on, allocations (even by the dynamic linker) pass through */
     uint64_t interval = __atomic_load_n(&mtlab_ctl->interval, __ATOMIC_RELAXED);
     if (!t->sampler_init) {
         seed(t);
@@ -130,12 +132,12 @@ void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame)
         int64_t first = draw(t, interval);
         if (first > (int64_t)size) {
             t->countdown = first - (int64_t)size;
+            t->guard--;
+            errno = saved;
             return r;
         }
     }
     t->countdown = draw(t, interval);
-    int saved = errno;
-    t->guard++;
     append_sample(t, kind, r, size, interval, frame);
     if (set_insert((uint64_t)r)) {
         atomic_fetch_add_explicit(&mtlab_filter[mtlab_filter_hash((uint64_t)r)], 1, memory_order_relaxed);

@@ -33,6 +33,8 @@ enum Command {
     Report(ReportArgs),
     /// Record and report the built-in malloc-test workload.
     Demo(DemoArgs),
+    /// Control a running sampled process: start, stop, interval SIZE, dump, status.
+    Ctl(CtlArgs),
     /// Benchmarks: measure what mtlab costs against other tools.
     #[command(subcommand)]
     Bench(crate::bench::BenchCommand),
@@ -94,6 +96,21 @@ struct ReportArgs {
     /// Report only FILE, not the traces of its child processes.
     #[arg(long)]
     no_children: bool,
+    /// Write the heap profile (allocated and in-use objects and bytes) as gzipped pprof, for `go tool pprof`.
+    #[arg(long, value_name = "OUT.pb.gz")]
+    pprof: Option<PathBuf>,
+    /// Write an interactive SVG flame graph of --flame-value.
+    #[arg(long, value_name = "OUT.svg")]
+    flamegraph: Option<PathBuf>,
+    /// Write folded stacks ("outer;...;inner value" lines) of --flame-value.
+    #[arg(long, value_name = "OUT.txt")]
+    collapsed: Option<PathBuf>,
+    /// What the flame graph and folded stacks weigh.
+    #[arg(long, value_enum, default_value = "alloc-bytes")]
+    flame_value: crate::profile::flame::FlameValue,
+    /// Export the profile of this traced process (default: the root process of FILE).
+    #[arg(long)]
+    pid: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -104,6 +121,38 @@ struct DemoArgs {
     /// Iterations per thread of the workload.
     #[arg(long, default_value_t = 200_000)]
     iterations: u64,
+}
+
+#[derive(Args, Debug)]
+struct CtlArgs {
+    /// The process id of a program started with `mtlab record --sample`.
+    pid: u32,
+    #[command(subcommand)]
+    action: CtlAction,
+}
+
+#[derive(Subcommand, Debug)]
+enum CtlAction {
+    /// Switch sampling on.
+    Start,
+    /// Switch sampling off (already sampled blocks still have their frees recorded).
+    Stop,
+    /// Change the mean sampling interval, e.g. 2MiB.
+    Interval {
+        #[arg(value_parser = parse_size_arg)]
+        size: u64,
+    },
+    /// Write the profile so far (pprof) without stopping the program.
+    Dump {
+        /// Output file (default mtlab.PID.heap.pb.gz).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        /// Seconds to wait for the process to flush.
+        #[arg(long, default_value_t = 5)]
+        timeout: u64,
+    },
+    /// Print whether sampling is on, the interval and the number of samples.
+    Status,
 }
 
 /// Errors that end the command, mapped to exit codes.
@@ -117,6 +166,10 @@ pub enum CliError {
     Csv(#[from] report::csv_out::CsvError),
     #[error(transparent)]
     Bench(#[from] crate::bench::BenchError),
+    #[error(transparent)]
+    Export(#[from] crate::profile::export::ProfileExportError),
+    #[error(transparent)]
+    Ctl(#[from] crate::ctl::CtlError),
     #[error("{0}")]
     Other(String),
 }
@@ -147,6 +200,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Record(a) => cmd_record(a),
         Command::Report(a) => cmd_report(a),
         Command::Demo(a) => cmd_demo(a),
+        Command::Ctl(a) => cmd_ctl(a),
         Command::Bench(b) => crate::bench::run(b).map_err(Into::into),
     }
 }
@@ -225,6 +279,26 @@ pub fn load_reports(file: &std::path::Path, children: bool, opts: &AnalyzeOption
 fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top };
     let run = load_reports(&a.file, !a.no_children, &opts)?;
+    let req = crate::profile::export::ExportRequest {
+        pprof: a.pprof.clone(),
+        flamegraph: a.flamegraph.clone(),
+        collapsed: a.collapsed.clone(),
+        value: Some(a.flame_value),
+    };
+    if !req.is_empty() {
+        let source = match a.pid {
+            None => a.file.clone(),
+            Some(pid) => run
+                .processes
+                .iter()
+                .find(|p| p.pid == pid)
+                .map(|p| PathBuf::from(&p.file))
+                .ok_or_else(|| CliError::Other(format!("no traced process {pid} in {}", a.file.display())))?,
+        };
+        for f in crate::profile::export::export(&source, &req)? {
+            eprintln!("mtlab: wrote {}", f.display());
+        }
+    }
     if let Some(dir) = &a.csv {
         let files = report::csv_out::write_csv(&run, dir)?;
         eprintln!("mtlab: wrote {} CSV files into {}", files.len(), dir.display());
@@ -233,6 +307,30 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
         println!("{}", serde_json::to_string_pretty(&report::json::to_json(&run)).expect("json"));
     } else {
         print!("{}", report::table::render(&run));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
+    use crate::ctl::{self, CtlPage};
+    match a.action {
+        CtlAction::Dump { output, timeout } => {
+            let trace = ctl::flush_for_dump(a.pid, std::time::Duration::from_secs(timeout))?;
+            let out = output.unwrap_or_else(|| ctl::default_dump_path(a.pid));
+            let req = crate::profile::export::ExportRequest { pprof: Some(out.clone()), ..Default::default() };
+            crate::profile::export::export(&trace, &req)?;
+            eprintln!("mtlab: wrote {} (profile of process {} so far, from {})", out.display(), a.pid, trace.display());
+        }
+        action => {
+            let page = CtlPage::open(a.pid)?;
+            match action {
+                CtlAction::Start => page.set_active(true),
+                CtlAction::Stop => page.set_active(false),
+                CtlAction::Interval { size } => page.set_interval(size),
+                _ => {}
+            }
+            println!("{}", ctl::status_line(a.pid, &page));
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

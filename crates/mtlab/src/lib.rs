@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod ctl;
 pub mod heap;
 pub mod native;
 pub mod profile;

@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::model::{HeapSnapshot, RegionKind, ShadowHeap};
 use super::stats::{CycleSummary, FuncStats};
+use crate::profile::sampled::{read_sampled, Estimate};
 use crate::symbolize::{parse_maps, Symbolizer};
 use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
 use crate::trace::{EventKind, Func, Item, TraceError, TraceFile};
@@ -143,7 +144,34 @@ pub struct ProcessReport {
     pub stacks: StackQuality,
     pub slowdown: Option<Slowdown>,
     pub exit: Option<String>,
+    /// Present for sampled traces (`record --sample`): the estimates.
+    pub profile: Option<SampledSummary>,
     pub warnings: Vec<String>,
+}
+
+/// One stack of a sampled profile, with 95 % confidence half-widths.
+#[derive(Debug, Clone, Serialize)]
+pub struct SampledSite {
+    pub stack_id: u32,
+    pub samples: u64,
+    pub alloc_bytes: Estimate,
+    pub alloc_objects: Estimate,
+    pub inuse_bytes: Estimate,
+    pub inuse_objects: Estimate,
+    pub frames: Vec<FrameReport>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SampledSummary {
+    pub intervals: Vec<u64>,
+    pub unwind: String,
+    pub samples: u64,
+    pub sample_frees: u64,
+    pub alloc_bytes: Estimate,
+    pub alloc_objects: Estimate,
+    pub inuse_bytes: Estimate,
+    pub inuse_objects: Estimate,
+    pub top: Vec<SampledSite>,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -431,6 +459,36 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         (Some(b), Some(t)) if b > 0 => Some(Slowdown { baseline_wall_ns: b, traced_wall_ns: t, ratio: t as f64 / b as f64 }),
         _ => None,
     };
+    let profile = if trace.header.sample_interval > 0 {
+        let p = read_sampled(trace)?;
+        let top = p
+            .stacks
+            .iter()
+            .take(top)
+            .map(|s| SampledSite {
+                stack_id: s.stack_id,
+                samples: s.samples,
+                alloc_bytes: s.alloc_bytes,
+                alloc_objects: s.alloc_objects,
+                inuse_bytes: s.inuse_bytes,
+                inuse_objects: s.inuse_objects,
+                frames: symbols.frames(&s.pcs),
+            })
+            .collect();
+        Some(SampledSummary {
+            intervals: p.intervals,
+            unwind: trace.header.unwind.clone(),
+            samples: p.samples,
+            sample_frees: p.sample_frees,
+            alloc_bytes: p.alloc_bytes,
+            alloc_objects: p.alloc_objects,
+            inuse_bytes: p.inuse_bytes,
+            inuse_objects: p.inuse_objects,
+            top,
+        })
+    } else {
+        None
+    };
     let exit = run("exit_code").map(|c| format!("exit code {c}")).or_else(|| run("signal").map(|s| format!("killed by signal {s}")));
     let duration_ns = trace.end.as_ref().and_then(|e| pass.ns(e.end_tsc)).or_else(|| pass.ns(last_tsc));
     Ok(ProcessReport {
@@ -458,6 +516,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         stacks,
         slowdown,
         exit,
+        profile,
         warnings,
     })
 }

@@ -99,6 +99,57 @@ fn sites(sites: &[SiteReport], live: bool) -> Table {
     t
 }
 
+fn estimate(e: &crate::profile::sampled::Estimate, bytes: bool) -> String {
+    let v = e.value.max(0.0);
+    let ci = e.ci95();
+    if bytes {
+        format!("{} ± {}", human_bytes(v as u64), human_bytes(ci as u64))
+    } else {
+        format!("{:.0} ± {:.0}", v, ci)
+    }
+}
+
+fn sampled(p: &crate::heap::analyze::SampledSummary) -> String {
+    let intervals: Vec<String> = p.intervals.iter().map(|&i| crate::units::format_size(i)).collect();
+    let mut out = format!(
+        "sampled profile: {} samples at mean interval {} (unwinder {}), {} sampled blocks freed\n\
+         estimated allocated: {} in {} objects; in use at the end: {} in {} objects (± = 95 % confidence)\n",
+        p.samples,
+        if intervals.is_empty() { "-".to_string() } else { intervals.join(", ") },
+        p.unwind,
+        p.sample_frees,
+        estimate(&p.alloc_bytes, true),
+        estimate(&p.alloc_objects, false),
+        estimate(&p.inuse_bytes, true),
+        estimate(&p.inuse_objects, false),
+    );
+    let mut t = table(&["#", "samples", "allocated bytes", "allocated objects", "in-use bytes", "stack (innermost first)"]);
+    for (i, s) in p.top.iter().enumerate() {
+        let site = SiteReport {
+            stack_id: s.stack_id,
+            calls: 0,
+            bytes: 0,
+            live_objects: 0,
+            live_bytes: 0,
+            frames: s.frames.clone(),
+        };
+        t.add_row(vec![
+            (i + 1).to_string(),
+            s.samples.to_string(),
+            estimate(&s.alloc_bytes, true),
+            estimate(&s.alloc_objects, false),
+            estimate(&s.inuse_bytes, true),
+            if s.frames.is_empty() { "(no stack recorded)".to_string() } else { frame_line(&site, 4) },
+        ]);
+    }
+    right_align(&mut t, 0);
+    if let Some(c) = t.column_mut(5) {
+        c.set_cell_alignment(CellAlignment::Left);
+    }
+    out.push_str(&format!("\ntop stacks by estimated allocated bytes\n{t}\n"));
+    out
+}
+
 pub fn render(run: &RunReport) -> String {
     let mut out = String::new();
     for (i, p) in run.processes.iter().enumerate() {
@@ -110,13 +161,19 @@ pub fn render(run: &RunReport) -> String {
         if let Some(e) = &p.exit {
             let _ = writeln!(out, "program ended with {e}");
         }
-        let _ = writeln!(out, "\nper function (cycles of the real call, TSC)\n{}", functions(p));
-        let _ = writeln!(out, "\n{}", heap(&p.peak.heap, &p.end));
+        if let Some(profile) = &p.profile {
+            let _ = writeln!(out, "\n{}", sampled(profile));
+        } else {
+            let _ = writeln!(out, "\nper function (cycles of the real call, TSC)\n{}", functions(p));
+            let _ = writeln!(out, "\n{}", heap(&p.peak.heap, &p.end));
+        }
         if !p.top_sites.by_bytes.is_empty() {
             let _ = writeln!(out, "\ntop allocation sites by bytes\n{}", sites(&p.top_sites.by_bytes, false));
             let _ = writeln!(out, "\ntop allocation sites by calls\n{}", sites(&p.top_sites.by_calls, false));
         }
-        let _ = writeln!(out, "\nnot freed at exit: {} objects, {} bytes", p.leaks.objects, p.leaks.bytes);
+        if p.profile.is_none() {
+            let _ = writeln!(out, "\nnot freed at exit: {} objects, {} bytes", p.leaks.objects, p.leaks.bytes);
+        }
         if !p.leaks.top.is_empty() {
             let _ = writeln!(out, "{}", sites(&p.leaks.top, true));
         }

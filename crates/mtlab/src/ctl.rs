@@ -1,0 +1,161 @@
+//! `mtlab ctl PID ...`: switch a running process's sampler on and off,
+//! change its interval, or dump its profile, through the control page the
+//! preload library shares at /dev/shm/mtlab-PID (layout: mtlab_trace.h).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::trace::format::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    #[error("process {0} is not running under `mtlab record --sample` (no {1}); start it with `mtlab record --sample 512KiB [--inactive] -- PROGRAM`")]
+    NoSampler(u32, PathBuf),
+    #[error("process {0} has ended; {1} is left over from it (delete it)")]
+    Ended(u32, PathBuf),
+    #[error("cannot use {path}: {source} (run mtlab ctl as the user who runs the program)")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{0} is not an mtlab control page (wrong magic or version)")]
+    BadPage(PathBuf),
+    #[error("process {pid} did not answer the dump request within {secs} s (is signal {signal} blocked or handled by the program?)")]
+    Timeout { pid: u32, secs: u64, signal: u32 },
+}
+
+/// The shared control page of one process.
+pub struct CtlPage {
+    ptr: *mut u8,
+    pub path: PathBuf,
+}
+
+impl Drop for CtlPage {
+    fn drop(&mut self) {
+        // SAFETY: ptr came from a successful mmap of CTL_SIZE bytes in open().
+        unsafe { libc::munmap(self.ptr as *mut libc::c_void, CTL_SIZE as usize) };
+    }
+}
+
+fn process_alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 || *libc::__errno_location() == libc::EPERM }
+}
+
+impl CtlPage {
+    pub fn open(pid: u32) -> Result<CtlPage, CtlError> {
+        let path = PathBuf::from(format!("/dev/shm/mtlab-{pid}"));
+        let file = match std::fs::OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(CtlError::NoSampler(pid, path)),
+            Err(source) => return Err(CtlError::Io { path, source }),
+        };
+        if !process_alive(pid) {
+            return Err(CtlError::Ended(pid, path));
+        }
+        let len = file.metadata().map_err(|source| CtlError::Io { path: path.clone(), source })?.len();
+        if len < CTL_SIZE as u64 {
+            return Err(CtlError::BadPage(path));
+        }
+        use std::os::fd::AsRawFd;
+        // SAFETY: mapping CTL_SIZE bytes of a file at least that long, shared, read-write.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                CTL_SIZE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(CtlError::Io { path, source: std::io::Error::last_os_error() });
+        }
+        let page = CtlPage { ptr: ptr as *mut u8, path };
+        if page.u64_at(0).load(Ordering::Relaxed) != CTL_MAGIC || page.u32_at(8).load(Ordering::Relaxed) != CTL_VERSION {
+            return Err(CtlError::BadPage(page.path.clone()));
+        }
+        Ok(page)
+    }
+
+    fn u32_at(&self, off: u32) -> &AtomicU32 {
+        // SAFETY: off is one of the 4-aligned field offsets inside the mapped page; the
+        // preload library accesses these fields only atomically.
+        unsafe { &*(self.ptr.add(off as usize) as *const AtomicU32) }
+    }
+
+    fn u64_at(&self, off: u32) -> &AtomicU64 {
+        // SAFETY: as u32_at, for the 8-aligned 64-bit fields.
+        unsafe { &*(self.ptr.add(off as usize) as *const AtomicU64) }
+    }
+
+    pub fn state(&self) -> u32 {
+        self.u32_at(CTL_OFF_STATE).load(Ordering::Acquire)
+    }
+    pub fn active(&self) -> bool {
+        self.state() & CTL_ACTIVE != 0
+    }
+    pub fn set_active(&self, on: bool) {
+        if on {
+            self.u32_at(CTL_OFF_STATE).fetch_or(CTL_ACTIVE, Ordering::AcqRel);
+        } else {
+            self.u32_at(CTL_OFF_STATE).fetch_and(!CTL_ACTIVE, Ordering::AcqRel);
+        }
+    }
+    pub fn interval(&self) -> u64 {
+        self.u64_at(CTL_OFF_INTERVAL).load(Ordering::Relaxed)
+    }
+    pub fn set_interval(&self, bytes: u64) {
+        self.u64_at(CTL_OFF_INTERVAL).store(bytes, Ordering::Release);
+    }
+    pub fn samples(&self) -> u64 {
+        self.u64_at(CTL_OFF_SAMPLES).load(Ordering::Relaxed)
+    }
+    pub fn signal(&self) -> u32 {
+        self.u32_at(CTL_OFF_SIGNAL).load(Ordering::Relaxed)
+    }
+    pub fn trace_path(&self) -> PathBuf {
+        // SAFETY: the path field lies inside the mapped page; it is NUL-terminated by the writer.
+        let bytes = unsafe { std::slice::from_raw_parts(self.ptr.add(CTL_OFF_PATH as usize), 4000) };
+        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        PathBuf::from(String::from_utf8_lossy(&bytes[..end]).to_string())
+    }
+
+    /// Asks the process to flush all its buffers; waits until it has.
+    pub fn request_dump(&self, pid: u32, timeout: Duration) -> Result<(), CtlError> {
+        let seq = self.u64_at(CTL_OFF_DUMP_SEQ).fetch_add(1, Ordering::AcqRel) + 1;
+        let signal = self.signal();
+        // SAFETY: sending a signal to a process we checked exists.
+        unsafe { libc::kill(pid as libc::pid_t, signal as libc::c_int) };
+        let start = Instant::now();
+        while self.u64_at(CTL_OFF_DUMP_DONE).load(Ordering::Acquire) < seq {
+            if start.elapsed() > timeout {
+                return Err(CtlError::Timeout { pid, secs: timeout.as_secs(), signal });
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Ok(())
+    }
+}
+
+pub fn status_line(pid: u32, page: &CtlPage) -> String {
+    format!(
+        "process {pid}: sampling {}, interval {}, {} samples so far, trace {} (signal {} toggles)",
+        if page.active() { "on" } else { "off" },
+        crate::units::format_size(page.interval()),
+        page.samples(),
+        page.trace_path().display(),
+        page.signal()
+    )
+}
+
+/// Where `ctl dump` writes by default.
+pub fn default_dump_path(pid: u32) -> PathBuf {
+    PathBuf::from(format!("mtlab.{pid}.heap.pb.gz"))
+}
+
+/// Flushes the process's buffers; returns the trace to read the profile from.
+pub fn flush_for_dump(pid: u32, timeout: Duration) -> Result<PathBuf, CtlError> {
+    let page = CtlPage::open(pid)?;
+    page.request_dump(pid, timeout)?;
+    Ok(page.trace_path())
+}

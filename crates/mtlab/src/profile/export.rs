@@ -1,0 +1,62 @@
+//! `mtlab report --pprof/--flamegraph/--collapsed`: one process's profile,
+//! estimated (sampled trace) or exact (full trace), written out.
+
+use std::path::{Path, PathBuf};
+
+use super::flame::{self, FlameValue};
+use super::{pprof, sampled, ExportError, ProfileData};
+use crate::symbolize::Symbolizer;
+use crate::trace::{TraceError, TraceFile};
+
+#[derive(Debug, Default, Clone)]
+pub struct ExportRequest {
+    pub pprof: Option<PathBuf>,
+    pub flamegraph: Option<PathBuf>,
+    pub collapsed: Option<PathBuf>,
+    pub value: Option<FlameValue>,
+}
+
+impl ExportRequest {
+    pub fn is_empty(&self) -> bool {
+        self.pprof.is_none() && self.flamegraph.is_none() && self.collapsed.is_none()
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileExportError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error(transparent)]
+    Export(#[from] ExportError),
+}
+
+/// The profile of the process traced in `file`.
+pub fn profile_of(file: &Path) -> Result<ProfileData, TraceError> {
+    let trace = TraceFile::open(file)?;
+    if trace.header.sample_interval > 0 {
+        Ok(sampled::read_sampled(&trace)?.data)
+    } else {
+        sampled::full_profile(&trace)
+    }
+}
+
+/// Writes every requested export; returns the files written.
+pub fn export(file: &Path, req: &ExportRequest) -> Result<Vec<PathBuf>, ProfileExportError> {
+    let data = profile_of(file)?;
+    let mut sym = Symbolizer::new(&data.maps);
+    let mut written = Vec::new();
+    if let Some(out) = &req.pprof {
+        pprof::write_pprof(&data, &mut sym, out)?;
+        written.push(out.clone());
+    }
+    let value = req.value.unwrap_or(FlameValue::AllocBytes);
+    if let Some(out) = &req.collapsed {
+        flame::write_collapsed(&data, &mut sym, value, out)?;
+        written.push(out.clone());
+    }
+    if let Some(out) = &req.flamegraph {
+        flame::write_flamegraph_svg(&data, &mut sym, value, out)?;
+        written.push(out.clone());
+    }
+    Ok(written)
+}
