@@ -304,9 +304,11 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
         eprintln!("mtlab: wrote {} CSV files into {}", files.len(), dir.display());
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report::json::to_json(&run)).expect("json"));
+        let mut text = serde_json::to_string_pretty(&report::json::to_json(&run)).expect("json");
+        text.push('\n');
+        print_out(&text);
     } else {
-        print!("{}", report::table::render(&run));
+        print_out(&report::table::render(&run));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -335,6 +337,17 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Writes to stdout; a closed pipe (`mtlab report ... | head`) ends quietly.
+fn print_out(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            eprintln!("mtlab: cannot write to stdout: {e}");
+        }
+    }
+}
+
 fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     let workload = crate::native::path(crate::native::Part::MallocTest).map_err(RecordError::from)?;
     eprintln!("mtlab demo: tracing the built-in malloc-test workload (2 threads, 512-byte blocks, call depth 10)");
@@ -358,7 +371,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::Other(format!("the demo workload failed: {}", outcome.status)));
     }
     let run = load_reports(&a.output, true, &AnalyzeOptions::default())?;
-    print!("{}", report::table::render(&run));
+    print_out(&report::table::render(&run));
     eprintln!("mtlab demo: trace kept in {}; try `mtlab report --json {}`", a.output.display(), a.output.display());
     Ok(ExitCode::SUCCESS)
 }
