@@ -93,23 +93,27 @@ enum mtlab_event_kind {
 #define MTLAB_CTL_LIVE 0x4u   /* sampled blocks may be live: frees are checked */
 
 struct mtlab_ctl_page {
+    /* First cache line: read on every allocation call, written only by ctl. */
     uint64_t magic;
     uint32_t version;
     uint32_t pid;
-    uint32_t state;         /* MTLAB_CTL_* bits; atomic */
-    uint32_t signal;        /* the signal that toggles sampling / requests a dump */
-    uint64_t interval;      /* mean sampling interval in bytes; atomic */
-    uint64_t dump_seq;      /* bumped by `mtlab ctl dump` */
-    uint64_t dump_done;     /* set to dump_seq once buffers are flushed */
-    uint64_t samples;       /* samples taken so far */
-    char trace_path[4000];  /* the trace file this process writes */
+    uint32_t state;        /* MTLAB_CTL_* bits; atomic */
+    uint32_t signal;       /* the signal that toggles sampling / requests a dump */
+    uint64_t interval;     /* mean sampling interval in bytes; atomic */
+    uint8_t pad0[32];
+    /* Second line: written while running. */
+    uint64_t dump_seq;     /* bumped by `mtlab ctl dump` */
+    uint64_t dump_done;    /* set to dump_seq once buffers are flushed */
+    uint64_t samples;      /* samples taken so far (updated about every 100 ms) */
+    uint8_t pad1[40];
+    char trace_path[3968]; /* the trace file this process writes */
 };
 #define MTLAB_CTL_OFF_STATE 16u
 #define MTLAB_CTL_OFF_SIGNAL 20u
 #define MTLAB_CTL_OFF_INTERVAL 24u
-#define MTLAB_CTL_OFF_DUMP_SEQ 32u
-#define MTLAB_CTL_OFF_DUMP_DONE 40u
-#define MTLAB_CTL_OFF_SAMPLES 48u
-#define MTLAB_CTL_OFF_PATH 56u
+#define MTLAB_CTL_OFF_DUMP_SEQ 64u
+#define MTLAB_CTL_OFF_DUMP_DONE 72u
+#define MTLAB_CTL_OFF_SAMPLES 80u
+#define MTLAB_CTL_OFF_PATH 128u
 
 #endif

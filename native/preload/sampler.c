@@ -34,6 +34,9 @@ HIDDEN struct mtlab_ctl_page *mtlab_ctl;
 static _Atomic uint64_t sampled_set[SET_SLOTS]; /* live sampled block addresses */
 HIDDEN _Atomic uint8_t mtlab_filter[MTLAB_FILTER_SLOTS];
 static _Atomic uint64_t untracked, stacks_captured, unwind_cycles;
+/* Own cache line: the control page's first line is read on every call and
+ * must not bounce between threads that take samples. */
+static _Alignas(64) _Atomic uint64_t samples_taken;
 static char shm_path[64];
 
 static inline uint32_t set_hash(uint64_t p) { return (uint32_t)((p >> 4) * 0x9e3779b97f4a7c15ull >> (64 - SET_BITS)); }
@@ -89,6 +92,8 @@ static void maybe_flush(struct mtlab_tls *t, struct mtlab_buf *b, uint64_t now) 
     uint64_t every = mtlab_cfg.tsc_hz ? mtlab_cfg.tsc_hz / 10 : 300000000ull; /* ~100 ms */
     if (seq != t->dump_seen || now - t->last_flush_tsc > every) {
         mtlab_flush_buf(b);
+        __atomic_store_n(&mtlab_ctl->samples, atomic_load_explicit(&samples_taken, memory_order_relaxed),
+                         __ATOMIC_RELAXED);
         t->dump_seen = seq;
         t->last_flush_tsc = now;
     }
@@ -242,6 +247,7 @@ void mtlab_sampler_fork_child(void) {
     int active = (__atomic_load_n(&old->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE) != 0;
     mtlab_ctl = NULL;
     memset((void *)sampled_set, 0, sizeof sampled_set);
+    atomic_store(&samples_taken, 0);
     memset((void *)mtlab_filter, 0, sizeof mtlab_filter);
     mtlab_sampler_init(interval, active, (int)old->signal);
     if (mtlab_ctl != old) munmap(old, MTLAB_CTL_SIZE);
@@ -249,6 +255,7 @@ void mtlab_sampler_fork_child(void) {
 
 void mtlab_sampler_stop(void) {
     if (!mtlab_ctl) return;
+    __atomic_store_n(&mtlab_ctl->samples, atomic_load(&samples_taken), __ATOMIC_RELAXED);
     __atomic_fetch_and(&mtlab_ctl->state, ~(uint32_t)MTLAB_CTL_ACTIVE, __ATOMIC_RELAXED);
     flush_all_locked();
     if (shm_path[0]) unlink(shm_path);
@@ -263,6 +270,6 @@ char *mtlab_sampler_stats(char *p, const char *end) {
     p = mtlab_append(p, end, "\nsamples_untracked=");
     p = mtlab_append_u64(p, end, atomic_load(&untracked));
     p = mtlab_append(p, end, "\nsamples=");
-    p = mtlab_append_u64(p, end, mtlab_ctl ? __atomic_load_n(&mtlab_ctl->samples, __ATOMIC_RELAXED) : 0);
+    p = mtlab_append_u64(p, end, atomic_load(&samples_taken));
     return mtlab_append(p, end, "\n");
 }

@@ -40,16 +40,17 @@ static inline uint8_t *begin(struct mtlab_buf **bp, unsigned kind, unsigned flag
 
 static inline void commit(struct mtlab_buf *b, uint8_t *p) { mtlab_commit_event(b, p); }
 
-/* Sampling mode: the real call, then a countdown; all else is the slow path.
- * Inactive, this is one load and a tail call. */
+/* Sampling mode: count the bytes down first, so that the common case is a
+ * tail call whether sampling is on or off; only when the count runs out is
+ * the real call made here and the slow path taken. */
 #define SAMPLING_ALLOC(KIND, CALL, SIZE)                                                                      \
     do {                                                                                                      \
         struct mtlab_ctl_page *c_ = mtlab_ctl;                                                                \
         if (c_) {                                                                                             \
             if (LIKELY(!(__atomic_load_n(&c_->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE))) return CALL;    \
+            if (LIKELY((mtlab_tls.countdown -= (int64_t)(SIZE)) > 0)) return CALL;                            \
             void *r_ = CALL;                                                                                  \
-            if (LIKELY((mtlab_tls.countdown -= (int64_t)(SIZE)) > 0)) return r_;                              \
-            return mtlab_sample_alloc(KIND, r_, SIZE, __builtin_frame_address(0));                            \
+            return mtlab_sample_alloc(KIND, r_, SIZE, NULL);                                                  \
         }                                                                                                     \
     } while (0)
 
@@ -157,13 +158,14 @@ static inline void ensure_real(void) {
     if (UNLIKELY(!mtlab_real.malloc)) mtlab_resolve();
 }
 
-EXPORT void *malloc(size_t n) {
+/* Full-trace paths live out of line so the exported fast paths stay small
+ * (no callee-saved registers to spill before the sampling check). */
+__attribute__((noinline)) static void *malloc_full(size_t n) {
     struct mtlab_tls *t = &mtlab_tls;
     if (UNLIKELY(!mtlab_real.malloc)) {
         if (t->guard) return mtlab_bootstrap_alloc(n);
         mtlab_resolve();
     }
-    SAMPLING_ALLOC(MTLAB_EV_MALLOC, mtlab_real.malloc(n), n);
     if (!tracing(t)) return mtlab_real.malloc(n);
     uint64_t t1, t0 = ENTER_ALLOC(t);
     void *r = mtlab_real.malloc(n);
@@ -172,13 +174,18 @@ EXPORT void *malloc(size_t n) {
     return r;
 }
 
-EXPORT void *calloc(size_t nmemb, size_t size) {
+EXPORT void *malloc(size_t n) {
+    /* Sampling mode first: mtlab_ctl is set only once the real functions are known. */
+    SAMPLING_ALLOC(MTLAB_EV_MALLOC, mtlab_real.malloc(n), n);
+    return malloc_full(n);
+}
+
+__attribute__((noinline)) static void *calloc_full(size_t nmemb, size_t size) {
     struct mtlab_tls *t = &mtlab_tls;
     if (UNLIKELY(!mtlab_real.calloc)) {
         if (t->guard) return mtlab_bootstrap_alloc(nmemb * size); /* pool memory is zeroed */
         mtlab_resolve();
     }
-    SAMPLING_ALLOC(MTLAB_EV_CALLOC, mtlab_real.calloc(nmemb, size), nmemb * size);
     if (!tracing(t)) return mtlab_real.calloc(nmemb, size);
     uint64_t t1, t0 = ENTER_ALLOC(t);
     void *r = mtlab_real.calloc(nmemb, size);
@@ -189,16 +196,15 @@ EXPORT void *calloc(size_t nmemb, size_t size) {
     return r;
 }
 
+EXPORT void *calloc(size_t nmemb, size_t size) {
+    SAMPLING_ALLOC(MTLAB_EV_CALLOC, mtlab_real.calloc(nmemb, size), nmemb * size);
+    return calloc_full(nmemb, size);
+}
+
 /* free is stamped at its start: the block is gone as soon as free begins. */
-EXPORT void free(void *p) {
+__attribute__((noinline)) static void free_full(void *p) {
     struct mtlab_tls *t = &mtlab_tls;
-    if (UNLIKELY(mtlab_in_bootstrap(p))) return;
     ensure_real();
-    if (mtlab_ctl) {
-        sampling_release(p);
-        mtlab_real.free(p);
-        return;
-    }
     if (!p || !tracing(t)) {
         mtlab_real.free(p);
         return;
@@ -213,6 +219,16 @@ EXPORT void free(void *p) {
     if (w) commit(b, mtlab_put_ptr(b, w, (uint64_t)p));
     t->guard--;
     errno = saved;
+}
+
+EXPORT void free(void *p) {
+    if (UNLIKELY(mtlab_in_bootstrap(p))) return;
+    if (mtlab_ctl) {
+        sampling_release(p);
+        mtlab_real.free(p);
+        return;
+    }
+    free_full(p);
 }
 
 static void *realloc_bootstrap(void *old, size_t n) {
@@ -276,7 +292,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t n) {
         int ret = mtlab_real.posix_memalign(out, align, n);
         if ((__atomic_load_n(&mtlab_ctl->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE) && ret == 0 &&
             (t->countdown -= (int64_t)n) <= 0)
-            mtlab_sample_alloc(MTLAB_EV_POSIX_MEMALIGN, *out, n, __builtin_frame_address(0));
+            mtlab_sample_alloc(MTLAB_EV_POSIX_MEMALIGN, *out, n, NULL);
         return ret;
     }
     if (!tracing(t)) return mtlab_real.posix_memalign(out, align, n);

@@ -45,8 +45,8 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
 }
 
 int mtlab_unwind_init(int unwind) {
-    if (unwind == MTLAB_UNWIND_FP) return 0;
     dl_iterate_phdr(find_self, (void *)(uintptr_t)&mtlab_unwind_init);
+    if (unwind == MTLAB_UNWIND_FP) return 0;
     if (unwind == MTLAB_UNWIND_LIBGCC) {
         void *h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
         if (h) {
@@ -74,8 +74,10 @@ static _Unwind_Reason_Code gcc_step(struct _Unwind_Context *ctx, void *arg) {
     return _URC_NO_REASON;
 }
 
-/* Return addresses, innermost first, starting at the caller of the shim. */
-static int capture(uintptr_t *pcs, int max, const void *frame) {
+/* Return addresses, innermost first, starting at the caller of the shim:
+ * every walk starts here and drops mtlab's own frames, so no shim needs to
+ * keep its frame for the walk (shims may tail-call). */
+__attribute__((noinline)) static int capture(uintptr_t *pcs, int max) {
     if (mtlab_cfg.unwind == MTLAB_UNWIND_LIBGCC) {
         struct gcc_walk w = {pcs, 0, max};
         gcc_backtrace(gcc_step, &w);
@@ -95,13 +97,13 @@ static int capture(uintptr_t *pcs, int max, const void *frame) {
     /* Frame pointers: every frame is checked against the thread's stack, so
      * code built without them ends the walk instead of faulting. */
     int n = 0;
-    uintptr_t fp = (uintptr_t)frame, lo = fp, hi = mtlab_tls.stack_hi;
+    uintptr_t fp = (uintptr_t)__builtin_frame_address(0), lo = fp, hi = mtlab_tls.stack_hi;
     while (n < max) {
         if (fp < lo || fp > hi - 16 || (fp & 7)) break; /* no overflow: hi > 16 */
         uintptr_t next = ((const uintptr_t *)fp)[0];
         uintptr_t ret = ((const uintptr_t *)fp)[1];
         if (ret < 4096) break;
-        pcs[n++] = ret;
+        if (n > 0 || ret < self_lo || ret >= self_hi) pcs[n++] = ret; /* skip mtlab's frames */
         if (next <= fp) break;
         fp = next;
     }
@@ -140,7 +142,8 @@ static void write_def(struct mtlab_buf *b, uint32_t id, const uintptr_t *pcs, in
 /* `frame` is the shim's frame address; its return address is the caller. */
 uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
     uintptr_t pcs[MTLAB_MAX_DEPTH];
-    int n = capture(pcs, mtlab_cfg.max_depth, frame);
+    (void)frame;
+    int n = capture(pcs, mtlab_cfg.max_depth);
     /* Independent multiplies: the hash costs little more than the loads. */
     uint64_t h = 0x243f6a8885a308d3ull ^ (uint64_t)n;
     for (int i = 0; i < n; i++) h += (uint64_t)pcs[i] * (0x9e3779b97f4a7c15ull + 2 * (uint64_t)i);

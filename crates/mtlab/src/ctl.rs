@@ -115,7 +115,7 @@ impl CtlPage {
     }
     pub fn trace_path(&self) -> PathBuf {
         // SAFETY: the path field lies inside the mapped page; it is NUL-terminated by the writer.
-        let bytes = unsafe { std::slice::from_raw_parts(self.ptr.add(CTL_OFF_PATH as usize), 4000) };
+        let bytes = unsafe { std::slice::from_raw_parts(self.ptr.add(CTL_OFF_PATH as usize), (CTL_SIZE - CTL_OFF_PATH) as usize) };
         let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
         PathBuf::from(String::from_utf8_lossy(&bytes[..end]).to_string())
     }

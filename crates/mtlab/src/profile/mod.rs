@@ -6,6 +6,7 @@ pub mod sampled;
 pub mod export;
 pub mod pprof;
 pub mod flame;
+pub mod simulate;
 
 pub use data::{ProfileData, StackSample};
 pub use pprof::ExportError;

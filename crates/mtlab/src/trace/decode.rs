@@ -468,6 +468,8 @@ pub struct TraceFile {
     pub maps: Vec<String>,
     pub end: Option<EndRecord>,
     pub runinfo: Vec<(String, String)>,
+    /// The writer's own costs (STATS record): stacks captured, unwind cycles, samples.
+    pub stats: Vec<(String, String)>,
     /// Problems met while indexing (damage, odd header values).
     pub warnings: Vec<String>,
     pub file_len: u64,
@@ -488,6 +490,7 @@ impl TraceFile {
             maps: Vec::new(),
             end: None,
             runinfo: Vec::new(),
+            stats: Vec::new(),
             warnings,
             file_len,
         };
@@ -517,7 +520,7 @@ impl TraceFile {
                         }
                     }
                 }
-                REC_MAPS | REC_END | REC_RUNINFO => {
+                REC_MAPS | REC_END | REC_RUNINFO | REC_STATS => {
                     buf.resize(rec.payload_len as usize, 0);
                     file.read_exact_at(&mut buf, rec.payload_offset())
                         .map_err(TraceError::io(path))?;
@@ -541,6 +544,7 @@ impl TraceFile {
                     match rec.ty {
                         REC_MAPS => tf.maps.push(String::from_utf8_lossy(payload).into_owned()),
                         REC_RUNINFO => tf.runinfo.extend(parse_kv_text(&String::from_utf8_lossy(payload))),
+                        REC_STATS => tf.stats.extend(parse_kv_text(&String::from_utf8_lossy(payload))),
                         _ => match EndRecord::from_bytes(payload) {
                             Some(end) => tf.end = Some(end),
                             None => {
@@ -598,6 +602,7 @@ fn record_name(ty: u16) -> &'static str {
         REC_MAPS => "MAPS",
         REC_END => "END",
         REC_RUNINFO => "RUNINFO",
+        REC_STATS => "STATS",
         _ => "unknown",
     }
 }

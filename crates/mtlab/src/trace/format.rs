@@ -70,10 +70,10 @@ pub const CTL_LIVE: u32 = 0x4;
 pub const CTL_OFF_STATE: u32 = 16;
 pub const CTL_OFF_SIGNAL: u32 = 20;
 pub const CTL_OFF_INTERVAL: u32 = 24;
-pub const CTL_OFF_DUMP_SEQ: u32 = 32;
-pub const CTL_OFF_DUMP_DONE: u32 = 40;
-pub const CTL_OFF_SAMPLES: u32 = 48;
-pub const CTL_OFF_PATH: u32 = 56;
+pub const CTL_OFF_DUMP_SEQ: u32 = 64;
+pub const CTL_OFF_DUMP_DONE: u32 = 72;
+pub const CTL_OFF_SAMPLES: u32 = 80;
+pub const CTL_OFF_PATH: u32 = 128;
 
 /// Name of an event kind, for messages.
 pub fn kind_name(kind: u8) -> &'static str {

@@ -16,12 +16,17 @@ use serde::Serialize;
 
 use crate::native::{self, Part};
 
+pub mod malloc;
+pub mod plot;
+
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// Cost of tracing the malloc-test workload: untraced vs mtlab vs heaptrack.
     Tracer(TracerArgs),
     /// Wall-time cost of tracing any program: untraced vs mtlab vs heaptrack.
     Program(ProgramArgs),
+    /// What heap profilers cost: mtlab's sampler, jemalloc's and tcmalloc's, by interval, threads and unwinder.
+    Malloc(malloc::MallocArgs),
 }
 
 #[derive(Args, Debug)]
@@ -83,14 +88,14 @@ pub enum BenchError {
     Io { path: PathBuf, source: std::io::Error },
 }
 
-struct Measured {
+pub(crate) struct Measured {
     stdout: String,
     wall: Duration,
     max_rss_kib: u64,
 }
 
 /// Runs `cmd` to completion, with its own peak RSS from wait4.
-fn measure(mut cmd: Command, what: &str) -> Result<Measured, BenchError> {
+pub(crate) fn measure(mut cmd: Command, what: &str) -> Result<Measured, BenchError> {
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let start = Instant::now();
     let child = cmd.spawn().map_err(|source| BenchError::Spawn { what: what.into(), source })?;
@@ -133,7 +138,7 @@ fn cycles_per_op(stdout: &str, what: &str) -> Result<f64, BenchError> {
         .ok_or_else(|| BenchError::Output(format!("{what}: no cycles_per_op line in the workload's output")))
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let n = v.len();
     if n == 0 {
@@ -191,6 +196,23 @@ pub struct BenchResult {
     pub report: Option<ReportSpeed>,
 }
 
+/// A directory for traces: the one given, or a fresh temporary one (kept alive by the guard).
+pub(crate) fn work_dir(dir: Option<PathBuf>) -> Result<(PathBuf, Option<tempfile::TempDir>), BenchError> {
+    match dir {
+        Some(d) => {
+            std::fs::create_dir_all(&d).map_err(|source| BenchError::Io { path: d.clone(), source })?;
+            Ok((d, None))
+        }
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("mtlab-bench")
+                .tempdir()
+                .map_err(|source| BenchError::Io { path: std::env::temp_dir(), source })?;
+            Ok((t.path().to_path_buf(), Some(t)))
+        }
+    }
+}
+
 struct Runner {
     dir: PathBuf,
     _tmp: Option<tempfile::TempDir>,
@@ -201,19 +223,7 @@ struct Runner {
 
 impl Runner {
     fn new(dir: Option<PathBuf>, no_heaptrack: bool, heaptrack_raw: bool) -> Result<Self, BenchError> {
-        let (dir, tmp) = match dir {
-            Some(d) => {
-                std::fs::create_dir_all(&d).map_err(|source| BenchError::Io { path: d.clone(), source })?;
-                (d, None)
-            }
-            None => {
-                let t = tempfile::Builder::new()
-                    .prefix("mtlab-bench")
-                    .tempdir()
-                    .map_err(|source| BenchError::Io { path: std::env::temp_dir(), source })?;
-                (t.path().to_path_buf(), Some(t))
-            }
-        };
+        let (dir, tmp) = work_dir(dir)?;
         let mtlab = std::env::current_exe().map_err(|source| BenchError::Io { path: "mtlab".into(), source })?;
         let heaptrack = if no_heaptrack { None } else { heaptrack_path() };
         Ok(Runner { dir, _tmp: tmp, mtlab, heaptrack, heaptrack_raw })
@@ -377,6 +387,22 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, BenchError> {
                 report,
             };
             print_result(&r, a.json);
+        }
+        BenchCommand::Malloc(a) => {
+            let r = malloc::run(a.clone())?;
+            if let Some(path) = &a.svg {
+                plot::write_svg(&r.results, path)?;
+                eprintln!("mtlab: wrote {}", path.display());
+            }
+            if let Some(dir) = &a.csv {
+                let path = malloc::write_csv(&r, dir)?;
+                eprintln!("mtlab: wrote {}", path.display());
+            }
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r).expect("json"));
+            } else {
+                print!("{}", malloc::render(&r, &a.intervals));
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
