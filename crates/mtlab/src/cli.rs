@@ -393,7 +393,10 @@ fn print_out(text: &str) {
 
 fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     let workload = crate::native::path(crate::native::Part::MallocTest).map_err(RecordError::from)?;
-    eprintln!("mtlab demo: tracing the built-in malloc-test workload (2 threads, 512-byte blocks, call depth 10)");
+    let args: Vec<OsString> = ["--threads", "2", "--size", "512", "--depth", "10", "--iterations", &a.iterations.to_string()]
+        .iter()
+        .map(OsString::from)
+        .collect();
     let cfg = RecordConfig {
         output: a.output.clone(),
         stacks: Stacks::Fp,
@@ -403,19 +406,46 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         follow: true,
         free_stacks: false,
         baseline: true,
-        program: workload.into_os_string(),
-        args: ["--threads", "2", "--size", "512", "--depth", "10", "--iterations", &a.iterations.to_string()]
-            .iter()
-            .map(OsString::from)
-            .collect(),
+        program: workload.clone().into_os_string(),
+        args,
     };
+    eprintln!("mtlab demo 1/2: full heap trace of the built-in malloc-test workload (2 threads, 512-byte blocks, call depth 10)");
     let outcome = record::record(&cfg)?;
     if !outcome.status.success() {
         return Err(CliError::Other(format!("the demo workload failed: {}", outcome.status)));
     }
-    let run = load_reports(&a.output, true, &AnalyzeOptions::default())?;
-    print_out(&report::table::render(&run));
-    eprintln!("mtlab demo: trace kept in {}; try `mtlab report --json {}`", a.output.display(), a.output.display());
+    let full = load_reports(&a.output, true, &AnalyzeOptions::default())?;
+    print_out(&report::table::render(&full));
+
+    eprintln!("mtlab demo 2/2: the same workload under the sampling profiler (mean interval 64KiB)");
+    let sampled_out = a.output.with_extension("sampled.mtl");
+    let cfg = RecordConfig {
+        output: sampled_out.clone(),
+        sample: Some(SampleConfig { interval: 64 << 10, inactive: false, seed: 0 }),
+        baseline: false,
+        ..cfg
+    };
+    record::record(&cfg)?;
+    let sampled = load_reports(&sampled_out, true, &AnalyzeOptions::default())?;
+    print_out(&report::table::render(&sampled));
+    let truth: f64 = full.processes.first().map(|p| p.functions["malloc"].mean_size * p.functions["malloc"].calls as f64).unwrap_or(0.0);
+    if let Some(est) = sampled.processes.first().and_then(|p| p.profile.as_ref()) {
+        print_out(&format!(
+            "malloc bytes: {:.0} counted by the full trace; {:.0} ± {:.0} estimated from {} samples ({:+.2} %)\n",
+            truth,
+            est.alloc_bytes.value,
+            est.alloc_bytes.ci95(),
+            est.samples,
+            (est.alloc_bytes.value / truth - 1.0) * 100.0
+        ));
+    }
+    eprintln!(
+        "mtlab demo: traces kept in {} and {}; try `mtlab report --json {}` or `mtlab report {} --flamegraph demo.svg`",
+        a.output.display(),
+        sampled_out.display(),
+        a.output.display(),
+        sampled_out.display()
+    );
     Ok(ExitCode::SUCCESS)
 }
 

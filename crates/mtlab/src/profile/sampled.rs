@@ -100,7 +100,7 @@ pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
     let mut live: HashMap<u64, Live> = HashMap::default();
     let mut intervals = Vec::new();
     let (mut samples, mut frees) = (0u64, 0u64);
-    let mut total = SampledStack {
+    let empty = SampledStack {
         stack_id: 0,
         pcs: Vec::new(),
         samples: 0,
@@ -110,6 +110,7 @@ pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
         inuse_bytes: Estimate::default(),
         inuse_objects: Estimate::default(),
     };
+    let mut total = empty.clone();
     let (mut first_tsc, mut last_tsc) = (u64::MAX, 0u64);
     for item in trace.items()? {
         match item {
@@ -124,7 +125,8 @@ pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
                     if !intervals.contains(&interval) {
                         intervals.push(interval);
                     }
-                    let s = per.entry(ev.stack).or_insert_with(|| SampledStack { stack_id: ev.stack, ..total.clone() });
+                    // A new stack starts from zero (not from the running total).
+                    let s = per.entry(ev.stack).or_insert_with(|| SampledStack { stack_id: ev.stack, ..empty.clone() });
                     s.samples += 1;
                     let (b, o, q) = add_sample(&mut s.alloc_bytes, &mut s.alloc_objects, size, interval);
                     add_sample(&mut total.alloc_bytes, &mut total.alloc_objects, size, interval);
