@@ -76,9 +76,21 @@ static int64_t draw(struct mtlab_tls *t, uint64_t interval) {
     return v < 1.0 ? 1 : v > 4e18 ? (int64_t)4e18 : (int64_t)v;
 }
 
+static _Atomic uint64_t threads_seeded;
+
 static void seed(struct mtlab_tls *t) {
     uint64_t s = mtlab_cfg.sample_seed ? mtlab_cfg.sample_seed : mtlab_tsc();
-    t->rng = (s ^ ((uint64_t)mtlab_gettid() * 0x9e3779b97f4a7c15ull)) | 1;
+    /* A fixed seed must give the same draws on every run: mix in the order in
+     * which threads first sample (0 for the first), not the thread id, which
+     * changes from run to run. */
+    uint64_t which = mtlab_cfg.sample_seed ? atomic_fetch_add(&threads_seeded, 1) + 1 : (uint64_t)mtlab_gettid();
+    /* splitmix64: distinct (seed, thread) pairs give distinct, unrelated
+     * states (`| 1` on the raw value made seeds 2k and 2k+1 the same). */
+    uint64_t z = s + which * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    t->rng = z ? z : 1; /* xorshift needs a non-zero state */
     t->sampler_init = 1;
 }
 
@@ -125,6 +137,8 @@ static void append_sample(struct mtlab_tls *t, unsigned kind, void *r, size_t si
 }
 
 void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame) {
+    /* Shims tail-call this function: its own frame returns to the program. */
+    if (!frame) frame = __builtin_frame_address(0);
     struct mtlab_tls *t = &mtlab_tls;
     if (t->guard || !r) return r;
     int saved = errno;

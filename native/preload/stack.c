@@ -74,10 +74,11 @@ static _Unwind_Reason_Code gcc_step(struct _Unwind_Context *ctx, void *arg) {
     return _URC_NO_REASON;
 }
 
-/* Return addresses, innermost first, starting at the caller of the shim:
- * every walk starts here and drops mtlab's own frames, so no shim needs to
- * keep its frame for the walk (shims may tail-call). */
-__attribute__((noinline)) static int capture(uintptr_t *pcs, int max) {
+/* Return addresses, innermost first, starting at the caller of the shim.
+ * `frame` is the frame of the mtlab function that records the event (the
+ * exported shims tail-call into it, so its return address is the program's);
+ * leading frames inside mtlab are dropped in case a compiler kept one. */
+static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max, const void *frame) {
     if (mtlab_cfg.unwind == MTLAB_UNWIND_LIBGCC) {
         struct gcc_walk w = {pcs, 0, max};
         gcc_backtrace(gcc_step, &w);
@@ -97,9 +98,10 @@ __attribute__((noinline)) static int capture(uintptr_t *pcs, int max) {
     /* Frame pointers: every frame is checked against the thread's stack, so
      * code built without them ends the walk instead of faulting. */
     int n = 0;
-    uintptr_t fp = (uintptr_t)__builtin_frame_address(0), lo = fp, hi = mtlab_tls.stack_hi;
-    while (n < max) {
-        if (fp < lo || fp > hi - 16 || (fp & 7)) break; /* no overflow: hi > 16 */
+    uintptr_t fp = (uintptr_t)frame, hi = mtlab_tls.stack_hi - 16; /* stack_hi > 16 */
+    /* Invariant: frame <= fp <= hi and fp strictly grows, so every read lies
+     * inside [frame, stack top): a garbage rbp ends the walk, never faults. */
+    while (n < max && fp <= hi) {
         uintptr_t next = ((const uintptr_t *)fp)[0];
         uintptr_t ret = ((const uintptr_t *)fp)[1];
         if (ret < 4096) break;
@@ -142,8 +144,7 @@ static void write_def(struct mtlab_buf *b, uint32_t id, const uintptr_t *pcs, in
 /* `frame` is the shim's frame address; its return address is the caller. */
 uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
     uintptr_t pcs[MTLAB_MAX_DEPTH];
-    (void)frame;
-    int n = capture(pcs, mtlab_cfg.max_depth);
+    int n = capture(pcs, mtlab_cfg.max_depth, frame);
     /* Independent multiplies: the hash costs little more than the loads. */
     uint64_t h = 0x243f6a8885a308d3ull ^ (uint64_t)n;
     for (int i = 0; i < n; i++) h += (uint64_t)pcs[i] * (0x9e3779b97f4a7c15ull + 2 * (uint64_t)i);
