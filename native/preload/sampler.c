@@ -103,9 +103,7 @@ static void maybe_flush(struct mtlab_tls *t, struct mtlab_buf *b, uint64_t now) 
     uint64_t seq = __atomic_load_n(&mtlab_ctl->dump_seq, __ATOMIC_RELAXED);
     uint64_t every = mtlab_cfg.tsc_hz ? mtlab_cfg.tsc_hz / 10 : 300000000ull; /* ~100 ms */
     if (seq != t->dump_seen || now - t->last_flush_tsc > every) {
-        mtlab_flush_buf(b);
-        __atomic_store_n(&mtlab_ctl->samples, atomic_load_explicit(&samples_taken, memory_order_relaxed),
-                         __ATOMIC_RELAXED);
+        mtlab_flush_buf(b); /* (the page's sample count is kept live by mtlab_sample_alloc) */
         t->dump_seen = seq;
         t->last_flush_tsc = now;
     }
@@ -164,6 +162,7 @@ void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame)
     } else {
         atomic_fetch_add_explicit(&untracked, 1, memory_order_relaxed);
     }
+    atomic_fetch_add_explicit(&samples_taken, 1, memory_order_relaxed);
     __atomic_fetch_add(&mtlab_ctl->samples, 1, __ATOMIC_RELAXED);
     t->guard--;
     errno = saved;

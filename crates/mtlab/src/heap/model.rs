@@ -2,11 +2,15 @@
 //! sums of docs/metrics.md kept up to date on every event so that any
 //! snapshot (time-series point, peak, end) costs O(1).
 //!
-//! A region's *span* runs from its start to the end of its last live object;
-//! keeping that end exact on free needs the previous live object in address
-//! order, hence live objects in a BTreeMap.
+//! A region's *span* runs from its start to the end of its last live object.
+//! Live objects sit in a hash map (one lookup per event); each region keeps
+//! the ends of its objects in a max-heap with lazy deletion, so that when its
+//! last object is freed the new last end is found by popping stale entries
+//! (amortised O(log n)), without an ordered map of all objects.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use serde::Serialize;
 
@@ -31,6 +35,9 @@ struct Region {
     live_count: u64,
     /// End of the last live object; == start when none.
     last_end: u64,
+    /// (end, address) of objects placed here; entries of freed objects stay
+    /// until they reach the top or the heap is compacted.
+    ends: BinaryHeap<(u64, u64)>,
 }
 
 impl Region {
@@ -93,7 +100,9 @@ pub struct Fragmentation {
 
 #[derive(Default)]
 pub struct ShadowHeap {
-    objects: BTreeMap<u64, Object>,
+    objects: FxHashMap<u64, Object>,
+    /// Live objects in no known region.
+    unplaced: FxHashSet<u64>,
     regions: BTreeMap<u64, Region>,
     brk_start: u64,
     live_bytes: u64,
@@ -132,7 +141,7 @@ impl ShadowHeap {
     }
 
     /// Removes a region's contribution to the sums, runs `f`, adds it back.
-    fn update_region(&mut self, start: u64, f: impl FnOnce(&mut Region, &BTreeMap<u64, Object>)) {
+    fn update_region(&mut self, start: u64, f: impl FnOnce(&mut Region, &FxHashMap<u64, Object>)) {
         let Some(r) = self.regions.get_mut(&start) else { return };
         self.sum_span -= r.span(start);
         self.sum_region_live -= r.live_bytes;
@@ -147,13 +156,13 @@ impl ShadowHeap {
         let region = self.region_at(addr);
         let extra = usable.saturating_sub(size).min(u32::MAX as u64) as u32;
         let obj = Object { size, region: region.unwrap_or(0), stack, usable_extra: extra };
-        // One tree search on the common path; an address still live is rare.
+        // One hash lookup on the common path; an address still live is rare.
         let replaced = match self.objects.entry(addr) {
-            std::collections::btree_map::Entry::Vacant(v) => {
+            std::collections::hash_map::Entry::Vacant(v) => {
                 v.insert(obj);
                 None
             }
-            std::collections::btree_map::Entry::Occupied(_) => {
+            std::collections::hash_map::Entry::Occupied(_) => {
                 let old = self.free(addr);
                 self.overlapping_allocs += 1;
                 self.objects.insert(addr, obj);
@@ -163,19 +172,18 @@ impl ShadowHeap {
         self.live_bytes += size;
         self.live_usable += size + extra as u64;
         match region {
-            Some(start) => self.update_region(start, |r, _| {
-                r.live_bytes += size;
-                r.live_count += 1;
-                r.last_end = r.last_end.max(addr + size);
-            }),
-            None => self.unplaced_bytes += size,
+            Some(start) => self.update_region(start, |r, _| place(r, addr, size)),
+            None => {
+                self.unplaced.insert(addr);
+                self.unplaced_bytes += size;
+            }
         }
         replaced
     }
 
     /// Removes a live object; None (and counted) when `addr` was not live.
     pub fn free(&mut self, addr: u64) -> Option<Object> {
-        let Some(obj) = self.objects.remove(&addr) else { return None };
+        let obj = self.objects.remove(&addr)?;
         self.live_bytes -= obj.size;
         self.live_usable -= obj.usable();
         match obj.region().filter(|s| self.regions.contains_key(s)) {
@@ -183,15 +191,16 @@ impl ShadowHeap {
                 r.live_bytes -= obj.size;
                 r.live_count -= 1;
                 if addr + obj.size >= r.last_end {
-                    r.last_end = objects
-                        .range(start..addr)
-                        .next_back()
-                        .map(|(&a, o)| a + o.size)
-                        .filter(|_| r.live_count > 0)
-                        .unwrap_or(start);
+                    r.last_end = top_end(r, start, objects);
+                }
+                if r.ends.len() > 4 * r.live_count as usize + 4096 {
+                    compact(r, start, objects);
                 }
             }),
-            None => self.unplaced_bytes = self.unplaced_bytes.saturating_sub(obj.size),
+            None => {
+                self.unplaced.remove(&addr);
+                self.unplaced_bytes = self.unplaced_bytes.saturating_sub(obj.size);
+            }
         }
         Some(obj)
     }
@@ -230,17 +239,15 @@ impl ShadowHeap {
             }
         }
         self.unmap(start, end);
-        let mut region = Region { end, kind, live_bytes: 0, live_count: 0, last_end: start };
-        let inside: Vec<u64> = self.objects.range(start..end).map(|(&a, _)| a).collect();
+        let mut region = Region { end, kind, live_bytes: 0, live_count: 0, last_end: start, ends: BinaryHeap::new() };
+        // Objects seen before their region was known are taken in now.
+        let inside: Vec<u64> = self.unplaced.iter().copied().filter(|&a| a >= start && a < end).collect();
         for a in inside {
-            let o = self.objects.get_mut(&a).unwrap();
-            if o.region == 0 {
-                self.unplaced_bytes = self.unplaced_bytes.saturating_sub(o.size);
-            }
+            self.unplaced.remove(&a);
+            let o = self.objects.get_mut(&a).expect("unplaced objects are live");
+            self.unplaced_bytes = self.unplaced_bytes.saturating_sub(o.size);
             o.region = start;
-            region.live_bytes += o.size;
-            region.live_count += 1;
-            region.last_end = region.last_end.max(a + o.size);
+            place(&mut region, a, o.size);
         }
         self.mapped_bytes += end - start;
         if kind == RegionKind::Brk {
@@ -284,10 +291,13 @@ impl ShadowHeap {
             if r.kind == RegionKind::Brk {
                 self.brk_bytes -= r.end - s;
             }
-            let objs: Vec<u64> = self.objects.range(s..r.end).map(|(&a, _)| a).collect();
-            for a in &objs {
-                self.objects.get_mut(a).unwrap().region = 0;
-                self.unplaced_bytes += self.objects[a].size;
+            for &(obj_end, a) in r.ends.iter() {
+                if is_placed(&self.objects, s, a, obj_end) {
+                    let o = self.objects.get_mut(&a).unwrap();
+                    o.region = 0;
+                    self.unplaced_bytes += o.size;
+                    self.unplaced.insert(a);
+                }
             }
             // Pieces outside the unmapped range survive as regions of the same kind.
             if s < start {
@@ -354,10 +364,46 @@ impl ShadowHeap {
         self.live_bytes
     }
 
-    /// Live objects, in address order (for leak reports at the end).
+    /// Live objects, in no particular order (for leak reports at the end).
     pub fn objects(&self) -> impl Iterator<Item = (&u64, &Object)> {
         self.objects.iter()
     }
+}
+
+/// Counts an object of `size` bytes at `addr` as live in `r`.
+fn place(r: &mut Region, addr: u64, size: u64) {
+    r.live_bytes += size;
+    r.live_count += 1;
+    r.last_end = r.last_end.max(addr + size);
+    r.ends.push((addr + size, addr));
+}
+
+/// Is the heap entry (end, addr) a live object placed in the region at `start`?
+fn is_placed(objects: &FxHashMap<u64, Object>, start: u64, addr: u64, end: u64) -> bool {
+    objects.get(&addr).is_some_and(|o| o.region == start && addr + o.size == end)
+}
+
+/// Drops stale entries, and duplicates left by an address reused with the
+/// same size, so the heap holds each live object once.
+fn compact(r: &mut Region, start: u64, objects: &FxHashMap<u64, Object>) {
+    let mut seen = FxHashSet::default();
+    let live: Vec<(u64, u64)> = std::mem::take(&mut r.ends)
+        .into_vec()
+        .into_iter()
+        .filter(|&(end, a)| is_placed(objects, start, a, end) && seen.insert(a))
+        .collect();
+    r.ends = BinaryHeap::from(live);
+}
+
+/// End of the last live object of `r`, dropping stale entries on the way.
+fn top_end(r: &mut Region, start: u64, objects: &FxHashMap<u64, Object>) -> u64 {
+    while let Some(&(end, addr)) = r.ends.peek() {
+        if is_placed(objects, start, addr, end) {
+            return end;
+        }
+        r.ends.pop();
+    }
+    start
 }
 
 #[cfg(test)]
@@ -400,6 +446,33 @@ mod tests {
         assert_eq!(s.mapped_bytes, 0xC000);
         h.unmap(0, u64::MAX);
         assert_eq!(h.snapshot().mapped_bytes, 0);
+    }
+
+    #[test]
+    fn churn_keeps_span_exact_and_memory_bounded() {
+        let mut h = ShadowHeap::new(0);
+        h.map(0x10000, 0x20000, RegionKind::Mmap);
+        h.alloc(0x10000, 64, 64, 1); // a long-lived object at the bottom
+        for i in 0..100_000u64 {
+            // The same address reused with the same size: duplicates in the heap of ends.
+            h.alloc(0x18000, 32, 32, 2);
+            if i % 3 == 0 {
+                h.alloc(0x1a000, 16, 16, 3);
+                h.free(0x1a000);
+            }
+            h.free(0x18000);
+        }
+        let s = h.exact_snapshot();
+        assert_eq!(s.live_objects, 1);
+        assert_eq!(s.fragmentation.total, 0.0, "span shrank back to the bottom object");
+        let r = &h.regions[&0x10000];
+        assert_eq!(r.last_end, 0x10000 + 64);
+        assert!(r.ends.len() <= 4 * r.live_count as usize + 4096, "{} entries", r.ends.len());
+        // The top object freed while a lower one lives: span = up to the lower one.
+        h.alloc(0x11000, 100, 100, 4);
+        h.alloc(0x12000, 100, 100, 4);
+        h.free(0x12000);
+        assert_eq!(h.regions[&0x10000].last_end, 0x11000 + 100);
     }
 
     #[test]

@@ -1,0 +1,814 @@
+//! End-to-end tests of the sampling heap profiler (`mtlab record --sample`,
+//! `mtlab ctl`, the exports and `mtlab profile simulate`) on small C programs
+//! from native/tests/s_*.c whose allocations are known exactly.
+//!
+//! Statistical checks use fixed `--sample-seed`s: the sampler's draws then
+//! depend only on the seed and the allocation sizes, so every run of these
+//! tests sees the same numbers (checked in `estimator_...`), and the
+//! tolerances (several standard errors) are not a source of flakiness.
+
+mod util;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Output, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::Duration;
+
+use serde_json::Value;
+use util::*;
+
+// ---------------------------------------------------------------------------
+// Helpers.
+
+/// Compiles native/tests/NAME.c into the lab as OUT with the given flags
+/// (instead of `Lab::compile`'s fixed -O0 -fno-omit-frame-pointer).
+fn compile_with(lab: &Lab, name: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let path = lab.path(out);
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let o = Command::new(&cc)
+        .args(flags)
+        .args(["-g", "-Wall", "-Wextra", "-o"])
+        .arg(&path)
+        .arg(test_source(name))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+    assert!(o.status.success(), "compiling {name}.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    path
+}
+
+fn mtlab(lab: &Lab, args: &[&str]) -> Output {
+    lab.command(MTLAB).args(args).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).to_string()
+}
+
+/// `mtlab ctl PID ARGS...`
+fn ctl(lab: &Lab, pid: u32, args: &[&str]) -> Output {
+    lab.command(MTLAB).arg("ctl").arg(pid.to_string()).args(args).output().unwrap()
+}
+
+fn ctl_ok(lab: &Lab, pid: u32, args: &[&str]) -> String {
+    let o = ctl(lab, pid, args);
+    assert_success(&o, &format!("mtlab ctl {pid} {}", args.join(" ")));
+    stdout(&o)
+}
+
+/// The `profile` object of a sampled report.
+fn profile(r: &Value) -> &Value {
+    let p = &r["profile"];
+    assert!(p.is_object(), "a sampled trace's report has a profile object: {}", r["profile"]);
+    p
+}
+
+/// Estimates summed over the sampled stacks whose innermost frame is `function`.
+#[derive(Debug, Default, Clone, Copy)]
+struct Est {
+    stacks: u64,
+    samples: u64,
+    alloc: f64,
+    alloc_var: f64,
+    inuse: f64,
+    inuse_var: f64,
+}
+
+fn est(r: &Value, function: &str) -> Est {
+    let top = profile(r)["top"].as_array().unwrap();
+    assert!(top.len() < TOP, "profile.top may be cut at --top {TOP}");
+    let mut e = Est::default();
+    for s in top {
+        if s["frames"][0]["function"].as_str() == Some(function) {
+            e.stacks += 1;
+            e.samples += u(&s["samples"]);
+            e.alloc += f(&s["alloc_bytes"]["value"]);
+            e.alloc_var += f(&s["alloc_bytes"]["variance"]);
+            e.inuse += f(&s["inuse_bytes"]["value"]);
+            e.inuse_var += f(&s["inuse_bytes"]["variance"]);
+        }
+    }
+    e
+}
+
+/// Samples of the stacks that have `function` anywhere in them.
+fn samples_through(r: &Value, function: &str) -> u64 {
+    profile(r)["top"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["frames"].as_array().unwrap().iter().any(|fr| fr["function"].as_str() == Some(function)))
+        .map(|s| u(&s["samples"]))
+        .sum()
+}
+
+/// Function names of a sampled stack, innermost first.
+fn functions(stack: &Value) -> Vec<String> {
+    stack["frames"].as_array().unwrap().iter().map(|fr| fr["function"].as_str().unwrap_or("?").to_string()).collect()
+}
+
+/// Probability that the sampler picks an allocation of `size` bytes at mean interval `interval`.
+fn p_sample(size: f64, interval: f64) -> f64 {
+    -(-size / interval).exp_m1()
+}
+
+fn mean(v: &[f64]) -> f64 {
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+fn sd(v: &[f64]) -> f64 {
+    let m = mean(v);
+    (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+}
+
+/// `go` for `go tool pprof`, or None (the caller skips with a message).
+fn go() -> Option<PathBuf> {
+    let fixed = PathBuf::from("/usr/local/go/bin/go");
+    if fixed.exists() {
+        return Some(fixed);
+    }
+    let o = Command::new("go").arg("version").output().ok()?;
+    o.status.success().then(|| PathBuf::from("go"))
+}
+
+/// `go tool pprof -top -sample_index=INDEX -unit=B FILE` (stdout and stderr).
+fn pprof_top(go: &Path, file: &Path, index: &str) -> String {
+    let o = Command::new(go)
+        .args(["tool", "pprof", "-top", &format!("-sample_index={index}"), "-unit=B"])
+        .arg(file)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(o.status.success(), "go tool pprof failed on {}:\n{text}", file.display());
+    text
+}
+
+/// The flat bytes pprof -top gives `function` (lines "  20000000B 40.00% ... site_a").
+fn pprof_flat(top: &str, function: &str) -> Option<u64> {
+    top.lines().find_map(|l| {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        (cols.len() == 6 && cols[5] == function).then(|| cols[0].trim_end_matches('B').parse().ok()).flatten()
+    })
+}
+
+/// "Total samples = 52318131B" of pprof -top -unit=B.
+fn pprof_total(top: &str) -> u64 {
+    let at = top.find("Total samples = ").unwrap_or_else(|| panic!("no total in\n{top}")) + "Total samples = ".len();
+    let num: String = top[at..].chars().take_while(|c| c.is_ascii_digit()).collect();
+    num.parse().unwrap_or_else(|_| panic!("no total in\n{top}"))
+}
+
+/// A `mtlab record` run of a program that talks on stdin/stdout
+/// (native/tests/s_phases.c): lines it prints arrive on a channel, so a test
+/// waits for them with a timeout instead of hanging.
+struct Running {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+const LINE_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Running {
+    fn start(mut cmd: Command) -> Running {
+        let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let (tx, rx) = channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut err = child.stderr.take().unwrap();
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        Running { stdin: child.stdin.take(), child, lines: rx, stderr: Some(stderr) }
+    }
+
+    /// Waits for the next line; it must start with `prefix`.
+    fn expect(&self, prefix: &str) -> String {
+        let line = self
+            .lines
+            .recv_timeout(LINE_TIMEOUT)
+            .unwrap_or_else(|e| panic!("no line {prefix:?} from the program within {LINE_TIMEOUT:?}: {e}"));
+        assert!(line.starts_with(prefix), "expected a line starting with {prefix:?}, got {line:?}");
+        line
+    }
+
+    /// The pid the program prints first ("pid N"): the traced process,
+    /// a child of `mtlab record`.
+    fn pid(&self) -> u32 {
+        self.expect("pid ")["pid ".len()..].trim().parse().unwrap()
+    }
+
+    /// Lets the program go on past its pause.
+    fn proceed(&mut self) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Waits for `mtlab record` to end: (status, its stderr).
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        let err = self.stderr.take().unwrap().join().unwrap();
+        (status, err)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        // On a failed assertion: closing stdin ends the program's wait (it
+        // exits), and with it `mtlab record`.
+        drop(self.stdin.take());
+        if self.stderr.is_some() {
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// 1. The estimator against known truth.
+
+/// Known allocations of s_estimator.c: (site, calls, size, blocks live at exit).
+const ESTIMATOR_SITES: [(&str, u64, u64, u64); 3] =
+    [("site_a", 20_000, 1000, 0), ("site_b", 2000, 10_000, 500), ("site_c", 100, 100_000, 50)];
+const ESTIMATOR_INTERVAL: f64 = 65536.0;
+const SEEDS: u64 = 30;
+
+fn record_estimator(lab: &Lab, prog: &Path, seed: u64) -> Value {
+    let trace = format!("s{seed}.mtl");
+    let o = lab
+        .record_cmd(&trace, &["--sample", "64KiB", "--sample-seed", &seed.to_string()], prog, &[])
+        .output()
+        .unwrap();
+    assert_success(&o, "mtlab record --sample 64KiB");
+    lab.report(&trace)
+}
+
+#[test]
+fn estimator_is_unbiased_and_its_intervals_cover_the_truth() {
+    let lab = Lab::new();
+    let prog = lab.compile("s_estimator");
+    let runs: Vec<Value> = (1..=SEEDS).map(|seed| record_estimator(&lab, &prog, seed)).collect();
+
+    for r in &runs {
+        let p = profile(r);
+        assert_eq!(p["intervals"], serde_json::json!([65536]), "one interval, the one asked for");
+        assert_eq!(p["unwind"], "fp");
+        assert_eq!(r["exit"], "exit code 0");
+        // Every sample is attributed to one of the three sites (the program
+        // allocates nothing else once sampling runs).
+        let at_sites: u64 = ESTIMATOR_SITES.iter().map(|(s, ..)| est(r, s).samples).sum();
+        assert_eq!(at_sites, u(&p["samples"]), "samples outside the three sites: {}", p["top"]);
+        for (site, ..) in ESTIMATOR_SITES {
+            assert!(est(r, site).stacks <= 1, "{site}: one call site, one stack");
+        }
+    }
+
+    let mut report = String::new();
+    for (site, calls, size, live) in ESTIMATOR_SITES {
+        let p = p_sample(size as f64, ESTIMATOR_INTERVAL);
+        // The number of samples is Binomial(calls, p).
+        let counts: Vec<f64> = runs.iter().map(|r| est(r, site).samples as f64).collect();
+        let (exp_n, sd_n) = (calls as f64 * p, (calls as f64 * p * (1.0 - p)).sqrt());
+        let m = mean(&counts);
+        assert!(
+            (m - exp_n).abs() <= 4.0 * sd_n / (SEEDS as f64).sqrt(),
+            "{site}: mean samples {m:.1}, expected {exp_n:.1} (sd {sd_n:.1} per run)"
+        );
+
+        let metrics = [("alloc_bytes", (calls * size) as f64), ("inuse_bytes", (live * size) as f64)];
+        for (metric, truth) in metrics {
+            let vals: Vec<(f64, f64)> = runs
+                .iter()
+                .map(|r| {
+                    let e = est(r, site);
+                    if metric == "alloc_bytes" {
+                        (e.alloc, e.alloc_var)
+                    } else {
+                        (e.inuse, e.inuse_var)
+                    }
+                })
+                .collect();
+            if truth == 0.0 {
+                // Every sampled block of the site was freed: no in-use estimate at all.
+                assert!(vals.iter().all(|&(v, var)| v == 0.0 && var == 0.0), "{site} {metric}: {vals:?}");
+                report += &format!("{site} {metric}: 0 in every run (truth 0)\n");
+                continue;
+            }
+            let values: Vec<f64> = vals.iter().map(|v| v.0).collect();
+            let m = mean(&values);
+            // Standard error of the mean from the estimator's own variance.
+            let predicted_sd = mean(&vals.iter().map(|v| v.1).collect::<Vec<_>>()).sqrt();
+            let se = predicted_sd / (SEEDS as f64).sqrt();
+            let z = (m - truth) / se;
+            let covered = vals.iter().filter(|&&(v, var)| (v - truth).abs() <= 1.96 * var.sqrt()).count();
+            let rate = covered as f64 / SEEDS as f64;
+            let ratio = sd(&values) / predicted_sd;
+            report += &format!(
+                "{site} {metric}: truth {truth:.0}, mean {m:.0} ({:+.2} %, z {z:+.2}), sd over runs / predicted sd {ratio:.2}, 95 % interval covers truth in {covered}/{SEEDS}\n",
+                100.0 * (m - truth) / truth
+            );
+            assert!(z.abs() <= 4.0, "{site} {metric}: mean {m:.0} is {z:.2} standard errors from the truth {truth:.0}");
+            assert!(rate >= 0.8, "{site} {metric}: 95 % intervals cover the truth in only {covered}/{SEEDS} runs");
+            assert!(
+                (0.5..=2.0).contains(&ratio),
+                "{site} {metric}: spread over runs {:.0} vs the estimator's sd {predicted_sd:.0}",
+                sd(&values)
+            );
+        }
+    }
+    eprintln!("{report}");
+
+    // The whole-profile totals agree with the sites and the truth.
+    let totals: Vec<f64> = runs.iter().map(|r| f(&profile(r)["alloc_bytes"]["value"])).collect();
+    let total_sd = mean(&runs.iter().map(|r| f(&profile(r)["alloc_bytes"]["variance"])).collect::<Vec<_>>()).sqrt();
+    let truth: f64 = ESTIMATOR_SITES.iter().map(|(_, c, s, _)| (c * s) as f64).sum();
+    assert!(
+        (mean(&totals) - truth).abs() <= 4.0 * total_sd / (SEEDS as f64).sqrt(),
+        "total allocated: mean {:.0}, truth {truth:.0}",
+        mean(&totals)
+    );
+    for r in &runs {
+        let sum: f64 = ESTIMATOR_SITES.iter().map(|(s, ..)| est(r, s).alloc).sum();
+        let total = f(&profile(r)["alloc_bytes"]["value"]);
+        assert!((sum - total).abs() <= 1e-6 * total, "sites {sum} != total {total}");
+    }
+
+    // A fixed seed gives the same run again; neighbouring seeds do not.
+    let again = record_estimator(&lab, &prog, 1);
+    assert_eq!(profile(&again)["samples"], profile(&runs[0])["samples"], "--sample-seed 1 twice");
+    assert_eq!(profile(&again)["alloc_bytes"], profile(&runs[0])["alloc_bytes"], "--sample-seed 1 twice");
+    let distinct: std::collections::BTreeSet<String> =
+        runs.iter().map(|r| profile(r)["alloc_bytes"]["value"].to_string()).collect();
+    assert_eq!(distinct.len(), runs.len(), "every seed gives its own run");
+}
+
+// ---------------------------------------------------------------------------
+// 2. Switching sampling on and off, and changing the interval, at run time.
+
+/// `/dev/shm/mtlab-PID`, the control page.
+fn ctl_page(pid: u32) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/mtlab-{pid}"))
+}
+
+/// The "N samples so far" of a status line.
+fn status_samples(line: &str) -> u64 {
+    let end = line.find(" samples so far").unwrap_or_else(|| panic!("no sample count in {line:?}"));
+    line[..end].rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn ctl_start_stop_and_interval_toggle_sampling_at_run_time() {
+    let lab = Lab::new();
+    let prog = lab.compile("s_phases");
+    let (count, size) = (2000u64, 4096u64);
+    let cmd = lab.record_cmd(
+        "t.mtl",
+        &["--sample", "16KiB", "--inactive", "--sample-seed", "3"],
+        &prog,
+        &[&count.to_string(), &size.to_string(), "0", "phase1", "phase2", "phase4", "phase3"],
+    );
+    let mut run = Running::start(cmd);
+    let pid = run.pid();
+    assert!(ctl_page(pid).exists(), "the control page of process {pid}");
+    run.expect("done phase1");
+
+    let st = ctl_ok(&lab, pid, &["status"]);
+    assert!(st.contains("sampling off"), "started with --inactive: {st}");
+    assert!(st.contains("interval 16KiB"), "{st}");
+    assert_eq!(status_samples(&st), 0, "nothing sampled while inactive: {st}");
+    assert!(st.contains(&lab.path("t.mtl").display().to_string()), "status names the trace: {st}");
+
+    let st = ctl_ok(&lab, pid, &["start"]);
+    assert!(st.contains("sampling on"), "after ctl start: {st}");
+    run.proceed();
+    run.expect("done phase2");
+    let st = ctl_ok(&lab, pid, &["status"]);
+    assert!(st.contains("sampling on"), "{st}");
+    let after_phase2 = status_samples(&st);
+    assert!(after_phase2 > 300, "phase 2 was sampled: {st}");
+
+    let st = ctl_ok(&lab, pid, &["interval", "4KiB"]);
+    assert!(st.contains("interval 4KiB") && st.contains("sampling on"), "after ctl interval 4KiB: {st}");
+    run.proceed();
+    run.expect("done phase4");
+    let st = ctl_ok(&lab, pid, &["status"]);
+    assert!(status_samples(&st) > after_phase2 + 1000, "the count grows with phase 4's samples: {st}");
+
+    let st = ctl_ok(&lab, pid, &["stop"]);
+    assert!(st.contains("sampling off"), "after ctl stop: {st}");
+    let stopped_at = status_samples(&st);
+    run.proceed();
+    run.expect("done phase3");
+    let (status, err) = run.finish();
+    assert_eq!(status.code(), Some(7), "the program's own exit code comes through: {err}");
+    assert!(!ctl_page(pid).exists(), "the control page is removed at exit");
+
+    let r = lab.report("t.mtl");
+    let p = profile(&r);
+    assert_eq!(samples_through(&r, "phase1"), 0, "phase 1 ran before ctl start: {}", p["top"]);
+    assert_eq!(samples_through(&r, "phase3"), 0, "phase 3 ran after ctl stop: {}", p["top"]);
+    assert_eq!(p["intervals"], serde_json::json!([16384, 4096]), "the samples carry the interval in force");
+
+    // Phase 2 at 16KiB and phase 4 at 4KiB: the sample counts follow the
+    // interval (Binomial(count, p)), and so do the weights: both estimates
+    // are near the true count × size.
+    let truth = (count * size) as f64;
+    let mut lines = String::new();
+    for (phase, interval) in [("phase2", 16384.0), ("phase4", 4096.0)] {
+        let e = est(&r, phase);
+        let p = p_sample(size as f64, interval);
+        let (exp_n, sd_n) = (count as f64 * p, (count as f64 * p * (1.0 - p)).sqrt());
+        assert!(
+            (e.samples as f64 - exp_n).abs() <= 5.0 * sd_n,
+            "{phase} at interval {interval}: {} samples, expected {exp_n:.0} ± {sd_n:.0}",
+            e.samples
+        );
+        assert!(
+            (e.alloc - truth).abs() <= 5.0 * e.alloc_var.sqrt(),
+            "{phase}: estimated {:.0} bytes ± {:.0}, truth {truth}",
+            e.alloc,
+            e.alloc_var.sqrt()
+        );
+        lines += &format!(
+            "{phase}: {} samples (expected {exp_n:.0}), estimate {:.0} ± {:.0} (truth {truth})\n",
+            e.samples,
+            e.alloc,
+            1.96 * e.alloc_var.sqrt()
+        );
+    }
+    eprintln!("{lines}status after stop: {stopped_at} samples; trace: {}", u(&p["samples"]));
+    // Nothing was sampled after the stop: the trace has exactly the samples
+    // counted when sampling was switched off.
+    assert_eq!(u(&p["samples"]), stopped_at, "samples after ctl stop");
+}
+
+// ---------------------------------------------------------------------------
+// 3. A profile dumped while the program runs.
+
+#[test]
+fn ctl_dump_writes_the_profile_so_far_and_the_program_goes_on() {
+    let Some(go) = go() else {
+        eprintln!("SKIPPED: `go` not found (/usr/local/go/bin/go or PATH): cannot read pprof files");
+        return;
+    };
+    let lab = Lab::new();
+    let prog = lab.compile("s_phases");
+    let cmd = lab.record_cmd(
+        "t.mtl",
+        &["--sample", "16KiB", "--sample-seed", "5"],
+        &prog,
+        &["3000", "4096", "1000", "phase1", "phase2"],
+    );
+    let mut run = Running::start(cmd);
+    let pid = run.pid();
+    run.expect("done phase1");
+    let dump = lab.path("X.pb.gz");
+    let o = ctl(&lab, pid, &["dump", "-o", dump.to_str().unwrap()]);
+    assert_success(&o, "mtlab ctl dump");
+    assert!(stderr(&o).contains("X.pb.gz"), "{}", stderr(&o));
+    assert!(std::fs::metadata(&dump).unwrap().len() > 0, "the dump exists");
+    let top = pprof_top(&go, &dump, "alloc_space");
+    assert!(top.contains("phase1"), "phase 1 is in the dump:\n{top}");
+    assert!(!top.contains("phase2"), "phase 2 has not run yet:\n{top}");
+    let phase1 = pprof_flat(&top, "phase1").unwrap_or_else(|| panic!("no flat bytes for phase1:\n{top}")) as f64;
+    let truth = 3000.0 * 4096.0;
+    assert!((phase1 / truth - 1.0).abs() < 0.25, "phase 1 in the dump: {phase1} bytes, truth {truth}");
+    // 1000 blocks of phase 1 are still live.
+    let inuse = pprof_top(&go, &dump, "inuse_space");
+    let live = pprof_flat(&inuse, "phase1").unwrap_or_else(|| panic!("no in-use bytes for phase1:\n{inuse}")) as f64;
+    assert!((live / (1000.0 * 4096.0) - 1.0).abs() < 0.35, "phase 1 in use: {live}");
+    eprintln!("dump: phase1 alloc_space {phase1} B (truth {truth}), inuse_space {live} B (truth 4096000)");
+
+    // The program was not disturbed.
+    run.proceed();
+    run.expect("done phase2");
+    let (status, err) = run.finish();
+    assert_eq!(status.code(), Some(7), "the program ends normally with its own exit code: {err}");
+    let r = lab.report("t.mtl");
+    assert_eq!(r["exit"], "exit code 7");
+    assert!(est(&r, "phase1").samples > 0 && est(&r, "phase2").samples > 0, "{}", profile(&r)["top"]);
+    // The dump's view of phase 1 is the final one (phase 1 was over).
+    assert!((est(&r, "phase1").alloc - phase1).abs() <= 1.0, "dump {phase1} vs final {}", est(&r, "phase1").alloc);
+}
+
+// ---------------------------------------------------------------------------
+// 4. pprof, flame graph and folded stacks.
+
+const FOLDED_ALLOC: &str = "__libc_start_call_main;main;site_a 20000000\n\
+                            __libc_start_call_main;main;site_b 20000000\n\
+                            __libc_start_call_main;main;site_c 10000000\n";
+
+/// Parses an SVG with quick-xml (fails on malformed XML); returns the text of its <title> elements.
+fn svg_titles(svg: &str) -> Vec<String> {
+    use quick_xml::events::Event;
+    let mut reader = quick_xml::Reader::from_str(svg);
+    let (mut titles, mut in_title, mut root) = (Vec::new(), false, None);
+    loop {
+        match reader.read_event() {
+            Ok(Event::Eof) => break,
+            Ok(Event::Start(e)) => {
+                let name = String::from_utf8_lossy(e.name().as_ref()).to_string();
+                root.get_or_insert(name.clone());
+                in_title = name == "title";
+                if in_title {
+                    titles.push(String::new());
+                }
+            }
+            Ok(Event::End(_)) => in_title = false,
+            Ok(Event::Text(t)) if in_title => titles.last_mut().unwrap().push_str(&t.decode().unwrap()),
+            Ok(Event::GeneralRef(r)) if in_title => {
+                titles.last_mut().unwrap().push_str(&format!("&{};", r.decode().unwrap()))
+            }
+            Ok(_) => {}
+            Err(e) => panic!("the flame graph is not well-formed XML at {}: {e}", reader.error_position()),
+        }
+    }
+    assert_eq!(root.as_deref(), Some("svg"), "the root element");
+    titles
+}
+
+#[test]
+fn exports_from_full_and_sampled_traces() {
+    let lab = Lab::new();
+    let prog = lab.compile("s_estimator");
+    lab.record_ok("full.mtl", &prog, &[]);
+    let o = lab.record_cmd("s.mtl", &["--sample", "64KiB", "--sample-seed", "11"], &prog, &[]).output().unwrap();
+    assert_success(&o, "mtlab record --sample");
+
+    // Full trace: exact numbers.
+    let o = mtlab(&lab, &["report", "full.mtl", "--pprof", "full.pb.gz", "--flamegraph", "full.svg", "--collapsed", "full.txt"]);
+    assert_success(&o, "mtlab report --pprof --flamegraph --collapsed");
+    for f in ["full.pb.gz", "full.svg", "full.txt"] {
+        assert!(stderr(&o).contains(&format!("wrote {f}")), "{}", stderr(&o));
+    }
+    let folded = std::fs::read_to_string(lab.path("full.txt")).unwrap();
+    assert_eq!(folded, FOLDED_ALLOC, "folded stacks of the full trace");
+    let o = mtlab(&lab, &["report", "full.mtl", "--collapsed", "inuse.txt", "--flame-value", "inuse-bytes"]);
+    assert_success(&o, "mtlab report --collapsed --flame-value inuse-bytes");
+    let inuse = std::fs::read_to_string(lab.path("inuse.txt")).unwrap();
+    assert_eq!(
+        inuse,
+        "__libc_start_call_main;main;site_b 5000000\n__libc_start_call_main;main;site_c 5000000\n",
+        "in-use folded stacks: site_a freed everything"
+    );
+    let svg = std::fs::read_to_string(lab.path("full.svg")).unwrap();
+    let titles = svg_titles(&svg);
+    for site in ["site_a", "site_b", "site_c", "main"] {
+        assert!(titles.iter().any(|t| t.starts_with(site)), "no flame for {site} in {titles:?}");
+    }
+    // The 20 MB site's tooltip carries its exact bytes.
+    let a = titles.iter().find(|t| t.starts_with("site_a")).unwrap();
+    assert!(a.replace(',', "").contains("20000000"), "site_a title: {a}");
+
+    // Sampled trace: estimates, the same as the JSON report's.
+    let o = mtlab(&lab, &["report", "s.mtl", "--pprof", "s.pb.gz", "--flamegraph", "s.svg", "--collapsed", "s.txt"]);
+    assert_success(&o, "mtlab report --pprof (sampled)");
+    let r = lab.report("s.mtl");
+    let sampled_folded = std::fs::read_to_string(lab.path("s.txt")).unwrap();
+    let mut folded_sites = Vec::new();
+    for line in sampled_folded.lines() {
+        let (stack, value) = line.rsplit_once(' ').unwrap();
+        let site = stack.rsplit(';').next().unwrap();
+        let v: f64 = value.parse().unwrap();
+        assert!((v - est(&r, site).alloc).abs() <= 1.0, "{line}: JSON says {}", est(&r, site).alloc);
+        assert_eq!(stack, format!("__libc_start_call_main;main;{site}"));
+        folded_sites.push(site.to_string());
+    }
+    folded_sites.sort();
+    assert_eq!(folded_sites, ["site_a", "site_b", "site_c"]);
+    let titles = svg_titles(&std::fs::read_to_string(lab.path("s.svg")).unwrap());
+    assert!(titles.iter().any(|t| t.starts_with("site_c")), "{titles:?}");
+
+    let Some(go) = go() else {
+        eprintln!("SKIPPED (pprof part): `go` not found: cannot read pprof files");
+        return;
+    };
+    let top = pprof_top(&go, &lab.path("full.pb.gz"), "alloc_space");
+    assert_eq!(pprof_total(&top), 50_000_000, "{top}");
+    assert_eq!(pprof_flat(&top, "site_a"), Some(20_000_000), "{top}");
+    assert_eq!(pprof_flat(&top, "site_b"), Some(20_000_000), "{top}");
+    assert_eq!(pprof_flat(&top, "site_c"), Some(10_000_000), "{top}");
+    let top = pprof_top(&go, &lab.path("full.pb.gz"), "inuse_space");
+    assert_eq!(pprof_total(&top), 10_000_000, "{top}");
+    assert_eq!(pprof_flat(&top, "site_b"), Some(5_000_000), "{top}");
+
+    let top = pprof_top(&go, &lab.path("s.pb.gz"), "alloc_space");
+    let json_total = f(&profile(&r)["alloc_bytes"]["value"]);
+    let total = pprof_total(&top) as f64;
+    assert!((total - json_total).abs() <= 3.0, "pprof total {total} vs report {json_total}\n{top}");
+    let sd = f(&profile(&r)["alloc_bytes"]["variance"]).sqrt();
+    assert!((total - 50e6).abs() <= 4.0 * sd, "sampled total {total} ± {sd} vs truth 50e6");
+    for site in ["site_a", "site_b", "site_c"] {
+        let v = pprof_flat(&top, site).unwrap_or_else(|| panic!("{site} missing:\n{top}")) as f64;
+        assert!((v - est(&r, site).alloc).abs() <= 1.0, "{site}: pprof {v} vs report {}", est(&r, site).alloc);
+    }
+    eprintln!("sampled pprof total {total} B (truth 50000000, sd {sd:.0})");
+}
+
+// ---------------------------------------------------------------------------
+// 5. Stack unwinders, with and without frame pointers.
+
+fn top_stack(lab: &Lab, prog: &Path, unwind: &str, trace: &str) -> (Value, Vec<String>) {
+    let o = lab.record_cmd(trace, &["--sample", "1", "--unwind", unwind], prog, &["200"]).output().unwrap();
+    assert_success(&o, &format!("mtlab record --sample 1 --unwind {unwind}"));
+    let r = lab.report(trace);
+    let p = profile(&r);
+    assert_eq!(p["unwind"], unwind);
+    let top = &p["top"][0];
+    // Every byte sampled: each of the 200 allocations, its exact size as the weight.
+    assert_eq!(u(&top["samples"]), 200, "{unwind}: {top}");
+    assert_eq!(f(&top["alloc_bytes"]["value"]), 200.0 * 64.0, "{unwind}: {top}");
+    assert_eq!(f(&top["alloc_bytes"]["variance"]), 0.0, "{unwind}: {top}");
+    let names = functions(top);
+    (r, names)
+}
+
+const DEEP: [&str; 6] = ["f5", "f4", "f3", "f2", "f1", "main"];
+
+#[test]
+fn unwinders_recover_the_stack_without_frame_pointers() {
+    let lab = Lab::new();
+    let nofp = compile_with(&lab, "s_deep", "deep_nofp", &["-O2", "-fomit-frame-pointer"]);
+    let fp = compile_with(&lab, "s_deep", "deep_fp", &["-O2", "-fno-omit-frame-pointer"]);
+    let mut seen = String::new();
+
+    let (_, s) = top_stack(&lab, &nofp, "libgcc", "gcc.mtl");
+    assert_eq!(&s[..6], DEEP, "libgcc, no frame pointers: {s:?}");
+    seen += &format!("libgcc / no fp: {s:?}\n");
+
+    if record_libunwind_available() {
+        let (_, s) = top_stack(&lab, &nofp, "libunwind", "unw.mtl");
+        assert_eq!(&s[..6], DEEP, "libunwind, no frame pointers: {s:?}");
+        seen += &format!("libunwind / no fp: {s:?}\n");
+    } else {
+        eprintln!("SKIPPED (libunwind part): libunwind.so.8 is not installed");
+    }
+
+    let (_, s) = top_stack(&lab, &fp, "fp", "fp.mtl");
+    assert_eq!(&s[..6], DEEP, "fp walk, frame-pointer build: {s:?}");
+    seen += &format!("fp / fp build: {s:?}\n");
+
+    // Without frame pointers the fp walk gets the innermost caller (the
+    // return address from mtlab's own frame is right) and then stops: rbp
+    // is a general register in f5..f1, so the chain leaves the stack.
+    let (_, s) = top_stack(&lab, &nofp, "fp", "fpx.mtl");
+    assert_eq!(s.first().map(String::as_str), Some("f5"), "{s:?}");
+    assert!(s.len() < DEEP.len(), "fp walk on a build without frame pointers: {s:?}");
+    assert!(!s.windows(2).any(|w| w == ["f4", "f3"]), "fp walk cannot follow f4 -> f3 without frame pointers: {s:?}");
+    seen += &format!("fp / no fp: {s:?}\n");
+    eprintln!("{seen}");
+}
+
+fn record_libunwind_available() -> bool {
+    ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu"]
+        .iter()
+        .any(|d| Path::new(d).join("libunwind.so.8").exists())
+}
+
+// ---------------------------------------------------------------------------
+// 6. Bad input.
+
+#[test]
+fn bad_sample_sizes_and_ctl_targets_are_refused_clearly() {
+    let lab = Lab::new();
+    let prog = lab.compile("s_estimator");
+    for (arg, needle) in [("0", "greater than zero"), ("lots", "is not a size")] {
+        let o = lab.record_cmd("t.mtl", &["--sample", arg], &prog, &[]).output().unwrap();
+        assert!(!o.status.success(), "--sample {arg} is refused");
+        let e = stderr(&o);
+        assert!(e.contains(needle) && e.contains("--sample"), "--sample {arg}: {e}");
+        assert!(!lab.path("t.mtl").exists(), "--sample {arg}: nothing recorded");
+    }
+    let o = lab.record_cmd("t.mtl", &["--inactive"], &prog, &[]).output().unwrap();
+    assert!(!o.status.success(), "--inactive needs --sample: {}", stderr(&o));
+    assert!(stderr(&o).contains("--sample"), "{}", stderr(&o));
+
+    let o = ctl(&lab, 1, &["start"]);
+    assert!(!o.status.success(), "pid 1 has no sampler");
+    let e = stderr(&o);
+    assert!(e.contains("mtlab record --sample") && e.contains("process 1 "), "{e}");
+    let o = ctl(&lab, 999_999, &["status"]);
+    assert!(!o.status.success(), "no process 999999");
+    assert!(stderr(&o).contains("999999"), "{}", stderr(&o));
+    let o = ctl(&lab, 999_999, &["dump", "-o", "d.pb.gz"]);
+    assert!(!o.status.success(), "dump of no process");
+    assert!(!lab.path("d.pb.gz").exists());
+    let o = ctl(&lab, std::process::id(), &["interval", "0"]);
+    assert!(!o.status.success(), "interval 0");
+    assert!(stderr(&o).contains("greater than zero"), "{}", stderr(&o));
+}
+
+/// `--unwind libunwind` without libunwind: hidden in a private mount
+/// namespace (an empty file bind-mounted over libunwind.so.8), so dlopen
+/// really fails. Needs root (or CAP_SYS_ADMIN) and unshare; skipped otherwise.
+#[test]
+fn unwind_libunwind_without_libunwind_is_refused() {
+    let lab = Lab::new();
+    let prog = lab.compile("s_estimator");
+    let Some(lib) = ["/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib/x86_64-linux-gnu"]
+        .iter()
+        .map(|d| Path::new(d).join("libunwind.so.8"))
+        .find(|p| p.exists())
+    else {
+        // Nothing to hide: the plain run must already refuse.
+        let o = lab.record_cmd("t.mtl", &["--sample", "64KiB", "--unwind", "libunwind"], &prog, &[]).output().unwrap();
+        assert!(!o.status.success() && stderr(&o).contains("libunwind"), "{}", stderr(&o));
+        return;
+    };
+    let empty = lab.path("empty.so");
+    std::fs::write(&empty, b"").unwrap();
+    let run = |unwind: &str| {
+        let script = format!(
+            "mount --bind '{}' '{}' || exit 99; exec '{MTLAB}' record --sample 64KiB --unwind {unwind} -o '{}' -- '{}'",
+            empty.display(),
+            lib.display(),
+            lab.path(&format!("{unwind}.mtl")).display(),
+            prog.display()
+        );
+        lab.command("unshare").args(["-m", "sh", "-c", &script]).output()
+    };
+    let o = match run("libunwind") {
+        Ok(o) if o.status.code() != Some(99) && !stderr(&o).contains("unshare:") => o,
+        Ok(o) => {
+            eprintln!("SKIPPED: cannot hide libunwind in a mount namespace: {}", stderr(&o).trim());
+            return;
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: no unshare: {e}");
+            return;
+        }
+    };
+    assert!(!o.status.success(), "libunwind hidden: refused");
+    let e = stderr(&o);
+    assert!(e.contains("libunwind is not installed") && e.contains("--unwind libgcc"), "{e}");
+    assert!(!lab.path("libunwind.mtl").exists(), "nothing recorded");
+    // The same namespace trick with another unwinder records: the refusal is libunwind's absence.
+    let o = run("libgcc").unwrap();
+    assert_success(&o, "unshare + mtlab record --unwind libgcc");
+}
+
+// ---------------------------------------------------------------------------
+// 7. Simulated sampling on a full trace.
+
+#[test]
+fn simulate_on_a_full_trace_of_the_estimator_program() {
+    let lab = Lab::new();
+    let prog = lab.compile("s_estimator");
+    lab.record_ok("full.mtl", &prog, &[]);
+
+    let o = mtlab(&lab, &["profile", "simulate", "full.mtl", "--intervals", "1KiB,64KiB,1MiB"]);
+    assert_success(&o, "mtlab profile simulate");
+    let text = stdout(&o);
+    assert!(text.contains("22100 allocations") && text.contains("(50000000 bytes)"), "{text}");
+    assert!(text.contains("3 distinct stacks"), "{text}");
+    let rec = text.lines().find(|l| l.starts_with("recommended interval: ")).unwrap_or_else(|| panic!("{text}"));
+    assert!(rec.contains("largest with mean coverage >= 90 %"), "{rec}");
+
+    let o = mtlab(&lab, &["profile", "simulate", "full.mtl", "--intervals", "1KiB,64KiB", "--json", "--runs", "40"]);
+    assert_success(&o, "mtlab profile simulate --json");
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(u(&v["total_bytes"]), 50_000_000);
+    assert_eq!(u(&v["total_allocations"]), 22_100);
+    let points = v["points"].as_array().unwrap();
+    let at = |iv: u64| points.iter().find(|p| u(&p["interval"]) == iv).unwrap_or_else(|| panic!("{iv}: {v}"));
+    let p1k = at(1024);
+    assert!(f(&p1k["coverage_mean"]) >= 0.99, "coverage at 1KiB: {p1k}");
+    assert!(f(&p1k["coverage_min"]) >= 0.99, "{p1k}");
+    assert_eq!(u(&p1k["stacks_found_min"]), 3, "{p1k}");
+    // The simulated samplers take at most one sample per allocation: their
+    // mean is the sum over allocations of 1 - exp(-size/interval).
+    for iv in [1024u64, 65536] {
+        let p = at(iv);
+        let (mut expected, mut var) = (0.0, 0.0);
+        for (_, calls, size, _) in ESTIMATOR_SITES {
+            let q = p_sample(size as f64, iv as f64);
+            expected += calls as f64 * q;
+            var += calls as f64 * q * (1.0 - q);
+        }
+        let m = f(&p["samples_mean"]);
+        let se = (var / 40.0).sqrt();
+        assert!((m - expected).abs() <= 5.0 * se, "interval {iv}: mean samples {m}, expected {expected:.1} ± {se:.1}");
+    }
+    assert_eq!(u(&v["recommended_interval"]), 65536, "the largest interval simulated that covers 90 %");
+
+    let o = mtlab(&lab, &["profile", "simulate", "full.mtl", "--intervals", "0"]);
+    assert!(!o.status.success(), "--intervals 0 is refused");
+    assert!(stderr(&o).contains("greater than zero"), "{}", stderr(&o));
+
+    // A sampled trace cannot be simulated.
+    let o = lab.record_cmd("s.mtl", &["--sample", "64KiB"], &prog, &[]).output().unwrap();
+    assert_success(&o, "mtlab record --sample");
+    let o = mtlab(&lab, &["profile", "simulate", "s.mtl"]);
+    assert!(!o.status.success() && stderr(&o).contains("sampled trace"), "{}", stderr(&o));
+}
