@@ -53,6 +53,8 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
+
+#include "hist.h"
 #include <unistd.h>
 
 #define PROG "mtlab-latency-pipeline"
@@ -91,60 +93,6 @@ static inline uint64_t mix64(uint64_t z) {
 static inline uint64_t rng_next(uint64_t *s) {
     *s += 0x9e3779b97f4a7c15ull;
     return mix64(*s);
-}
-
-/* ---- log-linear histogram: 64 sub-buckets per power of two ---- */
-#define SUB_BITS 6
-#define SUB (1u << SUB_BITS)
-#define NBUCKETS (SUB + (64 - SUB_BITS) * SUB)
-
-struct hist {
-    uint64_t count, sum, min, max;
-    uint64_t b[NBUCKETS];
-};
-
-static inline unsigned bucket_of(uint64_t v) {
-    if (v < SUB) return (unsigned)v;
-    unsigned e = 63u - (unsigned)__builtin_clzll(v);
-    return SUB + (e - SUB_BITS) * SUB + (unsigned)((v >> (e - SUB_BITS)) & (SUB - 1));
-}
-
-static uint64_t bucket_mid(unsigned i) {
-    if (i < 2 * SUB) return i;
-    unsigned e = (i - SUB) / SUB + SUB_BITS, sub = (i - SUB) % SUB;
-    uint64_t low = (uint64_t)(SUB + sub) << (e - SUB_BITS);
-    return low + ((1ull << (e - SUB_BITS)) - 1) / 2;
-}
-
-static void hist_reset(struct hist *h) {
-    memset(h, 0, sizeof *h);
-    h->min = UINT64_MAX;
-}
-
-static inline void hist_add(struct hist *h, uint64_t v) {
-    h->count++;
-    h->sum += v;
-    if (v < h->min) h->min = v;
-    if (v > h->max) h->max = v;
-    h->b[bucket_of(v)]++;
-}
-
-static uint64_t hist_quantile(const struct hist *h, double q) {
-    if (!h->count) return 0;
-    uint64_t rank = (uint64_t)(q * (double)h->count);
-    if ((double)rank < q * (double)h->count) rank++;
-    if (rank < 1) rank = 1;
-    uint64_t seen = 0;
-    for (unsigned i = 0; i < NBUCKETS; i++) {
-        seen += h->b[i];
-        if (seen >= rank) {
-            uint64_t v = bucket_mid(i);
-            if (v < h->min) v = h->min;
-            if (v > h->max) v = h->max;
-            return v;
-        }
-    }
-    return h->max;
 }
 
 static void print_hist(const char *key, const struct hist *h) {

@@ -186,26 +186,6 @@ static inline uint64_t mtlab_tsc(void) {
     return v;
 #else
 #error "mtlab needs a cycle counter: x86_64 or aarch64"
-/* Writes an event's common fields; the caller made room for it. */
-static inline uint8_t *mtlab_begin_event(struct mtlab_buf *b, unsigned kind, unsigned flags, uint64_t tsc,
-                                         uint64_t cycles, uint32_t stack) {
-    if (tsc < b->prev_tsc) tsc = b->prev_tsc; /* per-thread time never goes back */
-    if (b->n_events == 0) b->first_tsc = b->prev_tsc = tsc;
-    uint8_t *p = b->data + MTLAB_BUF_HEAD + atomic_load_explicit(&b->len, memory_order_relaxed);
-    *p++ = (uint8_t)(kind | flags);
-    p = mtlab_put_varint(p, tsc - b->prev_tsc);
-    p = mtlab_put_varint(p, cycles);
-    p = mtlab_put_varint(p, stack);
-    b->prev_tsc = tsc;
-    return p;
-}
-
-static inline void mtlab_commit_event(struct mtlab_buf *b, uint8_t *p) {
-    b->n_events++;
-    b->last_tsc = b->prev_tsc;
-    atomic_store_explicit(&b->len, (uint32_t)(p - (b->data + MTLAB_BUF_HEAD)), memory_order_release);
-}
-
 #endif
 }
 
