@@ -104,7 +104,7 @@ struct mtlab_ctl_page {
     /* Second line: written while running. */
     uint64_t dump_seq;     /* bumped by `mtlab ctl dump` */
     uint64_t dump_done;    /* set to dump_seq once buffers are flushed */
-    uint64_t samples;      /* samples taken so far (updated about every 100 ms) */
+    uint64_t samples;      /* samples taken so far */
     uint8_t pad1[40];
     char trace_path[3968]; /* the trace file this process writes */
 };

@@ -138,7 +138,17 @@ void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame)
     /* Shims tail-call this function: its own frame returns to the program. */
     if (!frame) frame = __builtin_frame_address(0);
     struct mtlab_tls *t = &mtlab_tls;
-    if (t->guard || !r) return r;
+    if (t->guard) { /* mtlab's own allocation: move the sample point on, without drawing */
+        t->countdown = (int64_t)__atomic_load_n(&mtlab_ctl->interval, __ATOMIC_RELAXED);
+        return r;
+    }
+    if (!r) { /* the sample point fell in bytes never allocated: draw the next one */
+        t->guard++;
+        if (!t->sampler_init) seed(t);
+        t->countdown = draw(t, __atomic_load_n(&mtlab_ctl->interval, __ATOMIC_RELAXED));
+        t->guard--;
+        return r;
+    }
     int saved = errno;
     t->guard++; /* from here on, allocations (even by the dynamic linker) pass through */
     uint64_t interval = __atomic_load_n(&mtlab_ctl->interval, __ATOMIC_RELAXED);
@@ -264,6 +274,11 @@ void mtlab_sampler_fork_child(void) {
     memset((void *)mtlab_filter, 0, sizeof mtlab_filter);
     mtlab_sampler_init(interval, active, (int)old->signal);
     if (mtlab_ctl != old) munmap(old, MTLAB_CTL_SIZE);
+    /* Parent and child must not draw the same sample points. */
+    uint64_t z = mtlab_tls.rng ^ 0x5851f42d4c957f2dull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    mtlab_tls.rng = (z ^ (z >> 31)) | 1;
 }
 
 void mtlab_sampler_stop(void) {

@@ -12,7 +12,7 @@ use crate::trace::format::*;
 pub enum CtlError {
     #[error("process {0} is not running under `mtlab record --sample` (no {1}); start it with `mtlab record --sample 512KiB [--inactive] -- PROGRAM`")]
     NoSampler(u32, PathBuf),
-    #[error("process {0} has ended; {1} is left over from it (delete it)")]
+    #[error("process {0} is not the process that created {1} (it has ended; delete the file)")]
     Ended(u32, PathBuf),
     #[error("cannot use {path}: {source} (run mtlab ctl as the user who runs the program)")]
     Io { path: PathBuf, source: std::io::Error },
@@ -40,6 +40,12 @@ fn process_alive(pid: u32) -> bool {
     unsafe { libc::kill(pid as libc::pid_t, 0) == 0 || *libc::__errno_location() == libc::EPERM }
 }
 
+/// Does process `pid` have `path` mapped (is it the page's owner)?
+fn maps_page(pid: u32, path: &std::path::Path) -> bool {
+    let needle = path.to_string_lossy();
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|m| m.lines().any(|l| l.ends_with(needle.as_ref()))).unwrap_or(false)
+}
+
 impl CtlPage {
     pub fn open(pid: u32) -> Result<CtlPage, CtlError> {
         let path = PathBuf::from(format!("/dev/shm/mtlab-{pid}"));
@@ -48,7 +54,9 @@ impl CtlPage {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(CtlError::NoSampler(pid, path)),
             Err(source) => return Err(CtlError::Io { path, source }),
         };
-        if !process_alive(pid) {
+        // A page left by a process that died (and whose pid was reused) must
+        // not make us signal an unrelated process: the live process must map it.
+        if !process_alive(pid) || !maps_page(pid, &path) {
             return Err(CtlError::Ended(pid, path));
         }
         let len = file.metadata().map_err(|source| CtlError::Io { path: path.clone(), source })?.len();
