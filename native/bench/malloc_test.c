@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hist.h"
 
@@ -69,6 +70,7 @@ static int depth = 10;
 static long iterations = 1000000;
 static long warmup = -1; /* -1: 10% of iterations */
 static int touch;
+static int pin; /* --pin: thread i runs on CPU i mod ncpu */
 static int time_each;
 static uint64_t timer_overhead;      /* median of empty pairs: subtracted from quantiles */
 static double timer_overhead_mean;   /* mean of empty pairs: subtracted from means */
@@ -145,7 +147,7 @@ static uint64_t measure_timer_overhead(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: mtlab-malloc-test [--threads N] [--size BYTES] [--depth N] [--iterations N] "
-                    "[--warmup N] [--touch] [--time-each]\n");
+                    "[--warmup N] [--touch] [--time-each] [--pin]\n");
 }
 
 static long parse_num(const char *flag, const char *v, long min) {
@@ -171,6 +173,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--iterations")) iterations = parse_num(a, v, 1), i++;
         else if (!strcmp(a, "--warmup")) warmup = parse_num(a, v, 0), i++;
         else if (!strcmp(a, "--touch")) touch = 1;
+        else if (!strcmp(a, "--pin")) pin = 1;
         else if (!strcmp(a, "--time-each")) time_each = 1;
         else {
             usage();
@@ -192,7 +195,17 @@ int main(int argc, char **argv) {
     struct timespec w0, w1;
     clock_gettime(CLOCK_MONOTONIC, &w0);
     for (int i = 0; i < threads; i++) {
-        if (pthread_create(&tids[i], NULL, worker, &res[i])) {
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        if (pin) { /* fewer migrations: less noise between runs */
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(i % (int)sysconf(_SC_NPROCESSORS_ONLN), &set);
+            pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+        }
+        int failed = pthread_create(&tids[i], &attr, worker, &res[i]);
+        pthread_attr_destroy(&attr);
+        if (failed) {
             fprintf(stderr, "mtlab-malloc-test: cannot create thread %d\n", i);
             return 1;
         }

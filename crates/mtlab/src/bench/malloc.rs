@@ -36,7 +36,7 @@ pub struct MallocArgs {
     #[arg(long, default_value_t = 10)]
     pub depth: u32,
     /// malloc/free pairs per thread.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 3_000_000)]
     pub iterations: u64,
     /// Touch (write) every block, as a real program would.
     #[arg(long)]
@@ -63,8 +63,11 @@ pub struct MallocArgs {
     #[arg(long)]
     pub pipeline: bool,
     /// Messages per pipeline run.
-    #[arg(long, default_value_t = 50_000)]
+    #[arg(long, default_value_t = 40_000)]
     pub pipeline_messages: u64,
+    /// Pipeline messages per second (its three stages share this machine's cores).
+    #[arg(long, default_value_t = 20_000)]
+    pub pipeline_rate: u64,
     /// Join with the coverage curve (mtlab profile simulate on a full trace of
     /// the realistic workload) and recommend an interval.
     #[arg(long)]
@@ -240,6 +243,7 @@ impl Runner {
                     "--iterations".into(),
                     a.iterations.to_string().into(),
                     "--time-each".into(),
+                    "--pin".into(),
                 ];
                 if a.touch {
                     v.push("--touch".into());
@@ -250,6 +254,8 @@ impl Runner {
                 self.pipeline.clone().into(),
                 "--messages".into(),
                 a.pipeline_messages.to_string().into(),
+                "--rate".into(),
+                a.pipeline_rate.to_string().into(),
                 "--warmup".into(),
                 (a.pipeline_messages / 10).to_string().into(),
             ],
@@ -325,7 +331,7 @@ impl Runner {
                     .ok_or_else(|| BenchError::Output(format!("{what}: no latency-pipeline result line")))?;
                 let l = &v["latency_ns"];
                 RunMetrics {
-                    value: l["mean"].as_f64().unwrap_or(f64::NAN),
+                    value: l["trimmed_mean"].as_f64().unwrap_or(f64::NAN),
                     p50: l["p50"].as_f64().unwrap_or(f64::NAN),
                     p99: l["p99"].as_f64().unwrap_or(f64::NAN),
                     ..Default::default()
@@ -482,7 +488,7 @@ pub fn render(r: &MallocBenchResult, intervals: &[u64]) -> String {
         }
         let what = match w {
             Workload::MallocTest => "malloc-test: increase of mean malloc cycles (99.99 %-trimmed) over the same allocator without a profiler",
-            Workload::Pipeline => "latency pipeline: increase of mean tick-to-trade latency over the same allocator without a profiler",
+            Workload::Pipeline => "latency pipeline: increase of mean tick-to-trade latency (slowest 1 % trimmed) over the same allocator without a profiler",
         };
         out.push_str(&format!("{what}\n"));
         let mut t = comfy_table::Table::new();

@@ -59,7 +59,7 @@ pub fn write_svg(results: &[ConfigResult], path: &Path) -> Result<(), BenchError
         let (y0, y1) = ys.fold((0f64, 10f64), |(a, b), y| (a.min(y), b.max(y)));
         let title = match w {
             Workload::MallocTest => "malloc-test: % increase of mean malloc cycles",
-            Workload::Pipeline => "latency pipeline: % increase of mean tick-to-trade latency",
+            Workload::Pipeline => "latency pipeline: % increase of mean tick-to-trade latency (1 % trimmed)",
         };
         let mut chart = ChartBuilder::on(&area)
             .caption(title, ("sans-serif", 18))
