@@ -20,6 +20,8 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -61,7 +63,7 @@ static void detect_allocator(void) {
 
 static void fork_prepare(void) {
     mtlab_tls.guard++;
-    if (mtlab_state == 1 && mtlab_tls.buf) mtlab_flush_buf(mtlab_tls.buf);
+    if (mtlab_state == 1) mtlab_flush_own();
 }
 
 static void fork_parent(void) { mtlab_tls.guard--; }
@@ -72,7 +74,16 @@ static void start_clock(void) {
 }
 
 static void fork_child(void) {
-    if (mtlab_state == 1) {
+    if (mtlab_state == 1 && !mtlab_cfg.follow) {
+        /* --no-follow: the child runs untraced, sampler included. */
+        mtlab_state = 0;
+        if (mtlab_ctl) {
+            signal((int)mtlab_ctl->signal, SIG_DFL);
+            struct mtlab_ctl_page *page = mtlab_ctl;
+            mtlab_ctl = NULL;
+            munmap(page, MTLAB_CTL_SIZE);
+        }
+    } else if (mtlab_state == 1) {
         start_clock();
         mtlab_writer_fork_child();
         mtlab_fork_child_reset();
@@ -86,7 +97,6 @@ static void fork_child(void) {
          * inherited, as it is now (not as it was when the parent started). */
         mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);
         mtlab_init_brk(mtlab_cfg.brk_init);
-        if (!mtlab_cfg.follow) mtlab_state = 0;
     }
     mtlab_tls.guard--;
 }
@@ -119,8 +129,22 @@ __attribute__((constructor)) static void mtlab_start(void) {
     if (!mtlab_cfg.follow) unsetenv("MTLAB_OUT"); /* children stay untraced */
     detect_allocator();
     mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);
-    uint64_t heap = mtlab_heap_start();
+    uint64_t heap = 0, heap_end = 0;
+    mtlab_find_mapping("[heap]", &heap, &heap_end);
     mtlab_cfg.brk_start = heap && heap <= mtlab_cfg.brk_init ? heap : mtlab_cfg.brk_init;
+    uint64_t stack_lo, stack_hi;
+    if (mtlab_find_mapping("[stack]", &stack_lo, &stack_hi) == 0) {
+        /* The initial thread's stack may grow down to the stack limit; keep
+         * below the 128 MiB gap the kernel leaves under it for mmap. */
+        struct rlimit rl;
+        uint64_t room = getrlimit(RLIMIT_STACK, &rl) == 0 ? (uint64_t)rl.rlim_cur : (8ull << 20);
+        if (room < (8ull << 20)) room = 8ull << 20;
+        if (room > (120ull << 20)) room = 120ull << 20;
+        mtlab_set_main_stack(stack_hi - room, stack_hi);
+    }
+    /* With huge pages glibc aligns arena heaps differently: do not guess. */
+    const char *tunables = getenv("GLIBC_TUNABLES");
+    mtlab_cfg.no_arena_heaps = tunables && strstr(tunables, "malloc.hugetlb") != NULL;
     mtlab_init_brk(mtlab_cfg.brk_init);
     mtlab_stack_table_init();
     mtlab_thread_init_global();
@@ -143,8 +167,9 @@ __attribute__((destructor)) static void mtlab_stop(void) {
     mtlab_sampler_stop();
     mtlab_state = 2;
     mtlab_flush_all();
-    mtlab_write_stats();
     mtlab_write_maps();
+    mtlab_writer_closing();
+    mtlab_write_stats();
     mtlab_write_end();
     mtlab_tls.guard--;
 }

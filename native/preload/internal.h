@@ -33,6 +33,7 @@ struct mtlab_config {
     int max_depth; /* frames kept per stack */
     int follow;    /* trace children */
     int free_stacks; /* walk the stack for free too (off: stack id 0) */
+    int no_arena_heaps; /* glibc heaps are not 64 MiB-aligned (hugetlb tunable): don't read heap_info */
     int unwind;      /* MTLAB_UNWIND_*: how stacks are captured */
     uint64_t sample_interval; /* 0: full trace; else mean bytes between samples */
     uint64_t sample_seed;     /* 0: seed each thread from the TSC */
@@ -93,7 +94,11 @@ struct mtlab_buf {
     uint64_t first_tsc, last_tsc, prev_tsc;
     int64_t prev_ptr;
     _Atomic uint32_t len; /* bytes of events after the headers */
-    _Atomic int lock;     /* sampling mode only: held while appending */
+    _Atomic int lock;     /* sampling mode: held while appending or flushing */
+    /* Full-trace mode: the owner raises `busy` around every append and own
+     * flush and bumps `gen` when done, with plain stores; the exit flusher
+     * copies a buffer only if neither changed meanwhile (a seqlock). */
+    _Atomic uint32_t busy, gen;
     uint8_t data[];       /* MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER + events */
 };
 #define MTLAB_BUF_HEAD (MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER)
@@ -104,7 +109,7 @@ struct mtlab_tls {
     int in_alloc; /* inside a real allocator call: nested mmaps are the allocator's */
     int dead;     /* buffer released by the thread-exit destructor */
     struct mtlab_buf *buf;
-    uintptr_t stack_hi;
+    uintptr_t stack_lo, stack_hi; /* this thread's stack: frame walks stay inside */
     uint64_t arena_base, arena_size; /* last glibc arena heap extent reported */
     int64_t countdown;               /* sampler: bytes to the next sample point */
     uint64_t rng;                    /* sampler: xorshift state */
@@ -114,6 +119,9 @@ struct mtlab_tls {
 extern HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model("initial-exec")));
 
 HIDDEN struct mtlab_buf *mtlab_thread_buf(void); /* guard must be set */
+HIDDEN void mtlab_release_dead_buf(void);        /* after an event of an exited thread */
+HIDDEN void mtlab_flush_own(void);               /* the calling thread's buffer, any mode */
+HIDDEN void mtlab_set_main_stack(uint64_t lo, uint64_t hi);
 HIDDEN void mtlab_thread_init_global(void);
 HIDDEN void mtlab_flush_buf(struct mtlab_buf *b);
 HIDDEN void mtlab_flush_all(void);
@@ -124,7 +132,9 @@ HIDDEN struct mtlab_buf *mtlab_first_buf(void);
 HIDDEN int mtlab_write_record(uint16_t type, const void *payload, uint32_t len);
 HIDDEN int mtlab_write_raw(const void *data, size_t len); /* whole record(s) */
 HIDDEN void mtlab_write_maps(void);
-HIDDEN uint64_t mtlab_heap_start(void); /* start of [heap] in /proc/self/maps, 0 if none */
+/* The mapping named `name` ("[heap]", "[stack]") in /proc/self/maps: 0 if found. */
+HIDDEN int mtlab_find_mapping(const char *name, uint64_t *lo, uint64_t *hi);
+HIDDEN void mtlab_writer_closing(void); /* no new records but END; waits for writes in flight */
 HIDDEN void mtlab_write_end(void);
 HIDDEN void mtlab_writer_fork_child(void);
 HIDDEN void mtlab_set_root(int is_root);
@@ -167,6 +177,11 @@ HIDDEN long mtlab_sys_pwrite(int fd, const void *p, size_t n, uint64_t off);
 HIDDEN int mtlab_sys_open(const char *path, int flags, int mode);
 HIDDEN long mtlab_sys_read(int fd, void *p, size_t n);
 HIDDEN void mtlab_sys_close(int fd);
+struct stat;
+struct rlimit;
+HIDDEN int mtlab_sys_fcntl(int fd, int cmd, long arg);
+HIDDEN int mtlab_sys_fstat(int fd, struct stat *st);
+HIDDEN int mtlab_sys_getrlimit(int resource, struct rlimit *rl);
 HIDDEN void *mtlab_sys_mmap(size_t len);
 HIDDEN void mtlab_sys_munmap(void *p, size_t len);
 HIDDEN uint32_t mtlab_gettid(void);

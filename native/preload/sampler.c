@@ -132,6 +132,7 @@ static void append_sample(struct mtlab_tls *t, unsigned kind, void *r, size_t si
     mtlab_commit_event(b, p);
     maybe_flush(t, b, now);
     unlock_buf(b);
+    if (UNLIKELY(t->dead)) mtlab_release_dead_buf();
 }
 
 void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame) {
@@ -195,6 +196,7 @@ void mtlab_sample_free(void *p) {
         mtlab_commit_event(b, mtlab_put_ptr(b, w, (uint64_t)p));
         maybe_flush(t, b, now);
         unlock_buf(b);
+        if (UNLIKELY(t->dead)) mtlab_release_dead_buf();
     } else {
         atomic_fetch_add(&mtlab_counters.events_dropped, 1);
     }
@@ -213,6 +215,7 @@ static void flush_all_locked(void) {
 
 static void on_signal(int sig) {
     (void)sig;
+    if (!mtlab_ctl) return; /* between fork and the child's new page */
     int saved = errno;
     mtlab_tls.guard++;
     uint64_t seq = __atomic_load_n(&mtlab_ctl->dump_seq, __ATOMIC_ACQUIRE);

@@ -23,7 +23,8 @@ static inline int tracing(const struct mtlab_tls *t) {
     return LIKELY(!t->guard && !t->in_alloc && atomic_load_explicit(&mtlab_state, memory_order_relaxed) == 1);
 }
 
-/* Starts an event: returns the write position or NULL (event dropped). */
+/* Starts an event: returns the write position or NULL (event dropped).
+ * From here to commit() the buffer is marked busy for the exit flusher. */
 static inline uint8_t *begin(struct mtlab_buf **bp, unsigned kind, unsigned flags, uint64_t tsc, uint64_t cycles,
                              const void *frame) {
     struct mtlab_buf *b = LIKELY(mtlab_tls.buf != NULL) ? mtlab_tls.buf : mtlab_thread_buf();
@@ -31,6 +32,9 @@ static inline uint8_t *begin(struct mtlab_buf **bp, unsigned kind, unsigned flag
         atomic_fetch_add(&mtlab_counters.events_dropped, 1);
         return NULL;
     }
+    /* Owner-only counter: plain store; the fence orders it before the data. */
+    atomic_store_explicit(&b->busy, atomic_load_explicit(&b->busy, memory_order_relaxed) + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
     if (UNLIKELY(atomic_load_explicit(&b->len, memory_order_relaxed) + MTLAB_MAX_EVENT_BYTES > MTLAB_BUF_CAP))
         mtlab_flush_buf(b);
     uint32_t stack = mtlab_cfg.stacks && frame ? mtlab_stack_id(b, frame) : 0;
@@ -38,7 +42,12 @@ static inline uint8_t *begin(struct mtlab_buf **bp, unsigned kind, unsigned flag
     return mtlab_begin_event(b, kind, flags, tsc, cycles, stack);
 }
 
-static inline void commit(struct mtlab_buf *b, uint8_t *p) { mtlab_commit_event(b, p); }
+static inline void commit(struct mtlab_buf *b, uint8_t *p) {
+    mtlab_commit_event(b, p);
+    atomic_store_explicit(&b->gen, atomic_load_explicit(&b->gen, memory_order_relaxed) + 1, memory_order_release);
+    atomic_store_explicit(&b->busy, atomic_load_explicit(&b->busy, memory_order_relaxed) - 1, memory_order_release);
+    if (UNLIKELY(mtlab_tls.dead)) mtlab_release_dead_buf();
+}
 
 /* Sampling mode: count the bytes down first, so that the common case is a
  * tail call whether sampling is on or off; only when the count runs out is
@@ -79,7 +88,7 @@ static inline __attribute__((always_inline)) unsigned heap_facts(void *ptr, stru
     }
     size_t word = ((const size_t *)ptr)[-1];
     if (word & GLIBC_IS_MMAPPED) return MTLAB_EVF_CHUNK_MMAPPED;
-    if (word & GLIBC_NON_MAIN_ARENA) {
+    if ((word & GLIBC_NON_MAIN_ARENA) && !mtlab_cfg.no_arena_heaps) {
         uint64_t base = (uint64_t)ptr & ~(GLIBC_HEAP_MAX - 1);
         uint64_t size = ((const uint64_t *)base)[2]; /* heap_info.size */
         struct mtlab_tls *t = &mtlab_tls;
@@ -119,7 +128,7 @@ static inline __attribute__((always_inline)) void record_alloc(unsigned kind, ui
     t->guard++;
     struct mtlab_buf *b;
     unsigned flags = heap_facts(result, &b, t1);
-    if (!result && (kind != MTLAB_EV_REALLOC || size != 0)) flags |= MTLAB_EVF_FAILED;
+    if (!result && ((kind != MTLAB_EV_REALLOC && kind != MTLAB_EV_REALLOCARRAY) || size != 0)) flags |= MTLAB_EVF_FAILED;
     uint8_t *p = begin(&b, kind, flags, t1, t1 - t0, frame);
     if (p) {
         switch (kind) {
@@ -497,7 +506,7 @@ static void flush_before_exec(void) {
     if (!t->guard && atomic_load(&mtlab_state) == 1) {
         int saved = errno;
         t->guard++;
-        if (t->buf) mtlab_flush_buf(t->buf);
+        mtlab_flush_own();
         t->guard--;
         errno = saved;
     }

@@ -98,7 +98,10 @@ static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max
     /* Frame pointers: every frame is checked against the thread's stack, so
      * code built without them ends the walk instead of faulting. */
     int n = 0;
-    uintptr_t fp = (uintptr_t)frame, hi = mtlab_tls.stack_hi - 16; /* stack_hi > 16 */
+    uintptr_t fp = (uintptr_t)frame, hi = mtlab_tls.stack_hi - 16;
+    /* Only from a frame on this thread's own stack (not a sigaltstack, not
+     * a stack we could not find): then [frame, stack top) is all mapped. */
+    if (fp < mtlab_tls.stack_lo || fp >= mtlab_tls.stack_hi) return 0;
     /* Invariant: frame <= fp <= hi and fp strictly grows, so every read lies
      * inside [frame, stack top): a garbage rbp ends the walk, never faults. */
     while (n < max && fp <= hi) {

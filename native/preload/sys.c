@@ -7,6 +7,8 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -35,6 +37,9 @@ int mtlab_sys_open(const char *path, int flags, int mode) {
 }
 long mtlab_sys_read(int fd, void *p, size_t n) { return raw6(SYS_read, fd, (long)p, (long)n, 0, 0, 0); }
 void mtlab_sys_close(int fd) { raw6(SYS_close, fd, 0, 0, 0, 0, 0); }
+int mtlab_sys_fcntl(int fd, int cmd, long arg) { return (int)raw6(SYS_fcntl, fd, cmd, arg, 0, 0, 0); }
+int mtlab_sys_fstat(int fd, struct stat *st) { return (int)raw6(SYS_fstat, fd, (long)st, 0, 0, 0, 0); }
+int mtlab_sys_getrlimit(int res, struct rlimit *rl) { return (int)raw6(SYS_prlimit64, 0, res, 0, (long)rl, 0, 0); }
 void *mtlab_sys_mmap(size_t len) {
     long r = raw6(SYS_mmap, 0, (long)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return (r < 0 && r > -4096) ? NULL : (void *)r;

@@ -21,22 +21,16 @@ static inline void put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
 static inline void put_u64(uint8_t *p, uint64_t v) { memcpy(p, &v, 8); }
 static inline void put_u16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
 
+/* prev_tsc is kept: the next chunk's time must not start before this one's
+ * end (a free is stamped at its start, which can precede a nested event). */
 static void reset(struct mtlab_buf *b) {
     b->n_events = 0;
-    b->first_tsc = b->last_tsc = b->prev_tsc = 0;
+    b->first_tsc = b->last_tsc = 0;
     b->prev_ptr = 0;
     atomic_store_explicit(&b->len, 0, memory_order_release);
 }
 
-/* Writes the buffer's events as one EVENTS record; drops them on failure. */
-void mtlab_flush_buf(struct mtlab_buf *b) {
-    uint32_t len = atomic_load_explicit(&b->len, memory_order_acquire);
-    if (len == 0) return;
-    if (atomic_load(&b->closed)) {
-        atomic_fetch_add(&mtlab_counters.events_dropped, b->n_events);
-        reset(b);
-        return;
-    }
+static void fill_header(struct mtlab_buf *b, uint32_t len) {
     uint8_t *h = b->data;
     put_u32(h, MTLAB_EVENTS_HEADER + len);
     put_u16(h + 4, MTLAB_REC_EVENTS);
@@ -45,13 +39,30 @@ void mtlab_flush_buf(struct mtlab_buf *b) {
     put_u32(h + 12, b->n_events);
     put_u64(h + 16, b->first_tsc);
     put_u64(h + 24, b->last_tsc);
-    if (mtlab_write_raw(h, MTLAB_BUF_HEAD + len) == 0) {
-        atomic_fetch_add(&mtlab_counters.events_written, b->n_events);
-    } else {
+}
+
+/* Writes the buffer's events as one EVENTS record; drops them on failure.
+ * Called by the owner (or, in sampling mode, by whoever holds b->lock). */
+void mtlab_flush_buf(struct mtlab_buf *b) {
+    uint32_t len = atomic_load_explicit(&b->len, memory_order_acquire);
+    if (len == 0) return;
+    atomic_fetch_add_explicit(&b->busy, 1, memory_order_relaxed);
+    /* Pairs with the exit flusher's fence: either it sees us busy, or we see it closed. */
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&b->closed)) {
         atomic_fetch_add(&mtlab_counters.events_dropped, b->n_events);
-        atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
+    } else {
+        fill_header(b, len);
+        if (mtlab_write_raw(b->data, MTLAB_BUF_HEAD + len) == 0) {
+            atomic_fetch_add(&mtlab_counters.events_written, b->n_events);
+        } else {
+            atomic_fetch_add(&mtlab_counters.events_dropped, b->n_events);
+            atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
+        }
     }
     reset(b);
+    atomic_fetch_add_explicit(&b->gen, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&b->busy, 1, memory_order_release);
 }
 
 static struct mtlab_buf *acquire_buf(void) {
@@ -69,26 +80,64 @@ static struct mtlab_buf *acquire_buf(void) {
     return b;
 }
 
-static void thread_exit(void *arg) {
-    struct mtlab_buf *b = (struct mtlab_buf *)arg;
-    mtlab_tls.guard++;
+/* Sampling mode: appends and flushes hold b->lock (the dump handler flushes
+ * other threads' buffers). Full-trace mode needs no lock. */
+static inline void lock_buf(struct mtlab_buf *b) {
+    if (!mtlab_ctl) return;
+    while (atomic_exchange_explicit(&b->lock, 1, memory_order_acquire)) {
+    }
+}
+static inline void unlock_buf(struct mtlab_buf *b) {
+    if (mtlab_ctl) atomic_store_explicit(&b->lock, 0, memory_order_release);
+}
+
+static void release(struct mtlab_buf *b) {
+    lock_buf(b);
     mtlab_flush_buf(b);
+    unlock_buf(b);
     mtlab_tls.buf = NULL;
-    mtlab_tls.dead = 1;
     atomic_store(&b->owned, 0);
+}
+
+static void thread_exit(void *arg) {
+    mtlab_tls.guard++;
+    release((struct mtlab_buf *)arg);
+    mtlab_tls.dead = 1;
     mtlab_tls.guard--;
 }
 
-/* Set by the dynamic loader to the initial stack pointer of the process. */
-extern void *__libc_stack_end __attribute__((weak));
+/* An exited thread still allocating (glibc frees its thread-local caches
+ * after every key destructor ran): write each event out at once. */
+void mtlab_release_dead_buf(void) {
+    if (mtlab_tls.buf) release(mtlab_tls.buf);
+}
 
-static uintptr_t stack_top(void) {
-    /* The main thread: glibc's pthread_getattr_np reads /proc/self/maps with
-     * stdio there, i.e. calls malloc, which (untraced, under the guard) would
-     * set up the brk heap in the middle of the program's first traced call —
-     * moving the break under a program that uses sbrk itself. */
-    if (&__libc_stack_end && __libc_stack_end && mtlab_gettid() == (uint32_t)getpid())
-        return ((uintptr_t)__libc_stack_end + 4095) & ~(uintptr_t)4095;
+void mtlab_flush_own(void) {
+    struct mtlab_buf *b = mtlab_tls.buf;
+    if (!b) return;
+    lock_buf(b);
+    mtlab_flush_buf(b);
+    unlock_buf(b);
+}
+
+static uintptr_t main_lo, main_hi; /* the initial thread's stack */
+
+void mtlab_set_main_stack(uint64_t lo, uint64_t hi) {
+    main_lo = (uintptr_t)lo;
+    main_hi = (uintptr_t)hi;
+}
+
+/* This thread's stack. The initial thread is recognised by address, not by
+ * tid (a fork child's only thread may be a non-initial one with tid == pid),
+ * and is not asked of pthread_getattr_np, which reads /proc with stdio,
+ * i.e. calls malloc, moving the break under a program that uses sbrk. */
+static void stack_bounds(uintptr_t *lo, uintptr_t *hi) {
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (main_hi && here >= main_lo && here < main_hi) {
+        *lo = main_lo;
+        *hi = main_hi;
+        return;
+    }
     pthread_attr_t attr;
     void *addr = NULL;
     size_t size = 0;
@@ -96,8 +145,12 @@ static uintptr_t stack_top(void) {
         pthread_attr_getstack(&attr, &addr, &size);
         pthread_attr_destroy(&attr);
     }
-    if (!addr) return (uintptr_t)__builtin_frame_address(0) + 4096; /* unknown: walk nearly nothing */
-    return (uintptr_t)addr + size;
+    if (!addr || here < (uintptr_t)addr || here >= (uintptr_t)addr + size) {
+        *lo = *hi = 0; /* unknown: no frame-pointer walks on this thread */
+        return;
+    }
+    *lo = (uintptr_t)addr;
+    *hi = (uintptr_t)addr + size;
 }
 
 /* The calling thread's buffer, set up on first use. Caller holds the guard. */
@@ -107,13 +160,12 @@ struct mtlab_buf *mtlab_thread_buf(void) {
     struct mtlab_buf *b = acquire_buf();
     if (!b) return NULL;
     reset(b);
+    b->prev_tsc = 0;
+    atomic_store(&b->lock, 0);
     b->tid = mtlab_gettid();
-    if (!t->stack_hi) t->stack_hi = stack_top();
+    if (!t->stack_hi) stack_bounds(&t->stack_lo, &t->stack_hi);
     t->buf = b;
-    /* Re-arming after the destructor ran lets glibc call it again for
-     * frees made by destructors that ran after ours. */
-    pthread_setspecific(exit_key, b);
-    t->dead = 0;
+    if (!t->dead) pthread_setspecific(exit_key, b);
     return b;
 }
 
@@ -121,29 +173,64 @@ struct mtlab_buf *mtlab_first_buf(void) { return atomic_load(&all_bufs); }
 
 void mtlab_thread_init_global(void) { pthread_key_create(&exit_key, thread_exit); }
 
-/* At exit: flush every buffer; other threads may still run, so their
- * buffers are closed first and whatever they append later is dropped. */
+/* Copy of another thread's buffer, taken by the exit flusher. */
+static uint8_t exit_copy[MTLAB_BUF_BYTES];
+
+/* Full-trace mode, at exit: another thread may still be appending. Close the
+ * buffer (its owner drops what it flushes from now on), then copy it and
+ * write the copy only if the owner was neither busy nor done anything during
+ * the copy. */
+static void flush_foreign(struct mtlab_buf *b) {
+    atomic_store(&b->closed, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    uint32_t busy = atomic_load_explicit(&b->busy, memory_order_acquire);
+    uint32_t gen = atomic_load_explicit(&b->gen, memory_order_acquire);
+    uint32_t len = atomic_load_explicit(&b->len, memory_order_acquire);
+    if (busy || len == 0) return;
+    uint32_t n = b->n_events;
+    uint64_t first = b->first_tsc, last = b->last_tsc;
+    memcpy(exit_copy + MTLAB_BUF_HEAD, b->data + MTLAB_BUF_HEAD, len);
+    atomic_thread_fence(memory_order_acquire);
+    if (atomic_load(&b->busy) || atomic_load(&b->gen) != gen) return;
+    uint8_t *h = exit_copy;
+    put_u32(h, MTLAB_EVENTS_HEADER + len);
+    put_u16(h + 4, MTLAB_REC_EVENTS);
+    put_u16(h + 6, 0);
+    put_u32(h + 8, b->tid);
+    put_u32(h + 12, n);
+    put_u64(h + 16, first);
+    put_u64(h + 24, last);
+    if (mtlab_write_raw(h, MTLAB_BUF_HEAD + len) == 0) atomic_fetch_add(&mtlab_counters.events_written, n);
+}
+
+/* At exit: flush every buffer; other threads may still run. */
 void mtlab_flush_all(void) {
     struct mtlab_buf *mine = mtlab_tls.buf;
-    if (mine) mtlab_flush_buf(mine);
+    mtlab_flush_own();
+    if (mine) atomic_store(&mine->closed, 1);
     for (struct mtlab_buf *b = atomic_load(&all_bufs); b; b = b->next) {
         if (b == mine) continue;
-        atomic_store(&b->closed, 1);
-        uint32_t len = atomic_load_explicit(&b->len, memory_order_acquire);
-        if (len == 0) continue;
-        atomic_store(&b->closed, 0); /* let this one flush go through */
-        mtlab_flush_buf(b);
-        atomic_store(&b->closed, 1);
+        if (mtlab_ctl) {
+            /* Sampling: take the lock and keep it, so later appends drop. */
+            if (atomic_exchange(&b->lock, 1) == 0) {
+                mtlab_flush_buf(b);
+                atomic_store(&b->closed, 1);
+            }
+        } else {
+            flush_foreign(b);
+        }
     }
-    if (mine) atomic_store(&mine->closed, 1);
 }
 
 /* In a fork child only the forking thread exists: other buffers hold the
- * parent's events, which the parent writes itself. */
+ * parent's events, which the parent writes itself. Locks held at fork time
+ * by threads that no longer exist are released. */
 void mtlab_fork_child_reset(void) {
     for (struct mtlab_buf *b = atomic_load(&all_bufs); b; b = b->next) {
         reset(b);
         atomic_store(&b->closed, 0);
+        atomic_store(&b->lock, 0);
+        atomic_store(&b->busy, 0);
         atomic_store(&b->owned, b == mtlab_tls.buf);
     }
     if (mtlab_tls.buf) mtlab_tls.buf->tid = mtlab_gettid();

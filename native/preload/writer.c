@@ -15,6 +15,10 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -86,9 +90,46 @@ static int write_all_at(const void *data, size_t len, uint64_t off) {
     return -1;
 }
 
-static int reserve_and_write(const void *data, size_t len) {
-    uint64_t off = atomic_fetch_add(&file_off, len);
-    return write_all_at(data, len, off);
+/* Writes in flight, so the END record waits for them; after `closing` no
+ * new record but END may start. */
+static _Atomic int inflight, closing;
+static uint64_t fsize_limit; /* RLIMIT_FSIZE: writing past it would raise SIGXFSZ */
+static uint64_t file_dev, file_ino;
+
+/* The program may close our descriptor and get the number back for a file
+ * of its own: write only while it is still our trace file. */
+static int fd_is_ours(void) {
+    struct stat st;
+    return mtlab_sys_fstat(fd, &st) == 0 && (uint64_t)st.st_dev == file_dev && (uint64_t)st.st_ino == file_ino;
+}
+
+/* Reserves `len` bytes and writes them; -1 (nothing written) when closing,
+ * past the file-size limit, or the descriptor is no longer ours. */
+static int reserve_and_write_at(const void *a, size_t alen, const void *b, size_t blen, int is_end) {
+    atomic_fetch_add(&inflight, 1);
+    int ret = -1;
+    size_t len = alen + blen;
+    if (!atomic_load(&closing) || is_end) {
+        uint64_t off = atomic_fetch_add(&file_off, len);
+        if ((!fsize_limit || off + len <= fsize_limit) && fd_is_ours()) {
+            ret = write_all_at(a, alen, off);
+            if (ret == 0 && blen) ret = write_all_at(b, blen, off + alen);
+        }
+    }
+    atomic_fetch_sub(&inflight, 1);
+    return ret;
+}
+
+static int reserve_and_write(const void *data, size_t len) { return reserve_and_write_at(data, len, NULL, 0, 0); }
+
+void mtlab_writer_closing(void) {
+    atomic_store(&closing, 1);
+    /* Threads still running may be in the middle of a write: give them up to
+     * ~50 ms (they never block on anything of ours). */
+    for (int i = 0; i < 50000 && atomic_load(&inflight) > 0; i++) {
+        struct timespec ts = {0, 1000};
+        syscall(SYS_nanosleep, &ts, NULL);
+    }
 }
 
 static char path[4200];
@@ -179,6 +220,19 @@ static int ensure_open(void) {
             atomic_store(&file_state, 3);
             return -1;
         }
+        /* A high number: programs that reuse low descriptors rarely reach it. */
+        int high = mtlab_sys_fcntl(fd, F_DUPFD_CLOEXEC, 900);
+        if (high >= 0) {
+            mtlab_sys_close(fd);
+            fd = high;
+        }
+        struct stat st;
+        if (mtlab_sys_fstat(fd, &st) == 0) {
+            file_dev = (uint64_t)st.st_dev;
+            file_ino = (uint64_t)st.st_ino;
+        }
+        struct rlimit rl;
+        fsize_limit = mtlab_sys_getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 0;
         atomic_store(&file_off, 0);
         write_header();
         atomic_store(&file_state, 2);
@@ -203,9 +257,7 @@ int mtlab_write_record(uint16_t type, const void *payload, uint32_t len) {
     memcpy(hdr + 6, &flags, 2);
     if (ensure_open() != 0) return -1;
     /* One reservation for header and payload keeps the record contiguous. */
-    uint64_t off = atomic_fetch_add(&file_off, MTLAB_RECORD_HEADER + (uint64_t)len);
-    if (write_all_at(hdr, sizeof hdr, off) != 0) return -1;
-    return write_all_at(payload, len, off + MTLAB_RECORD_HEADER);
+    return reserve_and_write_at(hdr, sizeof hdr, payload, len, type == MTLAB_REC_END || type == MTLAB_REC_STATS);
 }
 
 /* One buffer for maps text: used at start and at exit, never concurrently. */
@@ -228,19 +280,22 @@ static uint64_t parse_hex(const char *p, const char **end) {
     return v;
 }
 
-uint64_t mtlab_heap_start(void) {
+int mtlab_find_mapping(const char *name, uint64_t *lo, uint64_t *hi) {
     size_t n = read_file("/proc/self/maps", maps, sizeof maps - 1);
     maps[n] = 0;
+    size_t nl = mtlab_strlen(name);
     for (const char *line = maps; *line;) {
         const char *eol = line;
         while (*eol && *eol != '\n') eol++;
-        if (eol - line > 6 && __builtin_memcmp(eol - 6, "[heap]", 6) == 0) {
+        if ((size_t)(eol - line) > nl && __builtin_memcmp(eol - nl, name, nl) == 0) {
             const char *e;
-            return parse_hex(line, &e);
+            *lo = parse_hex(line, &e);
+            *hi = parse_hex(e + 1, &e);
+            return 0;
         }
         line = *eol ? eol + 1 : eol;
     }
-    return 0;
+    return -1;
 }
 
 void mtlab_write_end(void) {
@@ -264,6 +319,8 @@ void mtlab_write_stats(void) {
 /* A fork child writes its own file, opened on its first write. */
 void mtlab_writer_fork_child(void) {
     atomic_store(&file_state, 0);
+    atomic_store(&inflight, 0);
+    atomic_store(&closing, 0);
     if (fd >= 0) mtlab_sys_close(fd);
     fd = -1;
     path[0] = 0;
