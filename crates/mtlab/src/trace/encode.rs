@@ -488,6 +488,70 @@ impl Drop for TempGuard {
 /// smaller), copies other records verbatim, stops at the first damaged
 /// record, and appends a RUNINFO record with `runinfo`. The rewrite goes to
 /// a temp file in the same directory that then replaces `path`.
+/// EVENTS chunks compressed together, on all cores, then written in order.
+const FINISH_BATCH: usize = 64;
+
+/// Compresses the event bytes of each EVENTS payload in `batch` (in
+/// parallel: the program has ended, its cores are free) and writes the
+/// records in order; a chunk that does not shrink is written as it was.
+/// Returns the bytes written and empties the batch.
+fn write_compressed_batch(batch: &mut Vec<Vec<u8>>, out: &mut impl Write, stats: &mut FinishStats) -> io::Result<u64> {
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    let head = EVENTS_HEADER as usize;
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    let per = batch.len().div_ceil(workers);
+    let mut compressed: Vec<Option<Vec<u8>>> = vec![None; batch.len()];
+    std::thread::scope(|scope| -> io::Result<()> {
+        let jobs: Vec<_> = batch
+            .chunks(per)
+            .zip(compressed.chunks_mut(per))
+            .map(|(payloads, results)| {
+                scope.spawn(move || -> io::Result<()> {
+                    let mut comp = zstd::bulk::Compressor::new(FINISH_ZSTD_LEVEL)?;
+                    for (payload, result) in payloads.iter().zip(results.iter_mut()) {
+                        let body = &payload[head..];
+                        if body.is_empty() {
+                            continue;
+                        }
+                        let c = comp.compress(body)?;
+                        if c.len() < body.len() {
+                            *result = Some(c);
+                        }
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for j in jobs {
+            j.join().map_err(|_| io::Error::other("a compression thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    let mut written = 0u64;
+    for (payload, c) in batch.iter().zip(compressed) {
+        let (flags, body): (u16, &[u8]) = match &c {
+            Some(c) => {
+                stats.chunks_compressed += 1;
+                (RECORD_FLAG_ZSTD, c)
+            }
+            None => (0, &payload[head..]),
+        };
+        let len = head + body.len();
+        let mut hdr = [0u8; RECORD_HEADER as usize];
+        hdr[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+        hdr[4..6].copy_from_slice(&REC_EVENTS.to_le_bytes());
+        hdr[6..8].copy_from_slice(&flags.to_le_bytes());
+        out.write_all(&hdr)?;
+        out.write_all(&payload[..head])?;
+        out.write_all(body)?;
+        written += RECORD_HEADER as u64 + len as u64;
+    }
+    batch.clear();
+    Ok(written)
+}
+
 pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishStats, TraceError> {
     let io_err = TraceError::io(path);
     let src = File::open(path).map_err(TraceError::io(path))?;
@@ -528,9 +592,7 @@ pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishS
     out.write_all(&head).map_err(tmp_err)?;
     let mut written = header_end;
 
-    let mut comp = zstd::bulk::Compressor::new(FINISH_ZSTD_LEVEL).map_err(TraceError::io(path))?;
-    let mut payload = Vec::new();
-    let mut cbuf = Vec::new();
+    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(FINISH_BATCH);
     let mut n_chunks = 0usize;
     let mut off = header_end;
     let mut reader = src.try_clone().map_err(TraceError::io(path))?;
@@ -543,9 +605,8 @@ pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishS
                 break;
             }
         };
-        let mut hdr = [0u8; RECORD_HEADER as usize];
-        if rec.ty == REC_EVENTS {
-            payload.resize(rec.payload_len as usize, 0);
+        if rec.ty == REC_EVENTS && rec.flags & RECORD_FLAG_ZSTD == 0 {
+            let mut payload = vec![0u8; rec.payload_len as usize];
             src.read_exact_at(&mut payload, rec.payload_offset())
                 .map_err(TraceError::io(path))?;
             if let Err(d) = parse_chunk_header(&rec, &payload) {
@@ -553,34 +614,12 @@ pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishS
                 break;
             }
             n_chunks += 1;
-            let body = &payload[EVENTS_HEADER as usize..];
-            let mut done = false;
-            if rec.flags & RECORD_FLAG_ZSTD == 0 && !body.is_empty() {
-                cbuf.clear();
-                cbuf.reserve(zstd::zstd_safe::compress_bound(body.len()));
-                comp.compress_to_buffer(body, &mut cbuf).map_err(TraceError::io(path))?;
-                if cbuf.len() < body.len() {
-                    let len = EVENTS_HEADER as usize + cbuf.len();
-                    hdr[0..4].copy_from_slice(&(len as u32).to_le_bytes());
-                    hdr[4..6].copy_from_slice(&rec.ty.to_le_bytes());
-                    hdr[6..8].copy_from_slice(&(rec.flags | RECORD_FLAG_ZSTD).to_le_bytes());
-                    out.write_all(&hdr).map_err(tmp_err)?;
-                    out.write_all(&payload[..EVENTS_HEADER as usize]).map_err(tmp_err)?;
-                    out.write_all(&cbuf).map_err(tmp_err)?;
-                    written += RECORD_HEADER as u64 + len as u64;
-                    stats.chunks_compressed += 1;
-                    done = true;
-                }
-            }
-            if !done {
-                hdr[0..4].copy_from_slice(&rec.payload_len.to_le_bytes());
-                hdr[4..6].copy_from_slice(&rec.ty.to_le_bytes());
-                hdr[6..8].copy_from_slice(&rec.flags.to_le_bytes());
-                out.write_all(&hdr).map_err(tmp_err)?;
-                out.write_all(&payload).map_err(tmp_err)?;
-                written += RECORD_HEADER as u64 + rec.payload_len as u64;
+            batch.push(payload);
+            if batch.len() == FINISH_BATCH {
+                written += write_compressed_batch(&mut batch, &mut out, &mut stats).map_err(tmp_err)?;
             }
         } else {
+            written += write_compressed_batch(&mut batch, &mut out, &mut stats).map_err(tmp_err)?;
             // Verbatim, streamed (header included).
             reader.seek(SeekFrom::Start(rec.offset)).map_err(TraceError::io(path))?;
             let n = RECORD_HEADER as u64 + rec.payload_len as u64;
@@ -595,6 +634,7 @@ pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishS
         }
         off = rec.end();
     }
+    written += write_compressed_batch(&mut batch, &mut out, &mut stats).map_err(tmp_err)?;
 
     // RUNINFO.
     let text = kv_text(runinfo.iter().map(|(k, v)| (k.as_str(), v.as_str())));
