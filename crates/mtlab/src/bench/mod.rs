@@ -29,17 +29,9 @@ pub enum BenchCommand {
     Malloc(malloc::MallocArgs),
 }
 
+/// Options every heap-tracer comparison takes.
 #[derive(Args, Debug)]
-pub struct TracerArgs {
-    /// Threads of the workload.
-    #[arg(long, default_value_t = 2)]
-    threads: u32,
-    /// Iterations (malloc+free pairs) per thread.
-    #[arg(long, default_value_t = 1_000_000)]
-    iterations: u64,
-    /// Repetitions of each configuration (interleaved).
-    #[arg(long, default_value_t = 5)]
-    reps: u32,
+pub struct CommonArgs {
     /// Directory for the traces (default: a temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -52,23 +44,31 @@ pub struct TracerArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct TracerArgs {
+    /// Threads of the workload.
+    #[arg(long, default_value_t = 2)]
+    threads: u32,
+    /// Iterations (malloc+free pairs) per thread.
+    #[arg(long, default_value_t = 1_000_000)]
+    iterations: u64,
+    /// Repetitions of each configuration (interleaved).
+    #[arg(long, default_value_t = 5)]
+    reps: u32,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Args, Debug)]
 pub struct ProgramArgs {
     /// Repetitions of each configuration (interleaved).
     #[arg(long, default_value_t = 3)]
     reps: u32,
-    /// Directory for the traces (default: a temporary directory).
-    #[arg(long)]
-    dir: Option<PathBuf>,
-    /// Skip heaptrack even if installed.
-    #[arg(long)]
-    no_heaptrack: bool,
+    #[command(flatten)]
+    common: CommonArgs,
     /// Run heaptrack in record-only mode (`--raw`): its interpreter runs out
     /// of memory on some programs (cc1 with heaptrack 1.4).
     #[arg(long)]
     heaptrack_raw: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    json: bool,
     /// The program to run, then its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     command: Vec<OsString>,
@@ -351,7 +351,7 @@ fn print_result(r: &BenchResult, json: bool) {
 pub fn run(cmd: BenchCommand) -> Result<ExitCode, BenchError> {
     match cmd {
         BenchCommand::Tracer(a) => {
-            let runner = Runner::new(a.dir, a.no_heaptrack, false)?;
+            let runner = Runner::new(a.common.dir, a.common.no_heaptrack, false)?;
             let workload = native::path(Part::MallocTest)?;
             let argv: Vec<OsString> = vec![
                 workload.into_os_string(),
@@ -373,10 +373,10 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, BenchError> {
                 configs,
                 report,
             };
-            print_result(&r, a.json);
+            print_result(&r, a.common.json);
         }
         BenchCommand::Program(a) => {
-            let runner = Runner::new(a.dir, a.no_heaptrack, a.heaptrack_raw)?;
+            let runner = Runner::new(a.common.dir, a.common.no_heaptrack, a.heaptrack_raw)?;
             let configs = runner.sweep(&a.command, a.reps, &|m, _| Ok(m.wall.as_secs_f64()))?;
             let report = Some(runner.report_speed()?);
             let r = BenchResult {
@@ -386,7 +386,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, BenchError> {
                 configs,
                 report,
             };
-            print_result(&r, a.json);
+            print_result(&r, a.common.json);
         }
         BenchCommand::Malloc(a) => {
             let r = malloc::run(a.clone())?;
