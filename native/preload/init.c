@@ -31,6 +31,7 @@
 HIDDEN struct mtlab_config mtlab_cfg;
 HIDDEN _Atomic int mtlab_state;
 HIDDEN struct mtlab_counters mtlab_counters;
+HIDDEN uint32_t mtlab_pid;
 
 static uint64_t env_u64(const char *name, uint64_t dflt) {
     const char *v = getenv(name);
@@ -84,6 +85,7 @@ static void fork_child(void) {
             munmap(page, MTLAB_CTL_SIZE);
         }
     } else if (mtlab_state == 1) {
+        mtlab_pid = mtlab_sys_getpid();
         start_clock();
         mtlab_writer_fork_child();
         mtlab_fork_child_reset();
@@ -110,6 +112,7 @@ __attribute__((constructor)) static void mtlab_start(void) {
         return;
     }
     copy(mtlab_cfg.out_path, sizeof mtlab_cfg.out_path, out);
+    mtlab_pid = mtlab_sys_getpid();
     const char *stacks = getenv("MTLAB_STACKS");
     mtlab_cfg.stacks = !(stacks && strcmp(stacks, "none") == 0);
     uint64_t depth = env_u64("MTLAB_DEPTH", 64);

@@ -185,6 +185,9 @@ HIDDEN int mtlab_sys_getrlimit(int resource, struct rlimit *rl);
 HIDDEN void *mtlab_sys_mmap(size_t len);
 HIDDEN void mtlab_sys_munmap(void *p, size_t len);
 HIDDEN uint32_t mtlab_gettid(void);
+HIDDEN uint32_t mtlab_sys_getpid(void);
+/* The process this state belongs to (a vfork child shares it but is not it). */
+extern HIDDEN uint32_t mtlab_pid;
 HIDDEN uint64_t mtlab_realtime_ns(void);
 HIDDEN size_t mtlab_strlen(const char *s);
 HIDDEN char *mtlab_append(char *dst, const char *end, const char *src);

@@ -503,6 +503,10 @@ EXPORT void *sbrk(intptr_t inc) {
 static void flush_before_exec(void) {
     struct mtlab_tls *t = &mtlab_tls;
     ensure_real();
+    /* A vfork child shares the parent's memory (gcc's driver starts cc1 so):
+     * touching mtlab's state from it would open files and flush buffers on
+     * the parent's behalf. Only a process of its own flushes. */
+    if (mtlab_sys_getpid() != mtlab_pid) return;
     if (!t->guard && atomic_load(&mtlab_state) == 1) {
         int saved = errno;
         t->guard++;

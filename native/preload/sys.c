@@ -46,6 +46,7 @@ void *mtlab_sys_mmap(size_t len) {
 }
 void mtlab_sys_munmap(void *p, size_t len) { raw6(SYS_munmap, (long)p, (long)len, 0, 0, 0, 0); }
 uint32_t mtlab_gettid(void) { return (uint32_t)raw6(SYS_gettid, 0, 0, 0, 0, 0, 0); }
+uint32_t mtlab_sys_getpid(void) { return (uint32_t)raw6(SYS_getpid, 0, 0, 0, 0, 0, 0); }
 
 uint64_t mtlab_realtime_ns(void) {
     struct timespec ts;

@@ -501,7 +501,12 @@ fn gcc_driver_children_are_traced() {
     assert!(a == b, "the traced compile produced a different object");
     let r = lab.report("t.mtl");
     assert!(r["cmdline"][0].as_str().unwrap().ends_with("gcc"));
+    // The driver starts cc1 with vfork: the child must not write the driver's
+    // trace for it (it once did, and the driver's own trace was lost).
+    assert_eq!(r["clean_end"], true, "the driver's own trace ends cleanly");
     let children = r["children"].as_array().unwrap();
+    assert!(children.iter().all(|c| c["pid"] != r["pid"]), "the root trace is the driver's, not a child's");
+    assert!(children.iter().all(|c| c["ppid"] == r["pid"]), "children are the driver's");
     let argv0 = |c: &serde_json::Value| c["cmdline"][0].as_str().unwrap_or("").to_string();
     let cc1 = children.iter().find(|c| argv0(c).ends_with("cc1")).unwrap_or_else(|| {
         panic!("no cc1 among {:?}", children.iter().map(argv0).collect::<Vec<_>>())
