@@ -376,9 +376,11 @@ impl Symbols {
             .collect()
     }
 
+    /// Does the stack reach a thread's or the process's first frames? The
+    /// last three frames are looked at: in a stripped program `_start` (and
+    /// even `main`) have no name, but the libc frames above them do.
     fn outermost_is_bottom(&mut self, pcs: &[u64]) -> bool {
-        let Some(&last) = pcs.last() else { return false };
-        self.sym.symbolize(last).iter().any(|f| f.function.as_deref().is_some_and(is_bottom))
+        pcs.iter().rev().take(3).any(|&pc| self.sym.symbolize(pc).iter().any(|f| f.function.as_deref().is_some_and(is_bottom)))
     }
 }
 
@@ -537,7 +539,7 @@ fn stack_quality(trace: &TraceFile, pass: &Pass, symbols: &mut Symbols) -> Stack
         format!(
             "stacks look truncated: {:.0}% of allocation calls have a stack that stops before main or a thread start; \
              the program or its libraries were likely built without frame pointers (-fno-omit-frame-pointer), \
-             so frame-pointer walking ends early",
+             so frame-pointer walking ends early: record with --unwind libgcc or --unwind libunwind for whole stacks",
             fraction * 100.0
         )
     });
