@@ -91,6 +91,9 @@ enum mtlab_event_kind {
 #define MTLAB_CTL_ON 0x1u     /* sampling mode is set up */
 #define MTLAB_CTL_ACTIVE 0x2u /* sampling allocations now */
 #define MTLAB_CTL_LIVE 0x4u   /* sampled blocks may be live: frees are checked */
+/* sigqueue() value that marks the signal as a dump request (any other
+ * sender of the signal toggles sampling). */
+#define MTLAB_CTL_DUMP_VALUE 0x6d746c64u
 
 struct mtlab_ctl_page {
     /* First cache line: read on every allocation call, written only by ctl. */

@@ -213,16 +213,21 @@ static void flush_all_locked(void) {
     }
 }
 
-static void on_signal(int sig) {
+/* `mtlab ctl dump` queues the signal with MTLAB_CTL_DUMP_VALUE: flush (once
+ * for any number of queued requests); any other sender toggles sampling. */
+static void on_signal(int sig, siginfo_t *info, void *uctx) {
     (void)sig;
+    (void)uctx;
     if (!mtlab_ctl) return; /* between fork and the child's new page */
     int saved = errno;
     mtlab_tls.guard++;
-    uint64_t seq = __atomic_load_n(&mtlab_ctl->dump_seq, __ATOMIC_ACQUIRE);
-    if (seq != __atomic_load_n(&mtlab_ctl->dump_done, __ATOMIC_ACQUIRE)) {
-        flush_all_locked();
-        mtlab_write_maps();
-        __atomic_store_n(&mtlab_ctl->dump_done, seq, __ATOMIC_RELEASE);
+    if (info && info->si_code == SI_QUEUE && info->si_value.sival_int == (int)MTLAB_CTL_DUMP_VALUE) {
+        uint64_t seq = __atomic_load_n(&mtlab_ctl->dump_seq, __ATOMIC_ACQUIRE);
+        if (seq != __atomic_load_n(&mtlab_ctl->dump_done, __ATOMIC_ACQUIRE)) {
+            flush_all_locked();
+            mtlab_write_maps();
+            __atomic_store_n(&mtlab_ctl->dump_done, seq, __ATOMIC_RELEASE);
+        }
     } else {
         __atomic_fetch_xor(&mtlab_ctl->state, MTLAB_CTL_ACTIVE, __ATOMIC_RELAXED);
     }
@@ -257,8 +262,8 @@ void mtlab_sampler_init(uint64_t interval, int active, int sig) {
     mtlab_writer_path(page->trace_path, sizeof page->trace_path);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_signal;
-    sa.sa_flags = SA_RESTART;
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
     sigaction(sig, &sa, NULL);
     __atomic_store_n(&page->state, MTLAB_CTL_ON | (active ? MTLAB_CTL_ACTIVE : 0), __ATOMIC_RELEASE);

@@ -280,9 +280,18 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
             outcome.wall.as_secs_f64(),
             first.display()
         ),
-        None => eprintln!(
-            "mtlab: no trace was written: the program made no traced call (statically linked, or it cleared LD_PRELOAD)"
-        ),
+        None => match std::os::unix::process::ExitStatusExt::signal(&outcome.status) {
+            Some(sig) => eprintln!(
+                "mtlab: no trace was written: the program was killed by signal {sig} before mtlab's first write \
+                 (events reach the file when a 64 KiB buffer fills or the program exits normally)"
+            ),
+            None => eprintln!(
+                "mtlab: no trace was written: the program made no traced call (statically linked, or it cleared LD_PRELOAD)"
+            ),
+        },
+    }
+    for w in &outcome.warnings {
+        eprintln!("mtlab: warning: {w}");
     }
     if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&outcome.status) {
         reraise(sig);
@@ -291,9 +300,12 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
 }
 
 /// Ends mtlab by the signal that ended the program, so shells see the same.
+/// No core dump of mtlab's own: it would overwrite the program's `core`.
 fn reraise(sig: i32) {
-    // SAFETY: resetting to the default action and raising are plain libc calls.
+    let no_core = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: setrlimit, signal and raise are plain libc calls with valid arguments.
     unsafe {
+        libc::setrlimit(libc::RLIMIT_CORE, &no_core);
         libc::signal(sig, libc::SIG_DFL);
         libc::raise(sig);
     }

@@ -132,8 +132,11 @@ impl CtlPage {
     pub fn request_dump(&self, pid: u32, timeout: Duration) -> Result<(), CtlError> {
         let seq = self.u64_at(CTL_OFF_DUMP_SEQ).fetch_add(1, Ordering::AcqRel) + 1;
         let signal = self.signal();
-        // SAFETY: sending a signal to a process we checked exists.
-        unsafe { libc::kill(pid as libc::pid_t, signal as libc::c_int) };
+        // Queued with a marker value: the handler dumps, and never toggles
+        // sampling (a plain `kill -s RTMIN+7` does).
+        let value = libc::sigval { sival_ptr: CTL_DUMP_VALUE as usize as *mut libc::c_void };
+        // SAFETY: queuing a signal to a process we checked exists.
+        unsafe { libc::sigqueue(pid as libc::pid_t, signal as libc::c_int, value) };
         let start = Instant::now();
         while self.u64_at(CTL_OFF_DUMP_DONE).load(Ordering::Acquire) < seq {
             if start.elapsed() > timeout {

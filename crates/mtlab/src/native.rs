@@ -54,7 +54,23 @@ fn cache_root() -> PathBuf {
     if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(home).join(".cache/mtlab");
     }
+    // Shared /tmp: only a directory we own and nobody else can write is used
+    // (checked in path()), so no other user can plant a library in it.
     std::env::temp_dir().join(format!("mtlab-{}", current_uid()))
+}
+
+/// Creates `dir` (mode 0700 when new) and refuses one another user could write to.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let m = std::fs::metadata(dir)?;
+    if m.uid() != current_uid() || m.mode() & 0o022 != 0 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the directory belongs to another user or others can write to it",
+        ));
+    }
+    Ok(())
 }
 
 fn current_uid() -> u32 {
@@ -67,7 +83,10 @@ pub fn path(part: Part) -> Result<PathBuf, UnpackError> {
     let bytes = part.bytes();
     let dir = cache_root().join(format!("{}-{:016x}", env!("CARGO_PKG_VERSION"), fnv1a(bytes)));
     let target = dir.join(part.file_name());
-    if std::fs::metadata(&target).map(|m| m.len() == bytes.len() as u64).unwrap_or(false) {
+    private_dir(&dir).map_err(|source| UnpackError { dir: dir.clone(), source })?;
+    // The whole content is compared, not just the length: a cached copy is
+    // used only if it is exactly what this binary carries.
+    if std::fs::read(&target).map(|b| b == bytes).unwrap_or(false) {
         return Ok(target);
     }
     write_atomically(&dir, &target, bytes).map_err(|source| UnpackError { dir: dir.clone(), source })?;
@@ -75,7 +94,6 @@ pub fn path(part: Part) -> Result<PathBuf, UnpackError> {
 }
 
 fn write_atomically(dir: &Path, target: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
     let tmp = dir.join(format!(".{}.{}", target.file_name().unwrap().to_string_lossy(), std::process::id()));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(bytes)?;

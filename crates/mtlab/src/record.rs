@@ -90,6 +90,8 @@ pub struct RecordOutcome {
     pub wall: Duration,
     pub baseline_wall: Option<Duration>,
     pub bytes: u64,
+    /// Traces that could not be finished, or damage found while finishing.
+    pub warnings: Vec<String>,
 }
 
 impl RecordOutcome {
@@ -97,6 +99,15 @@ impl RecordOutcome {
     pub fn exit_code(&self) -> i32 {
         self.status.code().unwrap_or_else(|| 128 + self.status.signal().unwrap_or(0))
     }
+}
+
+/// Is the process that writes `t` (named ROOT.PID[.N], see trace_family) still alive?
+fn still_running(root: &Path, t: &Path) -> bool {
+    let prefix = format!("{}.", root.file_name().unwrap_or_default().to_string_lossy());
+    let name = t.file_name().unwrap_or_default().to_string_lossy().to_string();
+    let pid = name.strip_prefix(&prefix).and_then(|rest| rest.split('.').next()).and_then(|p| p.parse::<i32>().ok());
+    // SAFETY: kill with signal 0 only checks that the process exists.
+    pid.is_some_and(|p| p > 0 && unsafe { libc::kill(p, 0) } == 0)
 }
 
 /// Finds PROGRAM as the shell would: a path if it has a slash, else in PATH.
@@ -175,30 +186,59 @@ pub fn tsc_hz() -> u64 {
 fn run(mut cmd: Command, program: &str) -> Result<(ExitStatus, Duration), RecordError> {
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
-    // Like time(1): a ^C reaches the program; mtlab stays to finish the trace.
-    let _guard = IgnoreInterrupts::new();
+    let _guard = SignalGuard::new(child.id());
     let status = child.wait().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
     Ok((status, start.elapsed()))
 }
 
-struct IgnoreInterrupts {
-    old: [libc::sighandler_t; 2],
-}
+/// The program being waited for, for the forwarding handler.
+static CHILD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
-impl IgnoreInterrupts {
-    fn new() -> Self {
-        // SAFETY: installing SIG_IGN is async-signal-safe and restored on drop.
-        unsafe { IgnoreInterrupts { old: [libc::signal(libc::SIGINT, libc::SIG_IGN), libc::signal(libc::SIGQUIT, libc::SIG_IGN)] } }
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(std::sync::atomic::Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
     }
 }
 
-impl Drop for IgnoreInterrupts {
+/// While the program runs: like time(1), a ^C or ^\ from the terminal reaches
+/// the program (same process group) and mtlab stays to finish the trace;
+/// TERM and HUP sent to mtlab are passed on to the program, which would
+/// otherwise be left running alone.
+struct SignalGuard {
+    old: [libc::sighandler_t; 4],
+}
+
+const GUARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
+
+impl SignalGuard {
+    fn new(child: u32) -> Self {
+        CHILD.store(child as i32, std::sync::atomic::Ordering::Relaxed);
+        let handler = forward as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        // SAFETY: installing SIG_IGN or an async-signal-safe handler; restored on drop.
+        unsafe {
+            SignalGuard {
+                old: [
+                    libc::signal(libc::SIGINT, libc::SIG_IGN),
+                    libc::signal(libc::SIGQUIT, libc::SIG_IGN),
+                    libc::signal(libc::SIGTERM, handler),
+                    libc::signal(libc::SIGHUP, handler),
+                ],
+            }
+        }
+    }
+}
+
+impl Drop for SignalGuard {
     fn drop(&mut self) {
         // SAFETY: restores the handlers saved in new().
         unsafe {
-            libc::signal(libc::SIGINT, self.old[0]);
-            libc::signal(libc::SIGQUIT, self.old[1]);
+            for (sig, old) in GUARDED.iter().zip(self.old) {
+                libc::signal(*sig, old);
+            }
         }
+        CHILD.store(0, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -228,8 +268,9 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
 
     let baseline_wall = if cfg.baseline {
         let mut cmd = Command::new(&program);
-        cmd.args(&cfg.args);
-        eprintln!("mtlab: baseline run of {shown} (untraced)");
+        // The traced run gets the real stdin; the baseline reads nothing.
+        cmd.args(&cfg.args).stdin(std::process::Stdio::null());
+        eprintln!("mtlab: baseline run of {shown} (untraced, stdin from /dev/null)");
         Some(run(cmd, &shown)?.1)
     } else {
         None
@@ -274,11 +315,25 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         runinfo.push(("baseline_wall_ns".into(), b.as_nanos().to_string()));
     }
     let mut bytes = 0;
+    let mut warnings = Vec::new();
     for (i, t) in traces.iter().enumerate() {
-        let info: &[(String, String)] = if i == 0 && *t == output { &runinfo } else { &[] };
-        bytes += trace::finish_trace(t, info)?.bytes_after;
+        let root = i == 0 && *t == output;
+        if !root && still_running(&output, t) {
+            // A descendant outlived the program: its file is still being
+            // written and must not be replaced under it.
+            warnings.push(format!("{}: its process is still running; left as written (uncompressed)", t.display()));
+            continue;
+        }
+        let info: &[(String, String)] = if root { &runinfo } else { &[] };
+        match trace::finish_trace(t, info) {
+            Ok(stats) => {
+                bytes += stats.bytes_after;
+                warnings.extend(stats.warnings.into_iter().map(|w| format!("{}: {w}", t.display())));
+            }
+            Err(e) => warnings.push(format!("{}: not finished: {e}", t.display())),
+        }
     }
-    Ok(RecordOutcome { status, traces, wall, baseline_wall, bytes })
+    Ok(RecordOutcome { status, traces, wall, baseline_wall, bytes, warnings })
 }
 
 #[cfg(test)]

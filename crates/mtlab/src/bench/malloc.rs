@@ -445,10 +445,19 @@ fn coverage(runner: &Runner, a: &MallocArgs, results: &[ConfigResult]) -> Result
     )
     .map_err(|e| BenchError::Output(format!("simulating the sampler: {e}")))?;
     let rec = crate::profile::simulate::recommend(&sim.points, 0.9);
+    // The overhead of the configuration the coverage trace ran: mtlab fp on
+    // glibc, and for malloc-test the fewest threads swept.
+    let threads = if w == Workload::Pipeline { 1 } else { a.threads.iter().copied().min().unwrap_or(1) };
     let overhead = rec.and_then(|i| {
         results
             .iter()
-            .filter(|r| r.workload == w && r.interval == Some(i) && r.label == "mtlab fp")
+            .filter(|r| {
+                r.workload == w
+                    && r.interval == Some(i)
+                    && r.label == "mtlab fp"
+                    && r.config.allocator == "glibc"
+                    && r.threads == threads
+            })
             .map(|r| r.increase_pct)
             .next()
     });
@@ -465,6 +474,14 @@ pub fn run(a: MallocArgs) -> Result<MallocBenchResult, BenchError> {
     };
     if a.unwinders.contains(&Unwind::Libunwind) && !crate::record::library_available("libunwind.so.8") {
         return Err(BenchError::Output("--unwinders libunwind: libunwind is not installed (apt-get install libunwind8)".into()));
+    }
+    if !a.no_jemalloc && allocator_library("jemalloc").is_some() {
+        if let Some(bad) = a.intervals.iter().find(|i| !i.is_power_of_two()) {
+            return Err(BenchError::Output(format!(
+                "jemalloc's profiler samples at powers of two only (lg_prof_sample): {} is not one; use powers of two or --no-jemalloc",
+                format_size(*bad)
+            )));
+        }
     }
     let cfgs = configs(&a);
     let mut results = Vec::new();

@@ -139,7 +139,7 @@ fn cycles_per_op(stdout: &str, what: &str) -> Result<f64, BenchError> {
 }
 
 pub(crate) fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     if n == 0 {
         f64::NAN

@@ -386,7 +386,7 @@ impl Symbols {
 
 pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport, TraceError> {
     let total: u64 = trace.chunks.iter().map(|c| c.n_events as u64).sum();
-    let every = (total / opts.max_points.max(1) as u64).max(1);
+    let every = total.div_ceil(opts.max_points.max(1) as u64).max(1);
     let mut pass = Pass {
         trace,
         heap: {

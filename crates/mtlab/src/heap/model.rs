@@ -224,15 +224,18 @@ impl ShadowHeap {
         self.objects.get(&addr)
     }
 
-    /// Adds or resizes a region starting at `start`; objects already live in
-    /// the new range are taken in.
+    /// Adds a region, or — for the brk heap and arena heaps, which grow and
+    /// shrink in place — resizes the one starting at `start`. A new mapping
+    /// replaces whatever it overlaps (mmap semantics). Objects already live
+    /// in the new range are taken in.
     pub fn map(&mut self, start: u64, end: u64, kind: RegionKind) {
         if end <= start {
             return;
         }
         self.last_region.set((0, 0));
+        let resizable = matches!(kind, RegionKind::Brk | RegionKind::Arena);
         if let Some(r) = self.regions.get(&start) {
-            if r.kind == kind {
+            if resizable && r.kind == kind {
                 let old_end = r.end;
                 self.set_region_end(start, end, old_end);
                 return;
@@ -265,12 +268,27 @@ impl ShadowHeap {
             self.unmap(end, old_end);
             return;
         }
+        // Whatever the grown part overlaps is replaced, as the kernel would.
+        self.unmap(old_end, end);
         let grow = end - old_end;
-        let r = self.regions.get_mut(&start).unwrap();
+        let Some(r) = self.regions.get_mut(&start) else { return };
         r.end = end;
+        let kind = r.kind;
         self.mapped_bytes += grow;
-        if r.kind == RegionKind::Brk {
+        if kind == RegionKind::Brk {
             self.brk_bytes += grow;
+        }
+        // Objects seen in the grown part before the growth was are taken in.
+        let inside: Vec<u64> = self.unplaced.iter().copied().filter(|&a| a >= old_end && a < end).collect();
+        for a in inside {
+            self.unplaced.remove(&a);
+            let size = {
+                let o = self.objects.get_mut(&a).expect("unplaced objects are live");
+                o.region = start;
+                o.size
+            };
+            self.unplaced_bytes = self.unplaced_bytes.saturating_sub(size);
+            self.update_region(start, |r, _| place(r, a, size));
         }
     }
 
@@ -283,7 +301,8 @@ impl ShadowHeap {
         let first = self.regions.range(..start).next_back().filter(|(_, r)| r.end > start).map(|(&s, _)| s);
         let touched: Vec<u64> = first.into_iter().chain(self.regions.range(start..end).map(|(&s, _)| s)).collect();
         for s in touched {
-            let r = self.regions.remove(&s).unwrap();
+            // An earlier step of this loop may have removed it already.
+            let Some(r) = self.regions.remove(&s) else { continue };
             self.sum_span -= r.span(s);
             self.sum_region_live -= r.live_bytes;
             self.sum_frag -= r.frag(s);
@@ -473,6 +492,36 @@ mod tests {
         h.alloc(0x12000, 100, 100, 4);
         h.free(0x12000);
         assert_eq!(h.regions[&0x10000].last_end, 0x11000 + 100);
+    }
+
+    #[test]
+    fn overlapping_maps_replace_and_growth_adopts() {
+        let mut h = ShadowHeap::new(0);
+        // Three mappings, then a bigger one at the first one's start: mmap replaces.
+        h.map(0x10000, 0x11000, RegionKind::Mmap);
+        h.map(0x11000, 0x12000, RegionKind::Mmap);
+        h.map(0x12000, 0x13000, RegionKind::Mmap);
+        h.map(0x10000, 0x14000, RegionKind::Mmap);
+        assert_eq!(h.snapshot().regions, 1);
+        assert_eq!(h.snapshot().mapped_bytes, 0x4000);
+        h.unmap(0x11000, 0x12000);
+        assert_eq!(h.snapshot().regions, 2);
+        assert_eq!(h.snapshot().mapped_bytes, 0x3000);
+        // A fixed mapping over the first page of a big one does not shrink it.
+        h.map(0x20000, 0x30000, RegionKind::Mmap);
+        h.alloc(0x28000, 100, 100, 1);
+        h.map(0x20000, 0x21000, RegionKind::Mmap);
+        let s = h.snapshot();
+        assert_eq!(s.unplaced_bytes, 0, "the object stays placed");
+        assert_eq!(s.mapped_bytes, 0x3000 + 0x10000);
+        // The brk heap grows over an object seen before the growth.
+        let mut b = ShadowHeap::new(0x1000);
+        b.set_break(0x2000);
+        b.alloc(0x2800, 100, 100, 1);
+        assert_eq!(b.snapshot().unplaced_bytes, 100);
+        b.set_break(0x3000);
+        assert_eq!(b.snapshot().unplaced_bytes, 0);
+        assert_eq!(b.snapshot().regions, 1);
     }
 
     #[test]

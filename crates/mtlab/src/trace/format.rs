@@ -67,6 +67,7 @@ pub const CTL_SIZE: u32 = 4096;
 pub const CTL_ON: u32 = 0x1;
 pub const CTL_ACTIVE: u32 = 0x2;
 pub const CTL_LIVE: u32 = 0x4;
+pub const CTL_DUMP_VALUE: u32 = 0x6d74_6c64;
 pub const CTL_OFF_STATE: u32 = 16;
 pub const CTL_OFF_SIGNAL: u32 = 20;
 pub const CTL_OFF_INTERVAL: u32 = 24;
@@ -151,6 +152,7 @@ mod tests {
             ("CTL_ON", CTL_ON as u64),
             ("CTL_ACTIVE", CTL_ACTIVE as u64),
             ("CTL_LIVE", CTL_LIVE as u64),
+            ("CTL_DUMP_VALUE", CTL_DUMP_VALUE as u64),
             ("CTL_OFF_STATE", CTL_OFF_STATE as u64),
             ("CTL_OFF_SIGNAL", CTL_OFF_SIGNAL as u64),
             ("CTL_OFF_INTERVAL", CTL_OFF_INTERVAL as u64),
