@@ -172,6 +172,15 @@ pub struct Frame {
 impl Frame {
     /// A short human-readable form: `func (file.c:12)`, `func (file.c)`, `func`,
     /// `module+0xoff`, or `0xpc` for a pc outside every mapping.
+    /// The function's name, or for an unresolved frame its location in the
+    /// form of [`Frame::display`] (`module+0xoff`, `0xpc`).
+    pub fn name_or_location(&self) -> String {
+        match self.function.as_deref() {
+            Some(n) if !n.trim().is_empty() => n.to_string(),
+            _ => Frame { function: None, file: None, line: None, ..self.clone() }.display(),
+        }
+    }
+
     pub fn display(&self) -> String {
         let loc = self.file.as_deref().map(|f| {
             let base = f.rsplit('/').next().filter(|s| !s.is_empty()).unwrap_or(f);

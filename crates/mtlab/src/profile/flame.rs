@@ -70,16 +70,7 @@ pub const EMPTY_STACK: &str = "[no stack]";
 
 /// A frame's name in a folded stack.
 fn frame_name(f: &Frame) -> String {
-    let name = match f.function.as_deref() {
-        Some(n) if !n.trim().is_empty() => n.to_string(),
-        _ => Frame {
-            function: None,
-            file: None,
-            line: None,
-            ..f.clone()
-        }
-        .display(),
-    };
+    let name = f.name_or_location();
     name.chars()
         .map(|c| match c {
             ';' => ',',

@@ -263,16 +263,7 @@ impl Strings {
 /// The name pprof shows for a frame: the function, or for an unresolved frame the same
 /// `module+0xoffset` / `0xpc` form as [`Frame::display`].
 fn frame_function_name(f: &Frame) -> String {
-    match f.function.as_deref() {
-        Some(name) if !name.is_empty() => name.to_string(),
-        _ => Frame {
-            function: None,
-            file: None,
-            line: None,
-            ..f.clone()
-        }
-        .display(),
-    }
+    f.name_or_location()
 }
 
 /// Builds the pprof message (not yet encoded) for `profile`.
