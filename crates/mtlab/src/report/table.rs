@@ -157,7 +157,14 @@ pub fn render(run: &RunReport) -> String {
         let _ = writeln!(out, "══ {role} {} — {} ══", p.pid, p.cmdline.join(" "));
         let _ = writeln!(out, "trace: {}", p.file);
         let dur = p.duration_ns.map(|n| format!("{:.3} s", n as f64 / 1e9)).unwrap_or_else(|| "unknown".into());
-        let _ = writeln!(out, "allocator: {} ({}), events: {}, traced time: {dur}", p.allocator, p.allocator_path, p.events);
+        match &p.profile {
+            Some(prof) => {
+                let _ = writeln!(out, "allocator: {} ({}), samples: {}, traced time: {dur}", p.allocator, p.allocator_path, prof.samples);
+            }
+            None => {
+                let _ = writeln!(out, "allocator: {} ({}), events: {}, traced time: {dur}", p.allocator, p.allocator_path, p.events);
+            }
+        }
         if let Some(e) = &p.exit {
             let _ = writeln!(out, "program ended with {e}");
         }
