@@ -6,6 +6,7 @@
  * by the next new thread, so programs that churn threads use bounded memory.
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
 #include <unistd.h>
@@ -127,30 +128,49 @@ void mtlab_set_main_stack(uint64_t lo, uint64_t hi) {
     main_hi = (uintptr_t)hi;
 }
 
-/* This thread's stack. The initial thread is recognised by address, not by
- * tid (a fork child's only thread may be a non-initial one with tid == pid),
- * and is not asked of pthread_getattr_np, which reads /proc with stdio,
- * i.e. calls malloc, moving the break under a program that uses sbrk. */
+/* This thread's stack: the mapping that holds the current frame, found in
+ * /proc/self/maps with raw reads into a stack buffer. Nothing here may
+ * allocate: the first event of a thread can come from inside the allocator
+ * (an mmap made while it holds its own lock), and pthread_getattr_np calls
+ * realloc. The initial thread's range comes from the constructor. */
 static void stack_bounds(uintptr_t *lo, uintptr_t *hi) {
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    *lo = *hi = 0; /* unknown: no frame-pointer walks on this thread */
     if (main_hi && here >= main_lo && here < main_hi) {
         *lo = main_lo;
         *hi = main_hi;
         return;
     }
-    pthread_attr_t attr;
-    void *addr = NULL;
-    size_t size = 0;
-    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
-        pthread_attr_getstack(&attr, &addr, &size);
-        pthread_attr_destroy(&attr);
+    int fd = mtlab_sys_open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return;
+    char buf[4096];
+    size_t have = 0;
+    for (;;) {
+        long n = mtlab_sys_read(fd, buf + have, sizeof buf - have);
+        if (n <= 0) break;
+        have += (size_t)n;
+        size_t start = 0;
+        for (size_t i = 0; i < have; i++) {
+            if (buf[i] != '\n') continue;
+            /* "lo-hi perms ..." */
+            uintptr_t a = 0, b = 0;
+            size_t k = start;
+            for (; k < i && buf[k] != '-'; k++) a = a * 16 + (uintptr_t)(buf[k] <= '9' ? buf[k] - '0' : buf[k] - 'a' + 10);
+            for (k++; k < i && buf[k] != ' '; k++) b = b * 16 + (uintptr_t)(buf[k] <= '9' ? buf[k] - '0' : buf[k] - 'a' + 10);
+            if (here >= a && here < b) {
+                *lo = a;
+                *hi = b;
+                mtlab_sys_close(fd);
+                return;
+            }
+            start = i + 1;
+        }
+        /* Keep the unfinished last line for the next read. */
+        memmove(buf, buf + start, have - start);
+        have -= start;
+        if (have == sizeof buf) have = 0; /* a line longer than the buffer: skip it */
     }
-    if (!addr || here < (uintptr_t)addr || here >= (uintptr_t)addr + size) {
-        *lo = *hi = 0; /* unknown: no frame-pointer walks on this thread */
-        return;
-    }
-    *lo = (uintptr_t)addr;
-    *hi = (uintptr_t)addr + size;
+    mtlab_sys_close(fd);
 }
 
 /* The calling thread's buffer, set up on first use. Caller holds the guard. */
