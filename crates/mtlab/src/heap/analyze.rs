@@ -419,6 +419,10 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         }
     }
     let mut warnings = trace.warnings.clone();
+    // Damage that `mtlab record` found (and cut off) when it finished the file.
+    warnings.extend(
+        trace.runinfo.iter().filter(|(k, _)| k == "finish_warning").map(|(_, v)| format!("when recorded: {v}")),
+    );
     warnings.extend(items.warnings().iter().cloned());
     if pass.events % every != 0 || pass.series.is_empty() {
         pass.point(last_tsc);

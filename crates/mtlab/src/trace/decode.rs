@@ -1778,6 +1778,9 @@ mod tests {
         assert!(tf.warnings.is_empty(), "{:?}", tf.warnings);
         assert_eq!(tf.chunks.len(), 1);
         assert_eq!(tf.runinfo_get("signal"), Some("9"));
+        // The damage finish_trace cut off is kept for the report to show.
+        let kept = tf.runinfo_get("finish_warning").unwrap_or_default();
+        assert!(kept.contains(&format!("at byte {}", offs[1])), "{kept}");
         assert_eq!(tf.items().unwrap().count(), 100);
     }
 

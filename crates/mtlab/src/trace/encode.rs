@@ -636,8 +636,14 @@ pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishS
     }
     written += write_compressed_batch(&mut batch, &mut out, &mut stats).map_err(tmp_err)?;
 
-    // RUNINFO.
-    let text = kv_text(runinfo.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    // RUNINFO, with the damage found here: the records after it are gone from
+    // the rewritten file, so the report must still be able to say so.
+    let text = kv_text(
+        runinfo
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .chain(stats.warnings.iter().map(|w| ("finish_warning", w.as_str()))),
+    );
     let mut hdr = [0u8; RECORD_HEADER as usize];
     hdr[0..4].copy_from_slice(&(text.len() as u32).to_le_bytes());
     hdr[4..6].copy_from_slice(&REC_RUNINFO.to_le_bytes());
