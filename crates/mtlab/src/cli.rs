@@ -441,7 +441,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     let sampled = load_reports(&sampled_out, true, &AnalyzeOptions::default())?;
     print_out(&report::table::render(&sampled));
     let truth: f64 = full.processes.first().map(|p| p.functions["malloc"].mean_size * p.functions["malloc"].calls as f64).unwrap_or(0.0);
-    if let Some(est) = sampled.processes.first().and_then(|p| p.profile.as_ref()) {
+    if let Some(est) = sampled.processes.first().and_then(|p| p.profile.as_ref()).map(|p| &p.totals) {
         print_out(&format!(
             "malloc bytes: {:.0} counted by the full trace; {:.0} ± {:.0} estimated from {} samples ({:+.2} %)\n",
             truth,

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::model::{HeapSnapshot, RegionKind, ShadowHeap};
 use super::stats::{CycleSummary, FuncStats};
-use crate::profile::sampled::{read_sampled, Estimate};
+use crate::profile::sampled::{read_sampled, Estimate, SampledTotals};
 use crate::symbolize::{parse_maps, Symbolizer};
 use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
 use crate::trace::{EventKind, Func, Item, TraceError, TraceFile};
@@ -163,14 +163,9 @@ pub struct SampledSite {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SampledSummary {
-    pub intervals: Vec<u64>,
+    #[serde(flatten)]
+    pub totals: SampledTotals,
     pub unwind: String,
-    pub samples: u64,
-    pub sample_frees: u64,
-    pub alloc_bytes: Estimate,
-    pub alloc_objects: Estimate,
-    pub inuse_bytes: Estimate,
-    pub inuse_objects: Estimate,
     pub top: Vec<SampledSite>,
 }
 
@@ -481,17 +476,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
                 frames: symbols.frames(&s.pcs),
             })
             .collect();
-        Some(SampledSummary {
-            intervals: p.intervals,
-            unwind: trace.header.unwind.clone(),
-            samples: p.samples,
-            sample_frees: p.sample_frees,
-            alloc_bytes: p.alloc_bytes,
-            alloc_objects: p.alloc_objects,
-            inuse_bytes: p.inuse_bytes,
-            inuse_objects: p.inuse_objects,
-            top,
-        })
+        Some(SampledSummary { totals: p.totals, unwind: trace.header.unwind.clone(), top })
     } else {
         None
     };

@@ -49,8 +49,9 @@ pub struct SampledStack {
     pub inuse_objects: Estimate,
 }
 
+/// A sampled profile's totals, as reported (JSON keys at the profile's top level).
 #[derive(Debug, Clone, Serialize)]
-pub struct SampledProfile {
+pub struct SampledTotals {
     /// Intervals seen in the samples (more than one if changed at run time).
     pub intervals: Vec<u64>,
     pub samples: u64,
@@ -59,6 +60,12 @@ pub struct SampledProfile {
     pub alloc_objects: Estimate,
     pub inuse_bytes: Estimate,
     pub inuse_objects: Estimate,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SampledProfile {
+    #[serde(flatten)]
+    pub totals: SampledTotals,
     pub stacks: Vec<SampledStack>,
     #[serde(skip)]
     pub data: ProfileData,
@@ -171,13 +178,15 @@ pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
         duration_ns: if first_tsc <= last_tsc { trace.header.ns_since_start(last_tsc).unwrap_or(0) } else { 0 },
     };
     Ok(SampledProfile {
-        intervals,
-        samples,
-        sample_frees: frees,
-        alloc_bytes: total.alloc_bytes,
-        alloc_objects: total.alloc_objects,
-        inuse_bytes: total.inuse_bytes,
-        inuse_objects: total.inuse_objects,
+        totals: SampledTotals {
+            intervals,
+            samples,
+            sample_frees: frees,
+            alloc_bytes: total.alloc_bytes,
+            alloc_objects: total.alloc_objects,
+            inuse_bytes: total.inuse_bytes,
+            inuse_objects: total.inuse_objects,
+        },
         stacks: list,
         data,
     })

@@ -109,14 +109,15 @@ fn estimate(e: &crate::profile::sampled::Estimate, bytes: bool) -> String {
     }
 }
 
-fn sampled(p: &crate::heap::analyze::SampledSummary) -> String {
+fn sampled(summary: &crate::heap::analyze::SampledSummary) -> String {
+    let p = &summary.totals;
     let intervals: Vec<String> = p.intervals.iter().map(|&i| crate::units::format_size(i)).collect();
     let mut out = format!(
         "sampled profile: {} samples at mean interval {} (unwinder {}), {} sampled blocks freed\n\
          estimated allocated: {} in {} objects; in use at the end: {} in {} objects (± = 95 % confidence)\n",
         p.samples,
         if intervals.is_empty() { "-".to_string() } else { intervals.join(", ") },
-        p.unwind,
+        summary.unwind,
         p.sample_frees,
         estimate(&p.alloc_bytes, true),
         estimate(&p.alloc_objects, false),
@@ -124,7 +125,7 @@ fn sampled(p: &crate::heap::analyze::SampledSummary) -> String {
         estimate(&p.inuse_objects, false),
     );
     let mut t = table(&["#", "samples", "allocated bytes", "allocated objects", "in-use bytes", "stack (innermost first)"]);
-    for (i, s) in p.top.iter().enumerate() {
+    for (i, s) in summary.top.iter().enumerate() {
         let site = SiteReport {
             stack_id: s.stack_id,
             calls: 0,
@@ -159,7 +160,7 @@ pub fn render(run: &RunReport) -> String {
         let dur = p.duration_ns.map(|n| format!("{:.3} s", n as f64 / 1e9)).unwrap_or_else(|| "unknown".into());
         match &p.profile {
             Some(prof) => {
-                let _ = writeln!(out, "allocator: {} ({}), samples: {}, traced time: {dur}", p.allocator, p.allocator_path, prof.samples);
+                let _ = writeln!(out, "allocator: {} ({}), samples: {}, traced time: {dur}", p.allocator, p.allocator_path, prof.totals.samples);
             }
             None => {
                 let _ = writeln!(out, "allocator: {} ({}), events: {}, traced time: {dur}", p.allocator, p.allocator_path, p.events);
