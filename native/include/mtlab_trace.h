@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define MTLAB_TRACE_MAGIC "MTLABTR\0" /* 8 bytes */
-#define MTLAB_TRACE_VERSION 1u
+#define MTLAB_TRACE_VERSION 2u
 
 /* File header: magic[8], u32 version, u32 text_len, then text_len bytes of
  * "key=value\n" lines (see docs/trace-format.md for the keys). */
@@ -24,6 +24,7 @@
 /* Record header: u32 payload_len, u16 type, u16 flags, then the payload. */
 #define MTLAB_RECORD_HEADER 8u
 #define MTLAB_RECORD_FLAG_ZSTD 0x1u /* zstd frame (EVENTS: after the 24-byte chunk header) */
+#define MTLAB_RECORD_FLAG_COLUMNS 0x2u /* EVENTS, with ZSTD: events in the column layout (written by mtlab after the run) */
 
 enum mtlab_record_type {
     MTLAB_REC_EVENTS = 1,  /* one thread's chunk of events */

@@ -237,6 +237,8 @@ pub struct ChunkInfo {
     pub payload_len: u32,
     /// The event bytes are one zstd frame.
     pub compressed: bool,
+    /// ... holding the column layout (`columns.rs`) rather than rows.
+    pub columns: bool,
     pub tid: u32,
     pub n_events: u32,
     pub first_tsc: u64,
@@ -398,6 +400,7 @@ pub(crate) fn parse_chunk_header(rec: &RecHdr, head: &[u8]) -> Result<ChunkInfo,
         offset: rec.offset,
         payload_len: rec.payload_len,
         compressed: rec.flags & RECORD_FLAG_ZSTD != 0,
+        columns: rec.flags & RECORD_FLAG_ZSTD != 0 && rec.flags & RECORD_FLAG_COLUMNS != 0,
         tid: u32_at(0),
         n_events: u32_at(4),
         first_tsc: u64_at(8),
@@ -611,8 +614,9 @@ fn record_name(ty: u16) -> &'static str {
 // Event decoding.
 
 #[derive(Debug)]
-enum DecErr {
+pub(crate) enum DecErr {
     Eof,
+    Columns(&'static str),
     VarintOverflow,
     UnknownKind(u8),
     StackIdTooLarge(u64),
@@ -623,6 +627,7 @@ impl std::fmt::Display for DecErr {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DecErr::Eof => write!(f, "an event runs past the end of the chunk"),
+            DecErr::Columns(why) => write!(f, "bad column layout: {why}"),
             DecErr::VarintOverflow => write!(f, "a varint is longer than 10 bytes or overflows 64 bits"),
             DecErr::UnknownKind(k) => write!(f, "unknown event kind {k}"),
             DecErr::StackIdTooLarge(id) => write!(f, "stack id {id} does not fit 32 bits"),
@@ -632,7 +637,7 @@ impl std::fmt::Display for DecErr {
 }
 
 #[inline(always)]
-fn zigzag(u: u64) -> i64 {
+pub(crate) fn zigzag(u: u64) -> i64 {
     ((u >> 1) as i64) ^ -((u & 1) as i64)
 }
 
@@ -661,7 +666,7 @@ fn varint_slow(buf: &[u8], pos: &mut usize) -> Result<u64, DecErr> {
 }
 
 #[inline(always)]
-fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, DecErr> {
+pub(crate) fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, DecErr> {
     match buf.get(*pos) {
         Some(&b) if b < 0x80 => {
             *pos += 1;
@@ -704,6 +709,103 @@ fn usable(flags: u8, size: u64, ptr: u64, extra: u64) -> u64 {
     }
 }
 
+/// Where the fields of a chunk's events come from: its row bytes, read in
+/// order ([`RowFields`]), or its column layout ([`super::columns::ColumnFields`]).
+/// Each method names what the field means, which is what the column layout
+/// sorts by; rows ignore the meaning.
+pub(crate) trait Fields {
+    /// The next item's kind-and-flags byte; `None` at the end of the chunk.
+    fn kind(&mut self, buf: &[u8]) -> Option<u8>;
+    fn time(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
+    fn cycles(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
+    fn stack(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
+    fn size(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
+    fn extra(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
+    /// Alignments, protections, flags, return codes (raw varint values).
+    fn misc(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
+    /// An address a call returned as newly allocated.
+    fn new_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
+    /// An address a call gave back.
+    fn old_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
+    /// Any other address.
+    fn addr(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
+    /// A value of a STACK_DEF (id, depth, frame deltas).
+    fn def(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
+    /// Upper bound of STACK_DEF frames still readable (to refuse absurd depths).
+    fn def_room(&self, buf: &[u8]) -> u64;
+    /// Where decoding stands, for messages.
+    fn position(&self) -> usize;
+}
+
+/// Row bytes, read in order; addresses are deltas to the previous address.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct RowFields {
+    pos: usize,
+    ptr: u64,
+}
+
+impl Fields for RowFields {
+    #[inline(always)]
+    fn kind(&mut self, buf: &[u8]) -> Option<u8> {
+        let b = *buf.get(self.pos)?;
+        self.pos += 1;
+        Some(b)
+    }
+    #[inline(always)]
+    fn time(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        varint(buf, &mut self.pos)
+    }
+    #[inline(always)]
+    fn cycles(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        varint(buf, &mut self.pos)
+    }
+    #[inline(always)]
+    fn stack(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        varint(buf, &mut self.pos)
+    }
+    #[inline(always)]
+    fn size(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        varint(buf, &mut self.pos)
+    }
+    #[inline(always)]
+    fn extra(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        varint(buf, &mut self.pos)
+    }
+    #[inline(always)]
+    fn misc(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        varint(buf, &mut self.pos)
+    }
+    #[inline(always)]
+    fn new_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        self.addr(buf)
+    }
+    #[inline(always)]
+    fn old_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        self.addr(buf)
+    }
+    #[inline(always)]
+    fn addr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        self.ptr = self.ptr.wrapping_add(zigzag(varint(buf, &mut self.pos)?) as u64);
+        Ok(self.ptr)
+    }
+    #[inline(always)]
+    fn def(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        varint(buf, &mut self.pos)
+    }
+    fn def_room(&self, buf: &[u8]) -> u64 {
+        buf.len().saturating_sub(self.pos) as u64
+    }
+    fn position(&self) -> usize {
+        self.pos
+    }
+}
+
+/// How a chunk's bytes are laid out.
+enum Layout {
+    Rows(RowFields),
+    Columns(Box<super::columns::ColumnFields>),
+}
+
 /// One chunk's decoded-so-far state.
 struct ChunkCursor {
     /// Index of the chunk in file order.
@@ -712,9 +814,8 @@ struct ChunkCursor {
     tid: u32,
     /// The event bytes (after the 24-byte chunk header), decompressed.
     buf: Vec<u8>,
-    pos: usize,
+    layout: Layout,
     tsc: u64,
-    ptr: u64,
 }
 
 enum Step {
@@ -726,227 +827,244 @@ impl ChunkCursor {
     /// Decodes the next item; `Ok(None)` at the end of the chunk.
     #[inline(always)]
     fn step(&mut self) -> Result<Option<Step>, DecErr> {
-        let buf = &self.buf[..];
-        let mut p = self.pos;
-        let Some(&b) = buf.get(p) else { return Ok(None) };
-        p += 1;
-        let kind = b & KIND_MASK;
-        let flags = b & EVF_MASK;
-        if kind == EV_STACK_DEF {
-            let id = varint(buf, &mut p)?;
-            let id = u32::try_from(id).map_err(|_| DecErr::StackIdTooLarge(id))?;
-            let depth = varint(buf, &mut p)?;
-            if depth > (buf.len() - p) as u64 {
-                return Err(DecErr::StackTooDeep(depth));
+        match &mut self.layout {
+            Layout::Rows(f) => {
+                // Work on a copy: an error leaves the cursor at the item's start.
+                let mut g = *f;
+                let r = step_with(&mut g, &self.buf, &mut self.tsc, self.tid);
+                if r.is_ok() {
+                    *f = g;
+                }
+                r
             }
-            let mut pcs = Vec::with_capacity(depth as usize);
-            let mut pc: u64 = 0;
-            for _ in 0..depth {
-                pc = pc.wrapping_add(zigzag(varint(buf, &mut p)?) as u64);
-                pcs.push(pc);
-            }
-            self.pos = p;
-            return Ok(Some(Step::Stack(id, pcs)));
+            Layout::Columns(f) => step_with(f.as_mut(), &self.buf, &mut self.tsc, self.tid),
         }
-        let ts = varint(buf, &mut p)?;
-        let cycles = varint(buf, &mut p)?;
-        let stack = varint(buf, &mut p)?;
-        let stack = u32::try_from(stack).map_err(|_| DecErr::StackIdTooLarge(stack))?;
-        let mut ptr = self.ptr;
-        macro_rules! v {
-            () => {
-                varint(buf, &mut p)?
-            };
-        }
-        macro_rules! sv {
-            () => {
-                zigzag(varint(buf, &mut p)?)
-            };
-        }
-        macro_rules! ptr {
-            () => {{
-                ptr = ptr.wrapping_add(sv!() as u64);
-                ptr
-            }};
-        }
-        let ek = match kind {
-            EV_MALLOC | EV_VALLOC | EV_PVALLOC => {
-                let size = v!();
-                let res = ptr!();
-                let extra = v!();
-                let func = match kind {
-                    EV_MALLOC => Func::Malloc,
-                    EV_VALLOC => Func::Valloc,
-                    _ => Func::Pvalloc,
-                };
-                EventKind::Alloc {
-                    func,
-                    size,
-                    align: 0,
-                    ptr: res,
-                    usable: usable(flags, size, res, extra),
-                }
-            }
-            EV_FREE => EventKind::Free { ptr: ptr!() },
-            EV_CALLOC => {
-                let nmemb = v!();
-                let sz = v!();
-                let size = nmemb.saturating_mul(sz);
-                let res = ptr!();
-                let extra = v!();
-                EventKind::Alloc {
-                    func: Func::Calloc,
-                    size,
-                    align: 0,
-                    ptr: res,
-                    usable: usable(flags, size, res, extra),
-                }
-            }
-            EV_REALLOC => {
-                let old = ptr!();
-                let size = v!();
-                let res = ptr!();
-                let extra = v!();
-                EventKind::Realloc {
-                    func: Func::Realloc,
-                    old,
-                    size,
-                    ptr: res,
-                    usable: usable(flags, size, res, extra),
-                }
-            }
-            EV_REALLOCARRAY => {
-                let old = ptr!();
-                let nmemb = v!();
-                let sz = v!();
-                let size = nmemb.saturating_mul(sz);
-                let res = ptr!();
-                let extra = v!();
-                EventKind::Realloc {
-                    func: Func::Reallocarray,
-                    old,
-                    size,
-                    ptr: res,
-                    usable: usable(flags, size, res, extra),
-                }
-            }
-            EV_POSIX_MEMALIGN => {
-                let align = v!();
-                let size = v!();
-                let res = ptr!();
-                let _ret = v!();
-                let extra = v!();
-                EventKind::Alloc {
-                    func: Func::PosixMemalign,
-                    size,
-                    align,
-                    ptr: res,
-                    usable: usable(flags, size, res, extra),
-                }
-            }
-            EV_ALIGNED_ALLOC | EV_MEMALIGN => {
-                let align = v!();
-                let size = v!();
-                let res = ptr!();
-                let extra = v!();
-                let func = if kind == EV_MEMALIGN {
-                    Func::Memalign
-                } else {
-                    Func::AlignedAlloc
-                };
-                EventKind::Alloc {
-                    func,
-                    size,
-                    align,
-                    ptr: res,
-                    usable: usable(flags, size, res, extra),
-                }
-            }
-            EV_MMAP | EV_MMAP64 => {
-                let hint = ptr!();
-                let len = v!();
-                let prot = v!();
-                let mflags = v!();
-                let fd = sv!();
-                let offset = v!();
-                let result = ptr!();
-                let func = if kind == EV_MMAP { Func::Mmap } else { Func::Mmap64 };
-                EventKind::Mmap {
-                    func,
-                    hint,
-                    len,
-                    prot,
-                    flags: mflags,
-                    fd,
-                    offset,
-                    result,
-                }
-            }
-            EV_MUNMAP => {
-                let addr = ptr!();
-                let len = v!();
-                let ret = sv!();
-                EventKind::Munmap { addr, len, ret }
-            }
-            EV_MREMAP => {
-                let old = ptr!();
-                let old_len = v!();
-                let new_len = v!();
-                let mflags = v!();
-                let result = ptr!();
-                EventKind::Mremap {
-                    old,
-                    old_len,
-                    new_len,
-                    flags: mflags,
-                    result,
-                }
-            }
-            EV_BRK => {
-                let addr = ptr!();
-                let ret = sv!();
-                let brk_after = ptr!();
-                EventKind::Brk { addr, ret, brk_after }
-            }
-            EV_SBRK => {
-                let increment = sv!();
-                let result = ptr!();
-                let brk_after = ptr!();
-                EventKind::Sbrk {
-                    increment,
-                    result,
-                    brk_after,
-                }
-            }
-            EV_BRK_SEEN => EventKind::BrkSeen { brk: ptr!() },
-            EV_ARENA_HEAP => {
-                let base = ptr!();
-                let size = v!();
-                EventKind::ArenaHeap { base, size }
-            }
-            EV_SAMPLE => {
-                let fk = v!();
-                let size = v!();
-                let res = ptr!();
-                let interval = v!();
-                let func = u8::try_from(fk).ok().and_then(Func::from_alloc_kind).ok_or(DecErr::UnknownKind(kind))?;
-                EventKind::Sample { func, size, ptr: res, interval }
-            }
-            EV_SAMPLE_FREE => EventKind::SampleFree { ptr: ptr!() },
-            k => return Err(DecErr::UnknownKind(k)),
-        };
-        self.tsc = self.tsc.wrapping_add(ts);
-        self.ptr = ptr;
-        self.pos = p;
-        Ok(Some(Step::Event(Event {
-            tid: self.tid,
-            tsc: self.tsc,
-            cycles,
-            stack,
-            flags,
-            kind: ek,
-        })))
     }
+
+    fn position(&self) -> usize {
+        match &self.layout {
+            Layout::Rows(f) => f.position(),
+            Layout::Columns(f) => f.position(),
+        }
+    }
+}
+
+/// Every item of one chunk's bytes, read through `f`.
+#[cfg(test)]
+pub(crate) fn decode_chunk<F: Fields>(mut f: F, buf: &[u8], first_tsc: u64, tid: u32) -> Result<Vec<Item>, DecErr> {
+    let mut tsc = first_tsc;
+    let mut out = Vec::new();
+    while let Some(step) = step_with(&mut f, buf, &mut tsc, tid)? {
+        out.push(match step {
+            Step::Event(e) => Item::Event(e),
+            Step::Stack(id, pcs) => Item::Stack { id, pcs },
+        });
+    }
+    Ok(out)
+}
+
+/// Decodes one item from `f`; `tsc` is the thread's time so far.
+#[inline(always)]
+fn step_with<F: Fields>(f: &mut F, buf: &[u8], tsc: &mut u64, tid: u32) -> Result<Option<Step>, DecErr> {
+    let Some(b) = f.kind(buf) else { return Ok(None) };
+    let kind = b & KIND_MASK;
+    let flags = b & EVF_MASK;
+    if kind == EV_STACK_DEF {
+        let id = f.def(buf)?;
+        let id = u32::try_from(id).map_err(|_| DecErr::StackIdTooLarge(id))?;
+        let depth = f.def(buf)?;
+        if depth > f.def_room(buf) {
+            return Err(DecErr::StackTooDeep(depth));
+        }
+        let mut pcs = Vec::with_capacity(depth as usize);
+        let mut pc: u64 = 0;
+        for _ in 0..depth {
+            pc = pc.wrapping_add(zigzag(f.def(buf)?) as u64);
+            pcs.push(pc);
+        }
+        return Ok(Some(Step::Stack(id, pcs)));
+    }
+    let ts = f.time(buf)?;
+    let cycles = f.cycles(buf)?;
+    let stack = f.stack(buf)?;
+    let stack = u32::try_from(stack).map_err(|_| DecErr::StackIdTooLarge(stack))?;
+    // The field order of each kind is the format's (docs/trace-format.md);
+    // `columns::fields` lists the same fields by meaning.
+    let ek = match kind {
+        EV_MALLOC | EV_VALLOC | EV_PVALLOC => {
+            let size = f.size(buf)?;
+            let res = f.new_ptr(buf)?;
+            let extra = f.extra(buf)?;
+            let func = match kind {
+                EV_MALLOC => Func::Malloc,
+                EV_VALLOC => Func::Valloc,
+                _ => Func::Pvalloc,
+            };
+            EventKind::Alloc {
+                func,
+                size,
+                align: 0,
+                ptr: res,
+                usable: usable(flags, size, res, extra),
+            }
+        }
+        EV_FREE => EventKind::Free { ptr: f.old_ptr(buf)? },
+        EV_CALLOC => {
+            let nmemb = f.size(buf)?;
+            let sz = f.size(buf)?;
+            let size = nmemb.saturating_mul(sz);
+            let res = f.new_ptr(buf)?;
+            let extra = f.extra(buf)?;
+            EventKind::Alloc {
+                func: Func::Calloc,
+                size,
+                align: 0,
+                ptr: res,
+                usable: usable(flags, size, res, extra),
+            }
+        }
+        EV_REALLOC => {
+            let old = f.old_ptr(buf)?;
+            let size = f.size(buf)?;
+            let res = f.new_ptr(buf)?;
+            let extra = f.extra(buf)?;
+            EventKind::Realloc {
+                func: Func::Realloc,
+                old,
+                size,
+                ptr: res,
+                usable: usable(flags, size, res, extra),
+            }
+        }
+        EV_REALLOCARRAY => {
+            let old = f.old_ptr(buf)?;
+            let nmemb = f.size(buf)?;
+            let sz = f.size(buf)?;
+            let size = nmemb.saturating_mul(sz);
+            let res = f.new_ptr(buf)?;
+            let extra = f.extra(buf)?;
+            EventKind::Realloc {
+                func: Func::Reallocarray,
+                old,
+                size,
+                ptr: res,
+                usable: usable(flags, size, res, extra),
+            }
+        }
+        EV_POSIX_MEMALIGN => {
+            let align = f.misc(buf)?;
+            let size = f.size(buf)?;
+            let res = f.new_ptr(buf)?;
+            let _ret = f.misc(buf)?;
+            let extra = f.extra(buf)?;
+            EventKind::Alloc {
+                func: Func::PosixMemalign,
+                size,
+                align,
+                ptr: res,
+                usable: usable(flags, size, res, extra),
+            }
+        }
+        EV_ALIGNED_ALLOC | EV_MEMALIGN => {
+            let align = f.misc(buf)?;
+            let size = f.size(buf)?;
+            let res = f.new_ptr(buf)?;
+            let extra = f.extra(buf)?;
+            let func = if kind == EV_MEMALIGN {
+                Func::Memalign
+            } else {
+                Func::AlignedAlloc
+            };
+            EventKind::Alloc {
+                func,
+                size,
+                align,
+                ptr: res,
+                usable: usable(flags, size, res, extra),
+            }
+        }
+        EV_MMAP | EV_MMAP64 => {
+            let hint = f.addr(buf)?;
+            let len = f.size(buf)?;
+            let prot = f.misc(buf)?;
+            let mflags = f.misc(buf)?;
+            let fd = zigzag(f.misc(buf)?);
+            let offset = f.misc(buf)?;
+            let result = f.addr(buf)?;
+            let func = if kind == EV_MMAP { Func::Mmap } else { Func::Mmap64 };
+            EventKind::Mmap {
+                func,
+                hint,
+                len,
+                prot,
+                flags: mflags,
+                fd,
+                offset,
+                result,
+            }
+        }
+        EV_MUNMAP => {
+            let addr = f.addr(buf)?;
+            let len = f.size(buf)?;
+            let ret = zigzag(f.misc(buf)?);
+            EventKind::Munmap { addr, len, ret }
+        }
+        EV_MREMAP => {
+            let old = f.addr(buf)?;
+            let old_len = f.size(buf)?;
+            let new_len = f.size(buf)?;
+            let mflags = f.misc(buf)?;
+            let result = f.addr(buf)?;
+            EventKind::Mremap {
+                old,
+                old_len,
+                new_len,
+                flags: mflags,
+                result,
+            }
+        }
+        EV_BRK => {
+            let addr = f.addr(buf)?;
+            let ret = zigzag(f.misc(buf)?);
+            let brk_after = f.addr(buf)?;
+            EventKind::Brk { addr, ret, brk_after }
+        }
+        EV_SBRK => {
+            let increment = zigzag(f.misc(buf)?);
+            let result = f.addr(buf)?;
+            let brk_after = f.addr(buf)?;
+            EventKind::Sbrk {
+                increment,
+                result,
+                brk_after,
+            }
+        }
+        EV_BRK_SEEN => EventKind::BrkSeen { brk: f.addr(buf)? },
+        EV_ARENA_HEAP => {
+            let base = f.addr(buf)?;
+            let size = f.size(buf)?;
+            EventKind::ArenaHeap { base, size }
+        }
+        EV_SAMPLE => {
+            let fk = f.misc(buf)?;
+            let size = f.size(buf)?;
+            let res = f.new_ptr(buf)?;
+            let interval = f.misc(buf)?;
+            let func = u8::try_from(fk).ok().and_then(Func::from_alloc_kind).ok_or(DecErr::UnknownKind(kind))?;
+            EventKind::Sample { func, size, ptr: res, interval }
+        }
+        EV_SAMPLE_FREE => EventKind::SampleFree { ptr: f.old_ptr(buf)? },
+        k => return Err(DecErr::UnknownKind(k)),
+    };
+    *tsc = tsc.wrapping_add(ts);
+    Ok(Some(Step::Event(Event {
+        tid,
+        tsc: *tsc,
+        cycles,
+        stack,
+        flags,
+        kind: ek,
+    })))
 }
 
 /// A chunk being merged, with its next event decoded ahead.
@@ -1058,7 +1176,7 @@ impl Items {
         let start = c.offset + RECORD_HEADER as u64 + EVENTS_HEADER as u64;
         let len = c.payload_len as usize - EVENTS_HEADER as usize;
         let mut buf = self.pool.pop().unwrap_or_default();
-        let res: io::Result<()> = (|| {
+        let res: io::Result<Layout> = (|| {
             if c.compressed {
                 self.raw.resize(len, 0);
                 self.file.read_exact_at(&mut self.raw, start)?;
@@ -1067,31 +1185,38 @@ impl Items {
                     None => self.dctx.insert(zstd::bulk::Decompressor::new()?),
                 };
                 zstd_decompress_into(d, &self.raw, &mut buf, MAX_PAYLOAD as u64)?;
+                if c.columns {
+                    let f = super::columns::ColumnFields::new(&buf)
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                    return Ok(Layout::Columns(Box::new(f)));
+                }
             } else {
                 buf.resize(len, 0);
                 self.file.read_exact_at(&mut buf, start)?;
             }
-            Ok(())
+            Ok(Layout::Rows(RowFields::default()))
         })();
-        if let Err(e) = res {
-            self.warnings.push(format!(
-                "chunk at byte {} (thread {}): cannot read its events ({e}); skipped",
-                c.offset, c.tid
-            ));
-            if self.pool.len() < 8 {
-                self.pool.push(buf);
+        let layout = match res {
+            Ok(l) => l,
+            Err(e) => {
+                self.warnings.push(format!(
+                    "chunk at byte {} (thread {}): cannot read its events ({e}); skipped",
+                    c.offset, c.tid
+                ));
+                if self.pool.len() < 8 {
+                    self.pool.push(buf);
+                }
+                return None;
             }
-            return None;
-        }
+        };
         let active = Active {
             cur: ChunkCursor {
                 idx,
                 offset: c.offset,
                 tid: c.tid,
                 buf,
-                pos: 0,
+                layout,
                 tsc: c.first_tsc,
-                ptr: 0,
             },
             has_next: false,
             next: Event {
@@ -1120,7 +1245,7 @@ impl Items {
         let a = &self.slots[self.cur as usize].cur;
         self.warnings.push(format!(
             "chunk at byte {} (thread {}): {e} at event byte {}; the rest of the chunk is skipped",
-            a.offset, a.tid, a.pos
+            a.offset, a.tid, a.position()
         ));
         self.release_cur();
     }
@@ -1220,7 +1345,7 @@ impl Iterator for Items {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -1333,7 +1458,7 @@ mod tests {
     }
 
     /// One event of every kind and flag combination, with awkward values.
-    fn every_kind(tid: u32, t0: u64) -> Vec<Item> {
+    pub(crate) fn every_kind(tid: u32, t0: u64) -> Vec<Item> {
         let big = u64::MAX - 4095;
         let kinds = vec![
             alloc(Func::Malloc, 24, 0, 0x5555_5555_9000, 40),
@@ -1528,7 +1653,7 @@ mod tests {
         let tf = TraceFile::open(&path).unwrap();
         assert!(tf.warnings.is_empty(), "{:?}", tf.warnings);
         let h = &tf.header;
-        assert_eq!(h.version, 1);
+        assert_eq!(h.version, TRACE_VERSION);
         assert_eq!(h.pid, 4242);
         assert_eq!(h.cmdline, vec!["./prog".to_string(), "--x".into(), "a\nb\\c".into()]);
         assert_eq!(h.exe, "/usr/bin/prog");
@@ -1845,7 +1970,7 @@ mod tests {
         }
         let msg = e.to_string();
         assert!(
-            msg.contains("newer mtlab (format v99)") && msg.contains("up to v1") && msg.contains("upgrade"),
+            msg.contains("newer mtlab (format v99)") && msg.contains(&format!("up to v{TRACE_VERSION}")) && msg.contains("upgrade"),
             "{msg}"
         );
     }

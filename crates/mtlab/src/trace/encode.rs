@@ -483,44 +483,158 @@ impl Drop for TempGuard {
     }
 }
 
-/// Rewrites the trace at `path` after the traced program has ended:
-/// compresses every uncompressed EVENTS payload (zstd level 3, when that is
-/// smaller), copies other records verbatim, stops at the first damaged
-/// record, and appends a RUNINFO record with `runinfo`. The rewrite goes to
-/// a temp file in the same directory that then replaces `path`.
-/// EVENTS chunks compressed together, on all cores, then written in order.
-const FINISH_BATCH: usize = 64;
+/// Rewrites the trace at `path` after the traced program has ended: joins
+/// consecutive EVENTS chunks of each thread, rewrites them in columns and
+/// compresses them (zstd level 3; see `columns`), copies other records
+/// verbatim, stops at the first damaged record, and appends a RUNINFO
+/// record with `runinfo`. The rewrite goes to a temp file in the same
+/// directory that then replaces `path`.
+///
+/// Uncompressed EVENTS payload bytes gathered before they are rewritten together, on all cores.
+const FINISH_BATCH_BYTES: usize = 32 << 20;
+/// Row bytes joined into one chunk at most: the reader holds one such chunk
+/// per thread in memory while merging threads by time.
+const JOIN_MAX_BYTES: usize = 1 << 20;
 
-/// Compresses the event bytes of each EVENTS payload in `batch` (in
-/// parallel: the program has ended, its cores are free) and writes the
-/// records in order; a chunk that does not shrink is written as it was.
-/// Returns the bytes written and empties the batch.
-fn write_compressed_batch(batch: &mut Vec<Vec<u8>>, out: &mut impl Write, stats: &mut FinishStats) -> io::Result<u64> {
+/// A run of chunks of one thread, in time order, to become one record.
+struct Group {
+    tid: u32,
+    members: Vec<usize>,
+    row_bytes: usize,
+    first_tsc: u64,
+    last_tsc: u64,
+    n_events: u64,
+}
+
+/// Sorts a batch's chunks (in file order) into groups: a chunk joins its
+/// thread's open group when it starts no earlier than the group ends and the
+/// group stays under `JOIN_MAX_BYTES`.
+fn group_chunks(batch: &[(ChunkHead, Vec<u8>)]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut open: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for (i, (h, payload)) in batch.iter().enumerate() {
+        let rows = payload.len() - EVENTS_HEADER as usize;
+        if let Some(&g) = open.get(&h.tid) {
+            let grp = &mut groups[g];
+            if h.first_tsc >= grp.last_tsc
+                && grp.row_bytes + rows <= JOIN_MAX_BYTES
+                && grp.n_events + h.n_events as u64 <= u32::MAX as u64
+            {
+                grp.members.push(i);
+                grp.row_bytes += rows;
+                grp.last_tsc = h.last_tsc;
+                grp.n_events += h.n_events as u64;
+                continue;
+            }
+        }
+        open.insert(h.tid, groups.len());
+        groups.push(Group {
+            tid: h.tid,
+            members: vec![i],
+            row_bytes: rows,
+            first_tsc: h.first_tsc,
+            last_tsc: h.last_tsc,
+            n_events: h.n_events as u64,
+        });
+    }
+    groups
+}
+
+/// The fields of a chunk header `finish_trace` needs.
+#[derive(Debug, Clone, Copy)]
+struct ChunkHead {
+    tid: u32,
+    n_events: u32,
+    first_tsc: u64,
+    last_tsc: u64,
+}
+
+/// One record to write: a chunk header and its (flagged) body.
+struct Rewritten {
+    head: [u8; EVENTS_HEADER as usize],
+    flags: u16,
+    body: Vec<u8>,
+}
+
+fn chunk_head_bytes(tid: u32, n_events: u32, first_tsc: u64, last_tsc: u64) -> [u8; EVENTS_HEADER as usize] {
+    let mut h = [0u8; EVENTS_HEADER as usize];
+    h[0..4].copy_from_slice(&tid.to_le_bytes());
+    h[4..8].copy_from_slice(&n_events.to_le_bytes());
+    h[8..16].copy_from_slice(&first_tsc.to_le_bytes());
+    h[16..24].copy_from_slice(&last_tsc.to_le_bytes());
+    h
+}
+
+/// Rewrites one group: joined in columns and compressed; when the rows
+/// cannot be read as columns (an unknown kind), each chunk is compressed as
+/// it is; a chunk that does not shrink is kept as it was.
+fn rewrite_group(
+    comp: &mut zstd::bulk::Compressor<'_>,
+    g: &Group,
+    batch: &[(ChunkHead, Vec<u8>)],
+) -> io::Result<Vec<Rewritten>> {
+    let head = EVENTS_HEADER as usize;
+    let rows: Vec<super::columns::RowChunk> = g
+        .members
+        .iter()
+        .map(|&i| super::columns::RowChunk {
+            first_tsc: batch[i].0.first_tsc,
+            rows: &batch[i].1[head..],
+        })
+        .collect();
+    if let Ok(cols) = super::columns::split(&rows) {
+        let c = comp.compress(&cols)?;
+        if c.len() < g.row_bytes {
+            return Ok(vec![Rewritten {
+                head: chunk_head_bytes(g.tid, g.n_events as u32, g.first_tsc, g.last_tsc),
+                flags: RECORD_FLAG_ZSTD | RECORD_FLAG_COLUMNS,
+                body: c,
+            }]);
+        }
+    }
+    let mut out = Vec::with_capacity(g.members.len());
+    for &i in &g.members {
+        let payload = &batch[i].1;
+        let body = &payload[head..];
+        let c = if body.is_empty() { None } else { Some(comp.compress(body)?) };
+        let mut h = [0u8; EVENTS_HEADER as usize];
+        h.copy_from_slice(&payload[..head]);
+        out.push(match c {
+            Some(c) if c.len() < body.len() => Rewritten { head: h, flags: RECORD_FLAG_ZSTD, body: c },
+            _ => Rewritten { head: h, flags: 0, body: body.to_vec() },
+        });
+    }
+    Ok(out)
+}
+
+/// Rewrites the EVENTS payloads in `batch` (in parallel: the program has
+/// ended, its cores are free) and writes the records in order. Returns the
+/// bytes written and empties the batch.
+fn write_compressed_batch(
+    batch: &mut Vec<(ChunkHead, Vec<u8>)>,
+    out: &mut impl Write,
+    stats: &mut FinishStats,
+) -> io::Result<u64> {
     if batch.is_empty() {
         return Ok(0);
     }
-    let head = EVENTS_HEADER as usize;
+    let groups = group_chunks(batch);
     let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
-    let per = batch.len().div_ceil(workers);
-    let mut compressed: Vec<Option<Vec<u8>>> = vec![None; batch.len()];
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Vec<Rewritten>>>> =
+        groups.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let batch_ref: &[(ChunkHead, Vec<u8>)] = batch;
     std::thread::scope(|scope| -> io::Result<()> {
-        let jobs: Vec<_> = batch
-            .chunks(per)
-            .zip(compressed.chunks_mut(per))
-            .map(|(payloads, results)| {
-                scope.spawn(move || -> io::Result<()> {
+        let jobs: Vec<_> = (0..workers.min(groups.len()))
+            .map(|_| {
+                scope.spawn(|| -> io::Result<()> {
                     let mut comp = zstd::bulk::Compressor::new(FINISH_ZSTD_LEVEL)?;
-                    for (payload, result) in payloads.iter().zip(results.iter_mut()) {
-                        let body = &payload[head..];
-                        if body.is_empty() {
-                            continue;
-                        }
-                        let c = comp.compress(body)?;
-                        if c.len() < body.len() {
-                            *result = Some(c);
-                        }
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(g) = groups.get(i) else { return Ok(()) };
+                        let r = rewrite_group(&mut comp, g, batch_ref)?;
+                        *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
                     }
-                    Ok(())
                 })
             })
             .collect();
@@ -530,23 +644,22 @@ fn write_compressed_batch(batch: &mut Vec<Vec<u8>>, out: &mut impl Write, stats:
         Ok(())
     })?;
     let mut written = 0u64;
-    for (payload, c) in batch.iter().zip(compressed) {
-        let (flags, body): (u16, &[u8]) = match &c {
-            Some(c) => {
+    for r in results {
+        let recs = r.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_default();
+        for rec in recs {
+            if rec.flags & RECORD_FLAG_ZSTD != 0 {
                 stats.chunks_compressed += 1;
-                (RECORD_FLAG_ZSTD, c)
             }
-            None => (0, &payload[head..]),
-        };
-        let len = head + body.len();
-        let mut hdr = [0u8; RECORD_HEADER as usize];
-        hdr[0..4].copy_from_slice(&(len as u32).to_le_bytes());
-        hdr[4..6].copy_from_slice(&REC_EVENTS.to_le_bytes());
-        hdr[6..8].copy_from_slice(&flags.to_le_bytes());
-        out.write_all(&hdr)?;
-        out.write_all(&payload[..head])?;
-        out.write_all(body)?;
-        written += RECORD_HEADER as u64 + len as u64;
+            let len = rec.head.len() + rec.body.len();
+            let mut hdr = [0u8; RECORD_HEADER as usize];
+            hdr[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+            hdr[4..6].copy_from_slice(&REC_EVENTS.to_le_bytes());
+            hdr[6..8].copy_from_slice(&rec.flags.to_le_bytes());
+            out.write_all(&hdr)?;
+            out.write_all(&rec.head)?;
+            out.write_all(&rec.body)?;
+            written += RECORD_HEADER as u64 + len as u64;
+        }
     }
     batch.clear();
     Ok(written)
@@ -592,7 +705,8 @@ pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishS
     out.write_all(&head).map_err(tmp_err)?;
     let mut written = header_end;
 
-    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(FINISH_BATCH);
+    let mut batch: Vec<(ChunkHead, Vec<u8>)> = Vec::new();
+    let mut batch_bytes = 0usize;
     let mut n_chunks = 0usize;
     let mut off = header_end;
     let mut reader = src.try_clone().map_err(TraceError::io(path))?;
@@ -609,17 +723,29 @@ pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishS
             let mut payload = vec![0u8; rec.payload_len as usize];
             src.read_exact_at(&mut payload, rec.payload_offset())
                 .map_err(TraceError::io(path))?;
-            if let Err(d) = parse_chunk_header(&rec, &payload) {
-                stats.warnings.push(d.message(n_chunks));
-                break;
-            }
+            let info = match parse_chunk_header(&rec, &payload) {
+                Ok(info) => info,
+                Err(d) => {
+                    stats.warnings.push(d.message(n_chunks));
+                    break;
+                }
+            };
             n_chunks += 1;
-            batch.push(payload);
-            if batch.len() == FINISH_BATCH {
+            batch_bytes += payload.len();
+            let head = ChunkHead {
+                tid: info.tid,
+                n_events: info.n_events,
+                first_tsc: info.first_tsc,
+                last_tsc: info.last_tsc,
+            };
+            batch.push((head, payload));
+            if batch_bytes >= FINISH_BATCH_BYTES {
                 written += write_compressed_batch(&mut batch, &mut out, &mut stats).map_err(tmp_err)?;
+                batch_bytes = 0;
             }
         } else {
             written += write_compressed_batch(&mut batch, &mut out, &mut stats).map_err(tmp_err)?;
+            batch_bytes = 0;
             // Verbatim, streamed (header included).
             reader.seek(SeekFrom::Start(rec.offset)).map_err(TraceError::io(path))?;
             let n = RECORD_HEADER as u64 + rec.payload_len as u64;

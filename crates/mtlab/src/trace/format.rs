@@ -7,7 +7,7 @@
 /// File magic: the first 8 bytes of every trace.
 pub const TRACE_MAGIC: [u8; 8] = *b"MTLABTR\0";
 /// The newest format version this mtlab reads and writes.
-pub const TRACE_VERSION: u32 = 1;
+pub const TRACE_VERSION: u32 = 2;
 
 /// magic[8], u32 version, u32 text_len.
 pub const FILE_HEADER_FIXED: u32 = 16;
@@ -16,6 +16,8 @@ pub const FILE_HEADER_FIXED: u32 = 16;
 pub const RECORD_HEADER: u32 = 8;
 /// The payload is zstd-compressed (EVENTS: the bytes after the 24-byte chunk header).
 pub const RECORD_FLAG_ZSTD: u16 = 0x1;
+/// EVENTS only, with ZSTD: the event bytes are in the column layout (`columns.rs`).
+pub const RECORD_FLAG_COLUMNS: u16 = 0x2;
 
 pub const REC_EVENTS: u16 = 1;
 pub const REC_MAPS: u16 = 2;
@@ -117,6 +119,7 @@ mod tests {
             ("FILE_HEADER_FIXED", FILE_HEADER_FIXED as u64),
             ("RECORD_HEADER", RECORD_HEADER as u64),
             ("RECORD_FLAG_ZSTD", RECORD_FLAG_ZSTD as u64),
+            ("RECORD_FLAG_COLUMNS", RECORD_FLAG_COLUMNS as u64),
             ("REC_EVENTS", REC_EVENTS as u64),
             ("REC_MAPS", REC_MAPS as u64),
             ("REC_END", REC_END as u64),

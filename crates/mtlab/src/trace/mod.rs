@@ -1,5 +1,6 @@
 //! The trace file: format constants, decoding, encoding (docs/trace-format.md).
 
+pub mod columns;
 pub mod decode;
 pub mod encode;
 pub mod event;

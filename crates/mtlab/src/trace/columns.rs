@@ -1,0 +1,680 @@
+//! The column layout of finished EVENTS chunks (record flag `COLUMNS`).
+//!
+//! The traced program writes events as rows: kind byte, time delta, cycles,
+//! stack id, then the kind's own fields, all varints (docs/trace-format.md).
+//! Rows interleave values of very different statistics, which a
+//! general-purpose compressor handles poorly. After the program has ended,
+//! `finish_trace` joins consecutive chunks of a thread and rewrites them in
+//! columns before zstd:
+//! - every kind of value gets its own stream (kinds, time deltas, cycles,
+//!   stack ids, sizes, …);
+//! - time deltas and cycles are split into a multiple of the counter's step
+//!   and a remainder: a virtual machine's TSC often advances in steps of tens
+//!   of ticks, so nearly every remainder is 0;
+//! - a block's address is coded by where it was last seen: an allocation's
+//!   result as its rank among recently freed addresses (allocators reuse
+//!   them), a freed address as its rank among recent allocation results;
+//!   only misses store the address (as a delta).
+//!
+//! [`ColumnFields`] reads the columns back for the decoder, which decodes
+//! rows and columns with the same code (`decode::Fields`); the round trip
+//! is tested to give the same events.
+//!
+//! Layout (before zstd): byte [`COLUMNS_LAYOUT`]; varints `time_step`,
+//! `cycles_step`; then the byte length of each of the [`N_STREAMS`] streams
+//! as varints; then the streams, in [`Stream`] order.
+
+use super::decode::{varint, zigzag, DecErr, Fields};
+use super::encode::{put_svarint, put_varint};
+use super::format::*;
+
+/// First byte of a column-layout body: the layout's own version.
+pub const COLUMNS_LAYOUT: u8 = 1;
+
+/// The streams a chunk's values are sorted into, in layout order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+enum Stream {
+    /// Kind-and-flags bytes, one per item.
+    Kind = 0,
+    /// Time deltas divided by the time step (rounded).
+    Time,
+    /// Time deltas' remainders (zigzag).
+    TimeRest,
+    /// Cycles divided by the cycles step (rounded).
+    Cycles,
+    /// Cycles' remainders (zigzag).
+    CyclesRest,
+    Stack,
+    /// Sizes, lengths and element counts.
+    Size,
+    /// Allocation results: 0 = miss, else 1 + rank among recent frees.
+    AllocRank,
+    /// Freed addresses: 0 = miss, else 1 + rank among recent allocations.
+    FreeRank,
+    /// Addresses not predicted: delta to the previous address (zigzag).
+    PtrDelta,
+    /// Usable-size extras.
+    Extra,
+    /// Alignments, protections, flags, return codes, sampling fields.
+    Misc,
+    /// Stack definitions: id, depth, frame deltas.
+    Defs,
+}
+
+pub const N_STREAMS: usize = 13;
+
+/// What a field after the common ones holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    Size,
+    Extra,
+    Misc,
+    /// An address a call returned as newly allocated.
+    NewPtr,
+    /// An address a call gave back.
+    OldPtr,
+    /// Any other address (mappings, program breaks).
+    Addr,
+}
+
+/// A kind's own fields, in row order (after time, cycles, stack).
+fn fields(kind: u8) -> Option<&'static [Field]> {
+    use Field::*;
+    Some(match kind {
+        EV_MALLOC | EV_VALLOC | EV_PVALLOC => &[Size, NewPtr, Extra],
+        EV_FREE | EV_SAMPLE_FREE => &[OldPtr],
+        EV_BRK_SEEN => &[Addr],
+        EV_CALLOC => &[Size, Size, NewPtr, Extra],
+        EV_REALLOC => &[OldPtr, Size, NewPtr, Extra],
+        EV_REALLOCARRAY => &[OldPtr, Size, Size, NewPtr, Extra],
+        EV_POSIX_MEMALIGN => &[Misc, Size, NewPtr, Misc, Extra],
+        EV_ALIGNED_ALLOC | EV_MEMALIGN => &[Misc, Size, NewPtr, Extra],
+        EV_MMAP | EV_MMAP64 => &[Addr, Size, Misc, Misc, Misc, Misc, Addr],
+        EV_MUNMAP => &[Addr, Size, Misc],
+        EV_MREMAP => &[Addr, Size, Size, Misc, Addr],
+        EV_BRK => &[Addr, Misc, Addr],
+        EV_SBRK => &[Misc, Addr, Addr],
+        EV_ARENA_HEAP => &[Addr, Size],
+        EV_SAMPLE => &[Misc, Size, NewPtr, Misc],
+        _ => return None,
+    })
+}
+
+/// Why chunks could not be put into columns, or columns read back.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ColumnError {
+    #[error("a varint runs past the end of its data")]
+    Truncated,
+    #[error("unknown event kind {0}")]
+    UnknownKind(u8),
+    #[error("bad column layout: {0}")]
+    BadLayout(&'static str),
+}
+
+// ---------------------------------------------------------------------------
+// Varints over slices.
+
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(b: &'a [u8]) -> Self {
+        Reader { b, pos: 0 }
+    }
+    fn at_end(&self) -> bool {
+        self.pos >= self.b.len()
+    }
+    #[inline(always)]
+    fn byte(&mut self) -> Result<u8, ColumnError> {
+        let x = *self.b.get(self.pos).ok_or(ColumnError::Truncated)?;
+        self.pos += 1;
+        Ok(x)
+    }
+    #[inline(always)]
+    fn v(&mut self) -> Result<u64, ColumnError> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let x = self.byte()?;
+            v |= ((x & 0x7f) as u64) << (7 * i);
+            if x < 0x80 {
+                return Ok(v);
+            }
+        }
+        Err(ColumnError::Truncated)
+    }
+    #[inline(always)]
+    fn sv(&mut self) -> Result<i64, ColumnError> {
+        let u = self.v()?;
+        Ok(((u >> 1) as i64) ^ -((u & 1) as i64))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Address prediction, run identically by the writer and the reader.
+
+/// Recent allocation results a free is looked up among.
+const ALLOC_WINDOW: usize = 256;
+/// Recent freed addresses an allocation result is looked up among.
+const FREE_WINDOW: usize = 64;
+
+#[derive(Default)]
+struct Predictor {
+    allocs: Vec<u64>,
+    frees: Vec<u64>,
+    prev: u64,
+}
+
+/// Rank of `p` counted from the newest, among the last `window` entries.
+fn rank_of(list: &[u64], p: u64, window: usize) -> Option<usize> {
+    let from = list.len().saturating_sub(window);
+    list[from..].iter().rev().position(|&x| x == p)
+}
+
+fn take(list: &mut Vec<u64>, rank: usize) -> u64 {
+    list.remove(list.len() - 1 - rank)
+}
+
+fn push(list: &mut Vec<u64>, p: u64, window: usize) {
+    if p == 0 {
+        return;
+    }
+    if list.len() >= 4 * window {
+        list.drain(..list.len() - window);
+    }
+    list.push(p);
+}
+
+impl Predictor {
+    /// Writer side: codes `p` into the streams.
+    fn put(&mut self, f: Field, p: u64, out: &mut [Vec<u8>; N_STREAMS]) {
+        let hit = match f {
+            Field::NewPtr => rank_of(&self.frees, p, FREE_WINDOW).map(|r| (r, Stream::AllocRank)),
+            Field::OldPtr => rank_of(&self.allocs, p, ALLOC_WINDOW).map(|r| (r, Stream::FreeRank)),
+            _ => None,
+        };
+        match (f, hit) {
+            (_, Some((r, s))) => {
+                put_varint(&mut out[s as usize], r as u64 + 1);
+                if f == Field::NewPtr {
+                    take(&mut self.frees, r);
+                } else {
+                    take(&mut self.allocs, r);
+                }
+            }
+            (Field::NewPtr, None) => put_varint(&mut out[Stream::AllocRank as usize], 0),
+            (Field::OldPtr, None) => put_varint(&mut out[Stream::FreeRank as usize], 0),
+            _ => {}
+        }
+        if hit.is_none() {
+            put_svarint(&mut out[Stream::PtrDelta as usize], p.wrapping_sub(self.prev) as i64);
+        }
+        self.after(f, p);
+    }
+
+    /// Reader side: the address coded by `code` (0: a miss, whose delta
+    /// `delta` reads).
+    #[inline(always)]
+    fn get(&mut self, f: Field, code: u64, delta: impl FnOnce() -> Result<u64, DecErr>) -> Result<u64, DecErr> {
+        let p = if code == 0 {
+            self.prev.wrapping_add(zigzag(delta()?) as u64)
+        } else {
+            let r = (code - 1) as usize;
+            let (list, window) = if f == Field::NewPtr {
+                (&mut self.frees, FREE_WINDOW)
+            } else {
+                (&mut self.allocs, ALLOC_WINDOW)
+            };
+            if r >= window.min(list.len()) {
+                return Err(DecErr::Columns("address rank out of range"));
+            }
+            take(list, r)
+        };
+        self.after(f, p);
+        Ok(p)
+    }
+
+    fn after(&mut self, f: Field, p: u64) {
+        match f {
+            Field::NewPtr => push(&mut self.allocs, p, ALLOC_WINDOW),
+            Field::OldPtr => push(&mut self.frees, p, FREE_WINDOW),
+            _ => {}
+        }
+        self.prev = p;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Steps of the time counter.
+
+/// The largest step in 2..=64 that at least 90 % of `values` are multiples
+/// of, or 1.
+fn detect_step(values: &[u64]) -> u64 {
+    let sample: Vec<u64> = values.iter().copied().filter(|&v| v != 0).take(4096).collect();
+    if sample.len() < 16 {
+        return 1;
+    }
+    (2..=64u64)
+        .rev()
+        .find(|&q| sample.iter().filter(|&&v| v % q == 0).count() * 10 >= sample.len() * 9)
+        .unwrap_or(1)
+}
+
+fn put_stepped(v: u64, q: u64, main: &mut Vec<u8>, rest: &mut Vec<u8>) {
+    let quot = v / q + u64::from(v % q >= q.div_ceil(2) && q > 1);
+    put_varint(main, quot);
+    put_svarint(rest, v.wrapping_sub(quot.wrapping_mul(q)) as i64);
+}
+
+#[inline(always)]
+fn from_stepped(q: u64, quot: u64, rest: u64) -> u64 {
+    quot.wrapping_mul(q).wrapping_add(zigzag(rest) as u64)
+}
+
+// ---------------------------------------------------------------------------
+// Rows → columns.
+
+/// One row chunk to be joined: its first TSC (the base of its time deltas)
+/// and its event bytes.
+pub struct RowChunk<'a> {
+    pub first_tsc: u64,
+    pub rows: &'a [u8],
+}
+
+enum Token {
+    Kind(u8),
+    Time(u64),
+    Cycles(u64),
+    Stack(u64),
+    Field(Field, u64),
+    Def(u64),
+}
+
+/// Parses row chunks of one thread, in time order, into tokens with
+/// absolute addresses and time deltas that run on across chunk borders.
+fn tokenize(chunks: &[RowChunk]) -> Result<Vec<Token>, ColumnError> {
+    let mut tokens = Vec::with_capacity(chunks.iter().map(|c| c.rows.len() / 2).sum());
+    let mut tsc: Option<u64> = None;
+    for c in chunks {
+        let mut r = Reader::new(c.rows);
+        let mut chunk_tsc = c.first_tsc;
+        let mut ptr = 0u64;
+        while !r.at_end() {
+            let b = r.byte()?;
+            tokens.push(Token::Kind(b));
+            let kind = b & KIND_MASK;
+            if kind == EV_STACK_DEF {
+                tokens.push(Token::Def(r.v()?));
+                let depth = r.v()?;
+                tokens.push(Token::Def(depth));
+                if depth > c.rows.len() as u64 {
+                    return Err(ColumnError::Truncated);
+                }
+                for _ in 0..depth {
+                    tokens.push(Token::Def(r.v()?));
+                }
+                continue;
+            }
+            let own = fields(kind).ok_or(ColumnError::UnknownKind(kind))?;
+            chunk_tsc = chunk_tsc.wrapping_add(r.v()?);
+            // The delta from the previous event of the thread, whichever chunk it was in.
+            let prev = tsc.unwrap_or(chunks[0].first_tsc);
+            tokens.push(Token::Time(chunk_tsc.wrapping_sub(prev)));
+            tsc = Some(chunk_tsc);
+            tokens.push(Token::Cycles(r.v()?));
+            tokens.push(Token::Stack(r.v()?));
+            for &f in own {
+                let v = match f {
+                    Field::NewPtr | Field::OldPtr | Field::Addr => {
+                        ptr = ptr.wrapping_add(r.sv()? as u64);
+                        ptr
+                    }
+                    _ => r.v()?,
+                };
+                tokens.push(Token::Field(f, v));
+            }
+        }
+    }
+    Ok(tokens)
+}
+
+/// Rewrites the row chunks of one thread (in time order, each chunk's
+/// events starting at its `first_tsc`) as one column-layout body, whose
+/// time deltas start at `chunks[0].first_tsc`.
+pub fn split(chunks: &[RowChunk]) -> Result<Vec<u8>, ColumnError> {
+    let tokens = tokenize(chunks)?;
+    let mut times = Vec::new();
+    let mut cycles = Vec::new();
+    for t in &tokens {
+        match t {
+            Token::Time(v) => times.push(*v),
+            Token::Cycles(v) => cycles.push(*v),
+            _ => {}
+        }
+    }
+    let (tq, cq) = (detect_step(&times), detect_step(&cycles));
+    drop((times, cycles));
+
+    let mut s: [Vec<u8>; N_STREAMS] = Default::default();
+    let mut pred = Predictor::default();
+    for t in tokens {
+        match t {
+            Token::Kind(b) => s[Stream::Kind as usize].push(b),
+            Token::Time(v) => {
+                let (a, b) = s.split_at_mut(Stream::TimeRest as usize);
+                put_stepped(v, tq, &mut a[Stream::Time as usize], &mut b[0]);
+            }
+            Token::Cycles(v) => {
+                let (a, b) = s.split_at_mut(Stream::CyclesRest as usize);
+                put_stepped(v, cq, &mut a[Stream::Cycles as usize], &mut b[0]);
+            }
+            Token::Stack(v) => put_varint(&mut s[Stream::Stack as usize], v),
+            Token::Def(v) => put_varint(&mut s[Stream::Defs as usize], v),
+            Token::Field(f, v) => match f {
+                Field::Size => put_varint(&mut s[Stream::Size as usize], v),
+                Field::Extra => put_varint(&mut s[Stream::Extra as usize], v),
+                Field::Misc => put_varint(&mut s[Stream::Misc as usize], v),
+                Field::NewPtr | Field::OldPtr | Field::Addr => pred.put(f, v, &mut s),
+            },
+        }
+    }
+    let total: usize = s.iter().map(Vec::len).sum();
+    let mut out = Vec::with_capacity(total + 3 + 2 * 10 + N_STREAMS * 5);
+    out.push(COLUMNS_LAYOUT);
+    put_varint(&mut out, tq);
+    put_varint(&mut out, cq);
+    for st in &s {
+        put_varint(&mut out, st.len() as u64);
+    }
+    for st in &s {
+        out.extend_from_slice(st);
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------
+// Reading columns.
+
+/// Reads a column-layout chunk's fields for the decoder (`decode::Fields`).
+pub(crate) struct ColumnFields {
+    /// Read position and end of each stream in the chunk's bytes.
+    at: [usize; N_STREAMS],
+    end: [usize; N_STREAMS],
+    time_step: u64,
+    cycles_step: u64,
+    pred: Predictor,
+}
+
+impl ColumnFields {
+    /// Checks the layout header of `buf` (the decompressed body).
+    pub fn new(buf: &[u8]) -> Result<ColumnFields, ColumnError> {
+        let mut h = Reader::new(buf);
+        if h.byte()? != COLUMNS_LAYOUT {
+            return Err(ColumnError::BadLayout("unknown layout version"));
+        }
+        let (time_step, cycles_step) = (h.v()?, h.v()?);
+        let mut lens = [0usize; N_STREAMS];
+        for l in lens.iter_mut() {
+            *l = usize::try_from(h.v()?).map_err(|_| ColumnError::BadLayout("stream too long"))?;
+        }
+        let mut pos = h.pos;
+        if lens.iter().try_fold(0usize, |a, &l| a.checked_add(l)) != Some(buf.len() - pos) {
+            return Err(ColumnError::BadLayout("stream lengths do not add up to the body"));
+        }
+        let (mut at, mut end) = ([0usize; N_STREAMS], [0usize; N_STREAMS]);
+        for i in 0..N_STREAMS {
+            at[i] = pos;
+            pos += lens[i];
+            end[i] = pos;
+        }
+        Ok(ColumnFields {
+            at,
+            end,
+            time_step,
+            cycles_step,
+            pred: Predictor::default(),
+        })
+    }
+
+    #[inline(always)]
+    fn v(&mut self, buf: &[u8], s: Stream) -> Result<u64, DecErr> {
+        let i = s as usize;
+        varint(&buf[..self.end[i]], &mut self.at[i])
+    }
+}
+
+impl Fields for ColumnFields {
+    #[inline(always)]
+    fn kind(&mut self, buf: &[u8]) -> Option<u8> {
+        let i = Stream::Kind as usize;
+        if self.at[i] >= self.end[i] {
+            return None;
+        }
+        self.at[i] += 1;
+        Some(buf[self.at[i] - 1])
+    }
+    #[inline(always)]
+    fn time(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        let (q, r) = (self.v(buf, Stream::Time)?, self.v(buf, Stream::TimeRest)?);
+        Ok(from_stepped(self.time_step, q, r))
+    }
+    #[inline(always)]
+    fn cycles(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        let (q, r) = (self.v(buf, Stream::Cycles)?, self.v(buf, Stream::CyclesRest)?);
+        Ok(from_stepped(self.cycles_step, q, r))
+    }
+    #[inline(always)]
+    fn stack(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        self.v(buf, Stream::Stack)
+    }
+    #[inline(always)]
+    fn size(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        self.v(buf, Stream::Size)
+    }
+    #[inline(always)]
+    fn extra(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        self.v(buf, Stream::Extra)
+    }
+    #[inline(always)]
+    fn misc(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        self.v(buf, Stream::Misc)
+    }
+    #[inline(always)]
+    fn new_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        let code = self.v(buf, Stream::AllocRank)?;
+        let i = Stream::PtrDelta as usize;
+        let (at, end) = (&mut self.at[i], self.end[i]);
+        self.pred.get(Field::NewPtr, code, || varint(&buf[..end], at))
+    }
+    #[inline(always)]
+    fn old_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        let code = self.v(buf, Stream::FreeRank)?;
+        let i = Stream::PtrDelta as usize;
+        let (at, end) = (&mut self.at[i], self.end[i]);
+        self.pred.get(Field::OldPtr, code, || varint(&buf[..end], at))
+    }
+    #[inline(always)]
+    fn addr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        let i = Stream::PtrDelta as usize;
+        let (at, end) = (&mut self.at[i], self.end[i]);
+        self.pred.get(Field::Addr, 0, || varint(&buf[..end], at))
+    }
+    #[inline(always)]
+    fn def(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        self.v(buf, Stream::Defs)
+    }
+    fn def_room(&self, _buf: &[u8]) -> u64 {
+        let i = Stream::Defs as usize;
+        (self.end[i] - self.at[i]) as u64
+    }
+    fn position(&self) -> usize {
+        self.at[Stream::Kind as usize]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::decode::tests::every_kind;
+    use crate::trace::decode::{decode_chunk, RowFields};
+    use crate::trace::encode::ChunkEncoder;
+    use crate::trace::{Event, EventKind, Func, Item};
+
+    fn from_rows(rows: &[u8], first_tsc: u64) -> Vec<Item> {
+        decode_chunk(RowFields::default(), rows, first_tsc, 1).unwrap()
+    }
+
+    fn from_cols(cols: &[u8], first_tsc: u64) -> Result<Vec<Item>, String> {
+        let f = ColumnFields::new(cols).map_err(|e| e.to_string())?;
+        decode_chunk(f, cols, first_tsc, 1).map_err(|e| e.to_string())
+    }
+
+    fn roundtrip_one(rows: &[u8], first_tsc: u64) -> Vec<u8> {
+        let cols = split(&[RowChunk { first_tsc, rows }]).unwrap();
+        let want = from_rows(rows, first_tsc);
+        assert!(!want.is_empty());
+        assert_eq!(from_cols(&cols, first_tsc).unwrap(), want);
+        cols
+    }
+
+    fn malloc(tsc: u64, ptr: u64) -> Event {
+        let kind = EventKind::Alloc { func: Func::Malloc, size: 40, align: 0, ptr, usable: 40 };
+        Event { tid: 1, tsc, cycles: 52, stack: 1, flags: 0, kind }
+    }
+
+    fn free(tsc: u64, ptr: u64) -> Event {
+        Event { tid: 1, tsc, cycles: 26, stack: 2, flags: 0, kind: EventKind::Free { ptr } }
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        let mut enc = ChunkEncoder::new(1);
+        for item in every_kind(1, 1000) {
+            enc.item(&item);
+        }
+        roundtrip_one(enc.body(), 1000);
+    }
+
+    #[test]
+    fn addresses_are_predicted_and_misses_kept() {
+        // malloc a, b; free b; malloc → b again (reuse); free a; free 0xdead (never allocated).
+        let (a, b) = (0x5555_0000_1000u64, 0x5555_0000_2000u64);
+        let mut enc = ChunkEncoder::new(1);
+        for e in [malloc(100, a), malloc(126, b), free(152, b), malloc(178, b), free(204, a), free(230, 0xdead)] {
+            enc.event(&e);
+        }
+        let cols = roundtrip_one(enc.body(), 100);
+        // Layout: version, steps (1: too few values to find one), then
+        // lengths: AllocRank holds 0,0,1 and FreeRank 1 (b: newest),
+        // 2 (a: second newest then), 0 (miss).
+        let mut h = Reader::new(&cols);
+        h.byte().unwrap();
+        assert_eq!((h.v().unwrap(), h.v().unwrap()), (1, 1));
+        let lens: Vec<usize> = (0..N_STREAMS).map(|_| h.v().unwrap() as usize).collect();
+        let stream = |s: Stream| {
+            let start = h.pos + lens[..s as usize].iter().sum::<usize>();
+            &cols[start..start + lens[s as usize]]
+        };
+        assert_eq!(stream(Stream::AllocRank), &[0, 0, 1]);
+        assert_eq!(stream(Stream::FreeRank), &[1, 2, 0]);
+    }
+
+    #[test]
+    fn chunks_of_a_thread_join_into_one() {
+        // Two chunks as the C writer makes them: each starts its time deltas
+        // at its own first_tsc and its address chain at 0.
+        let mk = |t0: u64, ptrs: &[u64]| {
+            let mut enc = ChunkEncoder::new(1);
+            for (i, &p) in ptrs.iter().enumerate() {
+                enc.event(&malloc(t0 + 13 * i as u64, p));
+            }
+            enc
+        };
+        let a = mk(1000, &[0x10, 0x20, 0x30]);
+        let b = mk(5000, &[0x40, 0x50]);
+        let chunks = [RowChunk { first_tsc: 1000, rows: a.body() }, RowChunk { first_tsc: 5000, rows: b.body() }];
+        let cols = split(&chunks).unwrap();
+        let mut want = from_rows(a.body(), 1000);
+        want.extend(from_rows(b.body(), 5000));
+        assert_eq!(want.len(), 5);
+        assert_eq!(from_cols(&cols, 1000).unwrap(), want);
+    }
+
+    #[test]
+    fn steps_are_found_and_values_kept_exactly() {
+        let vals: Vec<u64> = (1..1000u64).map(|i| i * 26 + u64::from(i % 50 == 0)).collect();
+        assert_eq!(detect_step(&vals), 26);
+        assert_eq!(detect_step(&(1..1000u64).collect::<Vec<_>>()), 1);
+        for q in [1, 2, 26, 64] {
+            for v in [0, 1, 12, 13, 14, 25, 26, 27, u64::MAX, u64::MAX - 12, 1 << 63] {
+                let (mut m, mut r) = (Vec::new(), Vec::new());
+                put_stepped(v, q, &mut m, &mut r);
+                let (quot, rest) = (Reader::new(&m).v().unwrap(), Reader::new(&r).v().unwrap());
+                assert_eq!(from_stepped(q, quot, rest), v, "q {q} v {v}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_run_with_a_step_round_trips() {
+        // Enough events for the step to be found, with reuse, misses and
+        // off-step times, across three chunks.
+        let mut chunks = Vec::new();
+        let mut t = 10_000u64;
+        let mut live: Vec<u64> = Vec::new();
+        let mut x = 12345u64;
+        for c in 0..3 {
+            let mut enc = ChunkEncoder::new(1);
+            let first = t;
+            for i in 0..2000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                t += 26 * (x % 40) + u64::from(i % 97 == 0);
+                if x % 3 == 0 && !live.is_empty() {
+                    let p = live.swap_remove((x as usize / 3) % live.len());
+                    enc.event(&free(t, p));
+                } else {
+                    let p = 0x4000_0000 + (x % 5000) * 16 + c;
+                    live.push(p);
+                    enc.event(&malloc(t, p));
+                }
+            }
+            chunks.push((first, enc));
+        }
+        let rows: Vec<RowChunk> = chunks.iter().map(|(f, e)| RowChunk { first_tsc: *f, rows: e.body() }).collect();
+        let cols = split(&rows).unwrap();
+        assert_eq!((cols[1], cols[2]), (26, 26), "steps found");
+        let want: Vec<Item> = chunks.iter().flat_map(|(f, e)| from_rows(e.body(), *f)).collect();
+        assert_eq!(from_cols(&cols, chunks[0].0).unwrap(), want);
+        // Compressed, the columns are smaller than the rows.
+        let all_rows: Vec<u8> = rows.iter().flat_map(|r| r.rows.iter().copied()).collect();
+        let z = |b: &[u8]| zstd::bulk::compress(b, 3).unwrap().len();
+        assert!(z(&cols) < z(&all_rows), "{} vs {}", z(&cols), z(&all_rows));
+    }
+
+    #[test]
+    fn damaged_columns_are_errors_not_panics() {
+        let mut enc = ChunkEncoder::new(1);
+        for item in every_kind(1, 1000) {
+            enc.item(&item);
+        }
+        let cols = split(&[RowChunk { first_tsc: 1000, rows: enc.body() }]).unwrap();
+        for cut in 0..cols.len() {
+            assert!(from_cols(&cols[..cut], 1000).is_err(), "cut at {cut}");
+        }
+        let mut bad = cols.clone();
+        bad[0] = 9;
+        assert!(from_cols(&bad, 1000).is_err());
+        // Every single-byte corruption either fails or decodes to something: never panics.
+        for i in 1..cols.len() {
+            for x in [0x01, 0x55, 0x80, 0xff] {
+                let mut c = cols.clone();
+                c[i] ^= x;
+                let _ = from_cols(&c, 1000);
+            }
+        }
+    }
+}
