@@ -6,7 +6,10 @@
 //! Live objects sit in a hash map (one lookup per event); each region keeps
 //! the ends of its objects in a max-heap with lazy deletion, so that when its
 //! last object is freed the new last end is found by popping stale entries
-//! (amortised O(log n)), without an ordered map of all objects.
+//! (amortised O(log n)), without an ordered map of all objects. Whether an
+//! entry is stale is read from a generation table indexed by the object's
+//! slot, not from the hash map: the heaps are swept often, and a hash
+//! lookup per entry there cost more than the events themselves.
 
 use std::collections::{BTreeMap, BinaryHeap};
 
@@ -35,9 +38,9 @@ struct Region {
     live_count: u64,
     /// End of the last live object; == start when none.
     last_end: u64,
-    /// (end, address) of objects placed here; entries of freed objects stay
-    /// until they reach the top or the heap is compacted.
-    ends: BinaryHeap<(u64, u64)>,
+    /// Objects placed here, by end; entries of freed objects stay until they
+    /// reach the top or the heap is compacted.
+    ends: BinaryHeap<End>,
 }
 
 impl Region {
@@ -54,7 +57,16 @@ impl Region {
     }
 }
 
-/// A live block. Kept to 24 bytes: the tree moves these around a lot.
+/// A heap-of-ends entry: valid while `gens[slot] == gen`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct End {
+    end: u64,
+    slot: u32,
+    gen: u32,
+    addr: u64,
+}
+
+/// A live block.
 #[derive(Clone, Copy, Debug)]
 pub struct Object {
     pub size: u64,
@@ -63,6 +75,9 @@ pub struct Object {
     pub stack: u32,
     /// malloc_usable_size minus size (saturated).
     usable_extra: u32,
+    /// Index in the generation table; its generation changes when the
+    /// object is freed or leaves its region, which makes its entries stale.
+    slot: u32,
 }
 
 impl Object {
@@ -101,6 +116,9 @@ pub struct Fragmentation {
 #[derive(Default)]
 pub struct ShadowHeap {
     objects: FxHashMap<u64, Object>,
+    /// Generation of each slot (see `End`), and the slots free for reuse.
+    gens: Vec<u32>,
+    free_slots: Vec<u32>,
     /// Live objects in no known region.
     unplaced: FxHashSet<u64>,
     regions: BTreeMap<u64, Region>,
@@ -141,21 +159,37 @@ impl ShadowHeap {
     }
 
     /// Removes a region's contribution to the sums, runs `f`, adds it back.
-    fn update_region(&mut self, start: u64, f: impl FnOnce(&mut Region, &FxHashMap<u64, Object>)) {
-        let Some(r) = self.regions.get_mut(&start) else { return };
+    /// Returns false when there is no region at `start`.
+    fn update_region(&mut self, start: u64, f: impl FnOnce(&mut Region, &[u32])) -> bool {
+        let Some(r) = self.regions.get_mut(&start) else { return false };
         self.sum_span -= r.span(start);
         self.sum_region_live -= r.live_bytes;
         self.sum_frag -= r.frag(start);
-        f(r, &self.objects);
+        f(r, &self.gens);
         self.sum_span += r.span(start);
         self.sum_region_live += r.live_bytes;
         self.sum_frag += r.frag(start);
+        true
+    }
+
+    fn new_slot(&mut self) -> u32 {
+        self.free_slots.pop().unwrap_or_else(|| {
+            self.gens.push(0);
+            (self.gens.len() - 1) as u32
+        })
+    }
+
+    /// Makes the slot's heap entries stale.
+    fn bump(&mut self, slot: u32) {
+        let g = &mut self.gens[slot as usize];
+        *g = g.wrapping_add(1);
     }
 
     pub fn alloc(&mut self, addr: u64, size: u64, usable: u64, stack: u32) -> Option<Object> {
         let region = self.region_at(addr);
         let extra = usable.saturating_sub(size).min(u32::MAX as u64) as u32;
-        let obj = Object { size, region: region.unwrap_or(0), stack, usable_extra: extra };
+        let slot = self.new_slot();
+        let obj = Object { size, region: region.unwrap_or(0), stack, usable_extra: extra, slot };
         // One hash lookup on the common path; an address still live is rare.
         let replaced = match self.objects.entry(addr) {
             std::collections::hash_map::Entry::Vacant(v) => {
@@ -172,7 +206,9 @@ impl ShadowHeap {
         self.live_bytes += size;
         self.live_usable += size + extra as u64;
         match region {
-            Some(start) => self.update_region(start, |r, _| place(r, addr, size)),
+            Some(start) => {
+                self.update_region(start, |r, gens| place(r, addr, size, slot, gens));
+            }
             None => {
                 self.unplaced.insert(addr);
                 self.unplaced_bytes += size;
@@ -186,21 +222,23 @@ impl ShadowHeap {
         let obj = self.objects.remove(&addr)?;
         self.live_bytes -= obj.size;
         self.live_usable -= obj.usable();
-        match obj.region().filter(|s| self.regions.contains_key(s)) {
-            Some(start) => self.update_region(start, |r, objects| {
+        self.bump(obj.slot);
+        self.free_slots.push(obj.slot);
+        let in_region = obj.region().is_some_and(|start| {
+            self.update_region(start, |r, gens| {
                 r.live_bytes -= obj.size;
                 r.live_count -= 1;
                 if addr + obj.size >= r.last_end {
-                    r.last_end = top_end(r, start, objects);
+                    r.last_end = top_end(r, start, gens);
                 }
                 if r.ends.len() > 4 * r.live_count as usize + 4096 {
-                    compact(r, start, objects);
+                    compact(r, gens);
                 }
-            }),
-            None => {
-                self.unplaced.remove(&addr);
-                self.unplaced_bytes = self.unplaced_bytes.saturating_sub(obj.size);
-            }
+            })
+        });
+        if !in_region {
+            self.unplaced.remove(&addr);
+            self.unplaced_bytes = self.unplaced_bytes.saturating_sub(obj.size);
         }
         Some(obj)
     }
@@ -250,7 +288,7 @@ impl ShadowHeap {
             let o = self.objects.get_mut(&a).expect("unplaced objects are live");
             self.unplaced_bytes = self.unplaced_bytes.saturating_sub(o.size);
             o.region = start;
-            place(&mut region, a, o.size);
+            place(&mut region, a, o.size, o.slot, &self.gens);
         }
         self.mapped_bytes += end - start;
         if kind == RegionKind::Brk {
@@ -282,13 +320,13 @@ impl ShadowHeap {
         let inside: Vec<u64> = self.unplaced.iter().copied().filter(|&a| a >= old_end && a < end).collect();
         for a in inside {
             self.unplaced.remove(&a);
-            let size = {
+            let (size, slot) = {
                 let o = self.objects.get_mut(&a).expect("unplaced objects are live");
                 o.region = start;
-                o.size
+                (o.size, o.slot)
             };
             self.unplaced_bytes = self.unplaced_bytes.saturating_sub(size);
-            self.update_region(start, |r, _| place(r, a, size));
+            self.update_region(start, |r, gens| place(r, a, size, slot, gens));
         }
     }
 
@@ -310,12 +348,14 @@ impl ShadowHeap {
             if r.kind == RegionKind::Brk {
                 self.brk_bytes -= r.end - s;
             }
-            for &(obj_end, a) in r.ends.iter() {
-                if is_placed(&self.objects, s, a, obj_end) {
-                    let o = self.objects.get_mut(&a).unwrap();
+            for e in r.ends.iter() {
+                if is_valid(e, &self.gens) {
+                    let o = self.objects.get_mut(&e.addr).expect("valid entries are of live objects");
                     o.region = 0;
                     self.unplaced_bytes += o.size;
-                    self.unplaced.insert(a);
+                    self.unplaced.insert(e.addr);
+                    let g = &mut self.gens[e.slot as usize];
+                    *g = g.wrapping_add(1);
                 }
             }
             // Pieces outside the unmapped range survive as regions of the same kind.
@@ -390,35 +430,32 @@ impl ShadowHeap {
 }
 
 /// Counts an object of `size` bytes at `addr` as live in `r`.
-fn place(r: &mut Region, addr: u64, size: u64) {
+/// `slot` holds its generation now, so the entry is valid until it changes.
+fn place(r: &mut Region, addr: u64, size: u64, slot: u32, gens: &[u32]) {
     r.live_bytes += size;
     r.live_count += 1;
     r.last_end = r.last_end.max(addr + size);
-    r.ends.push((addr + size, addr));
+    r.ends.push(End { end: addr + size, slot, gen: gens[slot as usize], addr });
 }
 
-/// Is the heap entry (end, addr) a live object placed in the region at `start`?
-fn is_placed(objects: &FxHashMap<u64, Object>, start: u64, addr: u64, end: u64) -> bool {
-    objects.get(&addr).is_some_and(|o| o.region == start && addr + o.size == end)
+/// Is the entry still that of a live object placed in its region?
+#[inline]
+fn is_valid(e: &End, gens: &[u32]) -> bool {
+    gens[e.slot as usize] == e.gen
 }
 
-/// Drops stale entries, and duplicates left by an address reused with the
-/// same size, so the heap holds each live object once.
-fn compact(r: &mut Region, start: u64, objects: &FxHashMap<u64, Object>) {
-    let mut seen = FxHashSet::default();
-    let live: Vec<(u64, u64)> = std::mem::take(&mut r.ends)
-        .into_vec()
-        .into_iter()
-        .filter(|&(end, a)| is_placed(objects, start, a, end) && seen.insert(a))
-        .collect();
+/// Drops stale entries, so the heap holds each placed object once.
+fn compact(r: &mut Region, gens: &[u32]) {
+    let mut live = std::mem::take(&mut r.ends).into_vec();
+    live.retain(|e| is_valid(e, gens));
     r.ends = BinaryHeap::from(live);
 }
 
 /// End of the last live object of `r`, dropping stale entries on the way.
-fn top_end(r: &mut Region, start: u64, objects: &FxHashMap<u64, Object>) -> u64 {
-    while let Some(&(end, addr)) = r.ends.peek() {
-        if is_placed(objects, start, addr, end) {
-            return end;
+fn top_end(r: &mut Region, start: u64, gens: &[u32]) -> u64 {
+    while let Some(e) = r.ends.peek() {
+        if is_valid(e, gens) {
+            return e.end;
         }
         r.ends.pop();
     }
