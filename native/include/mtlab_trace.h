@@ -95,6 +95,13 @@ enum mtlab_event_kind {
 /* sigqueue() value that marks the signal as a dump request (any other
  * sender of the signal toggles sampling). */
 #define MTLAB_CTL_DUMP_VALUE 0x6d746c64u
+/* sigqueue() value asking the process to re-apply GOT routing for the
+ * page's current state (after `mtlab ctl start|stop`); never toggles. */
+#define MTLAB_CTL_APPLY_VALUE 0x6d746c61u
+/* `routed` bits, written by the process after each routing. */
+#define MTLAB_CTL_ROUTE_ON 0x1u    /* GOT routing in use: start/stop need the signal */
+#define MTLAB_CTL_ROUTE_ALLOC 0x2u /* allocation calls of startup modules reach the shims */
+#define MTLAB_CTL_ROUTE_FREE 0x4u  /* free/realloc calls of startup modules reach the shims */
 
 struct mtlab_ctl_page {
     /* First cache line: read on every allocation call, written only by ctl. */
@@ -109,7 +116,8 @@ struct mtlab_ctl_page {
     uint64_t dump_seq;     /* bumped by `mtlab ctl dump` */
     uint64_t dump_done;    /* set to dump_seq once buffers are flushed */
     uint64_t samples;      /* samples taken so far */
-    uint8_t pad1[40];
+    uint32_t routed;       /* MTLAB_CTL_ROUTE_* of the last routing; 0: none */
+    uint8_t pad1[36];
     char trace_path[3968]; /* the trace file this process writes */
 };
 #define MTLAB_CTL_OFF_STATE 16u
@@ -118,6 +126,7 @@ struct mtlab_ctl_page {
 #define MTLAB_CTL_OFF_DUMP_SEQ 64u
 #define MTLAB_CTL_OFF_DUMP_DONE 72u
 #define MTLAB_CTL_OFF_SAMPLES 80u
+#define MTLAB_CTL_OFF_ROUTED 88u
 #define MTLAB_CTL_OFF_PATH 128u
 
 #endif

@@ -15,6 +15,7 @@
  *   MTLAB_INACTIVE 1: sampling mode starts switched off
  *   MTLAB_SAMPLE_SEED  fixed seed for the sampler (tests); 0: from the TSC
  *   MTLAB_SIGNAL  signal that toggles the sampler / requests a dump
+ *   MTLAB_GOT     0: no GOT routing in sampling mode (default 1, see got.c)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -83,6 +84,10 @@ static void fork_child(void) {
             struct mtlab_ctl_page *page = mtlab_ctl;
             mtlab_ctl = NULL;
             munmap(page, MTLAB_CTL_SIZE);
+            /* Nothing is recorded any more: the routed slots go straight to
+             * the real functions (the shims would only pass through). */
+            mtlab_got_fork_child();
+            mtlab_got_route();
         }
     } else if (mtlab_state == 1) {
         mtlab_pid = mtlab_sys_getpid();
@@ -157,6 +162,7 @@ __attribute__((constructor)) static void mtlab_start(void) {
     if (mtlab_cfg.sample_interval) {
         mtlab_write_maps(); /* opens the file now: the control page names it */
         int sig = (int)env_u64("MTLAB_SIGNAL", (uint64_t)(SIGRTMIN + 7));
+        if (env_u64("MTLAB_GOT", 1)) mtlab_got_scan(); /* MTLAB_GOT=0: every call through the shims */
         mtlab_sampler_init(mtlab_cfg.sample_interval, env_u64("MTLAB_INACTIVE", 0) == 0, sig);
     }
     mtlab_tls.guard--;

@@ -83,6 +83,7 @@ static inline int mtlab_in_bootstrap(const void *p) {
     return (const unsigned char *)p >= mtlab_pool && (const unsigned char *)p < mtlab_pool + sizeof mtlab_pool;
 }
 HIDDEN void *mtlab_bootstrap_alloc(size_t n);
+HIDDEN int mtlab_pool_in_use(void); /* dlsym took pool memory: frees must see the shim */
 
 /* ---- per-thread state (thread.c) ---- */
 struct mtlab_buf {
@@ -165,6 +166,30 @@ HIDDEN void mtlab_sampler_fork_child(void);
 HIDDEN void mtlab_sampler_stop(void);
 HIDDEN char *mtlab_sampler_stats(char *p, const char *end);
 
+/* ---- GOT routing (got.c): sampling mode only ----
+ * While sampling is off, the PLT slots (R_X86_64_JUMP_SLOT) of the modules
+ * loaded at startup point straight at the real functions, so an inactive
+ * program runs the instructions it runs without mtlab; they point back at
+ * the shims when sampling is switched on. Functions, by how they are routed: */
+enum {
+    /* allocations: to the shims only while sampling is active */
+    MTLAB_GOT_MALLOC, MTLAB_GOT_CALLOC, MTLAB_GOT_POSIX_MEMALIGN, MTLAB_GOT_ALIGNED_ALLOC,
+    MTLAB_GOT_MEMALIGN, MTLAB_GOT_VALLOC, MTLAB_GOT_PVALLOC,
+    /* releases: also while sampled blocks may be live (their frees are recorded) */
+    MTLAB_GOT_FREE, MTLAB_GOT_REALLOC, MTLAB_GOT_REALLOCARRAY,
+    /* the mmap family: sampling mode passes them straight through, always real */
+    MTLAB_GOT_MMAP, MTLAB_GOT_MMAP64, MTLAB_GOT_MUNMAP, MTLAB_GOT_MREMAP, MTLAB_GOT_BRK, MTLAB_GOT_SBRK,
+    MTLAB_GOT_N
+};
+#define MTLAB_GOT_FIRST_RELEASE MTLAB_GOT_FREE
+#define MTLAB_GOT_FIRST_PASS MTLAB_GOT_MMAP
+HIDDEN void mtlab_shim_addresses(void *out[MTLAB_GOT_N]); /* shims.c: mtlab's own definitions */
+HIDDEN void mtlab_got_scan(void);          /* once, in the constructor, after mtlab_resolve */
+HIDDEN void mtlab_got_enable(int on);      /* routing follows the state only while our signal works */
+/* Points the cached slots where the control page's state wants them; async-signal-safe. */
+HIDDEN void mtlab_got_route(void);
+HIDDEN void mtlab_got_fork_child(void);    /* a router of the parent may have been cut off by fork */
+
 /* ---- stacks (stack.c) ---- */
 HIDDEN int mtlab_unwind_init(int unwind); /* 0 ok, -1: that unwinder is not available */
 HIDDEN uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame);
@@ -184,6 +209,7 @@ HIDDEN int mtlab_sys_fstat(int fd, struct stat *st);
 HIDDEN int mtlab_sys_getrlimit(int resource, struct rlimit *rl);
 HIDDEN void *mtlab_sys_mmap(size_t len);
 HIDDEN void mtlab_sys_munmap(void *p, size_t len);
+HIDDEN int mtlab_sys_mprotect(void *p, size_t len, int prot); /* 0 or -errno */
 HIDDEN uint32_t mtlab_gettid(void);
 HIDDEN uint32_t mtlab_sys_getpid(void);
 /* The process this state belongs to (a vfork child shares it but is not it). */

@@ -27,6 +27,8 @@ void *mtlab_bootstrap_alloc(size_t n) {
     return pool + off + 16;
 }
 
+int mtlab_pool_in_use(void) { return atomic_load(&pool_used) != 0; }
+
 #define RESOLVE(name) mtlab_real.name = (__typeof__(mtlab_real.name))dlsym(RTLD_NEXT, #name)
 
 void mtlab_resolve(void) {

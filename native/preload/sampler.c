@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <signal.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -25,6 +26,8 @@
 #include "internal.h"
 
 HIDDEN struct mtlab_ctl_page *mtlab_ctl;
+_Static_assert(offsetof(struct mtlab_ctl_page, routed) == MTLAB_CTL_OFF_ROUTED, "control page layout");
+_Static_assert(offsetof(struct mtlab_ctl_page, trace_path) == MTLAB_CTL_OFF_PATH, "control page layout");
 
 #define SET_BITS 16
 #define SET_SLOTS (1u << SET_BITS)
@@ -169,7 +172,10 @@ void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame)
     append_sample(t, kind, r, size, interval, frame);
     if (set_insert((uint64_t)r)) {
         atomic_fetch_add_explicit(&mtlab_filter[mtlab_filter_hash((uint64_t)r)], 1, memory_order_relaxed);
-        __atomic_fetch_or(&mtlab_ctl->state, MTLAB_CTL_LIVE, __ATOMIC_RELAXED);
+        uint32_t was = __atomic_fetch_or(&mtlab_ctl->state, MTLAB_CTL_LIVE, __ATOMIC_SEQ_CST);
+        /* First live sample: if sampling was switched off meanwhile, frees
+         * must be routed to the shims after all. */
+        if (!(was & MTLAB_CTL_LIVE)) mtlab_got_route();
     } else {
         atomic_fetch_add_explicit(&untracked, 1, memory_order_relaxed);
     }
@@ -214,7 +220,9 @@ static void flush_all_locked(void) {
 }
 
 /* `mtlab ctl dump` queues the signal with MTLAB_CTL_DUMP_VALUE: flush (once
- * for any number of queued requests); any other sender toggles sampling. */
+ * for any number of queued requests); `mtlab ctl start|stop` queues it with
+ * MTLAB_CTL_APPLY_VALUE after changing the state: route the GOT slots for
+ * it; any other sender toggles sampling (and routes). */
 static void on_signal(int sig, siginfo_t *info, void *uctx) {
     (void)sig;
     (void)uctx;
@@ -229,7 +237,9 @@ static void on_signal(int sig, siginfo_t *info, void *uctx) {
             __atomic_store_n(&mtlab_ctl->dump_done, seq, __ATOMIC_RELEASE);
         }
     } else {
-        __atomic_fetch_xor(&mtlab_ctl->state, MTLAB_CTL_ACTIVE, __ATOMIC_RELAXED);
+        if (!(info && info->si_code == SI_QUEUE && info->si_value.sival_int == (int)MTLAB_CTL_APPLY_VALUE))
+            __atomic_fetch_xor(&mtlab_ctl->state, MTLAB_CTL_ACTIVE, __ATOMIC_SEQ_CST);
+        mtlab_got_route();
     }
     mtlab_tls.guard--;
     errno = saved;
@@ -265,9 +275,12 @@ void mtlab_sampler_init(uint64_t interval, int active, int sig) {
     sa.sa_sigaction = on_signal;
     sa.sa_flags = SA_RESTART | SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
-    sigaction(sig, &sa, NULL);
+    /* GOT routing needs the signal: once calls bypass the shims, only the
+     * handler can bring them back when sampling is switched on. */
+    mtlab_got_enable(sig > 0 && sigaction(sig, &sa, NULL) == 0);
     __atomic_store_n(&page->state, MTLAB_CTL_ON | (active ? MTLAB_CTL_ACTIVE : 0), __ATOMIC_RELEASE);
     mtlab_ctl = page;
+    mtlab_got_route(); /* --inactive: straight to the real functions from here on */
 }
 
 /* A fork child gets its own page (the parent's stays the parent's). */
@@ -280,6 +293,9 @@ void mtlab_sampler_fork_child(void) {
     memset((void *)sampled_set, 0, sizeof sampled_set);
     atomic_store(&samples_taken, 0);
     memset((void *)mtlab_filter, 0, sizeof mtlab_filter);
+    /* The child's GOT is the parent's copy; its new page has no live samples:
+     * mtlab_sampler_init routes the slots for the child's own state. */
+    mtlab_got_fork_child();
     mtlab_sampler_init(interval, active, (int)old->signal);
     if (mtlab_ctl != old) munmap(old, MTLAB_CTL_SIZE);
     /* Parent and child must not draw the same sample points. */

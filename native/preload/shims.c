@@ -576,3 +576,46 @@ EXPORT int execle(const char *path, const char *arg, ...) {
 }
 
 void mtlab_init_brk(uint64_t b) { atomic_store(&last_brk, b); }
+
+/* The shims' own addresses, for GOT routing (got.c). Taken through hidden
+ * aliases: `&malloc` here would go through this library's GOT and give the
+ * first definition in the global scope, which need not be ours. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 9
+#pragma GCC diagnostic ignored "-Wmissing-attributes" /* the aliases need not repeat nothrow, malloc, ... */
+#endif
+#define SHIM_ALIAS(name) extern __typeof__(name) mtlab_shim_##name __attribute__((alias(#name), visibility("hidden")));
+SHIM_ALIAS(malloc)
+SHIM_ALIAS(calloc)
+SHIM_ALIAS(posix_memalign)
+SHIM_ALIAS(aligned_alloc)
+SHIM_ALIAS(memalign)
+SHIM_ALIAS(valloc)
+SHIM_ALIAS(pvalloc)
+SHIM_ALIAS(free)
+SHIM_ALIAS(realloc)
+SHIM_ALIAS(reallocarray)
+SHIM_ALIAS(mmap)
+SHIM_ALIAS(mmap64)
+SHIM_ALIAS(munmap)
+SHIM_ALIAS(mremap)
+SHIM_ALIAS(brk)
+SHIM_ALIAS(sbrk)
+
+void mtlab_shim_addresses(void *out[MTLAB_GOT_N]) {
+    out[MTLAB_GOT_MALLOC] = (void *)mtlab_shim_malloc;
+    out[MTLAB_GOT_CALLOC] = (void *)mtlab_shim_calloc;
+    out[MTLAB_GOT_POSIX_MEMALIGN] = (void *)mtlab_shim_posix_memalign;
+    out[MTLAB_GOT_ALIGNED_ALLOC] = (void *)mtlab_shim_aligned_alloc;
+    out[MTLAB_GOT_MEMALIGN] = (void *)mtlab_shim_memalign;
+    out[MTLAB_GOT_VALLOC] = (void *)mtlab_shim_valloc;
+    out[MTLAB_GOT_PVALLOC] = (void *)mtlab_shim_pvalloc;
+    out[MTLAB_GOT_FREE] = (void *)mtlab_shim_free;
+    out[MTLAB_GOT_REALLOC] = (void *)mtlab_shim_realloc;
+    out[MTLAB_GOT_REALLOCARRAY] = (void *)mtlab_shim_reallocarray;
+    out[MTLAB_GOT_MMAP] = (void *)mtlab_shim_mmap;
+    out[MTLAB_GOT_MMAP64] = (void *)mtlab_shim_mmap64;
+    out[MTLAB_GOT_MUNMAP] = (void *)mtlab_shim_munmap;
+    out[MTLAB_GOT_MREMAP] = (void *)mtlab_shim_mremap;
+    out[MTLAB_GOT_BRK] = (void *)mtlab_shim_brk;
+    out[MTLAB_GOT_SBRK] = (void *)mtlab_shim_sbrk;
+}

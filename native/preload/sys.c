@@ -45,6 +45,7 @@ void *mtlab_sys_mmap(size_t len) {
     return (r < 0 && r > -4096) ? NULL : (void *)r;
 }
 void mtlab_sys_munmap(void *p, size_t len) { raw6(SYS_munmap, (long)p, (long)len, 0, 0, 0, 0); }
+int mtlab_sys_mprotect(void *p, size_t len, int prot) { return (int)raw6(SYS_mprotect, (long)p, (long)len, prot, 0, 0, 0); }
 uint32_t mtlab_gettid(void) { return (uint32_t)raw6(SYS_gettid, 0, 0, 0, 0, 0, 0); }
 uint32_t mtlab_sys_getpid(void) { return (uint32_t)raw6(SYS_getpid, 0, 0, 0, 0, 0, 0); }
 

@@ -380,9 +380,28 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
         }
         action => {
             let page = CtlPage::open(a.pid)?;
+            const ROUTE_TIMEOUT: u64 = 2;
+            let routed = |page: &CtlPage| page.apply_routing(a.pid, std::time::Duration::from_secs(ROUTE_TIMEOUT));
             match action {
-                CtlAction::Start => page.set_active(true),
-                CtlAction::Stop => page.set_active(false),
+                CtlAction::Start => {
+                    page.set_active(true);
+                    if !routed(&page) {
+                        let signal = page.signal();
+                        return Err(ctl::CtlError::NotRouted { pid: a.pid, secs: ROUTE_TIMEOUT, signal }.into());
+                    }
+                }
+                CtlAction::Stop => {
+                    page.set_active(false);
+                    if !routed(&page) {
+                        // Not an error: the shims read the state, so sampling is off;
+                        // calls only keep their detour through them.
+                        eprintln!(
+                            "mtlab: process {} did not re-route its allocation calls within {ROUTE_TIMEOUT} s (is signal {} handled by the program?): sampling is off, but calls still pass through mtlab's shims",
+                            a.pid,
+                            page.signal()
+                        );
+                    }
+                }
                 CtlAction::Interval { size } => page.set_interval(size),
                 _ => {}
             }

@@ -20,6 +20,8 @@ pub enum CtlError {
     BadPage(PathBuf),
     #[error("process {pid} did not answer the dump request within {secs} s (is signal {signal} blocked or handled by the program?)")]
     Timeout { pid: u32, secs: u64, signal: u32 },
+    #[error("process {pid} did not switch its allocation calls over to the sampler within {secs} s (is signal {signal} blocked or handled by the program?): sampling is on, but most allocation calls still bypass the sampler; record with MTLAB_GOT=0 in the environment to keep every call on mtlab's shims")]
+    NotRouted { pid: u32, secs: u64, signal: u32 },
 }
 
 /// The shared control page of one process.
@@ -120,6 +122,34 @@ impl CtlPage {
     }
     pub fn signal(&self) -> u32 {
         self.u32_at(CTL_OFF_SIGNAL).load(Ordering::Relaxed)
+    }
+    /// `CTL_ROUTE_*` bits of the process's last GOT routing (0: not routing).
+    pub fn routed(&self) -> u32 {
+        self.u32_at(CTL_OFF_ROUTED).load(Ordering::Acquire)
+    }
+
+    /// After `set_active`: a process that routes its GOT slots (calls of the
+    /// modules loaded at startup go straight to the real allocator while
+    /// sampling is off) never enters mtlab's code by itself, so it is asked,
+    /// by the signal with `CTL_APPLY_VALUE`, to route them for the new state.
+    /// Waits until it has; false if it did not within `timeout`.
+    pub fn apply_routing(&self, pid: u32, timeout: Duration) -> bool {
+        if self.routed() & CTL_ROUTE_ON == 0 {
+            return true; // every call passes through the shims, which read the state
+        }
+        let value = libc::sigval { sival_ptr: CTL_APPLY_VALUE as usize as *mut libc::c_void };
+        // SAFETY: queuing a signal to the process that maps the page (checked in open()).
+        unsafe { libc::sigqueue(pid as libc::pid_t, self.signal() as libc::c_int, value) };
+        let start = Instant::now();
+        loop {
+            if (self.routed() & CTL_ROUTE_ALLOC != 0) == self.active() {
+                return true;
+            }
+            if start.elapsed() > timeout {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
     pub fn trace_path(&self) -> PathBuf {
         // SAFETY: the path field lies inside the mapped page; it is NUL-terminated by the writer.

@@ -215,6 +215,13 @@ impl Running {
         stdin.flush().unwrap();
     }
 
+    /// Sends one command line to the program (native/tests/s_got.c).
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
     /// Waits for `mtlab record` to end: (status, its stderr).
     fn finish(mut self) -> (std::process::ExitStatus, String) {
         drop(self.stdin.take());
@@ -458,6 +465,158 @@ fn ctl_start_stop_and_interval_toggle_sampling_at_run_time() {
     // Nothing was sampled after the stop: the trace has exactly the samples
     // counted when sampling was switched off.
     assert_eq!(u(&p["samples"]), stopped_at, "samples after ctl stop");
+}
+
+// ---------------------------------------------------------------------------
+// 2b. GOT routing: while sampling is off, calls skip mtlab altogether.
+
+const PRELOAD: &str = "libmtlab_preload.so";
+const LIBC: &str = "libc.so.6";
+
+/// "slots malloc=LIB calloc=LIB realloc=LIB free=LIB" (s_got.c) as a map.
+fn parse_slots(line: &str) -> std::collections::BTreeMap<String, String> {
+    let rest = line.split_once("slots ").unwrap_or_else(|| panic!("not a slots line: {line:?}")).1;
+    rest.split_whitespace().map(|kv| kv.split_once('=').unwrap()).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+/// Where the program's own PLT slots point now.
+fn slots(run: &mut Running) -> std::collections::BTreeMap<String, String> {
+    run.send("show");
+    parse_slots(&run.expect("slots "))
+}
+
+fn assert_slots(s: &std::collections::BTreeMap<String, String>, want: [&str; 4], what: &str) {
+    let got: Vec<&str> = ["malloc", "calloc", "realloc", "free"].iter().map(|k| s[*k].as_str()).collect();
+    assert_eq!(got, want, "{what}: slots malloc, calloc, realloc, free point into");
+}
+
+/// The toggle signal, sent with kill(2) (not sigqueue): the handler flips
+/// sampling and routes. Asynchronous: waits until malloc's slot says `want`.
+fn toggle_until(lab: &Lab, run: &mut Running, pid: u32, want_malloc: &str) -> std::collections::BTreeMap<String, String> {
+    let st = ctl_ok(lab, pid, &["status"]);
+    let sig: i32 = st.rsplit("(signal ").next().unwrap().split(' ').next().unwrap().parse().unwrap();
+    // SAFETY: signalling the traced process, which handles `sig` (mtlab's handler).
+    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, sig) }, 0);
+    let t0 = std::time::Instant::now();
+    loop {
+        let s = slots(run);
+        if s["malloc"] == want_malloc || t0.elapsed() > LINE_TIMEOUT {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn got_routing_sends_calls_straight_to_libc_while_sampling_is_off() {
+    let lab = Lab::new();
+    // Lazy binding (the slots are in .got.plt, writable), and full RELRO
+    // (-z now: the slots are read-only; mtlab must mprotect around writes).
+    let lazy = compile_with(&lab, "s_got", "got_lazy", &["-O0", "-fno-omit-frame-pointer"]);
+    let now = compile_with(&lab, "s_got", "got_now", &["-O0", "-fno-omit-frame-pointer", "-Wl,-z,now,-z,relro"]);
+    let mut seen = String::new();
+    for (variant, prog) in [("lazy", &lazy), ("now", &now)] {
+        let trace = format!("{variant}.mtl");
+        let cmd = lab.record_cmd(&trace, &["--sample", "16KiB", "--inactive", "--sample-seed", "9"], prog, &[]);
+        let mut run = Running::start(cmd);
+        let pid = run.pid();
+
+        // --inactive: routed to libc from the start, and nothing is sampled.
+        assert_slots(&slots(&mut run), [LIBC; 4], &format!("{variant}, --inactive"));
+        run.send("alloc 1000 4096 0");
+        run.expect("done alloc");
+        assert_eq!(status_samples(&ctl_ok(&lab, pid, &["status"])), 0, "{variant}: inactive");
+
+        // ctl start: back on the shims as soon as ctl returns; samples are taken.
+        let st = ctl_ok(&lab, pid, &["start"]);
+        assert!(st.contains("sampling on"), "{variant}: {st}");
+        assert_slots(&slots(&mut run), [PRELOAD; 4], &format!("{variant}, after ctl start"));
+        run.send("alloc 2000 4096 300");
+        run.expect("done alloc");
+        let started = status_samples(&ctl_ok(&lab, pid, &["status"]));
+        assert!(started > 100, "{variant}: 2000 × 4 KiB at 16KiB are sampled: {started} samples");
+
+        // A fork child inherits the routed GOT and the state: its slots follow its own state.
+        run.send("fork");
+        assert_slots(&parse_slots(&run.expect("child slots ")), [PRELOAD; 4], &format!("{variant}, child while on"));
+        run.expect("forked");
+
+        // ctl stop with sampled blocks live: allocations go to libc, frees
+        // (and realloc) stay on the shims so the live samples' frees are recorded.
+        let st = ctl_ok(&lab, pid, &["stop"]);
+        assert!(st.contains("sampling off"), "{variant}: {st}");
+        assert_slots(&slots(&mut run), [LIBC, LIBC, PRELOAD, PRELOAD], &format!("{variant}, after ctl stop"));
+        run.send("alloc 1000 4096 0");
+        run.expect("done alloc");
+        let stopped = status_samples(&ctl_ok(&lab, pid, &["status"]));
+        assert_eq!(stopped, started, "{variant}: nothing sampled after ctl stop");
+        // The child's page starts with no live samples: all of it goes to libc.
+        run.send("fork");
+        assert_slots(&parse_slots(&run.expect("child slots ")), [LIBC; 4], &format!("{variant}, child while off"));
+        run.expect("forked");
+
+        // The plain toggle signal (kill) routes too, both ways.
+        let s = toggle_until(&lab, &mut run, pid, PRELOAD);
+        assert_slots(&s, [PRELOAD; 4], &format!("{variant}, after the toggle signal (on)"));
+        assert!(ctl_ok(&lab, pid, &["status"]).contains("sampling on"), "{variant}");
+        let s = toggle_until(&lab, &mut run, pid, LIBC);
+        assert_slots(&s, [LIBC, LIBC, PRELOAD, PRELOAD], &format!("{variant}, after the toggle signal (off)"));
+
+        run.send("exit");
+        let (status, err) = run.finish();
+        assert_eq!(status.code(), Some(0), "{variant}: {err}");
+        let r = lab.report(&trace);
+        let p = profile(&r);
+        assert_eq!(u(&p["samples"]), started, "{variant}: the trace has the samples taken while on");
+        assert_eq!(samples_through(&r, "got_site"), started, "{variant}: {}", p["top"]);
+        // The 300 kept blocks were freed at exit, while sampling was off: the
+        // frees reached the shim and were recorded, so nothing is estimated in use.
+        assert_eq!(f(&p["inuse_bytes"]["value"]), 0.0, "{variant}: frees of sampled blocks after stop: {}", p["inuse_bytes"]);
+        seen += &format!("{variant}: {started} samples while on, none while routed to libc; in use at exit 0\n");
+    }
+    eprintln!("{seen}");
+}
+
+/// The program takes mtlab's signal over: `ctl start` cannot reach the
+/// routing and says so (the sampler still works for calls through the
+/// shims); with MTLAB_GOT=0 every call stays on the shims and start works.
+#[test]
+fn ctl_start_reports_a_program_that_took_the_signal_and_mtlab_got_0_avoids_it() {
+    let lab = Lab::new();
+    // Bound at load time (-z now), so the slots show the binding before the first call.
+    let prog = compile_with(&lab, "s_got", "got_now", &["-O0", "-fno-omit-frame-pointer", "-Wl,-z,now"]);
+    let mut seen = String::new();
+    for got in ["1", "0"] {
+        let mut cmd = lab.record_cmd(&format!("g{got}.mtl"), &["--sample", "16KiB", "--inactive"], &prog, &[]);
+        cmd.env("MTLAB_GOT", got);
+        let mut run = Running::start(cmd);
+        let pid = run.pid();
+        let st = ctl_ok(&lab, pid, &["status"]);
+        let sig = st.rsplit("(signal ").next().unwrap().split(' ').next().unwrap().to_string();
+        run.send(&format!("ignore {sig}"));
+        run.expect("ignored");
+        let o = ctl(&lab, pid, &["start"]);
+        let s = slots(&mut run);
+        if got == "1" {
+            assert!(!o.status.success(), "ctl start with the signal ignored: {}", stdout(&o));
+            let e = stderr(&o);
+            assert!(e.contains(&format!("signal {sig}")) && e.contains("MTLAB_GOT=0"), "{e}");
+            assert_eq!(s["malloc"], LIBC, "the routing was not reached");
+            seen += &format!("MTLAB_GOT=1: {}\n", e.trim());
+        } else {
+            assert_success(&o, "ctl start with MTLAB_GOT=0");
+            assert_eq!(s["malloc"], PRELOAD, "MTLAB_GOT=0: no routing, every call through the shims");
+            run.send("alloc 2000 4096 0");
+            run.expect("done alloc");
+            let n = status_samples(&ctl_ok(&lab, pid, &["status"]));
+            assert!(n > 100, "MTLAB_GOT=0: sampled after start: {n}");
+            seen += &format!("MTLAB_GOT=0: {n} samples after ctl start\n");
+        }
+        run.send("exit");
+        let (status, err) = run.finish();
+        assert_eq!(status.code(), Some(0), "{err}");
+    }
+    eprintln!("{seen}");
 }
 
 // ---------------------------------------------------------------------------

@@ -70,12 +70,17 @@ pub const CTL_ON: u32 = 0x1;
 pub const CTL_ACTIVE: u32 = 0x2;
 pub const CTL_LIVE: u32 = 0x4;
 pub const CTL_DUMP_VALUE: u32 = 0x6d74_6c64;
+pub const CTL_APPLY_VALUE: u32 = 0x6d74_6c61;
+pub const CTL_ROUTE_ON: u32 = 0x1;
+pub const CTL_ROUTE_ALLOC: u32 = 0x2;
+pub const CTL_ROUTE_FREE: u32 = 0x4;
 pub const CTL_OFF_STATE: u32 = 16;
 pub const CTL_OFF_SIGNAL: u32 = 20;
 pub const CTL_OFF_INTERVAL: u32 = 24;
 pub const CTL_OFF_DUMP_SEQ: u32 = 64;
 pub const CTL_OFF_DUMP_DONE: u32 = 72;
 pub const CTL_OFF_SAMPLES: u32 = 80;
+pub const CTL_OFF_ROUTED: u32 = 88;
 pub const CTL_OFF_PATH: u32 = 128;
 
 /// Name of an event kind, for messages.
@@ -156,12 +161,17 @@ mod tests {
             ("CTL_ACTIVE", CTL_ACTIVE as u64),
             ("CTL_LIVE", CTL_LIVE as u64),
             ("CTL_DUMP_VALUE", CTL_DUMP_VALUE as u64),
+            ("CTL_APPLY_VALUE", CTL_APPLY_VALUE as u64),
+            ("CTL_ROUTE_ON", CTL_ROUTE_ON as u64),
+            ("CTL_ROUTE_ALLOC", CTL_ROUTE_ALLOC as u64),
+            ("CTL_ROUTE_FREE", CTL_ROUTE_FREE as u64),
             ("CTL_OFF_STATE", CTL_OFF_STATE as u64),
             ("CTL_OFF_SIGNAL", CTL_OFF_SIGNAL as u64),
             ("CTL_OFF_INTERVAL", CTL_OFF_INTERVAL as u64),
             ("CTL_OFF_DUMP_SEQ", CTL_OFF_DUMP_SEQ as u64),
             ("CTL_OFF_DUMP_DONE", CTL_OFF_DUMP_DONE as u64),
             ("CTL_OFF_SAMPLES", CTL_OFF_SAMPLES as u64),
+            ("CTL_OFF_ROUTED", CTL_OFF_ROUTED as u64),
             ("CTL_OFF_PATH", CTL_OFF_PATH as u64),
             ("EVF_CHUNK_MMAPPED", EVF_CHUNK_MMAPPED as u64),
             ("EVF_IN_ALLOCATOR", EVF_IN_ALLOCATOR as u64),

@@ -1,0 +1,340 @@
+/*
+ * got.c — GOT routing: an inactive sampler costs nothing on the call path.
+ *
+ * In sampling mode every allocation call still went PLT → mtlab's shim →
+ * state check → tail call to the real function, even while sampling was
+ * switched off. Instead, the PLT slots that the modules loaded at startup use
+ * for the intercepted functions are rewritten: while sampling is off they
+ * hold the real functions (mtlab_real, dlsym RTLD_NEXT — exactly where the
+ * shims would forward to), so the program runs the instructions it runs
+ * without mtlab; when sampling is switched on they point at the shims again.
+ *
+ *   active                       every routed function → shim
+ *   inactive, MTLAB_CTL_LIVE set allocations → real; free, realloc and
+ *                                reallocarray → shim (frees of sampled
+ *                                blocks are still recorded)
+ *   inactive, nothing live       every routed function → real
+ *   mmap family                  always real (sampling mode passes them through)
+ *
+ * The shims keep checking the state, so a slot that was not (or not yet)
+ * rewritten is only slower, never wrong: modules dlopen'ed later, calls
+ * through other relocations, a switch whose signal did not arrive.
+ *
+ * Only R_X86_64_JUMP_SLOT slots are rewritten, not R_X86_64_GLOB_DAT: a
+ * GLOB_DAT slot is also where position-independent code reads a function's
+ * *address* (`void (*f)(void *) = free;`). Rewriting it would make the same
+ * function compare unequal to itself across a switch, and a pointer taken
+ * while routed to the real function would keep bypassing the shims after
+ * `start` (frees of sampled blocks through it would be missed). A JUMP_SLOT
+ * is only ever jumped through by its module's PLT, and the canonical address
+ * of a function in a non-PIC executable is its PLT entry, whose jumps follow
+ * the slot. The price: code built with -fno-plt, and glibc's own internal
+ * malloc/free (GLOB_DAT in libc.so.6), still pass through the shims.
+ *
+ * Everything is found once, in the constructor (mtlab_got_scan), and cached
+ * in static arrays; mtlab_got_route only loads, stores and calls mprotect, so
+ * the signal handler may call it.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+
+#include "internal.h"
+
+#define W_ALLOC MTLAB_CTL_ROUTE_ALLOC /* allocation slots → shims */
+#define W_FREE MTLAB_CTL_ROUTE_FREE   /* release slots → shims */
+
+#if defined(__x86_64__)
+
+#define MAX_MODULES 256
+#define MAX_SLOTS 2048
+
+static const char *const names[MTLAB_GOT_N] = {
+    [MTLAB_GOT_MALLOC] = "malloc",         [MTLAB_GOT_CALLOC] = "calloc",
+    [MTLAB_GOT_POSIX_MEMALIGN] = "posix_memalign", [MTLAB_GOT_ALIGNED_ALLOC] = "aligned_alloc",
+    [MTLAB_GOT_MEMALIGN] = "memalign",     [MTLAB_GOT_VALLOC] = "valloc",
+    [MTLAB_GOT_PVALLOC] = "pvalloc",       [MTLAB_GOT_FREE] = "free",
+    [MTLAB_GOT_REALLOC] = "realloc",       [MTLAB_GOT_REALLOCARRAY] = "reallocarray",
+    [MTLAB_GOT_MMAP] = "mmap",             [MTLAB_GOT_MMAP64] = "mmap64",
+    [MTLAB_GOT_MUNMAP] = "munmap",         [MTLAB_GOT_MREMAP] = "mremap",
+    [MTLAB_GOT_BRK] = "brk",               [MTLAB_GOT_SBRK] = "sbrk",
+};
+
+struct slot {
+    void **addr;
+    void *orig; /* the value found at scan time (our shim, or a lazy-binding stub) */
+    uint8_t fn;
+};
+
+struct module {
+    const char *name; /* dlpi_name: "" for the program */
+    uintptr_t base, dyn, lo, hi;   /* load bias, PT_DYNAMIC, extent of the PT_LOADs */
+    uintptr_t relro_lo, relro_hi;  /* pages the dynamic linker made read-only */
+    uintptr_t ro_lo, ro_hi;        /* the read-only pages holding our slots (0, 0: none) */
+    uint32_t first, n;             /* its slots */
+};
+
+static struct module modules[MAX_MODULES];
+static struct slot slots[MAX_SLOTS];
+static uint32_t n_modules, n_slots;
+static void *shim_of[MTLAB_GOT_N], *real_of[MTLAB_GOT_N];
+static int routable[MTLAB_GOT_N];
+static int pool_used; /* fixed at scan: the bootstrap pool is filled only while resolving */
+
+static _Atomic int enabled; /* our signal handler is installed: routing may follow the state */
+static _Atomic int busy;    /* one router at a time */
+static _Atomic int applied = -1; /* W_* bits the slots hold; -1: not routed yet / unknown */
+
+static uintptr_t page_size;
+static uintptr_t page_down(uintptr_t a) { return a & ~(page_size - 1); }
+
+/* ---- scan ---- */
+
+static int collect(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    (void)arg;
+    uintptr_t vdso = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
+    if (vdso && (uintptr_t)info->dlpi_phdr >= vdso && (uintptr_t)info->dlpi_phdr < vdso + 0x10000) return 0;
+    if (n_modules == MAX_MODULES) return 1;
+    struct module m = {.name = info->dlpi_name ? info->dlpi_name : "", .base = info->dlpi_addr, .lo = UINTPTR_MAX};
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        if (ph->p_type == PT_LOAD) {
+            if (start < m.lo) m.lo = start;
+            if (start + ph->p_memsz > m.hi) m.hi = start + ph->p_memsz;
+        } else if (ph->p_type == PT_DYNAMIC) {
+            m.dyn = start;
+        } else if (ph->p_type == PT_GNU_RELRO) {
+            /* As the dynamic linker protects it: the last partial page stays writable. */
+            m.relro_lo = page_down(start);
+            m.relro_hi = page_down(start + ph->p_memsz);
+        }
+    }
+    /* mtlab's own library: its slots must keep reaching the real functions. */
+    uintptr_t self = (uintptr_t)(void *)collect;
+    if (!m.dyn || (self >= m.lo && self < m.hi)) return 0;
+    modules[n_modules++] = m;
+    return 0;
+}
+
+/* A module dlopen'ed before the constructor (by another library's
+ * constructor) could be dlclose'd later and its slots unmapped: keep every
+ * scanned module loaded (RTLD_NODELETE; modules loaded at startup are never
+ * unloaded anyway). The handle must be this very module (not one of the same
+ * name in another namespace). Returns 0 if the module cannot be kept. */
+static int pin(const struct module *m) {
+    if (!m->name[0]) return 1; /* the program */
+    void *h = dlopen(m->name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
+    if (!h) return 0;
+    struct link_map *lm = NULL;
+    int ok = dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && (uintptr_t)lm->l_ld == m->dyn;
+    return ok; /* the handle stays open: one more reference on a module that is never unloaded */
+}
+
+/* glibc relocates the d_ptr values of a writable dynamic section in place;
+ * the vDSO's (and a read-only one's) stay offsets. */
+static uintptr_t dptr(const struct module *m, uintptr_t v) { return v < m->base ? v + m->base : v; }
+
+static void scan_relocs(struct module *m, const ElfW(Rela) *rel, size_t bytes, const ElfW(Sym) *symtab,
+                        const char *strtab, size_t strsz) {
+    for (size_t i = 0; i < bytes / sizeof *rel; i++) {
+        if (ELF64_R_TYPE(rel[i].r_info) != R_X86_64_JUMP_SLOT) continue;
+        const ElfW(Sym) *sym = &symtab[ELF64_R_SYM(rel[i].r_info)];
+        if (!sym->st_name || (strsz && sym->st_name >= strsz)) continue;
+        const char *name = strtab + sym->st_name;
+        int fn = -1;
+        for (int f = 0; f < MTLAB_GOT_N; f++)
+            if (routable[f] && strcmp(name, names[f]) == 0) fn = f;
+        if (fn < 0) continue;
+        void **addr = (void **)(m->base + rel[i].r_offset);
+        if ((uintptr_t)addr < m->lo || (uintptr_t)addr + sizeof *addr > m->hi) continue;
+        void *cur = __atomic_load_n(addr, __ATOMIC_RELAXED);
+        /* Bound to our shim, or not bound yet (lazy binding: the slot holds
+         * the module's own PLT stub, and the lookup would find our shim —
+         * checked in mtlab_got_scan). Anything else (another definition the
+         * module binds to) is left alone. */
+        int lazy = (uintptr_t)cur >= m->lo && (uintptr_t)cur < m->hi && cur != real_of[fn];
+        if (cur != shim_of[fn] && !lazy) continue;
+        if (n_slots == MAX_SLOTS) return;
+        slots[n_slots++] = (struct slot){.addr = addr, .orig = cur, .fn = (uint8_t)fn};
+    }
+}
+
+static void scan_module(struct module *m) {
+    const ElfW(Rela) *jmprel = NULL, *rela = NULL;
+    size_t pltrelsz = 0, relasz = 0, strsz = 0;
+    long pltrel = DT_RELA;
+    const ElfW(Sym) *symtab = NULL;
+    const char *strtab = NULL;
+    for (const ElfW(Dyn) *d = (const ElfW(Dyn) *)m->dyn; d->d_tag != DT_NULL; d++) {
+        switch (d->d_tag) {
+        case DT_JMPREL: jmprel = (const ElfW(Rela) *)dptr(m, d->d_un.d_ptr); break;
+        case DT_PLTRELSZ: pltrelsz = d->d_un.d_val; break;
+        case DT_PLTREL: pltrel = (long)d->d_un.d_val; break;
+        case DT_RELA: rela = (const ElfW(Rela) *)dptr(m, d->d_un.d_ptr); break;
+        case DT_RELASZ: relasz = d->d_un.d_val; break;
+        case DT_SYMTAB: symtab = (const ElfW(Sym) *)dptr(m, d->d_un.d_ptr); break;
+        case DT_STRTAB: strtab = (const char *)dptr(m, d->d_un.d_ptr); break;
+        case DT_STRSZ: strsz = d->d_un.d_val; break;
+        }
+    }
+    if (!symtab || !strtab) return;
+    m->first = n_slots;
+    if (jmprel && pltrel == DT_RELA) scan_relocs(m, jmprel, pltrelsz, symtab, strtab, strsz);
+    if (rela) scan_relocs(m, rela, relasz, symtab, strtab, strsz); /* JUMP_SLOTs are normally in DT_JMPREL only */
+    m->n = n_slots - m->first;
+
+    /* Slots in the read-only part need mprotect around the write: check
+     * now that the kernel allows it (a sealed mapping would not). */
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (uint32_t i = m->first; i < m->first + m->n; i++) {
+        uintptr_t a = (uintptr_t)slots[i].addr;
+        if (a >= m->relro_lo && a < m->relro_hi) {
+            if (page_down(a) < lo) lo = page_down(a);
+            if (page_down(a) + page_size > hi) hi = page_down(a) + page_size;
+        }
+    }
+    if (hi) {
+        if (mtlab_sys_mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0) {
+            n_slots = m->first; /* cannot write there: leave this module alone */
+            m->n = 0;
+            return;
+        }
+        mtlab_sys_mprotect((void *)lo, hi - lo, PROT_READ);
+        m->ro_lo = lo;
+        m->ro_hi = hi;
+    }
+}
+
+void mtlab_got_scan(void) {
+    page_size = (uintptr_t)getauxval(AT_PAGESZ);
+    if (!page_size) page_size = 4096;
+    mtlab_shim_addresses(shim_of);
+    void *real[MTLAB_GOT_N] = {
+        [MTLAB_GOT_MALLOC] = (void *)mtlab_real.malloc,
+        [MTLAB_GOT_CALLOC] = (void *)mtlab_real.calloc,
+        [MTLAB_GOT_POSIX_MEMALIGN] = (void *)mtlab_real.posix_memalign,
+        [MTLAB_GOT_ALIGNED_ALLOC] = (void *)mtlab_real.aligned_alloc,
+        [MTLAB_GOT_MEMALIGN] = (void *)mtlab_real.memalign,
+        [MTLAB_GOT_VALLOC] = (void *)mtlab_real.valloc,
+        [MTLAB_GOT_PVALLOC] = (void *)mtlab_real.pvalloc,
+        [MTLAB_GOT_FREE] = (void *)mtlab_real.free,
+        [MTLAB_GOT_REALLOC] = (void *)mtlab_real.realloc,
+        [MTLAB_GOT_REALLOCARRAY] = (void *)mtlab_real.reallocarray,
+        [MTLAB_GOT_MMAP] = (void *)mtlab_real.mmap,
+        [MTLAB_GOT_MMAP64] = (void *)mtlab_real.mmap64,
+        [MTLAB_GOT_MUNMAP] = (void *)mtlab_real.munmap,
+        [MTLAB_GOT_MREMAP] = (void *)mtlab_real.mremap,
+        [MTLAB_GOT_BRK] = (void *)mtlab_real.brk,
+        [MTLAB_GOT_SBRK] = (void *)mtlab_real.sbrk,
+    };
+    memcpy(real_of, real, sizeof real_of);
+    /* A function is routed only if the lookup of its name finds our shim
+     * (the program may define malloc itself) and the real one is known. */
+    for (int f = 0; f < MTLAB_GOT_N; f++)
+        routable[f] = real_of[f] && real_of[f] != shim_of[f] && dlsym(RTLD_DEFAULT, names[f]) == shim_of[f];
+    pool_used = mtlab_pool_in_use();
+    n_modules = 0;
+    dl_iterate_phdr(collect, NULL);
+    n_slots = 0;
+    uint32_t kept = 0;
+    for (uint32_t i = 0; i < n_modules; i++) {
+        if (!pin(&modules[i])) continue;
+        modules[kept] = modules[i];
+        scan_module(&modules[kept]);
+        if (modules[kept].n) kept++;
+    }
+    n_modules = kept;
+}
+
+/* ---- routing ---- */
+
+static inline int release_fn(int fn) { return fn >= MTLAB_GOT_FIRST_RELEASE && fn < MTLAB_GOT_FIRST_PASS; }
+
+static inline void *target(int fn, int w) {
+    if (fn >= MTLAB_GOT_FIRST_PASS) return real_of[fn];
+    int to_shim = release_fn(fn) ? (w & W_FREE) : (w & W_ALLOC);
+    return to_shim ? shim_of[fn] : real_of[fn];
+}
+
+/* A slot is written only while it holds a value mtlab put or found there. */
+static inline int ours(const struct slot *s, void *cur) {
+    return cur == shim_of[s->fn] || cur == real_of[s->fn] || cur == s->orig;
+}
+
+static void apply(int w) {
+    for (uint32_t m = 0; m < n_modules; m++) {
+        const struct module *mod = &modules[m];
+        int dirty = 0;
+        for (uint32_t i = mod->first; i < mod->first + mod->n && !dirty; i++) {
+            void *cur = __atomic_load_n(slots[i].addr, __ATOMIC_RELAXED);
+            dirty = cur != target(slots[i].fn, w) && ours(&slots[i], cur);
+        }
+        if (!dirty) continue;
+        if (mod->ro_hi &&
+            mtlab_sys_mprotect((void *)mod->ro_lo, mod->ro_hi - mod->ro_lo, PROT_READ | PROT_WRITE) != 0)
+            continue;
+        for (uint32_t i = mod->first; i < mod->first + mod->n; i++) {
+            void *cur = __atomic_load_n(slots[i].addr, __ATOMIC_RELAXED);
+            void *to = target(slots[i].fn, w);
+            /* One aligned 8-byte store: a thread jumping through the slot
+             * meanwhile takes the old target or the new, both valid. */
+            if (cur != to && ours(&slots[i], cur)) __atomic_store_n(slots[i].addr, to, __ATOMIC_RELAXED);
+        }
+        if (mod->ro_hi) mtlab_sys_mprotect((void *)mod->ro_lo, mod->ro_hi - mod->ro_lo, PROT_READ);
+    }
+}
+
+/* What the control page's state wants. Without a page (a --no-follow fork
+ * child) nothing is recorded any more: everything may go to the real
+ * functions. Frees of bootstrap-pool memory must reach the free shim, which
+ * ignores them. */
+static int wanted(void) {
+    struct mtlab_ctl_page *c = mtlab_ctl;
+    uint32_t st = c ? __atomic_load_n(&c->state, __ATOMIC_SEQ_CST) : 0;
+    int w = 0;
+    if (st & MTLAB_CTL_ACTIVE) w |= W_ALLOC | W_FREE;
+    if ((st & MTLAB_CTL_LIVE) || pool_used) w |= W_FREE;
+    return w;
+}
+
+void mtlab_got_route(void) {
+    if (!atomic_load(&enabled)) return;
+    for (;;) {
+        /* Another router (another thread, or the code this signal handler
+         * interrupted) re-reads the state after it lets go: nothing is lost. */
+        if (atomic_exchange(&busy, 1)) return;
+        int w = wanted();
+        if (w != atomic_load_explicit(&applied, memory_order_relaxed)) {
+            apply(w);
+            atomic_store_explicit(&applied, w, memory_order_relaxed);
+        }
+        struct mtlab_ctl_page *c = mtlab_ctl;
+        if (c) __atomic_store_n(&c->routed, MTLAB_CTL_ROUTE_ON | (uint32_t)w, __ATOMIC_RELEASE);
+        atomic_store(&busy, 0);
+        if (wanted() == atomic_load_explicit(&applied, memory_order_relaxed)) return;
+    }
+}
+
+void mtlab_got_enable(int on) { atomic_store(&enabled, on && n_slots > 0); }
+
+void mtlab_got_fork_child(void) {
+    /* A thread of the parent may have been routing when fork copied memory:
+     * it does not exist here. Every slot is checked again at the next route. */
+    atomic_store(&busy, 0);
+    atomic_store(&applied, -1);
+}
+
+#else /* not x86-64: no routing, every call goes through the shims */
+
+void mtlab_got_scan(void) {}
+void mtlab_got_enable(int on) { (void)on; }
+void mtlab_got_route(void) {}
+void mtlab_got_fork_child(void) {}
+
+#endif
