@@ -186,6 +186,9 @@ struct Pass<'a> {
     peak: PeakReport,
     series: Vec<SeriesPoint>,
     every: u64,
+    /// Events left before the next time-series point (a countdown: a
+    /// division per event showed in profiles).
+    to_point: u64,
     events: u64,
     window_cycles: u64,
     window_mallocs: u64,
@@ -316,7 +319,9 @@ impl<'a> Pass<'a> {
         }
         if ev.kind.func().is_some() {
             self.events += 1;
-            if self.events % self.every == 0 {
+            self.to_point -= 1;
+            if self.to_point == 0 {
+                self.to_point = self.every;
                 self.point(ev.tsc);
             }
         }
@@ -395,6 +400,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         peak: PeakReport { heap: HeapSnapshot::default(), at_event: 0, at_ns: None },
         series: Vec::new(),
         every,
+        to_point: every,
         events: 0,
         window_cycles: 0,
         window_mallocs: 0,

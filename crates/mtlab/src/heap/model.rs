@@ -6,14 +6,16 @@
 //! Live objects sit in a hash map (one lookup per event); each region keeps
 //! the ends of its objects in a max-heap with lazy deletion, so that when its
 //! last object is freed the new last end is found by popping stale entries
-//! (amortised O(log n)), without an ordered map of all objects. Whether an
+//! (amortised O(log n)), without an ordered map of all objects. New entries
+//! wait in a plain list until that happens: a growing heap places each new
+//! object above all others, which a push would sift all the way up. Whether an
 //! entry is stale is read from a generation table indexed by the object's
 //! slot, not from the hash map: the heaps are swept often, and a hash
 //! lookup per entry there cost more than the events themselves.
 
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashSet;
 
 use serde::Serialize;
 
@@ -41,6 +43,8 @@ struct Region {
     /// Objects placed here, by end; entries of freed objects stay until they
     /// reach the top or the heap is compacted.
     ends: BinaryHeap<End>,
+    /// Entries not yet in `ends` (moved there when the last object is freed).
+    pending: Vec<End>,
 }
 
 impl Region {
@@ -52,7 +56,9 @@ impl Region {
         if span == 0 {
             0.0
         } else {
-            span.saturating_sub(self.live_bytes) as f64 / span as f64
+            // Through i64: one conversion instruction instead of u64's several
+            // (spans are far below 2^63).
+            span.saturating_sub(self.live_bytes) as i64 as f64 / span as i64 as f64
         }
     }
 }
@@ -113,9 +119,44 @@ pub struct Fragmentation {
     pub total: f64,
 }
 
+/// Hashes block addresses so that blocks near each other in memory land
+/// near each other in the table: allocators hand out neighbouring blocks in
+/// runs, and the table of a large live heap does not fit in the caches.
+/// The low bits (the bucket) are the address in 16-byte units; the top 7
+/// bits (hashbrown's tag byte) are mixed, so a group's tags still tell keys
+/// apart.
+#[derive(Clone, Copy, Default)]
+pub struct AddrHash;
+
+impl std::hash::BuildHasher for AddrHash {
+    type Hasher = AddrHasher;
+    fn build_hasher(&self) -> AddrHasher {
+        AddrHasher(0)
+    }
+}
+
+#[derive(Default)]
+pub struct AddrHasher(u64);
+
+impl std::hash::Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        let a = self.0;
+        let tag = a.wrapping_mul(0x9e37_79b9_7f4a_7c15) & (0x7f << 57);
+        (a >> 4) ^ tag
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ b as u64;
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
 #[derive(Default)]
 pub struct ShadowHeap {
-    objects: FxHashMap<u64, Object>,
+    objects: HashMap<u64, Object, AddrHash>,
     /// Generation of each slot (see `End`), and the slots free for reuse.
     gens: Vec<u32>,
     free_slots: Vec<u32>,
@@ -231,7 +272,7 @@ impl ShadowHeap {
                 if addr + obj.size >= r.last_end {
                     r.last_end = top_end(r, start, gens);
                 }
-                if r.ends.len() > 4 * r.live_count as usize + 4096 {
+                if r.ends.len() + r.pending.len() > 4 * r.live_count as usize + 4096 {
                     compact(r, gens);
                 }
             })
@@ -280,7 +321,7 @@ impl ShadowHeap {
             }
         }
         self.unmap(start, end);
-        let mut region = Region { end, kind, live_bytes: 0, live_count: 0, last_end: start, ends: BinaryHeap::new() };
+        let mut region = Region { end, kind, live_bytes: 0, live_count: 0, last_end: start, ends: BinaryHeap::new(), pending: Vec::new() };
         // Objects seen before their region was known are taken in now.
         let inside: Vec<u64> = self.unplaced.iter().copied().filter(|&a| a >= start && a < end).collect();
         for a in inside {
@@ -348,7 +389,7 @@ impl ShadowHeap {
             if r.kind == RegionKind::Brk {
                 self.brk_bytes -= r.end - s;
             }
-            for e in r.ends.iter() {
+            for e in r.ends.iter().chain(&r.pending) {
                 if is_valid(e, &self.gens) {
                     let o = self.objects.get_mut(&e.addr).expect("valid entries are of live objects");
                     o.region = 0;
@@ -435,7 +476,7 @@ fn place(r: &mut Region, addr: u64, size: u64, slot: u32, gens: &[u32]) {
     r.live_bytes += size;
     r.live_count += 1;
     r.last_end = r.last_end.max(addr + size);
-    r.ends.push(End { end: addr + size, slot, gen: gens[slot as usize], addr });
+    r.pending.push(End { end: addr + size, slot, gen: gens[slot as usize], addr });
 }
 
 /// Is the entry still that of a live object placed in its region?
@@ -447,12 +488,18 @@ fn is_valid(e: &End, gens: &[u32]) -> bool {
 /// Drops stale entries, so the heap holds each placed object once.
 fn compact(r: &mut Region, gens: &[u32]) {
     let mut live = std::mem::take(&mut r.ends).into_vec();
+    live.append(&mut r.pending);
     live.retain(|e| is_valid(e, gens));
     r.ends = BinaryHeap::from(live);
 }
 
 /// End of the last live object of `r`, dropping stale entries on the way.
 fn top_end(r: &mut Region, start: u64, gens: &[u32]) -> u64 {
+    if !r.pending.is_empty() {
+        // Heap-building a batch is linear; pushing each one may sift it to the top.
+        let mut batch = BinaryHeap::from(std::mem::take(&mut r.pending));
+        r.ends.append(&mut batch);
+    }
     while let Some(e) = r.ends.peek() {
         if is_valid(e, gens) {
             return e.end;
@@ -523,7 +570,8 @@ mod tests {
         assert_eq!(s.fragmentation.total, 0.0, "span shrank back to the bottom object");
         let r = &h.regions[&0x10000];
         assert_eq!(r.last_end, 0x10000 + 64);
-        assert!(r.ends.len() <= 4 * r.live_count as usize + 4096, "{} entries", r.ends.len());
+        let entries = r.ends.len() + r.pending.len();
+        assert!(entries <= 4 * r.live_count as usize + 4096, "{entries} entries");
         // The top object freed while a lower one lives: span = up to the lower one.
         h.alloc(0x11000, 100, 100, 4);
         h.alloc(0x12000, 100, 100, 4);

@@ -12,8 +12,14 @@ pub struct FuncStats {
     sized_calls: u64,
     sum: u128,
     sum_sq: f64,
+    /// Exact counts of calls that took fewer than `SMALL` cycles (nearly all
+    /// of them): an array increment per call instead of a histogram record.
+    small: Box<[u64; SMALL]>,
+    /// Calls of `SMALL` cycles or more.
     hist: Histogram<u64>,
 }
+
+const SMALL: usize = 1024;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CycleSummary {
@@ -34,6 +40,7 @@ impl Default for FuncStats {
             sized_calls: 0,
             sum: 0,
             sum_sq: 0.0,
+            small: Box::new([0; SMALL]),
             // 2 significant digits: p50/p99 within 1 %, a few KiB per function.
             hist: Histogram::new(2).expect("valid precision"),
         }
@@ -51,10 +58,12 @@ impl FuncStats {
         }
         self.sum += cycles as u128;
         self.sum_sq += (cycles as f64) * (cycles as f64);
-        // record(), not saturating_record(): the histogram auto-resizes only
-        // on record(); saturating_record() clamps to its initial range (a few
-        // hundred), which made max/p99 wrong for any slower call.
-        if self.hist.record(cycles).is_err() {
+        if let Some(n) = self.small.get_mut(cycles as usize) {
+            *n += 1;
+        } else if self.hist.record(cycles).is_err() {
+            // record(), not saturating_record(): the histogram auto-resizes
+            // only on record(); saturating_record() clamps to its initial
+            // range, which made max/p99 wrong for any slower call.
             self.hist.saturating_record(cycles);
         }
     }
@@ -67,6 +76,30 @@ impl FuncStats {
         }
     }
 
+    /// The nearest-rank quantile: the smallest value with at least
+    /// ⌈q·n⌉ calls at or below it (above `SMALL`, to the histogram's 1 %).
+    fn quantile(&self, q: f64) -> u64 {
+        let n = self.small.iter().sum::<u64>() + self.hist.len();
+        if n == 0 {
+            return 0;
+        }
+        let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
+        let mut seen = 0u64;
+        for (v, &c) in self.small.iter().enumerate() {
+            seen += c;
+            if seen >= rank {
+                return v as u64;
+            }
+        }
+        for it in self.hist.iter_recorded() {
+            seen += it.count_since_last_iteration();
+            if seen >= rank {
+                return self.hist.highest_equivalent(it.value_iterated_to());
+            }
+        }
+        self.hist.max()
+    }
+
     pub fn cycles(&self) -> CycleSummary {
         let n = self.calls.max(1) as f64;
         let mean = self.sum as f64 / n;
@@ -75,9 +108,13 @@ impl FuncStats {
             total: self.sum.min(u64::MAX as u128) as u64,
             mean,
             stddev: var.sqrt(),
-            p50: self.hist.value_at_quantile(0.5),
-            p99: self.hist.value_at_quantile(0.99),
-            max: self.hist.max(),
+            p50: self.quantile(0.5),
+            p99: self.quantile(0.99),
+            max: if self.hist.is_empty() {
+                self.small.iter().rposition(|&n| n > 0).unwrap_or(0) as u64
+            } else {
+                self.hist.max()
+            },
         }
     }
 }
@@ -99,6 +136,28 @@ mod tests {
         assert_eq!(c.p50, 50);
         assert_eq!(c.p99, 99);
         assert_eq!(s.mean_size(), 10.0);
+    }
+
+    #[test]
+    fn quantiles_span_exact_and_histogram_ranges() {
+        let mut s = FuncStats::default();
+        // 98 fast calls, 2 slow ones: p50 exact; p99 (the 99th of 100) and
+        // max from the histogram.
+        for _ in 0..98 {
+            s.add(26, None, false);
+        }
+        s.add(5000, None, false);
+        s.add(7000, None, false);
+        let c = s.cycles();
+        assert_eq!(c.p50, 26);
+        assert!((4950..=5050).contains(&c.p99), "p99 {}", c.p99);
+        assert!((6930..=7070).contains(&c.max), "max {}", c.max);
+        // Only fast calls: max is exact.
+        let mut f = FuncStats::default();
+        f.add(3, None, false);
+        f.add(1023, None, false);
+        assert_eq!((f.cycles().max, f.cycles().p50, f.cycles().p99), (1023, 3, 1023));
+        assert_eq!(FuncStats::default().cycles().p99, 0);
     }
 
     #[test]

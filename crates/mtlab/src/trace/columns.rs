@@ -174,6 +174,10 @@ fn rank_of(list: &[u64], p: u64, window: usize) -> Option<usize> {
 }
 
 fn take(list: &mut Vec<u64>, rank: usize) -> u64 {
+    if rank == 0 {
+        // The commonest case: the newest entry.
+        return list.pop().unwrap_or(0);
+    }
     list.remove(list.len() - 1 - rank)
 }
 

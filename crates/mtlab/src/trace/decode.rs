@@ -819,25 +819,26 @@ struct ChunkCursor {
 }
 
 enum Step {
-    Event(Event),
+    /// An event, written to the `out` the step was given.
+    Event,
     Stack(u32, Vec<u64>),
 }
 
 impl ChunkCursor {
     /// Decodes the next item; `Ok(None)` at the end of the chunk.
     #[inline(always)]
-    fn step(&mut self) -> Result<Option<Step>, DecErr> {
+    fn step(&mut self, out: &mut Event) -> Result<Option<Step>, DecErr> {
         match &mut self.layout {
             Layout::Rows(f) => {
                 // Work on a copy: an error leaves the cursor at the item's start.
                 let mut g = *f;
-                let r = step_with(&mut g, &self.buf, &mut self.tsc, self.tid);
+                let r = step_with(&mut g, &self.buf, &mut self.tsc, self.tid, out);
                 if r.is_ok() {
                     *f = g;
                 }
                 r
             }
-            Layout::Columns(f) => step_with(f.as_mut(), &self.buf, &mut self.tsc, self.tid),
+            Layout::Columns(f) => step_with(f.as_mut(), &self.buf, &mut self.tsc, self.tid, out),
         }
     }
 
@@ -854,9 +855,10 @@ impl ChunkCursor {
 pub(crate) fn decode_chunk<F: Fields>(mut f: F, buf: &[u8], first_tsc: u64, tid: u32) -> Result<Vec<Item>, DecErr> {
     let mut tsc = first_tsc;
     let mut out = Vec::new();
-    while let Some(step) = step_with(&mut f, buf, &mut tsc, tid)? {
+    let mut ev = Event { tid, tsc: 0, cycles: 0, stack: 0, flags: 0, kind: EventKind::Free { ptr: 0 } };
+    while let Some(step) = step_with(&mut f, buf, &mut tsc, tid, &mut ev)? {
         out.push(match step {
-            Step::Event(e) => Item::Event(e),
+            Step::Event => Item::Event(ev.clone()),
             Step::Stack(id, pcs) => Item::Stack { id, pcs },
         });
     }
@@ -865,7 +867,13 @@ pub(crate) fn decode_chunk<F: Fields>(mut f: F, buf: &[u8], first_tsc: u64, tid:
 
 /// Decodes one item from `f`; `tsc` is the thread's time so far.
 #[inline(always)]
-fn step_with<F: Fields>(f: &mut F, buf: &[u8], tsc: &mut u64, tid: u32) -> Result<Option<Step>, DecErr> {
+fn step_with<F: Fields>(
+    f: &mut F,
+    buf: &[u8],
+    tsc: &mut u64,
+    tid: u32,
+    out: &mut Event,
+) -> Result<Option<Step>, DecErr> {
     let Some(b) = f.kind(buf) else { return Ok(None) };
     let kind = b & KIND_MASK;
     let flags = b & EVF_MASK;
@@ -1057,14 +1065,15 @@ fn step_with<F: Fields>(f: &mut F, buf: &[u8], tsc: &mut u64, tid: u32) -> Resul
         k => return Err(DecErr::UnknownKind(k)),
     };
     *tsc = tsc.wrapping_add(ts);
-    Ok(Some(Step::Event(Event {
+    *out = Event {
         tid,
         tsc: *tsc,
         cycles,
         stack,
         flags,
         kind: ek,
-    })))
+    };
+    Ok(Some(Step::Event))
 }
 
 /// A chunk being merged, with its next event decoded ahead.
@@ -1314,14 +1323,13 @@ impl Iterator for Items {
                     self.yield_cur(key);
                     continue;
                 }
-                match a.cur.step() {
-                    Ok(Some(Step::Event(ev))) => {
-                        let key = (ev.tsc, a.cur.idx);
+                match a.cur.step(&mut a.next) {
+                    Ok(Some(Step::Event)) => {
+                        let key = (a.next.tsc, a.cur.idx);
                         if key < self.bound {
                             self.events += 1;
-                            return Some(Item::Event(ev));
+                            return Some(Item::Event(a.next.clone()));
                         }
-                        a.next = ev;
                         a.has_next = true;
                         self.yield_cur(key);
                         continue;
