@@ -226,13 +226,11 @@ impl<'a> Pass<'a> {
 
     /// Frees `ptr`; returns its size when it was live.
     fn released(&mut self, ptr: u64) -> Option<u64> {
-        match self.heap.free(ptr) {
-            Some(obj) => {
+        match self.heap.free_in(ptr) {
+            Some((obj, kind)) => {
                 self.site_released(obj.stack, obj.size);
-                if let Some(start) = obj.region() {
-                    if self.heap.region_kind(start) == Some(RegionKind::GlibcChunk) {
-                        self.heap.unmap(start, ptr + obj.usable());
-                    }
+                if let (Some(start), Some(RegionKind::GlibcChunk)) = (obj.region(), kind) {
+                    self.heap.unmap(start, ptr + obj.usable());
                 }
                 Some(obj.size)
             }

@@ -260,13 +260,20 @@ impl ShadowHeap {
 
     /// Removes a live object; None (and counted) when `addr` was not live.
     pub fn free(&mut self, addr: u64) -> Option<Object> {
+        self.free_in(addr).map(|(o, _)| o)
+    }
+
+    /// As `free`, with the kind of the region that held the object.
+    pub fn free_in(&mut self, addr: u64) -> Option<(Object, Option<RegionKind>)> {
         let obj = self.objects.remove(&addr)?;
         self.live_bytes -= obj.size;
         self.live_usable -= obj.usable();
         self.bump(obj.slot);
         self.free_slots.push(obj.slot);
+        let mut kind = None;
         let in_region = obj.region().is_some_and(|start| {
             self.update_region(start, |r, gens| {
+                kind = Some(r.kind);
                 r.live_bytes -= obj.size;
                 r.live_count -= 1;
                 if addr + obj.size >= r.last_end {
@@ -281,7 +288,7 @@ impl ShadowHeap {
             self.unplaced.remove(&addr);
             self.unplaced_bytes = self.unplaced_bytes.saturating_sub(obj.size);
         }
-        Some(obj)
+        Some((obj, kind))
     }
 
     /// The region holding `addr`: its start and kind.
