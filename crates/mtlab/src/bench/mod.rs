@@ -182,8 +182,12 @@ pub struct ConfigResult {
 #[derive(Debug, Serialize)]
 pub struct ReportSpeed {
     pub events: u64,
+    /// The fastest of `runs` runs: on a shared machine, the one least
+    /// disturbed by others.
     pub seconds: f64,
     pub events_per_second: f64,
+    pub median_seconds: f64,
+    pub runs: u32,
     pub max_rss_kib: u64,
 }
 
@@ -302,18 +306,32 @@ impl Runner {
             .collect())
     }
 
-    /// Times `mtlab report --json` on the last mtlab trace.
-    fn report_speed(&self) -> Result<ReportSpeed, BenchError> {
+    /// Times `mtlab report --json` on the last mtlab trace, `runs` times.
+    fn report_speed(&self, runs: u32) -> Result<ReportSpeed, BenchError> {
         let trace = self.dir.join("bench.mtl");
-        let mut c = Command::new(&self.mtlab);
-        c.arg("report").arg("--json").arg(&trace);
-        let m = measure(c, "mtlab report")?;
-        let v: serde_json::Value =
-            serde_json::from_str(&m.stdout).map_err(|e| BenchError::Output(format!("mtlab report --json: {e}")))?;
-        let events = v["events"].as_u64().unwrap_or(0)
-            + v["children"].as_array().map(|c| c.iter().filter_map(|p| p["events"].as_u64()).sum()).unwrap_or(0);
-        let seconds = m.wall.as_secs_f64();
-        Ok(ReportSpeed { events, seconds, events_per_second: events as f64 / seconds, max_rss_kib: m.max_rss_kib })
+        let (mut times, mut events, mut rss) = (Vec::new(), 0, 0);
+        for i in 0..runs.max(1) {
+            eprint!("\rmtlab bench: timing mtlab report {}/{}   ", i + 1, runs.max(1));
+            let mut c = Command::new(&self.mtlab);
+            c.arg("report").arg("--json").arg(&trace);
+            let m = measure(c, "mtlab report")?;
+            let v: serde_json::Value = serde_json::from_str(&m.stdout)
+                .map_err(|e| BenchError::Output(format!("mtlab report --json: {e}")))?;
+            events = v["events"].as_u64().unwrap_or(0)
+                + v["children"].as_array().map(|c| c.iter().filter_map(|p| p["events"].as_u64()).sum()).unwrap_or(0);
+            times.push(m.wall.as_secs_f64());
+            rss = rss.max(m.max_rss_kib);
+        }
+        eprintln!();
+        let seconds = times.iter().copied().fold(f64::INFINITY, f64::min);
+        Ok(ReportSpeed {
+            events,
+            seconds,
+            events_per_second: events as f64 / seconds,
+            median_seconds: median(&mut times),
+            runs: runs.max(1),
+            max_rss_kib: rss,
+        })
     }
 }
 
@@ -339,9 +357,11 @@ fn print_result(r: &BenchResult, json: bool) {
     println!("{t}");
     if let Some(s) = &r.report {
         println!(
-            "mtlab report: {} events in {:.3} s = {:.1} M events/s, peak RSS {}",
+            "mtlab report: {} events in {:.3} s (fastest of {} runs; median {:.3} s) = {:.1} M events/s, peak RSS {}",
             s.events,
             s.seconds,
+            s.runs,
+            s.median_seconds,
             s.events_per_second / 1e6,
             crate::report::human_bytes(s.max_rss_kib * 1024)
         );
@@ -365,7 +385,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, BenchError> {
                 a.iterations.to_string().into(),
             ];
             let configs = runner.sweep(&argv, a.reps, &|m, what| cycles_per_op(&m.stdout, what))?;
-            let report = Some(runner.report_speed()?);
+            let report = Some(runner.report_speed(a.reps.max(3))?);
             let r = BenchResult {
                 benchmark: "tracer overhead on malloc-test".into(),
                 unit: "cycles/op".into(),
@@ -378,7 +398,7 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, BenchError> {
         BenchCommand::Program(a) => {
             let runner = Runner::new(a.common.dir, a.common.no_heaptrack, a.heaptrack_raw)?;
             let configs = runner.sweep(&a.command, a.reps, &|m, _| Ok(m.wall.as_secs_f64()))?;
-            let report = Some(runner.report_speed()?);
+            let report = Some(runner.report_speed(a.reps.max(3))?);
             let r = BenchResult {
                 benchmark: "tracer overhead on a program".into(),
                 unit: "wall s".into(),
