@@ -168,9 +168,24 @@ struct Predictor {
 }
 
 /// Rank of `p` counted from the newest, among the last `window` entries.
+/// (Blocks of 8 compared at once: this search was half of finishing a trace.)
 fn rank_of(list: &[u64], p: u64, window: usize) -> Option<usize> {
-    let from = list.len().saturating_sub(window);
-    list[from..].iter().rev().position(|&x| x == p)
+    let w = &list[list.len().saturating_sub(window)..];
+    let n = w.len();
+    let mut end = n;
+    while end >= 8 {
+        let blk: &[u64; 8] = w[end - 8..end].try_into().expect("8 entries");
+        let mut mask = 0u32;
+        for (i, &x) in blk.iter().enumerate() {
+            mask |= u32::from(x == p) << i;
+        }
+        if mask != 0 {
+            let newest = end - 8 + (31 - mask.leading_zeros()) as usize;
+            return Some(n - 1 - newest);
+        }
+        end -= 8;
+    }
+    w[..end].iter().rev().position(|&x| x == p).map(|r| r + (n - end))
 }
 
 fn take(list: &mut Vec<u64>, rank: usize) -> u64 {
@@ -253,21 +268,58 @@ impl Predictor {
 // ---------------------------------------------------------------------------
 // Steps of the time counter.
 
-/// The largest step in 2..=64 that at least 90 % of `values` are multiples
-/// of, or 1.
+/// The largest step in 2..=64 that at least 90 % of the first 1024
+/// non-zero `values` are multiples of, or 1.
 fn detect_step(values: &[u64]) -> u64 {
-    let sample: Vec<u64> = values.iter().copied().filter(|&v| v != 0).take(4096).collect();
+    let sample: Vec<u64> = values.iter().copied().filter(|&v| v != 0).take(1024).collect();
     if sample.len() < 16 {
         return 1;
     }
+    let allowed = sample.len() / 10;
     (2..=64u64)
         .rev()
-        .find(|&q| sample.iter().filter(|&&v| v % q == 0).count() * 10 >= sample.len() * 9)
+        .find(|&q| {
+            // Most candidates fail within a few values: stop counting then.
+            let mut misses = 0;
+            for &v in &sample {
+                misses += usize::from(v % q != 0);
+                if misses > allowed {
+                    return false;
+                }
+            }
+            true
+        })
         .unwrap_or(1)
 }
 
-fn put_stepped(v: u64, q: u64, main: &mut Vec<u8>, rest: &mut Vec<u8>) {
-    let quot = v / q + u64::from(v % q >= q.div_ceil(2) && q > 1);
+/// Division by a step, by multiplication: this runs twice per event.
+#[derive(Clone, Copy)]
+struct Divisor {
+    q: u64,
+    /// ⌊(2⁶⁴−1)/q⌋ + 1: (v·m) >> 64 is ⌊v/q⌋ exactly for v < 2⁴⁰ and q ≤ 64.
+    m: u64,
+}
+
+impl Divisor {
+    fn new(q: u64) -> Divisor {
+        Divisor { q, m: if q <= 1 { 0 } else { u64::MAX / q + 1 } }
+    }
+    #[inline(always)]
+    fn div(self, v: u64) -> u64 {
+        if self.q <= 1 {
+            v
+        } else if v < 1 << 40 {
+            ((v as u128 * self.m as u128) >> 64) as u64
+        } else {
+            v / self.q
+        }
+    }
+}
+
+fn put_stepped(v: u64, d: Divisor, main: &mut Vec<u8>, rest: &mut Vec<u8>) {
+    let q = d.q;
+    let lower = d.div(v);
+    let quot = lower + u64::from(q > 1 && v - lower * q >= q.div_ceil(2));
     put_varint(main, quot);
     put_svarint(rest, v.wrapping_sub(quot.wrapping_mul(q)) as i64);
 }
@@ -296,28 +348,36 @@ enum Token {
     Def(u64),
 }
 
-/// Parses row chunks of one thread, in time order, into tokens with
-/// absolute addresses and time deltas that run on across chunk borders.
-fn tokenize(chunks: &[RowChunk]) -> Result<Vec<Token>, ColumnError> {
-    let mut tokens = Vec::with_capacity(chunks.iter().map(|c| c.rows.len() / 2).sum());
+/// Walks row chunks of one thread, in time order, handing `on` each value
+/// with absolute addresses and time deltas that run on across chunk
+/// borders; stops early when `on` returns false.
+#[inline(always)]
+fn walk_rows(chunks: &[RowChunk], mut on: impl FnMut(Token) -> bool) -> Result<(), ColumnError> {
     let mut tsc: Option<u64> = None;
+    macro_rules! emit {
+        ($t:expr) => {
+            if !on($t) {
+                return Ok(());
+            }
+        };
+    }
     for c in chunks {
         let mut r = Reader::new(c.rows);
         let mut chunk_tsc = c.first_tsc;
         let mut ptr = 0u64;
         while !r.at_end() {
             let b = r.byte()?;
-            tokens.push(Token::Kind(b));
+            emit!(Token::Kind(b));
             let kind = b & KIND_MASK;
             if kind == EV_STACK_DEF {
-                tokens.push(Token::Def(r.v()?));
+                emit!(Token::Def(r.v()?));
                 let depth = r.v()?;
-                tokens.push(Token::Def(depth));
+                emit!(Token::Def(depth));
                 if depth > c.rows.len() as u64 {
                     return Err(ColumnError::Truncated);
                 }
                 for _ in 0..depth {
-                    tokens.push(Token::Def(r.v()?));
+                    emit!(Token::Def(r.v()?));
                 }
                 continue;
             }
@@ -325,10 +385,10 @@ fn tokenize(chunks: &[RowChunk]) -> Result<Vec<Token>, ColumnError> {
             chunk_tsc = chunk_tsc.wrapping_add(r.v()?);
             // The delta from the previous event of the thread, whichever chunk it was in.
             let prev = tsc.unwrap_or(chunks[0].first_tsc);
-            tokens.push(Token::Time(chunk_tsc.wrapping_sub(prev)));
+            emit!(Token::Time(chunk_tsc.wrapping_sub(prev)));
             tsc = Some(chunk_tsc);
-            tokens.push(Token::Cycles(r.v()?));
-            tokens.push(Token::Stack(r.v()?));
+            emit!(Token::Cycles(r.v()?));
+            emit!(Token::Stack(r.v()?));
             for &f in own {
                 let v = match f {
                     Field::NewPtr | Field::OldPtr | Field::Addr => {
@@ -337,42 +397,46 @@ fn tokenize(chunks: &[RowChunk]) -> Result<Vec<Token>, ColumnError> {
                     }
                     _ => r.v()?,
                 };
-                tokens.push(Token::Field(f, v));
+                emit!(Token::Field(f, v));
             }
         }
     }
-    Ok(tokens)
+    Ok(())
 }
 
 /// Rewrites the row chunks of one thread (in time order, each chunk's
 /// events starting at its `first_tsc`) as one column-layout body, whose
 /// time deltas start at `chunks[0].first_tsc`.
 pub fn split(chunks: &[RowChunk]) -> Result<Vec<u8>, ColumnError> {
-    let tokens = tokenize(chunks)?;
-    let mut times = Vec::new();
-    let mut cycles = Vec::new();
-    for t in &tokens {
+    // The steps are judged on the first values (`detect_step` looks at 1024).
+    let (mut times, mut cycles) = (Vec::with_capacity(1024), Vec::with_capacity(1024));
+    walk_rows(chunks, |t| {
         match t {
-            Token::Time(v) => times.push(*v),
-            Token::Cycles(v) => cycles.push(*v),
+            Token::Time(v) if v != 0 && times.len() < 1024 => times.push(v),
+            Token::Cycles(v) if v != 0 && cycles.len() < 1024 => cycles.push(v),
             _ => {}
         }
-    }
+        times.len() < 1024 || cycles.len() < 1024
+    })?;
     let (tq, cq) = (detect_step(&times), detect_step(&cycles));
-    drop((times, cycles));
+    let (td, cd) = (Divisor::new(tq), Divisor::new(cq));
 
+    let rows: usize = chunks.iter().map(|c| c.rows.len()).sum();
     let mut s: [Vec<u8>; N_STREAMS] = Default::default();
+    for st in s.iter_mut() {
+        st.reserve(rows / 8);
+    }
     let mut pred = Predictor::default();
-    for t in tokens {
+    walk_rows(chunks, |t| {
         match t {
             Token::Kind(b) => s[Stream::Kind as usize].push(b),
             Token::Time(v) => {
                 let (a, b) = s.split_at_mut(Stream::TimeRest as usize);
-                put_stepped(v, tq, &mut a[Stream::Time as usize], &mut b[0]);
+                put_stepped(v, td, &mut a[Stream::Time as usize], &mut b[0]);
             }
             Token::Cycles(v) => {
                 let (a, b) = s.split_at_mut(Stream::CyclesRest as usize);
-                put_stepped(v, cq, &mut a[Stream::Cycles as usize], &mut b[0]);
+                put_stepped(v, cd, &mut a[Stream::Cycles as usize], &mut b[0]);
             }
             Token::Stack(v) => put_varint(&mut s[Stream::Stack as usize], v),
             Token::Def(v) => put_varint(&mut s[Stream::Defs as usize], v),
@@ -383,7 +447,8 @@ pub fn split(chunks: &[RowChunk]) -> Result<Vec<u8>, ColumnError> {
                 Field::NewPtr | Field::OldPtr | Field::Addr => pred.put(f, v, &mut s),
             },
         }
-    }
+        true
+    })?;
     let total: usize = s.iter().map(Vec::len).sum();
     let mut out = Vec::with_capacity(total + 3 + 2 * 10 + N_STREAMS * 5);
     out.push(COLUMNS_LAYOUT);
@@ -553,6 +618,19 @@ mod tests {
     }
 
     #[test]
+    fn rank_of_counts_from_the_newest_within_the_window() {
+        let list: Vec<u64> = (1..=40).collect(); // 40 is the newest
+        for p in 1..=40u64 {
+            assert_eq!(rank_of(&list, p, 64), Some(40 - p as usize), "p {p}");
+        }
+        assert_eq!(rank_of(&list, 41, 64), None);
+        assert_eq!(rank_of(&list, 5, 30), None, "outside the window");
+        assert_eq!(rank_of(&list, 11, 30), Some(29));
+        let dup = [7u64, 9, 7, 3, 3, 3, 3, 3, 3, 3, 3];
+        assert_eq!(rank_of(&dup, 7, 64), Some(8), "the newest of equal entries");
+    }
+
+    #[test]
     fn every_kind_round_trips() {
         let mut enc = ChunkEncoder::new(1);
         for item in every_kind(1, 1000) {
@@ -607,6 +685,22 @@ mod tests {
     }
 
     #[test]
+    fn division_by_multiplication_is_exact() {
+        for q in 2..=64u64 {
+            let d = Divisor::new(q);
+            let mut x = 0x1234_5678_9abc_def1u64;
+            for v in (0..5000u64).chain([(1 << 40) - 1, 1 << 40, u64::MAX, u64::MAX - 1]) {
+                assert_eq!(d.div(v), v / q, "{v} / {q}");
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let r = x >> 24; // below 2^40
+                assert_eq!(d.div(r), r / q, "{r} / {q}");
+            }
+        }
+    }
+
+    #[test]
     fn steps_are_found_and_values_kept_exactly() {
         let vals: Vec<u64> = (1..1000u64).map(|i| i * 26 + u64::from(i % 50 == 0)).collect();
         assert_eq!(detect_step(&vals), 26);
@@ -614,7 +708,7 @@ mod tests {
         for q in [1, 2, 26, 64] {
             for v in [0, 1, 12, 13, 14, 25, 26, 27, u64::MAX, u64::MAX - 12, 1 << 63] {
                 let (mut m, mut r) = (Vec::new(), Vec::new());
-                put_stepped(v, q, &mut m, &mut r);
+                put_stepped(v, Divisor::new(q), &mut m, &mut r);
                 let (quot, rest) = (Reader::new(&m).v().unwrap(), Reader::new(&r).v().unwrap());
                 assert_eq!(from_stepped(q, quot, rest), v, "q {q} v {v}");
             }

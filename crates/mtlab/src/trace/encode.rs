@@ -787,3 +787,20 @@ pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishS
     stats.bytes_after = written;
     Ok(stats)
 }
+
+#[cfg(test)]
+mod finish_speed {
+    /// `MTLAB_FINISH_TRACE=FILE cargo test --release --lib finish_speed -- --ignored --nocapture`:
+    /// times finish_trace on a copy of an unfinished trace.
+    #[test]
+    #[ignore]
+    fn finish_speed() {
+        let Ok(src) = std::env::var("MTLAB_FINISH_TRACE") else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.mtl");
+        std::fs::copy(&src, &p).unwrap();
+        let t = std::time::Instant::now();
+        let st = super::finish_trace(&p, &[]).unwrap();
+        eprintln!("finish: {:.3} s, {} -> {} bytes", t.elapsed().as_secs_f64(), st.bytes_before, st.bytes_after);
+    }
+}
