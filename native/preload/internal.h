@@ -202,6 +202,7 @@ HIDDEN long mtlab_sys_pwrite(int fd, const void *p, size_t n, uint64_t off);
 HIDDEN int mtlab_sys_open(const char *path, int flags, int mode);
 HIDDEN long mtlab_sys_read(int fd, void *p, size_t n);
 HIDDEN void mtlab_sys_close(int fd);
+HIDDEN uint64_t mtlab_sys_max_rss_kib(void); /* this process's peak RSS so far */
 struct stat;
 struct rlimit;
 HIDDEN int mtlab_sys_fcntl(int fd, int cmd, long arg);

@@ -37,6 +37,11 @@ int mtlab_sys_open(const char *path, int flags, int mode) {
 }
 long mtlab_sys_read(int fd, void *p, size_t n) { return raw6(SYS_read, fd, (long)p, (long)n, 0, 0, 0); }
 void mtlab_sys_close(int fd) { raw6(SYS_close, fd, 0, 0, 0, 0, 0); }
+uint64_t mtlab_sys_max_rss_kib(void) {
+    struct rusage ru;
+    if (raw6(SYS_getrusage, RUSAGE_SELF, (long)&ru, 0, 0, 0, 0) != 0) return 0;
+    return (uint64_t)ru.ru_maxrss;
+}
 int mtlab_sys_fcntl(int fd, int cmd, long arg) { return (int)raw6(SYS_fcntl, fd, cmd, arg, 0, 0, 0); }
 int mtlab_sys_fstat(int fd, struct stat *st) { return (int)raw6(SYS_fstat, fd, (long)st, 0, 0, 0, 0); }
 int mtlab_sys_getrlimit(int res, struct rlimit *rl) { return (int)raw6(SYS_prlimit64, 0, res, 0, (long)rl, 0, 0); }

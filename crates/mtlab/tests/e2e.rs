@@ -733,3 +733,26 @@ fn other_allocators_are_traced_exactly() {
     }
     eprintln!("{tried} allocators traced");
 }
+
+#[test]
+fn the_traced_process_reports_its_own_peak_rss() {
+    // 100 000 blocks of 1 KiB: glibc writes each chunk's header, so every
+    // page is touched and the process's resident set passes 100 000 KiB.
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    lab.record_ok("t.mtl", &prog, &["100000", "1024", "0"]);
+    let bytes = std::fs::read(lab.path("t.mtl")).unwrap();
+    let stats: Vec<String> = raw_records(&bytes)
+        .iter()
+        .filter(|r| r.ty == 5)
+        .map(|r| String::from_utf8_lossy(&bytes[r.offset as usize + 8..r.end as usize]).into_owned())
+        .collect();
+    assert_eq!(stats.len(), 1, "one STATS record");
+    let kib: u64 = stats[0]
+        .lines()
+        .find_map(|l| l.strip_prefix("max_rss_kib="))
+        .expect("max_rss_kib in STATS")
+        .parse()
+        .unwrap();
+    assert!((100_000..200_000).contains(&kib), "peak RSS {kib} KiB");
+}

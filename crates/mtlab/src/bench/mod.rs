@@ -176,7 +176,13 @@ pub struct ConfigResult {
     pub samples: Vec<f64>,
     pub ratio: f64,
     pub trace_bytes: Option<u64>,
+    /// Peak RSS of the measured program: for mtlab, what the traced process
+    /// itself reported (STATS `max_rss_kib`); otherwise the largest process
+    /// of the run (from wait4).
     pub max_rss_kib: u64,
+    /// mtlab only: peak RSS of `mtlab record` itself (it finishes the trace
+    /// after the program ended).
+    pub recorder_rss_kib: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -281,13 +287,18 @@ impl Runner {
         let mut samples = vec![Vec::new(); configs.len()];
         let mut sizes = vec![None; configs.len()];
         let mut rss = vec![0u64; configs.len()];
+        let mut recorder_rss = vec![None; configs.len()];
         for rep in 0..reps {
             for (i, cfg) in configs.iter().enumerate() {
                 eprint!("\rmtlab bench: repetition {}/{reps}: {cfg:<10}", rep + 1);
                 let (cmd, files) = self.command(cfg, argv);
                 let m = measure(cmd, cfg)?;
                 samples[i].push(value(&m, cfg)?);
-                rss[i] = rss[i].max(m.max_rss_kib);
+                let program_rss = if *cfg == "mtlab" { self.traced_rss_kib() } else { None };
+                if program_rss.is_some() {
+                    recorder_rss[i] = Some(recorder_rss[i].unwrap_or(0).max(m.max_rss_kib));
+                }
+                rss[i] = rss[i].max(program_rss.unwrap_or(m.max_rss_kib));
                 if *cfg != "untraced" {
                     sizes[i] = Some(files_size(&files()));
                 }
@@ -298,12 +309,26 @@ impl Runner {
         Ok(configs
             .iter()
             .zip(samples)
-            .zip(sizes.into_iter().zip(rss))
-            .map(|((name, mut s), (trace_bytes, max_rss_kib))| {
+            .zip(sizes.into_iter().zip(rss.into_iter().zip(recorder_rss)))
+            .map(|((name, mut s), (trace_bytes, (max_rss_kib, recorder_rss_kib)))| {
                 let m = median(&mut s);
-                ConfigResult { name: name.to_string(), median: m, samples: s, ratio: m / base, trace_bytes, max_rss_kib }
+                ConfigResult {
+                    name: name.to_string(),
+                    median: m,
+                    samples: s,
+                    ratio: m / base,
+                    trace_bytes,
+                    max_rss_kib,
+                    recorder_rss_kib,
+                }
             })
             .collect())
+    }
+
+    /// The traced root process's own peak RSS, from its trace's STATS.
+    fn traced_rss_kib(&self) -> Option<u64> {
+        let t = crate::trace::TraceFile::open(self.dir.join("bench.mtl")).ok()?;
+        t.stats.iter().find(|(k, _)| k == "max_rss_kib")?.1.parse().ok()
     }
 
     /// Times `mtlab report --json` on the last mtlab trace, `runs` times.
@@ -355,6 +380,12 @@ fn print_result(r: &BenchResult, json: bool) {
         ]);
     }
     println!("{t}");
+    println!("peak RSS: of the traced program itself for mtlab (its STATS record), of the largest process of the run otherwise");
+    for c in &r.configs {
+        if let Some(kib) = c.recorder_rss_kib {
+            println!("{}: mtlab record's own peak RSS (finishing the trace after the run): {}", c.name, crate::report::human_bytes(kib * 1024));
+        }
+    }
     if let Some(s) = &r.report {
         println!(
             "mtlab report: {} events in {:.3} s (fastest of {} runs; median {:.3} s) = {:.1} M events/s, peak RSS {}",

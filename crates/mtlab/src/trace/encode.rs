@@ -491,7 +491,7 @@ impl Drop for TempGuard {
 /// directory that then replaces `path`.
 ///
 /// Uncompressed EVENTS payload bytes gathered before they are rewritten together, on all cores.
-const FINISH_BATCH_BYTES: usize = 32 << 20;
+const FINISH_BATCH_BYTES: usize = 16 << 20;
 /// Row bytes joined into one chunk at most: the reader holds one such chunk
 /// per thread in memory while merging threads by time.
 const JOIN_MAX_BYTES: usize = 1 << 20;
