@@ -180,9 +180,14 @@ pub struct ConfigResult {
     /// itself reported (STATS `max_rss_kib`); otherwise the largest process
     /// of the run (from wait4).
     pub max_rss_kib: u64,
-    /// mtlab only: peak RSS of `mtlab record` itself (it finishes the trace
-    /// after the program ended).
+    /// mtlab only: peak RSS of the largest process of the run (the program,
+    /// or `mtlab record` finishing the trace after the program ended).
     pub recorder_rss_kib: Option<u64>,
+    /// mtlab only: median wall seconds of the program itself (RUNINFO
+    /// `wall_ns`: from its start to its exit, before the trace is finished),
+    /// and that over the untraced median.
+    pub program_wall_s: Option<f64>,
+    pub program_ratio: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -288,6 +293,7 @@ impl Runner {
         let mut sizes = vec![None; configs.len()];
         let mut rss = vec![0u64; configs.len()];
         let mut recorder_rss = vec![None; configs.len()];
+        let mut program_wall: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
         for rep in 0..reps {
             for (i, cfg) in configs.iter().enumerate() {
                 eprint!("\rmtlab bench: repetition {}/{reps}: {cfg:<10}", rep + 1);
@@ -295,6 +301,11 @@ impl Runner {
                 let m = measure(cmd, cfg)?;
                 samples[i].push(value(&m, cfg)?);
                 let program_rss = if *cfg == "mtlab" { self.traced_rss_kib() } else { None };
+                if *cfg == "mtlab" {
+                    if let Some(w) = self.traced_wall_s() {
+                        program_wall[i].push(w);
+                    }
+                }
                 if program_rss.is_some() {
                     recorder_rss[i] = Some(recorder_rss[i].unwrap_or(0).max(m.max_rss_kib));
                 }
@@ -310,8 +321,10 @@ impl Runner {
             .iter()
             .zip(samples)
             .zip(sizes.into_iter().zip(rss.into_iter().zip(recorder_rss)))
-            .map(|((name, mut s), (trace_bytes, (max_rss_kib, recorder_rss_kib)))| {
+            .zip(program_wall)
+            .map(|(((name, mut s), (trace_bytes, (max_rss_kib, recorder_rss_kib))), mut pw)| {
                 let m = median(&mut s);
+                let program_wall_s = (!pw.is_empty()).then(|| median(&mut pw));
                 ConfigResult {
                     name: name.to_string(),
                     median: m,
@@ -320,6 +333,8 @@ impl Runner {
                     trace_bytes,
                     max_rss_kib,
                     recorder_rss_kib,
+                    program_wall_s,
+                    program_ratio: program_wall_s.map(|w| w / base),
                 }
             })
             .collect())
@@ -329,6 +344,12 @@ impl Runner {
     fn traced_rss_kib(&self) -> Option<u64> {
         let t = crate::trace::TraceFile::open(self.dir.join("bench.mtl")).ok()?;
         t.stats.iter().find(|(k, _)| k == "max_rss_kib")?.1.parse().ok()
+    }
+
+    /// The traced program's own wall time, from its trace's RUNINFO.
+    fn traced_wall_s(&self) -> Option<f64> {
+        let t = crate::trace::TraceFile::open(self.dir.join("bench.mtl")).ok()?;
+        Some(t.runinfo_get("wall_ns")?.parse::<f64>().ok()? / 1e9)
     }
 
     /// Times `mtlab report --json` on the last mtlab trace, `runs` times.
@@ -383,7 +404,17 @@ fn print_result(r: &BenchResult, json: bool) {
     println!("peak RSS: of the traced program itself for mtlab (its STATS record), of the largest process of the run otherwise");
     for c in &r.configs {
         if let Some(kib) = c.recorder_rss_kib {
-            println!("{}: mtlab record's own peak RSS (finishing the trace after the run): {}", c.name, crate::report::human_bytes(kib * 1024));
+            println!(
+                "{}: largest process of the run (the program, or mtlab record finishing the trace): {}",
+                c.name,
+                crate::report::human_bytes(kib * 1024)
+            );
+        }
+        if let (Some(w), Some(x), true) = (c.program_wall_s, c.program_ratio, r.unit.contains("wall")) {
+            println!(
+                "{}: the program's own wall time, before mtlab record finishes the trace: median {w:.3} s = {x:.2}× untraced",
+                c.name
+            );
         }
     }
     if let Some(s) = &r.report {
