@@ -755,6 +755,55 @@ mod tests {
     }
 
     #[test]
+    fn random_mixes_of_every_kind_round_trip_across_chunks() {
+        // Random events of every kind, with pointers drawn from a small pool
+        // (so ranks, misses, reuse, realloc in place and 0 all occur), time
+        // on and off a step, split over chunks of random sizes.
+        let kinds = every_kind(1, 0);
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for round in 0..40 {
+            let mut chunks = Vec::new();
+            let mut t = 1_000 + round;
+            for _ in 0..1 + rnd(5) {
+                let mut enc = ChunkEncoder::new(1);
+                let first = t;
+                for _ in 0..rnd(400) {
+                    t += if rnd(10) == 0 { rnd(1000) } else { 26 * rnd(50) };
+                    let pool = |r: u64| if r == 0 { 0 } else { 0x5000_0000 + 16 * r };
+                    let mut item = kinds[rnd(kinds.len() as u64) as usize].clone();
+                    if let Item::Event(e) = &mut item {
+                        e.tsc = t;
+                        e.cycles = if rnd(4) == 0 { rnd(5000) } else { 26 * rnd(20) };
+                        e.stack = rnd(30) as u32;
+                        match &mut e.kind {
+                            EventKind::Alloc { ptr, .. } => *ptr = pool(rnd(64)),
+                            EventKind::Free { ptr } | EventKind::SampleFree { ptr } => *ptr = pool(rnd(64)),
+                            EventKind::Realloc { old, ptr, .. } => {
+                                *old = pool(rnd(64));
+                                *ptr = if rnd(3) == 0 { *old } else { pool(rnd(64)) };
+                            }
+                            EventKind::Sample { ptr, .. } => *ptr = pool(rnd(64)),
+                            _ => {}
+                        }
+                    }
+                    enc.item(&item);
+                }
+                chunks.push((first, enc));
+            }
+            let rows: Vec<RowChunk> = chunks.iter().map(|(f, e)| RowChunk { first_tsc: *f, rows: e.body() }).collect();
+            let cols = split(&rows).unwrap();
+            let want: Vec<Item> = chunks.iter().flat_map(|(f, e)| from_rows(e.body(), *f)).collect();
+            assert_eq!(from_cols(&cols, chunks[0].0).unwrap(), want, "round {round}");
+        }
+    }
+
+    #[test]
     fn damaged_columns_are_errors_not_panics() {
         let mut enc = ChunkEncoder::new(1);
         for item in every_kind(1, 1000) {
