@@ -177,11 +177,51 @@ struct SiteAcc {
     live_bytes: u64,
 }
 
+/// Allocation sites in a dense array. The shadow heap's objects carry their
+/// site's index (not the stack id), so a free finds its site without a hash
+/// lookup; a small direct-mapped cache spares most allocations theirs.
+#[derive(Default)]
+struct Sites {
+    index: HashMap<u32, u32>,
+    /// (stack id + 1, index); 0: empty.
+    recent: Vec<(u32, u32)>,
+    stacks: Vec<u32>,
+    acc: Vec<SiteAcc>,
+}
+
+impl Sites {
+    const RECENT: usize = 1024;
+
+    fn index_of(&mut self, stack: u32) -> u32 {
+        if self.recent.is_empty() {
+            self.recent = vec![(0, 0); Self::RECENT];
+        }
+        let slot = stack as usize % Self::RECENT;
+        let (key, idx) = self.recent[slot];
+        if key == stack.wrapping_add(1) && key != 0 {
+            return idx;
+        }
+        let next = self.acc.len() as u32;
+        let idx = *self.index.entry(stack).or_insert(next);
+        if idx == next {
+            self.stacks.push(stack);
+            self.acc.push(SiteAcc::default());
+        }
+        self.recent[slot] = (stack.wrapping_add(1), idx);
+        idx
+    }
+
+    /// (stack id, accumulator) of every site.
+    fn iter(&self) -> impl Iterator<Item = (u32, &SiteAcc)> {
+        self.stacks.iter().copied().zip(&self.acc)
+    }
+}
+
 struct Pass<'a> {
     trace: &'a TraceFile,
     heap: ShadowHeap,
     funcs: Vec<FuncStats>,
-    sites: HashMap<u32, SiteAcc>,
+    sites: Sites,
     stacks: HashMap<u32, Vec<u64>>,
     peak: PeakReport,
     series: Vec<SeriesPoint>,
@@ -204,10 +244,11 @@ impl<'a> Pass<'a> {
         if flags & FLAG_CHUNK_MMAPPED != 0 {
             self.heap.map(ptr - GLIBC_CHUNK_HEADER, ptr + usable, RegionKind::GlibcChunk);
         }
-        if let Some(old) = self.heap.alloc(ptr, size, usable, stack) {
+        let si = self.sites.index_of(stack);
+        if let Some(old) = self.heap.alloc(ptr, size, usable, si) {
             self.site_released(old.stack, old.size);
         }
-        let site = self.sites.entry(stack).or_default();
+        let site = &mut self.sites.acc[si as usize];
         site.calls += 1;
         site.bytes += size;
         site.live_objects += 1;
@@ -217,8 +258,9 @@ impl<'a> Pass<'a> {
         }
     }
 
-    fn site_released(&mut self, stack: u32, size: u64) {
-        if let Some(s) = self.sites.get_mut(&stack) {
+    /// `site` is the index the object was allocated with.
+    fn site_released(&mut self, site: u32, size: u64) {
+        if let Some(s) = self.sites.acc.get_mut(site as usize) {
             s.live_objects = s.live_objects.saturating_sub(1);
             s.live_bytes = s.live_bytes.saturating_sub(size);
         }
@@ -393,7 +435,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
             h
         },
         funcs: Func::ALL.iter().map(|_| FuncStats::default()).collect(),
-        sites: HashMap::default(),
+        sites: Sites::default(),
         stacks: HashMap::default(),
         peak: PeakReport { heap: HeapSnapshot::default(), at_event: 0, at_ns: None },
         series: Vec::new(),
@@ -437,7 +479,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         live_bytes: acc.live_bytes,
         frames: stacks.get(&id).map(|pcs| symbols.frames(pcs)).unwrap_or_default(),
     };
-    let mut ranked: Vec<(u32, SiteAcc)> = pass.sites.iter().map(|(&k, &v)| (k, v)).collect();
+    let mut ranked: Vec<(u32, SiteAcc)> = pass.sites.iter().map(|(k, &v)| (k, v)).collect();
     ranked.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
     let by_bytes = ranked.iter().take(top).map(|(id, a)| site_report(*id, a, &mut symbols, &pass.stacks)).collect();
     ranked.sort_by(|a, b| b.1.calls.cmp(&a.1.calls).then(a.0.cmp(&b.0)));
@@ -520,8 +562,8 @@ fn stack_quality(trace: &TraceFile, pass: &Pass, symbols: &mut Symbols) -> Stack
     let mode = trace.header.stacks.clone();
     let mut calls = 0u64;
     let mut truncated = 0u64;
-    for (id, acc) in &pass.sites {
-        let Some(pcs) = pass.stacks.get(id) else { continue };
+    for (id, acc) in pass.sites.iter() {
+        let Some(pcs) = pass.stacks.get(&id) else { continue };
         calls += acc.calls;
         if !symbols.outermost_is_bottom(pcs) && pcs.len() < trace.header.max_depth as usize {
             truncated += acc.calls;

@@ -78,6 +78,7 @@ pub struct Object {
     pub size: u64,
     /// Start of the region holding it; 0 when no known region held it.
     region: u64,
+    /// The caller's tag for the allocation site (`analyze` passes its dense site index).
     pub stack: u32,
     /// malloc_usable_size minus size (saturated).
     usable_extra: u32,
