@@ -189,6 +189,7 @@ fn rank_of(list: &[u64], p: u64, window: usize) -> Option<usize> {
     w[..end].iter().rev().position(|&x| x == p).map(|r| r + (n - end))
 }
 
+#[inline(always)]
 fn take(list: &mut Vec<u64>, rank: usize) -> u64 {
     if rank == 0 {
         // The commonest case: the newest entry.
@@ -197,6 +198,7 @@ fn take(list: &mut Vec<u64>, rank: usize) -> u64 {
     list.remove(list.len() - 1 - rank)
 }
 
+#[inline(always)]
 fn push(list: &mut Vec<u64>, p: u64, window: usize) {
     if p == 0 {
         return;
@@ -256,6 +258,7 @@ impl Predictor {
         Ok(p)
     }
 
+    #[inline(always)]
     fn after(&mut self, f: Field, p: u64) {
         match f {
             Field::NewPtr => push(&mut self.allocs, p, ALLOC_WINDOW),
@@ -508,10 +511,14 @@ impl ColumnFields {
         })
     }
 
+    /// Bytes the decoder appends after a column-layout body, so that reads
+    /// need no per-stream end check: a damaged stream can at worst run into
+    /// the next one, which `check_end` reports at the end of the chunk.
+    pub const PADDING: usize = 16;
+
     #[inline(always)]
     fn v(&mut self, buf: &[u8], s: Stream) -> Result<u64, DecErr> {
-        let i = s as usize;
-        varint(&buf[..self.end[i]], &mut self.at[i])
+        varint(buf, &mut self.at[s as usize])
     }
 }
 
@@ -554,22 +561,19 @@ impl Fields for ColumnFields {
     #[inline(always)]
     fn new_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
         let code = self.v(buf, Stream::AllocRank)?;
-        let i = Stream::PtrDelta as usize;
-        let (at, end) = (&mut self.at[i], self.end[i]);
-        self.pred.get(Field::NewPtr, code, || varint(&buf[..end], at))
+        let at = &mut self.at[Stream::PtrDelta as usize];
+        self.pred.get(Field::NewPtr, code, || varint(buf, at))
     }
     #[inline(always)]
     fn old_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
         let code = self.v(buf, Stream::FreeRank)?;
-        let i = Stream::PtrDelta as usize;
-        let (at, end) = (&mut self.at[i], self.end[i]);
-        self.pred.get(Field::OldPtr, code, || varint(&buf[..end], at))
+        let at = &mut self.at[Stream::PtrDelta as usize];
+        self.pred.get(Field::OldPtr, code, || varint(buf, at))
     }
     #[inline(always)]
     fn addr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        let i = Stream::PtrDelta as usize;
-        let (at, end) = (&mut self.at[i], self.end[i]);
-        self.pred.get(Field::Addr, 0, || varint(&buf[..end], at))
+        let at = &mut self.at[Stream::PtrDelta as usize];
+        self.pred.get(Field::Addr, 0, || varint(buf, at))
     }
     #[inline(always)]
     fn def(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
@@ -577,7 +581,14 @@ impl Fields for ColumnFields {
     }
     fn def_room(&self, _buf: &[u8]) -> u64 {
         let i = Stream::Defs as usize;
-        (self.end[i] - self.at[i]) as u64
+        self.end[i].saturating_sub(self.at[i]) as u64
+    }
+    fn check_end(&self) -> Result<(), DecErr> {
+        if self.at == self.end {
+            Ok(())
+        } else {
+            Err(DecErr::Columns("a stream holds more or fewer values than the events use"))
+        }
     }
     fn position(&self) -> usize {
         self.at[Stream::Kind as usize]
@@ -598,7 +609,9 @@ mod tests {
 
     fn from_cols(cols: &[u8], first_tsc: u64) -> Result<Vec<Item>, String> {
         let f = ColumnFields::new(cols).map_err(|e| e.to_string())?;
-        decode_chunk(f, cols, first_tsc, 1).map_err(|e| e.to_string())
+        let mut padded = cols.to_vec();
+        padded.extend_from_slice(&[0; ColumnFields::PADDING]);
+        decode_chunk(f, &padded, first_tsc, 1).map_err(|e| e.to_string())
     }
 
     fn roundtrip_one(rows: &[u8], first_tsc: u64) -> Vec<u8> {

@@ -735,6 +735,10 @@ pub(crate) trait Fields {
     fn def_room(&self, buf: &[u8]) -> u64;
     /// Where decoding stands, for messages.
     fn position(&self) -> usize;
+    /// At the end of the chunk: was every value used?
+    fn check_end(&self) -> Result<(), DecErr> {
+        Ok(())
+    }
 }
 
 /// Row bytes, read in order; addresses are deltas to the previous address.
@@ -874,7 +878,10 @@ fn step_with<F: Fields>(
     tid: u32,
     out: &mut Event,
 ) -> Result<Option<Step>, DecErr> {
-    let Some(b) = f.kind(buf) else { return Ok(None) };
+    let Some(b) = f.kind(buf) else {
+        f.check_end()?;
+        return Ok(None);
+    };
     let kind = b & KIND_MASK;
     let flags = b & EVF_MASK;
     if kind == EV_STACK_DEF {
@@ -1197,6 +1204,7 @@ impl Items {
                 if c.columns {
                     let f = super::columns::ColumnFields::new(&buf)
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                    buf.extend_from_slice(&[0; super::columns::ColumnFields::PADDING]);
                     return Ok(Layout::Columns(Box::new(f)));
                 }
             } else {
