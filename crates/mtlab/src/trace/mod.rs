@@ -5,8 +5,6 @@ pub mod decode;
 pub mod encode;
 pub mod event;
 pub mod format;
-#[cfg(test)]
-mod review_tmp;
 
 pub use decode::{ChunkInfo, EndRecord, Header, Items, TraceError, TraceFile};
 pub use encode::{finish_trace, ChunkEncoder, FinishStats, TraceWriter};
