@@ -300,7 +300,8 @@ impl Runner {
                 let (cmd, files) = self.command(cfg, argv);
                 let m = measure(cmd, cfg)?;
                 samples[i].push(value(&m, cfg)?);
-                let program_rss = if *cfg == "mtlab" { self.traced_rss_kib() } else { None };
+                let family = files();
+                let program_rss = if *cfg == "mtlab" { traced_rss_kib(&family) } else { None };
                 if *cfg == "mtlab" {
                     if let Some(w) = self.traced_wall_s() {
                         program_wall[i].push(w);
@@ -311,7 +312,7 @@ impl Runner {
                 }
                 rss[i] = rss[i].max(program_rss.unwrap_or(m.max_rss_kib));
                 if *cfg != "untraced" {
-                    sizes[i] = Some(files_size(&files()));
+                    sizes[i] = Some(files_size(&family));
                 }
             }
         }
@@ -340,11 +341,6 @@ impl Runner {
             .collect())
     }
 
-    /// The traced root process's own peak RSS, from its trace's STATS.
-    fn traced_rss_kib(&self) -> Option<u64> {
-        let t = crate::trace::TraceFile::open(self.dir.join("bench.mtl")).ok()?;
-        t.stats.iter().find(|(k, _)| k == "max_rss_kib")?.1.parse().ok()
-    }
 
     /// The traced program's own wall time, from its trace's RUNINFO.
     fn traced_wall_s(&self) -> Option<f64> {
@@ -381,6 +377,17 @@ impl Runner {
     }
 }
 
+/// The largest peak RSS any traced process of the run reported in its
+/// trace's STATS (like wait4's figure for the untraced run: the largest
+/// process); None when no trace has it.
+fn traced_rss_kib(family: &[PathBuf]) -> Option<u64> {
+    family
+        .iter()
+        .filter_map(|f| crate::trace::TraceFile::open(f).ok())
+        .filter_map(|t| t.stats.iter().find(|(k, _)| k == "max_rss_kib").and_then(|(_, v)| v.parse().ok()))
+        .max()
+}
+
 fn print_result(r: &BenchResult, json: bool) {
     if json {
         println!("{}", serde_json::to_string_pretty(r).expect("json"));
@@ -401,7 +408,9 @@ fn print_result(r: &BenchResult, json: bool) {
         ]);
     }
     println!("{t}");
-    println!("peak RSS: of the traced program itself for mtlab (its STATS record), of the largest process of the run otherwise");
+    println!(
+        "peak RSS: for mtlab, the largest the traced processes reported themselves (STATS); otherwise of the largest process of the run"
+    );
     for c in &r.configs {
         if let Some(kib) = c.recorder_rss_kib {
             println!(
@@ -446,7 +455,12 @@ pub fn run(cmd: BenchCommand) -> Result<ExitCode, BenchError> {
                 "--iterations".into(),
                 a.iterations.to_string().into(),
             ];
-            let configs = runner.sweep(&argv, a.reps, &|m, what| cycles_per_op(&m.stdout, what))?;
+            let mut configs = runner.sweep(&argv, a.reps, &|m, what| cycles_per_op(&m.stdout, what))?;
+            // The workload's own timings are the measure here; wall times are not.
+            for c in &mut configs {
+                c.program_wall_s = None;
+                c.program_ratio = None;
+            }
             let report = Some(runner.report_speed(a.reps.max(3))?);
             let r = BenchResult {
                 benchmark: "tracer overhead on malloc-test".into(),

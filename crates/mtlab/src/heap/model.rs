@@ -123,9 +123,10 @@ pub struct Fragmentation {
 /// Hashes block addresses so that blocks near each other in memory land
 /// near each other in the table: allocators hand out neighbouring blocks in
 /// runs, and the table of a large live heap does not fit in the caches.
-/// The low bits (the bucket) are the address in 16-byte units; the top 7
-/// bits (hashbrown's tag byte) are mixed, so a group's tags still tell keys
-/// apart.
+/// Within a 64 KiB window the bucket is the address in 16-byte units; the
+/// window number is mixed in by multiplication, so blocks aligned to large
+/// powers of two (mmap'd chunks, huge allocations) still spread over the
+/// table; the top 7 bits (hashbrown's tag byte) come from that mix too.
 #[derive(Clone, Copy, Default)]
 pub struct AddrHash;
 
@@ -142,8 +143,10 @@ pub struct AddrHasher(u64);
 impl std::hash::Hasher for AddrHasher {
     fn finish(&self) -> u64 {
         let a = self.0;
-        let tag = a.wrapping_mul(0x9e37_79b9_7f4a_7c15) & (0x7f << 57);
-        (a >> 4) ^ tag
+        let m = (a >> 16).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        // Low bits: position in the window, xor the product's well-mixed
+        // middle bits; top 7 bits: the product's top bits.
+        (((a >> 4) ^ (m >> 20)) & ((1 << 57) - 1)) | (m & (0x7f << 57))
     }
     fn write(&mut self, bytes: &[u8]) {
         for &b in bytes {
@@ -615,6 +618,32 @@ mod tests {
         b.set_break(0x3000);
         assert_eq!(b.snapshot().unplaced_bytes, 0);
         assert_eq!(b.snapshot().regions, 1);
+    }
+
+    #[test]
+    fn aligned_addresses_spread_over_buckets() {
+        use std::hash::{BuildHasher, Hasher};
+        let hash = |a: u64| {
+            let mut h = AddrHash.build_hasher();
+            h.write_u64(a);
+            h.finish()
+        };
+        // 4096 blocks 2 MiB apart, and 4096 blocks 64 KiB apart: nearly all
+        // land in different buckets of a 64 Ki-bucket table.
+        for spacing in [2u64 << 20, 64 << 10, 4096] {
+            let buckets: std::collections::HashSet<u64> =
+                (0..4096u64).map(|i| hash(0x7f00_0000_0000 + i * spacing) & 0xffff).collect();
+            assert!(buckets.len() > 3900, "spacing {spacing}: {} buckets", buckets.len());
+        }
+        // Neighbouring blocks stay in the same aligned run of 16 buckets
+        // (a 256-byte span of memory: the xor permutes inside such runs).
+        let b = 0x5555_0000_1000u64;
+        for off in (16..256).step_by(16) {
+            assert_eq!((hash(b + off) & 0xffff) >> 4, (hash(b) & 0xffff) >> 4, "offset {off}");
+        }
+        // Tags (top 7 bits) differ between windows.
+        let tags: std::collections::HashSet<u64> = (0..1000u64).map(|i| hash(b + i * 65536) >> 57).collect();
+        assert!(tags.len() > 100, "{} tags", tags.len());
     }
 
     #[test]

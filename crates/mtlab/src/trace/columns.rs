@@ -110,6 +110,10 @@ pub enum ColumnError {
     UnknownKind(u8),
     #[error("bad column layout: {0}")]
     BadLayout(&'static str),
+    /// Rows the decoder would refuse: such chunks are not joined (their
+    /// damage must stay confined to themselves).
+    #[error("rows the decoder refuses: {0}")]
+    Undecodable(&'static str),
 }
 
 // ---------------------------------------------------------------------------
@@ -133,11 +137,15 @@ impl<'a> Reader<'a> {
         self.pos += 1;
         Ok(x)
     }
+    /// As `decode::varint`: at most 10 bytes, and no bits beyond 64.
     #[inline(always)]
     fn v(&mut self) -> Result<u64, ColumnError> {
         let mut v = 0u64;
         for i in 0..10 {
             let x = self.byte()?;
+            if i == 9 && x > 1 {
+                return Err(ColumnError::Undecodable("a varint overflows 64 bits"));
+            }
             v |= ((x & 0x7f) as u64) << (7 * i);
             if x < 0x80 {
                 return Ok(v);
@@ -374,7 +382,11 @@ fn walk_rows(chunks: &[RowChunk], mut on: impl FnMut(Token) -> bool) -> Result<(
             emit!(Token::Kind(b));
             let kind = b & KIND_MASK;
             if kind == EV_STACK_DEF {
-                emit!(Token::Def(r.v()?));
+                let id = r.v()?;
+                if id > u32::MAX as u64 {
+                    return Err(ColumnError::Undecodable("a stack id does not fit 32 bits"));
+                }
+                emit!(Token::Def(id));
                 let depth = r.v()?;
                 emit!(Token::Def(depth));
                 if depth > c.rows.len() as u64 {
@@ -392,8 +404,12 @@ fn walk_rows(chunks: &[RowChunk], mut on: impl FnMut(Token) -> bool) -> Result<(
             emit!(Token::Time(chunk_tsc.wrapping_sub(prev)));
             tsc = Some(chunk_tsc);
             emit!(Token::Cycles(r.v()?));
-            emit!(Token::Stack(r.v()?));
-            for &f in own {
+            let stack = r.v()?;
+            if stack > u32::MAX as u64 {
+                return Err(ColumnError::Undecodable("a stack id does not fit 32 bits"));
+            }
+            emit!(Token::Stack(stack));
+            for (n, &f) in own.iter().enumerate() {
                 let v = match f {
                     Field::NewPtr | Field::OldPtr | Field::Addr => {
                         ptr = ptr.wrapping_add(r.sv()? as u64);
@@ -401,6 +417,10 @@ fn walk_rows(chunks: &[RowChunk], mut on: impl FnMut(Token) -> bool) -> Result<(
                     }
                     _ => r.v()?,
                 };
+                // SAMPLE's first field names the sampled call's kind.
+                if kind == EV_SAMPLE && n == 0 && u8::try_from(v).ok().and_then(crate::trace::Func::from_alloc_kind).is_none() {
+                    return Err(ColumnError::Undecodable("a SAMPLE names no allocation function"));
+                }
                 emit!(Token::Field(f, v));
             }
         }

@@ -1609,6 +1609,85 @@ pub(crate) mod tests {
             .collect()
     }
 
+    fn mallocs(tid: u32, t0: u64, n: u64, base: u64) -> Vec<Item> {
+        (0..n).map(|i| ev(tid, t0 + i * 26, 0, alloc(Func::Malloc, 32, 0, base + i * 48, 40))).collect()
+    }
+
+    fn events_in(path: &std::path::Path) -> (Vec<Event>, Vec<String>) {
+        let tf = TraceFile::open(path).unwrap();
+        let mut items = tf.items().unwrap();
+        let evs = events_of(&(&mut items).collect::<Vec<_>>());
+        (evs, items.warnings().to_vec())
+    }
+
+    #[test]
+    fn finishing_keeps_damage_inside_its_chunk() {
+        // Chunk A of thread 1 ends with an event the decoder refuses (a stack
+        // id beyond 32 bits); chunk B of the same thread follows. Joined into
+        // one record, A's damage would take B's events with it.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.mtl");
+        let mut w = TraceWriter::create(&path, header_pairs()).unwrap();
+        let mut a = ChunkEncoder::new(1);
+        for it in mallocs(1, 1000, 3000, 0x10_0000) {
+            a.item(&it);
+        }
+        let mut bad = vec![EV_FREE, 0, 0];
+        crate::trace::encode::put_varint(&mut bad, 1 << 33);
+        crate::trace::encode::put_varint(&mut bad, 0);
+        a.raw_bytes(&bad);
+        w.chunk(&a).unwrap();
+        w.events_chunk(1, &mallocs(1, 1_000_000, 3000, 0x20_0000)).unwrap();
+        w.finish().unwrap();
+        let (before, warn_before) = events_in(&path);
+        assert_eq!(before.len(), 6000);
+        assert_eq!(warn_before.len(), 1, "{warn_before:?}");
+        finish_trace(&path, &[]).unwrap();
+        let (after, warn_after) = events_in(&path);
+        assert_eq!(after, before);
+        assert_eq!(warn_after.len(), 1, "{warn_after:?}");
+    }
+
+    #[test]
+    fn finishing_keeps_the_order_of_equal_time_stamps() {
+        // Thread 2 frees p at t=600 in a chunk that sits between two chunks of
+        // thread 1, the second of which allocates p at t=600 again. The
+        // reader orders equal times by record position, so the free comes
+        // first; joining thread 1's chunks must not move the malloc ahead.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.mtl");
+        let p = 0x7000_0000u64;
+        let mut w = TraceWriter::create(&path, header_pairs()).unwrap();
+        w.events_chunk(1, &[ev(1, 100, 0, alloc(Func::Malloc, 8, 0, p, 8))]).unwrap();
+        w.events_chunk(2, &[ev(2, 600, 0, EventKind::Free { ptr: p })]).unwrap();
+        let mut a2 = vec![ev(1, 600, 0, alloc(Func::Malloc, 8, 0, p, 8))];
+        a2.extend(mallocs(1, 700, 500, 0x8000_0000));
+        w.events_chunk(1, &a2).unwrap();
+        w.finish().unwrap();
+        let (before, _) = events_in(&path);
+        finish_trace(&path, &[]).unwrap();
+        let (after, _) = events_in(&path);
+        assert_eq!(after, before);
+        assert_eq!((before[1].tid, before[2].tid), (2, 1), "the free first");
+    }
+
+    #[test]
+    fn finishing_refuses_what_the_decoder_refuses() {
+        // A size varint whose 10th byte overflows 64 bits: the row decoder
+        // refuses it, so the column rewrite must not turn it into a number.
+        let mut rows = vec![EV_MALLOC, 0, 0, 0];
+        rows.extend_from_slice(&[0xff; 9]);
+        rows.push(2);
+        rows.extend_from_slice(&[0, 0]);
+        let r = crate::trace::columns::split(&[crate::trace::columns::RowChunk { first_tsc: 0, rows: &rows }]);
+        assert!(r.is_err(), "{r:?}");
+        // And a SAMPLE naming no allocation function.
+        let mut rows = vec![EV_SAMPLE, 0, 0, 0, 99, 8, 0, 1];
+        assert!(crate::trace::columns::split(&[crate::trace::columns::RowChunk { first_tsc: 0, rows: &rows }]).is_err());
+        rows[4] = 1; // malloc
+        assert!(crate::trace::columns::split(&[crate::trace::columns::RowChunk { first_tsc: 0, rows: &rows }]).is_ok());
+    }
+
     #[test]
     fn roundtrip_every_kind_through_finish() {
         let dir = tempfile::tempdir().unwrap();

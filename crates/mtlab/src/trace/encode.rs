@@ -507,8 +507,12 @@ struct Group {
 }
 
 /// Sorts a batch's chunks (in file order) into groups: a chunk joins its
-/// thread's open group when it starts no earlier than the group ends and the
-/// group stays under `JOIN_MAX_BYTES`.
+/// thread's open group when it starts no earlier than the group ends, the
+/// group stays under `JOIN_MAX_BYTES`, and every other thread's chunk
+/// between the two ended before it starts. The reader orders events of equal
+/// time stamps by record position, and a joined group takes its first
+/// member's position: without the last rule, a tie between this chunk and a
+/// chunk in between would flip.
 fn group_chunks(batch: &[(ChunkHead, Vec<u8>)]) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let mut open: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
@@ -516,9 +520,11 @@ fn group_chunks(batch: &[(ChunkHead, Vec<u8>)]) -> Vec<Group> {
         let rows = payload.len() - EVENTS_HEADER as usize;
         if let Some(&g) = open.get(&h.tid) {
             let grp = &mut groups[g];
+            let after = *grp.members.last().expect("groups have members") + 1;
             if h.first_tsc >= grp.last_tsc
                 && grp.row_bytes + rows <= JOIN_MAX_BYTES
                 && grp.n_events + h.n_events as u64 <= u32::MAX as u64
+                && batch[after..i].iter().all(|(o, _)| o.last_tsc < h.first_tsc)
             {
                 grp.members.push(i);
                 grp.row_bytes += rows;
@@ -699,9 +705,14 @@ pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishS
         ..FinishStats::default()
     };
 
-    // Header, verbatim.
+    // Header, verbatim but for the version: the rewritten records may use
+    // the column layout, which readers of older versions do not know.
     let mut head = vec![0u8; header_end as usize];
     src.read_exact_at(&mut head, 0).map_err(TraceError::io(path))?;
+    let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+    if version < TRACE_VERSION {
+        head[8..12].copy_from_slice(&TRACE_VERSION.to_le_bytes());
+    }
     out.write_all(&head).map_err(tmp_err)?;
     let mut written = header_end;
 
