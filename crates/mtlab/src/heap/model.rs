@@ -13,9 +13,9 @@
 //! slot, not from the hash map: the heaps are swept often, and a hash
 //! lookup per entry there cost more than the events themselves.
 
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use serde::Serialize;
 
@@ -120,47 +120,9 @@ pub struct Fragmentation {
     pub total: f64,
 }
 
-/// Hashes block addresses so that blocks near each other in memory land
-/// near each other in the table: allocators hand out neighbouring blocks in
-/// runs, and the table of a large live heap does not fit in the caches.
-/// Within a 64 KiB window the bucket is the address in 16-byte units; the
-/// window number is mixed in by multiplication, so blocks aligned to large
-/// powers of two (mmap'd chunks, huge allocations) still spread over the
-/// table; the top 7 bits (hashbrown's tag byte) come from that mix too.
-#[derive(Clone, Copy, Default)]
-pub struct AddrHash;
-
-impl std::hash::BuildHasher for AddrHash {
-    type Hasher = AddrHasher;
-    fn build_hasher(&self) -> AddrHasher {
-        AddrHasher(0)
-    }
-}
-
-#[derive(Default)]
-pub struct AddrHasher(u64);
-
-impl std::hash::Hasher for AddrHasher {
-    fn finish(&self) -> u64 {
-        let a = self.0;
-        let m = (a >> 16).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        // Low bits: position in the window, xor the product's well-mixed
-        // middle bits; top 7 bits: the product's top bits.
-        (((a >> 4) ^ (m >> 20)) & ((1 << 57) - 1)) | (m & (0x7f << 57))
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = self.0.rotate_left(8) ^ b as u64;
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
 #[derive(Default)]
 pub struct ShadowHeap {
-    objects: HashMap<u64, Object, AddrHash>,
+    objects: FxHashMap<u64, Object>,
     /// Generation of each slot (see `End`), and the slots free for reuse.
     gens: Vec<u32>,
     free_slots: Vec<u32>,
@@ -622,28 +584,16 @@ mod tests {
 
     #[test]
     fn aligned_addresses_spread_over_buckets() {
-        use std::hash::{BuildHasher, Hasher};
-        let hash = |a: u64| {
-            let mut h = AddrHash.build_hasher();
-            h.write_u64(a);
-            h.finish()
-        };
-        // 4096 blocks 2 MiB apart, and 4096 blocks 64 KiB apart: nearly all
-        // land in different buckets of a 64 Ki-bucket table.
-        for spacing in [2u64 << 20, 64 << 10, 4096] {
+        // The live-object map's hasher: blocks 2 MiB or 64 KiB apart (mmap'd
+        // chunks, huge allocations) and dense blocks must all spread over a
+        // table's buckets (hashbrown takes the bucket from the low bits).
+        use std::hash::BuildHasher;
+        let hasher = rustc_hash::FxBuildHasher;
+        for spacing in [2u64 << 20, 64 << 10, 4096, 16] {
             let buckets: std::collections::HashSet<u64> =
-                (0..4096u64).map(|i| hash(0x7f00_0000_0000 + i * spacing) & 0xffff).collect();
+                (0..4096u64).map(|i| hasher.hash_one(0x7f00_0000_0000 + i * spacing) & 0xffff).collect();
             assert!(buckets.len() > 3900, "spacing {spacing}: {} buckets", buckets.len());
         }
-        // Neighbouring blocks stay in the same aligned run of 16 buckets
-        // (a 256-byte span of memory: the xor permutes inside such runs).
-        let b = 0x5555_0000_1000u64;
-        for off in (16..256).step_by(16) {
-            assert_eq!((hash(b + off) & 0xffff) >> 4, (hash(b) & 0xffff) >> 4, "offset {off}");
-        }
-        // Tags (top 7 bits) differ between windows.
-        let tags: std::collections::HashSet<u64> = (0..1000u64).map(|i| hash(b + i * 65536) >> 57).collect();
-        assert!(tags.len() > 100, "{} tags", tags.len());
     }
 
     #[test]
