@@ -64,18 +64,37 @@ enum Stream {
 
 pub const N_STREAMS: usize = 13;
 
-/// What a field after the common ones holds.
+/// What a value of an event means: rows interleave them, the column
+/// layout gives each meaning its stream(s).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
+pub(crate) enum Field {
+    /// Time-stamp delta.
+    Time,
+    /// Cycles in the real call.
+    Cycles,
+    Stack,
+    /// Sizes, lengths, element counts.
     Size,
+    /// Usable-size extra.
     Extra,
+    /// Alignments, protections, flags, return codes (raw varint values).
     Misc,
+    /// A value of a STACK_DEF (id, depth, frame deltas).
+    Def,
     /// An address a call returned as newly allocated.
     NewPtr,
     /// An address a call gave back.
     OldPtr,
     /// Any other address (mappings, program breaks).
     Addr,
+}
+
+impl Field {
+    /// Addresses are deltas in rows, absolute once read.
+    #[inline(always)]
+    pub(crate) fn is_address(self) -> bool {
+        matches!(self, Field::NewPtr | Field::OldPtr | Field::Addr)
+    }
 }
 
 /// A kind's own fields, in row order (after time, cycles, stack).
@@ -353,11 +372,7 @@ pub struct RowChunk<'a> {
 
 enum Token {
     Kind(u8),
-    Time(u64),
-    Cycles(u64),
-    Stack(u64),
-    Field(Field, u64),
-    Def(u64),
+    Value(Field, u64),
 }
 
 /// Walks row chunks of one thread, in time order, handing `on` each value
@@ -386,14 +401,14 @@ fn walk_rows(chunks: &[RowChunk], mut on: impl FnMut(Token) -> bool) -> Result<(
                 if id > u32::MAX as u64 {
                     return Err(ColumnError::Undecodable("a stack id does not fit 32 bits"));
                 }
-                emit!(Token::Def(id));
+                emit!(Token::Value(Field::Def, id));
                 let depth = r.v()?;
-                emit!(Token::Def(depth));
+                emit!(Token::Value(Field::Def, depth));
                 if depth > c.rows.len() as u64 {
                     return Err(ColumnError::Truncated);
                 }
                 for _ in 0..depth {
-                    emit!(Token::Def(r.v()?));
+                    emit!(Token::Value(Field::Def, r.v()?));
                 }
                 continue;
             }
@@ -401,17 +416,17 @@ fn walk_rows(chunks: &[RowChunk], mut on: impl FnMut(Token) -> bool) -> Result<(
             chunk_tsc = chunk_tsc.wrapping_add(r.v()?);
             // The delta from the previous event of the thread, whichever chunk it was in.
             let prev = tsc.unwrap_or(chunks[0].first_tsc);
-            emit!(Token::Time(chunk_tsc.wrapping_sub(prev)));
+            emit!(Token::Value(Field::Time, chunk_tsc.wrapping_sub(prev)));
             tsc = Some(chunk_tsc);
-            emit!(Token::Cycles(r.v()?));
+            emit!(Token::Value(Field::Cycles, r.v()?));
             let stack = r.v()?;
             if stack > u32::MAX as u64 {
                 return Err(ColumnError::Undecodable("a stack id does not fit 32 bits"));
             }
-            emit!(Token::Stack(stack));
+            emit!(Token::Value(Field::Stack, stack));
             for (n, &f) in own.iter().enumerate() {
                 let v = match f {
-                    Field::NewPtr | Field::OldPtr | Field::Addr => {
+                    f if f.is_address() => {
                         ptr = ptr.wrapping_add(r.sv()? as u64);
                         ptr
                     }
@@ -421,7 +436,7 @@ fn walk_rows(chunks: &[RowChunk], mut on: impl FnMut(Token) -> bool) -> Result<(
                 if kind == EV_SAMPLE && n == 0 && u8::try_from(v).ok().and_then(crate::trace::Func::from_alloc_kind).is_none() {
                     return Err(ColumnError::Undecodable("a SAMPLE names no allocation function"));
                 }
-                emit!(Token::Field(f, v));
+                emit!(Token::Value(f, v));
             }
         }
     }
@@ -436,8 +451,8 @@ pub fn split(chunks: &[RowChunk]) -> Result<Vec<u8>, ColumnError> {
     let (mut times, mut cycles) = (Vec::with_capacity(1024), Vec::with_capacity(1024));
     walk_rows(chunks, |t| {
         match t {
-            Token::Time(v) if v != 0 && times.len() < 1024 => times.push(v),
-            Token::Cycles(v) if v != 0 && cycles.len() < 1024 => cycles.push(v),
+            Token::Value(Field::Time, v) if v != 0 && times.len() < 1024 => times.push(v),
+            Token::Value(Field::Cycles, v) if v != 0 && cycles.len() < 1024 => cycles.push(v),
             _ => {}
         }
         times.len() < 1024 || cycles.len() < 1024
@@ -454,17 +469,17 @@ pub fn split(chunks: &[RowChunk]) -> Result<Vec<u8>, ColumnError> {
     walk_rows(chunks, |t| {
         match t {
             Token::Kind(b) => s[Stream::Kind as usize].push(b),
-            Token::Time(v) => {
-                let (a, b) = s.split_at_mut(Stream::TimeRest as usize);
-                put_stepped(v, td, &mut a[Stream::Time as usize], &mut b[0]);
-            }
-            Token::Cycles(v) => {
-                let (a, b) = s.split_at_mut(Stream::CyclesRest as usize);
-                put_stepped(v, cd, &mut a[Stream::Cycles as usize], &mut b[0]);
-            }
-            Token::Stack(v) => put_varint(&mut s[Stream::Stack as usize], v),
-            Token::Def(v) => put_varint(&mut s[Stream::Defs as usize], v),
-            Token::Field(f, v) => match f {
+            Token::Value(f, v) => match f {
+                Field::Time => {
+                    let (a, b) = s.split_at_mut(Stream::TimeRest as usize);
+                    put_stepped(v, td, &mut a[Stream::Time as usize], &mut b[0]);
+                }
+                Field::Cycles => {
+                    let (a, b) = s.split_at_mut(Stream::CyclesRest as usize);
+                    put_stepped(v, cd, &mut a[Stream::Cycles as usize], &mut b[0]);
+                }
+                Field::Stack => put_varint(&mut s[Stream::Stack as usize], v),
+                Field::Def => put_varint(&mut s[Stream::Defs as usize], v),
                 Field::Size => put_varint(&mut s[Stream::Size as usize], v),
                 Field::Extra => put_varint(&mut s[Stream::Extra as usize], v),
                 Field::Misc => put_varint(&mut s[Stream::Misc as usize], v),
@@ -553,51 +568,37 @@ impl Fields for ColumnFields {
         Some(buf[self.at[i] - 1])
     }
     #[inline(always)]
-    fn time(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        let (q, r) = (self.v(buf, Stream::Time)?, self.v(buf, Stream::TimeRest)?);
-        Ok(from_stepped(self.time_step, q, r))
-    }
-    #[inline(always)]
-    fn cycles(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        let (q, r) = (self.v(buf, Stream::Cycles)?, self.v(buf, Stream::CyclesRest)?);
-        Ok(from_stepped(self.cycles_step, q, r))
-    }
-    #[inline(always)]
-    fn stack(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        self.v(buf, Stream::Stack)
-    }
-    #[inline(always)]
-    fn size(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        self.v(buf, Stream::Size)
-    }
-    #[inline(always)]
-    fn extra(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        self.v(buf, Stream::Extra)
-    }
-    #[inline(always)]
-    fn misc(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        self.v(buf, Stream::Misc)
-    }
-    #[inline(always)]
-    fn new_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        let code = self.v(buf, Stream::AllocRank)?;
-        let at = &mut self.at[Stream::PtrDelta as usize];
-        self.pred.get(Field::NewPtr, code, || varint(buf, at))
-    }
-    #[inline(always)]
-    fn old_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        let code = self.v(buf, Stream::FreeRank)?;
-        let at = &mut self.at[Stream::PtrDelta as usize];
-        self.pred.get(Field::OldPtr, code, || varint(buf, at))
-    }
-    #[inline(always)]
-    fn addr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        let at = &mut self.at[Stream::PtrDelta as usize];
-        self.pred.get(Field::Addr, 0, || varint(buf, at))
-    }
-    #[inline(always)]
-    fn def(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        self.v(buf, Stream::Defs)
+    fn value(&mut self, buf: &[u8], what: Field) -> Result<u64, DecErr> {
+        let delta = Stream::PtrDelta as usize;
+        match what {
+            Field::Time => {
+                let (q, r) = (self.v(buf, Stream::Time)?, self.v(buf, Stream::TimeRest)?);
+                Ok(from_stepped(self.time_step, q, r))
+            }
+            Field::Cycles => {
+                let (q, r) = (self.v(buf, Stream::Cycles)?, self.v(buf, Stream::CyclesRest)?);
+                Ok(from_stepped(self.cycles_step, q, r))
+            }
+            Field::Stack => self.v(buf, Stream::Stack),
+            Field::Size => self.v(buf, Stream::Size),
+            Field::Extra => self.v(buf, Stream::Extra),
+            Field::Misc => self.v(buf, Stream::Misc),
+            Field::Def => self.v(buf, Stream::Defs),
+            Field::NewPtr => {
+                let code = self.v(buf, Stream::AllocRank)?;
+                let at = &mut self.at[delta];
+                self.pred.get(what, code, || varint(buf, at))
+            }
+            Field::OldPtr => {
+                let code = self.v(buf, Stream::FreeRank)?;
+                let at = &mut self.at[delta];
+                self.pred.get(what, code, || varint(buf, at))
+            }
+            Field::Addr => {
+                let at = &mut self.at[delta];
+                self.pred.get(what, 0, || varint(buf, at))
+            }
+        }
     }
     fn def_room(&self, _buf: &[u8]) -> u64 {
         let i = Stream::Defs as usize;

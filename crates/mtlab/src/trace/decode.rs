@@ -13,6 +13,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::event::{Event, EventKind, Func, Item};
+use super::columns::Field;
 use super::format::*;
 
 /// Records larger than this are taken as damage: mtlab never writes one.
@@ -711,26 +712,13 @@ fn usable(flags: u8, size: u64, ptr: u64, extra: u64) -> u64 {
 
 /// Where the fields of a chunk's events come from: its row bytes, read in
 /// order ([`RowFields`]), or its column layout ([`super::columns::ColumnFields`]).
-/// Each method names what the field means, which is what the column layout
-/// sorts by; rows ignore the meaning.
+/// Each read names what the value means, which is what the column layout
+/// sorts by; rows ignore the meaning (but for addresses: deltas).
 pub(crate) trait Fields {
     /// The next item's kind-and-flags byte; `None` at the end of the chunk.
     fn kind(&mut self, buf: &[u8]) -> Option<u8>;
-    fn time(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
-    fn cycles(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
-    fn stack(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
-    fn size(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
-    fn extra(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
-    /// Alignments, protections, flags, return codes (raw varint values).
-    fn misc(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
-    /// An address a call returned as newly allocated.
-    fn new_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
-    /// An address a call gave back.
-    fn old_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
-    /// Any other address.
-    fn addr(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
-    /// A value of a STACK_DEF (id, depth, frame deltas).
-    fn def(&mut self, buf: &[u8]) -> Result<u64, DecErr>;
+    /// The next value meaning `what` (addresses absolute).
+    fn value(&mut self, buf: &[u8], what: Field) -> Result<u64, DecErr>;
     /// Upper bound of STACK_DEF frames still readable (to refuse absurd depths).
     fn def_room(&self, buf: &[u8]) -> u64;
     /// Where decoding stands, for messages.
@@ -756,45 +744,14 @@ impl Fields for RowFields {
         Some(b)
     }
     #[inline(always)]
-    fn time(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        varint(buf, &mut self.pos)
-    }
-    #[inline(always)]
-    fn cycles(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        varint(buf, &mut self.pos)
-    }
-    #[inline(always)]
-    fn stack(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        varint(buf, &mut self.pos)
-    }
-    #[inline(always)]
-    fn size(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        varint(buf, &mut self.pos)
-    }
-    #[inline(always)]
-    fn extra(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        varint(buf, &mut self.pos)
-    }
-    #[inline(always)]
-    fn misc(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        varint(buf, &mut self.pos)
-    }
-    #[inline(always)]
-    fn new_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        self.addr(buf)
-    }
-    #[inline(always)]
-    fn old_ptr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        self.addr(buf)
-    }
-    #[inline(always)]
-    fn addr(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        self.ptr = self.ptr.wrapping_add(zigzag(varint(buf, &mut self.pos)?) as u64);
-        Ok(self.ptr)
-    }
-    #[inline(always)]
-    fn def(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
-        varint(buf, &mut self.pos)
+    fn value(&mut self, buf: &[u8], what: Field) -> Result<u64, DecErr> {
+        let v = varint(buf, &mut self.pos)?;
+        if what.is_address() {
+            self.ptr = self.ptr.wrapping_add(zigzag(v) as u64);
+            Ok(self.ptr)
+        } else {
+            Ok(v)
+        }
     }
     fn def_room(&self, buf: &[u8]) -> u64 {
         buf.len().saturating_sub(self.pos) as u64
@@ -885,31 +842,31 @@ fn step_with<F: Fields>(
     let kind = b & KIND_MASK;
     let flags = b & EVF_MASK;
     if kind == EV_STACK_DEF {
-        let id = f.def(buf)?;
+        let id = f.value(buf, Field::Def)?;
         let id = u32::try_from(id).map_err(|_| DecErr::StackIdTooLarge(id))?;
-        let depth = f.def(buf)?;
+        let depth = f.value(buf, Field::Def)?;
         if depth > f.def_room(buf) {
             return Err(DecErr::StackTooDeep(depth));
         }
         let mut pcs = Vec::with_capacity(depth as usize);
         let mut pc: u64 = 0;
         for _ in 0..depth {
-            pc = pc.wrapping_add(zigzag(f.def(buf)?) as u64);
+            pc = pc.wrapping_add(zigzag(f.value(buf, Field::Def)?) as u64);
             pcs.push(pc);
         }
         return Ok(Some(Step::Stack(id, pcs)));
     }
-    let ts = f.time(buf)?;
-    let cycles = f.cycles(buf)?;
-    let stack = f.stack(buf)?;
+    let ts = f.value(buf, Field::Time)?;
+    let cycles = f.value(buf, Field::Cycles)?;
+    let stack = f.value(buf, Field::Stack)?;
     let stack = u32::try_from(stack).map_err(|_| DecErr::StackIdTooLarge(stack))?;
     // The field order of each kind is the format's (docs/trace-format.md);
     // `columns::fields` lists the same fields by meaning.
     let ek = match kind {
         EV_MALLOC | EV_VALLOC | EV_PVALLOC => {
-            let size = f.size(buf)?;
-            let res = f.new_ptr(buf)?;
-            let extra = f.extra(buf)?;
+            let size = f.value(buf, Field::Size)?;
+            let res = f.value(buf, Field::NewPtr)?;
+            let extra = f.value(buf, Field::Extra)?;
             let func = match kind {
                 EV_MALLOC => Func::Malloc,
                 EV_VALLOC => Func::Valloc,
@@ -923,13 +880,13 @@ fn step_with<F: Fields>(
                 usable: usable(flags, size, res, extra),
             }
         }
-        EV_FREE => EventKind::Free { ptr: f.old_ptr(buf)? },
+        EV_FREE => EventKind::Free { ptr: f.value(buf, Field::OldPtr)? },
         EV_CALLOC => {
-            let nmemb = f.size(buf)?;
-            let sz = f.size(buf)?;
+            let nmemb = f.value(buf, Field::Size)?;
+            let sz = f.value(buf, Field::Size)?;
             let size = nmemb.saturating_mul(sz);
-            let res = f.new_ptr(buf)?;
-            let extra = f.extra(buf)?;
+            let res = f.value(buf, Field::NewPtr)?;
+            let extra = f.value(buf, Field::Extra)?;
             EventKind::Alloc {
                 func: Func::Calloc,
                 size,
@@ -939,10 +896,10 @@ fn step_with<F: Fields>(
             }
         }
         EV_REALLOC => {
-            let old = f.old_ptr(buf)?;
-            let size = f.size(buf)?;
-            let res = f.new_ptr(buf)?;
-            let extra = f.extra(buf)?;
+            let old = f.value(buf, Field::OldPtr)?;
+            let size = f.value(buf, Field::Size)?;
+            let res = f.value(buf, Field::NewPtr)?;
+            let extra = f.value(buf, Field::Extra)?;
             EventKind::Realloc {
                 func: Func::Realloc,
                 old,
@@ -952,12 +909,12 @@ fn step_with<F: Fields>(
             }
         }
         EV_REALLOCARRAY => {
-            let old = f.old_ptr(buf)?;
-            let nmemb = f.size(buf)?;
-            let sz = f.size(buf)?;
+            let old = f.value(buf, Field::OldPtr)?;
+            let nmemb = f.value(buf, Field::Size)?;
+            let sz = f.value(buf, Field::Size)?;
             let size = nmemb.saturating_mul(sz);
-            let res = f.new_ptr(buf)?;
-            let extra = f.extra(buf)?;
+            let res = f.value(buf, Field::NewPtr)?;
+            let extra = f.value(buf, Field::Extra)?;
             EventKind::Realloc {
                 func: Func::Reallocarray,
                 old,
@@ -967,11 +924,11 @@ fn step_with<F: Fields>(
             }
         }
         EV_POSIX_MEMALIGN => {
-            let align = f.misc(buf)?;
-            let size = f.size(buf)?;
-            let res = f.new_ptr(buf)?;
-            let _ret = f.misc(buf)?;
-            let extra = f.extra(buf)?;
+            let align = f.value(buf, Field::Misc)?;
+            let size = f.value(buf, Field::Size)?;
+            let res = f.value(buf, Field::NewPtr)?;
+            let _ret = f.value(buf, Field::Misc)?;
+            let extra = f.value(buf, Field::Extra)?;
             EventKind::Alloc {
                 func: Func::PosixMemalign,
                 size,
@@ -981,10 +938,10 @@ fn step_with<F: Fields>(
             }
         }
         EV_ALIGNED_ALLOC | EV_MEMALIGN => {
-            let align = f.misc(buf)?;
-            let size = f.size(buf)?;
-            let res = f.new_ptr(buf)?;
-            let extra = f.extra(buf)?;
+            let align = f.value(buf, Field::Misc)?;
+            let size = f.value(buf, Field::Size)?;
+            let res = f.value(buf, Field::NewPtr)?;
+            let extra = f.value(buf, Field::Extra)?;
             let func = if kind == EV_MEMALIGN {
                 Func::Memalign
             } else {
@@ -999,13 +956,13 @@ fn step_with<F: Fields>(
             }
         }
         EV_MMAP | EV_MMAP64 => {
-            let hint = f.addr(buf)?;
-            let len = f.size(buf)?;
-            let prot = f.misc(buf)?;
-            let mflags = f.misc(buf)?;
-            let fd = zigzag(f.misc(buf)?);
-            let offset = f.misc(buf)?;
-            let result = f.addr(buf)?;
+            let hint = f.value(buf, Field::Addr)?;
+            let len = f.value(buf, Field::Size)?;
+            let prot = f.value(buf, Field::Misc)?;
+            let mflags = f.value(buf, Field::Misc)?;
+            let fd = zigzag(f.value(buf, Field::Misc)?);
+            let offset = f.value(buf, Field::Misc)?;
+            let result = f.value(buf, Field::Addr)?;
             let func = if kind == EV_MMAP { Func::Mmap } else { Func::Mmap64 };
             EventKind::Mmap {
                 func,
@@ -1019,17 +976,17 @@ fn step_with<F: Fields>(
             }
         }
         EV_MUNMAP => {
-            let addr = f.addr(buf)?;
-            let len = f.size(buf)?;
-            let ret = zigzag(f.misc(buf)?);
+            let addr = f.value(buf, Field::Addr)?;
+            let len = f.value(buf, Field::Size)?;
+            let ret = zigzag(f.value(buf, Field::Misc)?);
             EventKind::Munmap { addr, len, ret }
         }
         EV_MREMAP => {
-            let old = f.addr(buf)?;
-            let old_len = f.size(buf)?;
-            let new_len = f.size(buf)?;
-            let mflags = f.misc(buf)?;
-            let result = f.addr(buf)?;
+            let old = f.value(buf, Field::Addr)?;
+            let old_len = f.value(buf, Field::Size)?;
+            let new_len = f.value(buf, Field::Size)?;
+            let mflags = f.value(buf, Field::Misc)?;
+            let result = f.value(buf, Field::Addr)?;
             EventKind::Mremap {
                 old,
                 old_len,
@@ -1039,36 +996,36 @@ fn step_with<F: Fields>(
             }
         }
         EV_BRK => {
-            let addr = f.addr(buf)?;
-            let ret = zigzag(f.misc(buf)?);
-            let brk_after = f.addr(buf)?;
+            let addr = f.value(buf, Field::Addr)?;
+            let ret = zigzag(f.value(buf, Field::Misc)?);
+            let brk_after = f.value(buf, Field::Addr)?;
             EventKind::Brk { addr, ret, brk_after }
         }
         EV_SBRK => {
-            let increment = zigzag(f.misc(buf)?);
-            let result = f.addr(buf)?;
-            let brk_after = f.addr(buf)?;
+            let increment = zigzag(f.value(buf, Field::Misc)?);
+            let result = f.value(buf, Field::Addr)?;
+            let brk_after = f.value(buf, Field::Addr)?;
             EventKind::Sbrk {
                 increment,
                 result,
                 brk_after,
             }
         }
-        EV_BRK_SEEN => EventKind::BrkSeen { brk: f.addr(buf)? },
+        EV_BRK_SEEN => EventKind::BrkSeen { brk: f.value(buf, Field::Addr)? },
         EV_ARENA_HEAP => {
-            let base = f.addr(buf)?;
-            let size = f.size(buf)?;
+            let base = f.value(buf, Field::Addr)?;
+            let size = f.value(buf, Field::Size)?;
             EventKind::ArenaHeap { base, size }
         }
         EV_SAMPLE => {
-            let fk = f.misc(buf)?;
-            let size = f.size(buf)?;
-            let res = f.new_ptr(buf)?;
-            let interval = f.misc(buf)?;
+            let fk = f.value(buf, Field::Misc)?;
+            let size = f.value(buf, Field::Size)?;
+            let res = f.value(buf, Field::NewPtr)?;
+            let interval = f.value(buf, Field::Misc)?;
             let func = u8::try_from(fk).ok().and_then(Func::from_alloc_kind).ok_or(DecErr::UnknownKind(kind))?;
             EventKind::Sample { func, size, ptr: res, interval }
         }
-        EV_SAMPLE_FREE => EventKind::SampleFree { ptr: f.old_ptr(buf)? },
+        EV_SAMPLE_FREE => EventKind::SampleFree { ptr: f.value(buf, Field::OldPtr)? },
         k => return Err(DecErr::UnknownKind(k)),
     };
     *tsc = tsc.wrapping_add(ts);
