@@ -26,6 +26,14 @@
 #define MTLAB_RECORD_FLAG_ZSTD 0x1u /* zstd frame (EVENTS: after the 24-byte chunk header) */
 #define MTLAB_RECORD_FLAG_COLUMNS 0x2u /* EVENTS, with ZSTD: events in the column layout (written by mtlab after the run) */
 
+/* The watermark page: a memfd `mtlab record` passes to the traced program
+ * (MTLAB_WATERMARK_FD) so it can rewrite the root trace's finished part while
+ * the program runs. u64 at offset 0: the file offset below which every
+ * reserved byte has been written; u64 at offset 8: the magic. */
+#define MTLAB_WATERMARK_SIZE 4096u
+#define MTLAB_WATERMARK_MAGIC 0x004d57424c41544dull /* "MTLABWM\0" */
+#define MTLAB_WATERMARK_OFF_MAGIC 8u
+
 enum mtlab_record_type {
     MTLAB_REC_EVENTS = 1,  /* one thread's chunk of events */
     MTLAB_REC_MAPS = 2,    /* text of /proc/self/maps at that moment */

@@ -5,6 +5,7 @@
  * Environment (read once, here, never in a shim):
  *   MTLAB_OUT     trace path; without it the library stays inactive
  *   MTLAB_PARENT  pid of `mtlab record`: its direct child writes MTLAB_OUT
+ *   MTLAB_WATERMARK_FD  (root only) memfd of the watermark page, see mtlab_trace.h
  *   MTLAB_STACKS  fp (default) | none
  *   MTLAB_DEPTH   frames per stack (default 64, at most 256)
  *   MTLAB_FOLLOW  1 (default): children are traced too; 0: only this process
@@ -133,7 +134,12 @@ __attribute__((constructor)) static void mtlab_start(void) {
     mtlab_cfg.sample_interval = env_u64("MTLAB_SAMPLE", 0);
     mtlab_cfg.sample_seed = env_u64("MTLAB_SAMPLE_SEED", 0);
     mtlab_cfg.tsc_hz = env_u64("MTLAB_TSC_HZ", 0);
-    mtlab_set_root(env_u64("MTLAB_PARENT", 0) == (uint64_t)getppid());
+    int root = env_u64("MTLAB_PARENT", 0) == (uint64_t)getppid();
+    mtlab_set_root(root);
+    if (getenv("MTLAB_WATERMARK_FD")) {
+        if (root) mtlab_watermark_attach((long)env_u64("MTLAB_WATERMARK_FD", 0));
+        unsetenv("MTLAB_WATERMARK_FD"); /* for the root process alone */
+    }
     if (!mtlab_cfg.follow) unsetenv("MTLAB_OUT"); /* children stay untraced */
     detect_allocator();
     mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);

@@ -139,6 +139,7 @@ HIDDEN void mtlab_writer_closing(void); /* no new records but END; waits for wri
 HIDDEN void mtlab_write_end(void);
 HIDDEN void mtlab_writer_fork_child(void);
 HIDDEN void mtlab_set_root(int is_root);
+HIDDEN void mtlab_watermark_attach(long fd); /* root process: MTLAB_WATERMARK_FD */
 HIDDEN void mtlab_writer_path(char *out, size_t cap); /* the file this process writes */
 HIDDEN void mtlab_write_stats(void);
 
@@ -209,6 +210,7 @@ HIDDEN int mtlab_sys_fcntl(int fd, int cmd, long arg);
 HIDDEN int mtlab_sys_fstat(int fd, struct stat *st);
 HIDDEN int mtlab_sys_getrlimit(int resource, struct rlimit *rl);
 HIDDEN void *mtlab_sys_mmap(size_t len);
+HIDDEN void *mtlab_sys_mmap_shared(size_t len, int fd);
 HIDDEN void mtlab_sys_munmap(void *p, size_t len);
 HIDDEN int mtlab_sys_mprotect(void *p, size_t len, int prot); /* 0 or -errno */
 HIDDEN uint32_t mtlab_gettid(void);

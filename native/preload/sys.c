@@ -49,6 +49,10 @@ void *mtlab_sys_mmap(size_t len) {
     long r = raw6(SYS_mmap, 0, (long)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return (r < 0 && r > -4096) ? NULL : (void *)r;
 }
+void *mtlab_sys_mmap_shared(size_t len, int fd) {
+    long r = raw6(SYS_mmap, 0, (long)len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    return (r < 0 && r > -4096) ? NULL : (void *)r;
+}
 void mtlab_sys_munmap(void *p, size_t len) { raw6(SYS_munmap, (long)p, (long)len, 0, 0, 0, 0); }
 int mtlab_sys_mprotect(void *p, size_t len, int prot) { return (int)raw6(SYS_mprotect, (long)p, (long)len, prot, 0, 0, 0); }
 uint32_t mtlab_gettid(void) { return (uint32_t)raw6(SYS_gettid, 0, 0, 0, 0, 0, 0); }

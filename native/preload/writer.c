@@ -30,6 +30,34 @@ static _Atomic int file_state; /* 0 closed, 1 opening, 2 open, 3 failed */
 static int fd = -1;
 static _Atomic uint64_t file_off;
 static int is_root;
+/* The watermark page (mtlab_trace.h): set in the root process when
+ * `mtlab record` passed one; published to only while this process writes
+ * the root file itself (not a fork child, not an exec'd image). */
+static _Atomic uint64_t *watermark;
+static int owns_root_file;
+
+void mtlab_watermark_attach(long wfd) {
+    struct stat st;
+    if (wfd < 0 || wfd > 0x7fffffff || mtlab_sys_fstat((int)wfd, &st) != 0) return;
+    /* Only a memfd of the expected size, carrying the magic: the number may
+     * belong to something else if the environment was passed on. */
+    if (!S_ISREG(st.st_mode) || st.st_size != MTLAB_WATERMARK_SIZE || st.st_nlink != 0) return;
+    void *m = mtlab_sys_mmap_shared(MTLAB_WATERMARK_SIZE, (int)wfd);
+    if (!m) return;
+    if (((const uint64_t *)m)[MTLAB_WATERMARK_OFF_MAGIC / 8] != MTLAB_WATERMARK_MAGIC) {
+        mtlab_sys_munmap(m, MTLAB_WATERMARK_SIZE);
+        return;
+    }
+    watermark = (_Atomic uint64_t *)m;
+    mtlab_sys_close((int)wfd); /* the program must not see an extra descriptor */
+}
+
+static void publish_watermark(uint64_t w) {
+    uint64_t cur = atomic_load_explicit(watermark, memory_order_relaxed);
+    while (cur < w && !atomic_compare_exchange_weak_explicit(watermark, &cur, w, memory_order_release,
+                                                             memory_order_relaxed)) {
+    }
+}
 
 void mtlab_set_root(int root) { is_root = root; }
 
@@ -116,7 +144,10 @@ static int reserve_and_write_at(const void *a, size_t alen, const void *b, size_
             if (ret == 0 && blen) ret = write_all_at(b, blen, off + alen);
         }
     }
-    atomic_fetch_sub(&inflight, 1);
+    /* Every reservation up to `reserved` is written once no other write is
+     * in flight: each writer counts itself in before it reserves. */
+    uint64_t reserved = atomic_load(&file_off);
+    if (atomic_fetch_sub(&inflight, 1) == 1 && watermark && owns_root_file) publish_watermark(reserved);
     return ret;
 }
 
@@ -148,7 +179,10 @@ static int open_path(void) {
         char *p = mtlab_append(path, end, mtlab_cfg.out_path);
         *p = 0;
         int f = mtlab_sys_open(path, flags, 0644);
-        if (f >= 0) return f;
+        if (f >= 0) {
+            owns_root_file = 1;
+            return f;
+        }
     }
     uint32_t pid = (uint32_t)getpid();
     for (uint64_t k = 0; k < 1000; k++) {
@@ -322,6 +356,7 @@ void mtlab_write_stats(void) {
 
 /* A fork child writes its own file, opened on its first write. */
 void mtlab_writer_fork_child(void) {
+    owns_root_file = 0;
     atomic_store(&file_state, 0);
     atomic_store(&inflight, 0);
     atomic_store(&closing, 0);

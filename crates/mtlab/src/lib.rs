@@ -5,6 +5,7 @@ pub mod bench;
 pub mod cli;
 pub mod ctl;
 pub mod heap;
+pub mod live_finish;
 pub mod native;
 pub mod profile;
 pub mod record;

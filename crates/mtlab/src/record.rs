@@ -302,7 +302,17 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             cmd.env_remove("MTLAB_SAMPLE");
         }
     }
-    let (status, wall) = run(cmd, &shown)?;
+    // The root trace is rewritten while the program runs, as far as it is written.
+    let mut live = crate::live_finish::LiveFinish::new(output.clone());
+    if let Some(fd) = live.as_ref().and_then(|l| l.fd()) {
+        cmd.env("MTLAB_WATERMARK_FD", fd.to_string());
+    }
+    let ran = run(cmd, &shown);
+    if let Some(l) = live.as_mut() {
+        l.spawned();
+    }
+    let mut root_finisher = live.and_then(|l| l.stop());
+    let (status, wall) = ran?;
 
     let traces = trace_family(&output);
     let mut runinfo = vec![("wall_ns".to_string(), wall.as_nanos().to_string())];
@@ -325,7 +335,11 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             continue;
         }
         let info: &[(String, String)] = if root { &runinfo } else { &[] };
-        match trace::finish_trace(t, info) {
+        let finished = match root_finisher.take().filter(|_| root) {
+            Some(f) => f.finish(info),
+            None => trace::finish_trace(t, info),
+        };
+        match finished {
             Ok(stats) => {
                 bytes += stats.bytes_after;
                 warnings.extend(stats.warnings.into_iter().map(|w| format!("{}: {w}", t.display())));

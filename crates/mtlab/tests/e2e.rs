@@ -756,3 +756,45 @@ fn the_traced_process_reports_its_own_peak_rss() {
         .unwrap();
     assert!((100_000..200_000).contains(&kib), "peak RSS {kib} KiB");
 }
+
+#[test]
+fn the_trace_is_rewritten_while_the_program_runs() {
+    // 5 phases of 20 000 mallocs with 80 ms pauses: `mtlab record` rewrites
+    // the flushed part during the pauses, from the watermark the program
+    // publishes. The result must be exactly what the program did.
+    let lab = Lab::new();
+    let prog = lab.compile("phased_mallocs");
+    let (phases, n) = (5u64, 20_000u64);
+    lab.record_ok("base.mtl", &prog, &["1", "1"]);
+    lab.record_ok("t.mtl", &prog, &[&phases.to_string(), &n.to_string()]);
+    let base = lab.report("base.mtl");
+    let r = lab.report("t.mtl");
+    strict(&r);
+    assert_eq!(
+        call_deltas(&r, &base),
+        deltas(&[("malloc", (phases * n - 1) as i64), ("free", (phases * n - 1) as i64)])
+    );
+    assert_eq!(live_bytes_peak(&r) - live_bytes_peak(&base), (phases * n - 1) * 64);
+    assert_eq!(live_bytes_end(&r), live_bytes_end(&base));
+    // RUNINFO says how much was rewritten before the program ended: most of it.
+    let bytes = std::fs::read(lab.path("t.mtl")).unwrap();
+    let runinfo: String = raw_records(&bytes)
+        .iter()
+        .filter(|rec| rec.ty == 4)
+        .map(|rec| String::from_utf8_lossy(&bytes[rec.offset as usize + 8..rec.end as usize]).into_owned())
+        .collect();
+    let live: u64 = runinfo
+        .lines()
+        .find_map(|l| l.strip_prefix("rewritten_while_running="))
+        .expect("rewritten_while_running in RUNINFO")
+        .parse()
+        .unwrap();
+    assert!(live > 500_000, "only {live} bytes rewritten while running: {runinfo}");
+    // The program saw no descriptor or variable of mtlab's.
+    let o = lab
+        .command(MTLAB)
+        .args(["record", "-o", "fds.mtl", "--", "sh", "-c", "env | grep -c MTLAB_WATERMARK; ls -l /proc/$$/fd | grep -c memfd"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "0\n0\n");
+}

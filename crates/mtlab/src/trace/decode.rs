@@ -1578,6 +1578,52 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn finishing_in_steps_writes_the_same_file() {
+        // A Finisher advanced to many limits (mid-record ones included), as
+        // `mtlab record` does while the program runs, ends with the same
+        // bytes as finishing in one go.
+        let dir = tempfile::tempdir().unwrap();
+        let one = dir.path().join("one.mtl");
+        let mut w = TraceWriter::create(&one, header_pairs()).unwrap();
+        for k in 0..12u64 {
+            w.events_chunk(1 + (k % 3) as u32, &mallocs(1 + (k % 3) as u32, 1000 + k * 100_000, 2000, k << 20))
+                .unwrap();
+            if k == 5 {
+                w.maps("00400000-00401000 r-xp 00000000 08:01 1 /usr/bin/prog\n").unwrap();
+            }
+        }
+        w.finish().unwrap();
+        let steps = dir.path().join("steps.mtl");
+        std::fs::copy(&one, &steps).unwrap();
+        let len = std::fs::metadata(&steps).unwrap().len();
+        let info = vec![("wall_ns".to_string(), "5".to_string())];
+        finish_trace(&one, &info).unwrap();
+
+        let header_len = {
+            let f = std::fs::File::open(&steps).unwrap();
+            read_file_header(&f, &steps, len).unwrap().2
+        };
+        let mut f = crate::trace::Finisher::start(&steps, header_len).unwrap();
+        let mut limit = header_len;
+        while limit < len {
+            f.advance(limit).unwrap();
+            limit += 7919;
+        }
+        f.finish(&info).unwrap();
+        let (a, b) = (std::fs::read(&one).unwrap(), std::fs::read(&steps).unwrap());
+        // Identical up to the RUNINFO record (whose rewritten_while_running
+        // figure, and so length, differs).
+        let cut = |v: &[u8]| {
+            let at = v.windows(8).rposition(|w| w == b"wall_ns=").unwrap() - RECORD_HEADER as usize;
+            v[..at].to_vec()
+        };
+        assert!(cut(&a) == cut(&b), "the rewrites differ before RUNINFO");
+        let tail = String::from_utf8_lossy(&b).into_owned();
+        let live: u64 = tail[tail.rfind("rewritten_while_running=").unwrap() + 24..].trim().parse().unwrap();
+        assert!(live > len / 2, "rewritten while running: {live} of {len}");
+    }
+
+    #[test]
     fn finishing_keeps_damage_inside_its_chunk() {
         // Chunk A of thread 1 ends with an event the decoder refuses (a stack
         // id beyond 32 bits); chunk B of the same thread follows. Joined into

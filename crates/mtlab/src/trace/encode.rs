@@ -6,7 +6,7 @@ use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::decode::{next_record, parse_chunk_header, read_file_header, EndRecord, TraceError};
+use super::decode::{next_record, parse_chunk_header, read_file_header, Damage, EndRecord, TraceError};
 use super::event::{Event, EventKind, Func, Item};
 use super::format::*;
 
@@ -672,131 +672,199 @@ fn write_compressed_batch(
 }
 
 pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishStats, TraceError> {
-    let io_err = TraceError::io(path);
-    let src = File::open(path).map_err(TraceError::io(path))?;
-    let meta = src.metadata().map_err(TraceError::io(path))?;
-    let file_len = meta.len();
-    let (_version, _text, header_end) = read_file_header(&src, path, file_len)?;
+    let file_len = fs::metadata(path).map_err(TraceError::io(path))?.len();
+    Finisher::start(path, file_len)?.finish(runinfo)
+}
 
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "trace".into());
-    let tmp_path = dir.join(format!(".{name}.finish-{}", std::process::id()));
-    let _ = fs::remove_file(&tmp_path);
-    let tmp = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp_path)
-        .map_err(TraceError::io(&tmp_path))?;
-    let mut guard = TempGuard(Some(tmp_path.clone()));
-    let tmp_err = |e| TraceError::Io {
-        path: tmp_path.clone(),
-        source: e,
-    };
+/// `finish_trace` in steps: `mtlab record` can rewrite the part of the trace
+/// the program has finished writing while the program still runs
+/// (`advance`), and the rest after it has ended (`finish`).
+pub struct Finisher {
+    path: PathBuf,
+    src: File,
+    reader: File,
+    tmp_path: PathBuf,
+    guard: TempGuard,
+    out: BufWriter<File>,
+    stats: FinishStats,
+    batch: Vec<(ChunkHead, Vec<u8>)>,
+    batch_bytes: usize,
+    n_chunks: usize,
+    /// Where the next record starts in the source.
+    off: u64,
+    /// Where the records start, and where `advance` had got to when
+    /// `finish` began.
+    header_end: u64,
+    advanced_to: u64,
+    written: u64,
+}
 
-    let mut out = BufWriter::with_capacity(1 << 20, tmp);
-    let mut stats = FinishStats {
-        bytes_before: file_len,
-        ..FinishStats::default()
-    };
+/// What one step of the rewrite did with a record.
+enum Next {
+    Done,
+    /// The next record is not (yet) all there, or is damaged.
+    Stop(Damage),
+}
 
-    // Header, verbatim but for the version: the rewritten records may use
-    // the column layout, which readers of older versions do not know.
-    let mut head = vec![0u8; header_end as usize];
-    src.read_exact_at(&mut head, 0).map_err(TraceError::io(path))?;
-    let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-    if version < TRACE_VERSION {
-        head[8..12].copy_from_slice(&TRACE_VERSION.to_le_bytes());
-    }
-    out.write_all(&head).map_err(tmp_err)?;
-    let mut written = header_end;
-
-    let mut batch: Vec<(ChunkHead, Vec<u8>)> = Vec::new();
-    let mut batch_bytes = 0usize;
-    let mut n_chunks = 0usize;
-    let mut off = header_end;
-    let mut reader = src.try_clone().map_err(TraceError::io(path))?;
-    loop {
-        let rec = match next_record(&src, off, file_len).map_err(TraceError::io(path))? {
-            Ok(Some(r)) => r,
-            Ok(None) => break,
-            Err(d) => {
-                stats.warnings.push(d.message(n_chunks));
-                break;
-            }
+impl Finisher {
+    /// Starts rewriting `path`, whose first `available` bytes are written
+    /// (the whole file once the program has ended).
+    pub fn start(path: &Path, available: u64) -> Result<Finisher, TraceError> {
+        let src = File::open(path).map_err(TraceError::io(path))?;
+        let (_version, _text, header_end) = read_file_header(&src, path, available)?;
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
         };
-        if rec.ty == REC_EVENTS && rec.flags & RECORD_FLAG_ZSTD == 0 {
-            let mut payload = vec![0u8; rec.payload_len as usize];
-            src.read_exact_at(&mut payload, rec.payload_offset())
-                .map_err(TraceError::io(path))?;
-            let info = match parse_chunk_header(&rec, &payload) {
-                Ok(info) => info,
-                Err(d) => {
-                    stats.warnings.push(d.message(n_chunks));
-                    break;
-                }
-            };
-            n_chunks += 1;
-            batch_bytes += payload.len();
-            let head = ChunkHead {
-                tid: info.tid,
-                n_events: info.n_events,
-                first_tsc: info.first_tsc,
-                last_tsc: info.last_tsc,
-            };
-            batch.push((head, payload));
-            if batch_bytes >= FINISH_BATCH_BYTES {
-                written += write_compressed_batch(&mut batch, &mut out, &mut stats).map_err(tmp_err)?;
-                batch_bytes = 0;
-            }
-        } else {
-            written += write_compressed_batch(&mut batch, &mut out, &mut stats).map_err(tmp_err)?;
-            batch_bytes = 0;
-            // Verbatim, streamed (header included).
-            reader.seek(SeekFrom::Start(rec.offset)).map_err(TraceError::io(path))?;
-            let n = RECORD_HEADER as u64 + rec.payload_len as u64;
-            let copied = io::copy(&mut (&mut reader).take(n), &mut out).map_err(tmp_err)?;
-            if copied != n {
-                return Err(TraceError::Io {
-                    path: path.to_path_buf(),
-                    source: io::Error::new(io::ErrorKind::UnexpectedEof, "the trace shrank while being rewritten"),
-                });
-            }
-            written += n;
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "trace".into());
+        let tmp_path = dir.join(format!(".{name}.finish-{}", std::process::id()));
+        let _ = fs::remove_file(&tmp_path);
+        let tmp = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp_path)
+            .map_err(TraceError::io(&tmp_path))?;
+        let guard = TempGuard(Some(tmp_path.clone()));
+        let mut out = BufWriter::with_capacity(1 << 20, tmp);
+
+        // Header, verbatim but for the version: the rewritten records may use
+        // the column layout, which readers of older versions do not know.
+        let mut head = vec![0u8; header_end as usize];
+        src.read_exact_at(&mut head, 0).map_err(TraceError::io(path))?;
+        let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+        if version < TRACE_VERSION {
+            head[8..12].copy_from_slice(&TRACE_VERSION.to_le_bytes());
         }
-        off = rec.end();
+        out.write_all(&head).map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e })?;
+        let reader = src.try_clone().map_err(TraceError::io(path))?;
+        Ok(Finisher {
+            path: path.to_path_buf(),
+            src,
+            reader,
+            tmp_path,
+            guard,
+            out,
+            stats: FinishStats::default(),
+            batch: Vec::new(),
+            batch_bytes: 0,
+            n_chunks: 0,
+            off: header_end,
+            header_end,
+            advanced_to: header_end,
+            written: header_end,
+        })
     }
-    written += write_compressed_batch(&mut batch, &mut out, &mut stats).map_err(tmp_err)?;
 
-    // RUNINFO, with the damage found here: the records after it are gone from
-    // the rewritten file, so the report must still be able to say so.
-    let text = kv_text(
-        runinfo
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .chain(stats.warnings.iter().map(|w| ("finish_warning", w.as_str()))),
-    );
-    let mut hdr = [0u8; RECORD_HEADER as usize];
-    hdr[0..4].copy_from_slice(&(text.len() as u32).to_le_bytes());
-    hdr[4..6].copy_from_slice(&REC_RUNINFO.to_le_bytes());
-    out.write_all(&hdr).map_err(tmp_err)?;
-    out.write_all(text.as_bytes()).map_err(tmp_err)?;
-    written += RECORD_HEADER as u64 + text.len() as u64;
+    fn tmp_err(&self) -> impl FnOnce(io::Error) -> TraceError + '_ {
+        move |e| TraceError::Io { path: self.tmp_path.clone(), source: e }
+    }
 
-    let tmp = out.into_inner().map_err(|e| tmp_err(e.into_error()))?;
-    let _ = tmp.set_permissions(meta.permissions());
-    drop(tmp);
-    drop(src);
-    drop(reader);
-    fs::rename(&tmp_path, path).map_err(io_err)?;
-    guard.0 = None;
-    stats.bytes_after = written;
-    Ok(stats)
+    /// Rewrites the records that end within the first `available` bytes.
+    /// A record that runs past them, or does not parse, is left for
+    /// `finish`, which judges it on the whole file.
+    pub fn advance(&mut self, available: u64) -> Result<(), TraceError> {
+        self.run(available)?;
+        self.advanced_to = self.off;
+        Ok(())
+    }
+
+    fn run(&mut self, available: u64) -> Result<Next, TraceError> {
+        let path = self.path.clone();
+        loop {
+            let rec = match next_record(&self.src, self.off, available).map_err(TraceError::io(&path))? {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(Next::Done),
+                Err(d) => return Ok(Next::Stop(d)),
+            };
+            if rec.ty == REC_EVENTS && rec.flags & RECORD_FLAG_ZSTD == 0 {
+                let mut payload = vec![0u8; rec.payload_len as usize];
+                self.src.read_exact_at(&mut payload, rec.payload_offset()).map_err(TraceError::io(&path))?;
+                let info = match parse_chunk_header(&rec, &payload) {
+                    Ok(info) => info,
+                    Err(d) => return Ok(Next::Stop(d)),
+                };
+                self.n_chunks += 1;
+                self.batch_bytes += payload.len();
+                let head = ChunkHead {
+                    tid: info.tid,
+                    n_events: info.n_events,
+                    first_tsc: info.first_tsc,
+                    last_tsc: info.last_tsc,
+                };
+                self.batch.push((head, payload));
+                if self.batch_bytes >= FINISH_BATCH_BYTES {
+                    self.flush_batch()?;
+                }
+            } else {
+                self.flush_batch()?;
+                // Verbatim, streamed (header included).
+                self.reader.seek(SeekFrom::Start(rec.offset)).map_err(TraceError::io(&path))?;
+                let n = RECORD_HEADER as u64 + rec.payload_len as u64;
+                let copied = io::copy(&mut (&mut self.reader).take(n), &mut self.out).map_err(self.tmp_err())?;
+                if copied != n {
+                    return Err(TraceError::Io {
+                        path,
+                        source: io::Error::new(io::ErrorKind::UnexpectedEof, "the trace shrank while being rewritten"),
+                    });
+                }
+                self.written += n;
+            }
+            self.off = rec.end();
+        }
+    }
+
+    fn flush_batch(&mut self) -> Result<(), TraceError> {
+        let mut batch = std::mem::take(&mut self.batch);
+        let n = write_compressed_batch(&mut batch, &mut self.out, &mut self.stats);
+        self.batch = batch;
+        self.written += n.map_err(self.tmp_err())?;
+        self.batch_bytes = 0;
+        Ok(())
+    }
+
+    /// Rewrites the rest of the (now complete) file, appends RUNINFO with
+    /// `runinfo`, and replaces the trace with the rewrite.
+    pub fn finish(mut self, runinfo: &[(String, String)]) -> Result<FinishStats, TraceError> {
+        let path = self.path.clone();
+        let meta = self.src.metadata().map_err(TraceError::io(&path))?;
+        self.stats.bytes_before = meta.len();
+        let live = self.advanced_to - self.header_end;
+        if let Next::Stop(d) = self.run(meta.len())? {
+            self.stats.warnings.push(d.message(self.n_chunks));
+        }
+        self.flush_batch()?;
+
+        // RUNINFO, with the damage found here: the records after it are gone
+        // from the rewritten file, so the report must still be able to say so.
+        let live = live.to_string();
+        let text = kv_text(
+            runinfo
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .chain(self.stats.warnings.iter().map(|w| ("finish_warning", w.as_str())))
+                .chain(std::iter::once(("rewritten_while_running", live.as_str()))),
+        );
+        let mut hdr = [0u8; RECORD_HEADER as usize];
+        hdr[0..4].copy_from_slice(&(text.len() as u32).to_le_bytes());
+        hdr[4..6].copy_from_slice(&REC_RUNINFO.to_le_bytes());
+        self.out.write_all(&hdr).map_err(self.tmp_err())?;
+        self.out.write_all(text.as_bytes()).map_err(self.tmp_err())?;
+        self.written += RECORD_HEADER as u64 + text.len() as u64;
+
+        let tmp_path = self.tmp_path.clone();
+        let tmp = self.out.into_inner().map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e.into_error() })?;
+        let _ = tmp.set_permissions(meta.permissions());
+        drop(tmp);
+        drop(self.src);
+        drop(self.reader);
+        fs::rename(&tmp_path, &path).map_err(TraceError::io(&path))?;
+        self.guard.0 = None;
+        self.stats.bytes_after = self.written;
+        Ok(self.stats)
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,11 @@ pub const RECORD_FLAG_ZSTD: u16 = 0x1;
 /// EVENTS only, with ZSTD: the event bytes are in the column layout (`columns.rs`).
 pub const RECORD_FLAG_COLUMNS: u16 = 0x2;
 
+/// The watermark page shared with the traced program (see mtlab_trace.h).
+pub const WATERMARK_SIZE: u32 = 4096;
+pub const WATERMARK_MAGIC: u64 = 0x004d_5742_4c41_544d;
+pub const WATERMARK_OFF_MAGIC: u32 = 8;
+
 pub const REC_EVENTS: u16 = 1;
 pub const REC_MAPS: u16 = 2;
 pub const REC_END: u16 = 3;
@@ -125,6 +130,9 @@ mod tests {
             ("RECORD_HEADER", RECORD_HEADER as u64),
             ("RECORD_FLAG_ZSTD", RECORD_FLAG_ZSTD as u64),
             ("RECORD_FLAG_COLUMNS", RECORD_FLAG_COLUMNS as u64),
+            ("WATERMARK_SIZE", WATERMARK_SIZE as u64),
+            ("WATERMARK_MAGIC", WATERMARK_MAGIC),
+            ("WATERMARK_OFF_MAGIC", WATERMARK_OFF_MAGIC as u64),
             ("REC_EVENTS", REC_EVENTS as u64),
             ("REC_MAPS", REC_MAPS as u64),
             ("REC_END", REC_END as u64),

@@ -7,5 +7,5 @@ pub mod event;
 pub mod format;
 
 pub use decode::{ChunkInfo, EndRecord, Header, Items, TraceError, TraceFile};
-pub use encode::{finish_trace, ChunkEncoder, FinishStats, TraceWriter};
+pub use encode::{finish_trace, ChunkEncoder, FinishStats, Finisher, TraceWriter};
 pub use event::{Event, EventKind, Func, Item};

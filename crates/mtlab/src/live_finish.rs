@@ -1,0 +1,136 @@
+//! Rewriting the root trace while the traced program still runs.
+//!
+//! `mtlab record` rewrites every trace after the program has ended (join,
+//! column layout, zstd: `trace::Finisher`). For a long program that is a
+//! second or more of waiting at the end, while one core sat idle during the
+//! run. So the root process gets a watermark page (a memfd, layout in
+//! mtlab_trace.h): its writer publishes the file offset below which every
+//! reserved byte is written, and a low-priority thread here rewrites the
+//! records below it as the program goes. What is left is done at the end.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::trace::format::{WATERMARK_MAGIC, WATERMARK_OFF_MAGIC, WATERMARK_SIZE};
+use crate::trace::Finisher;
+
+/// The shared page; the traced process maps the same memfd.
+struct Page {
+    map: *mut u8,
+}
+
+// SAFETY: the page is only accessed through atomics (AtomicU64 views).
+unsafe impl Send for Page {}
+unsafe impl Sync for Page {}
+
+impl Page {
+    fn watermark(&self) -> &AtomicU64 {
+        // SAFETY: `map` is a live, page-aligned mapping of WATERMARK_SIZE
+        // bytes for as long as self lives; offset 0 holds the u64 watermark.
+        unsafe { &*(self.map as *const AtomicU64) }
+    }
+}
+
+impl Drop for Page {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the mapping made in `LiveFinish::new`.
+        unsafe { libc::munmap(self.map as *mut libc::c_void, WATERMARK_SIZE as usize) };
+    }
+}
+
+/// The watermark memfd (until the program is spawned) and the thread.
+pub struct LiveFinish {
+    fd: Option<OwnedFd>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Option<Finisher>>>,
+}
+
+impl LiveFinish {
+    /// Sets up the page and starts the thread, which waits for the trace
+    /// at `root` to appear. None when the system offers no memfd: then the
+    /// whole rewrite happens at the end, as before.
+    pub fn new(root: PathBuf) -> Option<LiveFinish> {
+        // SAFETY: memfd_create with a valid name; the descriptor is owned
+        // below. Not close-on-exec: the traced program inherits it.
+        let raw = unsafe { libc::memfd_create(c"mtlab-watermark".as_ptr(), 0) };
+        if raw < 0 {
+            return None;
+        }
+        // SAFETY: `raw` is a fresh descriptor nobody else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: ftruncate and mmap on our own descriptor; the result is checked.
+        let map = unsafe {
+            if libc::ftruncate(fd.as_raw_fd(), WATERMARK_SIZE as libc::off_t) != 0 {
+                return None;
+            }
+            libc::mmap(
+                std::ptr::null_mut(),
+                WATERMARK_SIZE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return None;
+        }
+        let page = Arc::new(Page { map: map as *mut u8 });
+        // SAFETY: the magic's offset is inside the page and 8-byte aligned.
+        unsafe { (page.map.add(WATERMARK_OFF_MAGIC as usize) as *mut u64).write_volatile(WATERMARK_MAGIC) };
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (page, stop) = (Arc::clone(&page), Arc::clone(&stop));
+            std::thread::Builder::new()
+                .name("mtlab-finish".into())
+                .spawn(move || rewrite_while_running(root, &page, &stop))
+                .ok()?
+        };
+        Some(LiveFinish { fd: Some(fd), stop, thread: Some(thread) })
+    }
+
+    /// The descriptor to pass in MTLAB_WATERMARK_FD.
+    pub fn fd(&self) -> Option<RawFd> {
+        self.fd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// After the spawn: the program has its copy.
+    pub fn spawned(&mut self) {
+        self.fd = None;
+    }
+
+    /// Stops the thread once the program has ended; returns the rewrite
+    /// so far, for `Finisher::finish` to complete (None: start over).
+    pub fn stop(mut self) -> Option<Finisher> {
+        self.stop.store(true, Ordering::Release);
+        self.thread.take().and_then(|t| t.join().ok()).flatten()
+    }
+}
+
+fn rewrite_while_running(root: PathBuf, page: &Page, stop: &AtomicBool) -> Option<Finisher> {
+    // The program's threads come first: this thread only uses idle time.
+    // SAFETY: setpriority on this thread's own id.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+    let mut finisher: Option<Finisher> = None;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(Duration::from_millis(20));
+        let written = page.watermark().load(Ordering::Acquire);
+        if written == 0 {
+            continue;
+        }
+        if finisher.is_none() {
+            finisher = Finisher::start(&root, written).ok();
+        }
+        if let Some(f) = finisher.as_mut() {
+            if f.advance(written).is_err() {
+                // Dropping it removes its temp file; the end does it all.
+                return None;
+            }
+        }
+    }
+    finisher
+}
