@@ -845,7 +845,7 @@ impl Finisher {
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str()))
                 .chain(self.stats.warnings.iter().map(|w| ("finish_warning", w.as_str())))
-                .chain(std::iter::once(("rewritten_while_running", live.as_str()))),
+                .chain(std::iter::once(("rewritten_while_running", live.as_str())).filter(|_| live != "0")),
         );
         let mut hdr = [0u8; RECORD_HEADER as usize];
         hdr[0..4].copy_from_slice(&(text.len() as u32).to_le_bytes());
