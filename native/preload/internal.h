@@ -116,6 +116,8 @@ struct mtlab_tls {
     uint64_t rng;                    /* sampler: xorshift state */
     int sampler_init;
     uint64_t dump_seen, last_flush_tsc;
+    uint32_t pend_captures; /* sampler: stack captures not yet added to the shared counts */
+    uint64_t pend_unwind;   /* ... and their TSC cycles */
 };
 extern HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model("initial-exec")));
 

@@ -37,9 +37,19 @@ _Static_assert(offsetof(struct mtlab_ctl_page, trace_path) == MTLAB_CTL_OFF_PATH
 static _Atomic uint64_t sampled_set[SET_SLOTS]; /* live sampled block addresses */
 HIDDEN _Atomic uint8_t mtlab_filter[MTLAB_FILTER_SLOTS];
 static _Atomic uint64_t untracked, stacks_captured, unwind_cycles;
-/* Own cache line: the control page's first line is read on every call and
- * must not bounce between threads that take samples. */
-static _Alignas(64) _Atomic uint64_t samples_taken;
+/* Each thread adds its stack-capture counts to the shared ones every
+ * PUBLISH_EVERY captures (and when it flushes): two atomic additions per
+ * sample on a line all threads write cost as much as the capture itself.
+ * The samples count itself (page->samples) stays exact, sample by sample. */
+#define PUBLISH_EVERY 64
+
+static void publish_captures(struct mtlab_tls *t) {
+    if (!t->pend_captures) return;
+    atomic_fetch_add_explicit(&stacks_captured, t->pend_captures, memory_order_relaxed);
+    atomic_fetch_add_explicit(&unwind_cycles, t->pend_unwind, memory_order_relaxed);
+    t->pend_captures = 0;
+    t->pend_unwind = 0;
+}
 static char shm_path[64];
 
 static inline uint32_t set_hash(uint64_t p) { return (uint32_t)((p >> 4) * 0x9e3779b97f4a7c15ull >> (64 - SET_BITS)); }
@@ -106,6 +116,7 @@ static void maybe_flush(struct mtlab_tls *t, struct mtlab_buf *b, uint64_t now) 
     uint64_t seq = __atomic_load_n(&mtlab_ctl->dump_seq, __ATOMIC_RELAXED);
     uint64_t every = mtlab_cfg.tsc_hz ? mtlab_cfg.tsc_hz / 10 : 300000000ull; /* ~100 ms */
     if (seq != t->dump_seen || now - t->last_flush_tsc > every) {
+        publish_captures(t);
         mtlab_flush_buf(b); /* (the page's sample count is kept live by mtlab_sample_alloc) */
         t->dump_seen = seq;
         t->last_flush_tsc = now;
@@ -125,8 +136,9 @@ static void append_sample(struct mtlab_tls *t, unsigned kind, void *r, size_t si
     uint64_t c0 = mtlab_tsc();
     uint32_t stack = mtlab_cfg.stacks ? mtlab_stack_id(b, frame) : 0;
     uint64_t now = mtlab_tsc();
-    atomic_fetch_add_explicit(&stacks_captured, 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&unwind_cycles, now - c0, memory_order_relaxed);
+    t->pend_captures++;
+    t->pend_unwind += now - c0;
+    if (t->pend_captures >= PUBLISH_EVERY) publish_captures(t);
     uint8_t *p = mtlab_begin_event(b, MTLAB_EV_SAMPLE, r ? 0 : MTLAB_EVF_FAILED, now, 0, stack);
     p = mtlab_put_varint(p, kind);
     p = mtlab_put_varint(p, size);
@@ -172,14 +184,17 @@ void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame)
     append_sample(t, kind, r, size, interval, frame);
     if (set_insert((uint64_t)r)) {
         atomic_fetch_add_explicit(&mtlab_filter[mtlab_filter_hash((uint64_t)r)], 1, memory_order_relaxed);
-        uint32_t was = __atomic_fetch_or(&mtlab_ctl->state, MTLAB_CTL_LIVE, __ATOMIC_SEQ_CST);
-        /* First live sample: if sampling was switched off meanwhile, frees
-         * must be routed to the shims after all. */
-        if (!(was & MTLAB_CTL_LIVE)) mtlab_got_route();
+        /* LIVE is never cleared: once set, no write to the page's first
+         * line, which every allocation call of every thread reads. */
+        if (!(__atomic_load_n(&mtlab_ctl->state, __ATOMIC_RELAXED) & MTLAB_CTL_LIVE)) {
+            uint32_t was = __atomic_fetch_or(&mtlab_ctl->state, MTLAB_CTL_LIVE, __ATOMIC_SEQ_CST);
+            /* First live sample: if sampling was switched off meanwhile,
+             * frees must be routed to the shims after all. */
+            if (!(was & MTLAB_CTL_LIVE)) mtlab_got_route();
+        }
     } else {
         atomic_fetch_add_explicit(&untracked, 1, memory_order_relaxed);
     }
-    atomic_fetch_add_explicit(&samples_taken, 1, memory_order_relaxed);
     __atomic_fetch_add(&mtlab_ctl->samples, 1, __ATOMIC_RELAXED);
     t->guard--;
     errno = saved;
@@ -291,7 +306,6 @@ void mtlab_sampler_fork_child(void) {
     int active = (__atomic_load_n(&old->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE) != 0;
     mtlab_ctl = NULL;
     memset((void *)sampled_set, 0, sizeof sampled_set);
-    atomic_store(&samples_taken, 0);
     memset((void *)mtlab_filter, 0, sizeof mtlab_filter);
     /* The child's GOT is the parent's copy; its new page has no live samples:
      * mtlab_sampler_init routes the slots for the child's own state. */
@@ -307,7 +321,6 @@ void mtlab_sampler_fork_child(void) {
 
 void mtlab_sampler_stop(void) {
     if (!mtlab_ctl) return;
-    __atomic_store_n(&mtlab_ctl->samples, atomic_load(&samples_taken), __ATOMIC_RELAXED);
     __atomic_fetch_and(&mtlab_ctl->state, ~(uint32_t)MTLAB_CTL_ACTIVE, __ATOMIC_RELAXED);
     flush_all_locked();
     if (shm_path[0]) unlink(shm_path);
@@ -322,6 +335,6 @@ char *mtlab_sampler_stats(char *p, const char *end) {
     p = mtlab_append(p, end, "\nsamples_untracked=");
     p = mtlab_append_u64(p, end, atomic_load(&untracked));
     p = mtlab_append(p, end, "\nsamples=");
-    p = mtlab_append_u64(p, end, atomic_load(&samples_taken));
+    p = mtlab_append_u64(p, end, mtlab_ctl ? __atomic_load_n(&mtlab_ctl->samples, __ATOMIC_RELAXED) : 0);
     return mtlab_append(p, end, "\n");
 }
