@@ -312,6 +312,9 @@ void mtlab_sampler_fork_child(void) {
     mtlab_got_fork_child();
     mtlab_sampler_init(interval, active, (int)old->signal);
     if (mtlab_ctl != old) munmap(old, MTLAB_CTL_SIZE);
+    /* The parent's unpublished capture counts are the parent's. */
+    mtlab_tls.pend_captures = 0;
+    mtlab_tls.pend_unwind = 0;
     /* Parent and child must not draw the same sample points. */
     uint64_t z = mtlab_tls.rng ^ 0x5851f42d4c957f2dull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
