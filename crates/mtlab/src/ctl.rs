@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::shared_page::SharedPage;
 use crate::trace::format::*;
 
 #[derive(Debug, thiserror::Error)]
@@ -26,15 +27,8 @@ pub enum CtlError {
 
 /// The shared control page of one process.
 pub struct CtlPage {
-    ptr: *mut u8,
+    page: SharedPage,
     pub path: PathBuf,
-}
-
-impl Drop for CtlPage {
-    fn drop(&mut self) {
-        // SAFETY: ptr came from a successful mmap of CTL_SIZE bytes in open().
-        unsafe { libc::munmap(self.ptr as *mut libc::c_void, CTL_SIZE as usize) };
-    }
 }
 
 fn process_alive(pid: u32) -> bool {
@@ -65,22 +59,10 @@ impl CtlPage {
         if len < CTL_SIZE as u64 {
             return Err(CtlError::BadPage(path));
         }
-        use std::os::fd::AsRawFd;
-        // SAFETY: mapping CTL_SIZE bytes of a file at least that long, shared, read-write.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                CTL_SIZE as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
-            )
+        let page = match SharedPage::map(&file, CTL_SIZE as usize) {
+            Ok(page) => CtlPage { page, path },
+            Err(source) => return Err(CtlError::Io { path, source }),
         };
-        if ptr == libc::MAP_FAILED {
-            return Err(CtlError::Io { path, source: std::io::Error::last_os_error() });
-        }
-        let page = CtlPage { ptr: ptr as *mut u8, path };
         if page.u64_at(0).load(Ordering::Relaxed) != CTL_MAGIC || page.u32_at(8).load(Ordering::Relaxed) != CTL_VERSION {
             return Err(CtlError::BadPage(page.path.clone()));
         }
@@ -88,14 +70,11 @@ impl CtlPage {
     }
 
     fn u32_at(&self, off: u32) -> &AtomicU32 {
-        // SAFETY: off is one of the 4-aligned field offsets inside the mapped page; the
-        // preload library accesses these fields only atomically.
-        unsafe { &*(self.ptr.add(off as usize) as *const AtomicU32) }
+        self.page.u32_at(off)
     }
 
     fn u64_at(&self, off: u32) -> &AtomicU64 {
-        // SAFETY: as u32_at, for the 8-aligned 64-bit fields.
-        unsafe { &*(self.ptr.add(off as usize) as *const AtomicU64) }
+        self.page.u64_at(off)
     }
 
     pub fn state(&self) -> u32 {
@@ -152,8 +131,8 @@ impl CtlPage {
         }
     }
     pub fn trace_path(&self) -> PathBuf {
-        // SAFETY: the path field lies inside the mapped page; it is NUL-terminated by the writer.
-        let bytes = unsafe { std::slice::from_raw_parts(self.ptr.add(CTL_OFF_PATH as usize), (CTL_SIZE - CTL_OFF_PATH) as usize) };
+        // NUL-terminated by the writer.
+        let bytes = self.page.bytes_from(CTL_OFF_PATH);
         let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
         PathBuf::from(String::from_utf8_lossy(&bytes[..end]).to_string())
     }

@@ -10,6 +10,7 @@ pub mod native;
 pub mod profile;
 pub mod record;
 pub mod report;
+pub mod shared_page;
 pub mod symbolize;
 pub mod trace;
 pub mod tsc;

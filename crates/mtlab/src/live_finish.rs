@@ -10,37 +10,14 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::trace::format::{WATERMARK_MAGIC, WATERMARK_OFF_MAGIC, WATERMARK_SIZE};
+use crate::shared_page::SharedPage;
 use crate::trace::Finisher;
-
-/// The shared page; the traced process maps the same memfd.
-struct Page {
-    map: *mut u8,
-}
-
-// SAFETY: the page is only accessed through atomics (AtomicU64 views).
-unsafe impl Send for Page {}
-unsafe impl Sync for Page {}
-
-impl Page {
-    fn watermark(&self) -> &AtomicU64 {
-        // SAFETY: `map` is a live, page-aligned mapping of WATERMARK_SIZE
-        // bytes for as long as self lives; offset 0 holds the u64 watermark.
-        unsafe { &*(self.map as *const AtomicU64) }
-    }
-}
-
-impl Drop for Page {
-    fn drop(&mut self) {
-        // SAFETY: unmapping the mapping made in `LiveFinish::new`.
-        unsafe { libc::munmap(self.map as *mut libc::c_void, WATERMARK_SIZE as usize) };
-    }
-}
 
 /// The watermark memfd (until the program is spawned) and the thread.
 pub struct LiveFinish {
@@ -62,26 +39,12 @@ impl LiveFinish {
         }
         // SAFETY: `raw` is a fresh descriptor nobody else owns.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: ftruncate and mmap on our own descriptor; the result is checked.
-        let map = unsafe {
-            if libc::ftruncate(fd.as_raw_fd(), WATERMARK_SIZE as libc::off_t) != 0 {
-                return None;
-            }
-            libc::mmap(
-                std::ptr::null_mut(),
-                WATERMARK_SIZE as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
+        // SAFETY: ftruncate on our own descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), WATERMARK_SIZE as libc::off_t) } != 0 {
             return None;
         }
-        let page = Arc::new(Page { map: map as *mut u8 });
-        // SAFETY: the magic's offset is inside the page and 8-byte aligned.
-        unsafe { (page.map.add(WATERMARK_OFF_MAGIC as usize) as *mut u64).write_volatile(WATERMARK_MAGIC) };
+        let page = Arc::new(SharedPage::map(&fd, WATERMARK_SIZE as usize).ok()?);
+        page.u64_at(WATERMARK_OFF_MAGIC).store(WATERMARK_MAGIC, Ordering::Release);
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (page, stop) = (Arc::clone(&page), Arc::clone(&stop));
@@ -111,14 +74,14 @@ impl LiveFinish {
     }
 }
 
-fn rewrite_while_running(root: PathBuf, page: &Page, stop: &AtomicBool) -> Option<Finisher> {
+fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool) -> Option<Finisher> {
     // The program's threads come first: this thread only uses idle time.
     // SAFETY: setpriority on this thread's own id.
     unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
     let mut finisher: Option<Finisher> = None;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(20));
-        let written = page.watermark().load(Ordering::Acquire);
+        let written = page.u64_at(0).load(Ordering::Acquire);
         if written == 0 {
             continue;
         }

@@ -301,11 +301,9 @@ impl Runner {
                 let m = measure(cmd, cfg)?;
                 samples[i].push(value(&m, cfg)?);
                 let family = files();
-                let program_rss = if *cfg == "mtlab" { traced_rss_kib(&family) } else { None };
-                if *cfg == "mtlab" {
-                    if let Some(w) = self.traced_wall_s() {
-                        program_wall[i].push(w);
-                    }
+                let (program_rss, wall) = if *cfg == "mtlab" { traced_facts(&family) } else { (None, None) };
+                if let Some(w) = wall {
+                    program_wall[i].push(w);
                 }
                 if program_rss.is_some() {
                     recorder_rss[i] = Some(recorder_rss[i].unwrap_or(0).max(m.max_rss_kib));
@@ -342,12 +340,6 @@ impl Runner {
     }
 
 
-    /// The traced program's own wall time, from its trace's RUNINFO.
-    fn traced_wall_s(&self) -> Option<f64> {
-        let t = crate::trace::TraceFile::open(self.dir.join("bench.mtl")).ok()?;
-        Some(t.runinfo_get("wall_ns")?.parse::<f64>().ok()? / 1e9)
-    }
-
     /// Times `mtlab report --json` on the last mtlab trace, `runs` times.
     fn report_speed(&self, runs: u32) -> Result<ReportSpeed, BenchError> {
         let trace = self.dir.join("bench.mtl");
@@ -377,15 +369,23 @@ impl Runner {
     }
 }
 
-/// The largest peak RSS any traced process of the run reported in its
-/// trace's STATS (like wait4's figure for the untraced run: the largest
-/// process); None when no trace has it.
-fn traced_rss_kib(family: &[PathBuf]) -> Option<u64> {
-    family
-        .iter()
-        .filter_map(|f| crate::trace::TraceFile::open(f).ok())
-        .filter_map(|t| t.stats.iter().find(|(k, _)| k == "max_rss_kib").and_then(|(_, v)| v.parse().ok()))
-        .max()
+/// What the traces of one mtlab run say of the program: the largest peak
+/// RSS any traced process reported in its STATS (like wait4's figure for
+/// the untraced run: the largest process), and the root's wall time from
+/// RUNINFO. `family` is the root trace first; each file is opened once.
+fn traced_facts(family: &[PathBuf]) -> (Option<u64>, Option<f64>) {
+    let mut rss = None;
+    let mut wall = None;
+    for (i, f) in family.iter().enumerate() {
+        let Ok(t) = crate::trace::TraceFile::open(f) else { continue };
+        if let Some(kib) = t.stats.iter().find(|(k, _)| k == "max_rss_kib").and_then(|(_, v)| v.parse::<u64>().ok()) {
+            rss = Some(rss.map_or(kib, |r: u64| r.max(kib)));
+        }
+        if i == 0 {
+            wall = t.runinfo_get("wall_ns").and_then(|v| v.parse::<f64>().ok()).map(|ns| ns / 1e9);
+        }
+    }
+    (rss, wall)
 }
 
 fn print_result(r: &BenchResult, json: bool) {

@@ -180,7 +180,6 @@ struct SiteAcc {
 /// Allocation sites in a dense array. The shadow heap's objects carry their
 /// site's index (not the stack id), so a free finds its site without a hash
 /// lookup; a small direct-mapped cache spares most allocations theirs.
-#[derive(Default)]
 struct Sites {
     index: HashMap<u32, u32>,
     /// (stack id + 1, index); 0: empty.
@@ -189,13 +188,16 @@ struct Sites {
     acc: Vec<SiteAcc>,
 }
 
+impl Default for Sites {
+    fn default() -> Self {
+        Sites { index: HashMap::default(), recent: vec![(0, 0); Self::RECENT], stacks: Vec::new(), acc: Vec::new() }
+    }
+}
+
 impl Sites {
     const RECENT: usize = 1024;
 
     fn index_of(&mut self, stack: u32) -> u32 {
-        if self.recent.is_empty() {
-            self.recent = vec![(0, 0); Self::RECENT];
-        }
         let slot = stack as usize % Self::RECENT;
         let (key, idx) = self.recent[slot];
         if key == stack.wrapping_add(1) && key != 0 {

@@ -156,21 +156,14 @@ impl<'a> Reader<'a> {
         self.pos += 1;
         Ok(x)
     }
-    /// As `decode::varint`: at most 10 bytes, and no bits beyond 64.
+    /// The decoder's own varint reading, so that rows are refused here
+    /// exactly when the decoder would refuse them.
     #[inline(always)]
     fn v(&mut self) -> Result<u64, ColumnError> {
-        let mut v = 0u64;
-        for i in 0..10 {
-            let x = self.byte()?;
-            if i == 9 && x > 1 {
-                return Err(ColumnError::Undecodable("a varint overflows 64 bits"));
-            }
-            v |= ((x & 0x7f) as u64) << (7 * i);
-            if x < 0x80 {
-                return Ok(v);
-            }
-        }
-        Err(ColumnError::Truncated)
+        varint(self.b, &mut self.pos).map_err(|e| match e {
+            DecErr::Eof => ColumnError::Truncated,
+            _ => ColumnError::Undecodable("a varint overflows 64 bits"),
+        })
     }
     #[inline(always)]
     fn sv(&mut self) -> Result<i64, ColumnError> {
