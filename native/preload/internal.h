@@ -13,6 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "../include/mtlab_trace.h"
 
@@ -195,7 +198,59 @@ HIDDEN void mtlab_got_fork_child(void);    /* a router of the parent may have be
 
 /* ---- stacks (stack.c) ---- */
 HIDDEN int mtlab_unwind_init(int unwind); /* 0 ok, -1: that unwinder is not available */
+/* Walks the stack from `frame` (see mtlab_stack_id_at, below, for the usual entry). */
 HIDDEN uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame);
+
+/* The thread's last frame-pointer walk (stack.c).
+ *
+ * A walk is a chain of dependent loads (each frame's address is read from the
+ * one before), so it costs the load latency times the depth. When the program
+ * allocates again from the same place, the chain is the same: the memo keeps
+ * the frame addresses and the two words read at each, and a hit re-reads
+ * those words with independent loads. If the first frame's address and every
+ * word read are unchanged, the walk would visit the same frames and make the
+ * same decisions, so it would give the same stack: the memo's id is the
+ * answer, with no hashing and no table probe. Every re-read lies in
+ * [frame, stack top) of this thread's stack, which the walk itself reads; a
+ * walk that did not start on that stack is never memoized (id 0). */
+#define MTLAB_MEMO_LEVELS 32
+struct mtlab_stack_memo {
+    uint32_t id;     /* 0: empty (a fork clears it: the child's ids start afresh) */
+    uint32_t levels; /* frames read by the walk; > MTLAB_MEMO_LEVELS: not memoized */
+    uintptr_t fp[MTLAB_MEMO_LEVELS];
+    uintptr_t words[2 * MTLAB_MEMO_LEVELS] __attribute__((aligned(16))); /* saved frame pointer, return address */
+};
+extern HIDDEN __thread struct mtlab_stack_memo mtlab_memo __attribute__((tls_model("initial-exec")));
+
+/* Would a frame-pointer walk from `frame` give the memo's stack again? */
+static inline int mtlab_memo_hit(uintptr_t frame) {
+    const struct mtlab_stack_memo *m = &mtlab_memo;
+    if (m->fp[0] != frame || m->id == 0) return 0;
+#if defined(__SSE2__)
+    /* A frame's two words against their copy in one 16-byte compare; the
+     * loads do not depend on each other. */
+    __m128i diff = _mm_setzero_si128();
+#pragma GCC unroll 4
+    for (uint32_t i = 0; i < m->levels; i++) {
+        __m128i now = _mm_loadu_si128((const __m128i *)m->fp[i]);
+        diff = _mm_or_si128(diff, _mm_xor_si128(now, _mm_load_si128((const __m128i *)&m->words[2 * i])));
+    }
+    return _mm_movemask_epi8(_mm_cmpeq_epi8(diff, _mm_setzero_si128())) == 0xffff;
+#else
+    uintptr_t diff = 0;
+    for (uint32_t i = 0; i < m->levels; i++) {
+        const uintptr_t *f = (const uintptr_t *)m->fp[i];
+        diff |= (f[0] ^ m->words[2 * i]) | (f[1] ^ m->words[2 * i + 1]);
+    }
+    return diff == 0;
+#endif
+}
+
+/* The id of the stack from `frame`: the memo when it holds, else a walk. */
+static inline uint32_t mtlab_stack_id_at(struct mtlab_buf *b, const void *frame) {
+    if (mtlab_cfg.unwind == MTLAB_UNWIND_FP && mtlab_memo_hit((uintptr_t)frame)) return mtlab_memo.id;
+    return mtlab_stack_id(b, frame);
+}
 HIDDEN void mtlab_stack_table_init(void);
 HIDDEN void mtlab_stack_table_reset(void);
 

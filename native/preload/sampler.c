@@ -134,7 +134,7 @@ static void append_sample(struct mtlab_tls *t, unsigned kind, void *r, size_t si
         MTLAB_BUF_CAP)
         mtlab_flush_buf(b);
     uint64_t c0 = mtlab_tsc();
-    uint32_t stack = mtlab_cfg.stacks ? mtlab_stack_id(b, frame) : 0;
+    uint32_t stack = mtlab_cfg.stacks ? mtlab_stack_id_at(b, frame) : 0;
     uint64_t now = mtlab_tsc();
     t->pend_captures++;
     t->pend_unwind += now - c0;

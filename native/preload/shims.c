@@ -3,7 +3,9 @@
  *
  * Shape of a shim: check the recursion flags first and pass straight through
  * when set; time the real call with the TSC; then, under the guard, append
- * one event to the thread's buffer. errno is kept as the real call left it.
+ * one event to the thread's buffer. errno is kept as the real call left it:
+ * the append itself touches no errno, and the slow paths it may take
+ * (a thread's first buffer, a flush) save and restore it themselves.
  * A shim never fails its caller: if anything of mtlab's is missing, the event
  * is dropped and counted, and the real result is returned.
  */
@@ -25,7 +27,7 @@ static inline int tracing(const struct mtlab_tls *t) {
 
 /* Starts an event: returns the write position or NULL (event dropped).
  * From here to commit() the buffer is marked busy for the exit flusher. */
-static inline uint8_t *begin(struct mtlab_buf **bp, unsigned kind, unsigned flags, uint64_t tsc, uint64_t cycles,
+static inline __attribute__((always_inline)) uint8_t *begin(struct mtlab_buf **bp, unsigned kind, unsigned flags, uint64_t tsc, uint64_t cycles,
                              const void *frame) {
     struct mtlab_buf *b = LIKELY(mtlab_tls.buf != NULL) ? mtlab_tls.buf : mtlab_thread_buf();
     if (UNLIKELY(!b)) {
@@ -37,7 +39,7 @@ static inline uint8_t *begin(struct mtlab_buf **bp, unsigned kind, unsigned flag
     atomic_thread_fence(memory_order_release);
     if (UNLIKELY(atomic_load_explicit(&b->len, memory_order_relaxed) + MTLAB_MAX_EVENT_BYTES > MTLAB_BUF_CAP))
         mtlab_flush_buf(b);
-    uint32_t stack = mtlab_cfg.stacks && frame ? mtlab_stack_id(b, frame) : 0;
+    uint32_t stack = mtlab_cfg.stacks && frame ? mtlab_stack_id_at(b, frame) : 0;
     *bp = b;
     return mtlab_begin_event(b, kind, flags, tsc, cycles, stack);
 }
@@ -77,10 +79,19 @@ static inline void sampling_release(void *p) {
 
 static _Atomic uint64_t last_brk;
 
+/* Where glibc's cached break is not found; sbrk(0) leaves errno alone, but
+ * the caller's errno must survive whatever libc does. */
+__attribute__((noinline)) static uint64_t brk_by_call(void) {
+    int saved = errno;
+    uint64_t now = (uint64_t)mtlab_real.sbrk(0);
+    errno = saved;
+    return now;
+}
+
 /* Extra events telling where an allocator's memory lives (glibc only). */
 static inline __attribute__((always_inline)) unsigned heap_facts(void *ptr, struct mtlab_buf **bp, uint64_t tsc) {
     if (!mtlab_cfg.is_glibc || !ptr || mtlab_in_bootstrap(ptr)) return 0;
-    uint64_t brk_now = mtlab_real.curbrk ? (uint64_t)*mtlab_real.curbrk : (uint64_t)mtlab_real.sbrk(0);
+    uint64_t brk_now = mtlab_real.curbrk ? (uint64_t)*mtlab_real.curbrk : brk_by_call();
     uint64_t seen = atomic_load_explicit(&last_brk, memory_order_relaxed);
     if (UNLIKELY(brk_now != seen) && atomic_compare_exchange_strong(&last_brk, &seen, brk_now)) {
         uint8_t *p = begin(bp, MTLAB_EV_BRK_SEEN, 0, tsc, 0, NULL);
@@ -106,12 +117,12 @@ static inline __attribute__((always_inline)) unsigned heap_facts(void *ptr, stru
 }
 
 /* glibc's usable size is in the chunk header: no call needed. */
-static inline uint64_t usable_extra(void *ptr, size_t requested) {
+static inline uint64_t usable_extra(void *ptr, size_t requested, unsigned flags) {
     if (!ptr || mtlab_in_bootstrap(ptr)) return 0;
     size_t u;
     if (mtlab_cfg.is_glibc) {
         size_t word = ((const size_t *)ptr)[-1];
-        u = (word & ~(size_t)7) - ((word & GLIBC_IS_MMAPPED) ? 16 : 8);
+        u = (word & ~(size_t)7) - ((flags & MTLAB_EVF_CHUNK_MMAPPED) ? 16 : 8);
     } else if (mtlab_real.malloc_usable_size) {
         u = mtlab_real.malloc_usable_size(ptr);
     } else {
@@ -124,10 +135,11 @@ static inline uint64_t usable_extra(void *ptr, size_t requested) {
 static inline __attribute__((always_inline)) void record_alloc(unsigned kind, uint64_t t0, uint64_t t1, const void *frame, uint64_t old, uint64_t a,
                          uint64_t b2, uint64_t size, void *result, int ret) {
     struct mtlab_tls *t = &mtlab_tls;
-    int saved = errno;
     t->guard++;
     struct mtlab_buf *b;
     unsigned flags = heap_facts(result, &b, t1);
+    /* Read before begin(): its stores would make the compiler read the header again. */
+    uint64_t extra = usable_extra(result, size, flags);
     if (!result && ((kind != MTLAB_EV_REALLOC && kind != MTLAB_EV_REALLOCARRAY) || size != 0)) flags |= MTLAB_EVF_FAILED;
     uint8_t *p = begin(&b, kind, flags, t1, t1 - t0, frame);
     if (p) {
@@ -153,11 +165,10 @@ static inline __attribute__((always_inline)) void record_alloc(unsigned kind, ui
         }
         p = mtlab_put_ptr(b, p, (uint64_t)result);
         if (kind == MTLAB_EV_POSIX_MEMALIGN) p = mtlab_put_varint(p, (uint64_t)ret);
-        p = mtlab_put_varint(p, usable_extra(result, size));
+        p = mtlab_put_varint(p, extra);
         commit(b, p);
     }
     t->guard--;
-    errno = saved;
 }
 
 #define ENTER_ALLOC(t) ((t)->in_alloc++, mtlab_tsc())
@@ -221,13 +232,11 @@ __attribute__((noinline)) static void free_full(void *p) {
     uint64_t t1, t0 = ENTER_ALLOC(t);
     mtlab_real.free(p);
     LEAVE_ALLOC(t, t1);
-    int saved = errno;
     t->guard++;
     struct mtlab_buf *b;
     uint8_t *w = begin(&b, MTLAB_EV_FREE, 0, t0, t1 - t0, mtlab_cfg.free_stacks ? __builtin_frame_address(0) : NULL);
     if (w) commit(b, mtlab_put_ptr(b, w, (uint64_t)p));
     t->guard--;
-    errno = saved;
 }
 
 EXPORT void free(void *p) {

@@ -74,11 +74,14 @@ static _Unwind_Reason_Code gcc_step(struct _Unwind_Context *ctx, void *arg) {
     return _URC_NO_REASON;
 }
 
+HIDDEN __thread struct mtlab_stack_memo mtlab_memo __attribute__((tls_model("initial-exec")));
+
 /* Return addresses, innermost first, starting at the caller of the shim.
  * `frame` is the frame of the mtlab function that records the event (the
  * exported shims tail-call into it, so its return address is the program's);
  * leading frames inside mtlab are dropped in case a compiler kept one. */
-static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max, const void *frame) {
+static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max, const void *frame,
+                                                         struct mtlab_stack_memo *memo_out) {
     if (mtlab_cfg.unwind == MTLAB_UNWIND_LIBGCC) {
         struct gcc_walk w = {pcs, 0, max};
         gcc_backtrace(gcc_step, &w);
@@ -98,6 +101,7 @@ static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max
     /* Frame pointers: every frame is checked against the thread's stack, so
      * code built without them ends the walk instead of faulting. */
     int n = 0;
+    uint32_t levels = 0;
     uintptr_t fp = (uintptr_t)frame, hi = mtlab_tls.stack_hi - 16;
     /* Only from a frame on this thread's own stack (not a sigaltstack, not
      * a stack we could not find): then [frame, stack top) is all mapped. */
@@ -107,11 +111,18 @@ static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max
     while (n < max && fp <= hi) {
         uintptr_t next = ((const uintptr_t *)fp)[0];
         uintptr_t ret = ((const uintptr_t *)fp)[1];
+        if (memo_out && levels < MTLAB_MEMO_LEVELS) {
+            memo_out->fp[levels] = fp;
+            memo_out->words[2 * levels] = next;
+            memo_out->words[2 * levels + 1] = ret;
+        }
+        levels++;
         if (ret < 4096) break;
         if (n > 0 || ret < self_lo || ret >= self_hi) pcs[n++] = ret; /* skip mtlab's frames */
         if (next <= fp) break;
         fp = next;
     }
+    if (memo_out) memo_out->levels = levels; /* > MEMO_LEVELS: too deep to memoize */
     return n;
 }
 
@@ -128,6 +139,7 @@ void mtlab_stack_table_init(void) {
 /* After fork the child's ids start afresh: its trace defines its own stacks. */
 void mtlab_stack_table_reset(void) {
     if (table) madvise((void *)table, TABLE_SLOTS * sizeof(uint64_t), MADV_DONTNEED);
+    mtlab_memo.id = 0; /* the forking thread is the child's only one */
 }
 
 static void write_def(struct mtlab_buf *b, uint32_t id, const uintptr_t *pcs, int n) {
@@ -144,10 +156,20 @@ static void write_def(struct mtlab_buf *b, uint32_t id, const uintptr_t *pcs, in
     atomic_store_explicit(&b->len, len, memory_order_release);
 }
 
+static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtlab_stack_memo *memo_out);
+
 /* `frame` is the shim's frame address; its return address is the caller. */
 uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
+    int fp_walk = mtlab_cfg.unwind == MTLAB_UNWIND_FP;
+    uint32_t id = stack_id_walk(b, frame, fp_walk ? &mtlab_memo : NULL);
+    if (fp_walk) mtlab_memo.id = mtlab_memo.levels <= MTLAB_MEMO_LEVELS ? id : 0;
+    return id;
+}
+
+static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtlab_stack_memo *memo_out) {
     uintptr_t pcs[MTLAB_MAX_DEPTH];
-    int n = capture(pcs, mtlab_cfg.max_depth, frame);
+    if (memo_out) memo_out->levels = 0;
+    int n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
     /* Independent multiplies: the hash costs little more than the loads. */
     uint64_t h = 0x243f6a8885a308d3ull ^ (uint64_t)n;
     for (int i = 0; i < n; i++) h += (uint64_t)pcs[i] * (0x9e3779b97f4a7c15ull + 2 * (uint64_t)i);

@@ -6,6 +6,7 @@
  * by the next new thread, so programs that churn threads use bounded memory.
  */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
@@ -47,6 +48,7 @@ static void fill_header(struct mtlab_buf *b, uint32_t len) {
 void mtlab_flush_buf(struct mtlab_buf *b) {
     uint32_t len = atomic_load_explicit(&b->len, memory_order_acquire);
     if (len == 0) return;
+    int saved = errno; /* the shims leave errno to the slow paths */
     atomic_fetch_add_explicit(&b->busy, 1, memory_order_relaxed);
     /* Pairs with the exit flusher's fence: either it sees us busy, or we see it closed. */
     atomic_thread_fence(memory_order_seq_cst);
@@ -64,6 +66,7 @@ void mtlab_flush_buf(struct mtlab_buf *b) {
     reset(b);
     atomic_fetch_add_explicit(&b->gen, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&b->busy, 1, memory_order_release);
+    errno = saved;
 }
 
 static struct mtlab_buf *acquire_buf(void) {
@@ -110,7 +113,9 @@ static void thread_exit(void *arg) {
 /* An exited thread still allocating (glibc frees its thread-local caches
  * after every key destructor ran): write each event out at once. */
 void mtlab_release_dead_buf(void) {
+    int saved = errno;
     if (mtlab_tls.buf) release(mtlab_tls.buf);
+    errno = saved;
 }
 
 void mtlab_flush_own(void) {
@@ -177,8 +182,12 @@ static void stack_bounds(uintptr_t *lo, uintptr_t *hi) {
 struct mtlab_buf *mtlab_thread_buf(void) {
     struct mtlab_tls *t = &mtlab_tls;
     if (LIKELY(t->buf != NULL)) return t->buf;
+    int saved = errno; /* pthread_getattr_np may read /proc: the caller's errno stays */
     struct mtlab_buf *b = acquire_buf();
-    if (!b) return NULL;
+    if (!b) {
+        errno = saved;
+        return NULL;
+    }
     reset(b);
     b->prev_tsc = 0;
     atomic_store(&b->lock, 0);
@@ -186,6 +195,7 @@ struct mtlab_buf *mtlab_thread_buf(void) {
     if (!t->stack_hi) stack_bounds(&t->stack_lo, &t->stack_hi);
     t->buf = b;
     if (!t->dead) pthread_setspecific(exit_key, b);
+    errno = saved;
     return b;
 }
 

@@ -76,8 +76,16 @@ impl LiveFinish {
 
 fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool) -> Option<Finisher> {
     // The program's threads come first: this thread only uses idle time.
-    // SAFETY: setpriority on this thread's own id.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+    // SCHED_IDLE never preempts them on wake-up, which nice 19 still does;
+    // nice 19 is the fallback where the policy is refused.
+    let idle = libc::sched_param { sched_priority: 0 };
+    // SAFETY: sched_setscheduler and setpriority on this thread's own id,
+    // with a parameter that lives across the call.
+    unsafe {
+        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) != 0 {
+            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+        }
+    }
     let mut finisher: Option<Finisher> = None;
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(Duration::from_millis(20));

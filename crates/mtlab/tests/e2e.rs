@@ -79,6 +79,28 @@ fn top_site_by_bytes_symbolizes_to_the_program_function() {
 }
 
 #[test]
+fn same_inner_frames_under_different_callers_are_two_sites() {
+    // Guards the per-thread memo of the last stack walk: the frames nearest
+    // malloc are identical for both callers; only the third differs.
+    let lab = Lab::new();
+    let prog = lab.compile("same_frames");
+    let n = 5000;
+    lab.record_ok("t.mtl", &prog, &[&n.to_string()]);
+    let r = lab.report("t.mtl");
+    let mut seen = Vec::new();
+    for site in r["top_sites"]["by_calls"].as_array().unwrap() {
+        let frames = site["frames"].as_array().unwrap();
+        if frames.first().map(|f| f["function"] == "leaf") != Some(true) {
+            continue;
+        }
+        assert_eq!(frames[1]["function"], "middle", "{site}");
+        seen.push((frames[2]["function"].as_str().unwrap().to_string(), u(&site["calls"]), u(&site["bytes"])));
+    }
+    seen.sort();
+    assert_eq!(seen, vec![("from_a".to_string(), n, 100 * n), ("from_b".to_string(), n, 200 * n)]);
+}
+
+#[test]
 fn calloc_once_is_one_call_of_1000_bytes() {
     let lab = Lab::new();
     let prog = lab.compile("calloc_once");
