@@ -90,7 +90,7 @@ __attribute__((noinline)) static uint64_t brk_by_call(void) {
 
 /* Extra events telling where an allocator's memory lives (glibc only). */
 static inline __attribute__((always_inline)) unsigned heap_facts(void *ptr, struct mtlab_buf **bp, uint64_t tsc) {
-    if (!mtlab_cfg.is_glibc || !ptr || mtlab_in_bootstrap(ptr)) return 0;
+    if (!mtlab_cfg.is_glibc || !ptr) return 0;
     uint64_t brk_now = mtlab_real.curbrk ? (uint64_t)*mtlab_real.curbrk : brk_by_call();
     uint64_t seen = atomic_load_explicit(&last_brk, memory_order_relaxed);
     if (UNLIKELY(brk_now != seen) && atomic_compare_exchange_strong(&last_brk, &seen, brk_now)) {
@@ -118,7 +118,7 @@ static inline __attribute__((always_inline)) unsigned heap_facts(void *ptr, stru
 
 /* glibc's usable size is in the chunk header: no call needed. */
 static inline uint64_t usable_extra(void *ptr, size_t requested, unsigned flags) {
-    if (!ptr || mtlab_in_bootstrap(ptr)) return 0;
+    if (!ptr) return 0;
     size_t u;
     if (mtlab_cfg.is_glibc) {
         size_t word = ((const size_t *)ptr)[-1];
@@ -131,7 +131,9 @@ static inline uint64_t usable_extra(void *ptr, size_t requested, unsigned flags)
     return u >= requested ? u - requested : 0;
 }
 
-/* One allocation event; `a`,`b` are the size arguments (b unused: 0). */
+/* One allocation event; `a`,`b` are the size arguments (b unused: 0).
+ * `result` comes from the real allocator, never from mtlab's bootstrap pool,
+ * so its chunk header is the allocator's. */
 static inline __attribute__((always_inline)) void record_alloc(unsigned kind, uint64_t t0, uint64_t t1, const void *frame, uint64_t old, uint64_t a,
                          uint64_t b2, uint64_t size, void *result, int ret) {
     struct mtlab_tls *t = &mtlab_tls;
