@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# What a loaded-but-inactive sampler costs per malloc/free pair, counted in
-# instructions (valgrind's cachegrind), not timed: on a shared 2-vCPU VM the
-# timed study (`mtlab bench malloc`) scatters by tens of percent between
-# repetitions, far more than the 1 % the sampler's target allows.
+# What mtlab's sampler costs per malloc/free pair, loaded but inactive and
+# active, counted in instructions (valgrind's cachegrind), not timed: on a
+# shared 2-vCPU VM the timed study (`mtlab bench malloc`) scatters by tens of
+# percent between repetitions, far more than the 1 % the inactive target allows.
 #
 # Runs mtlab's malloc-test workload (2 threads, 512-byte blocks, depth 10)
 # with N and 2N iterations under each configuration; the difference divided
@@ -10,6 +10,10 @@
 #   none            no preload
 #   inactive        LD_PRELOAD mtlab, --sample 512KiB --inactive (GOT routing on)
 #   inactive-noGOT  the same with MTLAB_GOT=0: calls pass through mtlab's shims
+#   active-512KiB   sampling on, mean interval 512 KiB, frame-pointer stacks
+#   active-64KiB    the same at 64 KiB
+# Instructions are not cycles: a stack capture's loads and the interposition
+# hop's indirect jump cost more per instruction than the allocator's own code.
 #
 # Usage: bench/inactive_instructions.sh [N]      (default 100000)
 #        MTLAB=path/to/mtlab bench/inactive_instructions.sh
@@ -42,6 +46,8 @@ instructions() {
         none) ;;
         inactive) env=(LD_PRELOAD="$SO" MTLAB_OUT="$TMP/t.mtl" MTLAB_SAMPLE=524288 MTLAB_INACTIVE=1) ;;
         inactive-noGOT) env=(LD_PRELOAD="$SO" MTLAB_OUT="$TMP/t.mtl" MTLAB_SAMPLE=524288 MTLAB_INACTIVE=1 MTLAB_GOT=0) ;;
+        active-512KiB) env=(LD_PRELOAD="$SO" MTLAB_OUT="$TMP/t.mtl" MTLAB_SAMPLE=524288 MTLAB_SAMPLE_SEED=1) ;;
+        active-64KiB) env=(LD_PRELOAD="$SO" MTLAB_OUT="$TMP/t.mtl" MTLAB_SAMPLE=65536 MTLAB_SAMPLE_SEED=1) ;;
     esac
     env "${env[@]}" valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file="$out" \
         "$WORKLOAD" --threads 2 --size 512 --depth 10 --iterations "$2" >/dev/null 2>&1
@@ -49,7 +55,7 @@ instructions() {
 }
 
 printf '%-16s %16s %16s %18s\n' configuration "Ir (N=$N)" "Ir (N=$((2 * N)))" "instructions/pair"
-for cfg in none inactive inactive-noGOT; do
+for cfg in none inactive inactive-noGOT active-512KiB active-64KiB; do
     a=$(instructions "$cfg" "$N")
     b=$(instructions "$cfg" $((2 * N)))
     per=$(awk -v a="$a" -v b="$b" -v n="$N" 'BEGIN { printf "%.2f", (b - a) / (2 * n) }')

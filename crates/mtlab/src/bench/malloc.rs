@@ -191,6 +191,8 @@ pub struct RunMetrics {
     /// Cycles per captured stack, from the trace's STATS (mtlab runs only).
     pub cycles_per_stack: Option<f64>,
     pub samples: Option<u64>,
+    /// malloc-test: the fenced TSC pair's own cost, taken off `value`.
+    pub timer: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -209,6 +211,11 @@ pub struct ConfigResult {
     pub ratio_min: f64,
     pub ratio_max: f64,
     pub increase_pct: f64,
+    /// malloc-test: the increase with the timer's own cost left in each
+    /// timed call, as the source paper measured t (median over repetitions).
+    pub increase_pct_timed: Option<f64>,
+    /// malloc-test: median cost of the fenced TSC pair around each call.
+    pub timer_cycles: Option<f64>,
     pub cycles_per_stack: Option<f64>,
     pub runs: Vec<f64>,
 }
@@ -323,6 +330,7 @@ impl Runner {
                     value: v["malloc_trimmed_mean_cycles"].as_f64().unwrap_or(f64::NAN),
                     p50: v["malloc_p50_cycles"].as_f64().unwrap_or(f64::NAN),
                     p99: v["malloc_p99_cycles"].as_f64().unwrap_or(f64::NAN),
+                    timer: v["timer_overhead_cycles"].as_f64(),
                     ..Default::default()
                 }
             }
@@ -371,6 +379,12 @@ fn summarize(
             let mut p99s: Vec<f64> = mine.iter().map(|m| m.p99).collect();
             let mut cps: Vec<f64> = mine.iter().filter_map(|m| m.cycles_per_stack).collect();
             let ratio = median(&mut ratios);
+            let mut timed: Vec<f64> = mine
+                .iter()
+                .zip(base)
+                .filter_map(|(m, b)| Some((m.value + m.timer?) / (b.value + b.timer?)))
+                .collect();
+            let increase_pct_timed = (timed.len() == mine.len() && !timed.is_empty()).then(|| (median(&mut timed) - 1.0) * 100.0);
             ConfigResult {
                 workload: w,
                 threads,
@@ -384,6 +398,11 @@ fn summarize(
                 ratio_min: ratios.iter().cloned().fold(f64::INFINITY, f64::min),
                 ratio_max: ratios.iter().cloned().fold(f64::NEG_INFINITY, f64::max),
                 increase_pct: (ratio - 1.0) * 100.0,
+                increase_pct_timed,
+                timer_cycles: {
+                    let mut t: Vec<f64> = mine.iter().filter_map(|m| m.timer).collect();
+                    (!t.is_empty()).then(|| median(&mut t))
+                },
                 cycles_per_stack: (!cps.is_empty()).then(|| median(&mut cps)),
                 runs: values,
             }
@@ -495,6 +514,42 @@ pub fn run(a: MallocArgs) -> Result<MallocBenchResult, BenchError> {
     Ok(MallocBenchResult { results, coverage })
 }
 
+/// The source paper's table for one workload: one row per (profiler,
+/// allocator, threads), one column per interval. `timed`: the increases
+/// and the baseline with the timer's own cost left in.
+fn paper_table(rows: &[&ConfigResult], intervals: &[u64], timed: bool) -> comfy_table::Table {
+    let cell = |c: &ConfigResult| if timed { c.increase_pct_timed } else { Some(c.increase_pct) };
+    let mut t = comfy_table::Table::new();
+    t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
+    let mut header = vec!["profiler".to_string(), "allocator".into(), "threads".into(), "baseline".into(), "inactive".into()];
+    header.extend(intervals.iter().map(|&i| format_size(i)));
+    t.set_header(header);
+    let mut groups: BTreeMap<(String, String, u32), Vec<&ConfigResult>> = BTreeMap::new();
+    for c in rows {
+        if matches!(c.config.profiler, Profiler::None) {
+            continue;
+        }
+        let label = if matches!(c.config.profiler, Profiler::MtlabInactive) { "mtlab fp".to_string() } else { c.label.clone() };
+        groups.entry((label, c.config.allocator.clone(), c.threads)).or_default().push(c);
+    }
+    let text = |c: &ConfigResult| cell(c).map(|v| format!("{v:+.0} %")).unwrap_or_default();
+    for ((label, alloc, threads), cs) in groups {
+        let base = rows
+            .iter()
+            .find(|b| b.threads == threads && matches!(b.config.profiler, Profiler::None) && b.config.allocator == alloc)
+            .and_then(|b| if timed { b.timer_cycles.map(|t| b.value + t) } else { Some(b.value) })
+            .map(|v| format!("{v:.1}"))
+            .unwrap_or_default();
+        let inactive = cs.iter().find(|c| matches!(c.config.profiler, Profiler::MtlabInactive)).map(|c| text(c)).unwrap_or_default();
+        let mut row = vec![label, alloc, threads.to_string(), base, inactive];
+        for &i in intervals {
+            row.push(cs.iter().find(|c| c.interval == Some(i)).map(|c| text(c)).unwrap_or_default());
+        }
+        t.add_row(row);
+    }
+    t
+}
+
 /// The source paper's table: one row per (profiler, threads), one column per interval.
 pub fn render(r: &MallocBenchResult, intervals: &[u64]) -> String {
     let mut out = String::new();
@@ -508,34 +563,14 @@ pub fn render(r: &MallocBenchResult, intervals: &[u64]) -> String {
             Workload::Pipeline => "latency pipeline: increase of mean tick-to-trade latency (slowest 1 % trimmed) over the same allocator without a profiler",
         };
         out.push_str(&format!("{what}\n"));
-        let mut t = comfy_table::Table::new();
-        t.load_style(comfy_table::presets::UTF8_FULL_CONDENSED);
-        let mut header = vec!["profiler".to_string(), "allocator".into(), "threads".into(), "baseline".into(), "inactive".into()];
-        header.extend(intervals.iter().map(|&i| format_size(i)));
-        t.set_header(header);
-        let mut groups: BTreeMap<(String, String, u32), Vec<&ConfigResult>> = BTreeMap::new();
-        for c in &rows {
-            if matches!(c.config.profiler, Profiler::None) {
-                continue;
-            }
-            let label = if matches!(c.config.profiler, Profiler::MtlabInactive) { "mtlab fp".to_string() } else { c.label.clone() };
-            groups.entry((label, c.config.allocator.clone(), c.threads)).or_default().push(c);
+        out.push_str(&format!("{}\n", paper_table(&rows, intervals, false)));
+        if w == Workload::MallocTest && rows.iter().any(|c| c.increase_pct_timed.is_some()) {
+            let timer = rows.iter().filter_map(|c| c.timer_cycles).next().map(|t| format!(" ({t:.0} cycles here)")).unwrap_or_default();
+            out.push_str(&format!(
+                "the same, as the source paper timed it: each call's fenced TSC pair{timer} left in the time\n"
+            ));
+            out.push_str(&format!("{}\n", paper_table(&rows, intervals, true)));
         }
-        for ((label, alloc, threads), cs) in groups {
-            let base = rows
-                .iter()
-                .find(|b| b.threads == threads && matches!(b.config.profiler, Profiler::None) && b.config.allocator == alloc)
-                .map(|b| format!("{:.1}", b.value))
-                .unwrap_or_default();
-            let cell = |c: &ConfigResult| format!("{:+.0} %", c.increase_pct);
-            let inactive = cs.iter().find(|c| matches!(c.config.profiler, Profiler::MtlabInactive)).map(|c| cell(c)).unwrap_or_default();
-            let mut row = vec![label, alloc, threads.to_string(), base, inactive];
-            for &i in intervals {
-                row.push(cs.iter().find(|c| c.interval == Some(i)).map(|c| cell(c)).unwrap_or_default());
-            }
-            t.add_row(row);
-        }
-        out.push_str(&format!("{t}\n"));
         let unw: Vec<&ConfigResult> = rows.iter().copied().filter(|c| c.cycles_per_stack.is_some()).collect();
         if !unw.is_empty() {
             let mut per: BTreeMap<String, Vec<f64>> = BTreeMap::new();
@@ -583,7 +618,7 @@ pub fn write_csv(r: &MallocBenchResult, dir: &Path) -> Result<PathBuf, BenchErro
     let mut w = csv::Writer::from_path(&path).map_err(io)?;
     w.write_record([
         "workload", "threads", "allocator", "profiler", "interval", "value", "p50", "p99", "ratio", "ratio_min", "ratio_max",
-        "increase_pct", "cycles_per_stack",
+        "increase_pct", "increase_pct_timed", "cycles_per_stack",
     ])
     .map_err(io)?;
     for c in &r.results {
@@ -600,10 +635,48 @@ pub fn write_csv(r: &MallocBenchResult, dir: &Path) -> Result<PathBuf, BenchErro
             c.ratio_min.to_string(),
             c.ratio_max.to_string(),
             c.increase_pct.to_string(),
+            c.increase_pct_timed.map(|v| v.to_string()).unwrap_or_default(),
             c.cycles_per_stack.map(|v| v.to_string()).unwrap_or_default(),
         ])
         .map_err(io)?;
     }
     w.flush().map_err(|e| io(e.into()))?;
     Ok(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(value: f64, timer: Option<f64>) -> RunMetrics {
+        RunMetrics { value, timer, ..Default::default() }
+    }
+
+    #[test]
+    fn increases_are_per_repetition_medians_with_and_without_the_timer() {
+        let cfgs = vec![
+            Config { allocator: "glibc".into(), profiler: Profiler::None, baseline: 0 },
+            Config { allocator: "glibc".into(), profiler: Profiler::MtlabInactive, baseline: 0 },
+        ];
+        // Timer 60 cycles; the profiled call costs 20 → 25, 10 → 12, 20 → 30.
+        let runs = vec![
+            vec![run(20.0, Some(60.0)), run(10.0, Some(60.0)), run(20.0, Some(60.0))],
+            vec![run(25.0, Some(60.0)), run(12.0, Some(60.0)), run(30.0, Some(60.0))],
+        ];
+        let r = summarize(Workload::MallocTest, 1, &cfgs, &runs);
+        // Strict ratios 1.25, 1.2, 1.5: median 1.25.
+        assert!((r[1].increase_pct - 25.0).abs() < 1e-9, "{}", r[1].increase_pct);
+        // Timed ratios 85/80, 72/70, 90/80: median 85/80.
+        assert!((r[1].increase_pct_timed.unwrap() - 6.25).abs() < 1e-9, "{:?}", r[1].increase_pct_timed);
+        assert_eq!(r[1].timer_cycles, Some(60.0));
+        assert_eq!(r[0].increase_pct_timed, Some(0.0));
+    }
+
+    #[test]
+    fn no_timed_increase_without_the_timer() {
+        let cfgs = vec![Config { allocator: "glibc".into(), profiler: Profiler::None, baseline: 0 }];
+        let r = summarize(Workload::Pipeline, 1, &cfgs, &[vec![run(40.0, None), run(50.0, None)]]);
+        assert_eq!(r[0].increase_pct_timed, None);
+        assert_eq!(r[0].timer_cycles, None);
+    }
 }
