@@ -735,8 +735,16 @@ struct RawFrame {
     line: Option<u32>,
 }
 
+/// Symbol-table names carry no language: only names in a mangling scheme
+/// (Itanium C++ and legacy Rust `_Z…`, Rust v0 `_R…`) are demangled. A C name
+/// is not: `cpp_demangle` would read a function called `a` as the type
+/// `signed char`.
 fn demangle(name: &str) -> String {
-    addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned()
+    if name.starts_with("_Z") || name.starts_with("_R") {
+        addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned()
+    } else {
+        name.to_string()
+    }
 }
 
 impl Module {
@@ -1152,6 +1160,10 @@ zzzz-1000 r-xp 00000000 00:00 0 /bad/hex
             "core::ptr::drop_in_place"
         );
         assert_eq!(demangle("malloc"), "malloc");
+        // One-letter C names are Itanium type codes; they stay names.
+        assert_eq!(demangle("a"), "a");
+        assert_eq!(demangle("b"), "b");
+        assert_eq!(demangle("_RNvCs1234_4core3foo"), "core::foo");
     }
 
     // ---------------------------------------------------------------- end-to-end
