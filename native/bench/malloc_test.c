@@ -22,6 +22,11 @@
  * 99.99th percentile that leaves such outliers out: the figure to compare.
  * cycles_per_op then includes the cost of the two timer reads.
  *
+ * With --stamp-calls the TSC is read, unfenced, before and after every malloc
+ * and every free and the differences are kept, as a tracer that times every
+ * call must: cycles_per_op then shows the floor of such a tracer on this
+ * machine (`mtlab bench tracer` runs it beside the untraced workload).
+ *
  * Frames: worker -> descend x DEPTH -> malloc, all noinline, so a
  * frame-pointer walk from malloc sees about DEPTH + 3 frames.
  *
@@ -72,6 +77,8 @@ static long warmup = -1; /* -1: 10% of iterations */
 static int touch;
 static int pin; /* --pin: thread i runs on CPU i mod ncpu */
 static int time_each;
+static int stamp_calls;
+static __thread uint64_t stamp_sink; /* where --stamp-calls keeps its differences */
 static uint64_t timer_overhead;      /* median of empty pairs: subtracted from quantiles */
 static double timer_overhead_mean;   /* mean of empty pairs: subtracted from means */
 static pthread_barrier_t start, measured;
@@ -96,13 +103,24 @@ __attribute__((noinline)) static void descend(int level, struct hist *h) {
         /* Raw: the TSC ticks in steps here (26 on some VMs), so the timer's
          * cost is taken off the averages, not off each clamped sample. */
         hist_add(h, t1 - t0);
+    } else if (stamp_calls) {
+        uint64_t t0 = tsc();
+        p = malloc(block_size);
+        stamp_sink += tsc() - t0;
     } else {
         p = malloc(block_size);
     }
     if (!p) abort();
     if (touch) memset(p, 0xa5, block_size);
     __asm__ __volatile__("" : : "r"(p) : "memory");
-    free(p);
+    if (stamp_calls) {
+        uint64_t t0 = tsc();
+        free(p);
+        stamp_sink += tsc() - t0;
+        __asm__ __volatile__("" : : "r"(stamp_sink) : "memory");
+    } else {
+        free(p);
+    }
 }
 
 static void *worker(void *arg) {
@@ -147,7 +165,7 @@ static uint64_t measure_timer_overhead(void) {
 
 static void usage(void) {
     fprintf(stderr, "usage: mtlab-malloc-test [--threads N] [--size BYTES] [--depth N] [--iterations N] "
-                    "[--warmup N] [--touch] [--time-each] [--pin]\n");
+                    "[--warmup N] [--touch] [--time-each | --stamp-calls] [--pin]\n");
 }
 
 static long parse_num(const char *flag, const char *v, long min) {
@@ -175,10 +193,16 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--touch")) touch = 1;
         else if (!strcmp(a, "--pin")) pin = 1;
         else if (!strcmp(a, "--time-each")) time_each = 1;
+        else if (!strcmp(a, "--stamp-calls")) stamp_calls = 1;
         else {
             usage();
             return 2;
         }
+    }
+    if (time_each && stamp_calls) {
+        fprintf(stderr, "mtlab-malloc-test: --time-each and --stamp-calls exclude each other\n");
+        usage();
+        return 2;
     }
     if (warmup < 0) warmup = iterations / 10;
     if (time_each) timer_overhead = measure_timer_overhead();
@@ -219,9 +243,9 @@ int main(int argc, char **argv) {
     double wall_ns = (double)(w1.tv_sec - w0.tv_sec) * 1e9 + (double)(w1.tv_nsec - w0.tv_nsec);
     double per_op = (double)total / ((double)iterations * threads);
     printf("{\"workload\":\"malloc-test\",\"threads\":%d,\"size\":%zu,\"depth\":%d,\"iterations\":%ld,"
-           "\"warmup\":%ld,\"touch\":%s,\"time_each\":%s,\"cycles_per_op\":%.2f,\"wall_ns\":%.0f",
+           "\"warmup\":%ld,\"touch\":%s,\"time_each\":%s,\"stamp_calls\":%s,\"cycles_per_op\":%.2f,\"wall_ns\":%.0f",
            threads, block_size, depth, iterations, warmup, touch ? "true" : "false",
-           time_each ? "true" : "false", per_op, wall_ns);
+           time_each ? "true" : "false", stamp_calls ? "true" : "false", per_op, wall_ns);
     if (time_each) {
         static struct hist all;
         hist_reset(&all);

@@ -234,18 +234,28 @@ struct Runner {
     mtlab: PathBuf,
     heaptrack: Option<PathBuf>,
     heaptrack_raw: bool,
+    /// Also run the workload with its own TSC reads around every call
+    /// (malloc-test's --stamp-calls): the floor of a tracer that times each call.
+    stamp_floor: bool,
 }
+
+/// The configuration that runs malloc-test with --stamp-calls.
+const STAMP_FLOOR: &str = "untraced + TSC reads";
 
 impl Runner {
     fn new(dir: Option<PathBuf>, no_heaptrack: bool, heaptrack_raw: bool) -> Result<Self, BenchError> {
         let (dir, tmp) = work_dir(dir)?;
         let mtlab = std::env::current_exe().map_err(|source| BenchError::Io { path: "mtlab".into(), source })?;
         let heaptrack = if no_heaptrack { None } else { heaptrack_path() };
-        Ok(Runner { dir, _tmp: tmp, mtlab, heaptrack, heaptrack_raw })
+        Ok(Runner { dir, _tmp: tmp, mtlab, heaptrack, heaptrack_raw, stamp_floor: false })
     }
 
     fn configs(&self) -> Vec<&'static str> {
-        let mut v = vec!["untraced", "mtlab"];
+        let mut v = vec!["untraced"];
+        if self.stamp_floor {
+            v.push(STAMP_FLOOR);
+        }
+        v.push("mtlab");
         if self.heaptrack.is_some() {
             v.push(if self.heaptrack_raw { "heaptrack --raw" } else { "heaptrack" });
         }
@@ -275,6 +285,9 @@ impl Runner {
             _ => {
                 let mut c = Command::new(&argv[0]);
                 c.args(&argv[1..]);
+                if config == STAMP_FLOOR {
+                    c.arg("--stamp-calls");
+                }
                 (c, Box::new(Vec::new))
             }
         }
@@ -309,7 +322,7 @@ impl Runner {
                     recorder_rss[i] = Some(recorder_rss[i].unwrap_or(0).max(m.max_rss_kib));
                 }
                 rss[i] = rss[i].max(program_rss.unwrap_or(m.max_rss_kib));
-                if *cfg != "untraced" {
+                if *cfg != "untraced" && *cfg != STAMP_FLOOR {
                     sizes[i] = Some(files_size(&family));
                 }
             }
@@ -411,6 +424,11 @@ fn print_result(r: &BenchResult, json: bool) {
     println!(
         "peak RSS: for mtlab, the largest the traced processes reported themselves (STATS); otherwise of the largest process of the run"
     );
+    if r.configs.iter().any(|c| c.name == STAMP_FLOOR) {
+        println!(
+            "{STAMP_FLOOR}: the untraced workload reading the TSC before and after every malloc and free, as a tracer that times each call must: that tracer's floor here"
+        );
+    }
     for c in &r.configs {
         if let Some(kib) = c.recorder_rss_kib {
             println!(
@@ -442,7 +460,8 @@ fn print_result(r: &BenchResult, json: bool) {
 pub fn run(cmd: BenchCommand) -> Result<ExitCode, BenchError> {
     match cmd {
         BenchCommand::Tracer(a) => {
-            let runner = Runner::new(a.common.dir, a.common.no_heaptrack, false)?;
+            let mut runner = Runner::new(a.common.dir, a.common.no_heaptrack, false)?;
+            runner.stamp_floor = true;
             let workload = native::path(Part::MallocTest)?;
             let argv: Vec<OsString> = vec![
                 workload.into_os_string(),
