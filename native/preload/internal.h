@@ -108,20 +108,55 @@ struct mtlab_buf {
 #define MTLAB_BUF_HEAD (MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER)
 #define MTLAB_BUF_CAP (MTLAB_BUF_BYTES - sizeof(struct mtlab_buf) - MTLAB_BUF_HEAD)
 
-struct mtlab_tls {
-    int guard;    /* inside mtlab's own code: every shim passes through */
-    int in_alloc; /* inside a real allocator call: nested mmaps are the allocator's */
-    int dead;     /* buffer released by the thread-exit destructor */
-    struct mtlab_buf *buf;
-    uintptr_t stack_lo, stack_hi; /* this thread's stack: frame walks stay inside */
-    uint64_t arena_base, arena_size; /* last glibc arena heap extent reported */
-    int64_t countdown;               /* sampler: bytes to the next sample point */
-    uint64_t rng;                    /* sampler: xorshift state */
-    int sampler_init;
-    uint64_t dump_seen, last_flush_tsc;
-    uint32_t pend_captures; /* sampler: stack captures not yet added to the shared counts */
-    uint64_t pend_unwind;   /* ... and their TSC cycles */
+/* The thread's last frame-pointer walk (stack.c).
+ *
+ * A walk is a chain of dependent loads (each frame's address is read from the
+ * one before), so it costs the load latency times the depth. When the program
+ * allocates again from the same place, the chain is the same: the memo keeps
+ * the frame addresses and the two words read at each, and a hit re-reads
+ * those words with independent loads. If the first frame's address and every
+ * word read are unchanged, the walk would visit the same frames and make the
+ * same decisions, so it would give the same stack: the memo's id is the
+ * answer, with no hashing and no table probe. Every re-read lies in
+ * [frame, stack top) of this thread's stack, which the walk itself reads; a
+ * walk that did not start on that stack is never memoized (id 0). */
+#define MTLAB_MEMO_LEVELS 32
+struct mtlab_stack_memo {
+    uint32_t id;     /* 0: empty (a fork clears it: the child's ids start afresh) */
+    uint32_t levels; /* frames read by the walk; > MTLAB_MEMO_LEVELS: not memoized */
+    uintptr_t fp[MTLAB_MEMO_LEVELS];
+    uintptr_t words[2 * MTLAB_MEMO_LEVELS] __attribute__((aligned(16))); /* saved frame pointer, return address */
 };
+
+/* Everything mtlab keeps per thread, in one thread-local block of exactly one
+ * page. A pthread's static TLS lies at the top of its stack, so a block of
+ * any other size would move the program's stack frames to other offsets
+ * within their pages, and with them which of its stack accesses alias its
+ * heap accesses in the caches: on malloc-test, an 896-byte block made every
+ * malloc ~3 cycles slower with the same instructions. A whole page keeps
+ * every offset as it is without mtlab. */
+#define MTLAB_TLS_BYTES 4096
+struct mtlab_tls {
+    union {
+        struct {
+            int guard;    /* inside mtlab's own code: every shim passes through */
+            int in_alloc; /* inside a real allocator call: nested mmaps are the allocator's */
+            int dead;     /* buffer released by the thread-exit destructor */
+            struct mtlab_buf *buf;
+            uintptr_t stack_lo, stack_hi; /* this thread's stack: frame walks stay inside */
+            uint64_t arena_base, arena_size; /* last glibc arena heap extent reported */
+            int64_t countdown;               /* sampler: bytes to the next sample point */
+            uint64_t rng;                    /* sampler: xorshift state */
+            int sampler_init;
+            uint64_t dump_seen, last_flush_tsc;
+            uint32_t pend_captures; /* sampler: stack captures not yet added to the shared counts */
+            uint64_t pend_unwind;   /* ... and their TSC cycles */
+            struct mtlab_stack_memo memo; /* the last frame-pointer walk (stack.c) */
+        };
+        char page[MTLAB_TLS_BYTES];
+    };
+};
+_Static_assert(sizeof(struct mtlab_tls) == MTLAB_TLS_BYTES, "mtlab's thread-local block is one page");
 extern HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model("initial-exec")));
 
 HIDDEN struct mtlab_buf *mtlab_thread_buf(void); /* guard must be set */
@@ -201,30 +236,10 @@ HIDDEN int mtlab_unwind_init(int unwind); /* 0 ok, -1: that unwinder is not avai
 /* Walks the stack from `frame` (see mtlab_stack_id_at, below, for the usual entry). */
 HIDDEN uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame);
 
-/* The thread's last frame-pointer walk (stack.c).
- *
- * A walk is a chain of dependent loads (each frame's address is read from the
- * one before), so it costs the load latency times the depth. When the program
- * allocates again from the same place, the chain is the same: the memo keeps
- * the frame addresses and the two words read at each, and a hit re-reads
- * those words with independent loads. If the first frame's address and every
- * word read are unchanged, the walk would visit the same frames and make the
- * same decisions, so it would give the same stack: the memo's id is the
- * answer, with no hashing and no table probe. Every re-read lies in
- * [frame, stack top) of this thread's stack, which the walk itself reads; a
- * walk that did not start on that stack is never memoized (id 0). */
-#define MTLAB_MEMO_LEVELS 32
-struct mtlab_stack_memo {
-    uint32_t id;     /* 0: empty (a fork clears it: the child's ids start afresh) */
-    uint32_t levels; /* frames read by the walk; > MTLAB_MEMO_LEVELS: not memoized */
-    uintptr_t fp[MTLAB_MEMO_LEVELS];
-    uintptr_t words[2 * MTLAB_MEMO_LEVELS] __attribute__((aligned(16))); /* saved frame pointer, return address */
-};
-extern HIDDEN __thread struct mtlab_stack_memo mtlab_memo __attribute__((tls_model("initial-exec")));
 
 /* Would a frame-pointer walk from `frame` give the memo's stack again? */
 static inline int mtlab_memo_hit(uintptr_t frame) {
-    const struct mtlab_stack_memo *m = &mtlab_memo;
+    const struct mtlab_stack_memo *m = &mtlab_tls.memo;
     if (m->fp[0] != frame || m->id == 0) return 0;
 #if defined(__SSE2__)
     /* A frame's two words against their copy in one 16-byte compare; the
@@ -248,7 +263,7 @@ static inline int mtlab_memo_hit(uintptr_t frame) {
 
 /* The id of the stack from `frame`: the memo when it holds, else a walk. */
 static inline uint32_t mtlab_stack_id_at(struct mtlab_buf *b, const void *frame) {
-    if (mtlab_cfg.unwind == MTLAB_UNWIND_FP && mtlab_memo_hit((uintptr_t)frame)) return mtlab_memo.id;
+    if (mtlab_cfg.unwind == MTLAB_UNWIND_FP && mtlab_memo_hit((uintptr_t)frame)) return mtlab_tls.memo.id;
     return mtlab_stack_id(b, frame);
 }
 HIDDEN void mtlab_stack_table_init(void);

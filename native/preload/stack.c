@@ -74,8 +74,6 @@ static _Unwind_Reason_Code gcc_step(struct _Unwind_Context *ctx, void *arg) {
     return _URC_NO_REASON;
 }
 
-HIDDEN __thread struct mtlab_stack_memo mtlab_memo __attribute__((tls_model("initial-exec")));
-
 /* Return addresses, innermost first, starting at the caller of the shim.
  * `frame` is the frame of the mtlab function that records the event (the
  * exported shims tail-call into it, so its return address is the program's);
@@ -139,7 +137,7 @@ void mtlab_stack_table_init(void) {
 /* After fork the child's ids start afresh: its trace defines its own stacks. */
 void mtlab_stack_table_reset(void) {
     if (table) madvise((void *)table, TABLE_SLOTS * sizeof(uint64_t), MADV_DONTNEED);
-    mtlab_memo.id = 0; /* the forking thread is the child's only one */
+    mtlab_tls.memo.id = 0; /* the forking thread is the child's only one */
 }
 
 static void write_def(struct mtlab_buf *b, uint32_t id, const uintptr_t *pcs, int n) {
@@ -161,8 +159,8 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
 /* `frame` is the shim's frame address; its return address is the caller. */
 uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
     int fp_walk = mtlab_cfg.unwind == MTLAB_UNWIND_FP;
-    uint32_t id = stack_id_walk(b, frame, fp_walk ? &mtlab_memo : NULL);
-    if (fp_walk) mtlab_memo.id = mtlab_memo.levels <= MTLAB_MEMO_LEVELS ? id : 0;
+    uint32_t id = stack_id_walk(b, frame, fp_walk ? &mtlab_tls.memo : NULL);
+    if (fp_walk) mtlab_tls.memo.id = mtlab_tls.memo.levels <= MTLAB_MEMO_LEVELS ? id : 0;
     return id;
 }
 

@@ -113,4 +113,23 @@ mod tests {
         assert_eq!(&head[..4], b"\x7fELF");
         assert_eq!(path(Part::Preload).unwrap(), p, "second call reuses the cached copy");
     }
+
+    /// The preload library's thread-local block is exactly one page, so a
+    /// traced program's thread stacks keep their offsets within pages (see
+    /// `struct mtlab_tls` in native/preload/internal.h).
+    #[test]
+    fn preload_thread_local_block_is_one_page() {
+        let elf = std::fs::read(path(Part::Preload).unwrap()).unwrap();
+        let u16_at = |o: usize| u16::from_le_bytes(elf[o..o + 2].try_into().unwrap()) as usize;
+        let u64_at = |o: usize| u64::from_le_bytes(elf[o..o + 8].try_into().unwrap());
+        assert_eq!(elf[4], 2, "64-bit ELF");
+        let (phoff, phentsize, phnum) = (u64_at(0x20) as usize, u16_at(0x36), u16_at(0x38));
+        const PT_TLS: u32 = 7;
+        let tls: Vec<u64> = (0..phnum)
+            .map(|i| phoff + i * phentsize)
+            .filter(|&h| u32::from_le_bytes(elf[h..h + 4].try_into().unwrap()) == PT_TLS)
+            .map(|h| u64_at(h + 0x28)) // p_memsz
+            .collect();
+        assert_eq!(tls, vec![4096]);
+    }
 }
