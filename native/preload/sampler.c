@@ -159,10 +159,8 @@ void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame)
         return r;
     }
     if (!r || !(__atomic_load_n(&mtlab_ctl->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE)) {
-        /* The point fell in bytes never allocated, or sampling is off (the
-         * shims count down regardless): draw the next point, sample nothing.
-         * Points drawn while off keep the process of points Poisson, so the
-         * first point after `start` is as far away as any other. */
+        /* The point fell in bytes never allocated, or sampling was switched
+         * off since the shim looked: draw the next point, sample nothing. */
         t->guard++;
         if (!t->sampler_init) seed(t);
         t->countdown = draw(t, __atomic_load_n(&mtlab_ctl->interval, __ATOMIC_RELAXED));

@@ -51,14 +51,17 @@ static inline void commit(struct mtlab_buf *b, uint8_t *p) {
     if (UNLIKELY(mtlab_tls.dead)) mtlab_release_dead_buf();
 }
 
-/* Sampling mode: count the bytes down first, so that the common case is a
- * tail call; only when the count runs out is the real call made here and the
- * slow path taken, which samples only if sampling is on (while it is off the
- * allocation functions are mostly routed past the shims anyway, see got.c).
- * Not reading the control page here keeps the active path at its shortest. */
+/* Sampling mode: count the bytes down, so that the common case is a tail
+ * call whether sampling is on or off; only when the count runs out is the
+ * real call made here and the slow path taken. While sampling is off the
+ * count stands still, so where the first sample after `start` falls depends
+ * only on the draws (a fixed --sample-seed repeats the run), not on how much
+ * was allocated while off. */
 #define SAMPLING_ALLOC(KIND, CALL, SIZE)                                                                      \
     do {                                                                                                      \
-        if (mtlab_ctl) {                                                                                      \
+        struct mtlab_ctl_page *c_ = mtlab_ctl;                                                                \
+        if (c_) {                                                                                             \
+            if (LIKELY(!(__atomic_load_n(&c_->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE))) return CALL;    \
             if (LIKELY((mtlab_tls.countdown -= (int64_t)(SIZE)) > 0)) return CALL;                            \
             void *r_ = CALL;                                                                                  \
             return mtlab_sample_alloc(KIND, r_, SIZE, NULL);                                                  \
@@ -310,7 +313,8 @@ EXPORT int posix_memalign(void **out, size_t align, size_t n) {
     ensure_real();
     if (mtlab_ctl) {
         int ret = mtlab_real.posix_memalign(out, align, n);
-        if (ret == 0 && (t->countdown -= (int64_t)n) <= 0)
+        if ((__atomic_load_n(&mtlab_ctl->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE) && ret == 0 &&
+            (t->countdown -= (int64_t)n) <= 0)
             mtlab_sample_alloc(MTLAB_EV_POSIX_MEMALIGN, *out, n, NULL);
         return ret;
     }

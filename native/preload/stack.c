@@ -11,6 +11,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <link.h>
 #include <sys/mman.h>
 #include <unwind.h>
@@ -167,7 +168,17 @@ uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
 static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtlab_stack_memo *memo_out) {
     uintptr_t pcs[MTLAB_MAX_DEPTH];
     if (memo_out) memo_out->levels = 0;
-    int n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
+    /* The DWARF unwinders are libraries: libunwind sets errno (EAGAIN) when
+     * it first sets up its memory checks. The shims leave errno to their
+     * slow paths, and this is one. */
+    int n;
+    if (mtlab_cfg.unwind == MTLAB_UNWIND_FP) {
+        n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
+    } else {
+        int saved = errno;
+        n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
+        errno = saved;
+    }
     /* Independent multiplies: the hash costs little more than the loads. */
     uint64_t h = 0x243f6a8885a308d3ull ^ (uint64_t)n;
     for (int i = 0; i < n; i++) h += (uint64_t)pcs[i] * (0x9e3779b97f4a7c15ull + 2 * (uint64_t)i);

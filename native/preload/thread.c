@@ -182,7 +182,7 @@ static void stack_bounds(uintptr_t *lo, uintptr_t *hi) {
 struct mtlab_buf *mtlab_thread_buf(void) {
     struct mtlab_tls *t = &mtlab_tls;
     if (LIKELY(t->buf != NULL)) return t->buf;
-    int saved = errno; /* pthread_getattr_np may read /proc: the caller's errno stays */
+    int saved = errno; /* pthread_setspecific and the set-up may set it: the caller's errno stays */
     struct mtlab_buf *b = acquire_buf();
     if (!b) {
         errno = saved;

@@ -770,10 +770,15 @@ impl Module {
                 continue;
             };
             while let Ok(Some(f)) = it.next() {
+                // A compile unit without a language tag would have its names
+                // guessed at; those get the symbol table's rule instead.
                 let function = f
                     .function
                     .as_ref()
-                    .and_then(|n| n.demangle().ok().map(Cow::into_owned))
+                    .and_then(|n| match n.language {
+                        Some(_) => n.demangle().ok().map(Cow::into_owned),
+                        None => n.raw_name().ok().map(|raw| demangle(&raw)),
+                    })
                     .filter(|s| !s.is_empty());
                 let (file, line) = match &f.location {
                     Some(loc) => (loc.file.map(str::to_string), loc.line.filter(|&l| l != 0)),

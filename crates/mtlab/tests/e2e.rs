@@ -101,6 +101,28 @@ fn same_inner_frames_under_different_callers_are_two_sites() {
 }
 
 #[test]
+fn errno_is_left_as_the_program_set_it() {
+    let lab = Lab::new();
+    let prog = lab.compile("errno_kept");
+    let mut modes: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["--stacks", "none"],
+        vec!["--unwind", "libgcc"],
+        vec!["--sample", "1KiB"],
+        vec!["--sample", "1KiB", "--unwind", "libgcc"],
+    ];
+    if std::path::Path::new("/usr/lib/x86_64-linux-gnu/libunwind.so.8").exists() {
+        modes.push(vec!["--unwind", "libunwind"]);
+        modes.push(vec!["--sample", "1KiB", "--unwind", "libunwind"]);
+    }
+    for extra in modes {
+        let o = lab.record_cmd("t.mtl", &extra, &prog, &["3000"]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&o.stdout), "errno changed 0 times\n", "mtlab record {extra:?}");
+        assert_eq!(o.status.code(), Some(0), "mtlab record {extra:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
 fn calloc_once_is_one_call_of_1000_bytes() {
     let lab = Lab::new();
     let prog = lab.compile("calloc_once");

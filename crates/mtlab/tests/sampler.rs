@@ -360,6 +360,24 @@ fn estimator_is_unbiased_and_its_intervals_cover_the_truth() {
     assert_eq!(distinct.len(), runs.len(), "every seed gives its own run");
 }
 
+#[test]
+fn a_fixed_seed_repeats_the_run_whatever_was_allocated_while_off() {
+    // While sampling is off the countdown to the next sample must stand
+    // still: the samples after the toggle then depend on the seed alone.
+    let lab = Lab::new();
+    let prog = lab.compile("s_seed_start");
+    let run = |off: &str| {
+        let o = lab.record_cmd("t.mtl", &["--sample", "16KiB", "--inactive", "--sample-seed", "1"], &prog, &[off]).output().unwrap();
+        assert_success(&o, "s_seed_start");
+        let r = lab.report("t.mtl");
+        (u(&profile(&r)["samples"]), profile(&r)["alloc_bytes"]["value"].to_string())
+    };
+    let base = run("0");
+    assert!(base.0 > 100, "the fixed workload is sampled: {base:?}");
+    assert_eq!(run("100"), base, "100 allocations while off");
+    assert_eq!(run("5000"), base, "5000 allocations while off");
+}
+
 // ---------------------------------------------------------------------------
 // 2. Switching sampling on and off, and changing the interval, at run time.
 

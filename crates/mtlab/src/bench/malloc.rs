@@ -216,6 +216,8 @@ pub struct ConfigResult {
     pub increase_pct_timed: Option<f64>,
     /// malloc-test: median cost of the fenced TSC pair around each call.
     pub timer_cycles: Option<f64>,
+    /// malloc-test: median of the runs' values with the timer left in.
+    pub value_timed: Option<f64>,
     pub cycles_per_stack: Option<f64>,
     pub runs: Vec<f64>,
 }
@@ -403,6 +405,10 @@ fn summarize(
                     let mut t: Vec<f64> = mine.iter().filter_map(|m| m.timer).collect();
                     (!t.is_empty()).then(|| median(&mut t))
                 },
+                value_timed: {
+                    let mut t: Vec<f64> = mine.iter().filter_map(|m| Some(m.value + m.timer?)).collect();
+                    (t.len() == mine.len() && !t.is_empty()).then(|| median(&mut t))
+                },
                 cycles_per_stack: (!cps.is_empty()).then(|| median(&mut cps)),
                 runs: values,
             }
@@ -537,7 +543,7 @@ fn paper_table(rows: &[&ConfigResult], intervals: &[u64], timed: bool) -> comfy_
         let base = rows
             .iter()
             .find(|b| b.threads == threads && matches!(b.config.profiler, Profiler::None) && b.config.allocator == alloc)
-            .and_then(|b| if timed { b.timer_cycles.map(|t| b.value + t) } else { Some(b.value) })
+            .and_then(|b| if timed { b.value_timed } else { Some(b.value) })
             .map(|v| format!("{v:.1}"))
             .unwrap_or_default();
         let inactive = cs.iter().find(|c| matches!(c.config.profiler, Profiler::MtlabInactive)).map(|c| text(c)).unwrap_or_default();
@@ -578,7 +584,9 @@ pub fn render(r: &MallocBenchResult, intervals: &[u64]) -> String {
                 per.entry(c.label.clone()).or_default().push(c.cycles_per_stack.unwrap());
             }
             let fp = per.get("mtlab fp").map(|v| median(&mut v.clone()));
-            out.push_str("stack capture cost per sample (median over configurations):\n");
+            out.push_str(
+                "stack capture cost per sample (median over configurations; fp includes samples whose stack the per-thread memo of the last walk answered):\n",
+            );
             for (label, mut v) in per {
                 let m = median(&mut v);
                 let vs = fp.map(|f| format!(" ({:.1}× fp)", m / f)).unwrap_or_default();
@@ -618,7 +626,7 @@ pub fn write_csv(r: &MallocBenchResult, dir: &Path) -> Result<PathBuf, BenchErro
     let mut w = csv::Writer::from_path(&path).map_err(io)?;
     w.write_record([
         "workload", "threads", "allocator", "profiler", "interval", "value", "p50", "p99", "ratio", "ratio_min", "ratio_max",
-        "increase_pct", "increase_pct_timed", "cycles_per_stack",
+        "increase_pct", "increase_pct_timed", "timer_cycles", "cycles_per_stack",
     ])
     .map_err(io)?;
     for c in &r.results {
@@ -636,6 +644,7 @@ pub fn write_csv(r: &MallocBenchResult, dir: &Path) -> Result<PathBuf, BenchErro
             c.ratio_max.to_string(),
             c.increase_pct.to_string(),
             c.increase_pct_timed.map(|v| v.to_string()).unwrap_or_default(),
+            c.timer_cycles.map(|v| v.to_string()).unwrap_or_default(),
             c.cycles_per_stack.map(|v| v.to_string()).unwrap_or_default(),
         ])
         .map_err(io)?;
@@ -669,6 +678,8 @@ mod tests {
         // Timed ratios 85/80, 72/70, 90/80: median 85/80.
         assert!((r[1].increase_pct_timed.unwrap() - 6.25).abs() < 1e-9, "{:?}", r[1].increase_pct_timed);
         assert_eq!(r[1].timer_cycles, Some(60.0));
+        // Runs 85, 72, 90 with the timer in: median 85.
+        assert_eq!(r[1].value_timed, Some(85.0));
         assert_eq!(r[0].increase_pct_timed, Some(0.0));
     }
 

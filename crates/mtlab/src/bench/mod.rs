@@ -309,7 +309,7 @@ impl Runner {
         let mut program_wall: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
         for rep in 0..reps {
             for (i, cfg) in configs.iter().enumerate() {
-                eprint!("\rmtlab bench: repetition {}/{reps}: {cfg:<10}", rep + 1);
+                eprint!("\rmtlab bench: repetition {}/{reps}: {cfg:<20}", rep + 1);
                 let (cmd, files) = self.command(cfg, argv);
                 let m = measure(cmd, cfg)?;
                 samples[i].push(value(&m, cfg)?);
