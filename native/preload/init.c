@@ -82,9 +82,7 @@ static void fork_child(void) {
         mtlab_state = 0;
         if (mtlab_ctl) {
             signal((int)mtlab_ctl->signal, SIG_DFL);
-            struct mtlab_ctl_page *page = mtlab_ctl;
-            mtlab_ctl = NULL;
-            munmap(page, MTLAB_CTL_SIZE);
+            mtlab_sampler_detach();
             /* Nothing is recorded any more: the routed slots go straight to
              * the real functions (the shims would only pass through). */
             mtlab_got_fork_child();

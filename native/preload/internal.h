@@ -195,7 +195,10 @@ HIDDEN void mtlab_init_brk(uint64_t brk);
 
 /* ---- sampler (sampler.c) ---- */
 #define MTLAB_FILTER_SLOTS (1u << 14)
-extern HIDDEN struct mtlab_ctl_page *mtlab_ctl; /* NULL unless sampling */
+extern HIDDEN struct mtlab_ctl_page *mtlab_ctl; /* NULL unless sampling; then &mtlab_ctl_area */
+/* Where the control page is mapped: a fixed address, so the allocation shims
+ * read its state with one load. All zero (state 0) unless sampling. */
+extern HIDDEN struct mtlab_ctl_page mtlab_ctl_area;
 extern HIDDEN _Atomic uint8_t mtlab_filter[MTLAB_FILTER_SLOTS];
 static inline uint32_t mtlab_filter_hash(uint64_t p) {
     return (uint32_t)((p >> 4) * 0x9e3779b97f4a7c15ull >> (64 - 14));
@@ -205,6 +208,7 @@ HIDDEN void mtlab_sample_free(void *p);
 HIDDEN void mtlab_sampler_init(uint64_t interval, int active, int sig);
 HIDDEN void mtlab_sampler_fork_child(void);
 HIDDEN void mtlab_sampler_stop(void);
+HIDDEN void mtlab_sampler_detach(void); /* a --no-follow fork child leaves the sampler */
 HIDDEN char *mtlab_sampler_stats(char *p, const char *end);
 
 /* ---- GOT routing (got.c): sampling mode only ----

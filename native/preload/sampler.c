@@ -26,6 +26,8 @@
 #include "internal.h"
 
 HIDDEN struct mtlab_ctl_page *mtlab_ctl;
+HIDDEN struct mtlab_ctl_page mtlab_ctl_area __attribute__((aligned(4096)));
+_Static_assert(sizeof(struct mtlab_ctl_page) == MTLAB_CTL_SIZE, "the control page is one page");
 _Static_assert(offsetof(struct mtlab_ctl_page, routed) == MTLAB_CTL_OFF_ROUTED, "control page layout");
 _Static_assert(offsetof(struct mtlab_ctl_page, trace_path) == MTLAB_CTL_OFF_PATH, "control page layout");
 
@@ -264,22 +266,29 @@ static void on_signal(int sig, siginfo_t *info, void *uctx) {
 
 /* Sets up the control page; falls back to private memory when /dev/shm is
  * unusable (then only the signal controls the sampler). */
+/* Puts a fresh private zero page at the control page's place. */
+static int area_private(void) {
+    return mtlab_real.mmap && mtlab_real.mmap(&mtlab_ctl_area, MTLAB_CTL_SIZE, PROT_READ | PROT_WRITE,
+                                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED;
+}
+
 void mtlab_sampler_init(uint64_t interval, int active, int sig) {
     char *p = mtlab_append(shm_path, shm_path + sizeof shm_path - 1, "/dev/shm/mtlab-");
     p = mtlab_append_u64(p, shm_path + sizeof shm_path - 1, (uint64_t)getpid());
     *p = 0;
-    struct mtlab_ctl_page *page = NULL;
+    /* The shared file is mapped over the page reserved in this library's
+     * data, so the shims find the state at a fixed address. */
+    struct mtlab_ctl_page *page = &mtlab_ctl_area;
+    int shared = 0;
     int fd = mtlab_sys_open(shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd >= 0 && ftruncate(fd, MTLAB_CTL_SIZE) == 0) {
-        void *m = mtlab_real.mmap ? mtlab_real.mmap(NULL, MTLAB_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-                                  : MAP_FAILED;
-        if (m != MAP_FAILED) page = (struct mtlab_ctl_page *)m;
-    }
+    if (fd >= 0 && ftruncate(fd, MTLAB_CTL_SIZE) == 0 && mtlab_real.mmap)
+        shared = mtlab_real.mmap(page, MTLAB_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED;
     if (fd >= 0) mtlab_sys_close(fd);
-    if (!page) {
+    if (!shared) {
+        /* Only the signal controls the sampler then. (A fork child's page may
+         * still be its parent's shared one: it must not be written.) */
         shm_path[0] = 0;
-        page = (struct mtlab_ctl_page *)mtlab_sys_mmap(MTLAB_CTL_SIZE);
-        if (!page) return;
+        if (!area_private()) return;
     }
     page->magic = MTLAB_CTL_MAGIC;
     page->version = MTLAB_CTL_VERSION;
@@ -295,8 +304,9 @@ void mtlab_sampler_init(uint64_t interval, int active, int sig) {
     /* GOT routing needs the signal: once calls bypass the shims, only the
      * handler can bring them back when sampling is switched on. */
     mtlab_got_enable(sig > 0 && sigaction(sig, &sa, NULL) == 0);
-    __atomic_store_n(&page->state, MTLAB_CTL_ON | (active ? MTLAB_CTL_ACTIVE : 0), __ATOMIC_RELEASE);
+    /* The pointer first: a shim that sees the state ACTIVE uses it. */
     mtlab_ctl = page;
+    __atomic_store_n(&page->state, MTLAB_CTL_ON | (active ? MTLAB_CTL_ACTIVE : 0), __ATOMIC_RELEASE);
     mtlab_got_route(); /* --inactive: straight to the real functions from here on */
 }
 
@@ -306,14 +316,15 @@ void mtlab_sampler_fork_child(void) {
     struct mtlab_ctl_page *old = mtlab_ctl;
     uint64_t interval = __atomic_load_n(&old->interval, __ATOMIC_RELAXED);
     int active = (__atomic_load_n(&old->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE) != 0;
-    mtlab_ctl = NULL;
     memset((void *)sampled_set, 0, sizeof sampled_set);
     memset((void *)mtlab_filter, 0, sizeof mtlab_filter);
     /* The child's GOT is the parent's copy; its new page has no live samples:
      * mtlab_sampler_init routes the slots for the child's own state. */
     mtlab_got_fork_child();
-    mtlab_sampler_init(interval, active, (int)old->signal);
-    if (mtlab_ctl != old) munmap(old, MTLAB_CTL_SIZE);
+    uint32_t sig = old->signal;
+    /* The page is remapped in place: until it is set up its state reads 0
+     * (the shims pass through), never the parent's. */
+    mtlab_sampler_init(interval, active, (int)sig);
     /* The parent's unpublished capture counts are the parent's. */
     mtlab_tls.pend_captures = 0;
     mtlab_tls.pend_unwind = 0;
@@ -322,6 +333,12 @@ void mtlab_sampler_fork_child(void) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     mtlab_tls.rng = (z ^ (z >> 31)) | 1;
+}
+
+/* A --no-follow fork child: no sampler, and not the parent's page either. */
+void mtlab_sampler_detach(void) {
+    area_private();
+    mtlab_ctl = NULL;
 }
 
 void mtlab_sampler_stop(void) {

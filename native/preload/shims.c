@@ -59,13 +59,12 @@ static inline void commit(struct mtlab_buf *b, uint8_t *p) {
  * was allocated while off. */
 #define SAMPLING_ALLOC(KIND, CALL, SIZE)                                                                      \
     do {                                                                                                      \
-        struct mtlab_ctl_page *c_ = mtlab_ctl;                                                                \
-        if (c_) {                                                                                             \
-            if (LIKELY(!(__atomic_load_n(&c_->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE))) return CALL;    \
+        if (__atomic_load_n(&mtlab_ctl_area.state, __ATOMIC_ACQUIRE) & MTLAB_CTL_ACTIVE) {                    \
             if (LIKELY((mtlab_tls.countdown -= (int64_t)(SIZE)) > 0)) return CALL;                            \
             void *r_ = CALL;                                                                                  \
             return mtlab_sample_alloc(KIND, r_, SIZE, NULL);                                                  \
         }                                                                                                     \
+        if (mtlab_ctl) return CALL;                                                                           \
     } while (0)
 
 /* Sampling mode: a free (or realloc) of a block that may be sampled. */
