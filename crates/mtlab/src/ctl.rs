@@ -42,6 +42,37 @@ fn maps_page(pid: u32, path: &std::path::Path) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|m| m.lines().any(|l| l.ends_with(needle.as_ref()))).unwrap_or(false)
 }
 
+/// Removes the control pages (`/dev/shm/mtlab-PID`) that processes of one
+/// recording left behind by dying without their exit code running (SIGKILL):
+/// pages whose trace path is one of `traces` and whose process no longer maps
+/// them. A page of a process still running, or of another recording, stays.
+/// Returns how many were removed.
+pub fn remove_abandoned_pages(traces: &[PathBuf]) -> usize {
+    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return 0 };
+    let mut removed = 0;
+    for entry in dir.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("mtlab-")).and_then(|p| p.parse::<u32>().ok()) else {
+            continue;
+        };
+        let path = entry.path();
+        let Ok(bytes) = std::fs::read(&path) else { continue };
+        if bytes.len() < CTL_SIZE as usize
+            || u64::from_le_bytes(bytes[0..8].try_into().unwrap()) != CTL_MAGIC
+            || u32::from_le_bytes(bytes[8..12].try_into().unwrap()) != CTL_VERSION
+        {
+            continue;
+        }
+        let field = &bytes[CTL_OFF_PATH as usize..CTL_SIZE as usize];
+        let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+        let trace = PathBuf::from(String::from_utf8_lossy(&field[..end]).to_string());
+        if traces.contains(&trace) && !(process_alive(pid) && maps_page(pid, &path)) && std::fs::remove_file(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
 impl CtlPage {
     pub fn open(pid: u32) -> Result<CtlPage, CtlError> {
         let path = PathBuf::from(format!("/dev/shm/mtlab-{pid}"));

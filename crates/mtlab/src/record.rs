@@ -315,6 +315,10 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let (status, wall) = ran?;
 
     let traces = trace_family(&output);
+    if cfg.sample.is_some() {
+        // A process killed outright (SIGKILL) cannot remove its control page.
+        crate::ctl::remove_abandoned_pages(&traces);
+    }
     let mut runinfo = vec![("wall_ns".to_string(), wall.as_nanos().to_string())];
     match (status.code(), status.signal()) {
         (Some(code), _) => runinfo.push(("exit_code".into(), code.to_string())),

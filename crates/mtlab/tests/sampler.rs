@@ -361,6 +361,17 @@ fn estimator_is_unbiased_and_its_intervals_cover_the_truth() {
 }
 
 #[test]
+fn a_killed_program_leaves_no_control_page() {
+    // SIGKILL gives the preload library no chance to remove /dev/shm/mtlab-PID:
+    // mtlab record removes it once the program is gone.
+    let lab = Lab::new();
+    let o = lab.record_cmd("t.mtl", &["--sample", "1KiB"], "sh", &["-c", "echo $$; kill -9 $$"]).output().unwrap();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&o.status), Some(9), "the program's death passes through: {}", stderr(&o));
+    let pid: u32 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert!(!ctl_page(pid).exists(), "{} left behind", ctl_page(pid).display());
+}
+
+#[test]
 fn a_fixed_seed_repeats_the_run_whatever_was_allocated_while_off() {
     // While sampling is off the countdown to the next sample must stand
     // still: the samples after the toggle then depend on the seed alone.
