@@ -67,9 +67,11 @@ static inline void commit(struct mtlab_buf *b, uint8_t *p) {
         if (mtlab_ctl) return CALL;                                                                           \
     } while (0)
 
-/* Sampling mode: a free (or realloc) of a block that may be sampled. */
+/* Sampling mode: a free (or realloc) of a block that may be sampled. The
+ * state is read at the page's fixed address (mtlab_ctl points there), so it
+ * costs no pointer load first. */
 static inline void sampling_release(void *p) {
-    if (UNLIKELY((__atomic_load_n(&mtlab_ctl->state, __ATOMIC_RELAXED) & MTLAB_CTL_LIVE) && p &&
+    if (UNLIKELY((__atomic_load_n(&mtlab_ctl_area.state, __ATOMIC_RELAXED) & MTLAB_CTL_LIVE) && p &&
                  atomic_load_explicit(&mtlab_filter[mtlab_filter_hash((uint64_t)p)], memory_order_relaxed)))
         mtlab_sample_free(p);
 }
@@ -312,7 +314,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t n) {
     ensure_real();
     if (mtlab_ctl) {
         int ret = mtlab_real.posix_memalign(out, align, n);
-        if ((__atomic_load_n(&mtlab_ctl->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE) && ret == 0 &&
+        if ((__atomic_load_n(&mtlab_ctl_area.state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE) && ret == 0 &&
             (t->countdown -= (int64_t)n) <= 0)
             mtlab_sample_alloc(MTLAB_EV_POSIX_MEMALIGN, *out, n, NULL);
         return ret;

@@ -155,16 +155,8 @@ static void write_def(struct mtlab_buf *b, uint32_t id, const uintptr_t *pcs, in
     atomic_store_explicit(&b->len, len, memory_order_release);
 }
 
-static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtlab_stack_memo *memo_out);
-
-/* `frame` is the shim's frame address; its return address is the caller. */
-uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
-    int fp_walk = mtlab_cfg.unwind == MTLAB_UNWIND_FP;
-    uint32_t id = stack_id_walk(b, frame, fp_walk ? &mtlab_tls.memo : NULL);
-    if (fp_walk) mtlab_tls.memo.id = mtlab_tls.memo.levels <= MTLAB_MEMO_LEVELS ? id : 0;
-    return id;
-}
-
+/* Walks the stack from `frame` and returns its id; `memo_out` (frame-pointer
+ * walks only, else NULL) receives what the walk read. */
 static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtlab_stack_memo *memo_out) {
     uintptr_t pcs[MTLAB_MAX_DEPTH];
     if (memo_out) memo_out->levels = 0;
@@ -172,7 +164,7 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
      * it first sets up its memory checks. The shims leave errno to their
      * slow paths, and this is one. */
     int n;
-    if (mtlab_cfg.unwind == MTLAB_UNWIND_FP) {
+    if (memo_out) { /* frame pointers: plain loads */
         n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
     } else {
         int saved = errno;
@@ -205,4 +197,12 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
     }
     atomic_fetch_add(&mtlab_counters.stacks_overflowed, 1);
     return 0;
+}
+
+/* `frame` is the shim's frame address; its return address is the caller. */
+uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
+    int fp_walk = mtlab_cfg.unwind == MTLAB_UNWIND_FP;
+    uint32_t id = stack_id_walk(b, frame, fp_walk ? &mtlab_tls.memo : NULL);
+    if (fp_walk) mtlab_tls.memo.id = mtlab_tls.memo.levels <= MTLAB_MEMO_LEVELS ? id : 0;
+    return id;
 }

@@ -42,6 +42,16 @@ fn maps_page(pid: u32, path: &std::path::Path) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|m| m.lines().any(|l| l.ends_with(needle.as_ref()))).unwrap_or(false)
 }
 
+fn is_ctl_header(magic: u64, version: u32) -> bool {
+    magic == CTL_MAGIC && version == CTL_VERSION
+}
+
+/// The page's trace path field, NUL-terminated by the writer.
+fn nul_terminated_path(field: &[u8]) -> PathBuf {
+    let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+    PathBuf::from(String::from_utf8_lossy(&field[..end]).to_string())
+}
+
 /// Removes the control pages (`/dev/shm/mtlab-PID`) that processes of one
 /// recording left behind by dying without their exit code running (SIGKILL):
 /// pages whose trace path is one of `traces` and whose process no longer maps
@@ -58,14 +68,14 @@ pub fn remove_abandoned_pages(traces: &[PathBuf]) -> usize {
         let path = entry.path();
         let Ok(bytes) = std::fs::read(&path) else { continue };
         if bytes.len() < CTL_SIZE as usize
-            || u64::from_le_bytes(bytes[0..8].try_into().unwrap()) != CTL_MAGIC
-            || u32::from_le_bytes(bytes[8..12].try_into().unwrap()) != CTL_VERSION
+            || !is_ctl_header(
+                u64::from_le_bytes(bytes[0..8].try_into().unwrap()),
+                u32::from_le_bytes(bytes[8..12].try_into().unwrap()),
+            )
         {
             continue;
         }
-        let field = &bytes[CTL_OFF_PATH as usize..CTL_SIZE as usize];
-        let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
-        let trace = PathBuf::from(String::from_utf8_lossy(&field[..end]).to_string());
+        let trace = nul_terminated_path(&bytes[CTL_OFF_PATH as usize..CTL_SIZE as usize]);
         if traces.contains(&trace) && !(process_alive(pid) && maps_page(pid, &path)) && std::fs::remove_file(&path).is_ok() {
             removed += 1;
         }
@@ -94,7 +104,7 @@ impl CtlPage {
             Ok(page) => CtlPage { page, path },
             Err(source) => return Err(CtlError::Io { path, source }),
         };
-        if page.u64_at(0).load(Ordering::Relaxed) != CTL_MAGIC || page.u32_at(8).load(Ordering::Relaxed) != CTL_VERSION {
+        if !is_ctl_header(page.u64_at(0).load(Ordering::Relaxed), page.u32_at(8).load(Ordering::Relaxed)) {
             return Err(CtlError::BadPage(page.path.clone()));
         }
         Ok(page)
@@ -162,10 +172,7 @@ impl CtlPage {
         }
     }
     pub fn trace_path(&self) -> PathBuf {
-        // NUL-terminated by the writer.
-        let bytes = self.page.bytes_from(CTL_OFF_PATH);
-        let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-        PathBuf::from(String::from_utf8_lossy(&bytes[..end]).to_string())
+        nul_terminated_path(self.page.bytes_from(CTL_OFF_PATH))
     }
 
     /// Asks the process to flush all its buffers; waits until it has.

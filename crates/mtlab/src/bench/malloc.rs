@@ -381,12 +381,16 @@ fn summarize(
             let mut p99s: Vec<f64> = mine.iter().map(|m| m.p99).collect();
             let mut cps: Vec<f64> = mine.iter().filter_map(|m| m.cycles_per_stack).collect();
             let ratio = median(&mut ratios);
-            let mut timed: Vec<f64> = mine
-                .iter()
-                .zip(base)
-                .filter_map(|(m, b)| Some((m.value + m.timer?) / (b.value + b.timer?)))
-                .collect();
-            let increase_pct_timed = (timed.len() == mine.len() && !timed.is_empty()).then(|| (median(&mut timed) - 1.0) * 100.0);
+            // With the timer left in; None unless every run (and its baseline) has one.
+            let with_timer = |runs: &[RunMetrics]| -> Option<Vec<f64>> {
+                let v: Option<Vec<f64>> = runs.iter().map(|m| Some(m.value + m.timer?)).collect();
+                v.filter(|v| !v.is_empty())
+            };
+            let (mine_timed, base_timed) = (with_timer(mine), with_timer(base));
+            let increase_pct_timed = mine_timed.as_ref().zip(base_timed.as_ref()).map(|(m, b)| {
+                let mut ratios: Vec<f64> = m.iter().zip(b).map(|(m, b)| m / b).collect();
+                (median(&mut ratios) - 1.0) * 100.0
+            });
             ConfigResult {
                 workload: w,
                 threads,
@@ -405,10 +409,7 @@ fn summarize(
                     let mut t: Vec<f64> = mine.iter().filter_map(|m| m.timer).collect();
                     (!t.is_empty()).then(|| median(&mut t))
                 },
-                value_timed: {
-                    let mut t: Vec<f64> = mine.iter().filter_map(|m| Some(m.value + m.timer?)).collect();
-                    (t.len() == mine.len() && !t.is_empty()).then(|| median(&mut t))
-                },
+                value_timed: mine_timed.map(|mut t| median(&mut t)),
                 cycles_per_stack: (!cps.is_empty()).then(|| median(&mut cps)),
                 runs: values,
             }
