@@ -3,6 +3,7 @@
 
 pub mod bench;
 pub mod cli;
+pub mod compact;
 pub mod ctl;
 pub mod heap;
 pub mod live_finish;

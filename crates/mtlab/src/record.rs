@@ -60,6 +60,8 @@ pub struct RecordConfig {
     pub follow: bool,
     pub free_stacks: bool,
     pub baseline: bool,
+    /// Compact the traces after the run, with this quantum (`trace::compact`).
+    pub compact: Option<u64>,
     pub program: OsString,
     pub args: Vec<OsString>,
 }
@@ -345,8 +347,15 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         };
         match finished {
             Ok(stats) => {
-                bytes += stats.bytes_after;
                 warnings.extend(stats.warnings.into_iter().map(|w| format!("{}: {w}", t.display())));
+                match cfg.compact.map(|q| crate::compact::compact_trace(t, t, q)) {
+                    None => bytes += stats.bytes_after,
+                    Some(Ok(c)) => bytes += c.bytes_after,
+                    Some(Err(e)) => {
+                        bytes += stats.bytes_after;
+                        warnings.push(format!("{}: not compacted: {e}", t.display()));
+                    }
+                }
             }
             Err(e) => warnings.push(format!("{}: not finished: {e}", t.display())),
         }

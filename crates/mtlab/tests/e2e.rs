@@ -842,3 +842,74 @@ fn the_trace_is_rewritten_while_the_program_runs() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout), "0\n0\n");
 }
+
+// ---------------------------------------------------------------------------
+// Compact traces (`mtlab compact`, `record --compact`).
+
+/// Blocks handed between threads within microseconds: compaction rounds the
+/// time stamps far coarser than that, yet the report replays the same heap
+/// (no free before its malloc, no block allocated twice), and every
+/// per-function figure is the same as the exact trace's.
+#[test]
+fn compact_trace_keeps_every_figure_but_per_call_timing() {
+    let lab = Lab::new();
+    let prog = lab.compile("handoff");
+    let (n, ring) = (100_000u64, 4u64);
+    lab.record_ok("t.mtl", &prog, &[&n.to_string(), &ring.to_string()]);
+    // 2^24 ticks (several ms): hundreds of handoffs share each quantum.
+    let o = lab.command(MTLAB).args(["compact", "t.mtl", "-o", "c.mtl", "--quantum", "16777216"]).output().unwrap();
+    assert_success(&o, "mtlab compact");
+    let said = stderr(&o);
+    let kept: u64 = said
+        .split(" kept after another thread's")
+        .next()
+        .and_then(|s| s.rsplit(", ").next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count of kept orders in {said:?}"));
+    assert!(kept > 0, "handoffs share quanta, so some stamps must be raised: {said}");
+    let (full, c) = (lab.report("t.mtl"), lab.report("c.mtl"));
+    strict(&full);
+    strict(&c);
+    assert_eq!(u(&full["unknown_frees"]), 0);
+    assert_eq!(u(&full["overlapping_allocs"]), 0);
+    for key in ["events", "functions", "end", "peak", "unknown_frees", "overlapping_allocs", "top_sites", "leaks"] {
+        assert_eq!(full[key], c[key], "{key} differs after compaction");
+    }
+    assert_eq!(site(&c, "produce").calls, n);
+    assert_eq!(full["compact_quantum_ticks"], serde_json::Value::Null);
+    assert_eq!(u(&c["compact_quantum_ticks"]), 1 << 24);
+    let series = c["time_series"].as_array().unwrap();
+    assert!(!series.is_empty() && series.iter().all(|p| p["malloc_mean_cycles"].is_null()));
+    assert!(full["time_series"].as_array().unwrap().iter().any(|p| !p["malloc_mean_cycles"].is_null()));
+    let size = |name: &str| std::fs::metadata(lab.path(name)).unwrap().len();
+    assert!(size("c.mtl") * 4 < size("t.mtl"), "compact {} vs {} bytes", size("c.mtl"), size("t.mtl"));
+    // The table says what was given up.
+    let o = lab.command(MTLAB).args(["report", "c.mtl"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("compact trace"));
+}
+
+#[test]
+fn record_compact_counts_exactly() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    let (n, s, k) = (5000u64, 48u64, 10u64);
+    let o = lab.record_cmd("t.mtl", &["--compact"], &prog, &[&n.to_string(), &s.to_string(), &k.to_string()]).output().unwrap();
+    assert_success(&o, "mtlab record --compact");
+    let r = lab.report("t.mtl");
+    strict(&r);
+    assert_eq!(u(&r["compact_quantum_ticks"]), 65536);
+    assert_eq!(site(&r, "do_allocs"), site_of(n, n * s, k, k * s));
+    assert_eq!(r["exit"], "exit code 0");
+    // A compact trace is not compacted twice; other bad requests are refused too.
+    let o = lab.command(MTLAB).args(["compact", "t.mtl"]).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("compact already"), "{}", stderr(&o));
+    let o = lab.command(MTLAB).args(["compact", "nowhere.mtl"]).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("does not exist"), "{}", stderr(&o));
+    lab.record_ok("u.mtl", &prog, &["10", "16", "0"]);
+    let o = lab.command(MTLAB).args(["compact", "u.mtl", "--quantum", "1000"]).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("power of two"), "{}", stderr(&o));
+    std::fs::write(lab.path("junk.mtl"), b"not a trace").unwrap();
+    let o = lab.command(MTLAB).args(["compact", "junk.mtl"]).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("not an mtlab trace"), "{}", stderr(&o));
+    assert_eq!(std::fs::read(lab.path("junk.mtl")).unwrap(), b"not a trace", "a refused file is left as it was");
+}

@@ -40,7 +40,7 @@ pub struct FunctionReport {
     pub cycles: CycleSummary,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct PeakReport {
     #[serde(flatten)]
     pub heap: HeapSnapshot,
@@ -143,6 +143,10 @@ pub struct ProcessReport {
     pub program_mappings: ProgramMappings,
     pub stacks: StackQuality,
     pub slowdown: Option<Slowdown>,
+    /// Set for a compact trace (`mtlab compact`): the rounding of its time
+    /// stamps in TSC ticks. Its calls keep no cycles of their own, so the
+    /// time series has no per-window malloc cycles.
+    pub compact_quantum_ticks: Option<u64>,
     pub exit: Option<String>,
     /// Present for sampled traces (`record --sample`): the estimates.
     pub profile: Option<SampledSummary>,
@@ -234,6 +238,8 @@ struct Pass<'a> {
     events: u64,
     window_cycles: u64,
     window_mallocs: u64,
+    /// A compact trace: events' cycles are not their own.
+    compact: bool,
     program_maps: ProgramMappings,
 }
 
@@ -379,7 +385,7 @@ impl<'a> Pass<'a> {
             fragmentation_total: s.fragmentation.total,
             fragmentation_mean: s.fragmentation.mean,
             utilization: s.utilization,
-            malloc_mean_cycles: (self.window_mallocs > 0)
+            malloc_mean_cycles: (self.window_mallocs > 0 && !self.compact)
                 .then(|| self.window_cycles as f64 / self.window_mallocs as f64),
         });
         self.window_cycles = 0;
@@ -427,6 +433,7 @@ impl Symbols {
 }
 
 pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport, TraceError> {
+    let compact_quantum = trace.runinfo_get(crate::trace::compact::RUNINFO_KEY).and_then(|q| q.parse::<u64>().ok());
     let total: u64 = trace.chunks.iter().map(|c| c.n_events as u64).sum();
     let every = total.div_ceil(opts.max_points.max(1) as u64).max(1);
     let mut pass = Pass {
@@ -446,6 +453,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         events: 0,
         window_cycles: 0,
         window_mallocs: 0,
+        compact: compact_quantum.is_some(),
         program_maps: ProgramMappings { calls: 0, bytes: 0 },
     };
     let mut items = trace.items()?;
@@ -459,6 +467,14 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
                 last_tsc = ev.tsc;
                 pass.event(&ev);
             }
+        }
+    }
+    if compact_quantum.is_some() {
+        // Threads' independent events within one quantum replay in an order
+        // of their own, which can move the peak: the one measured on the
+        // exact trace before compaction is the truth (`crate::compact`).
+        if let Some(p) = trace.runinfo_get(crate::compact::PEAK_KEY).and_then(|j| serde_json::from_str(j).ok()) {
+            pass.peak = p;
         }
     }
     let mut warnings = trace.warnings.clone();
@@ -554,6 +570,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         program_mappings: pass.program_maps.clone(),
         stacks,
         slowdown,
+        compact_quantum_ticks: compact_quantum,
         exit,
         profile,
         warnings,

@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -98,7 +98,7 @@ impl Object {
 }
 
 /// Numbers describing the heap at one moment (docs/metrics.md).
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct HeapSnapshot {
     pub live_objects: u64,
     pub live_bytes: u64,
@@ -114,7 +114,7 @@ pub struct HeapSnapshot {
     pub utilization: f64,
 }
 
-#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
 pub struct Fragmentation {
     pub mean: f64,
     pub total: f64,

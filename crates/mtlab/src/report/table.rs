@@ -209,6 +209,13 @@ pub fn render(run: &RunReport) -> String {
                 s.baseline_wall_ns as f64 / 1e9
             );
         }
+        if let Some(q) = p.compact_quantum_ticks {
+            let _ = writeln!(
+                out,
+                "note: compact trace (`mtlab compact`): time stamps rounded to {q} ticks; each function's cycles are kept \
+                 as a distribution, so the figures above are exact but no call keeps its own cycles"
+            );
+        }
         if let Some(note) = &p.stacks.note {
             let _ = writeln!(out, "note: {note}");
         }

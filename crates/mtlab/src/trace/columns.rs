@@ -332,7 +332,7 @@ impl Divisor {
     fn div(self, v: u64) -> u64 {
         if self.q <= 1 {
             v
-        } else if v < 1 << 40 {
+        } else if v < 1 << 40 && self.q <= 64 {
             ((v as u128 * self.m as u128) >> 64) as u64
         } else {
             v / self.q
@@ -440,6 +440,12 @@ fn walk_rows(chunks: &[RowChunk], mut on: impl FnMut(Token) -> bool) -> Result<(
 /// events starting at its `first_tsc`) as one column-layout body, whose
 /// time deltas start at `chunks[0].first_tsc`.
 pub fn split(chunks: &[RowChunk]) -> Result<Vec<u8>, ColumnError> {
+    split_with_time_step(chunks, None)
+}
+
+/// `split` with the time step given instead of detected: a compact trace
+/// (`trace::compact`) rounds its time stamps to a step far above 64.
+pub fn split_with_time_step(chunks: &[RowChunk], time_step: Option<u64>) -> Result<Vec<u8>, ColumnError> {
     // The steps are judged on the first values (`detect_step` looks at 1024).
     let (mut times, mut cycles) = (Vec::with_capacity(1024), Vec::with_capacity(1024));
     walk_rows(chunks, |t| {
@@ -450,7 +456,7 @@ pub fn split(chunks: &[RowChunk]) -> Result<Vec<u8>, ColumnError> {
         }
         times.len() < 1024 || cycles.len() < 1024
     })?;
-    let (tq, cq) = (detect_step(&times), detect_step(&cycles));
+    let (tq, cq) = (time_step.unwrap_or_else(|| detect_step(&times)).max(1), detect_step(&cycles));
     let (td, cd) = (Divisor::new(tq), Divisor::new(cq));
 
     let rows: usize = chunks.iter().map(|c| c.rows.len()).sum();
@@ -714,7 +720,7 @@ mod tests {
 
     #[test]
     fn division_by_multiplication_is_exact() {
-        for q in 2..=64u64 {
+        for q in (2..=64u64).chain([100, 1 << 16]) {
             let d = Divisor::new(q);
             let mut x = 0x1234_5678_9abc_def1u64;
             for v in (0..5000u64).chain([(1 << 40) - 1, 1 << 40, u64::MAX, u64::MAX - 1]) {

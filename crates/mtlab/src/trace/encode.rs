@@ -473,7 +473,7 @@ pub struct FinishStats {
 }
 
 /// Removes the temp file unless disarmed.
-struct TempGuard(Option<PathBuf>);
+pub(crate) struct TempGuard(pub(crate) Option<PathBuf>);
 
 impl Drop for TempGuard {
     fn drop(&mut self) {

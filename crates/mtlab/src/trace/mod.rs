@@ -1,6 +1,7 @@
 //! The trace file: format constants, decoding, encoding (docs/trace-format.md).
 
 pub mod columns;
+pub mod compact;
 pub mod decode;
 pub mod encode;
 pub mod event;

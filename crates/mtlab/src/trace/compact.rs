@@ -1,0 +1,533 @@
+//! Compact traces: a finished trace rewritten without per-call timing.
+//!
+//! On an allocation-heavy program the time stamps and cycles of each call
+//! are nearly all the bytes left once the column layout has done its work:
+//! they are measurements, and their noise does not compress. A compact
+//! trace keeps every event and every figure `mtlab report` derives from
+//! whole-run counts exactly, and gives up two things:
+//! - **time stamps are rounded down to a quantum** (2¹⁶ ticks by default,
+//!   ≈ 25 µs at 2.6 GHz). Between threads, order matters where they touch
+//!   the same block, region or the program break; there a stamp is raised
+//!   just enough (by ticks, never above the true time) to stay after the
+//!   other thread's event, so the shadow heap replays the same history;
+//! - **each call's cycles are kept as a distribution**: within each chunk
+//!   the cycles of each function are sorted before they are stored, so the
+//!   per-function totals, means, deviations and percentiles are exact but
+//!   an event's `cycles` is no longer its own (the report then shows no
+//!   per-window malloc cycles). RUNINFO `compact_quantum` marks such a file.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use rustc_hash::FxHashMap as HashMap;
+
+use super::columns::{split_with_time_step, RowChunk};
+use super::decode::{next_record, read_file_header, TraceError};
+use super::encode::{kv_text, ChunkEncoder, TempGuard};
+use super::event::{Event, EventKind, Item, FLAG_FAILED};
+use super::format::*;
+use super::TraceFile;
+
+/// Default rounding of time stamps, in TSC ticks.
+pub const DEFAULT_QUANTUM: u64 = 1 << 16;
+/// RUNINFO key that marks a compact trace; its value is the quantum.
+pub const RUNINFO_KEY: &str = "compact_quantum";
+/// Most events per compacted chunk: bounds the compactor's memory per
+/// thread (each pending event is held decoded).
+const CHUNK_EVENTS: usize = 1 << 16;
+/// Most row bytes per compacted chunk, as `finish_trace` joins at most.
+const CHUNK_ROW_BYTES: usize = 1 << 20;
+/// zstd level of compacted chunks: their streams are long runs, which
+/// higher levels find no better.
+const ZSTD_LEVEL: i32 = 9;
+
+#[derive(Debug, Default, Clone)]
+pub struct CompactStats {
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub events: u64,
+    /// Events whose stamp was raised above its quantum to keep a
+    /// cross-thread order.
+    pub raised: u64,
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompactError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("{} is compact already (quantum {quantum} ticks): nothing to do", path.display())]
+    AlreadyCompact { path: PathBuf, quantum: String },
+    #[error("the quantum must be a power of two from 2 to 2^30 ticks, not {0}")]
+    BadQuantum(u64),
+}
+
+/// What an event touches that another thread's event may also touch.
+#[derive(Clone, Copy)]
+enum Touch {
+    None,
+    Block(u64),
+    Region(u64, u64),
+    Break,
+}
+
+fn touches(ev: &Event) -> [Touch; 2] {
+    let failed = ev.flags & FLAG_FAILED != 0;
+    let block = |p: u64| if p == 0 { Touch::None } else { Touch::Block(p) };
+    let region = |a: u64, len: u64| if len == 0 || failed { Touch::None } else { Touch::Region(a, a.saturating_add(len)) };
+    match ev.kind {
+        EventKind::Alloc { ptr, .. } | EventKind::Sample { ptr, .. } => [block(ptr), Touch::None],
+        EventKind::Free { ptr } | EventKind::SampleFree { ptr } => [block(ptr), Touch::None],
+        EventKind::Realloc { old, ptr, .. } => [block(old), block(ptr)],
+        EventKind::Mmap { result, len, .. } => [region(result, len), Touch::None],
+        EventKind::Munmap { addr, len, .. } => [region(addr, len), Touch::None],
+        EventKind::Mremap { old, old_len, new_len, result, .. } => [region(old, old_len), region(result, new_len)],
+        EventKind::ArenaHeap { base, size } => [region(base, size), Touch::None],
+        EventKind::Brk { .. } | EventKind::Sbrk { .. } | EventKind::BrkSeen { .. } => [Touch::Break, Touch::None],
+    }
+}
+
+/// Gives each event its compact stamp, in global time order.
+///
+/// A stamp is the event's time rounded down to the quantum, raised to its
+/// thread's previous stamp and to one tick past the stamp of the last event
+/// of another thread that touched the same thing. Every stamp is at most
+/// the true time (all three bounds are), so raising never drifts.
+struct Stamper {
+    quantum: u64,
+    /// The quantum the latest event fell in: entries stamped before it
+    /// cannot raise anything any more and are dropped.
+    current: u64,
+    last_of_thread: HashMap<u32, u64>,
+    /// Block address (u64::MAX: the program break) → (thread, stamp).
+    blocks: HashMap<u64, (u32, u64)>,
+    /// Recent region events: (start, end, thread, stamp).
+    regions: Vec<(u64, u64, u32, u64)>,
+    raised: u64,
+}
+
+const BREAK_KEY: u64 = u64::MAX;
+
+impl Stamper {
+    fn new(quantum: u64) -> Stamper {
+        Stamper {
+            quantum,
+            current: 0,
+            last_of_thread: HashMap::default(),
+            blocks: HashMap::default(),
+            regions: Vec::new(),
+            raised: 0,
+        }
+    }
+
+    fn stamp(&mut self, ev: &Event) -> u64 {
+        let floor = ev.tsc - ev.tsc % self.quantum;
+        if floor > self.current {
+            self.current = floor;
+            self.blocks.retain(|_, &mut (_, s)| s >= floor);
+            self.regions.retain(|r| r.3 >= floor);
+        }
+        let tid = ev.tid;
+        let base = floor.max(self.last_of_thread.get(&tid).copied().unwrap_or(0));
+        let mut s = base;
+        let t = touches(ev);
+        for touch in t {
+            let after = |other: u32, os: u64| if other != tid { os + 1 } else { 0 };
+            match touch {
+                Touch::None => {}
+                Touch::Block(p) => {
+                    if let Some(&(other, os)) = self.blocks.get(&p) {
+                        s = s.max(after(other, os));
+                    }
+                }
+                Touch::Break => {
+                    if let Some(&(other, os)) = self.blocks.get(&BREAK_KEY) {
+                        s = s.max(after(other, os));
+                    }
+                }
+                Touch::Region(lo, hi) => {
+                    for &(a, b, other, os) in &self.regions {
+                        if a < hi && lo < b {
+                            s = s.max(after(other, os));
+                        }
+                    }
+                }
+            }
+        }
+        self.raised += u64::from(s > base);
+        for touch in t {
+            match touch {
+                Touch::None => {}
+                Touch::Block(p) => {
+                    self.blocks.insert(p, (tid, s));
+                }
+                Touch::Break => {
+                    self.blocks.insert(BREAK_KEY, (tid, s));
+                }
+                Touch::Region(lo, hi) => self.regions.push((lo, hi, tid, s)),
+            }
+        }
+        self.last_of_thread.insert(tid, s);
+        s
+    }
+}
+
+/// One thread's events waiting to be written as a chunk.
+#[derive(Default)]
+struct Pending {
+    items: Vec<Item>,
+    events: usize,
+    /// Rough row bytes: flushing at the cap keeps chunks like `finish_trace`'s.
+    row_bytes: usize,
+}
+
+/// Sorts the cycles of each function's calls within `items`, in place.
+fn sort_cycles_per_function(items: &mut [Item]) {
+    let mut by_func: Vec<Vec<u64>> = vec![Vec::new(); crate::trace::Func::ALL.len()];
+    for it in items.iter() {
+        if let Item::Event(ev) = it {
+            if let Some(f) = ev.kind.func() {
+                by_func[f.index()].push(ev.cycles);
+            }
+        }
+    }
+    for v in &mut by_func {
+        v.sort_unstable();
+    }
+    let mut next = vec![0usize; by_func.len()];
+    for it in items.iter_mut() {
+        if let Item::Event(ev) = it {
+            if let Some(f) = ev.kind.func() {
+                let i = f.index();
+                ev.cycles = by_func[i][next[i]];
+                next[i] += 1;
+            }
+        }
+    }
+}
+
+struct Writer {
+    out: BufWriter<File>,
+    tmp_path: PathBuf,
+    comp: zstd::bulk::Compressor<'static>,
+    quantum: u64,
+    written: u64,
+}
+
+impl Writer {
+    fn io(&self) -> impl FnOnce(io::Error) -> TraceError + '_ {
+        move |e| TraceError::Io { path: self.tmp_path.clone(), source: e }
+    }
+
+    fn chunk(&mut self, tid: u32, p: &mut Pending) -> Result<(), TraceError> {
+        if p.items.is_empty() {
+            return Ok(());
+        }
+        sort_cycles_per_function(&mut p.items);
+        let mut enc = ChunkEncoder::new(tid);
+        for it in &p.items {
+            enc.item(it);
+        }
+        let head = enc.chunk_header();
+        let first_tsc = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
+        let cols = split_with_time_step(&[RowChunk { first_tsc, rows: enc.body() }], Some(self.quantum))
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
+            .map_err(self.io())?;
+        let body = self.comp.compress(&cols).map_err(self.io())?;
+        let len = head.len() + body.len();
+        let mut hdr = [0u8; RECORD_HEADER as usize];
+        hdr[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+        hdr[4..6].copy_from_slice(&REC_EVENTS.to_le_bytes());
+        hdr[6..8].copy_from_slice(&(RECORD_FLAG_ZSTD | RECORD_FLAG_COLUMNS).to_le_bytes());
+        let tmp = self.tmp_path.clone();
+        let e = |e| TraceError::Io { path: tmp.clone(), source: e };
+        self.out.write_all(&hdr).map_err(e)?;
+        self.out.write_all(&head).map_err(e)?;
+        self.out.write_all(&body).map_err(e)?;
+        self.written += (RECORD_HEADER as usize + len) as u64;
+        p.items.clear();
+        p.events = 0;
+        p.row_bytes = 0;
+        Ok(())
+    }
+}
+
+/// Rewrites the trace `src` as a compact trace at `dst` (which may be
+/// `src`), with `extra` added to its RUNINFO.
+pub fn compact(src: &Path, dst: &Path, quantum: u64, extra: &[(String, String)]) -> Result<CompactStats, CompactError> {
+    if !quantum.is_power_of_two() || !(2..=1 << 30).contains(&quantum) {
+        return Err(CompactError::BadQuantum(quantum));
+    }
+    let tf = TraceFile::open(src)?;
+    if let Some(q) = tf.runinfo_get(RUNINFO_KEY) {
+        return Err(CompactError::AlreadyCompact { path: src.to_path_buf(), quantum: q.to_string() });
+    }
+    let source = File::open(src).map_err(TraceError::io(src))?;
+    let (_version, _text, header_end) = read_file_header(&source, src, tf.file_len)?;
+
+    let dir = match dst.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+    let tmp_path = dir.join(format!(".{name}.compact-{}", std::process::id()));
+    let _ = fs::remove_file(&tmp_path);
+    let tmp = OpenOptions::new().write(true).create_new(true).open(&tmp_path).map_err(TraceError::io(&tmp_path))?;
+    let mut guard = TempGuard(Some(tmp_path.clone()));
+    let mut w = Writer {
+        out: BufWriter::with_capacity(1 << 20, tmp),
+        comp: zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(TraceError::io(&tmp_path))?,
+        tmp_path: tmp_path.clone(),
+        quantum,
+        written: 0,
+    };
+
+    // The header, verbatim but for the version (the layout is this version's).
+    let mut head = vec![0u8; header_end as usize];
+    source.read_exact_at(&mut head, 0).map_err(TraceError::io(src))?;
+    let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+    if version < TRACE_VERSION {
+        head[8..12].copy_from_slice(&TRACE_VERSION.to_le_bytes());
+    }
+    w.out.write_all(&head).map_err(w.io())?;
+    w.written = header_end;
+
+    let mut stats = CompactStats { bytes_before: tf.file_len, warnings: tf.warnings.clone(), ..Default::default() };
+    let mut stamper = Stamper::new(quantum);
+    let mut pending: HashMap<u32, Pending> = HashMap::default();
+    // Stack definitions go into the chunk of the next event's thread.
+    let mut stacks: Vec<Item> = Vec::new();
+    let mut items = tf.items()?;
+    for item in &mut items {
+        match item {
+            Item::Stack { .. } => stacks.push(item),
+            Item::Event(mut ev) => {
+                ev.tsc = stamper.stamp(&ev);
+                stats.events += 1;
+                let tid = ev.tid;
+                let p = pending.entry(tid).or_default();
+                for s in stacks.drain(..) {
+                    if let Item::Stack { pcs, .. } = &s {
+                        p.row_bytes += 8 + 5 * pcs.len();
+                    }
+                    p.items.push(s);
+                }
+                p.items.push(Item::Event(ev));
+                p.events += 1;
+                p.row_bytes += 12;
+                if p.events >= CHUNK_EVENTS || p.row_bytes >= CHUNK_ROW_BYTES {
+                    w.chunk(tid, p)?;
+                }
+            }
+        }
+    }
+    stats.warnings.extend(items.warnings().iter().cloned());
+    let mut tids: Vec<u32> = pending.keys().copied().collect();
+    tids.sort_unstable();
+    if let (false, Some(&t)) = (stacks.is_empty(), tids.first()) {
+        pending.get_mut(&t).expect("listed").items.splice(0..0, stacks.drain(..));
+    }
+    for t in tids {
+        let mut p = pending.remove(&t).expect("listed");
+        w.chunk(t, &mut p)?;
+    }
+    if !stacks.is_empty() {
+        // Stacks but no events at all: keep them in a chunk of their own.
+        let mut p = Pending { items: std::mem::take(&mut stacks), ..Default::default() };
+        w.chunk(0, &mut p)?;
+    }
+    stats.raised = stamper.raised;
+
+    // Every other record, verbatim and in order, up to any damage.
+    let mut reader = source.try_clone().map_err(TraceError::io(src))?;
+    let mut off = header_end;
+    while let Ok(Some(rec)) = next_record(&source, off, tf.file_len).map_err(TraceError::io(src))? {
+        if rec.ty != REC_EVENTS {
+            reader.seek(SeekFrom::Start(rec.offset)).map_err(TraceError::io(src))?;
+            let n = RECORD_HEADER as u64 + rec.payload_len as u64;
+            let copied = io::copy(&mut (&mut reader).take(n), &mut w.out).map_err(w.io())?;
+            if copied != n {
+                let e = io::Error::new(io::ErrorKind::UnexpectedEof, "the trace shrank while being compacted");
+                return Err(TraceError::io(src)(e).into());
+            }
+            w.written += n;
+        }
+        off = rec.end();
+    }
+    // The damage found here stays visible in the report, as finish_trace's does.
+    let q = quantum.to_string();
+    let text = kv_text(
+        std::iter::once((RUNINFO_KEY, q.as_str()))
+            .chain(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .chain(stats.warnings.iter().map(|m| ("finish_warning", m.as_str()))),
+    );
+    let mut hdr = [0u8; RECORD_HEADER as usize];
+    hdr[0..4].copy_from_slice(&(text.len() as u32).to_le_bytes());
+    hdr[4..6].copy_from_slice(&REC_RUNINFO.to_le_bytes());
+    w.out.write_all(&hdr).map_err(w.io())?;
+    w.out.write_all(text.as_bytes()).map_err(w.io())?;
+    w.written += RECORD_HEADER as u64 + text.len() as u64;
+
+    let file = w.out.into_inner().map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e.into_error() })?;
+    if let Ok(meta) = source.metadata() {
+        let _ = file.set_permissions(meta.permissions());
+    }
+    file.sync_data().map_err(TraceError::io(&tmp_path))?;
+    drop(file);
+    fs::rename(&tmp_path, dst).map_err(TraceError::io(dst))?;
+    guard.0 = None;
+    stats.bytes_after = w.written;
+    Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{EventKind, Func, TraceWriter};
+
+    fn ev(tid: u32, tsc: u64, cycles: u64, kind: EventKind) -> Event {
+        Event { tid, tsc, cycles, stack: 0, flags: 0, kind }
+    }
+    fn malloc(tid: u32, tsc: u64, ptr: u64) -> Event {
+        ev(tid, tsc, 26, EventKind::Alloc { func: Func::Malloc, size: 16, align: 0, ptr, usable: 24 })
+    }
+    fn free(tid: u32, tsc: u64, ptr: u64) -> Event {
+        ev(tid, tsc, 26, EventKind::Free { ptr })
+    }
+
+    #[test]
+    fn stamps_round_down_but_keep_cross_thread_order() {
+        let mut s = Stamper::new(1024);
+        // Thread 1 allocates, thread 2 frees the block in the same quantum.
+        assert_eq!(s.stamp(&malloc(1, 4200, 0xa0)), 4096);
+        assert_eq!(s.stamp(&free(2, 4300, 0xa0)), 4097, "after the malloc it frees");
+        // Unrelated events of either thread stay rounded down, but a thread
+        // never goes back in time.
+        assert_eq!(s.stamp(&malloc(1, 4400, 0xb0)), 4096);
+        assert_eq!(s.stamp(&malloc(2, 4500, 0xc0)), 4097);
+        // Thread 1 gets the address back from thread 2's free.
+        assert_eq!(s.stamp(&malloc(1, 4600, 0xa0)), 4098);
+        // A new quantum starts clean.
+        assert_eq!(s.stamp(&free(2, 9000, 0xa0)), 8192);
+        assert_eq!(s.raised, 2);
+        // Regions overlap, the program break is one thing.
+        let mmap = |tid, tsc, result| {
+            ev(tid, tsc, 0, EventKind::Mmap { func: Func::Mmap, hint: 0, len: 4096, prot: 3, flags: 0x22, fd: -1, offset: 0, result })
+        };
+        assert_eq!(s.stamp(&mmap(1, 20_000, 0x10_000)), 19_456);
+        let unmap = ev(2, 20_001, 0, EventKind::Munmap { addr: 0x10_800, len: 100, ret: 0 });
+        assert_eq!(s.stamp(&unmap), 19_457);
+        assert_eq!(s.stamp(&mmap(1, 20_002, 0x20_000)), 19_456, "no overlap, no order needed");
+        assert_eq!(s.stamp(&ev(3, 20_003, 0, EventKind::BrkSeen { brk: 1 })), 19_456);
+        assert_eq!(s.stamp(&ev(1, 20_004, 0, EventKind::BrkSeen { brk: 2 })), 19_457);
+    }
+
+    #[test]
+    fn cycles_are_sorted_within_each_function_only() {
+        let mut items: Vec<Item> = [(30, true), (10, false), (20, true), (5, false), (40, true)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(c, is_malloc))| {
+                let mut e = if is_malloc { malloc(1, i as u64, 16 + i as u64) } else { free(1, i as u64, 16) };
+                e.cycles = c;
+                Item::Event(e)
+            })
+            .collect();
+        items.insert(1, Item::Stack { id: 1, pcs: vec![1, 2] });
+        sort_cycles_per_function(&mut items);
+        let got: Vec<u64> = items
+            .iter()
+            .filter_map(|i| match i {
+                Item::Event(e) => Some(e.cycles),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got, [20, 5, 30, 10, 40]);
+    }
+
+    /// Three threads pass blocks around at random, many events per quantum:
+    /// the compact trace replays without a free of a dead block or an
+    /// allocation of a live one, every thread's events keep their order and
+    /// arguments, and each stamp lies within one quantum below the true time.
+    #[test]
+    fn a_random_handoff_replays_in_a_valid_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, dst) = (dir.path().join("t.mtl"), dir.path().join("c.mtl"));
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let mut w = TraceWriter::create(&src, [("pid", "1"), ("tsc_hz", "1000000000")]).unwrap();
+        let (mut live, mut dead): (Vec<u64>, Vec<u64>) = (Vec::new(), (1..200).map(|i| i * 64).collect());
+        let mut tsc = 1000;
+        let mut truth: Vec<Event> = Vec::new();
+        for _ in 0..20_000 {
+            tsc += 1 + rnd(40);
+            let tid = 1 + rnd(3) as u32;
+            let e = if (rnd(2) == 0 && !dead.is_empty()) || live.is_empty() {
+                let p = dead.swap_remove(rnd(dead.len() as u64) as usize);
+                live.push(p);
+                malloc(tid, tsc, p)
+            } else {
+                let p = live.swap_remove(rnd(live.len() as u64) as usize);
+                dead.push(p);
+                free(tid, tsc, p)
+            };
+            let mut e = e;
+            e.cycles = 26 * (1 + rnd(3));
+            truth.push(e);
+        }
+        // Chunks of each thread as the C writer would flush them.
+        for part in truth.chunks(700) {
+            for tid in 1..=3 {
+                let items: Vec<Item> = part.iter().filter(|e| e.tid == tid).cloned().map(Item::Event).collect();
+                w.events_chunk(tid, &items).unwrap();
+            }
+        }
+        w.finish().unwrap();
+        let st = compact(&src, &dst, 4096, &[]).unwrap();
+        assert_eq!(st.events, truth.len() as u64);
+
+        let tf = TraceFile::open(&dst).unwrap();
+        assert_eq!(tf.runinfo_get(RUNINFO_KEY), Some("4096"));
+        let got: Vec<Event> = tf
+            .items()
+            .unwrap()
+            .filter_map(|i| match i {
+                Item::Event(e) => Some(e),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(got.len(), truth.len());
+        let mut is_live = std::collections::HashSet::new();
+        for e in &got {
+            match e.kind {
+                EventKind::Alloc { ptr, .. } => assert!(is_live.insert(ptr), "{ptr:#x} allocated while live"),
+                EventKind::Free { ptr } => assert!(is_live.remove(&ptr), "{ptr:#x} freed while dead"),
+                _ => unreachable!(),
+            }
+        }
+        assert!(st.raised > 0);
+        for tid in 1..=3 {
+            let mine = |v: &[Event]| v.iter().filter(|e| e.tid == tid).cloned().collect::<Vec<_>>();
+            let (a, b) = (mine(&truth), mine(&got));
+            assert_eq!(a.len(), b.len());
+            for (t, c) in a.iter().zip(&b) {
+                assert_eq!(t.kind, c.kind);
+                assert!(c.tsc <= t.tsc && t.tsc - c.tsc < 4096, "stamp {} for time {}", c.tsc, t.tsc);
+            }
+            let mut ca: Vec<u64> = a.iter().map(|e| e.cycles).collect();
+            let mut cb: Vec<u64> = b.iter().map(|e| e.cycles).collect();
+            ca.sort_unstable();
+            cb.sort_unstable();
+            assert_eq!(ca, cb, "each thread keeps its cycles");
+        }
+        assert!(compact(&dst, &dir.path().join("d.mtl"), 4096, &[]).is_err(), "compact twice");
+        assert!(matches!(compact(&src, &dst, 3, &[]), Err(CompactError::BadQuantum(3))));
+    }
+}
