@@ -188,6 +188,10 @@ pub struct ConfigResult {
     /// and that over the untraced median.
     pub program_wall_s: Option<f64>,
     pub program_ratio: Option<f64>,
+    /// mtlab only: the same traces after `mtlab compact` (largest over the
+    /// repetitions), and the median seconds compaction took.
+    pub compact_bytes: Option<u64>,
+    pub compact_s: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -307,6 +311,8 @@ impl Runner {
         let mut rss = vec![0u64; configs.len()];
         let mut recorder_rss = vec![None; configs.len()];
         let mut program_wall: Vec<Vec<f64>> = vec![Vec::new(); configs.len()];
+        let (mut compact_bytes, mut compact_s): (Vec<Option<u64>>, Vec<Vec<f64>>) =
+            (vec![None; configs.len()], vec![Vec::new(); configs.len()]);
         for rep in 0..reps {
             for (i, cfg) in configs.iter().enumerate() {
                 eprint!("\rmtlab bench: repetition {}/{reps}: {cfg:<20}", rep + 1);
@@ -325,6 +331,11 @@ impl Runner {
                 if *cfg != "untraced" && *cfg != STAMP_FLOOR {
                     sizes[i] = Some(files_size(&family));
                 }
+                if *cfg == "mtlab" {
+                    let (bytes, secs) = self.compact_copies(&family)?;
+                    compact_bytes[i] = Some(compact_bytes[i].unwrap_or(0).max(bytes));
+                    compact_s[i].push(secs);
+                }
             }
         }
         eprintln!();
@@ -334,7 +345,8 @@ impl Runner {
             .zip(samples)
             .zip(sizes.into_iter().zip(rss.into_iter().zip(recorder_rss)))
             .zip(program_wall)
-            .map(|(((name, mut s), (trace_bytes, (max_rss_kib, recorder_rss_kib))), mut pw)| {
+            .zip(compact_bytes.into_iter().zip(compact_s))
+            .map(|((((name, mut s), (trace_bytes, (max_rss_kib, recorder_rss_kib))), mut pw), (cb, mut cs))| {
                 let m = median(&mut s);
                 let program_wall_s = (!pw.is_empty()).then(|| median(&mut pw));
                 ConfigResult {
@@ -347,11 +359,31 @@ impl Runner {
                     recorder_rss_kib,
                     program_wall_s,
                     program_ratio: program_wall_s.map(|w| w / base),
+                    compact_bytes: cb,
+                    compact_s: (!cs.is_empty()).then(|| median(&mut cs)),
                 }
             })
             .collect())
     }
 
+    /// Compacts copies of an mtlab run's traces with `mtlab compact` (a
+    /// child process: the work must not raise this process's RSS, which its
+    /// later children would inherit in their peak-RSS figures). Returns their
+    /// total size and the seconds it took.
+    fn compact_copies(&self, family: &[PathBuf]) -> Result<(u64, f64), BenchError> {
+        let dir = self.dir.join("compact");
+        std::fs::create_dir_all(&dir).map_err(|source| BenchError::Io { path: dir.clone(), source })?;
+        let start = std::time::Instant::now();
+        let mut bytes = 0;
+        for f in family {
+            let dst = dir.join(f.file_name().unwrap_or_default());
+            let mut c = Command::new(&self.mtlab);
+            c.arg("compact").arg("-o").arg(&dst).arg(f);
+            measure(c, "mtlab compact")?;
+            bytes += std::fs::metadata(&dst).map_err(|source| BenchError::Io { path: dst.clone(), source })?.len();
+        }
+        Ok((bytes, start.elapsed().as_secs_f64()))
+    }
 
     /// Times `mtlab report --json` on the last mtlab trace, `runs` times.
     fn report_speed(&self, runs: u32) -> Result<ReportSpeed, BenchError> {
@@ -435,6 +467,13 @@ fn print_result(r: &BenchResult, json: bool) {
                 "{}: largest process of the run (the program, or mtlab record finishing the trace): {}",
                 c.name,
                 crate::report::human_bytes(kib * 1024)
+            );
+        }
+        if let (Some(b), Some(t)) = (c.compact_bytes, c.compact_s) {
+            println!(
+                "{}: the same traces after `mtlab compact` (no per-call timing): {} (largest of the runs), in {t:.2} s (median)",
+                c.name,
+                crate::report::human_bytes(b)
             );
         }
         if let (Some(w), Some(x), true) = (c.program_wall_s, c.program_ratio, r.unit.contains("wall")) {
