@@ -122,6 +122,7 @@ static int write_all_at(const void *data, size_t len, uint64_t off) {
  * new record but END may start. */
 static _Atomic int inflight, closing;
 static uint64_t fsize_limit; /* RLIMIT_FSIZE: writing past it would raise SIGXFSZ */
+#define TAIL_ROOM 4096u     /* kept below fsize_limit for the closing records */
 static uint64_t file_dev, file_ino;
 
 /* The program may close our descriptor and get the number back for a file
@@ -138,8 +139,25 @@ static int reserve_and_write_at(const void *a, size_t alen, const void *b, size_
     int ret = -1;
     size_t len = alen + blen;
     if (!atomic_load(&closing) || is_end) {
-        uint64_t off = atomic_fetch_add(&file_off, len);
-        if ((!fsize_limit || off + len <= fsize_limit) && fd_is_ours()) {
+        uint64_t off;
+        int reserved_room = 1;
+        if (fsize_limit) {
+            /* Nothing may be written past RLIMIT_FSIZE, and the last
+             * TAIL_ROOM bytes below it are kept for STATS and END, so that
+             * a file cut short by the limit still says how many events it
+             * lost. A reservation that does not fit takes no room. */
+            uint64_t cap = is_end ? fsize_limit : fsize_limit > TAIL_ROOM ? fsize_limit - TAIL_ROOM : 0;
+            off = atomic_load(&file_off);
+            do {
+                if (off + len > cap) {
+                    reserved_room = 0;
+                    break;
+                }
+            } while (!atomic_compare_exchange_weak(&file_off, &off, off + len));
+        } else {
+            off = atomic_fetch_add(&file_off, len);
+        }
+        if (reserved_room && fd_is_ours()) {
             ret = write_all_at(a, alen, off);
             if (ret == 0 && blen) ret = write_all_at(b, blen, off + alen);
         }

@@ -357,7 +357,10 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
                     }
                 }
             }
-            Err(e) => warnings.push(format!("{}: not finished: {e}", t.display())),
+            Err(e) => {
+                bytes += std::fs::metadata(t).map(|m| m.len()).unwrap_or(0);
+                warnings.push(format!("{}: not finished (left as written): {e}", t.display()));
+            }
         }
     }
     Ok(RecordOutcome { status, traces, wall, baseline_wall, bytes, warnings })

@@ -913,3 +913,85 @@ fn record_compact_counts_exactly() {
     assert!(!o.status.success() && stderr(&o).contains("not an mtlab trace"), "{}", stderr(&o));
     assert_eq!(std::fs::read(lab.path("junk.mtl")).unwrap(), b"not a trace", "a refused file is left as it was");
 }
+
+// ---------------------------------------------------------------------------
+// Limits: many threads, a full file.
+
+#[test]
+fn two_hundred_fifty_six_threads_lose_no_event() {
+    let lab = Lab::new();
+    let prog = lab.compile("threads");
+    let (threads, pairs) = (256u64, 2_000u64);
+    lab.record_ok("base.mtl", &prog, &["256", "0"]);
+    lab.record_ok("t.mtl", &prog, &["256", &pairs.to_string()]);
+    let (base, r) = (lab.report("base.mtl"), lab.report("t.mtl"));
+    strict(&r);
+    let n = threads * pairs;
+    assert_eq!(call_deltas(&r, &base), deltas(&[("malloc", n as i64), ("free", n as i64)]));
+    assert_eq!(site(&r, "worker"), site_of(n, n * 64, 0, 0));
+    assert_eq!(u(&r["events_dropped"]), 0);
+    assert_eq!(live_bytes_end(&r), live_bytes_end(&base));
+}
+
+/// RLIMIT_FSIZE set by the program's own shell: the writer stops below the
+/// limit instead of raising SIGXFSZ, counts what it could not write, and
+/// still writes that count (END) at exit; the program runs on unharmed.
+#[test]
+fn a_file_size_limit_drops_events_and_counts_them() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    let n = 200_000u64;
+    lab.record_ok("free.mtl", &prog, &[&n.to_string(), "48", "0"]);
+    let unlimited = lab.report("free.mtl");
+    let script = r#"ulimit -f 512; exec "$0" "$@""#;
+    let prog_s = prog.to_str().unwrap();
+    let o = lab.command(MTLAB)
+        .args(["record", "-o", "t.mtl", "--", "sh", "-c", script, prog_s, &n.to_string(), "48", "0"])
+        .output()
+        .unwrap();
+    assert_success(&o, "a traced program under a 512 KiB file size limit");
+    let v = lab.report("t.mtl");
+    let child = v["children"].as_array().unwrap().iter().find(|p| p["cmdline"][0] == prog_s).expect("the exec'd program's trace");
+    assert_eq!(child["clean_end"], true, "END fits in the room kept below the limit");
+    let (events, dropped) = (u(&child["events"]), u(&child["events_dropped"]));
+    assert!(dropped > 0 && events < 2 * n, "events {events}, dropped {dropped}");
+    // Every call is either in the file or counted (the dropped chunks also
+    // held a few heap-extent observations, which are not calls).
+    let all = u(&unlimited["events"]);
+    assert!(events + dropped >= all && events + dropped < all + 1000, "{events} + {dropped} vs {all}");
+    let out = lab.command(MTLAB).args(["report", "t.mtl"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("events dropped: {dropped} — ")));
+}
+
+/// A full disk (a 1 MiB tmpfs): the program runs to its normal end with its
+/// exit code, mtlab says the trace could not be finished, and what was
+/// written is readable up to where the disk filled.
+#[test]
+fn a_full_disk_leaves_the_program_alone_and_the_trace_readable() {
+    struct Mount(std::path::PathBuf);
+    impl Drop for Mount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    let dir = lab.path("small");
+    std::fs::create_dir(&dir).unwrap();
+    let mounted = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&dir).output();
+    if !mounted.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: cannot mount a small tmpfs here (needs root): {mounted:?}");
+        return;
+    }
+    let _guard = Mount(dir.clone());
+    let trace = dir.join("t.mtl");
+    let o = lab.command(MTLAB).arg("record").arg("-o").arg(&trace).arg("--").arg(&prog).args(["200000", "48", "0"]).output().unwrap();
+    assert_success(&o, "a traced program whose trace fills the disk");
+    let e = stderr(&o);
+    assert!(e.contains("not finished (left as written)") && e.contains("No space left"), "{e}");
+    let v = lab.report_path(&trace);
+    assert_eq!(v["clean_end"], false);
+    assert!(u(&v["events"]) > 0 && u(&v["events"]) < 400_000, "events {}", v["events"]);
+    let warnings = v["warnings"].as_array().unwrap();
+    assert!(warnings.iter().any(|w| w.as_str().unwrap().contains("truncated")), "{warnings:?}");
+}

@@ -186,14 +186,22 @@ pub fn render(run: &RunReport) -> String {
             let _ = writeln!(out, "{}", sites(&p.leaks.top, true));
         }
         match p.events_dropped {
+            Some(0) => {
+                let _ = writeln!(out, "events dropped: 0");
+            }
             Some(d) => {
-                let _ = writeln!(out, "events dropped: {d}");
+                let _ = writeln!(
+                    out,
+                    "events dropped: {d} — the trace could not be written in full (disk full, file size limit, or no \
+                     memory for a buffer): the heap figures above miss these calls (a dropped free leaves its block \
+                     counted as live)"
+                );
             }
             None => {
                 let _ = writeln!(
                     out,
-                    "events dropped: unknown — the process did not end through exit (abort, fatal signal, _exit or exec); \
-                     events after its last flush are missing"
+                    "events dropped: unknown — no END record: the process did not end through exit (abort, fatal signal, \
+                     _exit or exec), or its trace could not be completed (disk full); events after its last flush are missing"
                 );
             }
         }
