@@ -995,3 +995,30 @@ fn a_full_disk_leaves_the_program_alone_and_the_trace_readable() {
     let warnings = v["warnings"].as_array().unwrap();
     assert!(warnings.iter().any(|w| w.as_str().unwrap().contains("truncated")), "{warnings:?}");
 }
+
+// ---------------------------------------------------------------------------
+// The README's main command.
+
+#[test]
+fn demo_records_compacts_and_samples_the_built_in_workload() {
+    let lab = Lab::new();
+    let iterations = 20_000u64;
+    let o = lab.command(MTLAB).args(["demo", "--iterations", &iterations.to_string(), "-o", "d.mtl"]).output().unwrap();
+    assert_success(&o, "mtlab demo");
+    let out = String::from_utf8_lossy(&o.stdout);
+    for part in ["per function", "without per-call timing (`mtlab compact`)", "sampled profile", "estimated from"] {
+        assert!(out.contains(part), "demo output lacks {part:?}:\n{out}");
+    }
+    for f in ["d.mtl", "d.compact.mtl", "d.sampled.mtl"] {
+        assert!(lab.path(f).exists(), "{f} kept");
+    }
+    // 2 threads × (warm-up of 10 % + iterations) mallocs of 512 bytes, all at the workload's one site.
+    let full = lab.report("d.mtl");
+    strict(&full);
+    let pairs = 2 * (iterations + iterations / 10);
+    assert_eq!(site(&full, "descend"), site_of(pairs, pairs * 512, 0, 0));
+    assert!(full["slowdown"].is_object(), "the demo runs a baseline");
+    let compact = lab.report("d.compact.mtl");
+    assert_eq!(full["functions"], compact["functions"]);
+    assert_eq!(full["peak"], compact["peak"]);
+}
