@@ -281,34 +281,48 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
 }
 
 fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
+    use crate::trace::compact::CompactError;
     if a.output.is_some() && a.files.len() > 1 {
         return Err(CliError::Other("-o takes one trace; give one FILE, or leave -o out to compact in place".into()));
     }
+    let mut failed = 0;
     for file in &a.files {
         if !file.exists() {
-            return Err(CliError::Other(format!("{} does not exist: give a trace written by `mtlab record`", file.display())));
+            eprintln!("mtlab: error: {} does not exist: give a trace written by `mtlab record`", file.display());
+            failed += 1;
+            continue;
         }
         let family =
             if a.no_children || a.output.is_some() { vec![file.clone()] } else { record::trace_family(file) };
         for src in &family {
             let dst = a.output.clone().unwrap_or_else(|| src.clone());
-            let st = crate::compact::compact_trace(src, &dst, a.quantum)?;
-            eprintln!(
-                "mtlab: {} → {}: {} → {} ({:.1}× smaller), {} events, {} kept after another thread's",
-                src.display(),
-                dst.display(),
-                report::human_bytes(st.bytes_before),
-                report::human_bytes(st.bytes_after),
-                st.bytes_before as f64 / st.bytes_after.max(1) as f64,
-                st.events,
-                st.raised
-            );
-            for w in &st.warnings {
-                eprintln!("mtlab: warning: {}: {w}", src.display());
+            match crate::compact::compact_trace(src, &dst, a.quantum) {
+                Ok(st) => {
+                    eprintln!(
+                        "mtlab: {} → {}: {} → {} ({:.1}× smaller), {} events, {} kept after another thread's",
+                        src.display(),
+                        dst.display(),
+                        report::human_bytes(st.bytes_before),
+                        report::human_bytes(st.bytes_after),
+                        st.bytes_before as f64 / st.bytes_after.max(1) as f64,
+                        st.events,
+                        st.raised
+                    );
+                    for w in &st.warnings {
+                        eprintln!("mtlab: warning: {}: {w}", src.display());
+                    }
+                }
+                // A family compacted before (record --compact) has nothing left to do;
+                // a file named on its own that is compact already is an error.
+                Err(e @ CompactError::AlreadyCompact { .. }) if src != file => eprintln!("mtlab: {e}"),
+                Err(e) => {
+                    eprintln!("mtlab: error: {e}");
+                    failed += 1;
+                }
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 fn default_output(program: &OsString) -> PathBuf {
@@ -515,7 +529,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     let compact_out = a.output.with_extension("compact.mtl");
     let c = crate::compact::compact_trace(&a.output, &compact_out, crate::trace::compact::DEFAULT_QUANTUM)?;
     print_out(&format!(
-        "without per-call timing (`mtlab compact`): {} → {} ({:.0}× smaller), every figure above but the time series' malloc cycles unchanged\n\n",
+        "without per-call timing (`mtlab compact`): {} → {} ({:.0}× smaller), the per-function, heap, site and leak figures above unchanged\n\n",
         report::human_bytes(c.bytes_before),
         report::human_bytes(c.bytes_after),
         c.bytes_before as f64 / c.bytes_after.max(1) as f64

@@ -20,10 +20,38 @@ pub const PEAK_KEY: &str = "compact_peak";
 /// to `quantum` ticks.
 pub fn compact_trace(src: &Path, dst: &Path, quantum: u64) -> Result<CompactStats, CompactError> {
     let trace = TraceFile::open(src)?;
+    let pid = trace.header.pid as i32;
+    // SAFETY: kill with signal 0 only asks whether the process exists.
+    if trace.end.is_none() && pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+        // Its writer may still be appending: a rewrite would lose what comes next.
+        return Err(CompactError::StillWriting { path: src.to_path_buf(), pid: pid as u32 });
+    }
     let mut extra = Vec::new();
     if trace.runinfo_get(crate::trace::compact::RUNINFO_KEY).is_none() {
         let exact = heap::analyze(&trace, &AnalyzeOptions { max_points: 1, top: 0 })?;
         extra.push((PEAK_KEY.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes")));
     }
     compact(src, dst, quantum, &extra)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::compact::CompactError;
+    use crate::trace::TraceWriter;
+
+    /// A trace without END whose process is alive (this test's own) may still
+    /// grow: it is left alone.
+    #[test]
+    fn a_trace_still_being_written_is_refused_and_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("t.mtl");
+        let pid = std::process::id().to_string();
+        TraceWriter::create(&src, [("pid", pid.as_str())]).unwrap().finish().unwrap();
+        let before = std::fs::read(&src).unwrap();
+        let e = compact_trace(&src, &src, 1 << 16).unwrap_err();
+        assert!(matches!(e, CompactError::StillWriting { .. }), "{e}");
+        assert!(e.to_string().contains("still being written"), "{e}");
+        assert_eq!(std::fs::read(&src).unwrap(), before);
+    }
 }

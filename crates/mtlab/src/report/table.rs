@@ -221,7 +221,8 @@ pub fn render(run: &RunReport) -> String {
             let _ = writeln!(
                 out,
                 "note: compact trace (`mtlab compact`): time stamps rounded to {q} ticks; each function's cycles are kept \
-                 as a distribution, so the figures above are exact but no call keeps its own cycles"
+                 as a distribution, so the figures above are exact but no call keeps its own cycles; the time series \
+                 replays threads' independent events within a quantum in an order of its own"
             );
         }
         if let Some(note) = &p.stacks.note {

@@ -8,8 +8,8 @@
 //! - **time stamps are rounded down to a quantum** (2¹⁶ ticks by default,
 //!   ≈ 25 µs at 2.6 GHz). Between threads, order matters where they touch
 //!   the same block, region or the program break; there a stamp is raised
-//!   just enough (by ticks, never above the true time) to stay after the
-//!   other thread's event, so the shadow heap replays the same history;
+//!   just enough (by ticks) to stay after the other thread's event, so the
+//!   shadow heap replays the same blocks and regions;
 //! - **each call's cycles are kept as a distribution**: within each chunk
 //!   the cycles of each function are sorted before they are stored, so the
 //!   per-function totals, means, deviations and percentiles are exact but
@@ -26,7 +26,7 @@ use rustc_hash::FxHashMap as HashMap;
 use super::columns::{split_with_time_step, RowChunk};
 use super::decode::{next_record, read_file_header, TraceError};
 use super::encode::{kv_text, ChunkEncoder, TempGuard};
-use super::event::{Event, EventKind, Item, FLAG_FAILED};
+use super::event::{Event, EventKind, Item, FLAG_CHUNK_MMAPPED, FLAG_FAILED};
 use super::format::*;
 use super::TraceFile;
 
@@ -37,6 +37,8 @@ pub const RUNINFO_KEY: &str = "compact_quantum";
 /// Most events per compacted chunk: bounds the compactor's memory per
 /// thread (each pending event is held decoded).
 const CHUNK_EVENTS: usize = 1 << 16;
+/// Most events held for all threads together (≈ 100 bytes each).
+const PENDING_EVENTS: usize = 1 << 20;
 /// Most row bytes per compacted chunk, as `finish_trace` joins at most.
 const CHUNK_ROW_BYTES: usize = 1 << 20;
 /// zstd level of compacted chunks: their streams are long runs, which
@@ -62,6 +64,8 @@ pub enum CompactError {
     AlreadyCompact { path: PathBuf, quantum: String },
     #[error("the quantum must be a power of two from 2 to 2^30 ticks, not {0}")]
     BadQuantum(u64),
+    #[error("{} is still being written by process {pid} (no END record yet): compact it once that process has ended", path.display())]
+    StillWriting { path: PathBuf, pid: u32 },
 }
 
 /// What an event touches that another thread's event may also touch.
@@ -93,8 +97,10 @@ fn touches(ev: &Event) -> [Touch; 2] {
 ///
 /// A stamp is the event's time rounded down to the quantum, raised to its
 /// thread's previous stamp and to one tick past the stamp of the last event
-/// of another thread that touched the same thing. Every stamp is at most
-/// the true time (all three bounds are), so raising never drifts.
+/// of another thread that touched the same thing. All three bounds are at
+/// most the true time when the other thread's event came strictly earlier,
+/// so raising never drifts; two threads' events on the same TSC value can
+/// put a stamp a tick above it.
 struct Stamper {
     quantum: u64,
     /// The quantum the latest event fell in: entries stamped before it
@@ -105,8 +111,16 @@ struct Stamper {
     blocks: HashMap<u64, (u32, u64)>,
     /// Recent region events: (start, end, thread, stamp).
     regions: Vec<(u64, u64, u32, u64)>,
+    /// Live glibc blocks that are their own mmap'd chunk (CHUNK_MMAPPED) →
+    /// the range the shadow heap maps for them: allocating and releasing
+    /// such a block touches that range, not just the address.
+    chunk_ranges: HashMap<u64, (u64, u64)>,
     raised: u64,
 }
+
+/// glibc: an mmap'd chunk starts this many bytes before its block (as
+/// `heap::analyze` maps it).
+const GLIBC_CHUNK_HEADER: u64 = 16;
 
 const BREAK_KEY: u64 = u64::MAX;
 
@@ -118,8 +132,33 @@ impl Stamper {
             last_of_thread: HashMap::default(),
             blocks: HashMap::default(),
             regions: Vec::new(),
+            chunk_ranges: HashMap::default(),
             raised: 0,
         }
+    }
+
+    /// The mapped ranges an event maps or unmaps with a glibc mmap'd chunk.
+    fn chunk_touches(&mut self, ev: &Event) -> [Touch; 2] {
+        let failed = ev.flags & FLAG_FAILED != 0;
+        let (released, made) = match ev.kind {
+            EventKind::Free { ptr } => (ptr, None),
+            // A failed realloc leaves the old block where it was.
+            EventKind::Realloc { old, ptr, usable, .. } => (if failed { 0 } else { old }, Some((ptr, usable))),
+            EventKind::Alloc { ptr, usable, .. } => (0, Some((ptr, usable))),
+            _ => (0, None),
+        };
+        let mut t = [Touch::None, Touch::None];
+        if released != 0 {
+            if let Some((lo, hi)) = self.chunk_ranges.remove(&released) {
+                t[0] = Touch::Region(lo, hi);
+            }
+        }
+        if let Some((p, usable)) = made.filter(|&(p, _)| p != 0 && ev.flags & FLAG_CHUNK_MMAPPED != 0) {
+            let r = (p.saturating_sub(GLIBC_CHUNK_HEADER), p.saturating_add(usable));
+            self.chunk_ranges.insert(p, r);
+            t[1] = Touch::Region(r.0, r.1);
+        }
+        t
     }
 
     fn stamp(&mut self, ev: &Event) -> u64 {
@@ -132,7 +171,9 @@ impl Stamper {
         let tid = ev.tid;
         let base = floor.max(self.last_of_thread.get(&tid).copied().unwrap_or(0));
         let mut s = base;
-        let t = touches(ev);
+        let [a, b] = touches(ev);
+        let [c, d] = self.chunk_touches(ev);
+        let t = [a, b, c, d];
         for touch in t {
             let after = |other: u32, os: u64| if other != tid { os + 1 } else { 0 };
             match touch {
@@ -265,7 +306,10 @@ pub fn compact(src: &Path, dst: &Path, quantum: u64, extra: &[(String, String)])
         return Err(CompactError::AlreadyCompact { path: src.to_path_buf(), quantum: q.to_string() });
     }
     let source = File::open(src).map_err(TraceError::io(src))?;
-    let (_version, _text, header_end) = read_file_header(&source, src, tf.file_len)?;
+    let (_version, text, header_end) = read_file_header(&source, src, tf.file_len)?;
+    // The header's own complaints come back whenever the file is read: only
+    // damage found in the records is carried over (as finish_warning).
+    let header_warnings = super::Header::parse(&text).1.len();
 
     let dir = match dst.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -294,7 +338,9 @@ pub fn compact(src: &Path, dst: &Path, quantum: u64, extra: &[(String, String)])
     w.out.write_all(&head).map_err(w.io())?;
     w.written = header_end;
 
-    let mut stats = CompactStats { bytes_before: tf.file_len, warnings: tf.warnings.clone(), ..Default::default() };
+    let damage = tf.warnings.get(header_warnings..).unwrap_or_default().to_vec();
+    let mut stats = CompactStats { bytes_before: tf.file_len, warnings: damage, ..Default::default() };
+    let mut pending_total = 0usize;
     let mut stamper = Stamper::new(quantum);
     let mut pending: HashMap<u32, Pending> = HashMap::default();
     // Stack definitions go into the chunk of the next event's thread.
@@ -317,8 +363,15 @@ pub fn compact(src: &Path, dst: &Path, quantum: u64, extra: &[(String, String)])
                 p.items.push(Item::Event(ev));
                 p.events += 1;
                 p.row_bytes += 12;
+                pending_total += 1;
                 if p.events >= CHUNK_EVENTS || p.row_bytes >= CHUNK_ROW_BYTES {
+                    pending_total -= p.events;
                     w.chunk(tid, p)?;
+                } else if pending_total >= PENDING_EVENTS {
+                    // Many busy threads: write the largest pending chunk early.
+                    let (&t, p) = pending.iter_mut().max_by_key(|(_, p)| p.events).expect("one is pending");
+                    pending_total -= p.events;
+                    w.chunk(t, p)?;
                 }
             }
         }
@@ -447,14 +500,10 @@ mod tests {
         assert_eq!(got, [20, 5, 30, 10, 40]);
     }
 
-    /// Three threads pass blocks around at random, many events per quantum:
-    /// the compact trace replays without a free of a dead block or an
-    /// allocation of a live one, every thread's events keep their order and
-    /// arguments, and each stamp lies within one quantum below the true time.
-    #[test]
-    fn a_random_handoff_replays_in_a_valid_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let (src, dst) = (dir.path().join("t.mtl"), dir.path().join("c.mtl"));
+    /// `n` random mallocs and frees of three threads passing 200 addresses
+    /// around, time advancing by `min_step`..`min_step`+39 ticks per event,
+    /// written as the C writer would flush them.
+    fn random_handoffs(path: &Path, n: usize, min_step: u64) -> Vec<Event> {
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut rnd = |n: u64| {
             x ^= x << 13;
@@ -462,14 +511,13 @@ mod tests {
             x ^= x << 17;
             x % n
         };
-        let mut w = TraceWriter::create(&src, [("pid", "1"), ("tsc_hz", "1000000000")]).unwrap();
         let (mut live, mut dead): (Vec<u64>, Vec<u64>) = (Vec::new(), (1..200).map(|i| i * 64).collect());
         let mut tsc = 1000;
         let mut truth: Vec<Event> = Vec::new();
-        for _ in 0..20_000 {
-            tsc += 1 + rnd(40);
+        for _ in 0..n {
+            tsc += min_step + rnd(40);
             let tid = 1 + rnd(3) as u32;
-            let e = if (rnd(2) == 0 && !dead.is_empty()) || live.is_empty() {
+            let mut e = if (rnd(2) == 0 && !dead.is_empty()) || live.is_empty() {
                 let p = dead.swap_remove(rnd(dead.len() as u64) as usize);
                 live.push(p);
                 malloc(tid, tsc, p)
@@ -478,11 +526,10 @@ mod tests {
                 dead.push(p);
                 free(tid, tsc, p)
             };
-            let mut e = e;
             e.cycles = 26 * (1 + rnd(3));
             truth.push(e);
         }
-        // Chunks of each thread as the C writer would flush them.
+        let mut w = TraceWriter::create(path, [("pid", "1"), ("tsc_hz", "1000000000")]).unwrap();
         for part in truth.chunks(700) {
             for tid in 1..=3 {
                 let items: Vec<Item> = part.iter().filter(|e| e.tid == tid).cloned().map(Item::Event).collect();
@@ -490,19 +537,34 @@ mod tests {
             }
         }
         w.finish().unwrap();
-        let st = compact(&src, &dst, 4096, &[]).unwrap();
-        assert_eq!(st.events, truth.len() as u64);
+        truth
+    }
 
-        let tf = TraceFile::open(&dst).unwrap();
-        assert_eq!(tf.runinfo_get(RUNINFO_KEY), Some("4096"));
-        let got: Vec<Event> = tf
-            .items()
+    /// The events of a trace in the order the report replays them.
+    fn replay(path: &Path) -> Vec<Event> {
+        let tf = TraceFile::open(path).unwrap();
+        tf.items()
             .unwrap()
             .filter_map(|i| match i {
                 Item::Event(e) => Some(e),
                 _ => None,
             })
-            .collect();
+            .collect()
+    }
+
+    /// Three threads pass blocks around at random, many events per quantum:
+    /// the compact trace replays without a free of a dead block or an
+    /// allocation of a live one, every thread's events keep their order and
+    /// arguments, and each stamp lies within one quantum below the true time.
+    #[test]
+    fn a_random_handoff_replays_in_a_valid_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, dst) = (dir.path().join("t.mtl"), dir.path().join("c.mtl"));
+        let truth = random_handoffs(&src, 20_000, 1);
+        let st = compact(&src, &dst, 4096, &[]).unwrap();
+        assert_eq!(st.events, truth.len() as u64);
+        assert_eq!(TraceFile::open(&dst).unwrap().runinfo_get(RUNINFO_KEY), Some("4096"));
+        let got = replay(&dst);
         assert_eq!(got.len(), truth.len());
         let mut is_live = std::collections::HashSet::new();
         for e in &got {
@@ -529,5 +591,92 @@ mod tests {
         }
         assert!(compact(&dst, &dir.path().join("d.mtl"), 4096, &[]).is_err(), "compact twice");
         assert!(matches!(compact(&src, &dst, 3, &[]), Err(CompactError::BadQuantum(3))));
+    }
+
+    /// Threads' events often share a TSC value (VMs tick in steps): the
+    /// report's replay of the exact trace breaks those ties one way, and the
+    /// compact trace's replay gives every address the same history.
+    #[test]
+    fn ties_in_time_replay_each_address_as_the_exact_trace_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, dst) = (dir.path().join("t.mtl"), dir.path().join("c.mtl"));
+        random_handoffs(&src, 20_000, 0);
+        compact(&src, &dst, 4096, &[]).unwrap();
+        let history = |events: &[Event]| {
+            let mut h: std::collections::BTreeMap<u64, Vec<(u32, bool)>> = Default::default();
+            for e in events {
+                match e.kind {
+                    EventKind::Alloc { ptr, .. } => h.entry(ptr).or_default().push((e.tid, true)),
+                    EventKind::Free { ptr } => h.entry(ptr).or_default().push((e.tid, false)),
+                    _ => unreachable!(),
+                }
+            }
+            h
+        };
+        let (exact, compacted) = (replay(&src), replay(&dst));
+        assert!(exact.windows(2).any(|w| w[0].tsc == w[1].tsc && w[0].tid != w[1].tid), "ties present");
+        assert_eq!(history(&exact), history(&compacted));
+    }
+
+    /// Runs the exact and the compact trace of `chunks` through the report's
+    /// analysis.
+    fn both_reports(chunks: &[(u32, Vec<Event>)]) -> (crate::heap::ProcessReport, crate::heap::ProcessReport) {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, dst) = (dir.path().join("t.mtl"), dir.path().join("c.mtl"));
+        let mut w = TraceWriter::create(&src, [("pid", "1"), ("tsc_hz", "1000000000"), ("page_size", "4096")]).unwrap();
+        for (tid, evs) in chunks {
+            let items: Vec<Item> = evs.iter().cloned().map(Item::Event).collect();
+            w.events_chunk(*tid, &items).unwrap();
+        }
+        w.finish().unwrap();
+        compact(&src, &dst, 4096, &[]).unwrap();
+        let o = crate::heap::AnalyzeOptions::default();
+        let exact = crate::heap::analyze(&TraceFile::open(&src).unwrap(), &o).unwrap();
+        let compacted = crate::heap::analyze(&TraceFile::open(&dst).unwrap(), &o).unwrap();
+        (exact, compacted)
+    }
+
+    /// A glibc block that is its own mmap'd chunk.
+    fn chunk_block(tid: u32, tsc: u64, ptr: u64, size: u64) -> Event {
+        let mut e = ev(tid, tsc, 26, EventKind::Alloc { func: Func::Malloc, size, align: 0, ptr, usable: size });
+        e.flags = crate::trace::event::FLAG_CHUNK_MMAPPED;
+        e
+    }
+
+    /// Thread 2 unmaps a range; thread 1's large malloc then gets part of it
+    /// as an mmap'd chunk, in the same quantum.
+    #[test]
+    fn an_mmapped_chunk_stays_after_the_munmap_that_freed_its_range() {
+        let base = 0x7f00_0000_0000u64;
+        let (exact, compacted) = both_reports(&[
+            (1, vec![chunk_block(1, 1100, base + 16, 0x30000 - 16)]),
+            (2, vec![ev(2, 1000, 0, EventKind::Munmap { addr: base, len: 0x40000, ret: 0 })]),
+        ]);
+        assert_eq!(exact.end.mapped_bytes, 0x30000);
+        assert_eq!(exact.end, compacted.end);
+    }
+
+    /// Thread 2 frees mmap'd chunk X; thread 1 then gets chunk Y over part of
+    /// X's old range, at another address, and frees it later.
+    #[test]
+    fn an_mmapped_chunk_stays_after_the_free_of_an_overlapping_one() {
+        let base = 0x7f00_0000_0000u64;
+        let (x, y) = (base + 16, base + 0x10000 + 16);
+        let (exact, compacted) = both_reports(&[
+            (1, vec![chunk_block(1, 5100, y, 0x30000 - 16), free(1, 20_000, y)]),
+            (2, vec![chunk_block(2, 100, x, 0x20000 - 16), free(2, 5000, x)]),
+        ]);
+        assert_eq!(exact.end.mapped_bytes, 0);
+        assert_eq!(exact.end, compacted.end);
+        assert_eq!((compacted.unknown_frees, compacted.overlapping_allocs), (0, 0));
+    }
+
+    /// Two threads on one TSC value: the later one in the exact replay stays
+    /// later, a tick above the shared time.
+    #[test]
+    fn equal_time_stamps_keep_their_order() {
+        let mut s = Stamper::new(1024);
+        assert_eq!(s.stamp(&malloc(1, 4096, 0xa0)), 4096);
+        assert_eq!(s.stamp(&free(2, 4096, 0xa0)), 4097);
     }
 }
