@@ -16,16 +16,15 @@
 //!   an event's `cycles` is no longer its own (the report then shows no
 //!   per-window malloc cycles). RUNINFO `compact_quantum` marks such a file.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap as HashMap;
 
 use super::columns::{split_with_time_step, RowChunk};
 use super::decode::{next_record, read_file_header, TraceError};
-use super::encode::{kv_text, ChunkEncoder, TempGuard};
+use super::encode::{header_at_this_version, kv_text, record_header, temp_beside, ChunkEncoder};
 use super::event::{Event, EventKind, Item, FLAG_CHUNK_MMAPPED, FLAG_FAILED};
 use super::format::*;
 use super::TraceFile;
@@ -278,10 +277,7 @@ impl Writer {
             .map_err(self.io())?;
         let body = self.comp.compress(&cols).map_err(self.io())?;
         let len = head.len() + body.len();
-        let mut hdr = [0u8; RECORD_HEADER as usize];
-        hdr[0..4].copy_from_slice(&(len as u32).to_le_bytes());
-        hdr[4..6].copy_from_slice(&REC_EVENTS.to_le_bytes());
-        hdr[6..8].copy_from_slice(&(RECORD_FLAG_ZSTD | RECORD_FLAG_COLUMNS).to_le_bytes());
+        let hdr = record_header(REC_EVENTS, RECORD_FLAG_ZSTD | RECORD_FLAG_COLUMNS, len);
         let tmp = self.tmp_path.clone();
         let e = |e| TraceError::Io { path: tmp.clone(), source: e };
         self.out.write_all(&hdr).map_err(e)?;
@@ -311,15 +307,7 @@ pub fn compact(src: &Path, dst: &Path, quantum: u64, extra: &[(String, String)])
     // damage found in the records is carried over (as finish_warning).
     let header_warnings = super::Header::parse(&text).1.len();
 
-    let dir = match dst.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
-    let tmp_path = dir.join(format!(".{name}.compact-{}", std::process::id()));
-    let _ = fs::remove_file(&tmp_path);
-    let tmp = OpenOptions::new().write(true).create_new(true).open(&tmp_path).map_err(TraceError::io(&tmp_path))?;
-    let mut guard = TempGuard(Some(tmp_path.clone()));
+    let (tmp, tmp_path, mut guard) = temp_beside(dst, "compact")?;
     let mut w = Writer {
         out: BufWriter::with_capacity(1 << 20, tmp),
         comp: zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(TraceError::io(&tmp_path))?,
@@ -328,13 +316,7 @@ pub fn compact(src: &Path, dst: &Path, quantum: u64, extra: &[(String, String)])
         written: 0,
     };
 
-    // The header, verbatim but for the version (the layout is this version's).
-    let mut head = vec![0u8; header_end as usize];
-    source.read_exact_at(&mut head, 0).map_err(TraceError::io(src))?;
-    let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-    if version < TRACE_VERSION {
-        head[8..12].copy_from_slice(&TRACE_VERSION.to_le_bytes());
-    }
+    let head = header_at_this_version(&source, src, header_end)?;
     w.out.write_all(&head).map_err(w.io())?;
     w.written = header_end;
 
@@ -416,10 +398,7 @@ pub fn compact(src: &Path, dst: &Path, quantum: u64, extra: &[(String, String)])
             .chain(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .chain(stats.warnings.iter().map(|m| ("finish_warning", m.as_str()))),
     );
-    let mut hdr = [0u8; RECORD_HEADER as usize];
-    hdr[0..4].copy_from_slice(&(text.len() as u32).to_le_bytes());
-    hdr[4..6].copy_from_slice(&REC_RUNINFO.to_le_bytes());
-    w.out.write_all(&hdr).map_err(w.io())?;
+    w.out.write_all(&record_header(REC_RUNINFO, 0, text.len())).map_err(w.io())?;
     w.out.write_all(text.as_bytes()).map_err(w.io())?;
     w.written += RECORD_HEADER as u64 + text.len() as u64;
 

@@ -475,6 +475,44 @@ pub struct FinishStats {
 /// Removes the temp file unless disarmed.
 pub(crate) struct TempGuard(pub(crate) Option<PathBuf>);
 
+/// Creates the temp file a rewrite of `dst` is written to before it is
+/// renamed over it: `.NAME.WHAT-PID` in the same directory (so the rename
+/// stays within one file system), removed again unless the guard is disarmed.
+pub(crate) fn temp_beside(dst: &Path, what: &str) -> Result<(File, PathBuf, TempGuard), TraceError> {
+    let dir = match dst.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+    let tmp_path = dir.join(format!(".{name}.{what}-{}", std::process::id()));
+    let _ = fs::remove_file(&tmp_path);
+    let tmp = OpenOptions::new().write(true).create_new(true).open(&tmp_path).map_err(TraceError::io(&tmp_path))?;
+    let guard = TempGuard(Some(tmp_path.clone()));
+    Ok((tmp, tmp_path, guard))
+}
+
+/// The file header of `src` (its first `header_end` bytes), verbatim but
+/// for the version: rewritten records use this version's layouts, which
+/// readers of older versions do not know.
+pub(crate) fn header_at_this_version(src: &File, path: &Path, header_end: u64) -> Result<Vec<u8>, TraceError> {
+    let mut head = vec![0u8; header_end as usize];
+    src.read_exact_at(&mut head, 0).map_err(TraceError::io(path))?;
+    let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+    if version < TRACE_VERSION {
+        head[8..12].copy_from_slice(&TRACE_VERSION.to_le_bytes());
+    }
+    Ok(head)
+}
+
+/// The 8-byte header of a record of `len` payload bytes.
+pub(crate) fn record_header(ty: u16, flags: u16, len: usize) -> [u8; RECORD_HEADER as usize] {
+    let mut h = [0u8; RECORD_HEADER as usize];
+    h[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+    h[4..6].copy_from_slice(&ty.to_le_bytes());
+    h[6..8].copy_from_slice(&flags.to_le_bytes());
+    h
+}
+
 impl Drop for TempGuard {
     fn drop(&mut self) {
         if let Some(p) = self.0.take() {
@@ -657,11 +695,7 @@ fn write_compressed_batch(
                 stats.chunks_compressed += 1;
             }
             let len = rec.head.len() + rec.body.len();
-            let mut hdr = [0u8; RECORD_HEADER as usize];
-            hdr[0..4].copy_from_slice(&(len as u32).to_le_bytes());
-            hdr[4..6].copy_from_slice(&REC_EVENTS.to_le_bytes());
-            hdr[6..8].copy_from_slice(&rec.flags.to_le_bytes());
-            out.write_all(&hdr)?;
+            out.write_all(&record_header(REC_EVENTS, rec.flags, len))?;
             out.write_all(&rec.head)?;
             out.write_all(&rec.body)?;
             written += RECORD_HEADER as u64 + len as u64;
@@ -712,32 +746,9 @@ impl Finisher {
     pub fn start(path: &Path, available: u64) -> Result<Finisher, TraceError> {
         let src = File::open(path).map_err(TraceError::io(path))?;
         let (_version, _text, header_end) = read_file_header(&src, path, available)?;
-        let dir = match path.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "trace".into());
-        let tmp_path = dir.join(format!(".{name}.finish-{}", std::process::id()));
-        let _ = fs::remove_file(&tmp_path);
-        let tmp = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp_path)
-            .map_err(TraceError::io(&tmp_path))?;
-        let guard = TempGuard(Some(tmp_path.clone()));
+        let (tmp, tmp_path, guard) = temp_beside(path, "finish")?;
         let mut out = BufWriter::with_capacity(1 << 20, tmp);
-
-        // Header, verbatim but for the version: the rewritten records may use
-        // the column layout, which readers of older versions do not know.
-        let mut head = vec![0u8; header_end as usize];
-        src.read_exact_at(&mut head, 0).map_err(TraceError::io(path))?;
-        let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
-        if version < TRACE_VERSION {
-            head[8..12].copy_from_slice(&TRACE_VERSION.to_le_bytes());
-        }
+        let head = header_at_this_version(&src, path, header_end)?;
         out.write_all(&head).map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e })?;
         let reader = src.try_clone().map_err(TraceError::io(path))?;
         Ok(Finisher {
@@ -847,10 +858,7 @@ impl Finisher {
                 .chain(self.stats.warnings.iter().map(|w| ("finish_warning", w.as_str())))
                 .chain(std::iter::once(("rewritten_while_running", live.as_str())).filter(|_| live != "0")),
         );
-        let mut hdr = [0u8; RECORD_HEADER as usize];
-        hdr[0..4].copy_from_slice(&(text.len() as u32).to_le_bytes());
-        hdr[4..6].copy_from_slice(&REC_RUNINFO.to_le_bytes());
-        self.out.write_all(&hdr).map_err(self.tmp_err())?;
+        self.out.write_all(&record_header(REC_RUNINFO, 0, text.len())).map_err(self.tmp_err())?;
         self.out.write_all(text.as_bytes()).map_err(self.tmp_err())?;
         self.written += RECORD_HEADER as u64 + text.len() as u64;
 
