@@ -36,14 +36,14 @@ impl SharedPage {
     }
 
     pub fn u32_at(&self, off: u32) -> &AtomicU32 {
-        assert!(off % 4 == 0 && off as usize + 4 <= self.len, "u32 field at {off}");
+        assert!(off.is_multiple_of(4) && off as usize + 4 <= self.len, "u32 field at {off}");
         // SAFETY: in bounds and 4-aligned (checked; the mapping is page-aligned);
         // the other process accesses the field only atomically.
         unsafe { &*(self.ptr.add(off as usize) as *const AtomicU32) }
     }
 
     pub fn u64_at(&self, off: u32) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off as usize + 8 <= self.len, "u64 field at {off}");
+        assert!(off.is_multiple_of(8) && off as usize + 8 <= self.len, "u64 field at {off}");
         // SAFETY: as u32_at, for 8-aligned 64-bit fields.
         unsafe { &*(self.ptr.add(off as usize) as *const AtomicU64) }
     }

@@ -37,7 +37,7 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
 /// A size as the shortest exact unit: 524288 -> "512KiB".
 pub fn format_size(v: u64) -> String {
     for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
-        if v >= 1 << shift && v % (1 << shift) == 0 {
+        if v >= 1 << shift && v.is_multiple_of(1 << shift) {
             return format!("{}{unit}", v >> shift);
         }
     }

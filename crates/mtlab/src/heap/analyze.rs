@@ -483,7 +483,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         trace.runinfo.iter().filter(|(k, _)| k == "finish_warning").map(|(_, v)| format!("when recorded: {v}")),
     );
     warnings.extend(items.warnings().iter().cloned());
-    if pass.events % every != 0 || pass.series.is_empty() {
+    if !pass.events.is_multiple_of(every) || pass.series.is_empty() {
         pass.point(last_tsc);
     }
 

@@ -42,9 +42,12 @@ fn functions(p: &ProcessReport) -> Table {
     t
 }
 
+/// A row of the heap table: its label and how it shows a snapshot.
+type HeapRow = (&'static str, fn(&HeapSnapshot) -> String);
+
 fn heap(peak: &HeapSnapshot, end: &HeapSnapshot) -> Table {
     let mut t = table(&["heap", "at peak", "at end"]);
-    let rows: [(&str, fn(&HeapSnapshot) -> String); 10] = [
+    let rows: [HeapRow; 10] = [
         ("live objects", |s| s.live_objects.to_string()),
         ("live bytes", |s| format!("{} ({})", s.live_bytes, human_bytes(s.live_bytes))),
         ("mapped regions", |s| s.regions.to_string()),

@@ -765,7 +765,7 @@ mod tests {
                 x ^= x >> 7;
                 x ^= x << 17;
                 t += 26 * (x % 40) + u64::from(i % 97 == 0);
-                if x % 3 == 0 && !live.is_empty() {
+                if x.is_multiple_of(3) && !live.is_empty() {
                     let p = live.swap_remove((x as usize / 3) % live.len());
                     enc.event(&free(t, p));
                 } else {
