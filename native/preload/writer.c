@@ -96,26 +96,63 @@ static size_t read_file(const char *path, char *buf, size_t cap) {
     return n;
 }
 
-static int write_all_at(const void *data, size_t len, uint64_t off) {
-    const uint8_t *p = (const uint8_t *)data;
-    size_t done = 0;
+/* Writes `a` then `b` as one record at `off`; returns the bytes that landed. */
+static size_t write_record_at(const void *a, size_t alen, const void *b, size_t blen, uint64_t off) {
+    size_t done = 0, len = alen + blen;
     while (done < len) {
-        long r = mtlab_sys_pwrite(fd, p + done, len - done, off + done);
+        const uint8_t *from = done < alen ? (const uint8_t *)a + done : (const uint8_t *)b + (done - alen);
+        size_t n = done < alen ? alen - done : len - done;
+        long r = mtlab_sys_pwrite(fd, from, n, off + done);
         if (r == -4 /* EINTR */) continue;
         if (r <= 0) break;
         done += (size_t)r;
     }
-    if (done == len) return 0;
-    if (done >= MTLAB_RECORD_HEADER) { /* mark the range as a record to skip */
+    return done;
+}
+
+/* A record header of `type` whose payload runs `plen` bytes. */
+static void record_header(uint8_t hdr[MTLAB_RECORD_HEADER], uint16_t type, uint32_t plen) {
+    uint16_t flags = 0;
+    memcpy(hdr, &plen, 4);
+    memcpy(hdr + 4, &type, 2);
+    memcpy(hdr + 6, &flags, 2);
+}
+
+/* A record that could not be written in full becomes a range readers skip. */
+static void mark_skip(uint64_t off, size_t len, size_t done) {
+    if (done < MTLAB_RECORD_HEADER) return;
+    uint8_t hdr[MTLAB_RECORD_HEADER];
+    record_header(hdr, REC_SKIP, (uint32_t)(len - MTLAB_RECORD_HEADER));
+    mtlab_sys_pwrite(fd, hdr, sizeof hdr, off);
+}
+
+/* A full disk. The first record that could not be written in full leaves
+ * its offset (`full_at`) and the bytes of it that did land (`full_room`: their
+ * blocks exist). From then on no record is started but STATS and END, which
+ * are written into that room, followed by a skip record over the rest of it:
+ * the file still ends with its count of dropped events. */
+static _Atomic uint64_t full_at = UINT64_MAX;
+static _Atomic uint64_t full_room, full_used;
+
+static void note_full(uint64_t off, size_t done) {
+    uint64_t none = UINT64_MAX;
+    if (atomic_compare_exchange_strong(&full_at, &none, off)) atomic_store(&full_room, done);
+}
+
+static int write_in_full_room(const void *a, size_t alen, const void *b, size_t blen) {
+    size_t len = alen + blen;
+    uint64_t room = atomic_load(&full_room), at = atomic_fetch_add(&full_used, len);
+    if (at + len > room) return -1;
+    uint64_t off = atomic_load(&full_at) + at;
+    if (write_record_at(a, alen, b, blen, off) != len) return -1;
+    /* The rest of the room holds the failed record's bytes: skip them. */
+    uint64_t rest = room - (at + len);
+    if (rest >= MTLAB_RECORD_HEADER) {
         uint8_t hdr[MTLAB_RECORD_HEADER];
-        uint32_t plen = (uint32_t)(len - MTLAB_RECORD_HEADER);
-        uint16_t type = REC_SKIP, flags = 0;
-        memcpy(hdr, &plen, 4);
-        memcpy(hdr + 4, &type, 2);
-        memcpy(hdr + 6, &flags, 2);
-        mtlab_sys_pwrite(fd, hdr, sizeof hdr, off);
+        record_header(hdr, REC_SKIP, (uint32_t)(rest - MTLAB_RECORD_HEADER));
+        mtlab_sys_pwrite(fd, hdr, sizeof hdr, off + len);
     }
-    return -1;
+    return 0;
 }
 
 /* Writes in flight, so the END record waits for them; after `closing` no
@@ -133,12 +170,15 @@ static int fd_is_ours(void) {
 }
 
 /* Reserves `len` bytes and writes them; -1 (nothing written) when closing,
- * past the file-size limit, or the descriptor is no longer ours. */
+ * past the file-size limit, after a full disk (but STATS and END), or when the
+ * descriptor is no longer ours. */
 static int reserve_and_write_at(const void *a, size_t alen, const void *b, size_t blen, int is_end) {
     atomic_fetch_add(&inflight, 1);
     int ret = -1;
     size_t len = alen + blen;
-    if (!atomic_load(&closing) || is_end) {
+    if (atomic_load(&full_at) != UINT64_MAX) {
+        if (is_end && fd_is_ours()) ret = write_in_full_room(a, alen, b, blen);
+    } else if (!atomic_load(&closing) || is_end) {
         uint64_t off;
         int reserved_room = 1;
         if (fsize_limit) {
@@ -158,13 +198,21 @@ static int reserve_and_write_at(const void *a, size_t alen, const void *b, size_
             off = atomic_fetch_add(&file_off, len);
         }
         if (reserved_room && fd_is_ours()) {
-            ret = write_all_at(a, alen, off);
-            if (ret == 0 && blen) ret = write_all_at(b, blen, off + alen);
+            size_t done = write_record_at(a, alen, b, blen, off);
+            if (done == len) {
+                ret = 0;
+            } else {
+                mark_skip(off, len, done);
+                note_full(off, done);
+            }
         }
     }
     /* Every reservation up to `reserved` is written once no other write is
-     * in flight: each writer counts itself in before it reserves. */
-    uint64_t reserved = atomic_load(&file_off);
+     * in flight: each writer counts itself in before it reserves. After a
+     * full disk, nothing from the failed record on: STATS and END may yet be
+     * written there. */
+    uint64_t reserved = atomic_load(&file_off), full = atomic_load(&full_at);
+    if (full < reserved) reserved = full;
     if (atomic_fetch_sub(&inflight, 1) == 1 && watermark && owns_root_file) publish_watermark(reserved);
     return ret;
 }
@@ -303,10 +351,7 @@ int mtlab_write_raw(const void *data, size_t len) {
 
 int mtlab_write_record(uint16_t type, const void *payload, uint32_t len) {
     uint8_t hdr[MTLAB_RECORD_HEADER];
-    uint16_t flags = 0;
-    memcpy(hdr, &len, 4);
-    memcpy(hdr + 4, &type, 2);
-    memcpy(hdr + 6, &flags, 2);
+    record_header(hdr, type, len);
     if (ensure_open() != 0) return -1;
     /* One reservation for header and payload keeps the record contiguous. */
     return reserve_and_write_at(hdr, sizeof hdr, payload, len, type == MTLAB_REC_END || type == MTLAB_REC_STATS);
@@ -383,6 +428,9 @@ void mtlab_writer_fork_child(void) {
     path[0] = 0;
     is_root = 0;
     atomic_store(&file_off, 0);
+    atomic_store(&full_at, UINT64_MAX);
+    atomic_store(&full_room, 0);
+    atomic_store(&full_used, 0);
     atomic_store(&mtlab_counters.events_written, 0);
     atomic_store(&mtlab_counters.events_dropped, 0);
     atomic_store(&mtlab_counters.chunks_dropped, 0);
