@@ -277,6 +277,7 @@ HIDDEN void mtlab_stack_table_reset(void);
 HIDDEN long mtlab_sys_write(int fd, const void *p, size_t n);
 HIDDEN long mtlab_sys_pwrite(int fd, const void *p, size_t n, uint64_t off);
 HIDDEN int mtlab_sys_open(const char *path, int flags, int mode);
+HIDDEN int mtlab_sys_ftruncate(int fd, uint64_t len);
 HIDDEN long mtlab_sys_read(int fd, void *p, size_t n);
 HIDDEN void mtlab_sys_close(int fd);
 HIDDEN uint64_t mtlab_sys_max_rss_kib(void); /* this process's peak RSS so far */

@@ -32,6 +32,7 @@ long mtlab_sys_write(int fd, const void *p, size_t n) { return raw6(SYS_write, f
 long mtlab_sys_pwrite(int fd, const void *p, size_t n, uint64_t off) {
     return raw6(SYS_pwrite64, fd, (long)p, (long)n, (long)off, 0, 0);
 }
+int mtlab_sys_ftruncate(int fd, uint64_t len) { return (int)raw6(SYS_ftruncate, fd, (long)len, 0, 0, 0, 0); }
 int mtlab_sys_open(const char *path, int flags, int mode) {
     return (int)raw6(SYS_openat, AT_FDCWD, (long)path, flags, mode, 0, 0);
 }

@@ -221,7 +221,12 @@ static void flush_foreign(struct mtlab_buf *b) {
     uint64_t first = b->first_tsc, last = b->last_tsc;
     memcpy(exit_copy + MTLAB_BUF_HEAD, b->data + MTLAB_BUF_HEAD, len);
     atomic_thread_fence(memory_order_acquire);
-    if (atomic_load(&b->busy) || atomic_load(&b->gen) != gen) return;
+    if (atomic_load(&b->busy) || atomic_load(&b->gen) != gen) {
+        /* Its owner is appending right now: the copy is not whole. */
+        atomic_fetch_add(&mtlab_counters.events_dropped, n);
+        atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
+        return;
+    }
     uint8_t *h = exit_copy;
     put_u32(h, MTLAB_EVENTS_HEADER + len);
     put_u16(h + 4, MTLAB_REC_EVENTS);
@@ -230,7 +235,12 @@ static void flush_foreign(struct mtlab_buf *b) {
     put_u32(h + 12, n);
     put_u64(h + 16, first);
     put_u64(h + 24, last);
-    if (mtlab_write_raw(h, MTLAB_BUF_HEAD + len) == 0) atomic_fetch_add(&mtlab_counters.events_written, n);
+    if (mtlab_write_raw(h, MTLAB_BUF_HEAD + len) == 0) {
+        atomic_fetch_add(&mtlab_counters.events_written, n);
+    } else {
+        atomic_fetch_add(&mtlab_counters.events_dropped, n);
+        atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
+    }
 }
 
 /* At exit: flush every buffer; other threads may still run. */

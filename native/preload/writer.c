@@ -126,40 +126,54 @@ static void mark_skip(uint64_t off, size_t len, size_t done) {
     mtlab_sys_pwrite(fd, hdr, sizeof hdr, off);
 }
 
-/* A full disk. The first record that could not be written in full leaves
- * its offset (`full_at`) and the bytes of it that did land (`full_room`: their
- * blocks exist). From then on no record is started but STATS and END, which
- * are written into that room, followed by a skip record over the rest of it:
- * the file still ends with its count of dropped events. */
+/* A full disk. `full_at` is the lowest offset of a record that could not be
+ * written in full. From then on no record is started but STATS and END, and a
+ * record that lands above `full_at` counts as dropped: at exit the file is cut
+ * at `full_at` (which also frees the failed records' blocks) and STATS and END
+ * are written there, so the file reads cleanly to its end and carries the
+ * count. A record above the cut that landed before a lower failure was noted
+ * counted as written; the reader finds those from END's `events_written`. */
 static _Atomic uint64_t full_at = UINT64_MAX;
-static _Atomic uint64_t full_room, full_used;
+static uint64_t end_used; /* STATS/END: written by the exiting thread alone */
+static int cut_done;
+/* The header is written whole, or nothing else may be (a reader would take a
+ * later record for the header's text). */
+static _Atomic int header_ok;
+static int writing_header; /* set by the opening thread alone */
 
-static void note_full(uint64_t off, size_t done) {
-    uint64_t none = UINT64_MAX;
-    if (atomic_compare_exchange_strong(&full_at, &none, off)) atomic_store(&full_room, done);
+static void note_full(uint64_t off) {
+    uint64_t cur = atomic_load(&full_at);
+    while (off < cur && !atomic_compare_exchange_weak(&full_at, &cur, off)) {
+    }
 }
 
-static int write_in_full_room(const void *a, size_t alen, const void *b, size_t blen) {
+static int write_at_cut(const void *a, size_t alen, const void *b, size_t blen) {
     size_t len = alen + blen;
-    uint64_t room = atomic_load(&full_room), at = atomic_fetch_add(&full_used, len);
-    if (at + len > room) return -1;
-    uint64_t off = atomic_load(&full_at) + at;
-    if (write_record_at(a, alen, b, blen, off) != len) return -1;
-    /* The rest of the room holds the failed record's bytes: skip them. */
-    uint64_t rest = room - (at + len);
-    if (rest >= MTLAB_RECORD_HEADER) {
-        uint8_t hdr[MTLAB_RECORD_HEADER];
-        record_header(hdr, REC_SKIP, (uint32_t)(rest - MTLAB_RECORD_HEADER));
-        mtlab_sys_pwrite(fd, hdr, sizeof hdr, off + len);
+    uint64_t at = atomic_load(&full_at);
+    if (!cut_done) {
+        mtlab_sys_ftruncate(fd, at);
+        cut_done = 1;
     }
+    if (write_record_at(a, alen, b, blen, at + end_used) != len) {
+        mtlab_sys_ftruncate(fd, at + end_used);
+        return -1;
+    }
+    end_used += len;
     return 0;
 }
 
 /* Writes in flight, so the END record waits for them; after `closing` no
  * new record but END may start. */
 static _Atomic int inflight, closing;
-static uint64_t fsize_limit; /* RLIMIT_FSIZE: writing past it would raise SIGXFSZ */
-#define TAIL_ROOM 4096u     /* kept below fsize_limit for the closing records */
+#define TAIL_ROOM 4096u /* kept below RLIMIT_FSIZE for the closing records */
+
+/* RLIMIT_FSIZE now (0: none): writing past it would raise SIGXFSZ. Read
+ * before each record (one system call per 64 KiB chunk), because the
+ * program may lower it at any time. */
+static uint64_t fsize_limit(void) {
+    struct rlimit rl;
+    return mtlab_sys_getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 0;
+}
 static uint64_t file_dev, file_ino;
 
 /* The program may close our descriptor and get the number back for a file
@@ -176,17 +190,20 @@ static int reserve_and_write_at(const void *a, size_t alen, const void *b, size_
     atomic_fetch_add(&inflight, 1);
     int ret = -1;
     size_t len = alen + blen;
-    if (atomic_load(&full_at) != UINT64_MAX) {
-        if (is_end && fd_is_ours()) ret = write_in_full_room(a, alen, b, blen);
+    if (!atomic_load(&header_ok) && !writing_header) {
+        /* no header: nothing may follow */
+    } else if (atomic_load(&full_at) != UINT64_MAX) {
+        if (is_end && fd_is_ours()) ret = write_at_cut(a, alen, b, blen);
     } else if (!atomic_load(&closing) || is_end) {
         uint64_t off;
         int reserved_room = 1;
-        if (fsize_limit) {
+        uint64_t limit = fsize_limit();
+        if (limit) {
             /* Nothing may be written past RLIMIT_FSIZE, and the last
              * TAIL_ROOM bytes below it are kept for STATS and END, so that
              * a file cut short by the limit still says how many events it
              * lost. A reservation that does not fit takes no room. */
-            uint64_t cap = is_end ? fsize_limit : fsize_limit > TAIL_ROOM ? fsize_limit - TAIL_ROOM : 0;
+            uint64_t cap = is_end ? limit : limit > TAIL_ROOM ? limit - TAIL_ROOM : 0;
             off = atomic_load(&file_off);
             do {
                 if (off + len > cap) {
@@ -200,10 +217,10 @@ static int reserve_and_write_at(const void *a, size_t alen, const void *b, size_
         if (reserved_room && fd_is_ours()) {
             size_t done = write_record_at(a, alen, b, blen, off);
             if (done == len) {
-                ret = 0;
+                ret = atomic_load(&full_at) < off ? -1 : 0; /* cut away at the end */
             } else {
                 mark_skip(off, len, done);
-                note_full(off, done);
+                note_full(off);
             }
         }
     }
@@ -211,9 +228,11 @@ static int reserve_and_write_at(const void *a, size_t alen, const void *b, size_
      * in flight: each writer counts itself in before it reserves. After a
      * full disk, nothing from the failed record on: STATS and END may yet be
      * written there. */
-    uint64_t reserved = atomic_load(&file_off), full = atomic_load(&full_at);
-    if (full < reserved) reserved = full;
-    if (atomic_fetch_sub(&inflight, 1) == 1 && watermark && owns_root_file) publish_watermark(reserved);
+    uint64_t reserved = atomic_load(&file_off);
+    if (atomic_fetch_sub(&inflight, 1) == 1 && watermark && owns_root_file) {
+        uint64_t full = atomic_load(&full_at); /* after every earlier writer counted out */
+        publish_watermark(full < reserved ? full : reserved);
+    }
     return ret;
 }
 
@@ -304,8 +323,11 @@ static void write_header(void) {
     memcpy(fixed, MTLAB_TRACE_MAGIC, 8);
     memcpy(fixed + 8, &version, 4);
     memcpy(fixed + 12, &text_len, 4);
-    reserve_and_write(fixed, sizeof fixed);
-    reserve_and_write(text, text_len);
+    /* The header may use the tail room; without all of it nothing follows. */
+    writing_header = 1;
+    if (reserve_and_write_at(fixed, sizeof fixed, NULL, 0, 1) == 0 && reserve_and_write_at(text, text_len, NULL, 0, 1) == 0)
+        atomic_store(&header_ok, 1);
+    writing_header = 0;
 }
 
 /* Opens the file on first use; 0 when it can be written. */
@@ -331,8 +353,6 @@ static int ensure_open(void) {
             file_dev = (uint64_t)st.st_dev;
             file_ino = (uint64_t)st.st_ino;
         }
-        struct rlimit rl;
-        fsize_limit = mtlab_sys_getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 0;
         atomic_store(&file_off, 0);
         write_header();
         atomic_store(&file_state, 2);
@@ -429,8 +449,9 @@ void mtlab_writer_fork_child(void) {
     is_root = 0;
     atomic_store(&file_off, 0);
     atomic_store(&full_at, UINT64_MAX);
-    atomic_store(&full_room, 0);
-    atomic_store(&full_used, 0);
+    end_used = 0;
+    cut_done = 0;
+    atomic_store(&header_ok, 0);
     atomic_store(&mtlab_counters.events_written, 0);
     atomic_store(&mtlab_counters.events_dropped, 0);
     atomic_store(&mtlab_counters.chunks_dropped, 0);

@@ -483,6 +483,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         trace.runinfo.iter().filter(|(k, _)| k == "finish_warning").map(|(_, v)| format!("when recorded: {v}")),
     );
     warnings.extend(items.warnings().iter().cloned());
+    let decoded = items.events_decoded();
     if !pass.events.is_multiple_of(every) || pass.series.is_empty() {
         pass.point(last_tsc);
     }
@@ -561,7 +562,9 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         time_series: std::mem::take(&mut pass.series),
         top_sites: TopSites { by_bytes, by_calls },
         leaks: LeakReport { objects: end.live_objects, bytes: end.live_bytes, top: leak_top },
-        events_dropped: trace.end.as_ref().map(|e| e.events_dropped),
+        // Events the writer counted as written that the file does not hold
+        // (cut away when the disk filled, or in a damaged chunk) are lost too.
+        events_dropped: trace.end.as_ref().map(|e| e.events_dropped + e.events_written.saturating_sub(decoded)),
         chunks_dropped: trace.end.as_ref().map(|e| e.chunks_dropped),
         stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),
         clean_end: trace.end.is_some(),
