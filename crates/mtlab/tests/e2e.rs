@@ -236,13 +236,13 @@ fn sbrk_and_brk_move_the_brk_heap() {
     }
 }
 
-#[test]
-fn eight_threads_lose_no_event() {
+/// `threads` threads × `pairs` malloc(64)+free pairs: every event is in the
+/// trace, counted exactly against a run of the same threads doing none.
+fn threads_lose_no_event(threads: u64, pairs: u64) {
     let lab = Lab::new();
     let prog = lab.compile("threads");
-    let (threads, pairs) = (8u64, 50_000u64);
-    lab.record_ok("base.mtl", &prog, &["8", "0"]);
-    lab.record_ok("t.mtl", &prog, &["8", &pairs.to_string()]);
+    lab.record_ok("base.mtl", &prog, &[&threads.to_string(), "0"]);
+    lab.record_ok("t.mtl", &prog, &[&threads.to_string(), &pairs.to_string()]);
     let (base, r) = (lab.report("base.mtl"), lab.report("t.mtl"));
     strict(&r);
     let n = threads * pairs;
@@ -254,6 +254,16 @@ fn eight_threads_lose_no_event() {
     assert_eq!(u(&r["events_dropped"]), 0);
     assert_eq!(u(&r["chunks_dropped"]), 0);
     assert_eq!(live_bytes_end(&r), live_bytes_end(&base), "every block of the workers is freed");
+}
+
+#[test]
+fn eight_threads_lose_no_event() {
+    threads_lose_no_event(8, 50_000);
+}
+
+#[test]
+fn two_hundred_fifty_six_threads_lose_no_event() {
+    threads_lose_no_event(256, 2_000);
 }
 
 /// Parses "child <pid>" from a program's stdout.
@@ -915,23 +925,7 @@ fn record_compact_counts_exactly() {
 }
 
 // ---------------------------------------------------------------------------
-// Limits: many threads, a full file.
-
-#[test]
-fn two_hundred_fifty_six_threads_lose_no_event() {
-    let lab = Lab::new();
-    let prog = lab.compile("threads");
-    let (threads, pairs) = (256u64, 2_000u64);
-    lab.record_ok("base.mtl", &prog, &["256", "0"]);
-    lab.record_ok("t.mtl", &prog, &["256", &pairs.to_string()]);
-    let (base, r) = (lab.report("base.mtl"), lab.report("t.mtl"));
-    strict(&r);
-    let n = threads * pairs;
-    assert_eq!(call_deltas(&r, &base), deltas(&[("malloc", n as i64), ("free", n as i64)]));
-    assert_eq!(site(&r, "worker"), site_of(n, n * 64, 0, 0));
-    assert_eq!(u(&r["events_dropped"]), 0);
-    assert_eq!(live_bytes_end(&r), live_bytes_end(&base));
-}
+// Limits: a file size limit, a full disk.
 
 /// RLIMIT_FSIZE set by the program's own shell: the writer stops below the
 /// limit instead of raising SIGXFSZ, counts what it could not write, and
