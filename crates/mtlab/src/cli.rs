@@ -47,8 +47,11 @@ Every event stays, with its function, thread, arguments, result, sizes and stack
 down to QUANTUM ticks, except that an event which touches a block, region or the program break that \
 another thread touched within the same quantum is kept after it. The cycles of each function's calls are \
 kept as a distribution per chunk: calls, totals, means, deviations and percentiles in `mtlab report` stay \
-exact, but no single call keeps its own cycles, and the time series has no per-window malloc cycles.\n\n\
-On an allocation-heavy program this makes the trace several times smaller (docs/benchmarks.md).")]
+exact, but no single call keeps its own cycles, and the time series has no per-window malloc cycles. \
+The heap at the end, sites and leaks come out exact; the peak is measured before compaction and kept; \
+the time series replays independent events of different threads within one quantum in an order of its own.\n\n\
+A trace whose process is still writing it is left alone. On an allocation-heavy program the trace becomes \
+tens of times smaller; on cc1 it shrinks by 40 % (docs/benchmarks.md).")]
     Compact(CompactArgs),
 }
 
