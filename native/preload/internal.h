@@ -103,6 +103,9 @@ struct mtlab_buf {
      * flush and bumps `gen` when done, with plain stores; the exit flusher
      * copies a buffer only if neither changed meanwhile (a seqlock). */
     _Atomic uint32_t busy, gen;
+    /* Events of it the exit flusher has written or counted as dropped: the
+     * owner's own later flush drops only the rest. */
+    _Atomic uint32_t counted;
     uint8_t data[];       /* MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER + events */
 };
 #define MTLAB_BUF_HEAD (MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER)

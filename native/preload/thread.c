@@ -10,6 +10,8 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -53,7 +55,8 @@ void mtlab_flush_buf(struct mtlab_buf *b) {
     /* Pairs with the exit flusher's fence: either it sees us busy, or we see it closed. */
     atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load(&b->closed)) {
-        atomic_fetch_add(&mtlab_counters.events_dropped, b->n_events);
+        uint32_t counted = atomic_exchange(&b->counted, 0);
+        atomic_fetch_add(&mtlab_counters.events_dropped, b->n_events > counted ? b->n_events - counted : 0);
     } else {
         fill_header(b, len);
         if (mtlab_write_raw(b->data, MTLAB_BUF_HEAD + len) == 0) {
@@ -209,38 +212,50 @@ static uint8_t exit_copy[MTLAB_BUF_BYTES];
 /* Full-trace mode, at exit: another thread may still be appending. Close the
  * buffer (its owner drops what it flushes from now on), then copy it and
  * write the copy only if the owner was neither busy nor done anything during
- * the copy. */
+ * the copy. An owner in the middle of an event finishes it within
+ * microseconds and starts no other (tracing is off by now), so a busy buffer
+ * is tried again for up to ~1 ms; what cannot be copied whole is counted as
+ * dropped. Either way the events are marked counted, so that an owner that
+ * flushes afterwards does not count them again. */
 static void flush_foreign(struct mtlab_buf *b) {
     atomic_store(&b->closed, 1);
     atomic_thread_fence(memory_order_seq_cst);
-    uint32_t busy = atomic_load_explicit(&b->busy, memory_order_acquire);
-    uint32_t gen = atomic_load_explicit(&b->gen, memory_order_acquire);
-    uint32_t len = atomic_load_explicit(&b->len, memory_order_acquire);
-    if (busy || len == 0) return;
-    uint32_t n = b->n_events;
-    uint64_t first = b->first_tsc, last = b->last_tsc;
-    memcpy(exit_copy + MTLAB_BUF_HEAD, b->data + MTLAB_BUF_HEAD, len);
-    atomic_thread_fence(memory_order_acquire);
-    if (atomic_load(&b->busy) || atomic_load(&b->gen) != gen) {
-        /* Its owner is appending right now: the copy is not whole. */
-        atomic_fetch_add(&mtlab_counters.events_dropped, n);
-        atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
+    for (int attempt = 0; attempt < 200; attempt++) {
+        if (attempt) {
+            struct timespec ts = {0, 5000};
+            syscall(SYS_nanosleep, &ts, NULL);
+        }
+        uint32_t busy = atomic_load_explicit(&b->busy, memory_order_acquire);
+        uint32_t gen = atomic_load_explicit(&b->gen, memory_order_acquire);
+        uint32_t len = atomic_load_explicit(&b->len, memory_order_acquire);
+        if (busy) continue;
+        if (len == 0) return;
+        uint32_t n = b->n_events;
+        uint64_t first = b->first_tsc, last = b->last_tsc;
+        memcpy(exit_copy + MTLAB_BUF_HEAD, b->data + MTLAB_BUF_HEAD, len);
+        atomic_thread_fence(memory_order_acquire);
+        if (atomic_load(&b->busy) || atomic_load(&b->gen) != gen) continue; /* torn: again */
+        atomic_store(&b->counted, n);
+        uint8_t *h = exit_copy;
+        put_u32(h, MTLAB_EVENTS_HEADER + len);
+        put_u16(h + 4, MTLAB_REC_EVENTS);
+        put_u16(h + 6, 0);
+        put_u32(h + 8, b->tid);
+        put_u32(h + 12, n);
+        put_u64(h + 16, first);
+        put_u64(h + 24, last);
+        if (mtlab_write_raw(h, MTLAB_BUF_HEAD + len) == 0) {
+            atomic_fetch_add(&mtlab_counters.events_written, n);
+        } else {
+            atomic_fetch_add(&mtlab_counters.events_dropped, n);
+            atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
+        }
         return;
     }
-    uint8_t *h = exit_copy;
-    put_u32(h, MTLAB_EVENTS_HEADER + len);
-    put_u16(h + 4, MTLAB_REC_EVENTS);
-    put_u16(h + 6, 0);
-    put_u32(h + 8, b->tid);
-    put_u32(h + 12, n);
-    put_u64(h + 16, first);
-    put_u64(h + 24, last);
-    if (mtlab_write_raw(h, MTLAB_BUF_HEAD + len) == 0) {
-        atomic_fetch_add(&mtlab_counters.events_written, n);
-    } else {
-        atomic_fetch_add(&mtlab_counters.events_dropped, n);
-        atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
-    }
+    uint32_t n = b->n_events;
+    atomic_store(&b->counted, n);
+    atomic_fetch_add(&mtlab_counters.events_dropped, n);
+    atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
 }
 
 /* At exit: flush every buffer; other threads may still run. */
@@ -271,6 +286,7 @@ void mtlab_fork_child_reset(void) {
         atomic_store(&b->closed, 0);
         atomic_store(&b->lock, 0);
         atomic_store(&b->busy, 0);
+        atomic_store(&b->counted, 0);
         atomic_store(&b->owned, b == mtlab_tls.buf);
     }
     if (mtlab_tls.buf) mtlab_tls.buf->tid = mtlab_gettid();
