@@ -106,7 +106,7 @@ struct mtlab_buf {
     /* Events of it the exit flusher has written or counted as dropped: the
      * owner's own later flush drops only the rest. */
     _Atomic uint32_t counted;
-    uint8_t data[];       /* MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER + events */
+    _Alignas(8) uint8_t data[]; /* events start 8-aligned, as before `counted` */       /* MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER + events */
 };
 #define MTLAB_BUF_HEAD (MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER)
 #define MTLAB_BUF_CAP (MTLAB_BUF_BYTES - sizeof(struct mtlab_buf) - MTLAB_BUF_HEAD)
