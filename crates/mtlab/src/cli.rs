@@ -307,7 +307,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
                         dst.display(),
                         report::human_bytes(st.bytes_before),
                         report::human_bytes(st.bytes_after),
-                        st.bytes_before as f64 / st.bytes_after.max(1) as f64,
+                        st.shrink(),
                         st.events,
                         st.raised
                     );
@@ -535,7 +535,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         "without per-call timing (`mtlab compact`): {} → {} ({:.0}× smaller), the per-function, heap, site and leak figures above unchanged\n\n",
         report::human_bytes(c.bytes_before),
         report::human_bytes(c.bytes_after),
-        c.bytes_before as f64 / c.bytes_after.max(1) as f64
+        c.shrink()
     ));
 
     eprintln!("mtlab demo 2/2: the same workload under the sampling profiler (mean interval 64KiB)");

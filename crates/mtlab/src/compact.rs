@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use crate::heap::{self, AnalyzeOptions};
-use crate::trace::compact::{compact, CompactError, CompactStats};
+use crate::trace::compact::{compact, refuse_compact, CompactError, CompactStats};
 use crate::trace::TraceFile;
 
 /// RUNINFO key of the peak measured before compaction (PeakReport as JSON).
@@ -26,12 +26,10 @@ pub fn compact_trace(src: &Path, dst: &Path, quantum: u64) -> Result<CompactStat
         // Its writer may still be appending: a rewrite would lose what comes next.
         return Err(CompactError::StillWriting { path: src.to_path_buf(), pid: pid as u32 });
     }
-    let mut extra = Vec::new();
-    if trace.runinfo_get(crate::trace::compact::RUNINFO_KEY).is_none() {
-        let exact = heap::analyze(&trace, &AnalyzeOptions { max_points: 1, top: 0 })?;
-        extra.push((PEAK_KEY.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes")));
-    }
-    compact(src, dst, quantum, &extra)
+    refuse_compact(&trace)?;
+    let exact = heap::analyze(&trace, &AnalyzeOptions { max_points: 1, top: 0 })?;
+    let extra = [(PEAK_KEY.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes"))];
+    compact(&trace, dst, quantum, &extra)
 }
 
 #[cfg(test)]

@@ -16,15 +16,15 @@
 //!   an event's `cycles` is no longer its own (the report then shows no
 //!   per-window malloc cycles). RUNINFO `compact_quantum` marks such a file.
 
-use std::fs::{self, File};
-use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap as HashMap;
 
 use super::columns::{split_with_time_step, RowChunk};
 use super::decode::{next_record, read_file_header, TraceError};
-use super::encode::{header_at_this_version, kv_text, record_header, temp_beside, ChunkEncoder};
+use super::encode::{copy_record, header_at_this_version, kv_text, temp_beside, write_record, ChunkEncoder};
 use super::event::{Event, EventKind, Item, FLAG_CHUNK_MMAPPED, FLAG_FAILED};
 use super::format::*;
 use super::TraceFile;
@@ -53,6 +53,13 @@ pub struct CompactStats {
     /// cross-thread order.
     pub raised: u64,
     pub warnings: Vec<String>,
+}
+
+impl CompactStats {
+    /// How many times smaller the trace became.
+    pub fn shrink(&self) -> f64 {
+        self.bytes_before as f64 / self.bytes_after.max(1) as f64
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -276,14 +283,8 @@ impl Writer {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
             .map_err(self.io())?;
         let body = self.comp.compress(&cols).map_err(self.io())?;
-        let len = head.len() + body.len();
-        let hdr = record_header(REC_EVENTS, RECORD_FLAG_ZSTD | RECORD_FLAG_COLUMNS, len);
-        let tmp = self.tmp_path.clone();
-        let e = |e| TraceError::Io { path: tmp.clone(), source: e };
-        self.out.write_all(&hdr).map_err(e)?;
-        self.out.write_all(&head).map_err(e)?;
-        self.out.write_all(&body).map_err(e)?;
-        self.written += (RECORD_HEADER as usize + len) as u64;
+        let flags = RECORD_FLAG_ZSTD | RECORD_FLAG_COLUMNS;
+        self.written += write_record(&mut self.out, REC_EVENTS, flags, &[&head, &body]).map_err(self.io())?;
         p.items.clear();
         p.events = 0;
         p.row_bytes = 0;
@@ -291,23 +292,30 @@ impl Writer {
     }
 }
 
-/// Rewrites the trace `src` as a compact trace at `dst` (which may be
-/// `src`), with `extra` added to its RUNINFO.
-pub fn compact(src: &Path, dst: &Path, quantum: u64, extra: &[(String, String)]) -> Result<CompactStats, CompactError> {
+/// Refuses a trace that is compact already: it has no per-call timing left
+/// to drop.
+pub fn refuse_compact(tf: &TraceFile) -> Result<(), CompactError> {
+    match tf.runinfo_get(RUNINFO_KEY) {
+        Some(q) => Err(CompactError::AlreadyCompact { path: tf.path.clone(), quantum: q.to_string() }),
+        None => Ok(()),
+    }
+}
+
+/// Rewrites the opened trace `tf` as a compact trace at `dst` (which may be
+/// its own path), with `extra` added to its RUNINFO.
+pub fn compact(tf: &TraceFile, dst: &Path, quantum: u64, extra: &[(String, String)]) -> Result<CompactStats, CompactError> {
     if !quantum.is_power_of_two() || !(2..=1 << 30).contains(&quantum) {
         return Err(CompactError::BadQuantum(quantum));
     }
-    let tf = TraceFile::open(src)?;
-    if let Some(q) = tf.runinfo_get(RUNINFO_KEY) {
-        return Err(CompactError::AlreadyCompact { path: src.to_path_buf(), quantum: q.to_string() });
-    }
+    refuse_compact(tf)?;
+    let src = tf.path.as_path();
     let source = File::open(src).map_err(TraceError::io(src))?;
     let (_version, text, header_end) = read_file_header(&source, src, tf.file_len)?;
     // The header's own complaints come back whenever the file is read: only
     // damage found in the records is carried over (as finish_warning).
     let header_warnings = super::Header::parse(&text).1.len();
 
-    let (tmp, tmp_path, mut guard) = temp_beside(dst, "compact")?;
+    let (tmp, tmp_path, guard) = temp_beside(dst, "compact")?;
     let mut w = Writer {
         out: BufWriter::with_capacity(1 << 20, tmp),
         comp: zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(TraceError::io(&tmp_path))?,
@@ -380,14 +388,7 @@ pub fn compact(src: &Path, dst: &Path, quantum: u64, extra: &[(String, String)])
     let mut off = header_end;
     while let Ok(Some(rec)) = next_record(&source, off, tf.file_len).map_err(TraceError::io(src))? {
         if rec.ty != REC_EVENTS {
-            reader.seek(SeekFrom::Start(rec.offset)).map_err(TraceError::io(src))?;
-            let n = RECORD_HEADER as u64 + rec.payload_len as u64;
-            let copied = io::copy(&mut (&mut reader).take(n), &mut w.out).map_err(w.io())?;
-            if copied != n {
-                let e = io::Error::new(io::ErrorKind::UnexpectedEof, "the trace shrank while being compacted");
-                return Err(TraceError::io(src)(e).into());
-            }
-            w.written += n;
+            w.written += copy_record(&mut reader, src, &rec, &mut w.out, &tmp_path)?;
         }
         off = rec.end();
     }
@@ -398,18 +399,8 @@ pub fn compact(src: &Path, dst: &Path, quantum: u64, extra: &[(String, String)])
             .chain(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .chain(stats.warnings.iter().map(|m| ("finish_warning", m.as_str()))),
     );
-    w.out.write_all(&record_header(REC_RUNINFO, 0, text.len())).map_err(w.io())?;
-    w.out.write_all(text.as_bytes()).map_err(w.io())?;
-    w.written += RECORD_HEADER as u64 + text.len() as u64;
-
-    let file = w.out.into_inner().map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e.into_error() })?;
-    if let Ok(meta) = source.metadata() {
-        let _ = file.set_permissions(meta.permissions());
-    }
-    file.sync_data().map_err(TraceError::io(&tmp_path))?;
-    drop(file);
-    fs::rename(&tmp_path, dst).map_err(TraceError::io(dst))?;
-    guard.0 = None;
+    w.written += write_record(&mut w.out, REC_RUNINFO, 0, &[text.as_bytes()]).map_err(w.io())?;
+    guard.install(w.out, source.metadata().ok().map(|m| m.permissions()), true, dst)?;
     stats.bytes_after = w.written;
     Ok(stats)
 }
@@ -540,7 +531,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (src, dst) = (dir.path().join("t.mtl"), dir.path().join("c.mtl"));
         let truth = random_handoffs(&src, 20_000, 1);
-        let st = compact(&src, &dst, 4096, &[]).unwrap();
+        let st = compact(&TraceFile::open(&src).unwrap(), &dst, 4096, &[]).unwrap();
         assert_eq!(st.events, truth.len() as u64);
         assert_eq!(TraceFile::open(&dst).unwrap().runinfo_get(RUNINFO_KEY), Some("4096"));
         let got = replay(&dst);
@@ -568,8 +559,8 @@ mod tests {
             cb.sort_unstable();
             assert_eq!(ca, cb, "each thread keeps its cycles");
         }
-        assert!(compact(&dst, &dir.path().join("d.mtl"), 4096, &[]).is_err(), "compact twice");
-        assert!(matches!(compact(&src, &dst, 3, &[]), Err(CompactError::BadQuantum(3))));
+        assert!(compact(&TraceFile::open(&dst).unwrap(), &dir.path().join("d.mtl"), 4096, &[]).is_err(), "compact twice");
+        assert!(matches!(compact(&TraceFile::open(&src).unwrap(), &dst, 3, &[]), Err(CompactError::BadQuantum(3))));
     }
 
     /// Threads' events often share a TSC value (VMs tick in steps): the
@@ -580,7 +571,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (src, dst) = (dir.path().join("t.mtl"), dir.path().join("c.mtl"));
         random_handoffs(&src, 20_000, 0);
-        compact(&src, &dst, 4096, &[]).unwrap();
+        compact(&TraceFile::open(&src).unwrap(), &dst, 4096, &[]).unwrap();
         let history = |events: &[Event]| {
             let mut h: std::collections::BTreeMap<u64, Vec<(u32, bool)>> = Default::default();
             for e in events {
@@ -608,7 +599,7 @@ mod tests {
             w.events_chunk(*tid, &items).unwrap();
         }
         w.finish().unwrap();
-        compact(&src, &dst, 4096, &[]).unwrap();
+        compact(&TraceFile::open(&src).unwrap(), &dst, 4096, &[]).unwrap();
         let o = crate::heap::AnalyzeOptions::default();
         let exact = crate::heap::analyze(&TraceFile::open(&src).unwrap(), &o).unwrap();
         let compacted = crate::heap::analyze(&TraceFile::open(&dst).unwrap(), &o).unwrap();

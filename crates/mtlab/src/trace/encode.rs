@@ -6,7 +6,7 @@ use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::decode::{next_record, parse_chunk_header, read_file_header, Damage, EndRecord, TraceError};
+use super::decode::{next_record, parse_chunk_header, read_file_header, Damage, EndRecord, RecHdr, TraceError};
 use super::event::{Event, EventKind, Func, Item};
 use super::format::*;
 
@@ -408,13 +408,7 @@ impl<W: Write> TraceWriter<W> {
 
     /// Any record, payload as given.
     pub fn record(&mut self, ty: u16, flags: u16, payload: &[u8]) -> io::Result<()> {
-        let mut h = [0u8; RECORD_HEADER as usize];
-        h[0..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
-        h[4..6].copy_from_slice(&ty.to_le_bytes());
-        h[6..8].copy_from_slice(&flags.to_le_bytes());
-        self.out.write_all(&h)?;
-        self.out.write_all(payload)?;
-        self.written += RECORD_HEADER as u64 + payload.len() as u64;
+        self.written += write_record(&mut self.out, ty, flags, &[payload])?;
         Ok(())
     }
 
@@ -505,12 +499,66 @@ pub(crate) fn header_at_this_version(src: &File, path: &Path, header_end: u64) -
 }
 
 /// The 8-byte header of a record of `len` payload bytes.
-pub(crate) fn record_header(ty: u16, flags: u16, len: usize) -> [u8; RECORD_HEADER as usize] {
+fn record_header(ty: u16, flags: u16, len: usize) -> [u8; RECORD_HEADER as usize] {
     let mut h = [0u8; RECORD_HEADER as usize];
     h[0..4].copy_from_slice(&(len as u32).to_le_bytes());
     h[4..6].copy_from_slice(&ty.to_le_bytes());
     h[6..8].copy_from_slice(&flags.to_le_bytes());
     h
+}
+
+/// Writes one record whose payload is `parts` back to back; its size in the file.
+pub(crate) fn write_record(out: &mut impl Write, ty: u16, flags: u16, parts: &[&[u8]]) -> io::Result<u64> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    out.write_all(&record_header(ty, flags, len))?;
+    for p in parts {
+        out.write_all(p)?;
+    }
+    Ok(RECORD_HEADER as u64 + len as u64)
+}
+
+/// Copies record `rec` of the trace `src` (at `src_path`), header
+/// included, to `out` (at `out_path`); its size in the file.
+pub(crate) fn copy_record(
+    src: &mut File,
+    src_path: &Path,
+    rec: &RecHdr,
+    out: &mut impl Write,
+    out_path: &Path,
+) -> Result<u64, TraceError> {
+    src.seek(SeekFrom::Start(rec.offset)).map_err(TraceError::io(src_path))?;
+    let n = RECORD_HEADER as u64 + rec.payload_len as u64;
+    let copied = io::copy(&mut src.take(n), out).map_err(TraceError::io(out_path))?;
+    if copied != n {
+        let e = io::Error::new(io::ErrorKind::UnexpectedEof, "the trace shrank while being rewritten");
+        return Err(TraceError::io(src_path)(e));
+    }
+    Ok(n)
+}
+
+impl TempGuard {
+    /// Replaces `dst` with the finished rewrite in `out` (this guard's temp
+    /// file): flushed, given `perms`, synced to disk when `durable`, renamed.
+    pub(crate) fn install(
+        mut self,
+        out: BufWriter<File>,
+        perms: Option<fs::Permissions>,
+        durable: bool,
+        dst: &Path,
+    ) -> Result<(), TraceError> {
+        let tmp_path = self.0.clone().expect("an armed guard");
+        let file = out.into_inner().map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e.into_error() })?;
+        if let Some(p) = perms {
+            let _ = file.set_permissions(p);
+        }
+        if durable {
+            file.sync_data().map_err(TraceError::io(&tmp_path))?;
+        }
+        drop(file);
+        fs::rename(&tmp_path, dst).map_err(TraceError::io(dst))?;
+        self.0 = None;
+        Ok(())
+    }
 }
 
 impl Drop for TempGuard {
@@ -694,11 +742,7 @@ fn write_compressed_batch(
             if rec.flags & RECORD_FLAG_ZSTD != 0 {
                 stats.chunks_compressed += 1;
             }
-            let len = rec.head.len() + rec.body.len();
-            out.write_all(&record_header(REC_EVENTS, rec.flags, len))?;
-            out.write_all(&rec.head)?;
-            out.write_all(&rec.body)?;
-            written += RECORD_HEADER as u64 + len as u64;
+            written += write_record(out, REC_EVENTS, rec.flags, &[&rec.head, &rec.body])?;
         }
     }
     batch.clear();
@@ -812,16 +856,7 @@ impl Finisher {
             } else {
                 self.flush_batch()?;
                 // Verbatim, streamed (header included).
-                self.reader.seek(SeekFrom::Start(rec.offset)).map_err(TraceError::io(&path))?;
-                let n = RECORD_HEADER as u64 + rec.payload_len as u64;
-                let copied = io::copy(&mut (&mut self.reader).take(n), &mut self.out).map_err(self.tmp_err())?;
-                if copied != n {
-                    return Err(TraceError::Io {
-                        path,
-                        source: io::Error::new(io::ErrorKind::UnexpectedEof, "the trace shrank while being rewritten"),
-                    });
-                }
-                self.written += n;
+                self.written += copy_record(&mut self.reader, &path, &rec, &mut self.out, &self.tmp_path)?;
             }
             self.off = rec.end();
         }
@@ -858,18 +893,11 @@ impl Finisher {
                 .chain(self.stats.warnings.iter().map(|w| ("finish_warning", w.as_str())))
                 .chain(std::iter::once(("rewritten_while_running", live.as_str())).filter(|_| live != "0")),
         );
-        self.out.write_all(&record_header(REC_RUNINFO, 0, text.len())).map_err(self.tmp_err())?;
-        self.out.write_all(text.as_bytes()).map_err(self.tmp_err())?;
-        self.written += RECORD_HEADER as u64 + text.len() as u64;
+        self.written += write_record(&mut self.out, REC_RUNINFO, 0, &[text.as_bytes()]).map_err(self.tmp_err())?;
 
-        let tmp_path = self.tmp_path.clone();
-        let tmp = self.out.into_inner().map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e.into_error() })?;
-        let _ = tmp.set_permissions(meta.permissions());
-        drop(tmp);
         drop(self.src);
         drop(self.reader);
-        fs::rename(&tmp_path, &path).map_err(TraceError::io(&path))?;
-        self.guard.0 = None;
+        self.guard.install(self.out, Some(meta.permissions()), false, &path)?;
         self.stats.bytes_after = self.written;
         Ok(self.stats)
     }
