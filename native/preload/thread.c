@@ -34,15 +34,30 @@ static void reset(struct mtlab_buf *b) {
     atomic_store_explicit(&b->len, 0, memory_order_release);
 }
 
-static void fill_header(struct mtlab_buf *b, uint32_t len) {
-    uint8_t *h = b->data;
+/* The record and chunk headers before `len` bytes of `n` events. */
+static void put_headers(uint8_t *h, uint32_t tid, uint32_t n, uint64_t first, uint64_t last, uint32_t len) {
     put_u32(h, MTLAB_EVENTS_HEADER + len);
     put_u16(h + 4, MTLAB_REC_EVENTS);
     put_u16(h + 6, 0);
-    put_u32(h + 8, b->tid);
-    put_u32(h + 12, b->n_events);
-    put_u64(h + 16, b->first_tsc);
-    put_u64(h + 24, b->last_tsc);
+    put_u32(h + 8, tid);
+    put_u32(h + 12, n);
+    put_u64(h + 16, first);
+    put_u64(h + 24, last);
+}
+
+static void count_dropped_chunk(uint32_t n) {
+    atomic_fetch_add(&mtlab_counters.events_dropped, n);
+    atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
+}
+
+/* Writes a record of `n` events (headers filled, `len` bytes of events) and
+ * counts them as written or dropped. */
+static void write_counted(const uint8_t *rec, uint32_t len, uint32_t n) {
+    if (mtlab_write_raw(rec, MTLAB_BUF_HEAD + len) == 0) {
+        atomic_fetch_add(&mtlab_counters.events_written, n);
+    } else {
+        count_dropped_chunk(n);
+    }
 }
 
 /* Writes the buffer's events as one EVENTS record; drops them on failure.
@@ -58,13 +73,8 @@ void mtlab_flush_buf(struct mtlab_buf *b) {
         uint32_t counted = atomic_exchange(&b->counted, 0);
         atomic_fetch_add(&mtlab_counters.events_dropped, b->n_events > counted ? b->n_events - counted : 0);
     } else {
-        fill_header(b, len);
-        if (mtlab_write_raw(b->data, MTLAB_BUF_HEAD + len) == 0) {
-            atomic_fetch_add(&mtlab_counters.events_written, b->n_events);
-        } else {
-            atomic_fetch_add(&mtlab_counters.events_dropped, b->n_events);
-            atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
-        }
+        put_headers(b->data, b->tid, b->n_events, b->first_tsc, b->last_tsc, len);
+        write_counted(b->data, len, b->n_events);
     }
     reset(b);
     atomic_fetch_add_explicit(&b->gen, 1, memory_order_relaxed);
@@ -236,26 +246,13 @@ static void flush_foreign(struct mtlab_buf *b) {
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load(&b->busy) || atomic_load(&b->gen) != gen) continue; /* torn: again */
         atomic_store(&b->counted, n);
-        uint8_t *h = exit_copy;
-        put_u32(h, MTLAB_EVENTS_HEADER + len);
-        put_u16(h + 4, MTLAB_REC_EVENTS);
-        put_u16(h + 6, 0);
-        put_u32(h + 8, b->tid);
-        put_u32(h + 12, n);
-        put_u64(h + 16, first);
-        put_u64(h + 24, last);
-        if (mtlab_write_raw(h, MTLAB_BUF_HEAD + len) == 0) {
-            atomic_fetch_add(&mtlab_counters.events_written, n);
-        } else {
-            atomic_fetch_add(&mtlab_counters.events_dropped, n);
-            atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
-        }
+        put_headers(exit_copy, b->tid, n, first, last, len);
+        write_counted(exit_copy, len, n);
         return;
     }
     uint32_t n = b->n_events;
     atomic_store(&b->counted, n);
-    atomic_fetch_add(&mtlab_counters.events_dropped, n);
-    atomic_fetch_add(&mtlab_counters.chunks_dropped, 1);
+    count_dropped_chunk(n);
 }
 
 /* At exit: flush every buffer; other threads may still run. */
