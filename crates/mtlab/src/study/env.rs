@@ -1,0 +1,188 @@
+//! Reading the environment a run measures: kernel, CPUs, libc, governor.
+//! Everything here is best effort: what cannot be read stays `None`.
+
+use std::path::Path;
+
+use super::model::Environment;
+
+fn read_trim(path: impl AsRef<Path>) -> Option<String> {
+    std::fs::read_to_string(path).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty())
+}
+
+/// CPUs as a compact list: `0-3,6`.
+pub fn cpu_list(cpus: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let start = cpus[i];
+        let mut end = start;
+        while i + 1 < cpus.len() && cpus[i + 1] == end + 1 {
+            i += 1;
+            end = cpus[i];
+        }
+        out.push(if start == end { start.to_string() } else { format!("{start}-{end}") });
+        i += 1;
+    }
+    out.join(",")
+}
+
+/// The CPUs this process may run on (its affinity mask).
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: an all-zero cpu_set_t is valid; sched_getaffinity fills at most its size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: pid 0 is this thread; the size and pointer describe `set`.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    if r != 0 {
+        return Vec::new();
+    }
+    // SAFETY: CPU_ISSET reads a bit of the initialized set; i < CPU_SETSIZE.
+    (0..libc::CPU_SETSIZE as usize).filter(|&i| unsafe { libc::CPU_ISSET(i, &set) }).collect()
+}
+
+fn uname() -> (String, String, String) {
+    // SAFETY: an all-zero utsname is valid; uname fills it with NUL-terminated strings.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: `u` is a valid utsname to fill.
+    if unsafe { libc::uname(&mut u) } != 0 {
+        return Default::default();
+    }
+    let s = |f: &[libc::c_char]| {
+        let bytes: Vec<u8> = f.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    };
+    (s(&u.nodename), s(&u.release), s(&u.version))
+}
+
+/// The kernel's preemption model: debugfs knows the live one on
+/// PREEMPT_DYNAMIC kernels (`none voluntary (full)`); otherwise the build string tells.
+fn preemption(version: &str) -> Option<String> {
+    if let Some(s) = read_trim("/sys/kernel/debug/sched/preempt") {
+        if let Some(live) = s.split_whitespace().find(|w| w.starts_with('(')) {
+            return Some(live.trim_matches(|c| c == '(' || c == ')').to_string());
+        }
+    }
+    preemption_from_build(version)
+}
+
+/// The preemption model a kernel was built with, from its `uname -v` string.
+fn preemption_from_build(version: &str) -> Option<String> {
+    if version.contains("PREEMPT_RT") {
+        Some("rt".into())
+    } else if version.contains("PREEMPT_DYNAMIC") {
+        Some("dynamic (live model not readable without debugfs)".into())
+    } else if version.contains("PREEMPT") {
+        Some("full".into())
+    } else {
+        None
+    }
+}
+
+fn cpuinfo_field(text: &str, key: &str) -> Option<String> {
+    text.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string())
+}
+
+/// glibc's own version string.
+pub fn libc_version() -> String {
+    extern "C" {
+        fn gnu_get_libc_version() -> *const libc::c_char;
+    }
+    // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(gnu_get_libc_version()) }.to_string_lossy().into_owned()
+}
+
+/// The installed version of a Debian package, if dpkg knows it.
+pub fn package_version(package: &str) -> Option<String> {
+    let out = std::process::Command::new("dpkg-query")
+        .args(["-W", "-f", "${Version}", package])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let v = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !v.is_empty()).then_some(v)
+}
+
+impl Environment {
+    /// The environment of this process, now.
+    pub fn read() -> Environment {
+        let (host, kernel, kernel_version) = uname();
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let allowed = allowed_cpus();
+        let governor = allowed
+            .first()
+            .and_then(|c| read_trim(format!("/sys/devices/system/cpu/cpu{c}/cpufreq/scaling_governor")));
+        Environment {
+            preemption: preemption(&kernel_version),
+            host,
+            kernel,
+            kernel_version,
+            cpu_model: cpuinfo_field(&cpuinfo, "model name"),
+            // SAFETY: sysconf has no preconditions.
+            cpus_online: unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(0) as u32,
+            smt: read_trim("/sys/devices/system/cpu/smt/active").map(|s| s == "1"),
+            cpu_set: cpu_list(&allowed),
+            governor,
+            libc: libc_version(),
+            software: Default::default(),
+            virtualized: cpuinfo_field(&cpuinfo, "flags").map(|f| f.split_whitespace().any(|w| w == "hypervisor")),
+        }
+    }
+}
+
+/// Now, as RFC 3339 in UTC with second precision.
+pub fn now_rfc3339() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    rfc3339(secs as i64)
+}
+
+/// Seconds since the epoch as `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, proleptic Gregorian).
+pub fn rfc3339(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists_are_compact() {
+        assert_eq!(cpu_list(&[0, 1, 2, 3, 6]), "0-3,6");
+        assert_eq!(cpu_list(&[1]), "1");
+        assert_eq!(cpu_list(&[]), "");
+        assert_eq!(cpu_list(&[0, 2, 4, 5]), "0,2,4-5");
+    }
+
+    #[test]
+    fn rfc3339_of_known_instants() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(1_795_467_723), "2026-11-23T21:02:03Z");
+    }
+
+    #[test]
+    fn the_live_environment_is_read() {
+        let e = Environment::read();
+        assert!(!e.kernel.is_empty());
+        assert!(e.cpus_online >= 1);
+        assert!(!e.cpu_set.is_empty());
+        assert!(e.libc.starts_with("2."), "{}", e.libc);
+    }
+
+    #[test]
+    fn preemption_from_the_build_string() {
+        assert_eq!(preemption_from_build("#1 SMP PREEMPT_RT Debian 6.1").as_deref(), Some("rt"));
+        assert_eq!(preemption_from_build("#1 SMP PREEMPT Debian 6.1").as_deref(), Some("full"));
+        assert!(preemption_from_build("#1 SMP PREEMPT_DYNAMIC Debian").unwrap().starts_with("dynamic"));
+        assert_eq!(preemption_from_build("#1 SMP Debian 6.1.0"), None);
+    }
+}
