@@ -5,5 +5,6 @@
 
 pub mod env;
 pub mod model;
+pub mod stats;
 
 pub use model::{Configuration, Environment, Measurement, Run};

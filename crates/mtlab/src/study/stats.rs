@@ -1,0 +1,414 @@
+//! Statistics for repetitions: the one place mtlab defines them.
+//!
+//! - Standard deviation is the **sample** standard deviation (divisor n − 1);
+//!   a single value has σ = 0.
+//! - Quantiles interpolate linearly between order statistics (Hyndman–Fan
+//!   type 7, as R's and NumPy's defaults).
+//! - The confidence interval of a median is distribution-free: the pair of
+//!   order statistics the binomial(n, ½) distribution puts around it. With
+//!   few repetitions the nominal level cannot always be reached (n = 5 gives
+//!   at most 93.75 % from min and max): the interval then is the widest one,
+//!   and its true level is reported, never rounded up.
+//! - The ratio of two configurations measured in the same rounds (paired) is
+//!   the median of the per-round ratios, with the same order-statistic
+//!   interval.
+//! - The ratio of two independent samples (two runs, `mtlab diff`) is the
+//!   Hodges–Lehmann estimate on the log scale: the median of all pairwise
+//!   log(a_i / b_j), with the exact Mann–Whitney interval. It is
+//!   distribution-free for a change of scale and works from 3 + 3 values up.
+//! - Outliers: modified z-score (Iglewicz–Hoaglin) above 3.5, with the median
+//!   absolute deviation scaled by 1.4826.
+
+use serde::Serialize;
+
+/// The level confidence intervals aim at.
+pub const LEVEL: f64 = 0.95;
+
+/// Sorted copy without NaNs.
+fn sorted(values: &[f64]) -> Vec<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+pub fn mean(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return f64::NAN;
+    }
+    values.iter().sum::<f64>() / values.len() as f64
+}
+
+/// Sample standard deviation (n − 1); 0 for one value, NaN for none.
+pub fn stddev(values: &[f64]) -> f64 {
+    match values.len() {
+        0 => f64::NAN,
+        1 => 0.0,
+        n => {
+            let m = mean(values);
+            (values.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1) as f64).sqrt()
+        }
+    }
+}
+
+/// Running mean and sample standard deviation (Welford), for streams too
+/// long to keep. Gives the same figures as [`mean`] and [`stddev`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Welford {
+    n: u64,
+    mean: f64,
+    m2: f64,
+}
+
+impl Welford {
+    pub fn push(&mut self, x: f64) {
+        self.n += 1;
+        let d = x - self.mean;
+        self.mean += d / self.n as f64;
+        self.m2 += d * (x - self.mean);
+    }
+    pub fn count(&self) -> u64 {
+        self.n
+    }
+    pub fn mean(&self) -> f64 {
+        if self.n == 0 {
+            f64::NAN
+        } else {
+            self.mean
+        }
+    }
+    /// Sample standard deviation (n − 1), as [`stddev`].
+    pub fn stddev(&self) -> f64 {
+        match self.n {
+            0 => f64::NAN,
+            1 => 0.0,
+            n => (self.m2 / (n - 1) as f64).sqrt(),
+        }
+    }
+}
+
+/// Quantile `p` in [0, 1] of sorted values (type 7).
+fn quantile_sorted(v: &[f64], p: f64) -> f64 {
+    match v.len() {
+        0 => f64::NAN,
+        1 => v[0],
+        n => {
+            let h = (n - 1) as f64 * p.clamp(0.0, 1.0);
+            let lo = h.floor() as usize;
+            let hi = (lo + 1).min(n - 1);
+            v[lo] + (h - lo as f64) * (v[hi] - v[lo])
+        }
+    }
+}
+
+pub fn quantile(values: &[f64], p: f64) -> f64 {
+    quantile_sorted(&sorted(values), p)
+}
+
+pub fn median(values: &[f64]) -> f64 {
+    quantile(values, 0.5)
+}
+
+/// A confidence interval and the level it truly has.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Interval {
+    pub low: f64,
+    pub high: f64,
+    /// The interval's coverage probability (≥ [`LEVEL`] when enough values).
+    pub level: f64,
+}
+
+impl Interval {
+    pub fn contains(&self, x: f64) -> bool {
+        self.low <= x && x <= self.high
+    }
+}
+
+/// log of the binomial coefficient, exact enough for n up to thousands.
+fn ln_choose(n: u64, k: u64) -> f64 {
+    (1..=k).map(|i| ((n - k + i) as f64 / i as f64).ln()).sum()
+}
+
+/// P(X ≤ k) for X ~ binomial(n, ½).
+fn binom_half_cdf(n: u64, k: u64) -> f64 {
+    (0..=k.min(n)).map(|i| (ln_choose(n, i) - n as f64 * std::f64::consts::LN_2).exp()).sum()
+}
+
+/// Distribution-free interval for the median of `values` (order statistics).
+pub fn median_interval(values: &[f64]) -> Option<Interval> {
+    let v = sorted(values);
+    let n = v.len() as u64;
+    if n < 2 {
+        return None;
+    }
+    // The interval [x_(k+1), x_(n−k)] covers the median with probability
+    // 1 − 2·P(X ≤ k); take the largest k that still reaches LEVEL (k = 0 is
+    // min..max, the widest there is).
+    let mut k = 0;
+    while k + 1 < n / 2 && 1.0 - 2.0 * binom_half_cdf(n, k + 1) >= LEVEL {
+        k += 1;
+    }
+    let level = 1.0 - 2.0 * binom_half_cdf(n, k);
+    Some(Interval { low: v[k as usize], high: v[(n - 1 - k) as usize], level })
+}
+
+/// Summary of one measurement's repetitions.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    pub n: usize,
+    pub median: f64,
+    pub mean: f64,
+    pub stddev: f64,
+    pub min: f64,
+    pub max: f64,
+    pub q1: f64,
+    pub q3: f64,
+    /// Interval of the median; `None` below two values.
+    pub median_ci: Option<Interval>,
+    /// Indices of the repetitions flagged as outliers.
+    pub outliers: Vec<usize>,
+}
+
+pub fn summarize(values: &[f64]) -> Summary {
+    let v = sorted(values);
+    Summary {
+        n: v.len(),
+        median: quantile_sorted(&v, 0.5),
+        mean: mean(&v),
+        stddev: stddev(&v),
+        min: v.first().copied().unwrap_or(f64::NAN),
+        max: v.last().copied().unwrap_or(f64::NAN),
+        q1: quantile_sorted(&v, 0.25),
+        q3: quantile_sorted(&v, 0.75),
+        median_ci: median_interval(&v),
+        outliers: outliers(values),
+    }
+}
+
+/// Repetitions whose modified z-score exceeds 3.5 (Iglewicz–Hoaglin).
+/// Needs 5 values; with a zero MAD only values off the median count.
+pub fn outliers(values: &[f64]) -> Vec<usize> {
+    if values.len() < 5 {
+        return Vec::new();
+    }
+    let med = median(values);
+    let dev: Vec<f64> = values.iter().map(|x| (x - med).abs()).collect();
+    let mad = median(&dev) * 1.4826;
+    values
+        .iter()
+        .enumerate()
+        .filter(|(_, x)| {
+            let d = (*x - med).abs();
+            if mad > 0.0 {
+                d / mad > 3.5
+            } else {
+                // All but a minority identical: anything else stands out only if far.
+                d > 0.0 && d > 0.05 * med.abs()
+            }
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// A ratio of two configurations with its interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Ratio {
+    pub ratio: f64,
+    pub interval: Option<Interval>,
+}
+
+/// Ratio of paired repetitions (same rounds): the median of a_i / b_i.
+pub fn paired_ratio(a: &[f64], b: &[f64]) -> Ratio {
+    let r: Vec<f64> = a.iter().zip(b).filter(|(_, b)| **b != 0.0).map(|(a, b)| a / b).collect();
+    Ratio { ratio: median(&r), interval: median_interval(&r) }
+}
+
+/// Number of (a_i, b_j) pairs with a_i < b_j counted by the Mann–Whitney
+/// distribution: `counts[u]` = number of orderings giving U = u (no ties),
+/// for sample sizes m and n. Exact, by the usual recursion.
+fn mann_whitney_counts(m: usize, n: usize) -> Vec<f64> {
+    // f[i][j][u]: built incrementally over (i, j) with a 2-D table of vectors.
+    let max_u = m * n;
+    let mut table: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); n + 1]; m + 1];
+    for i in 0..=m {
+        for j in 0..=n {
+            let mut f = vec![0.0; i * j + 1];
+            if i == 0 || j == 0 {
+                f[0] = 1.0;
+            } else {
+                // The largest value is from sample a (adds j to U) or from b.
+                for (u, x) in table[i - 1][j].iter().enumerate() {
+                    f[u + j] += x;
+                }
+                for (u, x) in table[i][j - 1].iter().enumerate() {
+                    f[u] += x;
+                }
+            }
+            table[i][j] = f;
+        }
+    }
+    let mut out = std::mem::take(&mut table[m][n]);
+    out.resize(max_u + 1, 0.0);
+    out
+}
+
+/// Largest k such that P(U < k) ≤ (1 − LEVEL) / 2, and the level that k gives;
+/// exact up to 30 values a side, normal approximation beyond.
+fn mann_whitney_k(m: usize, n: usize) -> (usize, f64) {
+    let total = m * n;
+    let alpha_half = (1.0 - LEVEL) / 2.0;
+    if m <= 30 && n <= 30 {
+        let counts = mann_whitney_counts(m, n);
+        let all: f64 = counts.iter().sum();
+        let mut cdf = 0.0; // P(U ≤ k − 1)
+        let mut k = 0;
+        while k < total / 2 {
+            let next = cdf + counts[k] / all;
+            if next > alpha_half {
+                break;
+            }
+            cdf = next;
+            k += 1;
+        }
+        (k, 1.0 - 2.0 * cdf)
+    } else {
+        let mu = total as f64 / 2.0;
+        let sigma = ((m * n * (m + n + 1)) as f64 / 12.0).sqrt();
+        let k = (mu - 1.959964 * sigma).floor().max(0.0) as usize;
+        (k, LEVEL)
+    }
+}
+
+/// Ratio of two independent samples: Hodges–Lehmann on logs with the
+/// Mann–Whitney interval. Values must be positive; others are ignored.
+pub fn independent_ratio(a: &[f64], b: &[f64]) -> Ratio {
+    let la: Vec<f64> = a.iter().filter(|x| **x > 0.0).map(|x| x.ln()).collect();
+    let lb: Vec<f64> = b.iter().filter(|x| **x > 0.0).map(|x| x.ln()).collect();
+    if la.is_empty() || lb.is_empty() {
+        return Ratio { ratio: f64::NAN, interval: None };
+    }
+    let mut d: Vec<f64> = la.iter().flat_map(|x| lb.iter().map(move |y| x - y)).collect();
+    d.sort_by(f64::total_cmp);
+    let ratio = quantile_sorted(&d, 0.5).exp();
+    let (k, level) = mann_whitney_k(la.len(), lb.len());
+    // k = 0 means even the extremes do not reach the level: no interval.
+    let interval = (k > 0).then(|| Interval { low: d[k - 1].exp(), high: d[d.len() - k].exp(), level });
+    Ratio { ratio, interval }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9 * (1.0 + b.abs())
+    }
+
+    #[test]
+    fn sample_standard_deviation_and_welford_agree() {
+        let v = [2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0];
+        // Σ(x − 5)² = 32; 32 / 7.
+        assert!(close(stddev(&v), (32.0f64 / 7.0).sqrt()));
+        let mut w = Welford::default();
+        v.iter().for_each(|x| w.push(*x));
+        assert!(close(w.mean(), 5.0));
+        assert!(close(w.stddev(), stddev(&v)));
+        assert_eq!(stddev(&[3.0]), 0.0);
+        assert!(stddev(&[]).is_nan());
+    }
+
+    #[test]
+    fn quantiles_are_type_7() {
+        let v = [1.0, 2.0, 3.0, 4.0];
+        assert!(close(median(&v), 2.5));
+        assert!(close(quantile(&v, 0.25), 1.75));
+        assert!(close(quantile(&v, 0.0), 1.0));
+        assert!(close(quantile(&v, 1.0), 4.0));
+        assert!(close(median(&[5.0, 1.0, 3.0]), 3.0));
+    }
+
+    #[test]
+    fn median_interval_levels_are_exact() {
+        // n = 5: only min..max, 1 − 2/32 = 93.75 %.
+        let i = median_interval(&[5.0, 1.0, 4.0, 2.0, 3.0]).unwrap();
+        assert_eq!((i.low, i.high), (1.0, 5.0));
+        assert!(close(i.level, 0.9375));
+        // n = 6: min..max reaches 1 − 2/64 = 96.9 %.
+        let i = median_interval(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0]).unwrap();
+        assert_eq!((i.low, i.high), (1.0, 6.0));
+        assert!(close(i.level, 1.0 - 2.0 / 64.0));
+        // n = 11: x(2)..x(10), 1 − 2·12/2048 = 98.8 %; x(3)..x(9) would be 93.5 %.
+        let v: Vec<f64> = (1..=11).map(f64::from).collect();
+        let i = median_interval(&v).unwrap();
+        assert_eq!((i.low, i.high), (2.0, 10.0));
+        assert!(close(i.level, 1.0 - 2.0 * 12.0 / 2048.0));
+        assert!(median_interval(&[1.0]).is_none());
+    }
+
+    #[test]
+    fn median_interval_covers_at_its_level_in_simulation() {
+        // Exponential samples, true median ln 2; coverage over 4000 trials.
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut uniform = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for n in [7usize, 11] {
+            let (mut hit, trials) = (0, 4000);
+            let mut level = 0.0;
+            for _ in 0..trials {
+                let v: Vec<f64> = (0..n).map(|_| -(1.0 - uniform()).ln()).collect();
+                let i = median_interval(&v).unwrap();
+                level = i.level;
+                hit += i.contains(std::f64::consts::LN_2) as u32;
+            }
+            let cov = hit as f64 / trials as f64;
+            assert!((cov - level).abs() < 0.02, "n={n}: coverage {cov} vs level {level}");
+        }
+    }
+
+    #[test]
+    fn outliers_by_modified_z_score() {
+        assert_eq!(outliers(&[10.0, 10.2, 9.9, 10.1, 30.0]), vec![4]);
+        assert!(outliers(&[10.0, 10.2, 9.9, 10.1, 10.05]).is_empty());
+        // Too few values to tell.
+        assert!(outliers(&[1.0, 100.0]).is_empty());
+        // Zero MAD: a value far from the rest is flagged.
+        assert_eq!(outliers(&[5.0, 5.0, 5.0, 5.0, 9.0]), vec![4]);
+    }
+
+    #[test]
+    fn paired_ratio_is_the_median_of_round_ratios() {
+        let r = paired_ratio(&[25.0, 12.0, 30.0], &[20.0, 10.0, 20.0]);
+        assert!(close(r.ratio, 1.25));
+        let i = r.interval.unwrap();
+        assert_eq!((i.low, i.high), (1.2, 1.5));
+    }
+
+    #[test]
+    fn mann_whitney_distribution_is_exact() {
+        // m = n = 2: U ∈ {0,1,2,2,3,4} over 6 orderings.
+        assert_eq!(mann_whitney_counts(2, 2), vec![1.0, 1.0, 2.0, 1.0, 1.0]);
+        // m = n = 5: 252 orderings; P(U ≤ 2) = 4/252 ≤ 2.5 % < P(U ≤ 3) = 7/252: k = 3.
+        let c = mann_whitney_counts(5, 5);
+        assert_eq!(c.iter().sum::<f64>(), 252.0);
+        let (k, level) = mann_whitney_k(5, 5);
+        assert_eq!(k, 3);
+        assert!(close(level, 1.0 - 2.0 * 4.0 / 252.0));
+    }
+
+    #[test]
+    fn independent_ratio_finds_a_planted_change_and_no_change() {
+        let a = [100.0, 101.0, 99.0, 100.5, 99.5];
+        let slow: Vec<f64> = a.iter().map(|x| x * 1.2).collect();
+        let r = independent_ratio(&slow, &a);
+        assert!((r.ratio - 1.2).abs() < 0.01, "{r:?}");
+        assert!(r.interval.unwrap().low > 1.1);
+        let same = [100.2, 99.8, 100.9, 99.1, 100.0];
+        let r = independent_ratio(&same, &a);
+        assert!(r.interval.unwrap().contains(1.0), "{r:?}");
+        // Two values a side cannot reach 95 %: no interval.
+        assert!(independent_ratio(&[1.0, 2.0], &[1.0, 2.0]).interval.is_none());
+    }
+}
