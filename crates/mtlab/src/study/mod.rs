@@ -5,6 +5,8 @@
 
 pub mod env;
 pub mod model;
+pub mod progress;
+pub mod runner;
 pub mod stats;
 
 pub use model::{Configuration, Environment, Measurement, Run};
