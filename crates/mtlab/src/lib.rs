@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod cli;
 pub mod compact;
+pub mod export;
 pub mod ctl;
 pub mod heap;
 pub mod live_finish;

@@ -34,6 +34,24 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
     Ok(v)
 }
 
+/// Bytes for people: rounded to one decimal in the largest unit that keeps
+/// the number at least 1 (`1.5 KiB`). For sizes that must parse back, use
+/// [`format_size`].
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
 /// A size as the shortest exact unit: 524288 -> "512KiB".
 pub fn format_size(v: u64) -> String {
     for (shift, unit) in [(30, "GiB"), (20, "MiB"), (10, "KiB")] {
@@ -63,5 +81,8 @@ mod tests {
         assert_eq!(format_size(512 << 10), "512KiB");
         assert_eq!(format_size(3 << 20), "3MiB");
         assert_eq!(format_size(1000), "1000B");
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 20), "3.0 MiB");
     }
 }
