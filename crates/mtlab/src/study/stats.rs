@@ -17,7 +17,8 @@
 //!   log(a_i / b_j), with the exact Mann–Whitney interval. It is
 //!   distribution-free for a change of scale and works from 3 + 3 values up.
 //! - Outliers: modified z-score (Iglewicz–Hoaglin) above 3.5, with the median
-//!   absolute deviation scaled by 1.4826.
+//!   absolute deviation scaled by 1.4826 (the mean absolute deviation × 1.2533
+//!   when more than half the values are equal).
 
 use serde::Serialize;
 
@@ -185,26 +186,21 @@ pub fn summarize(values: &[f64]) -> Summary {
 }
 
 /// Repetitions whose modified z-score exceeds 3.5 (Iglewicz–Hoaglin).
-/// Needs 5 values; with a zero MAD only values off the median count.
+/// Needs 5 values.
 pub fn outliers(values: &[f64]) -> Vec<usize> {
     if values.len() < 5 {
         return Vec::new();
     }
     let med = median(values);
     let dev: Vec<f64> = values.iter().map(|x| (x - med).abs()).collect();
+    // With more than half the values equal the MAD is 0; the mean absolute
+    // deviation (scaled by 1.2533 to match σ) takes over, as Iglewicz and Hoaglin suggest.
     let mad = median(&dev) * 1.4826;
+    let scale = if mad > 0.0 { mad } else { mean(&dev) * 1.253314 };
     values
         .iter()
         .enumerate()
-        .filter(|(_, x)| {
-            let d = (*x - med).abs();
-            if mad > 0.0 {
-                d / mad > 3.5
-            } else {
-                // All but a minority identical: anything else stands out only if far.
-                d > 0.0 && d > 0.05 * med.abs()
-            }
-        })
+        .filter(|(_, x)| scale > 0.0 && (*x - med).abs() / scale > 3.5)
         .map(|(i, _)| i)
         .collect()
 }
