@@ -13,6 +13,7 @@ pub mod profile;
 pub mod record;
 pub mod report;
 pub mod shared_page;
+pub mod store;
 pub mod study;
 pub mod symbolize;
 pub mod trace;
