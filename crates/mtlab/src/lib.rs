@@ -1,11 +1,10 @@
 //! mtlab: a performance lab for multithreaded programs on Linux.
 //! docs/architecture.md maps these modules.
 
-pub mod bench;
 pub mod cli;
 pub mod compact;
-pub mod export;
 pub mod ctl;
+pub mod export;
 pub mod heap;
 pub mod live_finish;
 pub mod native;
@@ -14,6 +13,7 @@ pub mod record;
 pub mod report;
 pub mod shared_page;
 pub mod store;
+pub mod studies;
 pub mod study;
 pub mod symbolize;
 pub mod trace;

@@ -94,7 +94,11 @@ pub fn path(part: Part) -> Result<PathBuf, UnpackError> {
 }
 
 fn write_atomically(dir: &Path, target: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(format!(".{}.{}", target.file_name().unwrap().to_string_lossy(), std::process::id()));
+    // Unique per process and per call: two threads (or tests) unpacking the
+    // same part must not rename each other's half-written file away.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{}.{}.{n}", target.file_name().unwrap().to_string_lossy(), std::process::id()));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(bytes)?;
     f.set_permissions(std::fs::Permissions::from_mode(0o755))?;

@@ -77,7 +77,7 @@ pub const COVERAGE_THRESHOLD: f64 = 0.9;
 /// Coverage of the simulated profiles at one interval, over `runs` runs.
 ///
 /// Standard deviations are sample standard deviations (n − 1; 0 for one run).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct CoveragePoint {
     /// Mean sampling interval in bytes.
     pub interval: u64,

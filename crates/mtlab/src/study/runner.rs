@@ -66,7 +66,6 @@ pub fn run_all<E: From<RunnerError>>(
     progress: &Progress,
     mut trial: impl FnMut(&Configuration, Phase) -> Result<Vec<Sample>, E>,
 ) -> Result<(), E> {
-    let started = Instant::now();
     let mut per_config: Vec<Vec<Vec<Sample>>> = vec![Vec::new(); configs.len()];
     let rounds = opts.warmup + opts.reps;
     for round in 0..rounds {
@@ -87,7 +86,6 @@ pub fn run_all<E: From<RunnerError>>(
         run.measurements.extend(collect(cfg, reps)?);
     }
     run.configurations.extend(configs.iter().cloned());
-    run.duration_s += started.elapsed().as_secs_f64();
     Ok(())
 }
 

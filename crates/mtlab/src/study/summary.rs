@@ -155,6 +155,20 @@ pub fn measurements_table(run: &Run) -> Table {
     t
 }
 
+/// Says how sure the intervals are when there were too few repetitions for 95 %.
+pub fn level_notes(run: &Run) -> Vec<View> {
+    let Some(n) = run.measurements.iter().map(|m| m.values.len()).filter(|&n| n >= 2).min() else {
+        return Vec::new();
+    };
+    match stats::median_interval(&vec![0.0; n]) {
+        Some(i) if i.level < stats::LEVEL => vec![View::Note(format!(
+            "note: with {n} repetitions an interval of a median is min..max and covers it with probability {:.1} % only; 6 or more repetitions give 95 %",
+            i.level * 100.0
+        ))],
+        _ => Vec::new(),
+    }
+}
+
 /// Notes about outliers, so a reader knows which medians rest on disturbed runs.
 pub fn outlier_notes(run: &Run) -> Vec<View> {
     summarize(run)

@@ -66,11 +66,26 @@ impl Lab {
         out
     }
 
-    /// A command run in the lab directory with stdin closed.
+    /// A command run in the lab directory with stdin closed; study runs go
+    /// to the lab's own results store, never the user's.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(program);
-        c.current_dir(self.dir.path()).stdin(Stdio::null());
+        c.current_dir(self.dir.path()).stdin(Stdio::null()).env("MTLAB_STORE", self.store());
         c
+    }
+
+    /// The lab's results store.
+    pub fn store(&self) -> PathBuf {
+        self.path("runs.sqlite")
+    }
+
+    /// `mtlab ARGS --json` (before any `--`), which must succeed, parsed.
+    pub fn mtlab_json(&self, args: &[&str]) -> Value {
+        let split = args.iter().position(|a| *a == "--").unwrap_or(args.len());
+        let o = self.command(MTLAB).args(&args[..split]).arg("--json").args(&args[split..]).output().unwrap();
+        assert_success(&o, &format!("mtlab {}", args.join(" ")));
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("mtlab {} --json: {e}\n{}", args.join(" "), String::from_utf8_lossy(&o.stdout)))
     }
 
     /// `mtlab record [extra] -o TRACE -- PROGRAM ARGS...`

@@ -1,5 +1,7 @@
 //! Command-line parsing into validated configs, then one call into a study.
 
+mod study;
+
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +15,10 @@ fn parse_size_arg(s: &str) -> Result<u64, String> {
     crate::units::parse_size(s).map_err(|e| e.to_string())
 }
 use crate::report::{self, RunReport};
+
+fn print_out(text: impl AsRef<str>) {
+    crate::export::print_stdout(text.as_ref().as_bytes());
+}
 use crate::trace::{TraceError, TraceFile};
 
 #[derive(Parser, Debug)]
@@ -35,9 +41,18 @@ enum Command {
     Demo(DemoArgs),
     /// Control a running sampled process: start, stop, interval SIZE, dump, status.
     Ctl(CtlArgs),
-    /// Benchmarks: measure what mtlab costs against other tools.
+    /// Benchmarks: measure what mtlab costs against other tools (each run is stored).
     #[command(subcommand)]
-    Bench(crate::bench::BenchCommand),
+    Bench(study::BenchCommand),
+    /// List, show and export stored study runs.
+    Runs(study::RunsArgs),
+    /// Compare two stored runs of one study, measurement by measurement.
+    #[command(long_about = "Compare two stored runs of one study, measurement by measurement.\n\n\
+The change of each measurement is the Hodges–Lehmann ratio of run B to run A with its 95 % Mann–Whitney \
+interval, computed from the repetitions. A change is flagged (faster/slower, better/worse) when that \
+interval excludes \"no change\" and the change is at least --threshold; otherwise it is within noise. \
+Settings or machines that differ between the runs are named.")]
+    Diff(study::DiffArgs),
     /// Heap profiles: simulate a sampling profiler on a full trace.
     #[command(subcommand)]
     Profile(ProfileCommand),
@@ -239,7 +254,13 @@ pub enum CliError {
     #[error(transparent)]
     Csv(#[from] report::csv_out::CsvError),
     #[error(transparent)]
-    Bench(#[from] crate::bench::BenchError),
+    Study(#[from] crate::studies::StudyError),
+    #[error(transparent)]
+    Output(#[from] crate::export::ExportError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Diff(#[from] crate::study::diff::DiffError),
     #[error(transparent)]
     Export(#[from] crate::profile::export::ProfileExportError),
     #[error(transparent)]
@@ -277,7 +298,9 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Report(a) => cmd_report(a),
         Command::Demo(a) => cmd_demo(a),
         Command::Ctl(a) => cmd_ctl(a),
-        Command::Bench(b) => crate::bench::run(b).map_err(Into::into),
+        Command::Bench(b) => study::bench(b),
+        Command::Runs(a) => study::runs(a),
+        Command::Diff(a) => study::diff(a),
         Command::Profile(ProfileCommand::Simulate(a)) => cmd_profile_simulate(a),
         Command::Compact(a) => cmd_compact(a),
     }
@@ -442,9 +465,9 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     if a.json {
         let mut text = serde_json::to_string_pretty(&report::json::to_json(&run)).expect("json");
         text.push('\n');
-        print_out(&text);
+        print_out(text);
     } else {
-        print_out(&report::table::render(&run));
+        print_out(report::table::render(&run));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -492,17 +515,6 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Writes to stdout; a closed pipe (`mtlab report ... | head`) ends quietly.
-fn print_out(text: &str) {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("mtlab: cannot write to stdout: {e}");
-        }
-    }
-}
-
 fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     let workload = crate::native::path(crate::native::Part::MallocTest).map_err(RecordError::from)?;
     let args: Vec<OsString> = ["--threads", "2", "--size", "512", "--depth", "10", "--iterations", &a.iterations.to_string()]
@@ -528,10 +540,10 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::Other(format!("the demo workload failed: {}", outcome.status)));
     }
     let full = load_reports(&a.output, true, &AnalyzeOptions::default())?;
-    print_out(&report::table::render(&full));
+    print_out(report::table::render(&full));
     let compact_out = a.output.with_extension("compact.mtl");
     let c = crate::compact::compact_trace(&a.output, &compact_out, crate::trace::compact::DEFAULT_QUANTUM)?;
-    print_out(&format!(
+    print_out(format!(
         "without per-call timing (`mtlab compact`): {} → {} ({:.0}× smaller), the per-function, heap, site and leak figures above unchanged\n\n",
         report::human_bytes(c.bytes_before),
         report::human_bytes(c.bytes_after),
@@ -548,10 +560,10 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     };
     record::record(&cfg)?;
     let sampled = load_reports(&sampled_out, true, &AnalyzeOptions::default())?;
-    print_out(&report::table::render(&sampled));
+    print_out(report::table::render(&sampled));
     let truth: f64 = full.processes.first().map(|p| p.functions["malloc"].mean_size * p.functions["malloc"].calls as f64).unwrap_or(0.0);
     if let Some(est) = sampled.processes.first().and_then(|p| p.profile.as_ref()).map(|p| &p.totals) {
-        print_out(&format!(
+        print_out(format!(
             "malloc bytes: {:.0} counted by the full trace; {:.0} ± {:.0} estimated from {} samples ({:+.2} %)\n",
             truth,
             est.alloc_bytes.value,
@@ -693,7 +705,7 @@ fn cmd_profile_simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
         obj.insert("recommended_interval".into(), serde_json::json!(recommended));
         obj.insert("recommended_interval_safe".into(), serde_json::json!(recommended_safe));
         obj.insert("seconds".into(), serde_json::json!(elapsed.as_secs_f64()));
-        simulate_print(&(serde_json::to_string_pretty(&v).expect("json") + "\n"));
+        print_out(serde_json::to_string_pretty(&v).expect("json") + "\n");
         return Ok(ExitCode::SUCCESS);
     }
 
@@ -713,7 +725,7 @@ fn cmd_profile_simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
     .unwrap();
     if sim.total_bytes == 0 {
         out.push_str("no successful allocation in the trace: nothing to simulate\n");
-        simulate_print(&out);
+        print_out(out);
         return Ok(ExitCode::SUCCESS);
     }
     if sim.unattributed_bytes > 0 {
@@ -779,7 +791,7 @@ fn cmd_profile_simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
         )
         .unwrap(),
     }
-    simulate_print(&out);
+    print_out(out);
     eprintln!(
         "mtlab: {} samplers over {} events in {:.2} s",
         sim.points.len() * sim.runs as usize,
@@ -787,10 +799,4 @@ fn cmd_profile_simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
         elapsed.as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
-}
-
-/// Writes to stdout; a closed pipe (`| head`) is not an error.
-fn simulate_print(text: &str) {
-    use std::io::Write;
-    let _ = std::io::stdout().lock().write_all(text.as_bytes());
 }

@@ -1,0 +1,470 @@
+//! The study commands' flags, turned into validated study configs; and the
+//! commands that read the results store (`runs`, `diff`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+
+use super::CliError;
+use crate::export::{self, csv::CsvExporter, json::JsonExporter, svg::SvgExporter, text::TextExporter, Document, Exporter};
+use crate::record::Unwind;
+use crate::store::{RunFilter, Store};
+use crate::study::progress::Progress;
+use crate::study::runner::RunnerOptions;
+use crate::study::Run;
+use crate::studies::{self, profiler_cost, tracer_cost};
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    crate::units::parse_size(s).map_err(|e| e.to_string())
+}
+
+fn seconds_arg(s: &str) -> Result<Duration, String> {
+    let v: f64 = s.trim_end_matches('s').parse().map_err(|_| format!("`{s}` is not a number of seconds (e.g. 0.5)"))?;
+    if !(0.0..=3600.0).contains(&v) {
+        return Err(format!("`{s}`: give between 0 and 3600 seconds"));
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Where results go: the screen or files, and the results store.
+#[derive(Args, Debug, Clone)]
+pub struct OutputArgs {
+    /// Print one JSON object (the run, every repetition, summaries) instead of tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write every table, the summary and every repetition as CSV files into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub csv: Option<PathBuf>,
+    /// Also write every plot as an SVG file into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub svg: Option<PathBuf>,
+    /// No progress bar (it is shown only when stderr is a terminal anyway).
+    #[arg(short, long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    /// Results store to use (default: $MTLAB_STORE, else $XDG_DATA_HOME/mtlab/runs.sqlite, else ~/.local/share/mtlab/runs.sqlite).
+    #[arg(long, value_name = "PATH")]
+    pub store: Option<PathBuf>,
+    /// Do not keep this run in the results store.
+    #[arg(long, conflicts_with = "store")]
+    pub no_store: bool,
+}
+
+impl StoreArgs {
+    fn path(&self) -> PathBuf {
+        self.store.clone().unwrap_or_else(Store::default_path)
+    }
+    fn open(&self) -> Result<Store, CliError> {
+        Ok(Store::open(&self.path())?)
+    }
+}
+
+/// How configurations are repeated.
+#[derive(Args, Debug, Clone)]
+pub struct RepeatArgs {
+    /// Rounds measured; each round runs every configuration once, interleaved (default per command).
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub reps: Option<u32>,
+    /// Rounds run first and discarded.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=100))]
+    pub warmup: u32,
+    /// Seconds each measurement lasts at least: shorter trials are repeated and averaged.
+    #[arg(long, value_name = "SECONDS", default_value = "0", value_parser = seconds_arg)]
+    pub min_time: Duration,
+}
+
+impl RepeatArgs {
+    fn options(&self, default_reps: u32) -> RunnerOptions {
+        RunnerOptions { warmup: self.warmup, reps: self.reps.unwrap_or(default_reps), min_duration: self.min_time }
+    }
+}
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Cost of tracing the malloc-test workload: untraced vs mtlab vs heaptrack.
+    Tracer(TracerArgs),
+    /// Wall-time cost of tracing any program: untraced vs mtlab vs heaptrack.
+    Program(ProgramArgs),
+    /// What heap profilers cost: mtlab's sampler, jemalloc's and tcmalloc's, by interval, threads and unwinder.
+    Malloc(MallocArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct TracerArgs {
+    /// Threads of the workload.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    threads: u32,
+    /// Iterations (malloc+free pairs) per thread.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    iterations: u64,
+    /// Skip heaptrack even if installed.
+    #[arg(long)]
+    no_heaptrack: bool,
+    /// Directory for the traces (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[command(flatten)]
+    repeat: RepeatArgs,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ProgramArgs {
+    /// Skip heaptrack even if installed.
+    #[arg(long)]
+    no_heaptrack: bool,
+    /// Run heaptrack in record-only mode (`--raw`): its interpreter runs out
+    /// of memory on some programs (cc1 with heaptrack 1.4).
+    #[arg(long, conflicts_with = "no_heaptrack")]
+    heaptrack_raw: bool,
+    /// Directory for the traces (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[command(flatten)]
+    repeat: RepeatArgs,
+    #[command(flatten)]
+    output: OutputArgs,
+    /// The program to run, then its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
+    command: Vec<OsString>,
+}
+
+#[derive(Args, Debug)]
+pub struct MallocArgs {
+    /// Thread counts to run, e.g. 1,2.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    threads: Vec<u32>,
+    /// Block size of the malloc-test workload.
+    #[arg(long, default_value = "512", value_parser = size_arg)]
+    size: u64,
+    /// Call depth at which malloc is called.
+    #[arg(long, default_value_t = 10)]
+    depth: u32,
+    /// malloc/free pairs per thread.
+    #[arg(long, default_value_t = 3_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    iterations: u64,
+    /// Touch (write) every block, as a real program would.
+    #[arg(long)]
+    touch: bool,
+    /// Sampling intervals to sweep.
+    #[arg(long, value_delimiter = ',', default_value = "64KiB,128KiB,256KiB,512KiB,1MiB,2MiB", value_parser = size_arg)]
+    intervals: Vec<u64>,
+    /// mtlab unwinders to sweep (fp, libgcc, libunwind).
+    #[arg(long, value_delimiter = ',', default_value = "fp,libgcc")]
+    unwinders: Vec<Unwind>,
+    /// Allocators for mtlab's configurations: glibc, jemalloc, tcmalloc, mimalloc or a path to a .so.
+    #[arg(long = "allocator", default_value = "glibc")]
+    allocators: Vec<String>,
+    /// Leave out jemalloc's profiler even if libjemalloc is installed.
+    #[arg(long)]
+    no_jemalloc: bool,
+    /// Leave out tcmalloc's sampler even if libtcmalloc is installed.
+    #[arg(long)]
+    no_tcmalloc: bool,
+    /// Also run the latency pipeline under the same configurations.
+    #[arg(long)]
+    pipeline: bool,
+    /// Messages per pipeline run.
+    #[arg(long, default_value_t = 40_000)]
+    pipeline_messages: u64,
+    /// Pipeline messages per second (its three stages share this machine's cores).
+    #[arg(long, default_value_t = 20_000)]
+    pipeline_rate: u64,
+    /// Join with the coverage curve (a sampler simulated on a full trace of
+    /// the realistic workload) and recommend an interval.
+    #[arg(long)]
+    coverage: bool,
+    /// Directory for traces (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[command(flatten)]
+    repeat: RepeatArgs,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+impl MallocArgs {
+    fn config(&self) -> profiler_cost::ProfilerCostConfig {
+        let mut intervals = self.intervals.clone();
+        intervals.sort_unstable();
+        intervals.dedup();
+        profiler_cost::ProfilerCostConfig {
+            threads: self.threads.clone(),
+            size: self.size,
+            depth: self.depth,
+            iterations: self.iterations,
+            touch: self.touch,
+            intervals,
+            unwinders: self.unwinders.clone(),
+            allocators: self.allocators.clone(),
+            jemalloc: !self.no_jemalloc && profiler_cost::allocator_library("jemalloc").is_some(),
+            tcmalloc: !self.no_tcmalloc && profiler_cost::allocator_library("tcmalloc").is_some(),
+            pipeline: self.pipeline.then_some(profiler_cost::Pipeline { messages: self.pipeline_messages, rate: self.pipeline_rate }),
+            coverage: self.coverage,
+            runner: self.repeat.options(3),
+            dir: self.dir.clone(),
+        }
+    }
+}
+
+pub fn bench(cmd: BenchCommand) -> Result<ExitCode, CliError> {
+    let (run, output) = match cmd {
+        BenchCommand::Tracer(a) => {
+            let cfg = tracer_cost::TracerCostConfig {
+                target: tracer_cost::Target::MallocTest { threads: a.threads, iterations: a.iterations },
+                heaptrack: if a.no_heaptrack { tracer_cost::Heaptrack::Off } else { tracer_cost::Heaptrack::Default },
+                report_runs: a.repeat.reps.unwrap_or(5).max(3),
+                runner: a.repeat.options(5),
+                dir: a.dir,
+            };
+            let progress = study_progress("bench tracer", a.output.quiet);
+            (tracer_cost::run(&cfg, &progress)?, a.output)
+        }
+        BenchCommand::Program(a) => {
+            let cfg = tracer_cost::TracerCostConfig {
+                target: tracer_cost::Target::Program(a.command),
+                heaptrack: match (a.no_heaptrack, a.heaptrack_raw) {
+                    (true, _) => tracer_cost::Heaptrack::Off,
+                    (_, true) => tracer_cost::Heaptrack::Raw,
+                    _ => tracer_cost::Heaptrack::Default,
+                },
+                report_runs: a.repeat.reps.unwrap_or(3).max(3),
+                runner: a.repeat.options(3),
+                dir: a.dir,
+            };
+            let progress = study_progress("bench program", a.output.quiet);
+            (tracer_cost::run(&cfg, &progress)?, a.output)
+        }
+        BenchCommand::Malloc(a) => {
+            let progress = study_progress("bench malloc", a.output.quiet);
+            (profiler_cost::run(&a.config(), &progress)?, a.output)
+        }
+    };
+    finish(run, &output)
+}
+
+fn study_progress(prefix: &str, quiet: bool) -> Progress {
+    let p = Progress::new(0, quiet);
+    p.set_prefix(prefix);
+    p
+}
+
+/// Prints and writes a document as the flags ask.
+fn emit(doc: &Document, json: bool, csv: Option<&PathBuf>, svg: Option<&PathBuf>) -> Result<(), CliError> {
+    let screen: &dyn Exporter = if json { &JsonExporter } else { &TextExporter };
+    export::print(screen, doc)?;
+    for (dir, exporter, what) in [(csv, &CsvExporter as &dyn Exporter, "CSV"), (svg, &SvgExporter, "SVG")] {
+        if let Some(dir) = dir {
+            let files = export::write_files(exporter, doc, dir)?;
+            if files.is_empty() {
+                eprintln!("mtlab: nothing to write as {what}");
+            } else {
+                eprintln!("mtlab: wrote {} {what} file{} into {}", files.len(), if files.len() == 1 { "" } else { "s" }, dir.display());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A finished study run: stored (so its id shows), then shown. A store that
+/// fails does not lose the results: they are shown first, then the error.
+pub fn finish(mut run: Run, out: &OutputArgs) -> Result<ExitCode, CliError> {
+    let stored = if out.store.no_store {
+        None
+    } else {
+        let r = out.store.open().and_then(|mut s| Ok((s.insert(&run)?, s.path().to_path_buf())));
+        if let Ok((id, _)) = &r {
+            run.id = Some(*id);
+        }
+        Some(r)
+    };
+    emit(&studies::document(&run), out.json, out.csv.as_ref(), out.svg.as_ref())?;
+    match stored {
+        Some(Ok((id, path))) => {
+            eprintln!("mtlab: stored as run {id} in {}; show it again with `mtlab runs show {id}`", path.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Some(Err(e)) => Err(CliError::Other(format!("{e}\nthe results above were not stored (use --store PATH, or --no-store)"))),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+#[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    action: Option<RunsAction>,
+    #[command(flatten)]
+    list: ListArgs,
+}
+
+#[derive(Args, Debug)]
+struct ListArgs {
+    /// Only runs of this study (e.g. bench-malloc).
+    #[arg(long)]
+    study: Option<String>,
+    /// At most this many runs, newest first.
+    #[arg(long, default_value_t = 20)]
+    limit: usize,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Results store (default: $MTLAB_STORE, else $XDG_DATA_HOME/mtlab/runs.sqlite).
+    #[arg(long, value_name = "PATH")]
+    store: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum RunsAction {
+    /// List stored runs, newest first (the default).
+    List(ListArgs),
+    /// Show one run as it was shown when it ran.
+    Show(ShowArgs),
+    /// Write one run as JSON (stdout) or CSV files.
+    Export(ExportArgs),
+}
+
+#[derive(Args, Debug)]
+struct ShowArgs {
+    /// The run's id (see `mtlab runs`).
+    id: i64,
+    #[arg(long)]
+    json: bool,
+    /// Also write its tables as CSV files into DIR.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
+    /// Also write its plots as SVG files into DIR.
+    #[arg(long, value_name = "DIR")]
+    svg: Option<PathBuf>,
+    #[arg(long, value_name = "PATH")]
+    store: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct ExportArgs {
+    /// The run's id (see `mtlab runs`).
+    id: i64,
+    /// Print the run as one JSON object.
+    #[arg(long, required_unless_present = "csv", conflicts_with = "csv")]
+    json: bool,
+    /// Write its tables, summary and every repetition as CSV files into DIR.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
+    #[arg(long, value_name = "PATH")]
+    store: Option<PathBuf>,
+}
+
+fn open_store(path: &Option<PathBuf>) -> Result<Store, CliError> {
+    let p = path.clone().unwrap_or_else(Store::default_path);
+    if !p.exists() {
+        return Err(CliError::Other(format!(
+            "no results store at {}: run a study first (e.g. `mtlab bench tracer`), or give --store PATH",
+            p.display()
+        )));
+    }
+    Ok(Store::open(&p)?)
+}
+
+pub fn runs(a: RunsArgs) -> Result<ExitCode, CliError> {
+    match a.action.unwrap_or(RunsAction::List(a.list)) {
+        RunsAction::List(l) => {
+            let store = open_store(&l.store)?;
+            let runs = store.list(&RunFilter { study: l.study.clone(), limit: Some(l.limit) })?;
+            let mut t = export::Table::new("runs", "", &["id", "started", "study", "title", "host", "seconds", "configurations", "measurements"], 5);
+            for r in &runs {
+                t.push(vec![
+                    export::Cell::text(r.id.to_string()),
+                    export::Cell::text(&r.started),
+                    export::Cell::text(&r.study),
+                    export::Cell::text(&r.title),
+                    export::Cell::text(&r.host),
+                    export::Cell::Num(r.duration_s, 1),
+                    export::Cell::Int(r.configurations as i64),
+                    export::Cell::Int(r.measurements as i64),
+                ]);
+            }
+            let mut views = Vec::new();
+            if runs.is_empty() {
+                views.push(export::View::Note(format!(
+                    "no runs{} in {}",
+                    l.study.as_deref().map(|s| format!(" of study {s}")).unwrap_or_default(),
+                    store.path().display()
+                )));
+            } else {
+                views.push(export::View::Table(t));
+            }
+            let doc = Document { views, data: serde_json::to_value(&runs).unwrap_or_default() };
+            emit(&doc, l.json, None, None)?;
+        }
+        RunsAction::Show(s) => {
+            let run = open_store(&s.store)?.get(s.id)?;
+            emit(&studies::document(&run), s.json, s.csv.as_ref(), s.svg.as_ref())?;
+        }
+        RunsAction::Export(e) => {
+            let run = open_store(&e.store)?.get(e.id)?;
+            emit_export(&studies::document(&run), e.json, e.csv.as_ref())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `runs export`: JSON on stdout, or CSV files only (no tables on screen).
+fn emit_export(doc: &Document, json: bool, csv: Option<&PathBuf>) -> Result<(), CliError> {
+    if json {
+        export::print(&JsonExporter, doc)?;
+    }
+    if let Some(dir) = csv {
+        let files = export::write_files(&CsvExporter, doc, dir)?;
+        eprintln!("mtlab: wrote {} CSV files into {}", files.len(), dir.display());
+    }
+    Ok(())
+}
+
+fn percent_arg(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').trim().parse::<f64>() {
+        Ok(v) if (0.0..100.0).contains(&v) => Ok(v / 100.0),
+        _ => Err(format!("`{s}` is not a percentage between 0 and 100 (e.g. 2%)")),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The earlier run's id (see `mtlab runs`).
+    run_a: i64,
+    /// The later run's id.
+    run_b: i64,
+    /// Smallest change flagged, in percent, even when significant.
+    #[arg(long, default_value = "2%", value_parser = percent_arg)]
+    threshold: f64,
+    /// Exit with status 3 when any measurement got worse (for CI).
+    #[arg(long)]
+    fail_on_regression: bool,
+    #[arg(long)]
+    json: bool,
+    /// Also write the comparison as CSV into DIR.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
+    /// Results store (default: $MTLAB_STORE, else $XDG_DATA_HOME/mtlab/runs.sqlite).
+    #[arg(long, value_name = "PATH")]
+    store: Option<PathBuf>,
+}
+
+pub fn diff(a: DiffArgs) -> Result<ExitCode, CliError> {
+    let store = open_store(&a.store)?;
+    let (ra, rb) = (store.get(a.run_a)?, store.get(a.run_b)?);
+    let d = crate::study::diff::diff(&ra, &rb, a.threshold)?;
+    emit(&crate::study::diff::document(&d), a.json, a.csv.as_ref(), None)?;
+    if a.fail_on_regression && d.regressions() > 0 {
+        return Ok(ExitCode::from(3));
+    }
+    Ok(ExitCode::SUCCESS)
+}

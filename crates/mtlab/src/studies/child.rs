@@ -1,0 +1,90 @@
+//! Running one measured child process: its output, wall time and peak RSS
+//! (from wait4, so only this child and its waited-for descendants count).
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::StudyError;
+
+pub struct Measured {
+    pub stdout: String,
+    pub wall: Duration,
+    pub max_rss_kib: u64,
+}
+
+/// Runs `cmd` to completion; a non-zero exit is an error carrying its stderr.
+pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
+    use std::io::Read;
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|source| StudyError::Spawn { what: what.into(), source })?;
+    let pid = child.id() as libc::pid_t;
+    let (mut o, mut e) = (child.stdout.take(), child.stderr.take());
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        if let Some(e) = e.as_mut() {
+            let _ = e.read_to_string(&mut s);
+        }
+        s
+    });
+    let mut stdout = String::new();
+    if let Some(o) = o.as_mut() {
+        let _ = o.read_to_string(&mut stdout);
+    }
+    let stderr = err_reader.join().unwrap_or_default();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: pid is our own child, not yet waited for (std's Child is dropped
+    // without wait; its Drop does not reap); status and usage are valid pointers.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    let wall = start.elapsed();
+    drop(child);
+    if r < 0 {
+        return Err(StudyError::Spawn { what: what.into(), source: std::io::Error::last_os_error() });
+    }
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        let how = if libc::WIFEXITED(status) {
+            format!("exit code {}", libc::WEXITSTATUS(status))
+        } else {
+            format!("signal {}", libc::WTERMSIG(status))
+        };
+        return Err(StudyError::Failed { what: what.into(), status: how, stderr });
+    }
+    Ok(Measured { stdout, wall, max_rss_kib: usage.ru_maxrss as u64 })
+}
+
+/// The workload's JSON result line (`{"workload":"NAME",...}`) from its stdout.
+pub fn json_line(stdout: &str, workload: &str) -> Option<serde_json::Value> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with("{\"workload\""))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["workload"] == workload)
+}
+
+/// A number from a workload's result line, or an error naming it.
+pub fn field(v: &serde_json::Value, path: &[&str], what: &str) -> Result<f64, StudyError> {
+    let mut x = v;
+    for p in path {
+        x = &x[*p];
+    }
+    x.as_f64().ok_or_else(|| StudyError::Output(format!("{what}: the workload's result has no `{}`", path.join("."))))
+}
+
+/// A directory for a study's files: the one given, or a temporary one kept alive by the guard.
+pub fn work_dir(dir: Option<&std::path::Path>) -> Result<(std::path::PathBuf, Option<tempfile::TempDir>), StudyError> {
+    match dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(|source| StudyError::Io { path: d.to_path_buf(), source })?;
+            Ok((d.to_path_buf(), None))
+        }
+        None => {
+            let t = tempfile::Builder::new()
+                .prefix("mtlab-study")
+                .tempdir()
+                .map_err(|source| StudyError::Io { path: std::env::temp_dir(), source })?;
+            Ok((t.path().to_path_buf(), Some(t)))
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! End-to-end tests of the study framework through the real binary: runs
+//! land in the results store, `mtlab runs` lists, shows and exports them,
+//! and `mtlab diff` flags a planted slowdown but not a rerun.
+
+mod util;
+
+use std::process::Output;
+
+use serde_json::Value;
+use util::*;
+
+fn run_ok(lab: &Lab, args: &[&str]) -> Output {
+    let o = lab.command(MTLAB).args(args).output().unwrap();
+    assert_success(&o, &format!("mtlab {}", args.join(" ")));
+    o
+}
+
+/// `bench program` on `sleep SECONDS`, untraced and under mtlab; returns the run id.
+fn sleep_run(lab: &Lab, seconds: &str) -> i64 {
+    // Ten rounds: one disturbed round (other tests share the cores) cannot move the interval.
+    let v = lab.mtlab_json(&["bench", "program", "--reps", "10", "--no-heaptrack", "-q", "--", "sleep", seconds]);
+    v["id"].as_i64().expect("stored run has an id")
+}
+
+fn change<'a>(d: &'a Value, config: &str, metric: &str) -> &'a Value {
+    d["changes"].as_array().unwrap().iter().find(|c| c["configuration"] == config && c["metric"] == metric).unwrap()
+}
+
+#[test]
+fn diff_flags_a_planted_slowdown_and_not_a_rerun() {
+    let lab = Lab::new();
+    let a = sleep_run(&lab, "0.1");
+    let rerun = sleep_run(&lab, "0.1");
+    let slow = sleep_run(&lab, "0.12");
+    // Other tests load both cores while this one runs: judge changes of 10 % and more.
+    let d = lab.mtlab_json(&["diff", &a.to_string(), &slow.to_string(), "--threshold", "10%"]);
+    let c = change(&d, "untraced", "wall_s");
+    assert_eq!(c["verdict"], "worse", "{c}");
+    assert!((f(&c["ratio"]["ratio"]) - 1.2).abs() < 0.08, "{c}");
+    assert!(d["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("sleep 0.12")), "{d}");
+    let d = lab.mtlab_json(&["diff", &a.to_string(), &rerun.to_string(), "--threshold", "10%"]);
+    let c = change(&d, "untraced", "wall_s");
+    assert_eq!(c["verdict"], "within_noise", "{c}");
+    // Counting figures do not move at all between reruns.
+    assert_eq!(change(&d, "mtlab report", "events")["verdict"], "within_noise");
+    // --fail-on-regression turns a regression into exit status 3.
+    let o = lab.command(MTLAB).args(["diff", &a.to_string(), &slow.to_string(), "--threshold", "10%", "--fail-on-regression"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("slower"), "{text}");
+}
+
+#[test]
+fn runs_are_listed_shown_and_exported_as_they_were_measured() {
+    let lab = Lab::new();
+    let fresh = lab.mtlab_json(&["bench", "program", "--reps", "2", "--no-heaptrack", "-q", "--", "true"]);
+    let id = fresh["id"].as_i64().unwrap();
+    let list = lab.mtlab_json(&["runs"]);
+    assert_eq!(list.as_array().unwrap().len(), 1);
+    assert_eq!(list[0]["id"], id);
+    assert_eq!(list[0]["study"], "bench-program");
+    let shown = lab.mtlab_json(&["runs", "show", &id.to_string()]);
+    assert_eq!(shown["measurements"], fresh["measurements"]);
+    assert_eq!(shown["environment"], fresh["environment"]);
+    assert_eq!(shown["summaries"], fresh["summaries"]);
+    let exported = lab.mtlab_json(&["runs", "export", &id.to_string()]);
+    assert_eq!(exported, shown);
+    run_ok(&lab, &["runs", "export", &id.to_string(), "--csv", "out"]);
+    let csv = std::fs::read_to_string(lab.path("out/measurements.csv")).unwrap();
+    let wall_rows = csv.lines().filter(|l| l.contains(",untraced,") && l.contains(",wall_s,")).count();
+    assert_eq!(wall_rows, 2, "{csv}");
+    let text = String::from_utf8_lossy(&run_ok(&lab, &["runs", "show", &id.to_string()]).stdout).to_string();
+    assert!(text.contains(&format!("run {id}: tracer overhead on a program")), "{text}");
+    assert!(text.contains("× untraced"), "{text}");
+    // A filter that matches nothing says so.
+    let o = run_ok(&lab, &["runs", "--study", "threads"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("no runs of study threads"));
+}
+
+#[test]
+fn bad_ids_and_mismatched_studies_are_clear_errors() {
+    let lab = Lab::new();
+    let o = lab.command(MTLAB).args(["runs", "show", "1"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no results store"), "{}", stderr(&o));
+    let prog = lab.mtlab_json(&["bench", "program", "--reps", "1", "--no-heaptrack", "-q", "--", "true"]);
+    let o = lab.command(MTLAB).args(["runs", "show", "99"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("99") && stderr(&o).contains("mtlab runs"), "{}", stderr(&o));
+    let tracer = lab.mtlab_json(&["bench", "tracer", "--iterations", "100", "--reps", "1", "--no-heaptrack", "-q"]);
+    let (a, b) = (prog["id"].to_string(), tracer["id"].to_string());
+    let o = lab.command(MTLAB).args(["diff", &a, &b]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("same study"), "{}", stderr(&o));
+}
+
+#[test]
+fn concurrent_runs_share_one_store() {
+    let lab = Lab::new();
+    let spawn = || {
+        lab.command(MTLAB)
+            .args(["bench", "program", "--reps", "1", "--no-heaptrack", "-q", "--", "true"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let children: Vec<_> = (0..4).map(|_| spawn()).collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let list = lab.mtlab_json(&["runs"]);
+    let mut ids: Vec<i64> = list.as_array().unwrap().iter().map(|r| r["id"].as_i64().unwrap()).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, [1, 2, 3, 4]);
+    for id in ids {
+        let r = lab.mtlab_json(&["runs", "show", &id.to_string()]);
+        assert_eq!(r["measurements"][0]["values"].as_array().unwrap().len(), 1);
+    }
+}
+
+#[test]
+fn an_unusable_store_keeps_the_results_on_screen_and_fails() {
+    let lab = Lab::new();
+    std::fs::write(lab.path("not-a-db"), b"this is not an SQLite database, just text long enough to have a header.....").unwrap();
+    let o = lab
+        .command(MTLAB)
+        .args(["bench", "program", "--reps", "1", "--no-heaptrack", "-q", "--store", "not-a-db", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("× untraced"), "results not shown");
+    assert!(stderr(&o).contains("not-a-db") && stderr(&o).contains("--no-store"), "{}", stderr(&o));
+}
