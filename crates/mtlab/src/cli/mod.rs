@@ -1,5 +1,6 @@
 //! Command-line parsing into validated configs, then one call into a study.
 
+mod profile;
 mod study;
 
 use std::ffi::OsString;
@@ -11,10 +12,28 @@ use clap::{Args, Parser, Subcommand};
 use crate::heap::{self, AnalyzeOptions};
 use crate::record::{self, RecordConfig, RecordError, SampleConfig, Stacks, Unwind};
 
-fn parse_size_arg(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_size_arg(s: &str) -> Result<u64, String> {
     crate::units::parse_size(s).map_err(|e| e.to_string())
 }
+use crate::export::{self, csv::CsvExporter, json::JsonExporter, svg::SvgExporter, text::TextExporter, Document, Exporter};
 use crate::report::{self, RunReport};
+
+/// Prints and writes a document as the flags ask.
+pub(crate) fn emit(doc: &Document, json: bool, csv: Option<&PathBuf>, svg: Option<&PathBuf>) -> Result<(), CliError> {
+    let screen: &dyn Exporter = if json { &JsonExporter } else { &TextExporter };
+    export::print(screen, doc)?;
+    for (dir, exporter, what) in [(csv, &CsvExporter as &dyn Exporter, "CSV"), (svg, &SvgExporter, "SVG")] {
+        if let Some(dir) = dir {
+            let files = export::write_files(exporter, doc, dir)?;
+            if files.is_empty() {
+                eprintln!("mtlab: nothing to write as {what}");
+            } else {
+                eprintln!("mtlab: wrote {} {what} file{} into {}", files.len(), if files.len() == 1 { "" } else { "s" }, dir.display());
+            }
+        }
+    }
+    Ok(())
+}
 
 fn print_out(text: impl AsRef<str>) {
     crate::export::print_stdout(text.as_ref().as_bytes());
@@ -90,39 +109,7 @@ struct CompactArgs {
 enum ProfileCommand {
     /// Replay a full trace through simulated sampling profilers: how much of the
     /// allocated bytes do the stacks they find cover, at each sampling interval?
-    Simulate(SimulateArgs),
-}
-
-#[derive(Args, Debug)]
-struct SimulateArgs {
-    /// A full trace written by `mtlab record` without --sample.
-    file: PathBuf,
-    /// Mean sampling intervals to simulate, comma separated.
-    #[arg(long, value_name = "SIZE,...", value_delimiter = ',', value_parser = parse_size_arg,
-          default_value = "64KiB,128KiB,256KiB,512KiB,1MiB,2MiB,4MiB,8MiB")]
-    intervals: Vec<u64>,
-    /// Simulated profiles per interval (each with its own random sample points).
-    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
-    runs: u32,
-    /// Seed of the simulated samplers: the same seed gives the same numbers.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// Simulate on this traced child process's trace (default: the root process of FILE).
-    #[arg(long)]
-    pid: Option<u32>,
-    /// Coverage a useful profile must reach, in percent (source 000: 90).
-    #[arg(long, default_value_t = 90.0, value_parser = parse_percent)]
-    threshold: f64,
-    /// Print one JSON object instead of a table.
-    #[arg(long)]
-    json: bool,
-}
-
-fn parse_percent(s: &str) -> Result<f64, String> {
-    match s.trim().trim_end_matches('%').parse::<f64>() {
-        Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
-        _ => Err(format!("`{s}` is not a percentage between 0 and 100 (e.g. 90)")),
-    }
+    Simulate(profile::SimulateArgs),
 }
 
 #[derive(Args, Debug)]
@@ -252,8 +239,6 @@ pub enum CliError {
     #[error(transparent)]
     Trace(#[from] TraceError),
     #[error(transparent)]
-    Csv(#[from] report::csv_out::CsvError),
-    #[error(transparent)]
     Study(#[from] crate::studies::StudyError),
     #[error(transparent)]
     Output(#[from] crate::export::ExportError),
@@ -301,7 +286,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Bench(b) => study::bench(b),
         Command::Runs(a) => study::runs(a),
         Command::Diff(a) => study::diff(a),
-        Command::Profile(ProfileCommand::Simulate(a)) => cmd_profile_simulate(a),
+        Command::Profile(ProfileCommand::Simulate(a)) => profile::simulate(a),
         Command::Compact(a) => cmd_compact(a),
     }
 }
@@ -458,17 +443,7 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
             eprintln!("mtlab: wrote {}", f.display());
         }
     }
-    if let Some(dir) = &a.csv {
-        let files = report::csv_out::write_csv(&run, dir)?;
-        eprintln!("mtlab: wrote {} CSV files into {}", files.len(), dir.display());
-    }
-    if a.json {
-        let mut text = serde_json::to_string_pretty(&report::json::to_json(&run)).expect("json");
-        text.push('\n');
-        print_out(text);
-    } else {
-        print_out(report::table::render(&run));
-    }
+    emit(&report::document(&run), a.json, a.csv.as_ref(), None)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -540,7 +515,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::Other(format!("the demo workload failed: {}", outcome.status)));
     }
     let full = load_reports(&a.output, true, &AnalyzeOptions::default())?;
-    print_out(report::table::render(&full));
+    emit(&report::document(&full), false, None, None)?;
     let compact_out = a.output.with_extension("compact.mtl");
     let c = crate::compact::compact_trace(&a.output, &compact_out, crate::trace::compact::DEFAULT_QUANTUM)?;
     print_out(format!(
@@ -560,7 +535,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     };
     record::record(&cfg)?;
     let sampled = load_reports(&sampled_out, true, &AnalyzeOptions::default())?;
-    print_out(report::table::render(&sampled));
+    emit(&report::document(&sampled), false, None, None)?;
     let truth: f64 = full.processes.first().map(|p| p.functions["malloc"].mean_size * p.functions["malloc"].calls as f64).unwrap_or(0.0);
     if let Some(est) = sampled.processes.first().and_then(|p| p.profile.as_ref()).map(|p| &p.totals) {
         print_out(format!(
@@ -579,224 +554,6 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         sampled_out.display(),
         a.output.display(),
         sampled_out.display()
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-/// The trace of process `pid` among FILE and its children's traces. A process
-/// that called exec has one trace per image (FILE.PID.N): the last image is
-/// taken, and the others are named on stderr.
-fn trace_of_pid(file: &std::path::Path, pid: u32) -> Result<TraceFile, CliError> {
-    let mut seen = Vec::new();
-    let mut matches = Vec::new();
-    for f in record::trace_family(file) {
-        match TraceFile::open(&f) {
-            Ok(t) if t.header.pid == pid => matches.push(t),
-            Ok(t) => {
-                if !seen.contains(&t.header.pid) {
-                    seen.push(t.header.pid)
-                }
-            }
-            Err(e) => eprintln!("mtlab: warning: skipping {}: {e}", f.display()),
-        }
-    }
-    let Some(last) = matches.pop() else {
-        let seen: Vec<String> = seen.iter().map(u32::to_string).collect();
-        return Err(CliError::Other(format!(
-            "no traced process {pid} in {} (traced processes: {})",
-            file.display(),
-            if seen.is_empty() { "none".to_string() } else { seen.join(", ") }
-        )));
-    };
-    if !matches.is_empty() {
-        eprintln!(
-            "mtlab: process {pid} ran {} programs (exec); simulating the last, {} ({}); give another trace file as FILE to choose it: {}",
-            matches.len() + 1,
-            last.path.display(),
-            last.header.exe,
-            matches.iter().map(|t| format!("{} ({})", t.path.display(), t.header.exe)).collect::<Vec<_>>().join(", ")
-        );
-    }
-    Ok(last)
-}
-
-fn cmd_profile_simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
-    use crate::profile::simulate::{self, SimulateOptions};
-    use crate::units::format_size;
-    use comfy_table::{presets::UTF8_FULL_CONDENSED, CellAlignment, Table};
-
-    if !a.file.exists() {
-        return Err(CliError::Other(format!(
-            "{} does not exist; write a full trace with `mtlab record -o {} -- PROGRAM`",
-            a.file.display(),
-            a.file.display()
-        )));
-    }
-    let trace = match a.pid {
-        Some(pid) => trace_of_pid(&a.file, pid)?,
-        None => {
-            let t = TraceFile::open(&a.file)?;
-            let others = record::trace_family(&a.file).len().saturating_sub(1);
-            if others > 0 {
-                eprintln!(
-                    "mtlab: simulating {} (process {}) only; {} more trace{} beside it (children, exec'd programs): \
-                     pick one with --pid PID or give its file",
-                    a.file.display(),
-                    t.header.pid,
-                    others,
-                    if others == 1 { "" } else { "s" }
-                );
-            }
-            t
-        }
-    };
-    let name = trace.path.display().to_string();
-    if trace.header.sample_interval > 0 {
-        return Err(CliError::Other(format!(
-            "{name} is a sampled trace; simulate needs a full trace from `mtlab record` without --sample"
-        )));
-    }
-    if trace.header.stacks == "none" {
-        return Err(CliError::Other(format!(
-            "{name} was recorded with --stacks none; simulate needs call stacks (record with --stacks fp)"
-        )));
-    }
-    let mut intervals = a.intervals.clone();
-    intervals.sort_unstable();
-    intervals.dedup();
-    let opts = SimulateOptions { intervals, runs: a.runs, seed: a.seed };
-    let threshold = a.threshold / 100.0;
-
-    let total_events: u64 = trace.chunks.iter().map(|c| c.n_events as u64).sum();
-    let bar = if total_events >= 2 * simulate::PROGRESS_EVERY {
-        let b = indicatif::ProgressBar::with_draw_target(Some(total_events), indicatif::ProgressDrawTarget::stderr());
-        b.set_style(
-            indicatif::ProgressStyle::with_template("{msg} [{bar:40}] {human_pos}/{human_len} events ({eta})")
-                .expect("template")
-                .progress_chars("=> "),
-        );
-        b.set_message("simulating");
-        Some(b)
-    } else {
-        None
-    };
-    let started = std::time::Instant::now();
-    let sim = simulate::simulate_with_progress(&trace, &opts, &mut |n| {
-        if let Some(b) = &bar {
-            b.set_position(n)
-        }
-    })?;
-    let elapsed = started.elapsed();
-    if let Some(b) = bar {
-        b.finish_and_clear();
-    }
-    for w in &sim.warnings {
-        eprintln!("mtlab: warning: {w}");
-    }
-    let recommended = simulate::recommend(&sim.points, threshold);
-    let recommended_safe = simulate::recommend_safe(&sim.points, threshold);
-
-    if a.json {
-        let mut v = serde_json::to_value(&sim).expect("json");
-        let obj = v.as_object_mut().expect("object");
-        obj.insert("file".into(), serde_json::json!(name));
-        obj.insert("pid".into(), serde_json::json!(trace.header.pid));
-        obj.insert("threshold".into(), serde_json::json!(threshold));
-        obj.insert("recommended_interval".into(), serde_json::json!(recommended));
-        obj.insert("recommended_interval_safe".into(), serde_json::json!(recommended_safe));
-        obj.insert("seconds".into(), serde_json::json!(elapsed.as_secs_f64()));
-        print_out(serde_json::to_string_pretty(&v).expect("json") + "\n");
-        return Ok(ExitCode::SUCCESS);
-    }
-
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    writeln!(
-        out,
-        "{name} (process {}): {} allocations, {} ({} bytes), {} distinct stacks, {} thread{}",
-        trace.header.pid,
-        sim.total_allocations,
-        report::human_bytes(sim.total_bytes),
-        sim.total_bytes,
-        sim.distinct_stacks,
-        sim.threads,
-        if sim.threads == 1 { "" } else { "s" }
-    )
-    .unwrap();
-    if sim.total_bytes == 0 {
-        out.push_str("no successful allocation in the trace: nothing to simulate\n");
-        print_out(out);
-        return Ok(ExitCode::SUCCESS);
-    }
-    if sim.unattributed_bytes > 0 {
-        writeln!(
-            out,
-            "{} of the bytes ({:.2} %) have no recorded stack: no profile can cover them",
-            report::human_bytes(sim.unattributed_bytes),
-            100.0 * sim.unattributed_bytes as f64 / sim.total_bytes as f64
-        )
-        .unwrap();
-    }
-    writeln!(out, "{} simulated profiles per interval, seed {}", sim.runs, sim.seed).unwrap();
-    let mut t = Table::new();
-    t.load_style(UTF8_FULL_CONDENSED).set_header(vec![
-        "interval",
-        "coverage mean ± sd",
-        "min",
-        "max",
-        "mean − 2 sd",
-        "stacks found",
-        "samples (expected)",
-    ]);
-    for p in &sim.points {
-        t.add_row(vec![
-            format_size(p.interval),
-            format!("{:.2} % ± {:.2}", 100.0 * p.coverage_mean, 100.0 * p.coverage_stddev),
-            format!("{:.2} %", 100.0 * p.coverage_min),
-            format!("{:.2} %", 100.0 * p.coverage_max),
-            format!("{:.2} %", 100.0 * p.coverage_low),
-            format!(
-                "{:.1} ± {:.1} ({:.1} %)",
-                p.stacks_found_mean,
-                p.stacks_found_stddev,
-                100.0 * p.stacks_found_fraction
-            ),
-            format!("{:.1} ({:.1})", p.samples_mean, p.samples_expected),
-        ]);
-    }
-    for i in 1..t.column_count() {
-        if let Some(c) = t.column_mut(i) {
-            c.set_cell_alignment(CellAlignment::Right);
-        }
-    }
-    writeln!(out, "{t}").unwrap();
-    let pct = a.threshold;
-    match recommended {
-        Some(iv) => {
-            writeln!(out, "recommended interval: {} (largest with mean coverage >= {pct} %)", format_size(iv)).unwrap();
-            match recommended_safe {
-                Some(s) if s == iv => writeln!(out, "  its mean − 2 sd coverage is also >= {pct} %").unwrap(),
-                Some(s) => writeln!(
-                    out,
-                    "  for mean − 2 sd coverage >= {pct} % (nearly every profile), use {}",
-                    format_size(s)
-                )
-                .unwrap(),
-                None => writeln!(out, "  no simulated interval keeps mean − 2 sd coverage >= {pct} %").unwrap(),
-            }
-        }
-        None => writeln!(
-            out,
-            "no simulated interval reaches a mean coverage of {pct} %: try smaller intervals (--intervals)"
-        )
-        .unwrap(),
-    }
-    print_out(out);
-    eprintln!(
-        "mtlab: {} samplers over {} events in {:.2} s",
-        sim.points.len() * sim.runs as usize,
-        total_events,
-        elapsed.as_secs_f64()
     );
     Ok(ExitCode::SUCCESS)
 }

@@ -8,18 +8,14 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use super::CliError;
-use crate::export::{self, csv::CsvExporter, json::JsonExporter, svg::SvgExporter, text::TextExporter, Document, Exporter};
+use super::{emit, parse_size_arg, CliError};
+use crate::export::{self, csv::CsvExporter, json::JsonExporter, Document};
 use crate::record::Unwind;
 use crate::store::{RunFilter, Store};
 use crate::study::progress::Progress;
 use crate::study::runner::RunnerOptions;
 use crate::study::Run;
 use crate::studies::{self, profiler_cost, tracer_cost};
-
-fn size_arg(s: &str) -> Result<u64, String> {
-    crate::units::parse_size(s).map_err(|e| e.to_string())
-}
 
 fn seconds_arg(s: &str) -> Result<Duration, String> {
     let v: f64 = s.trim_end_matches('s').parse().map_err(|_| format!("`{s}` is not a number of seconds (e.g. 0.5)"))?;
@@ -144,7 +140,7 @@ pub struct MallocArgs {
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     threads: Vec<u32>,
     /// Block size of the malloc-test workload.
-    #[arg(long, default_value = "512", value_parser = size_arg)]
+    #[arg(long, default_value = "512", value_parser = parse_size_arg)]
     size: u64,
     /// Call depth at which malloc is called.
     #[arg(long, default_value_t = 10)]
@@ -156,7 +152,7 @@ pub struct MallocArgs {
     #[arg(long)]
     touch: bool,
     /// Sampling intervals to sweep.
-    #[arg(long, value_delimiter = ',', default_value = "64KiB,128KiB,256KiB,512KiB,1MiB,2MiB", value_parser = size_arg)]
+    #[arg(long, value_delimiter = ',', default_value = "64KiB,128KiB,256KiB,512KiB,1MiB,2MiB", value_parser = parse_size_arg)]
     intervals: Vec<u64>,
     /// mtlab unwinders to sweep (fp, libgcc, libunwind).
     #[arg(long, value_delimiter = ',', default_value = "fp,libgcc")]
@@ -256,23 +252,6 @@ fn study_progress(prefix: &str, quiet: bool) -> Progress {
     let p = Progress::new(0, quiet);
     p.set_prefix(prefix);
     p
-}
-
-/// Prints and writes a document as the flags ask.
-fn emit(doc: &Document, json: bool, csv: Option<&PathBuf>, svg: Option<&PathBuf>) -> Result<(), CliError> {
-    let screen: &dyn Exporter = if json { &JsonExporter } else { &TextExporter };
-    export::print(screen, doc)?;
-    for (dir, exporter, what) in [(csv, &CsvExporter as &dyn Exporter, "CSV"), (svg, &SvgExporter, "SVG")] {
-        if let Some(dir) = dir {
-            let files = export::write_files(exporter, doc, dir)?;
-            if files.is_empty() {
-                eprintln!("mtlab: nothing to write as {what}");
-            } else {
-                eprintln!("mtlab: wrote {} {what} file{} into {}", files.len(), if files.len() == 1 { "" } else { "s" }, dir.display());
-            }
-        }
-    }
-    Ok(())
 }
 
 /// A finished study run: stored (so its id shows), then shown. A store that

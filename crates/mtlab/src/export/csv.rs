@@ -2,7 +2,7 @@
 //! percentages and ratios as plain numbers, bytes as integers, an estimate
 //! as three columns (value, low, high).
 
-use super::view::{Cell, Document, Table, View};
+use super::view::{Cell, Document, Show, Table, View};
 use super::{ExportError, Exporter, Output};
 
 pub struct CsvExporter;
@@ -61,6 +61,9 @@ impl Exporter for CsvExporter {
         let mut out = Vec::new();
         for v in &doc.views {
             if let View::Table(t) = v {
+                if t.show == Show::ScreenOnly {
+                    continue;
+                }
                 out.push(Output { file: Some(format!("{}.csv", t.name)), bytes: table_csv(t)? });
             }
         }

@@ -43,7 +43,7 @@ pub fn render_table(t: &Table) -> String {
     for row in &t.rows {
         ct.add_row(row.iter().map(cell_text).collect::<Vec<_>>());
     }
-    for i in t.numeric_from..ct.column_count() {
+    for i in (t.numeric_from..ct.column_count()).filter(|i| !t.text_columns.contains(i)) {
         if let Some(c) = ct.column_mut(i) {
             c.set_cell_alignment(CellAlignment::Right);
         }
@@ -59,7 +59,7 @@ pub fn render(views: &[View]) -> String {
                 out.push_str(s);
                 out.push('\n');
             }
-            View::Table(t) if t.show == Show::Everywhere => {
+            View::Table(t) if t.show != Show::DataOnly => {
                 if !t.title.is_empty() {
                     writeln!(out, "{}", t.title).ok();
                 }

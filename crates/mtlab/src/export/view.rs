@@ -47,6 +47,8 @@ pub enum Show {
     Everywhere,
     /// Only in CSV (long tables of raw values).
     DataOnly,
+    /// Only on screen (its data goes to CSV in another, raw table).
+    ScreenOnly,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -55,8 +57,10 @@ pub struct Table {
     pub name: String,
     pub title: String,
     pub columns: Vec<String>,
-    /// Columns from this index on are numbers (right-aligned).
+    /// Columns from this index on are numbers (right-aligned) ...
     pub numeric_from: usize,
+    /// ... except these, which are text.
+    pub text_columns: Vec<usize>,
     pub rows: Vec<Vec<Cell>>,
     pub show: Show,
 }
@@ -68,12 +72,22 @@ impl Table {
             title: title.into(),
             columns: columns.iter().map(|c| c.to_string()).collect(),
             numeric_from,
+            text_columns: Vec::new(),
             rows: Vec::new(),
             show: Show::Everywhere,
         }
     }
     pub fn data_only(mut self) -> Table {
         self.show = Show::DataOnly;
+        self
+    }
+    pub fn screen_only(mut self) -> Table {
+        self.show = Show::ScreenOnly;
+        self
+    }
+    /// Column `i` is text even past `numeric_from`.
+    pub fn text_column(mut self, i: usize) -> Table {
+        self.text_columns.push(i);
         self
     }
     pub fn push(&mut self, row: Vec<Cell>) {

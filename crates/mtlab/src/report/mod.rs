@@ -1,10 +1,20 @@
-//! Rendering reports: one module per output format.
+//! What `mtlab report` shows: views for the screen (`views`), raw tables for
+//! CSV (`csv_out`) and the JSON shape of docs/metrics.md (`json`), handed to
+//! the exporters as one document.
 
 pub mod csv_out;
 pub mod json;
-pub mod table;
+pub mod views;
 
+use crate::export::{Document, View};
 use crate::heap::ProcessReport;
+
+/// The report of a run for the exporters.
+pub fn document(run: &RunReport) -> Document {
+    let mut views = views::views(run);
+    views.extend(csv_out::tables(run).into_iter().map(View::Table));
+    Document { views, data: json::to_json(run) }
+}
 
 /// A run's reports: the root process first, then its traced descendants.
 pub struct RunReport {

@@ -1,0 +1,228 @@
+//! `mtlab profile simulate`: the sampler replayed offline over a full trace,
+//! and the coverage curve it gives.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::json;
+
+use super::{emit, parse_size_arg, CliError};
+use crate::export::{human_bytes, Cell, Document, Table, View};
+use crate::profile::simulate;
+use crate::record;
+use crate::study::progress::Progress;
+use crate::trace::TraceFile;
+use crate::units::format_size;
+
+#[derive(Args, Debug)]
+pub struct SimulateArgs {
+    /// A full trace written by `mtlab record` without --sample.
+    file: PathBuf,
+    /// Mean sampling intervals to simulate, comma separated.
+    #[arg(long, value_name = "SIZE,...", value_delimiter = ',', value_parser = parse_size_arg,
+          default_value = "64KiB,128KiB,256KiB,512KiB,1MiB,2MiB,4MiB,8MiB")]
+    intervals: Vec<u64>,
+    /// Simulated profiles per interval (each with its own random sample points).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    runs: u32,
+    /// Seed of the simulated samplers: the same seed gives the same numbers.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Simulate on this traced child process's trace (default: the root process of FILE).
+    #[arg(long)]
+    pid: Option<u32>,
+    /// Coverage a useful profile must reach, in percent (source 000: 90).
+    #[arg(long, default_value_t = 90.0, value_parser = parse_percent)]
+    threshold: f64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Also write the coverage table as CSV into DIR.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a percentage between 0 and 100 (e.g. 90)")),
+    }
+}
+
+/// The trace of process `pid` among FILE and its children's traces. A process
+/// that called exec has one trace per image (FILE.PID.N): the last image is
+/// taken, and the others are named on stderr.
+fn trace_of_pid(file: &std::path::Path, pid: u32) -> Result<TraceFile, CliError> {
+    let mut seen = Vec::new();
+    let mut matches = Vec::new();
+    for f in record::trace_family(file) {
+        match TraceFile::open(&f) {
+            Ok(t) if t.header.pid == pid => matches.push(t),
+            Ok(t) => {
+                if !seen.contains(&t.header.pid) {
+                    seen.push(t.header.pid)
+                }
+            }
+            Err(e) => eprintln!("mtlab: warning: skipping {}: {e}", f.display()),
+        }
+    }
+    let Some(last) = matches.pop() else {
+        let seen: Vec<String> = seen.iter().map(u32::to_string).collect();
+        return Err(CliError::Other(format!(
+            "no traced process {pid} in {} (traced processes: {})",
+            file.display(),
+            if seen.is_empty() { "none".to_string() } else { seen.join(", ") }
+        )));
+    };
+    if !matches.is_empty() {
+        eprintln!(
+            "mtlab: process {pid} ran {} programs (exec); simulating the last, {} ({}); give another trace file as FILE to choose it: {}",
+            matches.len() + 1,
+            last.path.display(),
+            last.header.exe,
+            matches.iter().map(|t| format!("{} ({})", t.path.display(), t.header.exe)).collect::<Vec<_>>().join(", ")
+        );
+    }
+    Ok(last)
+}
+
+pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
+
+    if !a.file.exists() {
+        return Err(CliError::Other(format!(
+            "{} does not exist; write a full trace with `mtlab record -o {} -- PROGRAM`",
+            a.file.display(),
+            a.file.display()
+        )));
+    }
+    let trace = match a.pid {
+        Some(pid) => trace_of_pid(&a.file, pid)?,
+        None => {
+            let t = TraceFile::open(&a.file)?;
+            let others = record::trace_family(&a.file).len().saturating_sub(1);
+            if others > 0 {
+                eprintln!(
+                    "mtlab: simulating {} (process {}) only; {} more trace{} beside it (children, exec'd programs): \
+                     pick one with --pid PID or give its file",
+                    a.file.display(),
+                    t.header.pid,
+                    others,
+                    if others == 1 { "" } else { "s" }
+                );
+            }
+            t
+        }
+    };
+    let name = trace.path.display().to_string();
+    if trace.header.sample_interval > 0 {
+        return Err(CliError::Other(format!(
+            "{name} is a sampled trace; simulate needs a full trace from `mtlab record` without --sample"
+        )));
+    }
+    if trace.header.stacks == "none" {
+        return Err(CliError::Other(format!(
+            "{name} was recorded with --stacks none; simulate needs call stacks (record with --stacks fp)"
+        )));
+    }
+    let mut intervals = a.intervals.clone();
+    intervals.sort_unstable();
+    intervals.dedup();
+    let opts = simulate::SimulateOptions { intervals, runs: a.runs, seed: a.seed };
+    let threshold = a.threshold / 100.0;
+
+    let total_events: u64 = trace.chunks.iter().map(|c| c.n_events as u64).sum();
+    let progress = Progress::new(total_events, a.quiet || total_events < 2 * simulate::PROGRESS_EVERY);
+    progress.set_prefix("simulating");
+    let started = std::time::Instant::now();
+    let sim = simulate::simulate_with_progress(&trace, &opts, &mut |n| progress.set_position(n))?;
+    let elapsed = started.elapsed();
+    drop(progress);
+    for w in &sim.warnings {
+        eprintln!("mtlab: warning: {w}");
+    }
+    let recommended = simulate::recommend(&sim.points, threshold);
+    let recommended_safe = simulate::recommend_safe(&sim.points, threshold);
+
+    let mut data = serde_json::to_value(&sim).unwrap_or_default();
+    if let Some(obj) = data.as_object_mut() {
+        obj.insert("file".into(), json!(name));
+        obj.insert("pid".into(), json!(trace.header.pid));
+        obj.insert("threshold".into(), json!(threshold));
+        obj.insert("recommended_interval".into(), json!(recommended));
+        obj.insert("recommended_interval_safe".into(), json!(recommended_safe));
+        obj.insert("seconds".into(), json!(elapsed.as_secs_f64()));
+    }
+    let mut views = vec![View::Note(format!(
+        "{name} (process {}): {} allocations, {} ({} bytes), {} distinct stacks, {} thread{}",
+        trace.header.pid,
+        sim.total_allocations,
+        human_bytes(sim.total_bytes),
+        sim.total_bytes,
+        sim.distinct_stacks,
+        sim.threads,
+        if sim.threads == 1 { "" } else { "s" }
+    ))];
+    if sim.total_bytes == 0 {
+        views.push(View::Note("no successful allocation in the trace: nothing to simulate".into()));
+    } else {
+        views.extend(coverage_views(&sim, a.threshold, recommended, recommended_safe));
+    }
+    emit(&Document { views, data }, a.json, a.csv.as_ref(), None)?;
+    if !a.json {
+        eprintln!(
+            "mtlab: {} samplers over {} events in {:.2} s",
+            sim.points.len() * sim.runs as usize,
+            total_events,
+            elapsed.as_secs_f64()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The coverage table and the recommendation.
+fn coverage_views(sim: &simulate::Simulation, pct: f64, recommended: Option<u64>, safe: Option<u64>) -> Vec<View> {
+    let mut v = Vec::new();
+    if sim.unattributed_bytes > 0 {
+        v.push(View::Note(format!(
+            "{} of the bytes ({:.2} %) have no recorded stack: no profile can cover them",
+            human_bytes(sim.unattributed_bytes),
+            100.0 * sim.unattributed_bytes as f64 / sim.total_bytes as f64
+        )));
+    }
+    v.push(View::Note(format!("{} simulated profiles per interval, seed {}", sim.runs, sim.seed)));
+    let mut t = Table::new(
+        "coverage",
+        "",
+        &["interval", "coverage mean ± sd", "min", "max", "mean − 2 sd", "stacks found", "samples (expected)"],
+        1,
+    );
+    for p in &sim.points {
+        t.push(vec![
+            Cell::text(format_size(p.interval)),
+            Cell::text(format!("{:.2} % ± {:.2}", 100.0 * p.coverage_mean, 100.0 * p.coverage_stddev)),
+            Cell::text(format!("{:.2} %", 100.0 * p.coverage_min)),
+            Cell::text(format!("{:.2} %", 100.0 * p.coverage_max)),
+            Cell::text(format!("{:.2} %", 100.0 * p.coverage_low)),
+            Cell::text(format!("{:.1} ± {:.1} ({:.1} %)", p.stacks_found_mean, p.stacks_found_stddev, 100.0 * p.stacks_found_fraction)),
+            Cell::text(format!("{:.1} ({:.1})", p.samples_mean, p.samples_expected)),
+        ]);
+    }
+    v.push(View::Table(t));
+    let mut note = |s: String| v.push(View::Note(s));
+    match recommended {
+        Some(iv) => {
+            note(format!("recommended interval: {} (largest with mean coverage >= {pct} %)", format_size(iv)));
+            note(match safe {
+                Some(s) if s == iv => format!("  its mean − 2 sd coverage is also >= {pct} %"),
+                Some(s) => format!("  for mean − 2 sd coverage >= {pct} % (nearly every profile), use {}", format_size(s)),
+                None => format!("  no simulated interval keeps mean − 2 sd coverage >= {pct} %"),
+            });
+        }
+        None => note(format!("no simulated interval reaches a mean coverage of {pct} %: try smaller intervals (--intervals)")),
+    }
+    v
+}

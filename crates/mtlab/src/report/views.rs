@@ -1,0 +1,220 @@
+//! What `mtlab report` shows of each process, as views: header and notes,
+//! the per-function, heap, site and leak tables. Exporters draw them.
+
+use super::{human_bytes, RunReport};
+use crate::export::{Cell, Table, View};
+use crate::heap::analyze::SiteReport;
+use crate::heap::model::HeapSnapshot;
+use crate::heap::ProcessReport;
+
+/// A table for the screen: CSV gets the raw figures from `report::csv_out`.
+fn table(name: &str, title: &str, header: &[&str], numeric_from: usize) -> Table {
+    Table::new(name, title, header, numeric_from).screen_only()
+}
+
+fn functions(p: &ProcessReport) -> Table {
+    let mut t = table(
+        "functions",
+        "per function (cycles of the real call, TSC)",
+        &["function", "calls", "failed", "mean size", "cycles total", "mean", "stddev", "p50", "p99"],
+        1,
+    );
+    for (name, f) in p.functions.iter().filter(|(_, f)| f.calls > 0) {
+        t.push(vec![
+            Cell::text(name),
+            Cell::Int(f.calls as i64),
+            Cell::Int(f.failed as i64),
+            Cell::Num(f.mean_size, 1),
+            Cell::Int(f.cycles.total as i64),
+            Cell::Num(f.cycles.mean, 1),
+            Cell::Num(f.cycles.stddev, 1),
+            Cell::Int(f.cycles.p50 as i64),
+            Cell::Int(f.cycles.p99 as i64),
+        ]);
+    }
+    t
+}
+
+/// A row of the heap table: its label and how it shows a snapshot.
+type HeapRow = (&'static str, fn(&HeapSnapshot) -> String);
+
+fn heap(peak: &HeapSnapshot, end: &HeapSnapshot) -> Table {
+    let mut t = table("heap", "", &["heap", "at peak", "at end"], 1);
+    let rows: [HeapRow; 10] = [
+        ("live objects", |s| s.live_objects.to_string()),
+        ("live bytes", |s| format!("{} ({})", s.live_bytes, human_bytes(s.live_bytes))),
+        ("mapped regions", |s| s.regions.to_string()),
+        ("mapped bytes", |s| format!("{} ({})", s.mapped_bytes, human_bytes(s.mapped_bytes))),
+        ("  brk heap bytes", |s| s.brk_bytes.to_string()),
+        ("  mmap'd regions / bytes", |s| format!("{} / {}", s.mmap_regions, s.mmap_bytes)),
+        ("fragmentation mean", |s| format!("{:.4}", s.fragmentation.mean)),
+        ("fragmentation total", |s| format!("{:.4}", s.fragmentation.total)),
+        ("utilization", |s| format!("{:.4}", s.utilization)),
+        ("live bytes outside known regions", |s| s.unplaced_bytes.to_string()),
+    ];
+    for (name, f) in rows {
+        t.push(vec![Cell::text(name), Cell::text(f(peak)), Cell::text(f(end))]);
+    }
+    t
+}
+
+fn frame_line(s: &SiteReport, depth: usize) -> String {
+    s.frames
+        .iter()
+        .take(depth)
+        .map(|f| {
+            let name = f.function.clone().unwrap_or_else(|| format!("{}+{}", f.module, f.pc));
+            match (&f.file, f.line) {
+                (Some(file), Some(line)) => {
+                    let short = file.rsplit('/').next().unwrap_or(file);
+                    format!("{name} ({short}:{line})")
+                }
+                _ => name,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ← ")
+}
+
+fn sites(name: &str, title: &str, sites: &[SiteReport], live: bool) -> Table {
+    let header: &[&str] =
+        if live { &["#", "live objects", "live bytes", "stack (innermost first)"] } else { &["#", "calls", "bytes", "stack (innermost first)"] };
+    let mut t = table(name, title, header, 0).text_column(3);
+    for (i, s) in sites.iter().enumerate() {
+        let (a, b) = if live { (s.live_objects, s.live_bytes) } else { (s.calls, s.bytes) };
+        let stack = if s.frames.is_empty() { "(no stack recorded)".to_string() } else { frame_line(s, 4) };
+        t.push(vec![Cell::Int(i as i64 + 1), Cell::Int(a as i64), Cell::Int(b as i64), Cell::text(stack)]);
+    }
+    t
+}
+
+fn estimate(e: &crate::profile::sampled::Estimate, bytes: bool) -> String {
+    let v = e.value.max(0.0);
+    let ci = e.ci95();
+    if bytes {
+        format!("{} ± {}", human_bytes(v as u64), human_bytes(ci as u64))
+    } else {
+        format!("{:.0} ± {:.0}", v, ci)
+    }
+}
+
+fn sampled(summary: &crate::heap::analyze::SampledSummary) -> Vec<View> {
+    let p = &summary.totals;
+    let intervals: Vec<String> = p.intervals.iter().map(|&i| crate::units::format_size(i)).collect();
+    let mut out = vec![View::Note(format!(
+        "sampled profile: {} samples at mean interval {} (unwinder {}), {} sampled blocks freed\n\
+         estimated allocated: {} in {} objects; in use at the end: {} in {} objects (± = 95 % confidence)",
+        p.samples,
+        if intervals.is_empty() { "-".to_string() } else { intervals.join(", ") },
+        summary.unwind,
+        p.sample_frees,
+        estimate(&p.alloc_bytes, true),
+        estimate(&p.alloc_objects, false),
+        estimate(&p.inuse_bytes, true),
+        estimate(&p.inuse_objects, false),
+    ))];
+    let mut t = table(
+        "sampled_sites",
+        "top stacks by estimated allocated bytes",
+        &["#", "samples", "allocated bytes", "allocated objects", "in-use bytes", "stack (innermost first)"],
+        0,
+    )
+    .text_column(5);
+    for (i, s) in summary.top.iter().enumerate() {
+        let site = SiteReport {
+            stack_id: s.stack_id,
+            calls: 0,
+            bytes: 0,
+            live_objects: 0,
+            live_bytes: 0,
+            frames: s.frames.clone(),
+        };
+        t.push(vec![
+            Cell::Int(i as i64 + 1),
+            Cell::Int(s.samples as i64),
+            Cell::text(estimate(&s.alloc_bytes, true)),
+            Cell::text(estimate(&s.alloc_objects, false)),
+            Cell::text(estimate(&s.inuse_bytes, true)),
+            Cell::text(if s.frames.is_empty() { "(no stack recorded)".to_string() } else { frame_line(&site, 4) }),
+        ]);
+    }
+    out.push(View::Table(t));
+    out
+}
+
+/// Every process of the run, root first.
+pub fn views(run: &RunReport) -> Vec<View> {
+    let mut out: Vec<View> = Vec::new();
+    for (i, p) in run.processes.iter().enumerate() {
+        let mut note = |s: String| out.push(View::Note(s));
+        let role = if i == 0 { "process" } else { "child process" };
+        note(format!("══ {role} {} — {} ══", p.pid, p.cmdline.join(" ")));
+        note(format!("trace: {}", p.file));
+        let dur = p.duration_ns.map(|n| format!("{:.3} s", n as f64 / 1e9)).unwrap_or_else(|| "unknown".into());
+        let count = match &p.profile {
+            Some(prof) => format!("samples: {}", prof.totals.samples),
+            None => format!("events: {}", p.events),
+        };
+        note(format!("allocator: {} ({}), {count}, traced time: {dur}", p.allocator, p.allocator_path));
+        if let Some(e) = &p.exit {
+            note(format!("program ended with {e}"));
+        }
+        note(String::new());
+        match &p.profile {
+            Some(profile) => out.extend(sampled(profile)),
+            None => {
+                out.push(View::Table(functions(p)));
+                out.push(View::Table(heap(&p.peak.heap, &p.end)));
+            }
+        }
+        if !p.top_sites.by_bytes.is_empty() {
+            out.push(View::Table(sites("sites_by_bytes", "top allocation sites by bytes", &p.top_sites.by_bytes, false)));
+            out.push(View::Table(sites("sites_by_calls", "top allocation sites by calls", &p.top_sites.by_calls, false)));
+        }
+        let mut note = |s: String| out.push(View::Note(s));
+        if p.profile.is_none() {
+            note(format!("not freed at exit: {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
+        }
+        if !p.leaks.top.is_empty() {
+            out.push(View::Table(sites("leaks", "", &p.leaks.top, true)));
+        }
+        let mut note = |s: String| out.push(View::Note(s));
+        note(match p.events_dropped {
+            Some(0) => "events dropped: 0".into(),
+            Some(d) => format!(
+                "events dropped: {d} — the trace could not be written in full (disk full, file size limit, or no \
+                 memory for a buffer): the heap figures above miss these calls (a dropped free leaves its block \
+                 counted as live)"
+            ),
+            None => "events dropped: unknown — no END record: the process did not end through exit (abort, fatal signal, \
+                     _exit or exec), or its trace could not be completed (disk full); events after its last flush are missing"
+                .into(),
+        });
+        if p.unknown_frees > 0 {
+            note(format!("frees of addresses not allocated while traced: {}", p.unknown_frees));
+        }
+        if let Some(s) = &p.slowdown {
+            note(format!(
+                "instrumentation slowdown: {:.2}× ({:.3} s traced vs {:.3} s untraced, wall time)",
+                s.ratio,
+                s.traced_wall_ns as f64 / 1e9,
+                s.baseline_wall_ns as f64 / 1e9
+            ));
+        }
+        if let Some(q) = p.compact_quantum_ticks {
+            note(format!(
+                "note: compact trace (`mtlab compact`): time stamps rounded to {q} ticks; each function's cycles are kept \
+                 as a distribution, so the figures above are exact but no call keeps its own cycles; the time series \
+                 replays threads' independent events within a quantum in an order of its own"
+            ));
+        }
+        if let Some(n) = &p.stacks.note {
+            note(format!("note: {n}"));
+        }
+        for w in &p.warnings {
+            note(format!("warning: {w}"));
+        }
+        note(String::new());
+    }
+    out
+}
