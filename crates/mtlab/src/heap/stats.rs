@@ -103,11 +103,11 @@ impl FuncStats {
     pub fn cycles(&self) -> CycleSummary {
         let n = self.calls.max(1) as f64;
         let mean = self.sum as f64 / n;
-        let var = (self.sum_sq / n - mean * mean).max(0.0);
+        let stddev = crate::study::stats::stddev_from_sums(self.calls, self.sum as f64, self.sum_sq);
         CycleSummary {
             total: self.sum.min(u64::MAX as u128) as u64,
             mean,
-            stddev: var.sqrt(),
+            stddev: if stddev.is_nan() { 0.0 } else { stddev },
             p50: self.quantile(0.5),
             p99: self.quantile(0.99),
             max: if self.hist.is_empty() {
@@ -132,7 +132,8 @@ mod tests {
         let c = s.cycles();
         assert_eq!(c.total, 5050);
         assert_eq!(c.mean, 50.5);
-        assert!((c.stddev - 28.866).abs() < 0.01);
+        // Sample standard deviation of 1..=100: sqrt(841.67).
+        assert!((c.stddev - 29.011).abs() < 0.01);
         assert_eq!(c.p50, 50);
         assert_eq!(c.p99, 99);
         assert_eq!(s.mean_size(), 10.0);

@@ -436,16 +436,9 @@ fn stats(v: &[f64]) -> (f64, f64, f64, f64) {
     if v.is_empty() {
         return (0.0, 0.0, 0.0, 0.0);
     }
-    let n = v.len() as f64;
-    let mean = v.iter().sum::<f64>() / n;
-    let var = if v.len() > 1 {
-        v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / (n - 1.0)
-    } else {
-        0.0
-    };
     let min = v.iter().cloned().fold(f64::INFINITY, f64::min);
     let max = v.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-    (mean, var.sqrt(), min, max)
+    (crate::study::stats::mean(v), crate::study::stats::stddev(v), min, max)
 }
 
 /// (bytes covered, stacks found) of one sampler.

@@ -51,6 +51,16 @@ pub fn stddev(values: &[f64]) -> f64 {
     }
 }
 
+/// Sample standard deviation (n − 1) from a count, a sum and a sum of
+/// squares, for streams kept as running sums (per-function cycles).
+pub fn stddev_from_sums(n: u64, sum: f64, sum_sq: f64) -> f64 {
+    match n {
+        0 => f64::NAN,
+        1 => 0.0,
+        n => ((sum_sq - sum * sum / n as f64) / (n - 1) as f64).max(0.0).sqrt(),
+    }
+}
+
 /// Running mean and sample standard deviation (Welford), for streams too
 /// long to keep. Gives the same figures as [`mean`] and [`stddev`].
 #[derive(Debug, Clone, Copy, Default)]
@@ -309,6 +319,8 @@ mod tests {
         assert!(close(w.mean(), 5.0));
         assert!(close(w.stddev(), stddev(&v)));
         assert_eq!(stddev(&[3.0]), 0.0);
+        let (sum, sq) = v.iter().fold((0.0, 0.0), |(s, q), x| (s + x, q + x * x));
+        assert!(close(stddev_from_sums(v.len() as u64, sum, sq), stddev(&v)));
         assert!(stddev(&[]).is_nan());
     }
 
