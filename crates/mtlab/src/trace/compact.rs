@@ -23,10 +23,13 @@ use std::path::{Path, PathBuf};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::columns::{split_with_time_step, RowChunk};
-use super::decode::{next_record, read_file_header, TraceError};
-use super::encode::{copy_record, header_at_this_version, kv_text, temp_beside, write_record, ChunkEncoder};
+use super::encode::ChunkEncoder;
+use super::error::TraceError;
 use super::event::{Event, EventKind, Item, FLAG_CHUNK_MMAPPED, FLAG_FAILED};
 use super::format::*;
+use super::kv::kv_text;
+use super::records::{next_record, read_file_header, write_record};
+use super::rewrite::{copy_record, header_at_this_version, temp_beside};
 use super::TraceFile;
 
 /// Default rounding of time stamps, in TSC ticks.
