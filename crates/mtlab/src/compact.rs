@@ -11,10 +11,8 @@ use std::path::Path;
 
 use crate::heap::{self, AnalyzeOptions};
 use crate::trace::compact::{compact, refuse_compact, CompactError, CompactStats};
+use crate::trace::keys::COMPACT_PEAK;
 use crate::trace::TraceFile;
-
-/// RUNINFO key of the peak measured before compaction (PeakReport as JSON).
-pub const PEAK_KEY: &str = "compact_peak";
 
 /// Compacts `src` into `dst` (which may be `src`) with time stamps rounded
 /// to `quantum` ticks.
@@ -28,7 +26,7 @@ pub fn compact_trace(src: &Path, dst: &Path, quantum: u64) -> Result<CompactStat
     }
     refuse_compact(&trace)?;
     let exact = heap::analyze(&trace, &AnalyzeOptions { max_points: 1, top: 0 })?;
-    let extra = [(PEAK_KEY.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes"))];
+    let extra = [(COMPACT_PEAK.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes"))];
     compact(&trace, dst, quantum, &extra)
 }
 

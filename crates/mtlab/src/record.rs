@@ -9,7 +9,7 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use crate::native::{self, Part};
-use crate::trace::{self, TraceError};
+use crate::trace::{self, keys, TraceError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Stacks {
@@ -321,14 +321,14 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         // A process killed outright (SIGKILL) cannot remove its control page.
         crate::ctl::remove_abandoned_pages(&traces);
     }
-    let mut runinfo = vec![("wall_ns".to_string(), wall.as_nanos().to_string())];
+    let mut runinfo = vec![(keys::WALL_NS.to_string(), wall.as_nanos().to_string())];
     match (status.code(), status.signal()) {
-        (Some(code), _) => runinfo.push(("exit_code".into(), code.to_string())),
-        (None, Some(sig)) => runinfo.push(("signal".into(), sig.to_string())),
+        (Some(code), _) => runinfo.push((keys::EXIT_CODE.into(), code.to_string())),
+        (None, Some(sig)) => runinfo.push((keys::SIGNAL.into(), sig.to_string())),
         _ => {}
     }
     if let Some(b) = baseline_wall {
-        runinfo.push(("baseline_wall_ns".into(), b.as_nanos().to_string()));
+        runinfo.push((keys::BASELINE_WALL_NS.into(), b.as_nanos().to_string()));
     }
     let mut bytes = 0;
     let mut warnings = Vec::new();

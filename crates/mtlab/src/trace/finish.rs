@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use super::columns::{split, RowChunk};
 use super::error::TraceError;
 use super::format::*;
+use super::keys;
 use super::kv::kv_text;
 use super::records::{next_record, parse_chunk_header, read_file_header, write_record, Damage};
 use super::rewrite::{copy_record, header_at_this_version, temp_beside, TempGuard};
@@ -347,8 +348,8 @@ impl Finisher {
             runinfo
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str()))
-                .chain(self.stats.warnings.iter().map(|w| ("finish_warning", w.as_str())))
-                .chain(std::iter::once(("rewritten_while_running", live.as_str())).filter(|_| live != "0")),
+                .chain(self.stats.warnings.iter().map(|w| (keys::FINISH_WARNING, w.as_str())))
+                .chain(std::iter::once((keys::REWRITTEN_WHILE_RUNNING, live.as_str())).filter(|_| live != "0")),
         );
         self.written += write_record(&mut self.out, REC_RUNINFO, 0, &[text.as_bytes()]).map_err(self.tmp_err())?;
 

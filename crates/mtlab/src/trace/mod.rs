@@ -15,6 +15,7 @@ pub mod event;
 pub mod fields;
 pub mod finish;
 pub mod format;
+pub mod keys;
 pub mod kv;
 pub mod records;
 pub mod rewrite;
