@@ -10,6 +10,7 @@
 use std::path::Path;
 
 use crate::heap::{self, AnalyzeOptions};
+use crate::platform::process::pid_alive;
 use crate::trace::compact::{compact, refuse_compact, CompactError, CompactStats};
 use crate::trace::keys::COMPACT_PEAK;
 use crate::trace::TraceFile;
@@ -18,11 +19,10 @@ use crate::trace::TraceFile;
 /// to `quantum` ticks.
 pub fn compact_trace(src: &Path, dst: &Path, quantum: u64) -> Result<CompactStats, CompactError> {
     let trace = TraceFile::open(src)?;
-    let pid = trace.header.pid as i32;
-    // SAFETY: kill with signal 0 only asks whether the process exists.
-    if trace.end.is_none() && pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+    let pid = trace.header.pid;
+    if trace.end.is_none() && pid_alive(pid) {
         // Its writer may still be appending: a rewrite would lose what comes next.
-        return Err(CompactError::StillWriting { path: src.to_path_buf(), pid: pid as u32 });
+        return Err(CompactError::StillWriting { path: src.to_path_buf(), pid });
     }
     refuse_compact(&trace)?;
     let exact = heap::analyze(&trace, &AnalyzeOptions { max_points: 1, top: 0 })?;
