@@ -10,25 +10,23 @@
 use std::path::Path;
 
 use crate::heap::{self, AnalyzeOptions};
+use crate::platform::process::pid_alive;
 use crate::trace::compact::{compact, refuse_compact, CompactError, CompactStats};
+use crate::trace::keys::COMPACT_PEAK;
 use crate::trace::TraceFile;
-
-/// RUNINFO key of the peak measured before compaction (PeakReport as JSON).
-pub const PEAK_KEY: &str = "compact_peak";
 
 /// Compacts `src` into `dst` (which may be `src`) with time stamps rounded
 /// to `quantum` ticks.
 pub fn compact_trace(src: &Path, dst: &Path, quantum: u64) -> Result<CompactStats, CompactError> {
     let trace = TraceFile::open(src)?;
-    let pid = trace.header.pid as i32;
-    // SAFETY: kill with signal 0 only asks whether the process exists.
-    if trace.end.is_none() && pid > 0 && unsafe { libc::kill(pid, 0) } == 0 {
+    let pid = trace.header.pid;
+    if trace.end.is_none() && pid_alive(pid) {
         // Its writer may still be appending: a rewrite would lose what comes next.
-        return Err(CompactError::StillWriting { path: src.to_path_buf(), pid: pid as u32 });
+        return Err(CompactError::StillWriting { path: src.to_path_buf(), pid });
     }
     refuse_compact(&trace)?;
     let exact = heap::analyze(&trace, &AnalyzeOptions { max_points: 1, top: 0 })?;
-    let extra = [(PEAK_KEY.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes"))];
+    let extra = [(COMPACT_PEAK.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes"))];
     compact(&trace, dst, quantum, &extra)
 }
 

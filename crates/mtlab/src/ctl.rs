@@ -6,7 +6,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::shared_page::SharedPage;
+use crate::platform::process::pid_alive;
+use crate::platform::shared_page::SharedPage;
 use crate::trace::format::*;
 
 #[derive(Debug, thiserror::Error)]
@@ -29,11 +30,6 @@ pub enum CtlError {
 pub struct CtlPage {
     page: SharedPage,
     pub path: PathBuf,
-}
-
-fn process_alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 || *libc::__errno_location() == libc::EPERM }
 }
 
 /// Does process `pid` have `path` mapped (is it the page's owner)?
@@ -76,7 +72,7 @@ pub fn remove_abandoned_pages(traces: &[PathBuf]) -> usize {
             continue;
         }
         let trace = nul_terminated_path(&bytes[CTL_OFF_PATH as usize..CTL_SIZE as usize]);
-        if traces.contains(&trace) && !(process_alive(pid) && maps_page(pid, &path)) && std::fs::remove_file(&path).is_ok() {
+        if traces.contains(&trace) && !(pid_alive(pid) && maps_page(pid, &path)) && std::fs::remove_file(&path).is_ok() {
             removed += 1;
         }
     }
@@ -93,7 +89,7 @@ impl CtlPage {
         };
         // A page left by a process that died (and whose pid was reused) must
         // not make us signal an unrelated process: the live process must map it.
-        if !process_alive(pid) || !maps_page(pid, &path) {
+        if !pid_alive(pid) || !maps_page(pid, &path) {
             return Err(CtlError::Ended(pid, path));
         }
         let len = file.metadata().map_err(|source| CtlError::Io { path: path.clone(), source })?.len();

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::trace::format::{WATERMARK_MAGIC, WATERMARK_OFF_MAGIC, WATERMARK_SIZE};
-use crate::shared_page::SharedPage;
+use crate::platform::shared_page::SharedPage;
 use crate::trace::Finisher;
 
 /// The watermark memfd (until the program is spawned) and the thread.

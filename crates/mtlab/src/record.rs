@@ -9,7 +9,8 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use crate::native::{self, Part};
-use crate::trace::{self, TraceError};
+use crate::platform::process::{find_in_path, pid_alive};
+use crate::trace::{self, keys, TraceError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Stacks {
@@ -107,22 +108,19 @@ impl RecordOutcome {
 fn still_running(root: &Path, t: &Path) -> bool {
     let prefix = format!("{}.", root.file_name().unwrap_or_default().to_string_lossy());
     let name = t.file_name().unwrap_or_default().to_string_lossy().to_string();
-    let pid = name.strip_prefix(&prefix).and_then(|rest| rest.split('.').next()).and_then(|p| p.parse::<i32>().ok());
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    pid.is_some_and(|p| p > 0 && unsafe { libc::kill(p, 0) } == 0)
+    let pid = name.strip_prefix(&prefix).and_then(|rest| rest.split('.').next()).and_then(|p| p.parse::<u32>().ok());
+    pid.is_some_and(pid_alive)
 }
 
 /// Finds PROGRAM as the shell would: a path if it has a slash, else in PATH.
 pub fn resolve_program(program: &OsString) -> Result<PathBuf, RecordError> {
     let shown = program.to_string_lossy().to_string();
-    let candidates: Vec<PathBuf> = if shown.contains('/') {
-        vec![PathBuf::from(program)]
+    let found = if shown.contains('/') {
+        Some(PathBuf::from(program)).filter(|c| c.is_file())
     } else {
-        std::env::var_os("PATH")
-            .map(|p| std::env::split_paths(&p).map(|d| d.join(program)).collect())
-            .unwrap_or_default()
+        find_in_path(program)
     };
-    let found = candidates.into_iter().find(|c| c.is_file()).ok_or_else(|| RecordError::ProgramNotFound(shown.clone()))?;
+    let found = found.ok_or_else(|| RecordError::ProgramNotFound(shown.clone()))?;
     use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&found).map(|m| m.permissions().mode()).unwrap_or(0);
     if mode & 0o111 == 0 {
@@ -178,9 +176,9 @@ fn prepare_output(path: &Path) -> Result<(), RecordError> {
 /// TSC ticks per second, measured against the monotonic clock.
 pub fn tsc_hz() -> u64 {
     let start = Instant::now();
-    let t0 = crate::tsc::now();
+    let t0 = crate::platform::tsc::now();
     std::thread::sleep(Duration::from_millis(20));
-    let t1 = crate::tsc::now();
+    let t1 = crate::platform::tsc::now();
     let ns = start.elapsed().as_nanos() as f64;
     ((t1.wrapping_sub(t0)) as f64 * 1e9 / ns) as u64
 }
@@ -321,14 +319,14 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         // A process killed outright (SIGKILL) cannot remove its control page.
         crate::ctl::remove_abandoned_pages(&traces);
     }
-    let mut runinfo = vec![("wall_ns".to_string(), wall.as_nanos().to_string())];
+    let mut runinfo = vec![(keys::WALL_NS.to_string(), wall.as_nanos().to_string())];
     match (status.code(), status.signal()) {
-        (Some(code), _) => runinfo.push(("exit_code".into(), code.to_string())),
-        (None, Some(sig)) => runinfo.push(("signal".into(), sig.to_string())),
+        (Some(code), _) => runinfo.push((keys::EXIT_CODE.into(), code.to_string())),
+        (None, Some(sig)) => runinfo.push((keys::SIGNAL.into(), sig.to_string())),
         _ => {}
     }
     if let Some(b) = baseline_wall {
-        runinfo.push(("baseline_wall_ns".into(), b.as_nanos().to_string()));
+        runinfo.push((keys::BASELINE_WALL_NS.into(), b.as_nanos().to_string()));
     }
     let mut bytes = 0;
     let mut warnings = Vec::new();

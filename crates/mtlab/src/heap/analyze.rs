@@ -12,7 +12,7 @@ use super::stats::{CycleSummary, FuncStats};
 use crate::profile::sampled::{read_sampled, Estimate, SampledTotals};
 use crate::symbolize::{parse_maps, Symbolizer};
 use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
-use crate::trace::{EventKind, Func, Item, TraceError, TraceFile};
+use crate::trace::{keys, EventKind, Func, Item, TraceError, TraceFile};
 
 const MAP_ANONYMOUS: u64 = 0x20;
 /// glibc: a block's chunk starts this many bytes before it.
@@ -433,7 +433,7 @@ impl Symbols {
 }
 
 pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport, TraceError> {
-    let compact_quantum = trace.runinfo_get(crate::trace::compact::RUNINFO_KEY).and_then(|q| q.parse::<u64>().ok());
+    let compact_quantum = trace.runinfo_get(keys::COMPACT_QUANTUM).and_then(|q| q.parse::<u64>().ok());
     let total: u64 = trace.chunks.iter().map(|c| c.n_events as u64).sum();
     let every = total.div_ceil(opts.max_points.max(1) as u64).max(1);
     let mut pass = Pass {
@@ -473,14 +473,14 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         // Threads' independent events within one quantum replay in an order
         // of their own, which can move the peak: the one measured on the
         // exact trace before compaction is the truth (`crate::compact`).
-        if let Some(p) = trace.runinfo_get(crate::compact::PEAK_KEY).and_then(|j| serde_json::from_str(j).ok()) {
+        if let Some(p) = trace.runinfo_get(keys::COMPACT_PEAK).and_then(|j| serde_json::from_str(j).ok()) {
             pass.peak = p;
         }
     }
     let mut warnings = trace.warnings.clone();
     // Damage that `mtlab record` found (and cut off) when it finished the file.
     warnings.extend(
-        trace.runinfo.iter().filter(|(k, _)| k == "finish_warning").map(|(_, v)| format!("when recorded: {v}")),
+        trace.runinfo.iter().filter(|(k, _)| k == keys::FINISH_WARNING).map(|(_, v)| format!("when recorded: {v}")),
     );
     warnings.extend(items.warnings().iter().cloned());
     let decoded = items.events_decoded();
@@ -521,7 +521,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         })
         .collect();
     let run = |k: &str| trace.runinfo.iter().find(|(key, _)| key == k).and_then(|(_, v)| v.parse::<u64>().ok());
-    let slowdown = match (run("baseline_wall_ns"), run("wall_ns")) {
+    let slowdown = match (run(keys::BASELINE_WALL_NS), run(keys::WALL_NS)) {
         (Some(b), Some(t)) if b > 0 => Some(Slowdown { baseline_wall_ns: b, traced_wall_ns: t, ratio: t as f64 / b as f64 }),
         _ => None,
     };
@@ -545,7 +545,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
     } else {
         None
     };
-    let exit = run("exit_code").map(|c| format!("exit code {c}")).or_else(|| run("signal").map(|s| format!("killed by signal {s}")));
+    let exit = run(keys::EXIT_CODE).map(|c| format!("exit code {c}")).or_else(|| run(keys::SIGNAL).map(|s| format!("killed by signal {s}")));
     let duration_ns = trace.end.as_ref().and_then(|e| pass.ns(e.end_tsc)).or_else(|| pass.ns(last_tsc));
     Ok(ProcessReport {
         file: trace.path.display().to_string(),

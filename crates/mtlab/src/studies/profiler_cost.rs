@@ -18,6 +18,7 @@ use super::child::{self, measure};
 use super::StudyError;
 use crate::export::{Cell, Plot, PlotKind, Point, Scale, Series, Table, View};
 use crate::native::{self, Part};
+use crate::trace::keys;
 use crate::record::Unwind;
 use crate::study::progress::Progress;
 use crate::study::runner::{self, RunnerOptions, Sample};
@@ -295,8 +296,8 @@ impl Lab {
             for t in crate::record::trace_family(&trace) {
                 let Ok(tf) = crate::trace::TraceFile::open(&t) else { continue };
                 let get = |k: &str| tf.stats.iter().find(|(key, _)| key == k).and_then(|(_, v)| v.parse::<u64>().ok());
-                stacks += get("stacks_captured").unwrap_or(0);
-                cycles += get("unwind_cycles").unwrap_or(0);
+                stacks += get(keys::STACKS_CAPTURED).unwrap_or(0);
+                cycles += get(keys::UNWIND_CYCLES).unwrap_or(0);
             }
             out.push(Sample::gain("stacks_captured", "stacks", stacks as f64));
             out.push(Sample::cost("unwind_cycles", "cycles", cycles as f64));

@@ -12,6 +12,7 @@ use super::child::{self, measure, Measured};
 use super::StudyError;
 use crate::export::{Bar, Cell, Plot, PlotKind, Table, View};
 use crate::native::{self, Part};
+use crate::trace::keys;
 use crate::study::progress::Progress;
 use crate::study::runner::{self, Phase, RunnerOptions, Sample};
 use crate::study::{stats, summary, Configuration, Run};
@@ -89,11 +90,11 @@ fn traced_facts(family: &[PathBuf]) -> (Option<u64>, Option<f64>) {
     let (mut rss, mut wall) = (None, None);
     for (i, f) in family.iter().enumerate() {
         let Ok(t) = crate::trace::TraceFile::open(f) else { continue };
-        if let Some(kib) = t.stats.iter().find(|(k, _)| k == "max_rss_kib").and_then(|(_, v)| v.parse::<u64>().ok()) {
+        if let Some(kib) = t.stats.iter().find(|(k, _)| k == keys::MAX_RSS_KIB).and_then(|(_, v)| v.parse::<u64>().ok()) {
             rss = Some(rss.map_or(kib, |r: u64| r.max(kib)));
         }
         if i == 0 {
-            wall = t.runinfo_get("wall_ns").and_then(|v| v.parse::<f64>().ok()).map(|ns| ns / 1e9);
+            wall = t.runinfo_get(keys::WALL_NS).and_then(|v| v.parse::<f64>().ok()).map(|ns| ns / 1e9);
         }
     }
     (rss, wall)
@@ -206,7 +207,7 @@ pub fn run(cfg: &TracerCostConfig, progress: &Progress) -> Result<Run, StudyErro
     let mtlab = std::env::current_exe().map_err(|source| StudyError::Io { path: "mtlab".into(), source })?;
     let heaptrack = match cfg.heaptrack {
         Heaptrack::Off => None,
-        _ => find_in_path("heaptrack"),
+        _ => crate::platform::process::find_in_path("heaptrack"),
     };
     let (study, title, argv, cycles) = match &cfg.target {
         Target::MallocTest { threads, iterations } => {
@@ -341,8 +342,4 @@ pub fn views(run: &Run) -> Vec<View> {
         }));
     }
     v
-}
-
-fn find_in_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
 }

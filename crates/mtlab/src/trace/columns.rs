@@ -17,16 +17,16 @@
 //!   only misses store the address (as a delta).
 //!
 //! [`ColumnFields`] reads the columns back for the decoder, which decodes
-//! rows and columns with the same code (`decode::Fields`); the round trip
+//! rows and columns with the same code (`fields::Fields`); the round trip
 //! is tested to give the same events.
 //!
 //! Layout (before zstd): byte [`COLUMNS_LAYOUT`]; varints `time_step`,
 //! `cycles_step`; then the byte length of each of the [`N_STREAMS`] streams
 //! as varints; then the streams, in [`Stream`] order.
 
-use super::decode::{varint, zigzag, DecErr, Fields};
-use super::encode::{put_svarint, put_varint};
+use super::fields::{DecErr, Field, Fields};
 use super::format::*;
+use super::varint::{put_svarint, put_varint, varint, zigzag};
 
 /// First byte of a column-layout body: the layout's own version.
 pub const COLUMNS_LAYOUT: u8 = 1;
@@ -63,39 +63,6 @@ enum Stream {
 }
 
 pub const N_STREAMS: usize = 13;
-
-/// What a value of an event means: rows interleave them, the column
-/// layout gives each meaning its stream(s).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Field {
-    /// Time-stamp delta.
-    Time,
-    /// Cycles in the real call.
-    Cycles,
-    Stack,
-    /// Sizes, lengths, element counts.
-    Size,
-    /// Usable-size extra.
-    Extra,
-    /// Alignments, protections, flags, return codes (raw varint values).
-    Misc,
-    /// A value of a STACK_DEF (id, depth, frame deltas).
-    Def,
-    /// An address a call returned as newly allocated.
-    NewPtr,
-    /// An address a call gave back.
-    OldPtr,
-    /// Any other address (mappings, program breaks).
-    Addr,
-}
-
-impl Field {
-    /// Addresses are deltas in rows, absolute once read.
-    #[inline(always)]
-    pub(crate) fn is_address(self) -> bool {
-        matches!(self, Field::NewPtr | Field::OldPtr | Field::Addr)
-    }
-}
 
 /// A kind's own fields, in row order (after time, cycles, stack).
 fn fields(kind: u8) -> Option<&'static [Field]> {
@@ -504,7 +471,7 @@ pub fn split_with_time_step(chunks: &[RowChunk], time_step: Option<u64>) -> Resu
 // ---------------------------------------------------------------------------
 // Reading columns.
 
-/// Reads a column-layout chunk's fields for the decoder (`decode::Fields`).
+/// Reads a column-layout chunk's fields for the decoder (`fields::Fields`).
 pub(crate) struct ColumnFields {
     /// Read position and end of each stream in the chunk's bytes.
     at: [usize; N_STREAMS],

@@ -23,16 +23,18 @@ use std::path::{Path, PathBuf};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::columns::{split_with_time_step, RowChunk};
-use super::decode::{next_record, read_file_header, TraceError};
-use super::encode::{copy_record, header_at_this_version, kv_text, temp_beside, write_record, ChunkEncoder};
+use super::encode::ChunkEncoder;
+use super::error::TraceError;
 use super::event::{Event, EventKind, Item, FLAG_CHUNK_MMAPPED, FLAG_FAILED};
 use super::format::*;
+use super::keys::{COMPACT_QUANTUM, FINISH_WARNING};
+use super::kv::kv_text;
+use super::records::{next_record, read_file_header, write_record};
+use super::rewrite::{copy_record, header_at_this_version, temp_beside};
 use super::TraceFile;
 
 /// Default rounding of time stamps, in TSC ticks.
 pub const DEFAULT_QUANTUM: u64 = 1 << 16;
-/// RUNINFO key that marks a compact trace; its value is the quantum.
-pub const RUNINFO_KEY: &str = "compact_quantum";
 /// Most events per compacted chunk: bounds the compactor's memory per
 /// thread (each pending event is held decoded).
 const CHUNK_EVENTS: usize = 1 << 16;
@@ -295,7 +297,7 @@ impl Writer {
 /// Refuses a trace that is compact already: it has no per-call timing left
 /// to drop.
 pub fn refuse_compact(tf: &TraceFile) -> Result<(), CompactError> {
-    match tf.runinfo_get(RUNINFO_KEY) {
+    match tf.runinfo_get(COMPACT_QUANTUM) {
         Some(q) => Err(CompactError::AlreadyCompact { path: tf.path.clone(), quantum: q.to_string() }),
         None => Ok(()),
     }
@@ -395,9 +397,9 @@ pub fn compact(tf: &TraceFile, dst: &Path, quantum: u64, extra: &[(String, Strin
     // The damage found here stays visible in the report, as finish_trace's does.
     let q = quantum.to_string();
     let text = kv_text(
-        std::iter::once((RUNINFO_KEY, q.as_str()))
+        std::iter::once((COMPACT_QUANTUM, q.as_str()))
             .chain(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .chain(stats.warnings.iter().map(|m| ("finish_warning", m.as_str()))),
+            .chain(stats.warnings.iter().map(|m| (FINISH_WARNING, m.as_str()))),
     );
     w.written += write_record(&mut w.out, REC_RUNINFO, 0, &[text.as_bytes()]).map_err(w.io())?;
     guard.install(w.out, source.metadata().ok().map(|m| m.permissions()), true, dst)?;
@@ -533,7 +535,7 @@ mod tests {
         let truth = random_handoffs(&src, 20_000, 1);
         let st = compact(&TraceFile::open(&src).unwrap(), &dst, 4096, &[]).unwrap();
         assert_eq!(st.events, truth.len() as u64);
-        assert_eq!(TraceFile::open(&dst).unwrap().runinfo_get(RUNINFO_KEY), Some("4096"));
+        assert_eq!(TraceFile::open(&dst).unwrap().runinfo_get(COMPACT_QUANTUM), Some("4096"));
         let got = replay(&dst);
         assert_eq!(got.len(), truth.len());
         let mut is_live = std::collections::HashSet::new();

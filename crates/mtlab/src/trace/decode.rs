@@ -12,42 +12,17 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use super::columns::ColumnFields;
+use super::error::TraceError;
 use super::event::{Event, EventKind, Func, Item};
-use super::columns::Field;
+use super::fields::{DecErr, Field, Fields};
 use super::format::*;
+use super::kv::parse_kv_text;
+use super::records::{next_record, parse_chunk_header, read_file_header, ChunkInfo, Damage, EndRecord, MAX_PAYLOAD};
+use super::varint::{varint, zigzag};
 
-/// Records larger than this are taken as damage: mtlab never writes one.
-pub(crate) const MAX_PAYLOAD: u32 = 1 << 30;
 /// Largest decompressed MAPS / END / RUNINFO payload accepted.
 const MAX_TEXT_PAYLOAD: u64 = 1 << 30;
-
-#[derive(Debug, thiserror::Error)]
-pub enum TraceError {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("{} is not an mtlab trace: give a file written by `mtlab record`", path.display())]
-    NotATrace { path: PathBuf },
-    #[error(
-        "{} was written by a newer mtlab (format v{found}), this mtlab reads up to v{supported}: upgrade mtlab",
-        path.display()
-    )]
-    NewerVersion { path: PathBuf, found: u32, supported: u32 },
-    #[error("{} has a damaged header: {reason}", path.display())]
-    BadHeader { path: PathBuf, reason: String },
-}
-
-impl TraceError {
-    pub(crate) fn io(path: &Path) -> impl FnOnce(io::Error) -> TraceError + '_ {
-        move |source| TraceError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
-    }
-}
 
 /// The file header's `key=value` text, parsed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -143,280 +118,6 @@ impl Header {
         let d = tsc.saturating_sub(self.start_tsc) as u128;
         Some((d * 1_000_000_000 / self.tsc_hz as u128) as u64)
     }
-}
-
-/// Unescapes a header / RUNINFO value: `\n` → newline, `\\` → backslash.
-pub(crate) fn unescape(v: &str) -> String {
-    if !v.contains('\\') {
-        return v.to_string();
-    }
-    let mut out = String::with_capacity(v.len());
-    let mut it = v.chars().peekable();
-    while let Some(c) = it.next() {
-        if c == '\\' {
-            match it.peek() {
-                Some('n') => {
-                    out.push('\n');
-                    it.next();
-                }
-                Some('\\') => {
-                    out.push('\\');
-                    it.next();
-                }
-                _ => out.push('\\'),
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// Parses `key=value\n` text into pairs (values unescaped, lines without `=` ignored).
-pub(crate) fn parse_kv_text(text: &str) -> Vec<(String, String)> {
-    text.split('\n')
-        .filter_map(|line| {
-            let line = line.strip_suffix('\r').unwrap_or(line);
-            let (k, v) = line.split_once('=')?;
-            Some((k.to_string(), unescape(v)))
-        })
-        .collect()
-}
-
-/// The END record's totals.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EndRecord {
-    pub end_tsc: u64,
-    pub end_ns: u64,
-    pub events_written: u64,
-    pub events_dropped: u64,
-    pub chunks_dropped: u64,
-    pub stacks_overflowed: u64,
-}
-
-impl EndRecord {
-    pub fn from_bytes(b: &[u8]) -> Option<EndRecord> {
-        if b.len() < END_PAYLOAD as usize {
-            return None;
-        }
-        let u = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
-        Some(EndRecord {
-            end_tsc: u(0),
-            end_ns: u(1),
-            events_written: u(2),
-            events_dropped: u(3),
-            chunks_dropped: u(4),
-            stacks_overflowed: u(5),
-        })
-    }
-
-    pub fn to_bytes(&self) -> [u8; END_PAYLOAD as usize] {
-        let mut b = [0u8; END_PAYLOAD as usize];
-        for (i, v) in [
-            self.end_tsc,
-            self.end_ns,
-            self.events_written,
-            self.events_dropped,
-            self.chunks_dropped,
-            self.stacks_overflowed,
-        ]
-        .into_iter()
-        .enumerate()
-        {
-            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-        }
-        b
-    }
-}
-
-/// One EVENTS record, as found by the index pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ChunkInfo {
-    /// File offset of the record header.
-    pub offset: u64,
-    /// Record payload length (24-byte chunk header included).
-    pub payload_len: u32,
-    /// The event bytes are one zstd frame.
-    pub compressed: bool,
-    /// ... holding the column layout (`columns.rs`) rather than rows.
-    pub columns: bool,
-    pub tid: u32,
-    pub n_events: u32,
-    pub first_tsc: u64,
-    pub last_tsc: u64,
-}
-
-// ---------------------------------------------------------------------------
-// Record scanning, shared with `encode::finish_trace`.
-
-/// A record header found at `offset`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct RecHdr {
-    pub offset: u64,
-    pub payload_len: u32,
-    pub ty: u16,
-    pub flags: u16,
-}
-
-impl RecHdr {
-    pub fn payload_offset(&self) -> u64 {
-        self.offset + RECORD_HEADER as u64
-    }
-    pub fn end(&self) -> u64 {
-        self.payload_offset() + self.payload_len as u64
-    }
-}
-
-/// Why reading records stopped early.
-#[derive(Debug, Clone)]
-pub(crate) enum Damage {
-    Truncated {
-        offset: u64,
-        record_len: u64,
-        file_len: u64,
-    },
-    Bad {
-        offset: u64,
-        reason: String,
-    },
-}
-
-impl Damage {
-    pub fn message(&self, chunks_before: usize) -> String {
-        let using = if chunks_before == 1 {
-            "using the 1 chunk before it".to_string()
-        } else {
-            format!("using the {chunks_before} chunks before it")
-        };
-        match self {
-            Damage::Truncated {
-                offset,
-                record_len,
-                file_len,
-            } => format!(
-                "trace truncated at byte {offset}: record of {record_len} bytes runs past the end \
-                 (file is {file_len} bytes); {using}"
-            ),
-            Damage::Bad { offset, reason } => format!("trace damaged at byte {offset}: {reason}; {using}"),
-        }
-    }
-}
-
-/// Reads and checks the file header. Returns the version, the header text
-/// and the offset of the first record.
-pub(crate) fn read_file_header(file: &File, path: &Path, file_len: u64) -> Result<(u32, String, u64), TraceError> {
-    let not_a_trace = || TraceError::NotATrace {
-        path: path.to_path_buf(),
-    };
-    if file_len < FILE_HEADER_FIXED as u64 {
-        return Err(not_a_trace());
-    }
-    let mut fixed = [0u8; FILE_HEADER_FIXED as usize];
-    file.read_exact_at(&mut fixed, 0).map_err(TraceError::io(path))?;
-    if fixed[..8] != TRACE_MAGIC {
-        return Err(not_a_trace());
-    }
-    let version = u32::from_le_bytes(fixed[8..12].try_into().unwrap());
-    let text_len = u32::from_le_bytes(fixed[12..16].try_into().unwrap()) as u64;
-    if version > TRACE_VERSION {
-        return Err(TraceError::NewerVersion {
-            path: path.to_path_buf(),
-            found: version,
-            supported: TRACE_VERSION,
-        });
-    }
-    if version == 0 {
-        return Err(TraceError::BadHeader {
-            path: path.to_path_buf(),
-            reason: "format version 0 does not exist".into(),
-        });
-    }
-    if FILE_HEADER_FIXED as u64 + text_len > file_len {
-        return Err(TraceError::BadHeader {
-            path: path.to_path_buf(),
-            reason: format!("its text of {text_len} bytes runs past the end of the file ({file_len} bytes)"),
-        });
-    }
-    let mut text = vec![0u8; text_len as usize];
-    file.read_exact_at(&mut text, FILE_HEADER_FIXED as u64)
-        .map_err(TraceError::io(path))?;
-    let text = String::from_utf8(text).map_err(|e| TraceError::BadHeader {
-        path: path.to_path_buf(),
-        reason: format!("its text is not UTF-8 ({e})"),
-    })?;
-    Ok((version, text, FILE_HEADER_FIXED as u64 + text_len))
-}
-
-/// Reads the record header at `offset`: `Ok(None)` at a clean end of file.
-pub(crate) fn next_record(file: &File, offset: u64, file_len: u64) -> io::Result<Result<Option<RecHdr>, Damage>> {
-    if offset >= file_len {
-        return Ok(Ok(None));
-    }
-    if offset + RECORD_HEADER as u64 > file_len {
-        return Ok(Err(Damage::Truncated {
-            offset,
-            record_len: RECORD_HEADER as u64,
-            file_len,
-        }));
-    }
-    let mut b = [0u8; RECORD_HEADER as usize];
-    file.read_exact_at(&mut b, offset)?;
-    let rec = RecHdr {
-        offset,
-        payload_len: u32::from_le_bytes(b[0..4].try_into().unwrap()),
-        ty: u16::from_le_bytes(b[4..6].try_into().unwrap()),
-        flags: u16::from_le_bytes(b[6..8].try_into().unwrap()),
-    };
-    if rec.end() > file_len {
-        return Ok(Err(Damage::Truncated {
-            offset,
-            record_len: RECORD_HEADER as u64 + rec.payload_len as u64,
-            file_len,
-        }));
-    }
-    if rec.payload_len > MAX_PAYLOAD {
-        return Ok(Err(Damage::Bad {
-            offset,
-            reason: format!("record of {} bytes is larger than mtlab ever writes", rec.payload_len),
-        }));
-    }
-    Ok(Ok(Some(rec)))
-}
-
-/// Checks an EVENTS record's 24-byte chunk header (`head` holds at least the
-/// first 24 payload bytes, or fewer when the payload is that short).
-pub(crate) fn parse_chunk_header(rec: &RecHdr, head: &[u8]) -> Result<ChunkInfo, Damage> {
-    if (rec.payload_len as usize) < EVENTS_HEADER as usize || head.len() < EVENTS_HEADER as usize {
-        return Err(Damage::Bad {
-            offset: rec.offset,
-            reason: format!(
-                "EVENTS record of {} bytes is shorter than its {EVENTS_HEADER}-byte chunk header",
-                rec.payload_len
-            ),
-        });
-    }
-    let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().unwrap());
-    let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().unwrap());
-    let info = ChunkInfo {
-        offset: rec.offset,
-        payload_len: rec.payload_len,
-        compressed: rec.flags & RECORD_FLAG_ZSTD != 0,
-        columns: rec.flags & RECORD_FLAG_ZSTD != 0 && rec.flags & RECORD_FLAG_COLUMNS != 0,
-        tid: u32_at(0),
-        n_events: u32_at(4),
-        first_tsc: u64_at(8),
-        last_tsc: u64_at(16),
-    };
-    if info.first_tsc > info.last_tsc {
-        return Err(Damage::Bad {
-            offset: rec.offset,
-            reason: format!(
-                "EVENTS chunk of thread {} says its first_tsc {} is after its last_tsc {}",
-                info.tid, info.first_tsc, info.last_tsc
-            ),
-        });
-    }
-    Ok(info)
 }
 
 /// Decompresses one zstd frame (or several) into `out`, refusing more than `limit` bytes.
@@ -614,118 +315,12 @@ fn record_name(ty: u16) -> &'static str {
 // ---------------------------------------------------------------------------
 // Event decoding.
 
-#[derive(Debug)]
-pub(crate) enum DecErr {
-    Eof,
-    Columns(&'static str),
-    VarintOverflow,
-    UnknownKind(u8),
-    StackIdTooLarge(u64),
-    StackTooDeep(u64),
-}
-
-impl std::fmt::Display for DecErr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DecErr::Eof => write!(f, "an event runs past the end of the chunk"),
-            DecErr::Columns(why) => write!(f, "bad column layout: {why}"),
-            DecErr::VarintOverflow => write!(f, "a varint is longer than 10 bytes or overflows 64 bits"),
-            DecErr::UnknownKind(k) => write!(f, "unknown event kind {k}"),
-            DecErr::StackIdTooLarge(id) => write!(f, "stack id {id} does not fit 32 bits"),
-            DecErr::StackTooDeep(d) => write!(f, "a STACK_DEF of depth {d} is longer than the chunk"),
-        }
-    }
-}
-
-#[inline(always)]
-pub(crate) fn zigzag(u: u64) -> i64 {
-    ((u >> 1) as i64) ^ -((u & 1) as i64)
-}
-
-#[inline(never)]
-#[cold]
-fn varint_slow(buf: &[u8], pos: &mut usize) -> Result<u64, DecErr> {
-    let mut v: u64 = 0;
-    let mut shift = 0u32;
-    let mut p = *pos;
-    loop {
-        let Some(&b) = buf.get(p) else { return Err(DecErr::Eof) };
-        p += 1;
-        if shift == 63 && b > 1 {
-            return Err(DecErr::VarintOverflow);
-        }
-        v |= ((b & 0x7f) as u64) << shift;
-        if b < 0x80 {
-            *pos = p;
-            return Ok(v);
-        }
-        shift += 7;
-        if shift > 63 {
-            return Err(DecErr::VarintOverflow);
-        }
-    }
-}
-
-#[inline(always)]
-pub(crate) fn varint(buf: &[u8], pos: &mut usize) -> Result<u64, DecErr> {
-    match buf.get(*pos) {
-        Some(&b) if b < 0x80 => {
-            *pos += 1;
-            Ok(b as u64)
-        }
-        _ => varint2(buf, pos),
-    }
-}
-
-#[inline(always)]
-fn varint2(buf: &[u8], pos: &mut usize) -> Result<u64, DecErr> {
-    // Unrolled when 10 bytes are there to read; the checked loop near the end.
-    let p = *pos;
-    if let Some(s) = buf.get(p..p + 10) {
-        let s: &[u8; 10] = s.try_into().unwrap();
-        let mut v: u64 = 0;
-        for (i, &b) in s.iter().enumerate().take(9) {
-            v |= ((b & 0x7f) as u64) << (7 * i);
-            if b < 0x80 {
-                *pos = p + i + 1;
-                return Ok(v);
-            }
-        }
-        let b = s[9];
-        if b > 1 {
-            return Err(DecErr::VarintOverflow);
-        }
-        *pos = p + 10;
-        return Ok(v | (b as u64) << 63);
-    }
-    varint_slow(buf, pos)
-}
-
 #[inline(always)]
 fn usable(flags: u8, size: u64, ptr: u64, extra: u64) -> u64 {
     if flags & EVF_FAILED != 0 || ptr == 0 {
         0
     } else {
         size.saturating_add(extra)
-    }
-}
-
-/// Where the fields of a chunk's events come from: its row bytes, read in
-/// order ([`RowFields`]), or its column layout ([`super::columns::ColumnFields`]).
-/// Each read names what the value means, which is what the column layout
-/// sorts by; rows ignore the meaning (but for addresses: deltas).
-pub(crate) trait Fields {
-    /// The next item's kind-and-flags byte; `None` at the end of the chunk.
-    fn kind(&mut self, buf: &[u8]) -> Option<u8>;
-    /// The next value meaning `what` (addresses absolute).
-    fn value(&mut self, buf: &[u8], what: Field) -> Result<u64, DecErr>;
-    /// Upper bound of STACK_DEF frames still readable (to refuse absurd depths).
-    fn def_room(&self, buf: &[u8]) -> u64;
-    /// Where decoding stands, for messages.
-    fn position(&self) -> usize;
-    /// At the end of the chunk: was every value used?
-    fn check_end(&self) -> Result<(), DecErr> {
-        Ok(())
     }
 }
 
@@ -764,7 +359,7 @@ impl Fields for RowFields {
 /// How a chunk's bytes are laid out.
 enum Layout {
     Rows(RowFields),
-    Columns(Box<super::columns::ColumnFields>),
+    Columns(Box<ColumnFields>),
 }
 
 /// One chunk's decoded-so-far state.
@@ -1159,9 +754,9 @@ impl Items {
                 };
                 zstd_decompress_into(d, &self.raw, &mut buf, MAX_PAYLOAD as u64)?;
                 if c.columns {
-                    let f = super::columns::ColumnFields::new(&buf)
+                    let f = ColumnFields::new(&buf)
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                    buf.extend_from_slice(&[0; super::columns::ColumnFields::PADDING]);
+                    buf.extend_from_slice(&[0; ColumnFields::PADDING]);
                     return Ok(Layout::Columns(Box::new(f)));
                 }
             } else {
@@ -1322,44 +917,6 @@ pub(crate) mod tests {
     use super::*;
 
     #[test]
-    fn varints() {
-        let mut buf = Vec::new();
-        let vals = [
-            0u64,
-            1,
-            127,
-            128,
-            300,
-            16383,
-            16384,
-            u32::MAX as u64,
-            u64::MAX - 1,
-            u64::MAX,
-        ];
-        for &v in &vals {
-            super::super::encode::put_varint(&mut buf, v);
-        }
-        let mut p = 0;
-        for &v in &vals {
-            assert_eq!(varint(&buf, &mut p).unwrap(), v);
-        }
-        assert_eq!(p, buf.len());
-        assert!(matches!(varint(&buf, &mut p), Err(DecErr::Eof)));
-        let bad = [0xffu8; 11];
-        let mut p = 0;
-        assert!(matches!(varint(&bad, &mut p), Err(DecErr::VarintOverflow)));
-        let bad = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
-        let mut p = 0;
-        assert!(matches!(varint(&bad, &mut p), Err(DecErr::VarintOverflow)));
-        for v in [0i64, -1, 1, i64::MIN, i64::MAX, -123456789] {
-            let mut b = Vec::new();
-            super::super::encode::put_svarint(&mut b, v);
-            let mut p = 0;
-            assert_eq!(zigzag(varint(&b, &mut p).unwrap()), v);
-        }
-    }
-
-    #[test]
     fn header_text() {
         let (h, w) = Header::parse(
             "pid=12\nppid=1\ncmdline=./a\u{1f}x y\u{1f}\\n\\\\z\nexe=/bin/a\ntsc_hz=3000000000\nfollow=1\n\
@@ -1382,7 +939,8 @@ pub(crate) mod tests {
 
     // ---- round trips through the Rust writer -------------------------------
 
-    use crate::trace::encode::{finish_trace, ChunkEncoder, TraceWriter};
+    use crate::trace::encode::{ChunkEncoder, TraceWriter};
+    use crate::trace::finish::finish_trace;
     use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
 
     fn header_pairs() -> Vec<(String, String)> {
@@ -1636,8 +1194,8 @@ pub(crate) mod tests {
             a.item(&it);
         }
         let mut bad = vec![EV_FREE, 0, 0];
-        crate::trace::encode::put_varint(&mut bad, 1 << 33);
-        crate::trace::encode::put_varint(&mut bad, 0);
+        crate::trace::varint::put_varint(&mut bad, 1 << 33);
+        crate::trace::varint::put_varint(&mut bad, 0);
         a.raw_bytes(&bad);
         w.chunk(&a).unwrap();
         w.events_chunk(1, &mallocs(1, 1_000_000, 3000, 0x20_0000)).unwrap();

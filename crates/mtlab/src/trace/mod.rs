@@ -1,12 +1,29 @@
 //! The trace file: format constants, decoding, encoding (docs/trace-format.md).
+//!
+//! Modules depend on modules above them in this list only (tests aside):
+//! `format`, `event`, `error`, `kv`, `keys`, `fields` → `varint`, `records`
+//! (the primitives readers and writers share) → `columns` → `decode`; then
+//! the writer and the rewrites built on them: `encode`, `rewrite`, `finish`,
+//! `compact`.
 
 pub mod columns;
 pub mod compact;
 pub mod decode;
 pub mod encode;
+pub mod error;
 pub mod event;
+pub mod fields;
+pub mod finish;
 pub mod format;
+pub mod keys;
+pub mod kv;
+pub mod records;
+pub mod rewrite;
+pub mod varint;
 
-pub use decode::{ChunkInfo, EndRecord, Header, Items, TraceError, TraceFile};
-pub use encode::{finish_trace, ChunkEncoder, FinishStats, Finisher, TraceWriter};
+pub use decode::{Header, Items, TraceFile};
+pub use encode::{ChunkEncoder, TraceWriter};
+pub use error::TraceError;
 pub use event::{Event, EventKind, Func, Item};
+pub use finish::{finish_trace, FinishStats, Finisher};
+pub use records::{ChunkInfo, EndRecord};

@@ -12,6 +12,7 @@ pub struct SharedPage {
 
 // SAFETY: the page is only accessed through atomics (and read-only byte views).
 unsafe impl Send for SharedPage {}
+// SAFETY: as for Send: no access through &SharedPage is a plain write.
 unsafe impl Sync for SharedPage {}
 
 impl SharedPage {

@@ -1,0 +1,6 @@
+//! What mtlab needs from Linux beyond the standard library, behind small
+//! safe functions: processes, shared pages, the cycle counter.
+
+pub mod process;
+pub mod shared_page;
+pub mod tsc;

@@ -1,0 +1,51 @@
+//! Other processes and programs, as the system sees them.
+
+use std::ffi::OsStr;
+use std::path::PathBuf;
+
+/// Does process `pid` exist? A process we may not signal (EPERM) exists
+/// too: it belongs to another user. Pid 0 and pids beyond `pid_t` name no
+/// single process and are never alive.
+pub fn pid_alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 sends nothing; it only checks that the
+    // process exists and may be signalled.
+    if unsafe { libc::kill(pid, 0) } == 0 {
+        return true;
+    }
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// The first file called `name` in the directories of `PATH`, as the shell
+/// would find a command (executable or not: callers check what they need).
+pub fn find_in_path(name: impl AsRef<OsStr>) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join(name.as_ref())).find(|p| p.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_pid_0_is_not() {
+        assert!(pid_alive(std::process::id()));
+        assert!(!pid_alive(0));
+        assert!(!pid_alive(u32::MAX));
+    }
+
+    #[test]
+    fn init_is_alive_though_not_ours_to_signal() {
+        // Unprivileged, signalling pid 1 fails with EPERM; it still exists.
+        assert!(pid_alive(1));
+    }
+
+    #[test]
+    fn sh_is_in_path() {
+        assert!(find_in_path("sh").is_some_and(|p| p.is_file()));
+        assert!(find_in_path("surely-no-such-program-mtlab").is_none());
+    }
+}

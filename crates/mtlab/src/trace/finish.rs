@@ -1,0 +1,379 @@
+//! `finish_trace`, which `mtlab record` runs on a trace while and after the
+//! traced program runs: joins each thread's chunks, rewrites them in
+//! columns and compresses them, on all cores.
+
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::columns::{split, RowChunk};
+use super::error::TraceError;
+use super::format::*;
+use super::keys;
+use super::kv::kv_text;
+use super::records::{next_record, parse_chunk_header, read_file_header, write_record, Damage};
+use super::rewrite::{copy_record, header_at_this_version, temp_beside, TempGuard};
+
+/// zstd level `finish_trace` compresses EVENTS payloads with.
+pub const FINISH_ZSTD_LEVEL: i32 = 3;
+
+/// What `finish_trace` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FinishStats {
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub chunks_compressed: u64,
+    /// Damage found (the records from there on were dropped).
+    pub warnings: Vec<String>,
+}
+
+/// Uncompressed EVENTS payload bytes gathered before they are rewritten together, on all cores.
+const FINISH_BATCH_BYTES: usize = 16 << 20;
+/// Row bytes joined into one chunk at most: the reader holds one such chunk
+/// per thread in memory while merging threads by time.
+const JOIN_MAX_BYTES: usize = 1 << 20;
+
+/// A run of chunks of one thread, in time order, to become one record.
+struct Group {
+    tid: u32,
+    members: Vec<usize>,
+    row_bytes: usize,
+    first_tsc: u64,
+    last_tsc: u64,
+    n_events: u64,
+}
+
+/// Sorts a batch's chunks (in file order) into groups: a chunk joins its
+/// thread's open group when it starts no earlier than the group ends, the
+/// group stays under `JOIN_MAX_BYTES`, and every other thread's chunk
+/// between the two ended before it starts. The reader orders events of equal
+/// time stamps by record position, and a joined group takes its first
+/// member's position: without the last rule, a tie between this chunk and a
+/// chunk in between would flip.
+fn group_chunks(batch: &[(ChunkHead, Vec<u8>)]) -> Vec<Group> {
+    let mut groups: Vec<Group> = Vec::new();
+    let mut open: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for (i, (h, payload)) in batch.iter().enumerate() {
+        let rows = payload.len() - EVENTS_HEADER as usize;
+        if let Some(&g) = open.get(&h.tid) {
+            let grp = &mut groups[g];
+            let after = *grp.members.last().expect("groups have members") + 1;
+            if h.first_tsc >= grp.last_tsc
+                && grp.row_bytes + rows <= JOIN_MAX_BYTES
+                && grp.n_events + h.n_events as u64 <= u32::MAX as u64
+                && batch[after..i].iter().all(|(o, _)| o.last_tsc < h.first_tsc)
+            {
+                grp.members.push(i);
+                grp.row_bytes += rows;
+                grp.last_tsc = h.last_tsc;
+                grp.n_events += h.n_events as u64;
+                continue;
+            }
+        }
+        open.insert(h.tid, groups.len());
+        groups.push(Group {
+            tid: h.tid,
+            members: vec![i],
+            row_bytes: rows,
+            first_tsc: h.first_tsc,
+            last_tsc: h.last_tsc,
+            n_events: h.n_events as u64,
+        });
+    }
+    groups
+}
+
+/// The fields of a chunk header `finish_trace` needs.
+#[derive(Debug, Clone, Copy)]
+struct ChunkHead {
+    tid: u32,
+    n_events: u32,
+    first_tsc: u64,
+    last_tsc: u64,
+}
+
+/// One record to write: a chunk header and its (flagged) body.
+struct Rewritten {
+    head: [u8; EVENTS_HEADER as usize],
+    flags: u16,
+    body: Vec<u8>,
+}
+
+fn chunk_head_bytes(tid: u32, n_events: u32, first_tsc: u64, last_tsc: u64) -> [u8; EVENTS_HEADER as usize] {
+    let mut h = [0u8; EVENTS_HEADER as usize];
+    h[0..4].copy_from_slice(&tid.to_le_bytes());
+    h[4..8].copy_from_slice(&n_events.to_le_bytes());
+    h[8..16].copy_from_slice(&first_tsc.to_le_bytes());
+    h[16..24].copy_from_slice(&last_tsc.to_le_bytes());
+    h
+}
+
+/// Rewrites one group: joined in columns and compressed; when the rows
+/// cannot be read as columns (an unknown kind), each chunk is compressed as
+/// it is; a chunk that does not shrink is kept as it was.
+fn rewrite_group(
+    comp: &mut zstd::bulk::Compressor<'_>,
+    g: &Group,
+    batch: &[(ChunkHead, Vec<u8>)],
+) -> io::Result<Vec<Rewritten>> {
+    let head = EVENTS_HEADER as usize;
+    let rows: Vec<RowChunk> = g
+        .members
+        .iter()
+        .map(|&i| RowChunk {
+            first_tsc: batch[i].0.first_tsc,
+            rows: &batch[i].1[head..],
+        })
+        .collect();
+    if let Ok(cols) = split(&rows) {
+        let c = comp.compress(&cols)?;
+        if c.len() < g.row_bytes {
+            return Ok(vec![Rewritten {
+                head: chunk_head_bytes(g.tid, g.n_events as u32, g.first_tsc, g.last_tsc),
+                flags: RECORD_FLAG_ZSTD | RECORD_FLAG_COLUMNS,
+                body: c,
+            }]);
+        }
+    }
+    let mut out = Vec::with_capacity(g.members.len());
+    for &i in &g.members {
+        let payload = &batch[i].1;
+        let body = &payload[head..];
+        let c = if body.is_empty() { None } else { Some(comp.compress(body)?) };
+        let mut h = [0u8; EVENTS_HEADER as usize];
+        h.copy_from_slice(&payload[..head]);
+        out.push(match c {
+            Some(c) if c.len() < body.len() => Rewritten { head: h, flags: RECORD_FLAG_ZSTD, body: c },
+            _ => Rewritten { head: h, flags: 0, body: body.to_vec() },
+        });
+    }
+    Ok(out)
+}
+
+/// Rewrites the EVENTS payloads in `batch` (in parallel: the program has
+/// ended, its cores are free) and writes the records in order. Returns the
+/// bytes written and empties the batch.
+fn write_compressed_batch(
+    batch: &mut Vec<(ChunkHead, Vec<u8>)>,
+    out: &mut impl Write,
+    stats: &mut FinishStats,
+) -> io::Result<u64> {
+    if batch.is_empty() {
+        return Ok(0);
+    }
+    let groups = group_chunks(batch);
+    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Vec<Rewritten>>>> =
+        groups.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let batch_ref: &[(ChunkHead, Vec<u8>)] = batch;
+    std::thread::scope(|scope| -> io::Result<()> {
+        let jobs: Vec<_> = (0..workers.min(groups.len()))
+            .map(|_| {
+                scope.spawn(|| -> io::Result<()> {
+                    let mut comp = zstd::bulk::Compressor::new(FINISH_ZSTD_LEVEL)?;
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(g) = groups.get(i) else { return Ok(()) };
+                        let r = rewrite_group(&mut comp, g, batch_ref)?;
+                        *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                    }
+                })
+            })
+            .collect();
+        for j in jobs {
+            j.join().map_err(|_| io::Error::other("a compression thread panicked"))??;
+        }
+        Ok(())
+    })?;
+    let mut written = 0u64;
+    for r in results {
+        let recs = r.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_default();
+        for rec in recs {
+            if rec.flags & RECORD_FLAG_ZSTD != 0 {
+                stats.chunks_compressed += 1;
+            }
+            written += write_record(out, REC_EVENTS, rec.flags, &[&rec.head, &rec.body])?;
+        }
+    }
+    batch.clear();
+    Ok(written)
+}
+
+/// Rewrites the trace at `path` after the traced program has ended: joins
+/// consecutive EVENTS chunks of each thread, rewrites them in columns and
+/// compresses them (zstd level 3; see `columns`), copies other records
+/// verbatim, stops at the first damaged record, and appends a RUNINFO
+/// record with `runinfo`. The rewrite goes to a temp file in the same
+/// directory that then replaces `path`.
+pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishStats, TraceError> {
+    let file_len = fs::metadata(path).map_err(TraceError::io(path))?.len();
+    Finisher::start(path, file_len)?.finish(runinfo)
+}
+
+/// `finish_trace` in steps: `mtlab record` can rewrite the part of the trace
+/// the program has finished writing while the program still runs
+/// (`advance`), and the rest after it has ended (`finish`).
+pub struct Finisher {
+    path: PathBuf,
+    src: File,
+    reader: File,
+    tmp_path: PathBuf,
+    guard: TempGuard,
+    out: BufWriter<File>,
+    stats: FinishStats,
+    batch: Vec<(ChunkHead, Vec<u8>)>,
+    batch_bytes: usize,
+    n_chunks: usize,
+    /// Where the next record starts in the source.
+    off: u64,
+    /// Where the records start, and where `advance` had got to when
+    /// `finish` began.
+    header_end: u64,
+    advanced_to: u64,
+    written: u64,
+}
+
+/// What one step of the rewrite did with a record.
+enum Next {
+    Done,
+    /// The next record is not (yet) all there, or is damaged.
+    Stop(Damage),
+}
+
+impl Finisher {
+    /// Starts rewriting `path`, whose first `available` bytes are written
+    /// (the whole file once the program has ended).
+    pub fn start(path: &Path, available: u64) -> Result<Finisher, TraceError> {
+        let src = File::open(path).map_err(TraceError::io(path))?;
+        let (_version, _text, header_end) = read_file_header(&src, path, available)?;
+        let (tmp, tmp_path, guard) = temp_beside(path, "finish")?;
+        let mut out = BufWriter::with_capacity(1 << 20, tmp);
+        let head = header_at_this_version(&src, path, header_end)?;
+        out.write_all(&head).map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e })?;
+        let reader = src.try_clone().map_err(TraceError::io(path))?;
+        Ok(Finisher {
+            path: path.to_path_buf(),
+            src,
+            reader,
+            tmp_path,
+            guard,
+            out,
+            stats: FinishStats::default(),
+            batch: Vec::new(),
+            batch_bytes: 0,
+            n_chunks: 0,
+            off: header_end,
+            header_end,
+            advanced_to: header_end,
+            written: header_end,
+        })
+    }
+
+    fn tmp_err(&self) -> impl FnOnce(io::Error) -> TraceError + '_ {
+        move |e| TraceError::Io { path: self.tmp_path.clone(), source: e }
+    }
+
+    /// Rewrites the records that end within the first `available` bytes.
+    /// A record that runs past them, or does not parse, is left for
+    /// `finish`, which judges it on the whole file.
+    pub fn advance(&mut self, available: u64) -> Result<(), TraceError> {
+        self.run(available)?;
+        self.advanced_to = self.off;
+        Ok(())
+    }
+
+    fn run(&mut self, available: u64) -> Result<Next, TraceError> {
+        let path = self.path.clone();
+        loop {
+            let rec = match next_record(&self.src, self.off, available).map_err(TraceError::io(&path))? {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(Next::Done),
+                Err(d) => return Ok(Next::Stop(d)),
+            };
+            if rec.ty == REC_EVENTS && rec.flags & RECORD_FLAG_ZSTD == 0 {
+                let mut payload = vec![0u8; rec.payload_len as usize];
+                self.src.read_exact_at(&mut payload, rec.payload_offset()).map_err(TraceError::io(&path))?;
+                let info = match parse_chunk_header(&rec, &payload) {
+                    Ok(info) => info,
+                    Err(d) => return Ok(Next::Stop(d)),
+                };
+                self.n_chunks += 1;
+                self.batch_bytes += payload.len();
+                let head = ChunkHead {
+                    tid: info.tid,
+                    n_events: info.n_events,
+                    first_tsc: info.first_tsc,
+                    last_tsc: info.last_tsc,
+                };
+                self.batch.push((head, payload));
+                if self.batch_bytes >= FINISH_BATCH_BYTES {
+                    self.flush_batch()?;
+                }
+            } else {
+                self.flush_batch()?;
+                // Verbatim, streamed (header included).
+                self.written += copy_record(&mut self.reader, &path, &rec, &mut self.out, &self.tmp_path)?;
+            }
+            self.off = rec.end();
+        }
+    }
+
+    fn flush_batch(&mut self) -> Result<(), TraceError> {
+        let mut batch = std::mem::take(&mut self.batch);
+        let n = write_compressed_batch(&mut batch, &mut self.out, &mut self.stats);
+        self.batch = batch;
+        self.written += n.map_err(self.tmp_err())?;
+        self.batch_bytes = 0;
+        Ok(())
+    }
+
+    /// Rewrites the rest of the (now complete) file, appends RUNINFO with
+    /// `runinfo`, and replaces the trace with the rewrite.
+    pub fn finish(mut self, runinfo: &[(String, String)]) -> Result<FinishStats, TraceError> {
+        let path = self.path.clone();
+        let meta = self.src.metadata().map_err(TraceError::io(&path))?;
+        self.stats.bytes_before = meta.len();
+        let live = self.advanced_to - self.header_end;
+        if let Next::Stop(d) = self.run(meta.len())? {
+            self.stats.warnings.push(d.message(self.n_chunks));
+        }
+        self.flush_batch()?;
+
+        // RUNINFO, with the damage found here: the records after it are gone
+        // from the rewritten file, so the report must still be able to say so.
+        let live = live.to_string();
+        let text = kv_text(
+            runinfo
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str()))
+                .chain(self.stats.warnings.iter().map(|w| (keys::FINISH_WARNING, w.as_str())))
+                .chain(std::iter::once((keys::REWRITTEN_WHILE_RUNNING, live.as_str())).filter(|_| live != "0")),
+        );
+        self.written += write_record(&mut self.out, REC_RUNINFO, 0, &[text.as_bytes()]).map_err(self.tmp_err())?;
+
+        drop(self.src);
+        drop(self.reader);
+        self.guard.install(self.out, Some(meta.permissions()), false, &path)?;
+        self.stats.bytes_after = self.written;
+        Ok(self.stats)
+    }
+}
+
+#[cfg(test)]
+mod finish_speed {
+    /// `MTLAB_FINISH_TRACE=FILE cargo test --release --lib finish_speed -- --ignored --nocapture`:
+    /// times finish_trace on a copy of an unfinished trace.
+    #[test]
+    #[ignore]
+    fn finish_speed() {
+        let Ok(src) = std::env::var("MTLAB_FINISH_TRACE") else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t.mtl");
+        std::fs::copy(&src, &p).unwrap();
+        let t = std::time::Instant::now();
+        let st = super::finish_trace(&p, &[]).unwrap();
+        eprintln!("finish: {:.3} s, {} -> {} bytes", t.elapsed().as_secs_f64(), st.bytes_before, st.bytes_after);
+    }
+}

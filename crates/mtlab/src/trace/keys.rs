@@ -1,0 +1,45 @@
+//! The keys of the RUNINFO and STATS records (`key=value` text), in one
+//! place: each has one writer, and readers in several modules. Changing one
+//! here changes what old traces are read as, so they never change.
+
+// ---------------------------------------------------------------------------
+// RUNINFO: written by `mtlab record` after the run (`record.rs`).
+
+/// Wall-clock time of the traced run, in nanoseconds.
+pub const WALL_NS: &str = "wall_ns";
+/// The program's exit code, when it exited.
+pub const EXIT_CODE: &str = "exit_code";
+/// The signal that killed the program, when one did.
+pub const SIGNAL: &str = "signal";
+/// Wall-clock time of the untraced run (`record --baseline`), in nanoseconds.
+pub const BASELINE_WALL_NS: &str = "baseline_wall_ns";
+
+// ---------------------------------------------------------------------------
+// RUNINFO: written by the rewrites (`trace::finish`, `trace::compact`).
+
+/// Damage found when the trace was rewritten; the records from there on
+/// were dropped. May occur several times.
+pub const FINISH_WARNING: &str = "finish_warning";
+/// Bytes of the trace rewritten while the program still ran (only when not 0).
+pub const REWRITTEN_WHILE_RUNNING: &str = "rewritten_while_running";
+/// The time quantum of a compact trace, in ticks (`trace::compact`); its
+/// presence marks the trace as compact.
+pub const COMPACT_QUANTUM: &str = "compact_quantum";
+/// The heap's peak measured on the exact trace before compaction, as the
+/// JSON of a `heap::PeakReport` (written by `crate::compact`).
+pub const COMPACT_PEAK: &str = "compact_peak";
+
+// ---------------------------------------------------------------------------
+// STATS: written by the preload library at process exit (`writer.c`,
+// `sampler.c`).
+
+/// Stacks the sampler captured.
+pub const STACKS_CAPTURED: &str = "stacks_captured";
+/// Cycles the sampler spent capturing those stacks.
+pub const UNWIND_CYCLES: &str = "unwind_cycles";
+/// Samples whose blocks the sampler could not remember (its address set was full).
+pub const SAMPLES_UNTRACKED: &str = "samples_untracked";
+/// Samples taken.
+pub const SAMPLES: &str = "samples";
+/// The process's peak resident set size, in KiB (`getrusage`).
+pub const MAX_RSS_KIB: &str = "max_rss_kib";

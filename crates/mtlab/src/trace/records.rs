@@ -1,0 +1,266 @@
+//! Records: finding, checking and writing their headers, the chunk header
+//! of EVENTS records and the END record's totals. What the reader, the
+//! finisher and the compactor all need, and nothing about events.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use super::error::TraceError;
+use super::format::*;
+
+/// Records larger than this are taken as damage: mtlab never writes one.
+pub(crate) const MAX_PAYLOAD: u32 = 1 << 30;
+
+/// The END record's totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EndRecord {
+    pub end_tsc: u64,
+    pub end_ns: u64,
+    pub events_written: u64,
+    pub events_dropped: u64,
+    pub chunks_dropped: u64,
+    pub stacks_overflowed: u64,
+}
+
+impl EndRecord {
+    pub fn from_bytes(b: &[u8]) -> Option<EndRecord> {
+        if b.len() < END_PAYLOAD as usize {
+            return None;
+        }
+        let u = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+        Some(EndRecord {
+            end_tsc: u(0),
+            end_ns: u(1),
+            events_written: u(2),
+            events_dropped: u(3),
+            chunks_dropped: u(4),
+            stacks_overflowed: u(5),
+        })
+    }
+
+    pub fn to_bytes(&self) -> [u8; END_PAYLOAD as usize] {
+        let mut b = [0u8; END_PAYLOAD as usize];
+        for (i, v) in [
+            self.end_tsc,
+            self.end_ns,
+            self.events_written,
+            self.events_dropped,
+            self.chunks_dropped,
+            self.stacks_overflowed,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+}
+
+/// One EVENTS record, as found by the index pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkInfo {
+    /// File offset of the record header.
+    pub offset: u64,
+    /// Record payload length (24-byte chunk header included).
+    pub payload_len: u32,
+    /// The event bytes are one zstd frame.
+    pub compressed: bool,
+    /// ... holding the column layout (`columns.rs`) rather than rows.
+    pub columns: bool,
+    pub tid: u32,
+    pub n_events: u32,
+    pub first_tsc: u64,
+    pub last_tsc: u64,
+}
+
+/// A record header found at `offset`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RecHdr {
+    pub offset: u64,
+    pub payload_len: u32,
+    pub ty: u16,
+    pub flags: u16,
+}
+
+impl RecHdr {
+    pub fn payload_offset(&self) -> u64 {
+        self.offset + RECORD_HEADER as u64
+    }
+    pub fn end(&self) -> u64 {
+        self.payload_offset() + self.payload_len as u64
+    }
+}
+
+/// Why reading records stopped early.
+#[derive(Debug, Clone)]
+pub(crate) enum Damage {
+    Truncated {
+        offset: u64,
+        record_len: u64,
+        file_len: u64,
+    },
+    Bad {
+        offset: u64,
+        reason: String,
+    },
+}
+
+impl Damage {
+    pub fn message(&self, chunks_before: usize) -> String {
+        let using = if chunks_before == 1 {
+            "using the 1 chunk before it".to_string()
+        } else {
+            format!("using the {chunks_before} chunks before it")
+        };
+        match self {
+            Damage::Truncated {
+                offset,
+                record_len,
+                file_len,
+            } => format!(
+                "trace truncated at byte {offset}: record of {record_len} bytes runs past the end \
+                 (file is {file_len} bytes); {using}"
+            ),
+            Damage::Bad { offset, reason } => format!("trace damaged at byte {offset}: {reason}; {using}"),
+        }
+    }
+}
+
+/// Reads and checks the file header. Returns the version, the header text
+/// and the offset of the first record.
+pub(crate) fn read_file_header(file: &File, path: &Path, file_len: u64) -> Result<(u32, String, u64), TraceError> {
+    let not_a_trace = || TraceError::NotATrace {
+        path: path.to_path_buf(),
+    };
+    if file_len < FILE_HEADER_FIXED as u64 {
+        return Err(not_a_trace());
+    }
+    let mut fixed = [0u8; FILE_HEADER_FIXED as usize];
+    file.read_exact_at(&mut fixed, 0).map_err(TraceError::io(path))?;
+    if fixed[..8] != TRACE_MAGIC {
+        return Err(not_a_trace());
+    }
+    let version = u32::from_le_bytes(fixed[8..12].try_into().unwrap());
+    let text_len = u32::from_le_bytes(fixed[12..16].try_into().unwrap()) as u64;
+    if version > TRACE_VERSION {
+        return Err(TraceError::NewerVersion {
+            path: path.to_path_buf(),
+            found: version,
+            supported: TRACE_VERSION,
+        });
+    }
+    if version == 0 {
+        return Err(TraceError::BadHeader {
+            path: path.to_path_buf(),
+            reason: "format version 0 does not exist".into(),
+        });
+    }
+    if FILE_HEADER_FIXED as u64 + text_len > file_len {
+        return Err(TraceError::BadHeader {
+            path: path.to_path_buf(),
+            reason: format!("its text of {text_len} bytes runs past the end of the file ({file_len} bytes)"),
+        });
+    }
+    let mut text = vec![0u8; text_len as usize];
+    file.read_exact_at(&mut text, FILE_HEADER_FIXED as u64)
+        .map_err(TraceError::io(path))?;
+    let text = String::from_utf8(text).map_err(|e| TraceError::BadHeader {
+        path: path.to_path_buf(),
+        reason: format!("its text is not UTF-8 ({e})"),
+    })?;
+    Ok((version, text, FILE_HEADER_FIXED as u64 + text_len))
+}
+
+/// Reads the record header at `offset`: `Ok(None)` at a clean end of file.
+pub(crate) fn next_record(file: &File, offset: u64, file_len: u64) -> io::Result<Result<Option<RecHdr>, Damage>> {
+    if offset >= file_len {
+        return Ok(Ok(None));
+    }
+    if offset + RECORD_HEADER as u64 > file_len {
+        return Ok(Err(Damage::Truncated {
+            offset,
+            record_len: RECORD_HEADER as u64,
+            file_len,
+        }));
+    }
+    let mut b = [0u8; RECORD_HEADER as usize];
+    file.read_exact_at(&mut b, offset)?;
+    let rec = RecHdr {
+        offset,
+        payload_len: u32::from_le_bytes(b[0..4].try_into().unwrap()),
+        ty: u16::from_le_bytes(b[4..6].try_into().unwrap()),
+        flags: u16::from_le_bytes(b[6..8].try_into().unwrap()),
+    };
+    if rec.end() > file_len {
+        return Ok(Err(Damage::Truncated {
+            offset,
+            record_len: RECORD_HEADER as u64 + rec.payload_len as u64,
+            file_len,
+        }));
+    }
+    if rec.payload_len > MAX_PAYLOAD {
+        return Ok(Err(Damage::Bad {
+            offset,
+            reason: format!("record of {} bytes is larger than mtlab ever writes", rec.payload_len),
+        }));
+    }
+    Ok(Ok(Some(rec)))
+}
+
+/// Checks an EVENTS record's 24-byte chunk header (`head` holds at least the
+/// first 24 payload bytes, or fewer when the payload is that short).
+pub(crate) fn parse_chunk_header(rec: &RecHdr, head: &[u8]) -> Result<ChunkInfo, Damage> {
+    if (rec.payload_len as usize) < EVENTS_HEADER as usize || head.len() < EVENTS_HEADER as usize {
+        return Err(Damage::Bad {
+            offset: rec.offset,
+            reason: format!(
+                "EVENTS record of {} bytes is shorter than its {EVENTS_HEADER}-byte chunk header",
+                rec.payload_len
+            ),
+        });
+    }
+    let u32_at = |i: usize| u32::from_le_bytes(head[i..i + 4].try_into().unwrap());
+    let u64_at = |i: usize| u64::from_le_bytes(head[i..i + 8].try_into().unwrap());
+    let info = ChunkInfo {
+        offset: rec.offset,
+        payload_len: rec.payload_len,
+        compressed: rec.flags & RECORD_FLAG_ZSTD != 0,
+        columns: rec.flags & RECORD_FLAG_ZSTD != 0 && rec.flags & RECORD_FLAG_COLUMNS != 0,
+        tid: u32_at(0),
+        n_events: u32_at(4),
+        first_tsc: u64_at(8),
+        last_tsc: u64_at(16),
+    };
+    if info.first_tsc > info.last_tsc {
+        return Err(Damage::Bad {
+            offset: rec.offset,
+            reason: format!(
+                "EVENTS chunk of thread {} says its first_tsc {} is after its last_tsc {}",
+                info.tid, info.first_tsc, info.last_tsc
+            ),
+        });
+    }
+    Ok(info)
+}
+
+/// The 8-byte header of a record of `len` payload bytes.
+fn record_header(ty: u16, flags: u16, len: usize) -> [u8; RECORD_HEADER as usize] {
+    let mut h = [0u8; RECORD_HEADER as usize];
+    h[0..4].copy_from_slice(&(len as u32).to_le_bytes());
+    h[4..6].copy_from_slice(&ty.to_le_bytes());
+    h[6..8].copy_from_slice(&flags.to_le_bytes());
+    h
+}
+
+/// Writes one record whose payload is `parts` back to back; its size in the file.
+pub(crate) fn write_record(out: &mut impl Write, ty: u16, flags: u16, parts: &[&[u8]]) -> io::Result<u64> {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    out.write_all(&record_header(ty, flags, len))?;
+    for p in parts {
+        out.write_all(p)?;
+    }
+    Ok(RECORD_HEADER as u64 + len as u64)
+}

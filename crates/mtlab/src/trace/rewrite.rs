@@ -1,0 +1,97 @@
+//! What both rewrites of a trace (`finish`, `compact`) share: the temp file
+//! beside the trace, the header at this version, verbatim record copies, and
+//! the install over the original.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use super::error::TraceError;
+use super::format::*;
+use super::records::RecHdr;
+
+/// Removes the temp file unless disarmed.
+pub(crate) struct TempGuard(pub(crate) Option<PathBuf>);
+
+/// Creates the temp file a rewrite of `dst` is written to before it is
+/// renamed over it: `.NAME.WHAT-PID` in the same directory (so the rename
+/// stays within one file system), removed again unless the guard is disarmed.
+pub(crate) fn temp_beside(dst: &Path, what: &str) -> Result<(File, PathBuf, TempGuard), TraceError> {
+    let dir = match dst.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+    let tmp_path = dir.join(format!(".{name}.{what}-{}", std::process::id()));
+    let _ = fs::remove_file(&tmp_path);
+    let tmp = OpenOptions::new().write(true).create_new(true).open(&tmp_path).map_err(TraceError::io(&tmp_path))?;
+    let guard = TempGuard(Some(tmp_path.clone()));
+    Ok((tmp, tmp_path, guard))
+}
+
+/// The file header of `src` (its first `header_end` bytes), verbatim but
+/// for the version: rewritten records use this version's layouts, which
+/// readers of older versions do not know.
+pub(crate) fn header_at_this_version(src: &File, path: &Path, header_end: u64) -> Result<Vec<u8>, TraceError> {
+    let mut head = vec![0u8; header_end as usize];
+    src.read_exact_at(&mut head, 0).map_err(TraceError::io(path))?;
+    let version = u32::from_le_bytes(head[8..12].try_into().expect("4 bytes"));
+    if version < TRACE_VERSION {
+        head[8..12].copy_from_slice(&TRACE_VERSION.to_le_bytes());
+    }
+    Ok(head)
+}
+
+/// Copies record `rec` of the trace `src` (at `src_path`), header
+/// included, to `out` (at `out_path`); its size in the file.
+pub(crate) fn copy_record(
+    src: &mut File,
+    src_path: &Path,
+    rec: &RecHdr,
+    out: &mut impl Write,
+    out_path: &Path,
+) -> Result<u64, TraceError> {
+    src.seek(SeekFrom::Start(rec.offset)).map_err(TraceError::io(src_path))?;
+    let n = RECORD_HEADER as u64 + rec.payload_len as u64;
+    let copied = io::copy(&mut src.take(n), out).map_err(TraceError::io(out_path))?;
+    if copied != n {
+        let e = io::Error::new(io::ErrorKind::UnexpectedEof, "the trace shrank while being rewritten");
+        return Err(TraceError::io(src_path)(e));
+    }
+    Ok(n)
+}
+
+impl TempGuard {
+    /// Replaces `dst` with the finished rewrite in `out` (this guard's temp
+    /// file): flushed, given `perms`, synced to disk when `durable`, renamed.
+    pub(crate) fn install(
+        mut self,
+        out: BufWriter<File>,
+        perms: Option<fs::Permissions>,
+        durable: bool,
+        dst: &Path,
+    ) -> Result<(), TraceError> {
+        let tmp_path = self.0.clone().expect("an armed guard");
+        let file = out.into_inner().map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e.into_error() })?;
+        if let Some(p) = perms {
+            let _ = file.set_permissions(p);
+        }
+        if durable {
+            file.sync_data().map_err(TraceError::io(&tmp_path))?;
+        }
+        drop(file);
+        fs::rename(&tmp_path, dst).map_err(TraceError::io(dst))?;
+        self.0 = None;
+        Ok(())
+    }
+}
+
+impl Drop for TempGuard {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
