@@ -66,7 +66,7 @@ impl StoreArgs {
 /// How configurations are repeated.
 #[derive(Args, Debug, Clone)]
 pub struct RepeatArgs {
-    /// Rounds measured; each round runs every configuration once, interleaved (default per command).
+    /// Rounds measured; each round runs every configuration once, interleaved (default: tracer 5, program 3, malloc 3).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub reps: Option<u32>,
     /// Rounds run first and discarded.

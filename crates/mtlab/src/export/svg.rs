@@ -62,6 +62,8 @@ fn tick_label(scale: Scale, v: f64) -> String {
                 format!("{v:.2}")
             }
         }
+        // Powers of two only: a tick between two is not a size anyone sweeps.
+        Scale::Log2 | Scale::Log2Bytes if (v - v.round()).abs() > 1e-6 => String::new(),
         Scale::Log2 => format!("{:.0}", 2f64.powf(v)),
         Scale::Log2Bytes => crate::units::format_size(2f64.powf(v).round().max(1.0) as u64),
     }
