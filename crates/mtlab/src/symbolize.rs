@@ -25,9 +25,11 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use object::elf;
+use object::read::elf::{FileHeader, NoteIterator, ProgramHeader, SectionHeader};
+use object::{Endian, Endianness, FileKind, ReadCache};
 use serde::{Deserialize, Serialize};
 
 // ---------------------------------------------------------------------------------------
@@ -208,15 +210,10 @@ impl fmt::Display for Frame {
 }
 
 // ---------------------------------------------------------------------------------------
-// Minimal ELF reader (program headers, notes, a few sections)
+// What we need of an ELF file: load segments, build-id, debug links (`object` crate)
 // ---------------------------------------------------------------------------------------
 
-const PT_LOAD: u32 = 1;
-const PT_NOTE: u32 = 4;
-const SHT_NOTE: u32 = 7;
-const SHT_NOBITS: u32 = 8;
-const NT_GNU_BUILD_ID: u32 = 3;
-/// Upper bound for any header table or small section we read into memory.
+/// Upper bound for any note or link section read into memory.
 const MAX_TABLE: u64 = 64 << 20;
 
 #[derive(Debug, Clone, Copy)]
@@ -238,262 +235,86 @@ struct ElfInfo {
     has_dwarf: bool,
 }
 
-struct ElfReader<'f> {
-    file: &'f File,
-    is64: bool,
-    le: bool,
-}
-
-impl ElfReader<'_> {
-    fn read(&self, off: u64, len: u64) -> Option<Vec<u8>> {
-        if len > MAX_TABLE {
-            return None;
+/// The first GNU build-id note among `notes`; a damaged note ends the search.
+fn build_id_note<Elf: FileHeader>(mut notes: NoteIterator<'_, Elf>, endian: Elf::Endian) -> Option<Vec<u8>> {
+    while let Ok(Some(note)) = notes.next() {
+        if note.n_type(endian) == elf::NT_GNU_BUILD_ID && note.name_bytes() == b"GNU\0" && !note.desc().is_empty() {
+            return Some(note.desc().to_vec());
         }
-        let mut buf = vec![0u8; len as usize];
-        self.file.read_exact_at(&mut buf, off).ok()?;
-        Some(buf)
-    }
-    fn u16(&self, b: &[u8], at: usize) -> Option<u64> {
-        let x: [u8; 2] = b.get(at..at + 2)?.try_into().ok()?;
-        Some(if self.le {
-            u16::from_le_bytes(x)
-        } else {
-            u16::from_be_bytes(x)
-        } as u64)
-    }
-    fn u32(&self, b: &[u8], at: usize) -> Option<u64> {
-        let x: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
-        Some(if self.le {
-            u32::from_le_bytes(x)
-        } else {
-            u32::from_be_bytes(x)
-        } as u64)
-    }
-    fn u64(&self, b: &[u8], at: usize) -> Option<u64> {
-        let x: [u8; 8] = b.get(at..at + 8)?.try_into().ok()?;
-        Some(if self.le {
-            u64::from_le_bytes(x)
-        } else {
-            u64::from_be_bytes(x)
-        })
-    }
-    /// A word: 8 bytes in ELF64, 4 in ELF32.
-    fn word(&self, b: &[u8], at64: usize, at32: usize) -> Option<u64> {
-        if self.is64 {
-            self.u64(b, at64)
-        } else {
-            self.u32(b, at32)
-        }
-    }
-}
-
-struct SectionHeader {
-    name: u64,
-    kind: u32,
-    offset: u64,
-    size: u64,
-    link: u64,
-    info: u64,
-}
-
-fn parse_notes(r: &ElfReader<'_>, data: &[u8], align: u64) -> Option<Vec<u8>> {
-    let align = if align == 8 { 8 } else { 4 };
-    let pad = |n: usize| n.div_ceil(align) * align;
-    let mut p = 0usize;
-    while p + 12 <= data.len() {
-        let namesz = r.u32(data, p)? as usize;
-        let descsz = r.u32(data, p + 4)? as usize;
-        let kind = r.u32(data, p + 8)? as u32;
-        let name_at = p + 12;
-        let desc_at = name_at.checked_add(pad(namesz))?;
-        let next = desc_at.checked_add(pad(descsz))?;
-        let name = data.get(name_at..name_at + namesz)?;
-        let desc = data.get(desc_at..desc_at + descsz)?;
-        if kind == NT_GNU_BUILD_ID && name == b"GNU\0" && !desc.is_empty() {
-            return Some(desc.to_vec());
-        }
-        p = next;
     }
     None
 }
 
 fn read_elf_info(path: &Path) -> Result<ElfInfo, String> {
     let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut ident = [0u8; 64];
-    file.read_exact_at(&mut ident[..52], 0)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if &ident[..4] != b"\x7fELF" {
-        return Err(format!("{}: not an ELF file", path.display()));
-    }
-    let is64 = match ident[4] {
-        1 => false,
-        2 => true,
-        c => return Err(format!("{}: bad ELF class {c}", path.display())),
+    // Reads only the headers and small sections asked for: debug files can be huge.
+    let data = ReadCache::new(file);
+    let info = match FileKind::parse(&data) {
+        Ok(FileKind::Elf64) => elf_info::<elf::FileHeader64<Endianness>>(&data),
+        Ok(FileKind::Elf32) => elf_info::<elf::FileHeader32<Endianness>>(&data),
+        _ => Err("not an ELF file".to_string()),
     };
-    let le = match ident[5] {
-        1 => true,
-        2 => false,
-        d => return Err(format!("{}: bad ELF data encoding {d}", path.display())),
-    };
-    if is64 {
-        file.read_exact_at(&mut ident, 0)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    let r = ElfReader {
-        file: &file,
-        is64,
-        le,
-    };
-    let bad = || format!("{}: malformed ELF header", path.display());
-    let h = &ident[..];
-    let phoff = r.word(h, 32, 28).ok_or_else(bad)?;
-    let shoff = r.word(h, 40, 32).ok_or_else(bad)?;
-    let (phentsize, mut phnum, shentsize, mut shnum, mut shstrndx) = if is64 {
-        (
-            r.u16(h, 54),
-            r.u16(h, 56),
-            r.u16(h, 58),
-            r.u16(h, 60),
-            r.u16(h, 62),
-        )
-    } else {
-        (
-            r.u16(h, 42),
-            r.u16(h, 44),
-            r.u16(h, 46),
-            r.u16(h, 48),
-            r.u16(h, 50),
-        )
-    };
-    let phentsize = phentsize.ok_or_else(bad)?;
-    let shentsize = shentsize.ok_or_else(bad)?;
+    info.map_err(|e| format!("{}: {e}", path.display()))
+}
 
-    // Section headers (optional: a file without them still has program headers).
-    let read_shdr = |b: &[u8], at: usize| -> Option<SectionHeader> {
-        Some(SectionHeader {
-            name: r.u32(b, at)?,
-            kind: r.u32(b, at + 4)? as u32,
-            offset: r.word(b, at + 24, at + 16)?,
-            size: r.word(b, at + 32, at + 20)?,
-            link: r.u32(b, at + if is64 { 40 } else { 24 })?,
-            info: r.u32(b, at + if is64 { 44 } else { 28 })?,
-        })
-    };
-    let min_shent = if is64 { 64 } else { 40 };
-    let mut sections = Vec::new();
-    if shoff != 0 && shentsize >= min_shent {
-        // Extended numbering lives in section 0.
-        if let Some(s0) = r.read(shoff, shentsize).and_then(|b| read_shdr(&b, 0)) {
-            if shnum == Some(0) {
-                shnum = Some(s0.size);
-            }
-            if shstrndx == Some(0xffff) {
-                shstrndx = Some(s0.link);
-            }
-            if phnum == Some(0xffff) {
-                phnum = Some(s0.info);
-            }
-        }
-        if let Some(n) = shnum {
-            if let Some(table) = r.read(shoff, n.saturating_mul(shentsize)) {
-                for i in 0..n as usize {
-                    if let Some(s) = read_shdr(&table, i * shentsize as usize) {
-                        sections.push(s);
-                    }
-                }
-            }
-        }
-    }
-    let names = shstrndx
-        .and_then(|i| sections.get(i as usize))
-        .and_then(|s| r.read(s.offset, s.size))
-        .unwrap_or_default();
-    let section_name = |s: &SectionHeader| -> &[u8] {
-        let start = s.name as usize;
-        let rest = names.get(start..).unwrap_or(&[]);
-        &rest[..rest.iter().position(|&c| c == 0).unwrap_or(rest.len())]
-    };
-
+fn elf_info<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<File>) -> Result<ElfInfo, String> {
+    let header = Elf::parse(data).map_err(|_| "malformed ELF header".to_string())?;
+    let endian = header.endian().map_err(|_| "malformed ELF header".to_string())?;
     let mut info = ElfInfo::default();
 
-    // Program headers.
-    let phnum = phnum.ok_or_else(bad)?;
-    let min_phent = if is64 { 56 } else { 32 };
-    if phoff != 0 && phnum != 0 && phentsize >= min_phent {
-        let table = r
-            .read(phoff, phnum.saturating_mul(phentsize))
-            .ok_or_else(|| format!("{}: cannot read program headers", path.display()))?;
-        for i in 0..phnum as usize {
-            let at = i * phentsize as usize;
-            let Some(kind) = r.u32(&table, at) else {
-                continue;
-            };
-            let (offset, vaddr, filesz, align) = if is64 {
-                (
-                    r.u64(&table, at + 8),
-                    r.u64(&table, at + 16),
-                    r.u64(&table, at + 32),
-                    r.u64(&table, at + 48),
-                )
-            } else {
-                (
-                    r.u32(&table, at + 4),
-                    r.u32(&table, at + 8),
-                    r.u32(&table, at + 16),
-                    r.u32(&table, at + 28),
-                )
-            };
-            let (Some(offset), Some(vaddr), Some(filesz), Some(align)) =
-                (offset, vaddr, filesz, align)
-            else {
-                continue;
-            };
-            match kind as u32 {
-                PT_LOAD => info.loads.push(LoadSegment {
-                    offset,
-                    vaddr,
-                    filesz,
-                }),
-                PT_NOTE if info.build_id.is_none() => {
-                    if let Some(data) = r.read(offset, filesz) {
-                        info.build_id = parse_notes(&r, &data, align);
-                    }
+    let phdrs = header.program_headers(endian, data).map_err(|_| "cannot read program headers".to_string())?;
+    for ph in phdrs {
+        match ph.p_type(endian) {
+            elf::PT_LOAD => info.loads.push(LoadSegment {
+                offset: ph.p_offset(endian).into(),
+                vaddr: ph.p_vaddr(endian).into(),
+                filesz: ph.p_filesz(endian).into(),
+            }),
+            elf::PT_NOTE if info.build_id.is_none() && ph.p_filesz(endian).into() <= MAX_TABLE => {
+                if let Ok(Some(notes)) = ph.notes(endian, data) {
+                    info.build_id = build_id_note::<Elf>(notes, endian);
                 }
-                _ => {}
             }
+            _ => {}
         }
     }
 
-    for s in &sections {
-        let name = section_name(s);
-        let readable = s.kind != SHT_NOBITS && s.size > 0;
+    // Section headers are optional: a file without them still has program headers.
+    let Ok(sections) = header.sections(endian, data) else { return Ok(info) };
+    for s in sections.iter() {
+        let name = sections.section_name(endian, s).unwrap_or_default();
+        let size: u64 = s.sh_size(endian).into();
+        let readable = s.sh_type(endian) != elf::SHT_NOBITS && size > 0;
+        let small = readable && size <= MAX_TABLE;
         match name {
             b".debug_info" | b".zdebug_info" | b".debug_line" | b".zdebug_line" if readable => {
                 info.has_dwarf = true;
             }
-            b".gnu_debuglink" if readable => {
-                if let Some(data) = r.read(s.offset, s.size) {
-                    if let Some(nul) = data.iter().position(|&c| c == 0) {
+            b".gnu_debuglink" if small => {
+                if let Ok(d) = s.data(endian, data) {
+                    if let Some(nul) = d.iter().position(|&c| c == 0) {
                         let crc_at = (nul + 1 + 3) & !3;
-                        let crc = r.u32(&data, crc_at).unwrap_or(0) as u32;
+                        let crc = d
+                            .get(crc_at..crc_at + 4)
+                            .and_then(|b| b.try_into().ok())
+                            .map(|b: [u8; 4]| endian.read_u32(b))
+                            .unwrap_or(0);
                         if nul > 0 {
-                            let name = String::from_utf8_lossy(&data[..nul]).into_owned();
-                            info.debuglink = Some((name, crc));
+                            info.debuglink = Some((String::from_utf8_lossy(&d[..nul]).into_owned(), crc));
                         }
                     }
                 }
             }
-            b".gnu_debugaltlink" if readable => {
-                if let Some(data) = r.read(s.offset, s.size) {
-                    if let Some(nul) = data.iter().position(|&c| c == 0) {
-                        let name = String::from_utf8_lossy(&data[..nul]).into_owned();
-                        info.altlink = Some((name, data[nul + 1..].to_vec()));
+            b".gnu_debugaltlink" if small => {
+                if let Ok(d) = s.data(endian, data) {
+                    if let Some(nul) = d.iter().position(|&c| c == 0) {
+                        info.altlink = Some((String::from_utf8_lossy(&d[..nul]).into_owned(), d[nul + 1..].to_vec()));
                     }
                 }
             }
-            _ if s.kind == SHT_NOTE && readable && info.build_id.is_none() => {
-                if let Some(data) = r.read(s.offset, s.size) {
-                    info.build_id = parse_notes(&r, &data, 4);
+            _ if s.sh_type(endian) == elf::SHT_NOTE && small && info.build_id.is_none() => {
+                if let Ok(Some(notes)) = s.notes(endian, data) {
+                    info.build_id = build_id_note::<Elf>(notes, endian);
                 }
             }
             _ => {}
@@ -505,31 +326,17 @@ fn read_elf_info(path: &Path) -> Result<ElfInfo, String> {
 /// CRC-32 (IEEE, as used by `.gnu_debuglink`) of a whole file.
 fn file_crc32(path: &Path) -> Option<u32> {
     use std::io::Read;
-    let mut table = [0u32; 256];
-    for (i, t) in table.iter_mut().enumerate() {
-        let mut c = i as u32;
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-        }
-        *t = c;
-    }
     let mut f = File::open(path).ok()?;
     let mut buf = vec![0u8; 1 << 16];
-    let mut crc = !0u32;
+    let mut crc = crc32fast::Hasher::new();
     loop {
         let n = f.read(&mut buf).ok()?;
         if n == 0 {
             break;
         }
-        for &b in &buf[..n] {
-            crc = table[((crc ^ b as u32) & 0xff) as usize] ^ (crc >> 8);
-        }
+        crc.update(&buf[..n]);
     }
-    Some(!crc)
+    Some(crc.finalize())
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -1155,6 +962,16 @@ zzzz-1000 r-xp 00000000 00:00 0 /bad/hex
         f.function = None;
         assert_eq!(f.display(), "prog+0x1000");
         assert_eq!(f.to_string(), "prog+0x1000");
+    }
+
+    /// `.gnu_debuglink` records the IEEE CRC-32 of the whole debug file.
+    #[test]
+    fn symbolize_debuglink_crc_is_ieee() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f");
+        std::fs::write(&p, b"123456789").unwrap();
+        assert_eq!(file_crc32(&p), Some(0xCBF4_3926));
+        assert_eq!(file_crc32(&dir.path().join("missing")), None);
     }
 
     #[test]
