@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::model::{HeapSnapshot, RegionKind, ShadowHeap};
 use super::stats::{CycleSummary, FuncStats};
-use crate::profile::sampled::{read_sampled, Estimate, SampledTotals};
+use crate::profile::sampled::{Estimate, SampledPass, SampledTotals};
 use crate::symbolize::{parse_maps, Symbolizer};
 use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
 use crate::trace::{keys, EventKind, Func, Item, TraceError, TraceFile};
@@ -456,6 +456,8 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         compact: compact_quantum.is_some(),
         program_maps: ProgramMappings { calls: 0, bytes: 0 },
     };
+    // A sampled trace's profile is estimated in this same decode pass.
+    let mut sampled = (trace.header.sample_interval > 0).then(SampledPass::default);
     let mut items = trace.items()?;
     let mut last_tsc = 0;
     for item in &mut items {
@@ -466,6 +468,9 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
             Item::Event(ev) => {
                 last_tsc = ev.tsc;
                 pass.event(&ev);
+                if let Some(s) = &mut sampled {
+                    s.event(&ev);
+                }
             }
         }
     }
@@ -525,8 +530,8 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         (Some(b), Some(t)) if b > 0 => Some(Slowdown { baseline_wall_ns: b, traced_wall_ns: t, ratio: t as f64 / b as f64 }),
         _ => None,
     };
-    let profile = if trace.header.sample_interval > 0 {
-        let p = read_sampled(trace)?;
+    let profile = if let Some(s) = sampled {
+        let p = s.finish(trace, &pass.stacks);
         let top = p
             .stacks
             .iter()

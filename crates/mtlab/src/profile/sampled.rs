@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::data::{ProfileData, StackSample};
 use crate::symbolize::parse_maps;
-use crate::trace::{EventKind, Item, TraceError, TraceFile};
+use crate::trace::{Event, EventKind, Item, TraceError, TraceFile};
 
 /// Probability that an allocation of `size` bytes is sampled at mean interval `interval`.
 pub fn sample_probability(size: u64, interval: u64) -> f64 {
@@ -101,14 +101,38 @@ fn add_live(s: &mut SampledStack, l: &Live) {
     s.inuse_objects.variance += l.weight * l.objects * l.objects;
 }
 
-pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
-    let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
-    let mut per: HashMap<u32, SampledStack> = HashMap::default();
-    let mut live: HashMap<u64, Live> = HashMap::default();
-    let mut intervals = Vec::new();
-    let (mut samples, mut frees) = (0u64, 0u64);
-    let empty = SampledStack {
-        stack_id: 0,
+/// The sampled profile's share of a pass over a trace: fed every event by
+/// whoever decodes the trace (`read_sampled`, or the heap analysis's own
+/// pass), so a report needs one decode for both.
+pub struct SampledPass {
+    per: HashMap<u32, SampledStack>,
+    live: HashMap<u64, Live>,
+    intervals: Vec<u64>,
+    samples: u64,
+    frees: u64,
+    total: SampledStack,
+    first_tsc: u64,
+    last_tsc: u64,
+}
+
+impl Default for SampledPass {
+    fn default() -> Self {
+        SampledPass {
+            per: HashMap::default(),
+            live: HashMap::default(),
+            intervals: Vec::new(),
+            samples: 0,
+            frees: 0,
+            total: empty_stack(0),
+            first_tsc: u64::MAX,
+            last_tsc: 0,
+        }
+    }
+}
+
+fn empty_stack(stack_id: u32) -> SampledStack {
+    SampledStack {
+        stack_id,
         pcs: Vec::new(),
         samples: 0,
         alloc_bytes: Estimate::default(),
@@ -116,80 +140,96 @@ pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
         inuse_samples: 0,
         inuse_bytes: Estimate::default(),
         inuse_objects: Estimate::default(),
-    };
-    let mut total = empty.clone();
-    let (mut first_tsc, mut last_tsc) = (u64::MAX, 0u64);
+    }
+}
+
+impl SampledPass {
+    pub fn event(&mut self, ev: &Event) {
+        match ev.kind {
+            EventKind::Sample { size, ptr, interval, .. } if ptr != 0 => {
+                self.samples += 1;
+                self.first_tsc = self.first_tsc.min(ev.tsc);
+                self.last_tsc = self.last_tsc.max(ev.tsc);
+                if !self.intervals.contains(&interval) {
+                    self.intervals.push(interval);
+                }
+                // A new stack starts from zero (not from the running total).
+                let s = self.per.entry(ev.stack).or_insert_with(|| empty_stack(ev.stack));
+                s.samples += 1;
+                let (b, o, q) = add_sample(&mut s.alloc_bytes, &mut s.alloc_objects, size, interval);
+                add_sample(&mut self.total.alloc_bytes, &mut self.total.alloc_objects, size, interval);
+                self.live.insert(ptr, Live { stack: ev.stack, bytes: b, objects: o, weight: q });
+            }
+            EventKind::SampleFree { ptr } => {
+                self.frees += 1;
+                self.live.remove(&ptr);
+            }
+            _ => {}
+        }
+    }
+
+    /// The profile, once every event of `trace` has been fed; `stacks` are
+    /// the trace's stack definitions.
+    pub fn finish(self, trace: &TraceFile, stacks: &HashMap<u32, Vec<u64>>) -> SampledProfile {
+        let SampledPass { mut per, live, intervals, samples, frees, mut total, first_tsc, last_tsc } = self;
+        for l in live.values() {
+            add_live(&mut total, l);
+            if let Some(s) = per.get_mut(&l.stack) {
+                add_live(s, l);
+            }
+        }
+        let mut list: Vec<SampledStack> = per
+            .into_values()
+            .map(|mut s| {
+                s.pcs = stacks.get(&s.stack_id).cloned().unwrap_or_default();
+                s
+            })
+            .collect();
+        list.sort_by(|a, b| b.alloc_bytes.value.total_cmp(&a.alloc_bytes.value).then(a.stack_id.cmp(&b.stack_id)));
+        let data = ProfileData {
+            samples: list
+                .iter()
+                .map(|s| StackSample {
+                    pcs: s.pcs.clone(),
+                    alloc_objects: s.alloc_objects.value,
+                    alloc_bytes: s.alloc_bytes.value,
+                    inuse_objects: s.inuse_objects.value,
+                    inuse_bytes: s.inuse_bytes.value,
+                })
+                .collect(),
+            maps: trace.maps.iter().flat_map(|m| parse_maps(m)).collect(),
+            period_bytes: intervals.first().copied().unwrap_or(trace.header.sample_interval),
+            start_ns: trace.header.start_ns,
+            duration_ns: if first_tsc <= last_tsc { trace.header.ns_since_start(last_tsc).unwrap_or(0) } else { 0 },
+        };
+        SampledProfile {
+            totals: SampledTotals {
+                intervals,
+                samples,
+                sample_frees: frees,
+                alloc_bytes: total.alloc_bytes,
+                alloc_objects: total.alloc_objects,
+                inuse_bytes: total.inuse_bytes,
+                inuse_objects: total.inuse_objects,
+            },
+            stacks: list,
+            data,
+        }
+    }
+}
+
+pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
+    let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
+    let mut pass = SampledPass::default();
     for item in trace.items()? {
         match item {
             Item::Stack { id, pcs } => {
                 stacks.insert(id, pcs);
             }
-            Item::Event(ev) => match ev.kind {
-                EventKind::Sample { size, ptr, interval, .. } if ptr != 0 => {
-                    samples += 1;
-                    first_tsc = first_tsc.min(ev.tsc);
-                    last_tsc = last_tsc.max(ev.tsc);
-                    if !intervals.contains(&interval) {
-                        intervals.push(interval);
-                    }
-                    // A new stack starts from zero (not from the running total).
-                    let s = per.entry(ev.stack).or_insert_with(|| SampledStack { stack_id: ev.stack, ..empty.clone() });
-                    s.samples += 1;
-                    let (b, o, q) = add_sample(&mut s.alloc_bytes, &mut s.alloc_objects, size, interval);
-                    add_sample(&mut total.alloc_bytes, &mut total.alloc_objects, size, interval);
-                    live.insert(ptr, Live { stack: ev.stack, bytes: b, objects: o, weight: q });
-                }
-                EventKind::SampleFree { ptr } => {
-                    frees += 1;
-                    live.remove(&ptr);
-                }
-                _ => {}
-            },
+            Item::Event(ev) => pass.event(&ev),
         }
     }
-    for l in live.values() {
-        add_live(&mut total, l);
-        if let Some(s) = per.get_mut(&l.stack) {
-            add_live(s, l);
-        }
-    }
-    let mut list: Vec<SampledStack> = per
-        .into_values()
-        .map(|mut s| {
-            s.pcs = stacks.get(&s.stack_id).cloned().unwrap_or_default();
-            s
-        })
-        .collect();
-    list.sort_by(|a, b| b.alloc_bytes.value.total_cmp(&a.alloc_bytes.value).then(a.stack_id.cmp(&b.stack_id)));
-    let data = ProfileData {
-        samples: list
-            .iter()
-            .map(|s| StackSample {
-                pcs: s.pcs.clone(),
-                alloc_objects: s.alloc_objects.value,
-                alloc_bytes: s.alloc_bytes.value,
-                inuse_objects: s.inuse_objects.value,
-                inuse_bytes: s.inuse_bytes.value,
-            })
-            .collect(),
-        maps: trace.maps.iter().flat_map(|m| parse_maps(m)).collect(),
-        period_bytes: intervals.first().copied().unwrap_or(trace.header.sample_interval),
-        start_ns: trace.header.start_ns,
-        duration_ns: if first_tsc <= last_tsc { trace.header.ns_since_start(last_tsc).unwrap_or(0) } else { 0 },
-    };
-    Ok(SampledProfile {
-        totals: SampledTotals {
-            intervals,
-            samples,
-            sample_frees: frees,
-            alloc_bytes: total.alloc_bytes,
-            alloc_objects: total.alloc_objects,
-            inuse_bytes: total.inuse_bytes,
-            inuse_objects: total.inuse_objects,
-        },
-        stacks: list,
-        data,
-    })
+    Ok(pass.finish(trace, &stacks))
 }
 
 /// Exact profile of a full trace: every allocation counted, nothing estimated.
