@@ -9,16 +9,27 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::export::{self, csv::CsvExporter, json::JsonExporter, svg::SvgExporter, text::TextExporter, Document, Exporter};
 use crate::heap::{self, AnalyzeOptions};
 use crate::record::{self, RecordConfig, RecordError, SampleConfig, Stacks, Unwind};
+use crate::report::{self, RunReport};
+use crate::trace::{TraceError, TraceFile};
 
+/// A size as people write it (`512KiB`), for clap.
 pub(crate) fn parse_size_arg(s: &str) -> Result<u64, String> {
     crate::units::parse_size(s).map_err(|e| e.to_string())
 }
-use crate::export::{self, csv::CsvExporter, json::JsonExporter, svg::SvgExporter, text::TextExporter, Document, Exporter};
-use crate::report::{self, RunReport};
 
-/// Prints and writes a document as the flags ask.
+/// A percentage as people write it (`90`, `2%`, `0.5 %`), above 0 and at most 100.
+pub(crate) fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a percentage between 0 and 100 (e.g. 90 or 2%)")),
+    }
+}
+
+/// Prints and writes a document as the flags ask: text or JSON on stdout,
+/// CSV and SVG files into the directories given.
 pub(crate) fn emit(doc: &Document, json: bool, csv: Option<&PathBuf>, svg: Option<&PathBuf>) -> Result<(), CliError> {
     let screen: &dyn Exporter = if json { &JsonExporter } else { &TextExporter };
     export::print(screen, doc)?;
@@ -36,9 +47,8 @@ pub(crate) fn emit(doc: &Document, json: bool, csv: Option<&PathBuf>, svg: Optio
 }
 
 fn print_out(text: impl AsRef<str>) {
-    crate::export::print_stdout(text.as_ref().as_bytes());
+    export::print_stdout(text.as_ref().as_bytes());
 }
-use crate::trace::{TraceError, TraceFile};
 
 #[derive(Parser, Debug)]
 #[command(name = "mtlab", version, about = "A performance lab for multithreaded programs on Linux",
@@ -430,16 +440,18 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
         value: Some(a.flame_value),
     };
     if !req.is_empty() {
-        let source = match a.pid {
-            None => a.file.clone(),
-            Some(pid) => run
-                .processes
-                .iter()
-                .find(|p| p.pid == pid)
-                .map(|p| PathBuf::from(&p.file))
-                .ok_or_else(|| CliError::Other(format!("no traced process {pid} in {}", a.file.display())))?,
+        let process = match a.pid {
+            None => run.processes.first(),
+            Some(pid) => run.processes.iter().find(|p| p.pid == pid),
+        }
+        .ok_or_else(|| CliError::Other(format!("no traced process {} in {}", a.pid.unwrap_or(0), a.file.display())))?;
+        // A sampled profile was estimated in the report's own decode pass; a
+        // full trace's exact profile needs a pass of its own.
+        let written = match &process.profile {
+            Some(s) => crate::profile::export::export_data(&s.data, &req).map_err(crate::profile::export::ProfileExportError::from)?,
+            None => crate::profile::export::export(std::path::Path::new(&process.file), &req)?,
         };
-        for f in crate::profile::export::export(&source, &req)? {
+        for f in written {
             eprintln!("mtlab: wrote {}", f.display());
         }
     }

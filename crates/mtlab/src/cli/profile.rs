@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::json;
 
-use super::{emit, parse_size_arg, CliError};
+use super::{emit, parse_percent, parse_size_arg, CliError};
 use crate::export::{human_bytes, Cell, Document, Table, View};
 use crate::profile::simulate;
 use crate::record;
@@ -46,12 +46,6 @@ pub struct SimulateArgs {
     quiet: bool,
 }
 
-fn parse_percent(s: &str) -> Result<f64, String> {
-    match s.trim().trim_end_matches('%').parse::<f64>() {
-        Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
-        _ => Err(format!("`{s}` is not a percentage between 0 and 100 (e.g. 90)")),
-    }
-}
 
 /// The trace of process `pid` among FILE and its children's traces. A process
 /// that called exec has one trace per image (FILE.PID.N): the last image is

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use super::{emit, parse_size_arg, CliError};
+use super::{emit, parse_percent, parse_size_arg, CliError};
 use crate::export::{self, csv::CsvExporter, json::JsonExporter, Document};
 use crate::record::Unwind;
 use crate::store::{RunFilter, Store};
@@ -44,23 +44,44 @@ pub struct OutputArgs {
     pub store: StoreArgs,
 }
 
+/// Which results store: every command that reads or writes one takes this.
 #[derive(Args, Debug, Clone)]
-pub struct StoreArgs {
-    /// Results store to use (default: $MTLAB_STORE, else $XDG_DATA_HOME/mtlab/runs.sqlite, else ~/.local/share/mtlab/runs.sqlite).
+pub struct StorePath {
+    /// Results store (default: $MTLAB_STORE, else $XDG_DATA_HOME/mtlab/runs.sqlite, else ~/.local/share/mtlab/runs.sqlite).
     #[arg(long, value_name = "PATH")]
     pub store: Option<PathBuf>,
-    /// Do not keep this run in the results store.
-    #[arg(long, conflicts_with = "store")]
-    pub no_store: bool,
 }
 
-impl StoreArgs {
+impl StorePath {
     fn path(&self) -> PathBuf {
         self.store.clone().unwrap_or_else(Store::default_path)
     }
-    fn open(&self) -> Result<Store, CliError> {
+
+    /// Opens the store, creating it if needed (a study storing its run).
+    fn create(&self) -> Result<Store, CliError> {
         Ok(Store::open(&self.path())?)
     }
+
+    /// Opens an existing store (commands that only read).
+    fn existing(&self) -> Result<Store, CliError> {
+        let p = self.path();
+        if !p.exists() {
+            return Err(CliError::Other(format!(
+                "no results store at {}: run a study first (e.g. `mtlab bench tracer`), or give --store PATH",
+                p.display()
+            )));
+        }
+        Ok(Store::open(&p)?)
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct StoreArgs {
+    #[command(flatten)]
+    pub path: StorePath,
+    /// Do not keep this run in the results store.
+    #[arg(long, conflicts_with = "store")]
+    pub no_store: bool,
 }
 
 /// How configurations are repeated.
@@ -260,7 +281,7 @@ pub fn finish(mut run: Run, out: &OutputArgs) -> Result<ExitCode, CliError> {
     let stored = if out.store.no_store {
         None
     } else {
-        let r = out.store.open().and_then(|mut s| Ok((s.insert(&run)?, s.path().to_path_buf())));
+        let r = out.store.path.create().and_then(|mut s| Ok((s.insert(&run)?, s.path().to_path_buf())));
         if let Ok((id, _)) = &r {
             run.id = Some(*id);
         }
@@ -297,9 +318,8 @@ struct ListArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Results store (default: $MTLAB_STORE, else $XDG_DATA_HOME/mtlab/runs.sqlite).
-    #[arg(long, value_name = "PATH")]
-    store: Option<PathBuf>,
+    #[command(flatten)]
+    store: StorePath,
 }
 
 #[derive(Subcommand, Debug)]
@@ -324,8 +344,8 @@ struct ShowArgs {
     /// Also write its plots as SVG files into DIR.
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
-    #[arg(long, value_name = "PATH")]
-    store: Option<PathBuf>,
+    #[command(flatten)]
+    store: StorePath,
 }
 
 #[derive(Args, Debug)]
@@ -338,25 +358,14 @@ struct ExportArgs {
     /// Write its tables, summary and every repetition as CSV files into DIR.
     #[arg(long, value_name = "DIR")]
     csv: Option<PathBuf>,
-    #[arg(long, value_name = "PATH")]
-    store: Option<PathBuf>,
-}
-
-fn open_store(path: &Option<PathBuf>) -> Result<Store, CliError> {
-    let p = path.clone().unwrap_or_else(Store::default_path);
-    if !p.exists() {
-        return Err(CliError::Other(format!(
-            "no results store at {}: run a study first (e.g. `mtlab bench tracer`), or give --store PATH",
-            p.display()
-        )));
-    }
-    Ok(Store::open(&p)?)
+    #[command(flatten)]
+    store: StorePath,
 }
 
 pub fn runs(a: RunsArgs) -> Result<ExitCode, CliError> {
     match a.action.unwrap_or(RunsAction::List(a.list)) {
         RunsAction::List(l) => {
-            let store = open_store(&l.store)?;
+            let store = l.store.existing()?;
             let runs = store.list(&RunFilter { study: l.study.clone(), limit: Some(l.limit) })?;
             let mut t = export::Table::new("runs", "", &["id", "started", "study", "title", "host", "seconds", "configurations", "measurements"], 5);
             for r in &runs {
@@ -385,11 +394,11 @@ pub fn runs(a: RunsArgs) -> Result<ExitCode, CliError> {
             emit(&doc, l.json, None, None)?;
         }
         RunsAction::Show(s) => {
-            let run = open_store(&s.store)?.get(s.id)?;
+            let run = s.store.existing()?.get(s.id)?;
             emit(&studies::document(&run), s.json, s.csv.as_ref(), s.svg.as_ref())?;
         }
         RunsAction::Export(e) => {
-            let run = open_store(&e.store)?.get(e.id)?;
+            let run = e.store.existing()?.get(e.id)?;
             emit_export(&studies::document(&run), e.json, e.csv.as_ref())?;
         }
     }
@@ -408,13 +417,6 @@ fn emit_export(doc: &Document, json: bool, csv: Option<&PathBuf>) -> Result<(), 
     Ok(())
 }
 
-fn percent_arg(s: &str) -> Result<f64, String> {
-    match s.trim().trim_end_matches('%').trim().parse::<f64>() {
-        Ok(v) if (0.0..100.0).contains(&v) => Ok(v / 100.0),
-        _ => Err(format!("`{s}` is not a percentage between 0 and 100 (e.g. 2%)")),
-    }
-}
-
 #[derive(Args, Debug)]
 pub struct DiffArgs {
     /// The earlier run's id (see `mtlab runs`).
@@ -422,7 +424,7 @@ pub struct DiffArgs {
     /// The later run's id.
     run_b: i64,
     /// Smallest change flagged, in percent, even when significant.
-    #[arg(long, default_value = "2%", value_parser = percent_arg)]
+    #[arg(long, default_value = "2%", value_parser = parse_percent)]
     threshold: f64,
     /// Exit with status 3 when any measurement got worse (for CI).
     #[arg(long)]
@@ -432,15 +434,14 @@ pub struct DiffArgs {
     /// Also write the comparison as CSV into DIR.
     #[arg(long, value_name = "DIR")]
     csv: Option<PathBuf>,
-    /// Results store (default: $MTLAB_STORE, else $XDG_DATA_HOME/mtlab/runs.sqlite).
-    #[arg(long, value_name = "PATH")]
-    store: Option<PathBuf>,
+    #[command(flatten)]
+    store: StorePath,
 }
 
 pub fn diff(a: DiffArgs) -> Result<ExitCode, CliError> {
-    let store = open_store(&a.store)?;
+    let store = a.store.existing()?;
     let (ra, rb) = (store.get(a.run_a)?, store.get(a.run_b)?);
-    let d = crate::study::diff::diff(&ra, &rb, a.threshold)?;
+    let d = crate::study::diff::diff(&ra, &rb, a.threshold / 100.0)?;
     emit(&crate::study::diff::document(&d), a.json, a.csv.as_ref(), None)?;
     if a.fail_on_regression && d.regressions() > 0 {
         return Ok(ExitCode::from(3));

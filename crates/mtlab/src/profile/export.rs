@@ -40,22 +40,26 @@ pub fn profile_of(file: &Path) -> Result<ProfileData, TraceError> {
     }
 }
 
-/// Writes every requested export; returns the files written.
+/// Writes every requested export of the process traced in `file`; returns the files written.
 pub fn export(file: &Path, req: &ExportRequest) -> Result<Vec<PathBuf>, ProfileExportError> {
-    let data = profile_of(file)?;
+    Ok(export_data(&profile_of(file)?, req)?)
+}
+
+/// Writes every requested export of a profile already read.
+pub fn export_data(data: &ProfileData, req: &ExportRequest) -> Result<Vec<PathBuf>, ExportError> {
     let mut sym = Symbolizer::new(&data.maps);
     let mut written = Vec::new();
     if let Some(out) = &req.pprof {
-        pprof::write_pprof(&data, &mut sym, out)?;
+        pprof::write_pprof(data, &mut sym, out)?;
         written.push(out.clone());
     }
     let value = req.value.unwrap_or(FlameValue::AllocBytes);
     if let Some(out) = &req.collapsed {
-        flame::write_collapsed(&data, &mut sym, value, out)?;
+        flame::write_collapsed(data, &mut sym, value, out)?;
         written.push(out.clone());
     }
     if let Some(out) = &req.flamegraph {
-        flame::write_flamegraph_svg(&data, &mut sym, value, out)?;
+        flame::write_flamegraph_svg(data, &mut sym, value, out)?;
         written.push(out.clone());
     }
     Ok(written)

@@ -18,7 +18,7 @@
 //!   distribution-free for a change of scale and works from 3 + 3 values up.
 //! - Outliers: modified z-score (Iglewicz–Hoaglin) above 3.5, with the median
 //!   absolute deviation scaled by 1.4826 (the mean absolute deviation × 1.2533
-//!   when more than half the values are equal).
+//!   when more than half the values are equal), and more than 1 % off the median.
 
 use serde::Serialize;
 
@@ -195,8 +195,8 @@ pub fn summarize(values: &[f64]) -> Summary {
     }
 }
 
-/// Repetitions whose modified z-score exceeds 3.5 (Iglewicz–Hoaglin).
-/// Needs 5 values.
+/// Repetitions whose modified z-score exceeds 3.5 (Iglewicz–Hoaglin) and
+/// that lie more than 1 % from the median. Needs 5 values.
 pub fn outliers(values: &[f64]) -> Vec<usize> {
     if values.len() < 5 {
         return Vec::new();
@@ -210,7 +210,12 @@ pub fn outliers(values: &[f64]) -> Vec<usize> {
     values
         .iter()
         .enumerate()
-        .filter(|(_, x)| scale > 0.0 && (*x - med).abs() / scale > 3.5)
+        // A deviation under 1 % of the median is no outlier however tight the
+        // rest are (peak RSS, trace sizes: nearly constant metrics).
+        .filter(|(_, x)| {
+            let d = (*x - med).abs();
+            scale > 0.0 && d / scale > 3.5 && d > 0.01 * med.abs()
+        })
         .map(|(i, _)| i)
         .collect()
 }
@@ -380,6 +385,8 @@ mod tests {
     fn outliers_by_modified_z_score() {
         assert_eq!(outliers(&[10.0, 10.2, 9.9, 10.1, 30.0]), vec![4]);
         assert!(outliers(&[10.0, 10.2, 9.9, 10.1, 10.05]).is_empty());
+        // Far in z-score but within 1 % of the median: not worth a note.
+        assert!(outliers(&[1000.0, 1000.0, 1000.0, 1000.0, 1005.0]).is_empty());
         // Too few values to tell.
         assert!(outliers(&[1.0, 100.0]).is_empty());
         // Zero MAD: a value far from the rest is flagged.

@@ -169,19 +169,33 @@ pub fn level_notes(run: &Run) -> Vec<View> {
     }
 }
 
-/// Notes about outliers, so a reader knows which medians rest on disturbed runs.
+/// Notes about outliers, so a reader knows which medians rest on disturbed
+/// runs: one per measurement when there are few, one line when many (the
+/// summary in CSV and JSON names them all).
 pub fn outlier_notes(run: &Run) -> Vec<View> {
-    summarize(run)
-        .iter()
+    const NAMED: usize = 5;
+    let flagged: Vec<(String, Vec<usize>)> = summarize(run)
+        .into_iter()
         .filter(|s| !s.summary.outliers.is_empty())
-        .map(|s| {
+        .map(|s| (format!("{} / {}", s.measurement.configuration, s.measurement.metric), s.summary.outliers))
+        .collect();
+    if flagged.len() > NAMED {
+        let reps: usize = flagged.iter().map(|(_, o)| o.len()).sum();
+        return vec![View::Note(format!(
+            "note: {} of {} measurements have outlying repetitions ({reps} values with modified z-score > 3.5 and > 1 % off the median); \
+             medians are robust to them; `--json` or `--csv` lists them (summary: outliers)",
+            flagged.len(),
+            run.measurements.len()
+        ))];
+    }
+    flagged
+        .into_iter()
+        .map(|(what, o)| {
             View::Note(format!(
-                "note: {} / {}: repetition{} {} far from the others (modified z-score > 3.5); the median is robust to {}",
-                s.measurement.configuration,
-                s.measurement.metric,
-                if s.summary.outliers.len() == 1 { "" } else { "s" },
-                s.summary.outliers.iter().map(|i| (i + 1).to_string()).collect::<Vec<_>>().join(", "),
-                if s.summary.outliers.len() == 1 { "it" } else { "them" }
+                "note: {what}: repetition{} {} far from the others (modified z-score > 3.5); the median is robust to {}",
+                if o.len() == 1 { "" } else { "s" },
+                o.iter().map(|i| (i + 1).to_string()).collect::<Vec<_>>().join(", "),
+                if o.len() == 1 { "it" } else { "them" }
             ))
         })
         .collect()
