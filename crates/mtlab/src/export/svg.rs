@@ -109,7 +109,7 @@ fn draw_line(plot: &Plot, x_scale: Scale, series: &[super::view::Series], svg: &
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(SeriesLabelPosition::UpperRight)
         .draw()
         .map_err(e)?;
     root.present().map_err(e)
