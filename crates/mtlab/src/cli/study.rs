@@ -233,31 +233,35 @@ impl MallocArgs {
     }
 }
 
+/// The tracer-cost study's config, for the malloc-test or any program.
+fn tracer_config(target: tracer_cost::Target, heaptrack: tracer_cost::Heaptrack, repeat: &RepeatArgs, default_reps: u32, dir: Option<PathBuf>) -> tracer_cost::TracerCostConfig {
+    tracer_cost::TracerCostConfig {
+        target,
+        heaptrack,
+        // `mtlab report` is timed as often as the rounds, and at least 3 times.
+        report_runs: repeat.reps.unwrap_or(default_reps).max(3),
+        runner: repeat.options(default_reps),
+        dir,
+    }
+}
+
 pub fn bench(cmd: BenchCommand) -> Result<ExitCode, CliError> {
+    use tracer_cost::{Heaptrack, Target};
     let (run, output) = match cmd {
         BenchCommand::Tracer(a) => {
-            let cfg = tracer_cost::TracerCostConfig {
-                target: tracer_cost::Target::MallocTest { threads: a.threads, iterations: a.iterations },
-                heaptrack: if a.no_heaptrack { tracer_cost::Heaptrack::Off } else { tracer_cost::Heaptrack::Default },
-                report_runs: a.repeat.reps.unwrap_or(5).max(3),
-                runner: a.repeat.options(5),
-                dir: a.dir,
-            };
+            let heaptrack = if a.no_heaptrack { Heaptrack::Off } else { Heaptrack::Default };
+            let target = Target::MallocTest { threads: a.threads, iterations: a.iterations };
+            let cfg = tracer_config(target, heaptrack, &a.repeat, 5, a.dir);
             let progress = study_progress("bench tracer", a.output.quiet);
             (tracer_cost::run(&cfg, &progress)?, a.output)
         }
         BenchCommand::Program(a) => {
-            let cfg = tracer_cost::TracerCostConfig {
-                target: tracer_cost::Target::Program(a.command),
-                heaptrack: match (a.no_heaptrack, a.heaptrack_raw) {
-                    (true, _) => tracer_cost::Heaptrack::Off,
-                    (_, true) => tracer_cost::Heaptrack::Raw,
-                    _ => tracer_cost::Heaptrack::Default,
-                },
-                report_runs: a.repeat.reps.unwrap_or(3).max(3),
-                runner: a.repeat.options(3),
-                dir: a.dir,
+            let heaptrack = match (a.no_heaptrack, a.heaptrack_raw) {
+                (true, _) => Heaptrack::Off,
+                (_, true) => Heaptrack::Raw,
+                _ => Heaptrack::Default,
             };
+            let cfg = tracer_config(Target::Program(a.command), heaptrack, &a.repeat, 3, a.dir);
             let progress = study_progress("bench program", a.output.quiet);
             (tracer_cost::run(&cfg, &progress)?, a.output)
         }

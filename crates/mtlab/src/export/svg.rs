@@ -2,6 +2,8 @@
 //! bars, grouped bars with interval whiskers, heat maps with their values.
 
 use plotters::prelude::*;
+use plotters::coord::types::RangedCoordf64;
+use plotters::coord::Shift;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::view::{Document, Plot, PlotKind, Scale, View};
@@ -27,6 +29,35 @@ fn color(i: usize) -> RGBColor {
 }
 
 type DrawResult<T> = Result<T, String>;
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+
+/// The chart every plot draws in: title, margins, label areas, the ranges.
+fn frame<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, Shift>,
+    plot: &Plot,
+    y_label_width: u32,
+    x: std::ops::Range<f64>,
+    y: std::ops::Range<f64>,
+) -> DrawResult<Chart<'a, 'b>> {
+    ChartBuilder::on(root)
+        .caption(&plot.title, ("sans-serif", 18))
+        .margin(14)
+        .x_label_area_size(40)
+        .y_label_area_size(y_label_width)
+        .build_cartesian_2d(x, y)
+        .map_err(e)
+}
+
+/// The series' names, upper right (curves here fall to the right).
+fn legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>) -> DrawResult<()> {
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(e)
+}
 
 fn e(x: impl std::fmt::Display) -> String {
     x.to_string()
@@ -76,13 +107,7 @@ fn draw_line(plot: &Plot, x_scale: Scale, series: &[super::view::Series], svg: &
     let (x0, x1) = span(xs, false);
     let ys = series.iter().flat_map(|s| s.points.iter().flat_map(|p| [Some(p.y), p.low, p.high]).flatten());
     let (y0, y1) = span(ys, true);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&plot.title, ("sans-serif", 18))
-        .margin(14)
-        .x_label_area_size(40)
-        .y_label_area_size(64)
-        .build_cartesian_2d(x0..x1, y0..y1)
-        .map_err(e)?;
+    let mut chart = frame(&root, plot, 64, x0..x1, y0..y1)?;
     chart
         .configure_mesh()
         .x_desc(&plot.x_label)
@@ -105,13 +130,7 @@ fn draw_line(plot: &Plot, x_scale: Scale, series: &[super::view::Series], svg: &
         });
         chart.draw_series(bars).map_err(e)?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(e)?;
+    legend(&mut chart)?;
     root.present().map_err(e)
 }
 
@@ -121,13 +140,7 @@ fn draw_bars(plot: &Plot, groups: &[String], series: &[(String, Vec<Option<super
     let ys = series.iter().flat_map(|(_, v)| v.iter().flatten().flat_map(|b| [Some(b.value), b.low, b.high]).flatten());
     let (y0, y1) = span(ys, true);
     let n = groups.len().max(1);
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&plot.title, ("sans-serif", 18))
-        .margin(14)
-        .x_label_area_size(40)
-        .y_label_area_size(64)
-        .build_cartesian_2d(0f64..n as f64, y0..y1)
-        .map_err(e)?;
+    let mut chart = frame(&root, plot, 64, 0f64..n as f64, y0..y1)?;
     let labels = groups.to_vec();
     chart
         .configure_mesh()
@@ -163,13 +176,7 @@ fn draw_bars(plot: &Plot, groups: &[String], series: &[(String, Vec<Option<super
         });
         chart.draw_series(whiskers).map_err(e)?;
     }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(e)?;
+    legend(&mut chart)?;
     root.present().map_err(e)
 }
 
@@ -195,13 +202,7 @@ fn draw_heatmap(
     root.fill(&WHITE).map_err(e)?;
     let (lo, hi) = span(values.iter().flatten().flatten().copied(), false);
     let (nr, nc) = (rows.len().max(1), columns.len().max(1));
-    let mut chart = ChartBuilder::on(&root)
-        .caption(&plot.title, ("sans-serif", 18))
-        .margin(14)
-        .x_label_area_size(40)
-        .y_label_area_size(110)
-        .build_cartesian_2d(0f64..nc as f64, 0f64..nr as f64)
-        .map_err(e)?;
+    let mut chart = frame(&root, plot, 110, 0f64..nc as f64, 0f64..nr as f64)?;
     let (cl, rl) = (columns.to_vec(), rows.to_vec());
     chart
         .configure_mesh()
