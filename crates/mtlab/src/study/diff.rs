@@ -105,14 +105,21 @@ pub fn diff(a: &Run, b: &Run, threshold: f64) -> Result<Diff, DiffError> {
             continue;
         };
         let ratio = stats::independent_ratio(&mb.values, &ma.values);
+        let (median_a, median_b) = (stats::median(&ma.values), stats::median(&mb.values));
+        // A ratio needs positive values; a count that stayed at zero did not change.
+        let verdict = if ratio.ratio.is_nan() && median_a == median_b && ma.values.len().min(mb.values.len()) >= 3 {
+            Verdict::WithinNoise
+        } else {
+            verdict(&ratio, ma.lower_is_better, threshold)
+        };
         changes.push(Change {
             configuration: ma.configuration.clone(),
             metric: ma.metric.clone(),
             unit: ma.unit.clone(),
             lower_is_better: ma.lower_is_better,
-            median_a: stats::median(&ma.values),
-            median_b: stats::median(&mb.values),
-            verdict: verdict(&ratio, ma.lower_is_better, threshold),
+            median_a,
+            median_b,
+            verdict,
             ratio,
         });
     }
@@ -255,5 +262,7 @@ mod tests {
         assert_eq!(d.only_in_a, ["untraced / wall_s"]);
         assert_eq!(d.only_in_b, ["untraced / cycles"]);
         assert!(diff(&run(1, &[1.0, 2.0]), &run(2, &[1.0, 2.0]), 0.02).unwrap().changes[0].verdict == Verdict::TooFewValues);
+        // A count that stayed at zero has no ratio but did not change.
+        assert_eq!(diff(&run(1, &[0.0; 3]), &run(2, &[0.0; 3]), 0.02).unwrap().changes[0].verdict, Verdict::WithinNoise);
     }
 }
