@@ -114,14 +114,9 @@ pub enum BenchCommand {
     Malloc(MallocArgs),
 }
 
+/// What both tracer-cost commands take.
 #[derive(Args, Debug)]
-pub struct TracerArgs {
-    /// Threads of the workload.
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1024))]
-    threads: u32,
-    /// Iterations (malloc+free pairs) per thread.
-    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
-    iterations: u64,
+pub struct TracerCommon {
     /// Skip heaptrack even if installed.
     #[arg(long)]
     no_heaptrack: bool,
@@ -135,21 +130,25 @@ pub struct TracerArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct TracerArgs {
+    /// Threads of the workload.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    threads: u32,
+    /// Iterations (malloc+free pairs) per thread.
+    #[arg(long, default_value_t = 1_000_000, value_parser = clap::value_parser!(u64).range(1..))]
+    iterations: u64,
+    #[command(flatten)]
+    common: TracerCommon,
+}
+
+#[derive(Args, Debug)]
 pub struct ProgramArgs {
-    /// Skip heaptrack even if installed.
-    #[arg(long)]
-    no_heaptrack: bool,
     /// Run heaptrack in record-only mode (`--raw`): its interpreter runs out
     /// of memory on some programs (cc1 with heaptrack 1.4).
     #[arg(long, conflicts_with = "no_heaptrack")]
     heaptrack_raw: bool,
-    /// Directory for the traces (default: a temporary directory).
-    #[arg(long)]
-    dir: Option<PathBuf>,
     #[command(flatten)]
-    repeat: RepeatArgs,
-    #[command(flatten)]
-    output: OutputArgs,
+    common: TracerCommon,
     /// The program to run, then its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
@@ -234,36 +233,41 @@ impl MallocArgs {
 }
 
 /// The tracer-cost study's config, for the malloc-test or any program.
-fn tracer_config(target: tracer_cost::Target, heaptrack: tracer_cost::Heaptrack, repeat: &RepeatArgs, default_reps: u32, dir: Option<PathBuf>) -> tracer_cost::TracerCostConfig {
+fn tracer_config(
+    target: tracer_cost::Target,
+    raw: bool,
+    common: &TracerCommon,
+    default_reps: u32,
+) -> tracer_cost::TracerCostConfig {
+    use tracer_cost::Heaptrack;
+    let repeat = &common.repeat;
     tracer_cost::TracerCostConfig {
         target,
-        heaptrack,
+        heaptrack: match (common.no_heaptrack, raw) {
+            (true, _) => Heaptrack::Off,
+            (_, true) => Heaptrack::Raw,
+            _ => Heaptrack::Default,
+        },
         // `mtlab report` is timed as often as the rounds, and at least 3 times.
         report_runs: repeat.reps.unwrap_or(default_reps).max(3),
         runner: repeat.options(default_reps),
-        dir,
+        dir: common.dir.clone(),
     }
 }
 
 pub fn bench(cmd: BenchCommand) -> Result<ExitCode, CliError> {
-    use tracer_cost::{Heaptrack, Target};
+    use tracer_cost::Target;
     let (run, output) = match cmd {
         BenchCommand::Tracer(a) => {
-            let heaptrack = if a.no_heaptrack { Heaptrack::Off } else { Heaptrack::Default };
             let target = Target::MallocTest { threads: a.threads, iterations: a.iterations };
-            let cfg = tracer_config(target, heaptrack, &a.repeat, 5, a.dir);
-            let progress = study_progress("bench tracer", a.output.quiet);
-            (tracer_cost::run(&cfg, &progress)?, a.output)
+            let cfg = tracer_config(target, false, &a.common, 5);
+            let progress = study_progress("bench tracer", a.common.output.quiet);
+            (tracer_cost::run(&cfg, &progress)?, a.common.output)
         }
         BenchCommand::Program(a) => {
-            let heaptrack = match (a.no_heaptrack, a.heaptrack_raw) {
-                (true, _) => Heaptrack::Off,
-                (_, true) => Heaptrack::Raw,
-                _ => Heaptrack::Default,
-            };
-            let cfg = tracer_config(Target::Program(a.command), heaptrack, &a.repeat, 3, a.dir);
-            let progress = study_progress("bench program", a.output.quiet);
-            (tracer_cost::run(&cfg, &progress)?, a.output)
+            let cfg = tracer_config(Target::Program(a.command), a.heaptrack_raw, &a.common, 3);
+            let progress = study_progress("bench program", a.common.output.quiet);
+            (tracer_cost::run(&cfg, &progress)?, a.common.output)
         }
         BenchCommand::Malloc(a) => {
             let progress = study_progress("bench malloc", a.output.quiet);
