@@ -150,10 +150,14 @@ fn plan(cfg: &ProfilerCostConfig) -> Vec<Planned> {
     if cfg.pipeline.is_some() {
         groups.push((PIPELINE, 1));
     }
-    let mut v = Vec::new();
+    let mut v: Vec<Planned> = Vec::new();
     for (workload, threads) in groups {
+        // `--allocator jemalloc` and jemalloc's own profiler share one baseline.
         let mut push = |allocator: &str, profiler: Profiler| {
-            v.push(Planned { workload, threads, allocator: allocator.to_string(), profiler });
+            let p = Planned { workload, threads, allocator: allocator.to_string(), profiler };
+            if !v.iter().any(|q| q.name() == p.name()) {
+                v.push(p);
+            }
         };
         for alloc in &cfg.allocators {
             push(alloc, Profiler::None);
@@ -607,6 +611,34 @@ mod tests {
 
     fn m(config: &str, metric: &str, values: &[f64]) -> Measurement {
         Measurement { configuration: config.into(), metric: metric.into(), unit: "cycles".into(), lower_is_better: true, values: values.to_vec() }
+    }
+
+    #[test]
+    fn an_allocator_swept_for_mtlab_and_for_its_own_profiler_has_one_baseline() {
+        let cfg = ProfilerCostConfig {
+            threads: vec![1],
+            size: 512,
+            depth: 10,
+            iterations: 10,
+            touch: false,
+            intervals: vec![65536],
+            unwinders: vec![Unwind::Fp],
+            allocators: vec!["glibc".into(), "jemalloc".into()],
+            jemalloc: true,
+            tcmalloc: false,
+            pipeline: None,
+            coverage: false,
+            runner: RunnerOptions::default(),
+            dir: None,
+        };
+        let names: Vec<String> = plan(&cfg).iter().map(Planned::name).collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        assert_eq!(names.iter().filter(|n| *n == "malloc-test 1T jemalloc none").count(), 1);
+        assert!(names.contains(&"malloc-test 1T jemalloc jemalloc prof 64KiB".to_string()));
+        assert!(names.contains(&"malloc-test 1T jemalloc mtlab fp 64KiB".to_string()));
     }
 
     #[test]
