@@ -52,6 +52,12 @@ fn main() {
     let latency_pipeline = out.join("mtlab-latency-pipeline");
     cc(&latency_pipeline, &[native.join("bench/latency_pipeline.c")], &[], &[]);
 
+    for name in ["create", "ctx"] {
+        let exe = out.join(format!("mtlab-threads-{name}"));
+        cc(&exe, &[native.join(format!("threads/{name}.c"))], &[], &[]);
+        println!("cargo:rustc-env=MTLAB_THREADS_{}={}", name.to_uppercase(), exe.display());
+    }
+
     println!("cargo:rustc-env=MTLAB_PRELOAD_SO={}", preload.display());
     println!("cargo:rustc-env=MTLAB_MALLOC_TEST={}", malloc_test.display());
     println!("cargo:rustc-env=MTLAB_LATENCY_PIPELINE={}", latency_pipeline.display());

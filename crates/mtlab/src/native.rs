@@ -10,6 +10,16 @@ use std::path::{Path, PathBuf};
 static PRELOAD: &[u8] = include_bytes!(env!("MTLAB_PRELOAD_SO"));
 static MALLOC_TEST: &[u8] = include_bytes!(env!("MTLAB_MALLOC_TEST"));
 static LATENCY_PIPELINE: &[u8] = include_bytes!(env!("MTLAB_LATENCY_PIPELINE"));
+static THREADS_CREATE: &[u8] = include_bytes!(env!("MTLAB_THREADS_CREATE"));
+static THREADS_CTX: &[u8] = include_bytes!(env!("MTLAB_THREADS_CTX"));
+
+/// The threads workloads' sources, to build them against another libc
+/// (`musl-gcc`, or any compiler wrapper) where the study runs.
+static THREADS_SOURCES: &[(&str, &str)] = &[
+    ("common.h", include_str!("../../../native/threads/common.h")),
+    ("create.c", include_str!("../../../native/threads/create.c")),
+    ("ctx.c", include_str!("../../../native/threads/ctx.c")),
+];
 
 #[derive(Debug, thiserror::Error)]
 #[error("cannot unpack mtlab's native parts into {dir}: {source} (set XDG_CACHE_HOME to a writable directory)")]
@@ -24,6 +34,10 @@ pub enum Part {
     Preload,
     MallocTest,
     LatencyPipeline,
+    /// Thread creation cost (threads study), built against glibc.
+    ThreadsCreate,
+    /// Token-ring context switches (threads study), built against glibc.
+    ThreadsCtx,
 }
 
 impl Part {
@@ -32,6 +46,8 @@ impl Part {
             Part::Preload => "libmtlab_preload.so",
             Part::MallocTest => "mtlab-malloc-test",
             Part::LatencyPipeline => "mtlab-latency-pipeline",
+            Part::ThreadsCreate => "mtlab-threads-create",
+            Part::ThreadsCtx => "mtlab-threads-ctx",
         }
     }
     fn bytes(self) -> &'static [u8] {
@@ -39,6 +55,8 @@ impl Part {
             Part::Preload => PRELOAD,
             Part::MallocTest => MALLOC_TEST,
             Part::LatencyPipeline => LATENCY_PIPELINE,
+            Part::ThreadsCreate => THREADS_CREATE,
+            Part::ThreadsCtx => THREADS_CTX,
         }
     }
 }
@@ -90,6 +108,74 @@ pub fn path(part: Part) -> Result<PathBuf, UnpackError> {
         return Ok(target);
     }
     write_atomically(&dir, &target, bytes).map_err(|source| UnpackError { dir: dir.clone(), source })?;
+    Ok(target)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Unpack(#[from] UnpackError),
+    #[error("cannot run the compiler {compiler}: {source}")]
+    Spawn { compiler: PathBuf, source: std::io::Error },
+    #[error("{compiler} could not build the {workload} workload:\n{stderr}")]
+    Failed { compiler: PathBuf, workload: String, stderr: String },
+}
+
+impl Part {
+    /// The workload's source file among the embedded sources, for parts that
+    /// can be rebuilt against another libc.
+    fn source(self) -> Option<&'static str> {
+        match self {
+            Part::ThreadsCreate => Some("create.c"),
+            Part::ThreadsCtx => Some("ctx.c"),
+            _ => None,
+        }
+    }
+}
+
+/// `part` built by `compiler` (e.g. musl-gcc) from the embedded sources,
+/// cached like the embedded parts: by a hash of the sources, the compiler's
+/// path and what it says of its version, so a changed toolchain rebuilds.
+pub fn build_with(compiler: &Path, part: Part) -> Result<PathBuf, BuildError> {
+    let source = part.source().expect("only workloads with embedded sources are rebuilt");
+    let version = std::process::Command::new(compiler)
+        .arg("-v")
+        .output()
+        .map_err(|source| BuildError::Spawn { compiler: compiler.to_path_buf(), source })?;
+    let mut key = compiler.as_os_str().as_encoded_bytes().to_vec();
+    key.extend_from_slice(&version.stderr);
+    for (name, text) in THREADS_SOURCES {
+        key.extend_from_slice(name.as_bytes());
+        key.extend_from_slice(text.as_bytes());
+    }
+    let dir = cache_root().join(format!("{}-build-{:016x}", env!("CARGO_PKG_VERSION"), fnv1a(&key)));
+    let target = dir.join(part.file_name());
+    if target.exists() {
+        return Ok(target);
+    }
+    let unpack = |source| UnpackError { dir: dir.clone(), source };
+    private_dir(&dir).map_err(unpack)?;
+    let src = dir.join("src");
+    private_dir(&src).map_err(unpack)?;
+    for (name, text) in THREADS_SOURCES {
+        std::fs::write(src.join(name), text).map_err(unpack)?;
+    }
+    // Built under a temporary name and renamed: a concurrent study never runs a half-written binary.
+    let tmp = dir.join(format!(".{}.{}", part.file_name(), std::process::id()));
+    let out = std::process::Command::new(compiler)
+        .args(["-O2", "-g", "-pthread", "-o"])
+        .arg(&tmp)
+        .arg(src.join(source))
+        .output()
+        .map_err(|source| BuildError::Spawn { compiler: compiler.to_path_buf(), source })?;
+    if !out.status.success() {
+        return Err(BuildError::Failed {
+            compiler: compiler.to_path_buf(),
+            workload: source.trim_end_matches(".c").to_string(),
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    std::fs::rename(&tmp, &target).map_err(unpack)?;
     Ok(target)
 }
 

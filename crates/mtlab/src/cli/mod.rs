@@ -2,6 +2,7 @@
 
 mod profile;
 mod study;
+mod threads;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -73,6 +74,9 @@ enum Command {
     /// Benchmarks: measure what mtlab costs against other tools (each run is stored).
     #[command(subcommand)]
     Bench(study::BenchCommand),
+    /// Threads study: thread creation and context switches by CPU set, thread library and preemption model.
+    #[command(subcommand)]
+    Threads(threads::ThreadsCommand),
     /// List, show and export stored study runs.
     Runs(study::RunsArgs),
     /// Compare two stored runs of one study, measurement by measurement.
@@ -294,6 +298,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Demo(a) => cmd_demo(a),
         Command::Ctl(a) => cmd_ctl(a),
         Command::Bench(b) => study::bench(b),
+        Command::Threads(t) => threads::threads(t),
         Command::Runs(a) => study::runs(a),
         Command::Diff(a) => study::diff(a),
         Command::Profile(ProfileCommand::Simulate(a)) => profile::simulate(a),

@@ -87,7 +87,7 @@ pub struct StoreArgs {
 /// How configurations are repeated.
 #[derive(Args, Debug, Clone)]
 pub struct RepeatArgs {
-    /// Rounds measured; each round runs every configuration once, interleaved (default: tracer 5, program 3, malloc 3).
+    /// Rounds measured; each round runs every configuration once, interleaved (default: bench tracer 5, program 3, malloc 3; threads 5, threads all 3).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub reps: Option<u32>,
     /// Rounds run first and discarded.
@@ -99,7 +99,7 @@ pub struct RepeatArgs {
 }
 
 impl RepeatArgs {
-    fn options(&self, default_reps: u32) -> RunnerOptions {
+    pub(super) fn options(&self, default_reps: u32) -> RunnerOptions {
         RunnerOptions { warmup: self.warmup, reps: self.reps.unwrap_or(default_reps), min_duration: self.min_time }
     }
 }
@@ -277,7 +277,7 @@ pub fn bench(cmd: BenchCommand) -> Result<ExitCode, CliError> {
     finish(run, &output)
 }
 
-fn study_progress(prefix: &str, quiet: bool) -> Progress {
+pub(super) fn study_progress(prefix: &str, quiet: bool) -> Progress {
     let p = Progress::new(0, quiet);
     p.set_prefix(prefix);
     p

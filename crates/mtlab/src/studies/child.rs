@@ -54,6 +54,27 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
     Ok(Measured { stdout, wall, max_rss_kib: usage.ru_maxrss as u64 })
 }
 
+/// Makes `cmd`'s process run only on `cpus` (as `taskset -c` would).
+pub fn pin_command(cmd: &mut Command, cpus: &[usize]) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: a cpu_set_t of zeroes is the empty set the CPU_SET calls fill.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
+        // SAFETY: c is below CPU_SETSIZE, so the bit lies inside `set`.
+        unsafe { libc::CPU_SET(c, &mut set) };
+    }
+    // SAFETY: between fork and exec the closure only calls sched_setaffinity,
+    // which is async-signal-safe, on a set copied into the closure.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The workload's JSON result line (`{"workload":"NAME",...}`) from its stdout.
 pub fn json_line(stdout: &str, workload: &str) -> Option<serde_json::Value> {
     stdout

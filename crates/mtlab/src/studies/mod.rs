@@ -6,6 +6,7 @@
 
 pub mod child;
 pub mod profiler_cost;
+pub mod threads;
 pub mod tracer_cost;
 
 use std::path::PathBuf;
@@ -37,6 +38,7 @@ fn study_views(run: &Run) -> Vec<View> {
     match run.study.as_str() {
         tracer_cost::TRACER | tracer_cost::PROGRAM => tracer_cost::views(run),
         profiler_cost::STUDY => profiler_cost::views(run),
+        threads::STUDY => threads::views(run),
         _ => vec![View::Table(summary::summary_table(run))],
     }
 }

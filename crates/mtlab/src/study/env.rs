@@ -27,6 +27,30 @@ pub fn cpu_list(cpus: &[usize]) -> String {
 }
 
 /// The CPUs this process may run on (its affinity mask).
+/// Parses a CPU list (`0-3,6`, as sysfs and taskset write them) into sorted, distinct CPUs.
+pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        let num = |s: &str| s.trim().parse::<usize>().map_err(|_| format!("`{s}` is not a CPU number (expected e.g. 0-3,6)"));
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b) = (num(a)?, num(b)?);
+                if b < a {
+                    return Err(format!("`{part}`: the range runs backwards"));
+                }
+                if b - a > 1 << 16 {
+                    return Err(format!("`{part}`: more CPUs than any machine has"));
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(num(part)?),
+        }
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
 pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: an all-zero cpu_set_t is valid; sched_getaffinity fills at most its size.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
@@ -160,6 +184,19 @@ mod tests {
         assert_eq!(cpu_list(&[1]), "1");
         assert_eq!(cpu_list(&[]), "");
         assert_eq!(cpu_list(&[0, 2, 4, 5]), "0,2,4-5");
+    }
+
+    #[test]
+    fn cpu_lists_parse() {
+        assert_eq!(parse_cpu_list("0-3,6"), Ok(vec![0, 1, 2, 3, 6]));
+        assert_eq!(parse_cpu_list("6,0-1,1\n"), Ok(vec![0, 1, 6]));
+        assert_eq!(parse_cpu_list(""), Ok(vec![]));
+        assert!(parse_cpu_list("3-1").is_err());
+        assert!(parse_cpu_list("a").is_err());
+        assert!(parse_cpu_list("0-99999999").is_err());
+        for l in ["0-3,6", "1", "0,2,4-5"] {
+            assert_eq!(cpu_list(&parse_cpu_list(l).unwrap()), l);
+        }
     }
 
     #[test]

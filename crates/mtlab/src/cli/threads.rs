@@ -1,0 +1,217 @@
+//! `mtlab threads create|ctx|all`: flags turned into a validated
+//! `ThreadsConfig`, then one call to the study.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+
+use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
+use super::CliError;
+use crate::studies::threads::{self, preempt, CpuChoice, CreateParams, CtxParams, Libc, ThreadsConfig};
+use crate::study::env::{allowed_cpus, parse_cpu_list};
+
+const AFTER_HELP: &str = "\
+CPU sets: `--cpus one` is the first CPU this process may use, `--cpus all` every one of them, or give a list \
+(`0`, `0-3,6`); repeat --cpus to sweep several sets (default: one and all).
+
+Thread libraries: glibc (NPTL) is built into mtlab; `musl` builds the workloads with musl-gcc (Debian: \
+apt-get install musl-tools); any other libc's compiler wrapper can be given by path. The default is glibc, \
+and musl when musl-gcc is installed.
+
+Each cell runs as its own process for --ms milliseconds after a warm-up, repeated --reps times, interleaved \
+with every other cell. Results are stored; compare two runs with `mtlab diff`.";
+
+#[derive(Subcommand, Debug)]
+pub enum ThreadsCommand {
+    /// Thread creation: pthread_create + join (or a barrier for detached threads), µs per thread.
+    #[command(after_help = AFTER_HELP)]
+    Create(CreateArgs),
+    /// Context switches: a token round a ring of N threads, each walking a working set (lmbench lat_ctx).
+    #[command(after_help = AFTER_HELP)]
+    Ctx(CtxArgs),
+    /// The quick set of every workload, in about a minute on 2 cores.
+    #[command(after_help = AFTER_HELP)]
+    All(AllArgs),
+}
+
+/// What every threads command takes.
+#[derive(Args, Debug)]
+pub struct CommonArgs {
+    /// Thread libraries: glibc, musl, or the path of a libc's compiler wrapper (default: glibc, and musl if installed).
+    #[arg(long, value_delimiter = ',', value_name = "LIBC,...")]
+    libc: Vec<String>,
+    /// A CPU set to run on: one, all, or a list such as 0-3,6; repeat to sweep several (default: one and all).
+    #[arg(long, value_name = "SET")]
+    cpus: Vec<String>,
+    /// Preemption models to sweep (none, voluntary, full) where the kernel can switch them at run time.
+    #[arg(long, value_delimiter = ',', value_name = "MODEL,...", value_parser = clap::builder::PossibleValuesParser::new(preempt::MODELS))]
+    preempt: Vec<String>,
+    /// Milliseconds each trial measures, after the workload's own warm-up.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u32).range(1..=600_000))]
+    ms: Option<u32>,
+    #[command(flatten)]
+    repeat: RepeatArgs,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    /// How the creator waits: join (pthread_join), barrier (detached threads passing a barrier), or both.
+    #[arg(long, value_delimiter = ',', default_value = "join", value_parser = ["join", "barrier"])]
+    wait: Vec<String>,
+    /// Thread stack sizes to sweep, e.g. 64KiB,8MiB (default: the libc's own).
+    #[arg(long, value_delimiter = ',', value_parser = super::parse_size_arg)]
+    stack: Vec<u64>,
+    /// The new thread first touches this much of its stack; the time is shown on its own (e.g. 64KiB).
+    #[arg(long, value_parser = super::parse_size_arg)]
+    touch: Option<u64>,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct CtxArgs {
+    /// How the token passes: pipe (lmbench's), futex, eventfd, cond (mutex + condition variable).
+    #[arg(long, value_delimiter = ',', default_value = "pipe", value_parser = ["pipe", "futex", "eventfd", "cond"])]
+    transport: Vec<String>,
+    /// Threads in the ring.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16", value_parser = clap::value_parser!(u32).range(2..=100_000))]
+    threads: Vec<u32>,
+    /// Working set each thread sums on every turn, e.g. 0,16KiB,64KiB.
+    #[arg(long, value_delimiter = ',', default_value = "0,16KiB,64KiB", value_parser = parse_working_set)]
+    ws: Vec<u32>,
+    /// Do not run perf bench sched pipe beside the 2-thread pipe ring.
+    #[arg(long)]
+    no_perf: bool,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct AllArgs {
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+/// A working set in KiB: 0, or a size that is a whole number of KiB.
+fn parse_working_set(s: &str) -> Result<u32, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    let b = super::parse_size_arg(s)?;
+    if b % 1024 != 0 || b / 1024 > 1 << 20 {
+        return Err(format!("`{s}`: give whole KiB up to 1GiB (e.g. 16KiB)"));
+    }
+    Ok((b / 1024) as u32)
+}
+
+fn kib(bytes: u64, what: &str) -> Result<u32, CliError> {
+    if bytes % 1024 != 0 || bytes < 16 * 1024 || bytes / 1024 > 1 << 20 {
+        return Err(CliError::Other(format!("{what}: give whole KiB from 16KiB to 1GiB")));
+    }
+    Ok((bytes / 1024) as u32)
+}
+
+/// `one`, `all` or a list, checked against the CPUs this process may use.
+fn cpu_set(spec: &str) -> Result<Vec<usize>, CliError> {
+    let allowed = allowed_cpus();
+    let cpus = match spec.trim() {
+        "one" => allowed.first().map(|&c| vec![c]).unwrap_or_default(),
+        "all" => allowed,
+        list => parse_cpu_list(list).map_err(|e| CliError::Other(format!("--cpus {list}: {e}")))?,
+    };
+    threads::check_cpus(&cpus, &format!("--cpus {spec}"))?;
+    Ok(cpus)
+}
+
+impl CommonArgs {
+    fn config(&self, default_reps: u32, default_ms: u32) -> Result<ThreadsConfig, CliError> {
+        let mut notes = Vec::new();
+        let libcs = if self.libc.is_empty() {
+            let mut v = vec![Libc::Glibc];
+            match Libc::resolve("musl") {
+                Ok(m) => v.push(m),
+                Err(_) => notes.push("musl left out: musl-gcc is not installed (Debian: apt-get install musl-tools)".into()),
+            }
+            v
+        } else {
+            let mut v: Vec<Libc> = Vec::new();
+            for spec in &self.libc {
+                let l = Libc::resolve(spec)?;
+                if !v.contains(&l) {
+                    v.push(l);
+                }
+            }
+            v
+        };
+        let specs: Vec<&str> = if self.cpus.is_empty() { vec!["one", "all"] } else { self.cpus.iter().map(String::as_str).collect() };
+        let mut cpu_sets: Vec<CpuChoice> = Vec::new();
+        for s in specs {
+            let c = CpuChoice::set(cpu_set(s)?);
+            if !cpu_sets.contains(&c) {
+                cpu_sets.push(c);
+            }
+        }
+        let mut preempt = self.preempt.clone();
+        preempt.dedup();
+        Ok(ThreadsConfig {
+            create: None,
+            ctx: None,
+            libcs,
+            cpu_sets,
+            preempt,
+            ms: self.ms.unwrap_or(default_ms),
+            runner: self.repeat.options(default_reps),
+            notes,
+        })
+    }
+}
+
+pub fn threads(cmd: ThreadsCommand) -> Result<ExitCode, CliError> {
+    let (cfg, common, what) = match &cmd {
+        ThreadsCommand::Create(a) => {
+            let mut cfg = a.common.config(5, 200)?;
+            let mut stacks = Vec::new();
+            for &s in &a.stack {
+                stacks.push(kib(s, "--stack")?);
+            }
+            if stacks.is_empty() {
+                stacks.push(0);
+            }
+            let touch_kib = match a.touch {
+                Some(t) if t % 1024 == 0 && t / 1024 <= 1 << 20 => (t / 1024) as u32,
+                Some(_) => return Err(CliError::Other("--touch: give whole KiB up to 1GiB (e.g. 64KiB)".into())),
+                None => 0,
+            };
+            cfg.create = Some(CreateParams { waits: a.wait.clone(), stacks_kib: stacks, touch_kib });
+            (cfg, &a.common, "threads create")
+        }
+        ThreadsCommand::Ctx(a) => {
+            let mut cfg = a.common.config(5, 200)?;
+            cfg.ctx = Some(CtxParams {
+                transports: a.transport.clone(),
+                threads: a.threads.clone(),
+                ws_kib: a.ws.clone(),
+                places: Vec::new(),
+                perf: !a.no_perf,
+            });
+            (cfg, &a.common, "threads ctx")
+        }
+        ThreadsCommand::All(a) => {
+            let mut cfg = a.common.config(3, 100)?;
+            cfg.create = Some(CreateParams { waits: vec!["join".into()], stacks_kib: vec![0], touch_kib: 0 });
+            cfg.ctx = Some(CtxParams {
+                transports: vec!["pipe".into()],
+                threads: vec![2, 8],
+                ws_kib: vec![0, 64],
+                places: Vec::new(),
+                perf: true,
+            });
+            (cfg, &a.common, "threads all")
+        }
+    };
+    let progress = study_progress(what, common.output.quiet);
+    let run = threads::run(&cfg, &progress)?;
+    finish(run, &common.output)
+}

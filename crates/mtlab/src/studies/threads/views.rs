@@ -1,0 +1,378 @@
+//! How a threads run is shown: one table and plot per workload, the check
+//! against perf bench, the timer's cost, and the source's qualitative
+//! results restated with this run's numbers.
+
+use std::collections::BTreeSet;
+
+use crate::export::{Bar, Cell, Plot, PlotKind, Point, Scale, Series, Table, View};
+use crate::study::{stats, summary, Configuration, Run};
+
+/// Agreement with perf bench the study promises.
+const FIDELITY: f64 = 0.10;
+
+fn estimate(run: &Run, c: &Configuration, metric: &str) -> Cell {
+    match run.measurement(&c.name, metric) {
+        Some(m) => {
+            let s = stats::summarize(&m.values);
+            Cell::Estimate {
+                value: s.median,
+                low: s.median_ci.map(|i| i.low),
+                high: s.median_ci.map(|i| i.high),
+                decimals: summary::decimals_for(s.median),
+            }
+        }
+        None => Cell::Empty,
+    }
+}
+
+fn median(run: &Run, c: &Configuration, metric: &str) -> Cell {
+    let v = summary::median(run, &c.name, metric);
+    Cell::num(v, v.map_or(0, summary::decimals_for))
+}
+
+/// min–max of the repetitions: the spread of a cell.
+fn spread(run: &Run, c: &Configuration, metric: &str) -> Cell {
+    match run.measurement(&c.name, metric) {
+        Some(m) if m.values.len() > 1 => {
+            let s = stats::summarize(&m.values);
+            let d = summary::decimals_for(s.median) as usize;
+            Cell::text(format!("{:.d$}–{:.d$}", s.min, s.max))
+        }
+        _ => Cell::Empty,
+    }
+}
+
+/// This configuration over its baseline (another libc over glibc).
+fn vs_baseline(run: &Run, c: &Configuration, metric: &str) -> Cell {
+    let Some(base) = c.baseline.as_deref() else { return Cell::Empty };
+    match summary::ratio(run, &c.name, metric, base, metric) {
+        Some(r) => Cell::Estimate { value: r.ratio, low: r.interval.map(|i| i.low), high: r.interval.map(|i| i.high), decimals: 2 },
+        None => Cell::Empty,
+    }
+}
+
+fn of<'a>(run: &'a Run, workload: &str) -> Vec<&'a Configuration> {
+    run.configurations.iter().filter(|c| c.get("workload") == Some(workload)).collect()
+}
+
+fn p<'a>(c: &'a Configuration, key: &str) -> &'a str {
+    c.get(key).unwrap_or("")
+}
+
+/// Where a configuration ran: its CPU set, or its placement class and pair.
+fn where_(c: &Configuration) -> String {
+    match (c.get("place"), c.get("pin")) {
+        (Some(class), Some(pin)) => format!("{class} ({pin})"),
+        _ => p(c, "cpus").to_string(),
+    }
+}
+
+fn preempt_col(c: &Configuration) -> Cell {
+    c.get("preempt").map(Cell::text).unwrap_or(Cell::Empty)
+}
+
+pub fn views(run: &Run) -> Vec<View> {
+    let mut v = Vec::new();
+    let sweep = run.configurations.iter().any(|c| c.get("preempt").is_some());
+    v.extend(create_views(run, sweep));
+    v.extend(ctx_views(run, sweep));
+    v.extend(fidelity_views(run));
+    v.extend(timer_notes(run));
+    v.extend(findings(run));
+    v
+}
+
+fn create_views(run: &Run, sweep: bool) -> Vec<View> {
+    let cs = of(run, "create");
+    if cs.is_empty() {
+        return vec![];
+    }
+    let touch = cs.iter().any(|c| run.measurement(&c.name, "first_touch_us").is_some());
+    let mut cols = vec!["libc", "CPUs", "wait", "stack", "preempt", "create+join µs p50 [interval]", "spread", "p99", "create only", "first touch", "× glibc"];
+    if !touch {
+        cols.retain(|c| *c != "first touch");
+    }
+    if !sweep {
+        cols.retain(|c| *c != "preempt");
+    }
+    let mut t = Table::new("create", "thread creation: pthread_create of a thread that returns at once, and the wait for it (µs)", &cols, if sweep { 5 } else { 4 });
+    for c in &cs {
+        let stack = p(c, "stack_kib");
+        let mut row = vec![
+            Cell::text(p(c, "libc")),
+            Cell::text(where_(c)),
+            Cell::text(p(c, "wait")),
+            Cell::text(if stack == "0" { "default".to_string() } else { format!("{stack} KiB") }),
+        ];
+        if sweep {
+            row.push(preempt_col(c));
+        }
+        row.extend([
+            estimate(run, c, "create_join_us"),
+            spread(run, c, "create_join_us"),
+            median(run, c, "create_join_p99_us"),
+            median(run, c, "create_only_us"),
+        ]);
+        if touch {
+            row.push(median(run, c, "first_touch_us"));
+        }
+        row.push(vs_baseline(run, c, "create_join_us"));
+        t.push(row);
+    }
+    let mut out = vec![View::Table(text_columns(t, &["spread"]))];
+    // The source's figure: creation cost per CPU set, one bar per libc.
+    let groups: Vec<String> = dedup(cs.iter().map(|c| where_(c)));
+    let series_names: Vec<String> = dedup(cs.iter().map(|c| series_name(c, &["libc", "wait", "stack_kib", "preempt"])));
+    let series = series_names
+        .iter()
+        .map(|s| {
+            let bars = groups
+                .iter()
+                .map(|g| {
+                    cs.iter().find(|c| &where_(c) == g && &series_name(c, &["libc", "wait", "stack_kib", "preempt"]) == s).and_then(|c| {
+                        run.measurement(&c.name, "create_join_us").map(|m| {
+                            let st = stats::summarize(&m.values);
+                            Bar { value: st.median, low: st.median_ci.map(|i| i.low), high: st.median_ci.map(|i| i.high) }
+                        })
+                    })
+                })
+                .collect();
+            (s.clone(), bars)
+        })
+        .collect();
+    out.push(View::Plot(Plot {
+        name: "threads-create".into(),
+        title: "thread creation cost by CPU set and thread library".into(),
+        x_label: "CPU set".into(),
+        y_label: "create+join µs (median p50; whisker: interval)".into(),
+        kind: PlotKind::GroupedBars { groups, series },
+    }));
+    out
+}
+
+/// Marks the named columns as text (they sit among numbers).
+fn text_columns(mut t: Table, names: &[&str]) -> Table {
+    for n in names {
+        if let Some(i) = t.columns.iter().position(|c| c == n) {
+            t = t.text_column(i);
+        }
+    }
+    t
+}
+
+/// The values of `keys` that vary within the run, as a legend entry.
+fn series_name(c: &Configuration, keys: &[&str]) -> String {
+    keys.iter()
+        .filter_map(|k| c.get(k).map(|v| (k, v)))
+        .filter(|(k, v)| !(**k == "stack_kib" && *v == "0"))
+        .map(|(k, v)| match *k {
+            "stack_kib" => format!("stack {v} KiB"),
+            "ws_kib" => format!("{v} KiB"),
+            "preempt" => format!("preempt {v}"),
+            _ => v.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn dedup(it: impl Iterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in it {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
+}
+
+fn ctx_views(run: &Run, sweep: bool) -> Vec<View> {
+    let cs = of(run, "ctx");
+    if cs.is_empty() {
+        return vec![];
+    }
+    let mut cols = vec![
+        "libc", "CPUs", "transport", "threads", "working set", "preempt", "switch ns [interval]", "spread", "ring ns/hand-off", "overhead",
+        "hand-off p50", "hand-off p99", "× glibc",
+    ];
+    if !sweep {
+        cols.retain(|c| *c != "preempt");
+    }
+    let mut t = Table::new(
+        "ctx",
+        "context switches: a token round a ring of threads, each walking its working set (lmbench's switch = ring − overhead; ns)",
+        &cols,
+        3,
+    );
+    for c in &cs {
+        let mut row = vec![
+            Cell::text(p(c, "libc")),
+            Cell::text(where_(c)),
+            Cell::text(p(c, "transport")),
+            Cell::Int(p(c, "threads").parse().unwrap_or(0)),
+            Cell::text(format!("{} KiB", p(c, "ws_kib"))),
+        ];
+        if sweep {
+            row.push(preempt_col(c));
+        }
+        row.extend([
+            estimate(run, c, "switch_ns"),
+            spread(run, c, "switch_ns"),
+            median(run, c, "loop_ns"),
+            median(run, c, "overhead_ns"),
+            median(run, c, "handoff_p50_ns"),
+            median(run, c, "handoff_p99_ns"),
+            vs_baseline(run, c, "switch_ns"),
+        ]);
+        t.push(row);
+    }
+    let mut out = vec![View::Table(text_columns(t, &["working set", "spread"]))];
+    // The source's figure: switch cost against threads, one line per working set.
+    let panels = dedup(cs.iter().map(|c| format!("{} {} {}", p(c, "libc"), where_(c), p(c, "transport"))));
+    for panel in panels {
+        let members: Vec<&&Configuration> =
+            cs.iter().filter(|c| format!("{} {} {}", p(c, "libc"), where_(c), p(c, "transport")) == panel).collect();
+        let threads: BTreeSet<u32> = members.iter().filter_map(|c| p(c, "threads").parse().ok()).collect();
+        if threads.len() < 2 {
+            continue;
+        }
+        let lines = dedup(members.iter().map(|c| series_name(c, &["ws_kib", "preempt"])));
+        let series = lines
+            .iter()
+            .map(|l| Series {
+                name: format!("working set {l}"),
+                points: members
+                    .iter()
+                    .filter(|c| &series_name(c, &["ws_kib", "preempt"]) == l)
+                    .filter_map(|c| {
+                        let m = run.measurement(&c.name, "switch_ns")?;
+                        let s = stats::summarize(&m.values);
+                        Some(Point {
+                            x: p(c, "threads").parse().ok()?,
+                            y: s.median,
+                            low: s.median_ci.map(|i| i.low),
+                            high: s.median_ci.map(|i| i.high),
+                        })
+                    })
+                    .collect(),
+            })
+            .collect();
+        out.push(View::Plot(Plot {
+            name: format!("threads-ctx-{}", panel.replace([' ', ',', '(', ')'], "-").replace("--", "-").trim_end_matches('-')),
+            title: format!("context switch cost: {panel}"),
+            x_label: "threads in the ring".into(),
+            y_label: "ns per switch (median; bar: interval)".into(),
+            kind: PlotKind::Line { x_scale: Scale::Log2, series },
+        }));
+    }
+    out
+}
+
+/// mtlab's 2-thread pipe ring against perf bench sched pipe -T on the same CPUs.
+fn fidelity_views(run: &Run) -> Vec<View> {
+    let perfs = of(run, "perf");
+    if perfs.is_empty() {
+        return vec![];
+    }
+    let mut t = Table::new(
+        "fidelity",
+        format!("2 threads passing a token over pipes: mtlab ctx vs perf bench sched pipe -T (µs per round trip; agreement within ±{:.0} %)", FIDELITY * 100.0),
+        &["CPUs", "libc", "mtlab µs", "perf µs", "mtlab / perf [interval]", "agrees"],
+        2,
+    );
+    for pc in &perfs {
+        for c in of(run, "ctx").into_iter().filter(|c| {
+            p(c, "cpus") == p(pc, "cpus")
+                && c.get("pin") == pc.get("pin")
+                && p(c, "transport") == "pipe"
+                && p(c, "threads") == "2"
+                && p(c, "ws_kib") == "0"
+                && c.get("preempt") == pc.get("preempt")
+        }) {
+            let (Some(a), Some(b)) = (summary::median(run, &c.name, "loop_ns"), summary::median(run, &pc.name, "loop_ns")) else { continue };
+            let r = summary::ratio(run, &c.name, "loop_ns", &pc.name, "loop_ns");
+            t.push(vec![
+                Cell::text(where_(c)),
+                Cell::text(p(c, "libc")),
+                Cell::Num(2.0 * a / 1000.0, 2),
+                Cell::Num(2.0 * b / 1000.0, 2),
+                r.as_ref()
+                    .map(|r| Cell::Estimate { value: r.ratio, low: r.interval.map(|i| i.low), high: r.interval.map(|i| i.high), decimals: 3 })
+                    .unwrap_or(Cell::Empty),
+                Cell::text(match r {
+                    Some(r) if (r.ratio - 1.0).abs() <= FIDELITY => "yes",
+                    Some(_) => "no",
+                    None => "",
+                }),
+            ]);
+        }
+    }
+    vec![View::Table(t.text_column(5))]
+}
+
+fn timer_notes(run: &Run) -> Vec<View> {
+    let all: Vec<f64> = run.measurements.iter().filter(|m| m.metric == "timer_ticks").flat_map(|m| m.values.iter().copied()).collect();
+    if all.is_empty() {
+        return vec![];
+    }
+    let ticks = stats::median(&all);
+    let ghz: Option<f64> = run.settings.get("tsc ticks per ns").and_then(|v| v.parse().ok());
+    let verdict = if ticks < 30.0 { "under the 30-tick budget" } else { "over the 30-tick budget this study aims for: the hand-off and create times carry its noise" };
+    vec![View::Note(format!(
+        "timer: one read of the time-stamp counter costs {ticks:.0} ticks{} (median of back-to-back reads), {verdict}; it is subtracted from every timed interval",
+        ghz.map(|g| format!(" = {:.1} ns at {g:.3} ticks/ns", ticks / g)).unwrap_or_default()
+    ))]
+}
+
+/// The source's qualitative results, restated with this run's numbers.
+fn findings(run: &Run) -> Vec<View> {
+    let mut out = Vec::new();
+    // Creation on one CPU vs on several (the source: faster on one CPU).
+    let creates = of(run, "create");
+    for one in creates.iter().filter(|c| p(c, "cpu_count") == "1") {
+        for many in creates.iter().filter(|m| {
+            p(m, "cpu_count").parse::<usize>().unwrap_or(0) > 1
+                && ["libc", "wait", "stack_kib", "preempt"].iter().all(|k| m.get(k) == one.get(k))
+        }) {
+            if let Some(r) = summary::ratio(run, &one.name, "create_join_us", &many.name, "create_join_us") {
+                out.push(View::Note(format!(
+                    "finding: {} create+join on CPU {} costs {:.2}× its cost on CPUs {}{} ({})",
+                    p(one, "libc"),
+                    p(one, "cpus"),
+                    r.ratio,
+                    p(many, "cpus"),
+                    r.interval.map(|i| format!(" [{:.2}, {:.2}]", i.low, i.high)).unwrap_or_default(),
+                    if r.ratio < 1.0 { "faster on one CPU, as the source found" } else { "not faster on one CPU, unlike the source" }
+                )));
+            }
+        }
+    }
+    // Switch cost against the working set, at each ring size.
+    let ctxs = of(run, "ctx");
+    let cells = dedup(ctxs.iter().map(|c| format!("{}|{}|{}|{}|{}", p(c, "libc"), where_(c), p(c, "transport"), p(c, "threads"), p(c, "preempt"))));
+    for cell in cells {
+        let mut members: Vec<(f64, f64)> = ctxs
+            .iter()
+            .filter(|c| format!("{}|{}|{}|{}|{}", p(c, "libc"), where_(c), p(c, "transport"), p(c, "threads"), p(c, "preempt")) == cell)
+            .filter_map(|c| Some((p(c, "ws_kib").parse().ok()?, summary::median(run, &c.name, "switch_ns")?)))
+            .collect();
+        members.sort_by(|a, b| a.0.total_cmp(&b.0));
+        if let (Some(lo), Some(hi)) = (members.first(), members.last()) {
+            if members.len() > 1 && hi.0 > lo.0 {
+                let parts: Vec<&str> = cell.split('|').collect();
+                out.push(View::Note(format!(
+                    "finding: {} {} {} threads on {}: a switch costs {:.0} ns with {:.0} KiB working sets and {:.0} ns with {:.0} KiB ({:+.1} ns per KiB)",
+                    parts[0],
+                    parts[2],
+                    parts[3],
+                    parts[1],
+                    lo.1,
+                    lo.0,
+                    hi.1,
+                    hi.0,
+                    (hi.1 - lo.1) / (hi.0 - lo.0)
+                )));
+            }
+        }
+    }
+    out
+}
