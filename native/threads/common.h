@@ -91,10 +91,11 @@ static __attribute__((unused)) double timer_cost_ticks(void) {
 
 /* ---- histogram ----------------------------------------------------------- */
 
-/* Log-linear buckets over ticks: 32 sub-buckets per power of two, so any
- * percentile is within 1/32 (3 %) of the value; exact below 64. */
-#define HIST_SUB 32
-#define HIST_GROUPS 48
+/* Log-linear buckets over ticks: 128 sub-buckets per power of two, so any
+ * percentile is within 1/128 (0.8 %) of the value; exact below 256. */
+#define HIST_BITS 7
+#define HIST_SUB (1u << HIST_BITS)
+#define HIST_GROUPS 40 /* up to 2^46 ticks: hours */
 typedef struct {
     uint64_t n[HIST_GROUPS * HIST_SUB];
     uint64_t count;
@@ -105,7 +106,7 @@ static __attribute__((unused)) inline unsigned hist_index(uint64_t v) {
     if (v < 2 * HIST_SUB)
         return (unsigned)v;
     unsigned msb = 63 - (unsigned)__builtin_clzll(v);
-    unsigned shift = msb - 5; /* keep 6 bits: 32..63 */
+    unsigned shift = msb - HIST_BITS; /* keeps v >> shift in [HIST_SUB, 2 HIST_SUB) */
     unsigned g = shift + 1;
     if (g >= HIST_GROUPS)
         return HIST_GROUPS * HIST_SUB - 1;

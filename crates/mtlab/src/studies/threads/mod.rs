@@ -281,6 +281,9 @@ impl Lab {
                     Sample::cost("overhead_ns", "ns", f("overhead_ns")?),
                     Sample::cost("handoff_p50_ns", "ns", f("handoff_p50_ns")?),
                     Sample::cost("handoff_p99_ns", "ns", f("handoff_p99_ns")?),
+                    // Counted by the receivers, not derived from the lap count:
+                    // equals the ring size when the token really visits every thread.
+                    Sample::gain("handoffs_per_lap", "hand-offs", f("handoffs")? / f("laps")?),
                     Sample::cost("timer_ticks", "ticks", f("timer_ticks")?),
                 ])
             }
