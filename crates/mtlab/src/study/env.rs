@@ -77,10 +77,13 @@ fn uname() -> (String, String, String) {
     (s(&u.nodename), s(&u.release), s(&u.version))
 }
 
+/// Where a PREEMPT_DYNAMIC kernel shows (and, if allowed, switches) its preemption model.
+pub const PREEMPT_FILE: &str = "/sys/kernel/debug/sched/preempt";
+
 /// The kernel's preemption model: debugfs knows the live one on
 /// PREEMPT_DYNAMIC kernels (`none voluntary (full)`); otherwise the build string tells.
 fn preemption(version: &str) -> Option<String> {
-    if let Some(s) = read_trim("/sys/kernel/debug/sched/preempt") {
+    if let Some(s) = read_trim(PREEMPT_FILE) {
         if let Some(live) = s.split_whitespace().find(|w| w.starts_with('(')) {
             return Some(live.trim_matches(|c| c == '(' || c == ')').to_string());
         }

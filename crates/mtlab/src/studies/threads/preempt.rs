@@ -30,7 +30,7 @@ pub fn unavailable_reason(file: &std::path::Path) -> String {
 impl Switch {
     /// The switch, if the live model can be read and written back unchanged.
     pub fn open() -> Result<Switch, String> {
-        Switch::open_at(PathBuf::from("/sys/kernel/debug/sched/preempt"))
+        Switch::open_at(PathBuf::from(crate::study::env::PREEMPT_FILE))
     }
 
     fn open_at(file: PathBuf) -> Result<Switch, String> {
@@ -45,9 +45,9 @@ impl Switch {
     }
 
     /// Switches to `model` unless it is already live.
-    pub fn set(&mut self, model: &str) -> std::io::Result<()> {
+    pub fn set(&mut self, model: &str) -> Result<(), crate::studies::StudyError> {
         if self.current != model {
-            std::fs::write(&self.file, model)?;
+            std::fs::write(&self.file, model).map_err(|source| crate::studies::StudyError::Io { path: self.file.clone(), source })?;
             self.current = model.to_string();
         }
         Ok(())
