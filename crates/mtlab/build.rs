@@ -52,7 +52,7 @@ fn main() {
     let latency_pipeline = out.join("mtlab-latency-pipeline");
     cc(&latency_pipeline, &[native.join("bench/latency_pipeline.c")], &[], &[]);
 
-    for name in ["create", "ctx"] {
+    for name in ["create", "ctx", "chat"] {
         let exe = out.join(format!("mtlab-threads-{name}"));
         cc(&exe, &[native.join(format!("threads/{name}.c"))], &[], &[]);
         println!("cargo:rustc-env=MTLAB_THREADS_{}={}", name.to_uppercase(), exe.display());

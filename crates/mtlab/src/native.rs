@@ -12,6 +12,7 @@ static MALLOC_TEST: &[u8] = include_bytes!(env!("MTLAB_MALLOC_TEST"));
 static LATENCY_PIPELINE: &[u8] = include_bytes!(env!("MTLAB_LATENCY_PIPELINE"));
 static THREADS_CREATE: &[u8] = include_bytes!(env!("MTLAB_THREADS_CREATE"));
 static THREADS_CTX: &[u8] = include_bytes!(env!("MTLAB_THREADS_CTX"));
+static THREADS_CHAT: &[u8] = include_bytes!(env!("MTLAB_THREADS_CHAT"));
 
 /// The threads workloads' sources, to build them against another libc
 /// (`musl-gcc`, or any compiler wrapper) where the study runs.
@@ -19,6 +20,7 @@ static THREADS_SOURCES: &[(&str, &str)] = &[
     ("common.h", include_str!("../../../native/threads/common.h")),
     ("create.c", include_str!("../../../native/threads/create.c")),
     ("ctx.c", include_str!("../../../native/threads/ctx.c")),
+    ("chat.c", include_str!("../../../native/threads/chat.c")),
 ];
 
 #[derive(Debug, thiserror::Error)]
@@ -38,6 +40,8 @@ pub enum Part {
     ThreadsCreate,
     /// Token-ring context switches (threads study), built against glibc.
     ThreadsCtx,
+    /// Volanomark-shaped chat server and clients (threads study), built against glibc.
+    ThreadsChat,
 }
 
 impl Part {
@@ -48,6 +52,7 @@ impl Part {
             Part::LatencyPipeline => "mtlab-latency-pipeline",
             Part::ThreadsCreate => "mtlab-threads-create",
             Part::ThreadsCtx => "mtlab-threads-ctx",
+            Part::ThreadsChat => "mtlab-threads-chat",
         }
     }
     fn bytes(self) -> &'static [u8] {
@@ -57,6 +62,7 @@ impl Part {
             Part::LatencyPipeline => LATENCY_PIPELINE,
             Part::ThreadsCreate => THREADS_CREATE,
             Part::ThreadsCtx => THREADS_CTX,
+            Part::ThreadsChat => THREADS_CHAT,
         }
     }
 }
@@ -128,6 +134,7 @@ impl Part {
         match self {
             Part::ThreadsCreate => Some("create.c"),
             Part::ThreadsCtx => Some("ctx.c"),
+            Part::ThreadsChat => Some("chat.c"),
             _ => None,
         }
     }

@@ -105,7 +105,7 @@ fn the_pipe_ring_agrees_with_perf_bench_when_perf_runs() {
     let Some(perf) = perf else {
         // perf missing or not matching the kernel: the run must say so.
         let notes = run["notes"].to_string();
-        assert!(notes.contains("fidelity check against perf bench is skipped"), "{notes}");
+        assert!(notes.contains("comparison with perf bench is skipped"), "{notes}");
         return;
     };
     let ours = median(&run, &format!("ctx glibc cpus {cpu} pipe 2T 0KiB"), "loop_ns");
@@ -225,5 +225,42 @@ fn a_preemption_sweep_says_what_this_kernel_allows() {
         // And it was put back.
         let live = std::fs::read_to_string("/sys/kernel/debug/sched/preempt").unwrap();
         assert!(live.contains(&format!("({})", run["environment"]["preemption"].as_str().unwrap())), "{live}");
+    }
+}
+
+#[test]
+fn chat_delivers_every_message_with_a_thread_per_connection_or_one_per_side() {
+    let lab = Lab::new();
+    let cpu = first_cpu();
+    let run = lab.mtlab_json(&[
+        "threads", "chat", "--libc", "glibc", "--cpus", &cpu, "--rooms", "2", "--users", "2,4", "--messages", "5", "--ms", "20", "--reps",
+        "2", "--no-perf", "-q",
+    ]);
+    for users in [2, 4] {
+        for (mode, threads) in [("threads", 2 * 2 * users), ("epoll", 2)] {
+            let name = format!("chat glibc cpus {cpu} {mode} 2x{users}");
+            assert_eq!(values(&run, &name, "threads_created"), vec![threads as f64; 2], "{name}");
+            for v in values(&run, &name, "msgs_per_s") {
+                assert!(v.is_finite() && v > 0.0, "{name}: {v}");
+            }
+            assert!(median(&run, &name, "latency_p99_us") >= median(&run, &name, "latency_p50_us"), "{name}");
+        }
+    }
+}
+
+#[test]
+fn all_runs_every_workload_in_one_stored_run() {
+    let lab = Lab::new();
+    let run = lab.mtlab_json(&["threads", "all", "--libc", "glibc", "--cpus", "one", "--ms", "10", "--reps", "1", "-q"]);
+    for w in ["create", "ctx", "chat"] {
+        assert!(run["configurations"].as_array().unwrap().iter().any(|c| c["params"]["workload"] == w), "no {w} in `all`");
+    }
+    // Shown again from the store, the tables are the same.
+    let id = run["id"].as_i64().unwrap().to_string();
+    let shown = lab.command(MTLAB).args(["runs", "show", &id]).output().unwrap();
+    assert_success(&shown, "runs show");
+    let text = String::from_utf8_lossy(&shown.stdout);
+    for title in ["thread creation", "context switches", "message passing"] {
+        assert!(text.contains(title), "{title} missing from:\n{text}");
     }
 }

@@ -7,7 +7,7 @@ use clap::{Args, Subcommand};
 
 use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
-use crate::studies::threads::{self, preempt, CpuChoice, CreateParams, CtxParams, Libc, ThreadsConfig};
+use crate::studies::threads::{self, preempt, ChatParams, CpuChoice, CreateParams, CtxParams, Libc, ThreadsConfig};
 use crate::study::env::{allowed_cpus, parse_cpu_list};
 
 const AFTER_HELP: &str = "\
@@ -29,7 +29,10 @@ pub enum ThreadsCommand {
     /// Context switches: a token round a ring of N threads, each walking a working set (lmbench lat_ctx).
     #[command(after_help = AFTER_HELP)]
     Ctx(CtxArgs),
-    /// The quick set of every workload, in about a minute on 2 cores.
+    /// Message passing: a Volanomark-shaped chat server on loopback TCP, a thread per connection or one epoll thread a side.
+    #[command(after_help = AFTER_HELP)]
+    Chat(ChatArgs),
+    /// The quick set of every workload, in well under a minute on 2 cores.
     #[command(after_help = AFTER_HELP)]
     All(AllArgs),
 }
@@ -82,6 +85,30 @@ pub struct CtxArgs {
     #[arg(long, value_delimiter = ',', default_value = "0,16KiB,64KiB", value_parser = parse_working_set)]
     ws: Vec<u32>,
     /// Do not run perf bench sched pipe beside the 2-thread pipe ring.
+    #[arg(long)]
+    no_perf: bool,
+    #[command(flatten)]
+    common: CommonArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct ChatArgs {
+    /// threads (a thread per connection on each side, the original's shape), epoll (one thread a side), or both.
+    #[arg(long, value_delimiter = ',', default_value = "threads,epoll", value_parser = ["threads", "epoll"])]
+    mode: Vec<String>,
+    /// Chat rooms.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    rooms: u32,
+    /// Users per room, swept (the original: 10 rooms × 20 users).
+    #[arg(long, value_delimiter = ',', default_value = "5,10,20", value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    users: Vec<u32>,
+    /// Messages each user sends at least (users keep sending until --ms has passed); each goes to every user of its room.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
+    messages: u32,
+    /// Bytes per message.
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(24..=1_048_576))]
+    size: u32,
+    /// Do not run perf bench sched messaging -t beside rooms of 20 users.
     #[arg(long)]
     no_perf: bool,
     #[command(flatten)]
@@ -158,6 +185,7 @@ impl CommonArgs {
         Ok(ThreadsConfig {
             create: None,
             ctx: None,
+            chat: None,
             libcs,
             cpu_sets,
             preempt,
@@ -198,6 +226,21 @@ pub fn threads(cmd: ThreadsCommand) -> Result<ExitCode, CliError> {
             });
             (cfg, &a.common, "threads ctx")
         }
+        ThreadsCommand::Chat(a) => {
+            let mut cfg = a.common.config(5, 200)?;
+            if (a.rooms as u64) * a.users.iter().copied().max().unwrap_or(1) as u64 > 200_000 {
+                return Err(CliError::Other("--rooms × --users: at most 200000 connections".into()));
+            }
+            cfg.chat = Some(ChatParams {
+                modes: a.mode.clone(),
+                rooms: a.rooms,
+                users: a.users.clone(),
+                messages: a.messages,
+                size: a.size,
+                perf: !a.no_perf,
+            });
+            (cfg, &a.common, "threads chat")
+        }
         ThreadsCommand::All(a) => {
             let mut cfg = a.common.config(3, 100)?;
             cfg.create = Some(CreateParams { waits: vec!["join".into()], stacks_kib: vec![0], touch_kib: 0 });
@@ -206,6 +249,14 @@ pub fn threads(cmd: ThreadsCommand) -> Result<ExitCode, CliError> {
                 threads: vec![2, 8],
                 ws_kib: vec![0, 64],
                 places: Vec::new(),
+                perf: true,
+            });
+            cfg.chat = Some(ChatParams {
+                modes: vec!["threads".into(), "epoll".into()],
+                rooms: 4,
+                users: vec![5, 20],
+                messages: 10,
+                size: 100,
                 perf: true,
             });
             (cfg, &a.common, "threads all")

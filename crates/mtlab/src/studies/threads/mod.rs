@@ -86,9 +86,27 @@ pub struct CtxParams {
 }
 
 #[derive(Debug, Clone)]
+pub struct ChatParams {
+    /// `threads` (a thread per connection on each side) and/or `epoll` (one thread a side).
+    pub modes: Vec<String>,
+    pub rooms: u32,
+    /// Users per room, swept.
+    pub users: Vec<u32>,
+    /// Messages each user sends at least; users keep sending until --ms has passed.
+    pub messages: u32,
+    pub size: u32,
+    /// Run `perf bench sched messaging -t` (groups of 20 senders × 20 receivers) beside rooms of 20.
+    pub perf: bool,
+}
+
+/// perf's messaging benchmark: each of 20 senders in a group writes every loop to each of 20 receivers.
+const PERF_GROUP: u32 = 20;
+
+#[derive(Debug, Clone)]
 pub struct ThreadsConfig {
     pub create: Option<CreateParams>,
     pub ctx: Option<CtxParams>,
+    pub chat: Option<ChatParams>,
     pub libcs: Vec<Libc>,
     pub cpu_sets: Vec<CpuChoice>,
     /// Preemption models to sweep (empty: the live one only).
@@ -125,6 +143,9 @@ enum Cell {
     Ctx { libc: usize, cpus: CpuChoice, transport: String, threads: u32, ws_kib: u32 },
     /// `perf bench sched pipe -T`: the reference for the 2-thread pipe ring.
     Perf { cpus: CpuChoice },
+    Chat { libc: usize, cpus: CpuChoice, mode: String, rooms: u32, users: u32 },
+    /// `perf bench sched messaging -t`: groups shaped like rooms of 20.
+    PerfMessaging { cpus: CpuChoice, groups: u32 },
 }
 
 #[derive(Debug, Clone)]
@@ -144,6 +165,10 @@ impl Planned {
                 format!("ctx {} {} {transport} {threads}T {ws_kib}KiB", libcs[*libc].name(), cpus.name_part())
             }
             Cell::Perf { cpus } => format!("perf sched pipe {}", cpus.name_part()),
+            Cell::Chat { libc, cpus, mode, rooms, users } => {
+                format!("chat {} {} {mode} {rooms}x{users}", libcs[*libc].name(), cpus.name_part())
+            }
+            Cell::PerfMessaging { cpus, groups } => format!("perf sched messaging {} {groups}x{PERF_GROUP}", cpus.name_part()),
         };
         match &self.preempt {
             Some(p) => format!("{base} preempt {p}"),
@@ -166,6 +191,14 @@ impl Planned {
                 c = c.param("transport", "pipe").param("threads", 2).param("ws_kib", 0);
                 ("perf", None, cpus)
             }
+            Cell::Chat { libc, cpus, mode, rooms, users } => {
+                c = c.param("mode", mode).param("rooms", rooms).param("users", users);
+                ("chat", Some(*libc), cpus)
+            }
+            Cell::PerfMessaging { cpus, groups } => {
+                c = c.param("rooms", groups).param("users", PERF_GROUP);
+                ("perf-messaging", None, cpus)
+            }
         };
         c = c.param("workload", workload).param("cpus", cpu_list(&cpus.cpus)).param("cpu_count", cpus.cpus.len());
         if let Some((class, pin)) = &cpus.place {
@@ -177,8 +210,8 @@ impl Planned {
             if l != 0 && libcs[0] == Libc::Glibc {
                 let mut base = self.clone();
                 match &mut base.cell {
-                    Cell::Create { libc, .. } | Cell::Ctx { libc, .. } => *libc = 0,
-                    Cell::Perf { .. } => {}
+                    Cell::Create { libc, .. } | Cell::Ctx { libc, .. } | Cell::Chat { libc, .. } => *libc = 0,
+                    Cell::Perf { .. } | Cell::PerfMessaging { .. } => {}
                 }
                 c = c.baseline(base.name(libcs));
             }
@@ -225,6 +258,20 @@ fn plan(cfg: &ThreadsConfig, preempts: &[Option<String>]) -> Vec<Planned> {
             }
         }
     }
+    if let Some(p) = &cfg.chat {
+        for cpus in &cfg.cpu_sets {
+            if p.perf && p.users.contains(&PERF_GROUP) {
+                cells.push(Cell::PerfMessaging { cpus: cpus.clone(), groups: p.rooms });
+            }
+            for libc in 0..cfg.libcs.len() {
+                for mode in &p.modes {
+                    for &users in &p.users {
+                        cells.push(Cell::Chat { libc, cpus: cpus.clone(), mode: mode.clone(), rooms: p.rooms, users });
+                    }
+                }
+            }
+        }
+    }
     let mut out = Vec::new();
     for preempt in preempts {
         out.extend(cells.iter().map(|c| Planned { cell: c.clone(), preempt: preempt.clone() }));
@@ -239,6 +286,7 @@ struct Lab {
     ticks_per_ns: f64,
     ms: u32,
     touch_kib: u32,
+    chat: Option<ChatParams>,
 }
 
 impl Lab {
@@ -300,6 +348,37 @@ impl Lab {
                 // perf's op is a round trip: two hand-offs.
                 Ok(vec![Sample::cost("loop_ns", "ns", us * 1000.0 / 2.0)])
             }
+            Cell::Chat { libc, cpus, mode, rooms, users } => {
+                let chat = self.chat.as_ref().expect("chat cells only with chat parameters");
+                let mut c = Command::new(&self.exes[&(*libc, "chat")]);
+                c.arg("--cpus").arg(cpu_list(&cpus.cpus)).arg("--ticks-per-ns").arg(format!("{:.6}", self.ticks_per_ns));
+                c.args(["--mode", mode]).arg("--rooms").arg(rooms.to_string()).arg("--users").arg(users.to_string());
+                c.arg("--messages").arg(chat.messages.to_string()).arg("--size").arg(chat.size.to_string());
+                c.arg("--ms").arg(self.ms.to_string());
+                let v = self.result(c, "chat", name, cpus)?;
+                let f = |k: &str| child::field(&v, &[k], name);
+                Ok(vec![
+                    Sample::gain("msgs_per_s", "messages/s", f("msgs_per_s")?),
+                    Sample::cost("latency_p50_us", "µs", f("latency_p50_us")?),
+                    Sample::cost("latency_p99_us", "µs", f("latency_p99_us")?),
+                    Sample::cost("latency_mean_us", "µs", f("latency_mean_us")?),
+                    Sample::cost("threads_created", "threads", f("threads")?),
+                    Sample::cost("timer_ticks", "ticks", f("timer_ticks")?),
+                ])
+            }
+            Cell::PerfMessaging { cpus, groups } => {
+                let perf = self.perf.as_ref().expect("perf cells are planned only when perf runs");
+                // About --ms of work at perf's usual 400 000 messages/s.
+                let loops = (self.ms / groups).max(10);
+                let mut c = Command::new(perf);
+                c.args(["bench", "sched", "messaging", "-t", "-g"]).arg(groups.to_string()).arg("-l").arg(loops.to_string());
+                child::pin_command(&mut c, &cpus.cpus);
+                let m = measure(c, name)?;
+                let secs = perf_total_seconds(&m.stdout)
+                    .ok_or_else(|| StudyError::Output(format!("{name}: no `Total time` line in perf's output:\n{}", m.stdout)))?;
+                let messages = *groups as f64 * (PERF_GROUP * PERF_GROUP) as f64 * loops as f64;
+                Ok(vec![Sample::gain("msgs_per_s", "messages/s", messages / secs)])
+            }
         }
     }
 
@@ -332,6 +411,12 @@ impl Lab {
 /// `      6.287152 usecs/op` from `perf bench sched pipe`.
 fn perf_usecs_per_op(out: &str) -> Option<f64> {
     out.lines().find(|l| l.contains("usecs/op")).and_then(|l| l.split_whitespace().next()).and_then(|v| v.parse().ok())
+}
+
+/// `     Total time: 0.125 [sec]` from `perf bench sched messaging`.
+fn perf_total_seconds(out: &str) -> Option<f64> {
+    let l = out.lines().find(|l| l.contains("Total time:"))?;
+    l.split_whitespace().nth(2)?.parse().ok().filter(|s: &f64| *s > 0.0)
 }
 
 /// perf, if `perf bench sched pipe` runs here (Debian's perf is a wrapper
@@ -370,12 +455,16 @@ pub fn run(cfg: &ThreadsConfig, progress: &Progress) -> Result<Run, StudyError> 
         if cfg.ctx.is_some() {
             exes.insert((i, "ctx"), libc.workload(Part::ThreadsCtx)?);
         }
+        if cfg.chat.is_some() {
+            exes.insert((i, "chat"), libc.workload(Part::ThreadsChat)?);
+        }
         if let Some(v) = libc.version() {
             run.environment.software.insert(libc.name().to_string(), v);
         }
     }
-    let perf = match &cfg.ctx {
-        Some(p) if p.perf => match find_perf() {
+    let wants_perf = cfg.ctx.as_ref().is_some_and(|p| p.perf) || cfg.chat.as_ref().is_some_and(|p| p.perf);
+    let perf = match wants_perf {
+        true => match find_perf() {
             Ok(perf) => {
                 if let Some(v) = crate::study::env::package_version("linux-perf") {
                     run.environment.software.insert("perf".into(), v);
@@ -383,11 +472,11 @@ pub fn run(cfg: &ThreadsConfig, progress: &Progress) -> Result<Run, StudyError> 
                 Some(perf)
             }
             Err(why) => {
-                run.notes.push(format!("{why}: the fidelity check against perf bench is skipped"));
+                run.notes.push(format!("{why}: the comparison with perf bench is skipped"));
                 None
             }
         },
-        _ => None,
+        false => None,
     };
     let mut switch = None;
     let preempts: Vec<Option<String>> = if cfg.preempt.is_empty() {
@@ -411,7 +500,7 @@ pub fn run(cfg: &ThreadsConfig, progress: &Progress) -> Result<Run, StudyError> 
     };
     let mut planned = plan(cfg, &preempts);
     if perf.is_none() {
-        planned.retain(|p| !matches!(p.cell, Cell::Perf { .. }));
+        planned.retain(|p| !matches!(p.cell, Cell::Perf { .. } | Cell::PerfMessaging { .. }));
     }
     let s = &mut run.settings;
     s.insert("measured ms per trial".into(), cfg.ms.to_string());
@@ -421,12 +510,17 @@ pub fn run(cfg: &ThreadsConfig, progress: &Progress) -> Result<Run, StudyError> 
     if let Some(p) = &cfg.create {
         s.insert("create touch KiB".into(), p.touch_kib.to_string());
     }
+    if let Some(p) = &cfg.chat {
+        s.insert("chat messages per user".into(), p.messages.to_string());
+        s.insert("chat message bytes".into(), p.size.to_string());
+    }
     let lab = Lab {
         exes,
         perf,
         ticks_per_ns: ticks_per_ns(),
         ms: cfg.ms,
         touch_kib: cfg.create.as_ref().map_or(0, |p| p.touch_kib),
+        chat: cfg.chat.clone(),
     };
     run.settings.insert("tsc ticks per ns".into(), format!("{:.4}", lab.ticks_per_ns));
     let configs: Vec<Configuration> = planned.iter().map(|p| p.configuration(&cfg.libcs)).collect();
@@ -458,6 +552,7 @@ mod tests {
                 places: vec![],
                 perf: true,
             }),
+            chat: Some(ChatParams { modes: vec!["threads".into(), "epoll".into()], rooms: 2, users: vec![5, 20], messages: 10, size: 100, perf: true }),
             libcs: vec![Libc::Glibc, Libc::Wrapper { name: "musl".into(), compiler: "/usr/bin/musl-gcc".into() }],
             cpu_sets: vec![CpuChoice::set(vec![0]), CpuChoice::set(vec![0, 1])],
             preempt: vec![],
@@ -471,12 +566,15 @@ mod tests {
     fn the_plan_crosses_every_parameter_and_names_are_unique() {
         let c = cfg();
         let p = plan(&c, &[None]);
-        // create: 2 libcs × 2 sets; ctx: 2 sets × (1 perf + 2 libcs × 2 ws × 2 threads)
-        assert_eq!(p.len(), 4 + 2 * (1 + 8));
+        // create: 2 libcs × 2 sets; ctx: 2 sets × (1 perf + 2 libcs × 2 ws × 2 threads);
+        // chat: 2 sets × (1 perf for rooms of 20 + 2 libcs × 2 modes × 2 user counts)
+        assert_eq!(p.len(), 4 + 2 * (1 + 8) + 2 * (1 + 8));
         let names: std::collections::BTreeSet<String> = p.iter().map(|x| x.name(&c.libcs)).collect();
         assert_eq!(names.len(), p.len());
         assert!(names.contains("ctx musl cpus 0-1 pipe 8T 64KiB"));
         assert!(names.contains("perf sched pipe cpus 0"));
+        assert!(names.contains("chat musl cpus 0-1 epoll 2x20"));
+        assert!(names.contains("perf sched messaging cpus 0 2x20"));
         let musl = p.iter().map(|x| x.configuration(&c.libcs)).find(|c| c.name == "create musl cpus 0 join").unwrap();
         assert_eq!(musl.baseline.as_deref(), Some("create glibc cpus 0 join"));
         assert_eq!(musl.get("cpu_count"), Some("1"));
@@ -486,7 +584,7 @@ mod tests {
     fn a_preemption_sweep_repeats_every_cell() {
         let c = cfg();
         let p = plan(&c, &[Some("none".into()), Some("full".into())]);
-        assert_eq!(p.len(), 2 * 22);
+        assert_eq!(p.len(), 2 * 40);
         assert!(p.iter().any(|x| x.name(&c.libcs) == "create glibc cpus 0 join preempt none"));
     }
 
@@ -495,6 +593,9 @@ mod tests {
         let out = "# Running 'sched/pipe' benchmark:\n# Executed 20000 pipe operations between two threads\n\n     Total time: 0.125 [sec]\n\n       6.287152 usecs/op\n         159054 ops/sec\n";
         assert_eq!(perf_usecs_per_op(out), Some(6.287152));
         assert_eq!(perf_usecs_per_op("nothing"), None);
+        let out = "# 20 sender and receiver threads per group\n# 2 groups == 80 threads run\n\n     Total time: 0.050 [sec]\n";
+        assert_eq!(perf_total_seconds(out), Some(0.05));
+        assert_eq!(perf_total_seconds("     Total time: 0.000 [sec]"), None);
     }
 
     #[test]

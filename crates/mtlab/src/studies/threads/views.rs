@@ -77,6 +77,7 @@ pub fn views(run: &Run) -> Vec<View> {
     v.extend(create_views(run, sweep));
     v.extend(ctx_views(run, sweep));
     v.extend(fidelity_views(run));
+    v.extend(chat_views(run, sweep));
     v.extend(timer_notes(run));
     v.extend(findings(run));
     v
@@ -307,6 +308,106 @@ fn fidelity_views(run: &Run) -> Vec<View> {
         }
     }
     vec![View::Table(t.text_column(5))]
+}
+
+fn chat_views(run: &Run, sweep: bool) -> Vec<View> {
+    let cs = of(run, "chat");
+    if cs.is_empty() {
+        return vec![];
+    }
+    let mut cols = vec![
+        "libc", "CPUs", "mode", "rooms × users", "threads", "preempt", "messages/s [interval]", "spread", "latency p50 µs", "p99 µs", "× glibc",
+    ];
+    if !sweep {
+        cols.retain(|c| *c != "preempt");
+    }
+    let mut t = Table::new(
+        "chat",
+        "message passing: a chat server on loopback TCP, every message broadcast to its room (Volanomark's shape)",
+        &cols,
+        4,
+    );
+    for c in &cs {
+        let mut row = vec![
+            Cell::text(p(c, "libc")),
+            Cell::text(where_(c)),
+            Cell::text(p(c, "mode")),
+            Cell::text(format!("{} × {}", p(c, "rooms"), p(c, "users"))),
+            summary::median(run, &c.name, "threads_created").map(|t| Cell::Int(t as i64)).unwrap_or(Cell::Empty),
+        ];
+        if sweep {
+            row.push(preempt_col(c));
+        }
+        row.extend([
+            estimate(run, c, "msgs_per_s"),
+            spread(run, c, "msgs_per_s"),
+            median(run, c, "latency_p50_us"),
+            median(run, c, "latency_p99_us"),
+            vs_baseline(run, c, "msgs_per_s"),
+        ]);
+        t.push(row);
+    }
+    let mut out = vec![View::Table(text_columns(t, &["spread"]))];
+    // perf bench sched messaging -t: the same shape (groups of 20 senders × 20 receivers).
+    let perfs = of(run, "perf-messaging");
+    if !perfs.is_empty() {
+        let mut pt = Table::new(
+            "chat-vs-perf",
+            "rooms of 20 users vs perf bench sched messaging -t (groups of 20 sender and 20 receiver threads): messages delivered per second",
+            &["CPUs", "rooms / groups", "perf messages/s", "libc", "mode", "chat messages/s", "chat / perf"],
+            2,
+        );
+        for pc in &perfs {
+            let Some(theirs) = summary::median(run, &pc.name, "msgs_per_s") else { continue };
+            for c in cs.iter().filter(|c| p(c, "cpus") == p(pc, "cpus") && p(c, "users") == "20" && c.get("preempt") == pc.get("preempt")) {
+                let Some(ours) = summary::median(run, &c.name, "msgs_per_s") else { continue };
+                pt.push(vec![
+                    Cell::text(where_(c)),
+                    Cell::text(p(pc, "rooms")),
+                    Cell::Num(theirs, 0),
+                    Cell::text(p(c, "libc")),
+                    Cell::text(p(c, "mode")),
+                    Cell::Num(ours, 0),
+                    Cell::Ratio(ours / theirs),
+                ]);
+            }
+        }
+        out.push(View::Table(text_columns(pt, &["libc", "mode"])));
+        out.push(View::Note(
+            "chat vs perf messaging: both pass ~100-byte messages between a thread per endpoint through the kernel; perf's senders write \
+             without waiting (socket pairs, no TCP, one direction), chat's users wait for their own message to come back and the server \
+             copies every message to each member, so the two agree in shape (how throughput moves with CPUs and libc), not in level"
+                .into(),
+        ));
+    }
+    // Throughput against users per room, one line per libc, mode and CPU set.
+    let lines = dedup(cs.iter().map(|c| format!("{} {} {}", p(c, "libc"), p(c, "mode"), where_(c))));
+    let users: BTreeSet<u32> = cs.iter().filter_map(|c| p(c, "users").parse().ok()).collect();
+    if users.len() > 1 {
+        let series = lines
+            .iter()
+            .map(|l| Series {
+                name: l.clone(),
+                points: cs
+                    .iter()
+                    .filter(|c| &format!("{} {} {}", p(c, "libc"), p(c, "mode"), where_(c)) == l && c.get("preempt").is_none())
+                    .filter_map(|c| {
+                        let m = run.measurement(&c.name, "msgs_per_s")?;
+                        let s = stats::summarize(&m.values);
+                        Some(Point { x: p(c, "users").parse().ok()?, y: s.median, low: s.median_ci.map(|i| i.low), high: s.median_ci.map(|i| i.high) })
+                    })
+                    .collect(),
+            })
+            .collect();
+        out.push(View::Plot(Plot {
+            name: "threads-chat".into(),
+            title: "chat throughput against users per room".into(),
+            x_label: "users per room".into(),
+            y_label: "messages delivered per second (median; bar: interval)".into(),
+            kind: PlotKind::Line { x_scale: Scale::Linear, series },
+        }));
+    }
+    out
 }
 
 fn timer_notes(run: &Run) -> Vec<View> {
