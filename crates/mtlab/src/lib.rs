@@ -16,5 +16,6 @@ pub mod store;
 pub mod studies;
 pub mod study;
 pub mod symbolize;
+pub mod topo;
 pub mod trace;
 pub mod units;

@@ -77,6 +77,13 @@ enum Command {
     /// Threads study: thread creation and context switches by CPU set, thread library and preemption model.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
+    /// CPU topology: packages, cores, SMT siblings, caches, NUMA nodes, and each CPU pair's placement class.
+    #[command(long_about = "CPU topology from sysfs: packages, dies, cores, SMT siblings, each cache with the CPUs sharing it, \
+NUMA nodes, limited to the CPUs this process may use; and each CPU pair's placement class.\n\n\
+Placement classes, nearest first: same (one logical CPU), smt (two hardware threads of one core), core (different cores \
+sharing an L2), llc (different cores sharing the last-level cache), package (same socket, no shared cache), remote \
+(different sockets). `mtlab threads ctx --place CLASS` pins a ring's neighbours by them.")]
+    Topo(TopoArgs),
     /// List, show and export stored study runs.
     Runs(study::RunsArgs),
     /// Compare two stored runs of one study, measurement by measurement.
@@ -101,6 +108,29 @@ the time series replays independent events of different threads within one quant
 A trace whose process is still writing it is left alone. On an allocation-heavy program the trace becomes \
 tens of times smaller; on cc1 it shrinks by 40 % (docs/benchmarks.md).")]
     Compact(CompactArgs),
+}
+
+#[derive(Args, Debug)]
+struct TopoArgs {
+    /// Read a recorded tree (the directory holding cpu/ and node/) instead of this machine's /sys/devices/system.
+    #[arg(long, value_name = "DIR")]
+    sysfs: Option<PathBuf>,
+    /// Print the topology and every pair's class as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Also write the tables as CSV files into DIR.
+    #[arg(long, value_name = "DIR")]
+    csv: Option<PathBuf>,
+}
+
+fn cmd_topo(a: TopoArgs) -> Result<ExitCode, CliError> {
+    let t = match &a.sysfs {
+        // A recorded tree is another machine: this process's mask does not apply.
+        Some(dir) => crate::topo::Topology::from_root(dir, None)?,
+        None => crate::topo::Topology::read()?,
+    };
+    emit(&t.document(), a.json, a.csv.as_ref(), None)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Args, Debug)]
@@ -266,6 +296,8 @@ pub enum CliError {
     Ctl(#[from] crate::ctl::CtlError),
     #[error(transparent)]
     Compact(#[from] crate::trace::compact::CompactError),
+    #[error(transparent)]
+    Topo(#[from] crate::topo::TopoError),
     #[error("{0}")]
     Other(String),
 }
@@ -299,6 +331,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Ctl(a) => cmd_ctl(a),
         Command::Bench(b) => study::bench(b),
         Command::Threads(t) => threads::threads(t),
+        Command::Topo(a) => cmd_topo(a),
         Command::Runs(a) => study::runs(a),
         Command::Diff(a) => study::diff(a),
         Command::Profile(ProfileCommand::Simulate(a)) => profile::simulate(a),

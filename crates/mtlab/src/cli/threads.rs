@@ -9,6 +9,7 @@ use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
 use crate::studies::threads::{self, preempt, ChatParams, CpuChoice, CreateParams, CtxParams, Libc, ThreadsConfig};
 use crate::study::env::{allowed_cpus, parse_cpu_list};
+use crate::topo::{Placement, Topology};
 
 const AFTER_HELP: &str = "\
 CPU sets: `--cpus one` is the first CPU this process may use, `--cpus all` every one of them, or give a list \
@@ -84,11 +85,36 @@ pub struct CtxArgs {
     /// Working set each thread sums on every turn, e.g. 0,16KiB,64KiB.
     #[arg(long, value_delimiter = ',', default_value = "0,16KiB,64KiB", value_parser = parse_working_set)]
     ws: Vec<u32>,
+    /// Also run the ring with neighbours pinned to a pair of CPUs of each placement class:
+    /// same, smt, core, llc, package, remote (see `mtlab topo`); classes this machine lacks are skipped with a note.
+    #[arg(long, value_delimiter = ',', value_name = "CLASS,...", value_parser = clap::builder::PossibleValuesParser::new(Placement::NAMES))]
+    place: Vec<String>,
     /// Do not run perf bench sched pipe beside the 2-thread pipe ring.
     #[arg(long)]
     no_perf: bool,
     #[command(flatten)]
     common: CommonArgs,
+}
+
+/// One CPU pair per requested placement class, from this machine's topology.
+fn placements(classes: &[String], notes: &mut Vec<String>) -> Result<Vec<CpuChoice>, CliError> {
+    if classes.is_empty() {
+        return Ok(Vec::new());
+    }
+    let topo = Topology::read()?;
+    let mut out = Vec::new();
+    for name in classes {
+        let class = Placement::parse(name).expect("clap checked the class name");
+        match topo.pair(class) {
+            Some((a, b)) => out.push(CpuChoice::placed(name, a, b)),
+            None => notes.push(format!(
+                "--place {name} skipped: no two CPUs this process may use ({}) are {} (see `mtlab topo`)",
+                crate::study::env::cpu_list(&topo.cpus()),
+                class.describe()
+            )),
+        }
+    }
+    Ok(out)
 }
 
 #[derive(Args, Debug)]
@@ -217,11 +243,12 @@ pub fn threads(cmd: ThreadsCommand) -> Result<ExitCode, CliError> {
         }
         ThreadsCommand::Ctx(a) => {
             let mut cfg = a.common.config(5, 200)?;
+            let places = placements(&a.place, &mut cfg.notes)?;
             cfg.ctx = Some(CtxParams {
                 transports: a.transport.clone(),
                 threads: a.threads.clone(),
                 ws_kib: a.ws.clone(),
-                places: Vec::new(),
+                places,
                 perf: !a.no_perf,
             });
             (cfg, &a.common, "threads ctx")
