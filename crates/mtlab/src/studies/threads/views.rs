@@ -151,8 +151,24 @@ fn create_views(run: &Run, sweep: bool) -> Vec<View> {
     out
 }
 
-/// Marks the named columns as text (they sit among numbers).
+/// Marks the named columns as text (they sit among numbers), and drops
+/// columns no row fills (e.g. "× glibc" when glibc is the only libc).
 fn text_columns(mut t: Table, names: &[&str]) -> Table {
+    let mut i = t.columns.len();
+    while i > 0 {
+        i -= 1;
+        if !t.rows.is_empty() && t.rows.iter().all(|r| matches!(r.get(i), Some(Cell::Empty) | None)) {
+            t.columns.remove(i);
+            for r in &mut t.rows {
+                if i < r.len() {
+                    r.remove(i);
+                }
+            }
+            if i < t.numeric_from {
+                t.numeric_from -= 1;
+            }
+        }
+    }
     for n in names {
         if let Some(i) = t.columns.iter().position(|c| c == n) {
             t = t.text_column(i);
