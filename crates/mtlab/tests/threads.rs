@@ -15,7 +15,7 @@ fn config<'a>(run: &'a Value, name: &str) -> &'a Value {
     })
 }
 
-fn values<'a>(run: &'a Value, config: &str, metric: &str) -> Vec<f64> {
+fn values(run: &Value, config: &str, metric: &str) -> Vec<f64> {
     run["measurements"]
         .as_array()
         .unwrap()

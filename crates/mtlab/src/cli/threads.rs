@@ -153,14 +153,14 @@ fn parse_working_set(s: &str) -> Result<u32, String> {
         return Ok(0);
     }
     let b = super::parse_size_arg(s)?;
-    if b % 1024 != 0 || b / 1024 > 1 << 20 {
+    if !b.is_multiple_of(1024) || b / 1024 > 1 << 20 {
         return Err(format!("`{s}`: give whole KiB up to 1GiB (e.g. 16KiB)"));
     }
     Ok((b / 1024) as u32)
 }
 
 fn kib(bytes: u64, what: &str) -> Result<u32, CliError> {
-    if bytes % 1024 != 0 || bytes < 16 * 1024 || bytes / 1024 > 1 << 20 {
+    if !bytes.is_multiple_of(1024) || bytes < 16 * 1024 || bytes / 1024 > 1 << 20 {
         return Err(CliError::Other(format!("{what}: give whole KiB from 16KiB to 1GiB")));
     }
     Ok((bytes / 1024) as u32)
@@ -234,7 +234,7 @@ pub fn threads(cmd: ThreadsCommand) -> Result<ExitCode, CliError> {
                 stacks.push(0);
             }
             let touch_kib = match a.touch {
-                Some(t) if t % 1024 == 0 && t / 1024 <= 1 << 20 => (t / 1024) as u32,
+                Some(t) if t.is_multiple_of(1024) && t / 1024 <= 1 << 20 => (t / 1024) as u32,
                 Some(_) => return Err(CliError::Other("--touch: give whole KiB up to 1GiB (e.g. 64KiB)".into())),
                 None => 0,
             };

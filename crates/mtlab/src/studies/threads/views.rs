@@ -451,14 +451,21 @@ fn findings(run: &Run) -> Vec<View> {
                 && ["libc", "wait", "stack_kib", "preempt"].iter().all(|k| m.get(k) == one.get(k))
         }) {
             if let Some(r) = summary::ratio(run, &one.name, "create_join_us", &many.name, "create_join_us") {
+                // Judged by the interval, not the point: a ratio whose interval holds 1 is no finding.
+                let verdict = match r.interval {
+                    Some(i) if i.high < 1.0 => "faster on one CPU, as the source found",
+                    Some(i) if i.low > 1.0 => "slower on one CPU, unlike the source",
+                    Some(_) => "no clear difference at this many repetitions",
+                    None => "too few repetitions to tell",
+                };
                 out.push(View::Note(format!(
-                    "finding: {} create+join on CPU {} costs {:.2}× its cost on CPUs {}{} ({})",
+                    "finding: {} create+{} on CPU {} costs {:.2}× its cost on CPUs {}{} ({verdict})",
                     p(one, "libc"),
+                    p(one, "wait"),
                     p(one, "cpus"),
                     r.ratio,
                     p(many, "cpus"),
                     r.interval.map(|i| format!(" [{:.2}, {:.2}]", i.low, i.high)).unwrap_or_default(),
-                    if r.ratio < 1.0 { "faster on one CPU, as the source found" } else { "not faster on one CPU, unlike the source" }
                 )));
             }
         }
