@@ -293,13 +293,14 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    const char *mode = "threads", *cpus = NULL;
-    double tpn = 0;
-    long ms = 0;
+    const char *mode = "threads";
+    common_opts_t co = {0};
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc)
             usage();
         const char *o = argv[i], *v = argv[++i];
+        if (common_option(&co, o, v))
+            continue;
         if (!strcmp(o, "--rooms"))
             rooms = (int)opt_long(o, v, 1, 10000);
         else if (!strcmp(o, "--users"))
@@ -308,14 +309,8 @@ int main(int argc, char **argv) {
             messages = (int)opt_long(o, v, 1, 100000000);
         else if (!strcmp(o, "--size"))
             msg_size = (int)opt_long(o, v, (long)sizeof(header_t), 1 << 20);
-        else if (!strcmp(o, "--ms"))
-            ms = opt_long(o, v, 0, 3600 * 1000);
         else if (!strcmp(o, "--mode"))
             mode = v;
-        else if (!strcmp(o, "--cpus"))
-            cpus = v;
-        else if (!strcmp(o, "--ticks-per-ns"))
-            tpn = opt_double(o, v, 1e-6);
         else
             usage();
     }
@@ -325,10 +320,9 @@ int main(int argc, char **argv) {
     nconn = rooms * users;
     if ((long)nconn > 200000)
         die("%d rooms × %d users is more connections than this benchmark opens (200000 at most)", rooms, users);
-    if (cpus)
-        pin_to(cpus);
-    if (tpn == 0)
-        tpn = ticks_per_ns(20);
+    common_setup(&co);
+    long ms = co.ms;
+    double tpn = co.ticks_per_ns;
     timer = timer_cost_ticks();
 
     struct rlimit rl;

@@ -255,4 +255,33 @@ static __attribute__((unused)) double opt_double(const char *name, const char *v
     return x;
 }
 
+/* The options every workload takes: --cpus LIST, --ticks-per-ns X, --ms MS. */
+typedef struct {
+    const char *cpus;
+    double ticks_per_ns; /* 0: calibrate */
+    long ms;             /* 0: the workload's default */
+} common_opts_t;
+
+/* Takes option `o` with value `v` if it is a common one; returns whether it was. */
+static __attribute__((unused)) int common_option(common_opts_t *c, const char *o, const char *v) {
+    if (!strcmp(o, "--cpus"))
+        c->cpus = v;
+    else if (!strcmp(o, "--ticks-per-ns"))
+        c->ticks_per_ns = opt_double(o, v, 1e-6);
+    else if (!strcmp(o, "--ms"))
+        c->ms = opt_long(o, v, 1, 3600 * 1000);
+    else
+        return 0;
+    return 1;
+}
+
+/* Applies the common options before any thread starts: the CPU set, then
+ * the tick rate (calibrated on those CPUs when not given). */
+static __attribute__((unused)) void common_setup(common_opts_t *c) {
+    if (c->cpus)
+        pin_to(c->cpus);
+    if (c->ticks_per_ns == 0)
+        c->ticks_per_ns = ticks_per_ns(20);
+}
+
 #endif

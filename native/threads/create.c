@@ -47,35 +47,30 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    long stack_kib = 0, ms = 200;
-    double tpn = 0;
-    const char *cpus = NULL, *wait = "join";
+    long stack_kib = 0;
+    common_opts_t co = {.ms = 200};
+    const char *wait = "join";
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc)
             usage();
         const char *o = argv[i], *v = argv[++i];
+        if (common_option(&co, o, v))
+            continue;
         if (!strcmp(o, "--wait"))
             wait = v;
         else if (!strcmp(o, "--stack"))
             stack_kib = opt_long(o, v, 16, 1 << 20);
         else if (!strcmp(o, "--touch"))
             touch_bytes = (size_t)opt_long(o, v, 0, 1 << 20) * 1024;
-        else if (!strcmp(o, "--ms"))
-            ms = opt_long(o, v, 1, 3600 * 1000);
-        else if (!strcmp(o, "--cpus"))
-            cpus = v;
-        else if (!strcmp(o, "--ticks-per-ns"))
-            tpn = opt_double(o, v, 1e-6);
         else
             usage();
     }
     if (strcmp(wait, "join") && strcmp(wait, "barrier"))
         die("--wait: expected join or barrier, got '%s'", wait);
     waiting_on_barrier = !strcmp(wait, "barrier");
-    if (cpus)
-        pin_to(cpus);
-    if (tpn == 0)
-        tpn = ticks_per_ns(20);
+    common_setup(&co);
+    long ms = co.ms;
+    double tpn = co.ticks_per_ns;
     double timer = timer_cost_ticks();
 
     pthread_attr_t attr;

@@ -239,28 +239,24 @@ static void usage(void) {
 }
 
 int main(int argc, char **argv) {
-    long ms = 200, ws_kib = 0;
-    double tpn = 0;
-    const char *cpus = NULL, *pin = NULL, *tname = "pipe";
+    long ws_kib = 0;
+    common_opts_t co = {.ms = 200};
+    const char *pin = NULL, *tname = "pipe";
     nthreads = 2;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc)
             usage();
         const char *o = argv[i], *v = argv[++i];
+        if (common_option(&co, o, v))
+            continue;
         if (!strcmp(o, "--threads"))
             nthreads = (int)opt_long(o, v, 2, 100000);
         else if (!strcmp(o, "--ws"))
             ws_kib = opt_long(o, v, 0, 1 << 20);
         else if (!strcmp(o, "--transport"))
             tname = v;
-        else if (!strcmp(o, "--ms"))
-            ms = opt_long(o, v, 1, 3600 * 1000);
-        else if (!strcmp(o, "--cpus"))
-            cpus = v;
         else if (!strcmp(o, "--pin"))
             pin = v;
-        else if (!strcmp(o, "--ticks-per-ns"))
-            tpn = opt_double(o, v, 1e-6);
         else
             usage();
     }
@@ -270,8 +266,9 @@ int main(int argc, char **argv) {
     if (t == 4)
         die("--transport: expected pipe, futex, eventfd or cond, got '%s'", tname);
     tr = (enum transport)t;
-    if (cpus)
-        pin_to(cpus);
+    common_setup(&co);
+    long ms = co.ms;
+    double tpn = co.ticks_per_ns;
 
     /* --pin "a,b,c": thread i on the (i mod 3)-th; ranges are not allowed, order matters. */
     int pins[1024], npins = 0;

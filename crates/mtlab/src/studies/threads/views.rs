@@ -93,10 +93,13 @@ fn create_views(run: &Run, sweep: bool) -> Vec<View> {
     if !touch {
         cols.retain(|c| *c != "first touch");
     }
-    if !sweep {
-        cols.retain(|c| *c != "preempt");
-    }
-    let mut t = Table::new("create", "thread creation: pthread_create of a thread that returns at once, and the wait for it (µs)", &cols, if sweep { 5 } else { 4 });
+    let mut t = cell_table(
+        "create",
+        "thread creation: pthread_create of a thread that returns at once, and the wait for it (µs)",
+        &cols,
+        if sweep { 5 } else { 4 },
+        sweep,
+    );
     for c in &cs {
         let stack = p(c, "stack_kib");
         let mut row = vec![
@@ -149,6 +152,12 @@ fn create_views(run: &Run, sweep: bool) -> Vec<View> {
         kind: PlotKind::GroupedBars { groups, series },
     }));
     out
+}
+
+/// A workload's table; the preempt column only when the run swept the model.
+fn cell_table(name: &str, title: &str, columns: &[&str], numeric_from: usize, sweep: bool) -> Table {
+    let cols: Vec<&str> = columns.iter().copied().filter(|c| sweep || *c != "preempt").collect();
+    Table::new(name, title, &cols, numeric_from)
 }
 
 /// Marks the named columns as text (they sit among numbers), and drops
@@ -207,18 +216,15 @@ fn ctx_views(run: &Run, sweep: bool) -> Vec<View> {
     if cs.is_empty() {
         return vec![];
     }
-    let mut cols = vec![
-        "libc", "CPUs", "transport", "threads", "working set", "preempt", "switch ns [interval]", "spread", "ring ns/hand-off", "overhead",
-        "hand-off p50", "hand-off p99", "× glibc",
-    ];
-    if !sweep {
-        cols.retain(|c| *c != "preempt");
-    }
-    let mut t = Table::new(
+    let mut t = cell_table(
         "ctx",
         "context switches: a token round a ring of threads, each walking its working set (lmbench's switch = ring − overhead; ns)",
-        &cols,
+        &[
+            "libc", "CPUs", "transport", "threads", "working set", "preempt", "switch ns [interval]", "spread", "ring ns/hand-off", "overhead",
+            "hand-off p50", "hand-off p99", "× glibc",
+        ],
         3,
+        sweep,
     );
     for c in &cs {
         let mut row = vec![
@@ -331,17 +337,12 @@ fn chat_views(run: &Run, sweep: bool) -> Vec<View> {
     if cs.is_empty() {
         return vec![];
     }
-    let mut cols = vec![
-        "libc", "CPUs", "mode", "rooms × users", "threads", "preempt", "messages/s [interval]", "spread", "latency p50 µs", "p99 µs", "× glibc",
-    ];
-    if !sweep {
-        cols.retain(|c| *c != "preempt");
-    }
-    let mut t = Table::new(
+    let mut t = cell_table(
         "chat",
         "message passing: a chat server on loopback TCP, every message broadcast to its room (Volanomark's shape)",
-        &cols,
+        &["libc", "CPUs", "mode", "rooms × users", "threads", "preempt", "messages/s [interval]", "spread", "latency p50 µs", "p99 µs", "× glibc"],
         4,
+        sweep,
     );
     for c in &cs {
         let mut row = vec![
