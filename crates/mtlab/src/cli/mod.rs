@@ -74,7 +74,7 @@ enum Command {
     /// Benchmarks: measure what mtlab costs against other tools (each run is stored).
     #[command(subcommand)]
     Bench(study::BenchCommand),
-    /// Threads study: thread creation and context switches by CPU set, thread library and preemption model.
+    /// Threads study: thread creation, context switches and message passing by CPU set, placement, thread library and preemption model.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
     /// CPU topology: packages, cores, SMT siblings, caches, NUMA nodes, and each CPU pair's placement class.
