@@ -1,5 +1,6 @@
 //! Command-line parsing into validated configs, then one call into a study.
 
+mod affinity;
 mod profile;
 mod study;
 mod threads;
@@ -77,6 +78,9 @@ enum Command {
     /// Threads study: thread creation, context switches and message passing by CPU set, placement, thread library and preemption model.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
+    /// Affinity study: throughput of one TCP flow for every (flow core, application core) pair, counters per GB, a recommended placement.
+    #[command(long_about = affinity::LONG_ABOUT)]
+    Affinity(affinity::AffinityArgs),
     /// CPU topology: packages, cores, SMT siblings, caches, NUMA nodes, and each CPU pair's placement class.
     #[command(long_about = "CPU topology from sysfs: packages, dies, cores, SMT siblings, each cache with the CPUs sharing it, \
 NUMA nodes, limited to the CPUs this process may use; and each CPU pair's placement class.\n\n\
@@ -331,6 +335,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Ctl(a) => cmd_ctl(a),
         Command::Bench(b) => study::bench(b),
         Command::Threads(t) => threads::threads(t),
+        Command::Affinity(a) => affinity::affinity(a),
         Command::Topo(a) => cmd_topo(a),
         Command::Runs(a) => study::runs(a),
         Command::Diff(a) => study::diff(a),

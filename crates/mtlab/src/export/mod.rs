@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub use crate::units::human_bytes;
-pub use view::{Bar, Cell, Document, Plot, PlotKind, Point, Scale, Series, Show, Table, View};
+pub use view::{Bar, Boundary, Cell, Document, Plot, PlotKind, Point, Scale, Series, Show, Table, View};
 
 /// Something an exporter produced: for stdout (`file: None`) or a file name
 /// inside the directory the user gave.

@@ -6,7 +6,7 @@ use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::view::{Document, Plot, PlotKind, Scale, View};
+use super::view::{Boundary, Document, Plot, PlotKind, Scale, View};
 use super::{ExportError, Exporter, Output};
 
 pub struct SvgExporter;
@@ -194,6 +194,7 @@ fn draw_heatmap(
     columns: &[String],
     values: &[Vec<Option<f64>>],
     higher_is_better: bool,
+    (row_bounds, column_bounds): (&[Boundary], &[Boundary]),
     svg: &mut String,
 ) -> DrawResult<()> {
     let cell = 56u32;
@@ -241,6 +242,16 @@ fn draw_heatmap(
             }
         }
     }
+    let line_style = |b: &Boundary| if b.strong { BLACK.stroke_width(3) } else { RGBColor(90, 90, 90).stroke_width(1) };
+    for b in row_bounds.iter().filter(|b| b.after + 1 < nr) {
+        // Row i spans y = nr-1-i .. nr-i: the line under it is at nr-1-i.
+        let y = (nr - 1 - b.after) as f64;
+        chart.draw_series(std::iter::once(PathElement::new(vec![(0.0, y), (nc as f64, y)], line_style(b)))).map_err(e)?;
+    }
+    for b in column_bounds.iter().filter(|b| b.after + 1 < nc) {
+        let x = (b.after + 1) as f64;
+        chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, nr as f64)], line_style(b)))).map_err(e)?;
+    }
     root.present().map_err(e)
 }
 
@@ -250,8 +261,8 @@ pub fn plot_svg(plot: &Plot) -> Result<String, ExportError> {
     let r = match &plot.kind {
         PlotKind::Line { x_scale, series } => draw_line(plot, *x_scale, series, &mut svg),
         PlotKind::GroupedBars { groups, series } => draw_bars(plot, groups, series, &mut svg),
-        PlotKind::Heatmap { rows, columns, values, higher_is_better } => {
-            draw_heatmap(plot, rows, columns, values, *higher_is_better, &mut svg)
+        PlotKind::Heatmap { rows, columns, values, higher_is_better, row_boundaries, column_boundaries } => {
+            draw_heatmap(plot, rows, columns, values, *higher_is_better, (row_boundaries, column_boundaries), &mut svg)
         }
     };
     r.map_err(|reason| ExportError::Plot { plot: plot.name.clone(), reason })?;
@@ -310,10 +321,22 @@ mod tests {
             columns: vec!["app0".into(), "app1".into()],
             values: vec![vec![Some(20.5), Some(39.0)], vec![Some(38.0), None]],
             higher_is_better: true,
+            row_boundaries: vec![],
+            column_boundaries: vec![],
         });
         let svg = plot_svg(&heat).unwrap();
         for want in ["cpu0", "cpu1", "app0", "app1", "20.5", "39.0", "38.0"] {
             assert!(svg.contains(want), "{want} missing");
         }
+        let lines = |svg: &str| svg.matches("<polyline").count();
+        let mut bounded = heat.clone();
+        if let PlotKind::Heatmap { row_boundaries, column_boundaries, .. } = &mut bounded.kind {
+            // One strong line each way; a boundary after the last row or column is not drawn.
+            *row_boundaries = vec![Boundary { after: 0, strong: true }, Boundary { after: 1, strong: true }];
+            *column_boundaries = vec![Boundary { after: 0, strong: false }];
+        }
+        let with = plot_svg(&bounded).unwrap();
+        assert_eq!(lines(&with), lines(&svg) + 2, "{with}");
+        assert!(with.contains("stroke-width=\"3\""), "{with}");
     }
 }

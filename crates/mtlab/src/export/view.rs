@@ -133,7 +133,25 @@ pub enum PlotKind {
     /// For each group (x tick), one bar per series; `None` where a series has no value.
     GroupedBars { groups: Vec<String>, series: Vec<(String, Vec<Option<Bar>>)> },
     /// `values[row][column]`; `None` where nothing was measured.
-    Heatmap { rows: Vec<String>, columns: Vec<String>, values: Vec<Vec<Option<f64>>>, higher_is_better: bool },
+    Heatmap {
+        rows: Vec<String>,
+        columns: Vec<String>,
+        values: Vec<Vec<Option<f64>>>,
+        higher_is_better: bool,
+        /// Lines drawn below these rows and right of these columns.
+        row_boundaries: Vec<Boundary>,
+        column_boundaries: Vec<Boundary>,
+    },
+}
+
+/// A line between two rows or columns of a heat map, e.g. where the
+/// package or the shared cache of the CPUs changes.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Boundary {
+    /// The line follows row (or column) `after`.
+    pub after: usize,
+    /// A strong line (a package boundary) or a light one (a cache boundary).
+    pub strong: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

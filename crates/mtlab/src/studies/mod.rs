@@ -4,6 +4,7 @@
 //!
 //! Adding a study: `docs/adding-a-study.md`.
 
+pub mod affinity;
 pub mod child;
 pub mod profiler_cost;
 pub mod threads;
@@ -39,6 +40,7 @@ fn study_views(run: &Run) -> Vec<View> {
         tracer_cost::TRACER | tracer_cost::PROGRAM => tracer_cost::views(run),
         profiler_cost::STUDY => profiler_cost::views(run),
         threads::STUDY => threads::views(run),
+        affinity::STUDY => affinity::views(run),
         _ => vec![View::Table(summary::summary_table(run))],
     }
 }

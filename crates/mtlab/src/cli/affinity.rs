@@ -1,0 +1,103 @@
+//! `mtlab affinity`: flags turned into a validated `AffinityConfig`, then one
+//! call to the study.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::builder::PossibleValuesParser;
+use clap::Args;
+
+use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
+use super::CliError;
+use crate::studies::affinity::{self, journal, AffinityConfig, Generator, Steer};
+use crate::study::env::{allowed_cpus, parse_cpu_list};
+use crate::topo::Topology;
+
+pub const LONG_ABOUT: &str = "\
+Run one TCP flow for every (flow core, application core) pair and measure the throughput the receiver gets, \
+with counters per gigabyte on both cores; group the cells by placement class (see `mtlab topo`) and recommend \
+a placement.
+
+The flow core does the receive protocol processing (softirq); the application core runs the receiving \
+program. With --steer rps (as root) mtlab puts the receiver in a network namespace of its own behind a veth \
+pair, addressed from 198.18.0.0/15, and sets the receiving veth's RPS mask to the flow core; the sender runs on \
+--sender-cpu. With --steer none the flow uses loopback, where packets are processed by the CPU that sends them, \
+so the sender runs on the flow core. Every setting mtlab changes is put back when the run ends, fails or is \
+interrupted; leftovers of a killed run are removed by the next one. No traffic leaves the machine.
+
+Counters: busy and softirq time and NET_RX softirqs per CPU (from /proc), context switches and migrations \
+(perf software events), and instructions, cycles and LLC references and misses where the CPU offers hardware \
+counters (not in most virtual machines: the run says so). All include kernel time.";
+
+#[derive(Args, Debug)]
+pub struct AffinityArgs {
+    /// CPUs that do the receive processing (the matrix's rows): a list such as 0-3,6, or all (default: all this process may use).
+    #[arg(long, value_name = "LIST")]
+    flow_cpus: Option<String>,
+    /// CPUs the receiving application runs on (the matrix's columns): a list, or all (default: all).
+    #[arg(long, value_name = "LIST")]
+    app_cpus: Option<String>,
+    /// How the flow core is made to do the receive processing: rps (root; an RPS mask on mtlab's own veth) or none (loopback).
+    #[arg(long, default_value = "rps", value_parser = PossibleValuesParser::new(Steer::NAMES))]
+    steer: String,
+    /// The CPU the sender runs on with --steer rps (default: the last CPU this process may use).
+    #[arg(long, value_name = "CPU")]
+    sender_cpu: Option<usize>,
+    /// builtin (sendfile sender, 128 KiB reads), iperf3 (its zero-copy client), or both: builtin,iperf3 compares them cell by cell.
+    #[arg(long, value_delimiter = ',', default_value = "builtin", value_name = "GENERATOR,...", value_parser = PossibleValuesParser::new(Generator::NAMES))]
+    generator: Vec<String>,
+    /// Seconds each flow runs.
+    #[arg(long, default_value_t = 2.0, value_parser = parse_seconds)]
+    seconds: f64,
+    /// Throughput only: no per-CPU counters (they need root or kernel.perf_event_paranoid <= 0).
+    #[arg(long)]
+    no_counters: bool,
+    #[command(flatten)]
+    repeat: RepeatArgs,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.trim_end_matches('s').parse::<f64>() {
+        Ok(v) if (0.1..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!("`{s}`: give seconds from 0.1 to 3600 (e.g. 2)")),
+    }
+}
+
+fn cpus(spec: Option<&str>, what: &str) -> Result<Vec<usize>, CliError> {
+    match spec.map(str::trim) {
+        None | Some("all") => Ok(allowed_cpus()),
+        Some(list) => parse_cpu_list(list).map_err(|e| CliError::Other(format!("{what} {list}: {e}"))),
+    }
+}
+
+pub fn affinity(a: AffinityArgs) -> Result<ExitCode, CliError> {
+    let steer = Steer::parse(&a.steer).expect("clap checked --steer");
+    if steer == Steer::None && a.sender_cpu.is_some() {
+        return Err(CliError::Other("--sender-cpu has no meaning with --steer none: on loopback the sender runs on the flow core".into()));
+    }
+    let mut generators: Vec<Generator> = Vec::new();
+    for g in &a.generator {
+        let g = Generator::parse(g).expect("clap checked --generator");
+        if !generators.contains(&g) {
+            generators.push(g);
+        }
+    }
+    let allowed = allowed_cpus();
+    let cfg = AffinityConfig {
+        flow_cpus: cpus(a.flow_cpus.as_deref(), "--flow-cpus")?,
+        app_cpus: cpus(a.app_cpus.as_deref(), "--app-cpus")?,
+        sender_cpu: a.sender_cpu.or(allowed.last().copied()).unwrap_or(0),
+        steer,
+        generators,
+        seconds: a.seconds,
+        counters: !a.no_counters,
+        runner: a.repeat.options(3),
+        topology: Topology::read()?,
+        journal_dir: PathBuf::from(journal::DIR),
+    };
+    let progress = study_progress("affinity", a.output.quiet);
+    let run = affinity::run(&cfg, &progress)?;
+    finish(run, &a.output)
+}

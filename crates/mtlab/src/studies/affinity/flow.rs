@@ -1,0 +1,180 @@
+//! The built-in TCP flow: a sender that sends with sendfile (zero copy, as
+//! the source's) from a file in memory, and a receiver that reads into a
+//! 128 KiB buffer (iperf3's default read size), each a thread pinned to its
+//! CPU. The receiver may live in the study's network namespace.
+
+use std::io::Read;
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use super::net::Netns;
+use crate::studies::StudyError;
+
+/// Where the receiver listens and the sender connects.
+pub struct Route<'a> {
+    pub listen: Ipv4Addr,
+    pub connect: Ipv4Addr,
+    /// The receiver's namespace (None: this one).
+    pub netns: Option<&'a Netns>,
+}
+
+/// What the receiver got, between its first and its last read.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivered {
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+impl Delivered {
+    pub fn gbps(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.bytes as f64 * 8.0 / self.seconds / 1e9
+        } else {
+            0.0
+        }
+    }
+}
+
+const READ_SIZE: usize = 128 * 1024;
+/// The file the sender sends from, over and over.
+const SOURCE_SIZE: usize = 16 << 20;
+/// Longest wait for a connection or a read before the flow is called stuck.
+const STUCK: Duration = Duration::from_secs(10);
+
+/// The sender's data: an in-memory file (memfd), made once per run.
+pub struct Source {
+    fd: OwnedFd,
+}
+
+impl Source {
+    pub fn new() -> Result<Source, StudyError> {
+        let err = |source| StudyError::Io { path: "memfd mtlab-affinity".into(), source };
+        // SAFETY: memfd_create with a NUL-terminated name; the result is checked before use.
+        let raw = unsafe { libc::memfd_create(c"mtlab-affinity".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        // SAFETY: raw is a descriptor we just opened and own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut file = std::fs::File::from(fd);
+        let block: Vec<u8> = (0..1 << 20).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        for _ in 0..SOURCE_SIZE >> 20 {
+            std::io::Write::write_all(&mut file, &block).map_err(err)?;
+        }
+        Ok(Source { fd: file.into() })
+    }
+}
+
+/// Pins the calling thread to one CPU.
+pub fn pin_thread(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET stays inside it for cpu < CPU_SETSIZE.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    // SAFETY: as above; sched_setaffinity(0) changes the calling thread only.
+    unsafe {
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn receive(route: &Route, app_cpu: usize, port_tx: std::sync::mpsc::Sender<u16>) -> Result<Delivered, String> {
+    if let Some(ns) = route.netns {
+        ns.enter().map_err(|e| format!("cannot enter namespace {}: {e}", ns.name))?;
+    }
+    pin_thread(app_cpu).map_err(|e| format!("cannot pin the receiver to CPU {app_cpu}: {e}"))?;
+    let listener = TcpListener::bind((route.listen, 0)).map_err(|e| format!("cannot listen on {}: {e}", route.listen))?;
+    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
+    let _ = port_tx.send(port);
+    listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let mut conn = loop {
+        match listener.accept() {
+            Ok((c, _)) => break c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && start.elapsed() < STUCK => {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(format!("no connection from the sender: {e}")),
+        }
+    };
+    conn.set_nonblocking(false).map_err(|e| e.to_string())?;
+    conn.set_read_timeout(Some(STUCK)).map_err(|e| e.to_string())?;
+    let mut buf = vec![0u8; READ_SIZE];
+    let (mut first, mut last, mut bytes) = (None, Instant::now(), 0u64);
+    loop {
+        let n = conn.read(&mut buf).map_err(|e| format!("receiving: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        let now = Instant::now();
+        // Bytes of the first read arrived before the clock started.
+        if first.is_none() {
+            first = Some(now);
+        } else {
+            bytes += n as u64;
+        }
+        last = now;
+    }
+    let seconds = first.map_or(0.0, |f| (last - f).as_secs_f64());
+    Ok(Delivered { bytes, seconds })
+}
+
+fn send(source: &Source, to: (Ipv4Addr, u16), sender_cpu: usize, seconds: f64) -> Result<(), String> {
+    pin_thread(sender_cpu).map_err(|e| format!("cannot pin the sender to CPU {sender_cpu}: {e}"))?;
+    let sock = TcpStream::connect_timeout(&to.into(), STUCK).map_err(|e| format!("cannot connect to {}:{}: {e}", to.0, to.1))?;
+    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
+    let mut off: libc::off_t = 0;
+    while Instant::now() < deadline {
+        let left = SOURCE_SIZE - off as usize;
+        // SAFETY: both descriptors are open for the whole call; off points to a live off_t.
+        let n = unsafe { libc::sendfile(sock.as_raw_fd(), source.fd.as_raw_fd(), &mut off, left) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!("sendfile: {e}"));
+        }
+        if off as usize >= SOURCE_SIZE {
+            off = 0;
+        }
+    }
+    sock.shutdown(std::net::Shutdown::Write).map_err(|e| format!("shutdown: {e}"))
+}
+
+/// Runs one flow of `seconds`: receiver on `app_cpu`, sender on `sender_cpu`.
+pub fn run(route: &Route, source: &Source, app_cpu: usize, sender_cpu: usize, seconds: f64) -> Result<Delivered, StudyError> {
+    let fail = |e: String| StudyError::Output(format!("built-in flow: {e}"));
+    std::thread::scope(|s| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let receiver = s.spawn(move || receive(route, app_cpu, tx));
+        let Ok(port) = rx.recv_timeout(STUCK) else {
+            return Err(fail(receiver.join().unwrap_or_else(|_| Err("the receiver panicked".into())).err().unwrap_or_default()));
+        };
+        let sent = s.spawn(move || send(source, (route.connect, port), sender_cpu, seconds)).join();
+        let got = receiver.join().unwrap_or_else(|_| Err("the receiver panicked".into()));
+        sent.unwrap_or_else(|_| Err("the sender panicked".into())).map_err(fail)?;
+        got.map_err(fail)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loopback_flow_delivers() {
+        let src = Source::new().unwrap();
+        let route = Route { listen: Ipv4Addr::LOCALHOST, connect: Ipv4Addr::LOCALHOST, netns: None };
+        let cpu = crate::study::env::allowed_cpus()[0];
+        let d = run(&route, &src, cpu, cpu, 0.2).unwrap();
+        assert!(d.bytes > 1 << 20, "{d:?}");
+        assert!(d.seconds > 0.1 && d.seconds < 1.0, "{d:?}");
+        assert!(d.gbps() > 0.1, "{d:?}");
+    }
+}

@@ -1,0 +1,382 @@
+//! `mtlab affinity`: one high-throughput TCP flow for every (flow core, app
+//! core) pair — the flow core does the receive protocol processing, the app
+//! core runs the receiving application — with throughput and per-gigabyte
+//! counters, grouped by placement class, and a recommended placement
+//! (source 004: the 144-run matrix of a 40 Gb/s NIC).
+//!
+//! Where receive processing runs is steered (`Steer`): by the RPS mask of a
+//! veth in the study's own network namespace, or, on loopback, by pinning the
+//! sender (loopback processes packets where they are sent). Every change to
+//! the system goes through `journal`, which restores it on every way out.
+
+pub mod counters;
+pub mod flow;
+pub mod iperf;
+pub mod journal;
+pub mod net;
+pub mod preflight;
+mod views;
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+
+pub use views::views;
+
+use super::StudyError;
+use crate::study::env::cpu_list;
+use crate::study::progress::Progress;
+use crate::study::runner::{self, RunnerOptions, Sample};
+use crate::study::{Configuration, Run};
+use crate::topo::Topology;
+
+pub const STUDY: &str = "affinity";
+
+/// How the flow core is made to do the receive processing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steer {
+    /// The receiver in mtlab's namespace behind a veth whose RPS mask is the flow core (root).
+    Rps,
+    /// Loopback: packets are processed where they are sent, so the sender runs on the flow core.
+    None,
+}
+
+impl Steer {
+    pub const NAMES: [&'static str; 2] = ["rps", "none"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Steer::Rps => "rps",
+            Steer::None => "none",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Steer> {
+        match s {
+            "rps" => Some(Steer::Rps),
+            "none" => Some(Steer::None),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Generator {
+    Builtin,
+    Iperf3,
+}
+
+impl Generator {
+    pub const NAMES: [&'static str; 2] = ["builtin", "iperf3"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Generator::Builtin => "builtin",
+            Generator::Iperf3 => "iperf3",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Generator> {
+        match s {
+            "builtin" => Some(Generator::Builtin),
+            "iperf3" => Some(Generator::Iperf3),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct AffinityConfig {
+    pub flow_cpus: Vec<usize>,
+    pub app_cpus: Vec<usize>,
+    /// Where the sender runs under `rps` (under `none` it runs on the flow core).
+    pub sender_cpu: usize,
+    pub steer: Steer,
+    pub generators: Vec<Generator>,
+    /// Length of one flow.
+    pub seconds: f64,
+    /// Count events per CPU (off: throughput only).
+    pub counters: bool,
+    pub runner: RunnerOptions,
+    pub topology: Topology,
+    /// Where the journal of changed settings lives.
+    pub journal_dir: PathBuf,
+}
+
+/// One planned cell of the matrix.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Cell {
+    flow: usize,
+    app: usize,
+    generator: Generator,
+}
+
+impl Cell {
+    fn name(&self) -> String {
+        let base = format!("flow {} app {}", self.flow, self.app);
+        match self.generator {
+            Generator::Builtin => base,
+            Generator::Iperf3 => format!("{base} iperf3"),
+        }
+    }
+}
+
+fn plan(cfg: &AffinityConfig) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for &generator in &cfg.generators {
+        for &flow in &cfg.flow_cpus {
+            for &app in &cfg.app_cpus {
+                cells.push(Cell { flow, app, generator });
+            }
+        }
+    }
+    cells
+}
+
+fn configuration(cfg: &AffinityConfig, c: &Cell) -> Configuration {
+    let sender = match cfg.steer {
+        Steer::Rps => cfg.sender_cpu,
+        Steer::None => c.flow,
+    };
+    let mut conf = Configuration::new(c.name())
+        .param("flow_cpu", c.flow)
+        .param("app_cpu", c.app)
+        .param("sender_cpu", sender)
+        .param("class", cfg.topology.class(c.flow, c.app).name())
+        .param("generator", c.generator.name());
+    // The built-in flow is judged against iperf3 at the same pinning.
+    if c.generator == Generator::Builtin && cfg.generators.contains(&Generator::Iperf3) {
+        conf = conf.baseline(Cell { generator: Generator::Iperf3, ..*c }.name());
+    }
+    conf
+}
+
+/// Per CPU of the matrix: its package and last-level cache, for the heat maps' boundaries.
+fn groups(topo: &Topology, cpus: &[usize]) -> serde_json::Value {
+    let llc = |cpu: usize| {
+        topo.caches
+            .iter()
+            .filter(|c| c.kind != "Instruction" && c.shared_by.contains(&cpu))
+            .max_by_key(|c| c.level)
+            .map(|c| cpu_list(&c.shared_by))
+    };
+    let package = |cpu: usize| topo.cpus.iter().find(|c| c.id == cpu).map(|c| c.package);
+    serde_json::Value::Array(cpus.iter().map(|&c| serde_json::json!({"cpu": c, "package": package(c), "llc": llc(c)})).collect())
+}
+
+/// Gigabytes as the per-GB counters use them (10^9 bytes).
+const GB: f64 = 1e9;
+
+struct Lab<'a> {
+    cfg: &'a AffinityConfig,
+    netns: Option<net::Netns>,
+    source: flow::Source,
+    iperf3: Option<PathBuf>,
+    counters: Option<counters::CpuCounters>,
+    kinds: Vec<counters::Kind>,
+}
+
+impl Lab<'_> {
+    fn route(&self) -> flow::Route<'_> {
+        match &self.netns {
+            Some(ns) => flow::Route { listen: ns.ns_addr, connect: ns.ns_addr, netns: Some(ns) },
+            None => flow::Route { listen: Ipv4Addr::LOCALHOST, connect: Ipv4Addr::LOCALHOST, netns: None },
+        }
+    }
+
+    fn trial(&mut self, c: &Cell) -> Result<Vec<Sample>, StudyError> {
+        if let Some(ns) = &self.netns {
+            ns.set_rps(c.flow)?;
+        }
+        let sender = match self.cfg.steer {
+            Steer::Rps => self.cfg.sender_cpu,
+            Steer::None => c.flow,
+        };
+        let before = match &mut self.counters {
+            Some(k) => Some(k.snapshot()?),
+            None => None,
+        };
+        let route = self.route();
+        let got = match c.generator {
+            Generator::Builtin => flow::run(&route, &self.source, c.app, sender, self.cfg.seconds)?,
+            Generator::Iperf3 => {
+                iperf::run(self.iperf3.as_deref().expect("iperf3 cells only with iperf3"), &route, c.app, sender, self.cfg.seconds)?
+            }
+        };
+        let mut s = vec![Sample::gain("gbps", "Gb/s", got.gbps())];
+        if let (Some(k), Some(before)) = (&mut self.counters, before) {
+            let d = counters::delta(&before, &k.snapshot()?);
+            let gb = (got.bytes as f64 / GB).max(f64::MIN_POSITIVE);
+            for (role, cpu) in [("flow", c.flow), ("app", c.app)] {
+                for kind in &self.kinds {
+                    let v = d.get(&(cpu, kind.name)).copied().unwrap_or(0.0);
+                    s.push(Sample::cost(&format!("{role}_{}_per_gb", kind.name), &format!("{}/GB", kind.unit), v / gb));
+                }
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// Refuses what cannot work before anything is changed.
+fn check(cfg: &AffinityConfig) -> Result<(), StudyError> {
+    for (cpus, what) in [(&cfg.flow_cpus, "--flow-cpus"), (&cfg.app_cpus, "--app-cpus")] {
+        super::threads::check_cpus(cpus, what)?;
+    }
+    if cfg.steer == Steer::Rps {
+        super::threads::check_cpus(&[cfg.sender_cpu], "--sender-cpu")?;
+        // SAFETY: geteuid has no memory effects.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err(StudyError::Config(
+                "--steer rps makes a network namespace, a veth pair and RPS masks: run as root (sudo), or use --steer none (loopback, no privileges)"
+                    .into(),
+            ));
+        }
+    }
+    if cfg.seconds < 0.1 {
+        return Err(StudyError::Config("--seconds: a flow needs at least 0.1 s".into()));
+    }
+    Ok(())
+}
+
+pub fn run(cfg: &AffinityConfig, progress: &Progress) -> Result<Run, StudyError> {
+    let started = std::time::Instant::now();
+    check(cfg)?;
+    let iperf3 = match cfg.generators.contains(&Generator::Iperf3) {
+        true => Some(iperf::find()?),
+        false => None,
+    };
+    let mut run = Run::new(STUDY, "throughput of one TCP flow by flow core and application core");
+    if let Some((_, v)) = &iperf3 {
+        run.environment.software.insert("iperf3".into(), v.clone());
+    }
+    let mut all_cpus: Vec<usize> = cfg.flow_cpus.iter().chain(&cfg.app_cpus).copied().collect();
+    all_cpus.sort_unstable();
+    all_cpus.dedup();
+    progress.set_message("opening counters");
+    let counters = match cfg.counters {
+        true => Some(counters::CpuCounters::open(&all_cpus)?),
+        false => None,
+    };
+    let kinds = counters.as_ref().map(|c| c.kinds()).unwrap_or_default();
+    if let Some(c) = &counters {
+        run.notes.extend(c.notes.iter().cloned());
+    }
+    progress.set_message("setting up the network");
+    let (journal, swept) = journal::Journal::begin(&cfg.journal_dir)?;
+    if !swept.restored.is_empty() {
+        run.notes.push(format!("removed leftovers of an earlier run that was killed: {}", swept.restored.join("; ")));
+    }
+    for f in &swept.failed {
+        run.notes.push(format!("could not remove a leftover of an earlier run: {f}"));
+    }
+    let netns = match cfg.steer {
+        Steer::Rps => Some(net::Netns::create(&journal)?),
+        Steer::None => None,
+    };
+    let features = match &netns {
+        Some(ns) => ns.features(),
+        None => std::process::Command::new("ethtool").args(["-k", "lo"]).output().ok().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()),
+    };
+    run.notes.extend(preflight::check(&run.environment, false, features.as_deref(), std::path::Path::new("/")));
+    let s = &mut run.settings;
+    s.insert("steer".into(), cfg.steer.name().into());
+    s.insert("seconds per flow".into(), cfg.seconds.to_string());
+    s.insert("repetitions".into(), cfg.runner.reps.to_string());
+    s.insert("warm-up".into(), cfg.runner.warmup.to_string());
+    s.insert("flow cpus".into(), cpu_list(&cfg.flow_cpus));
+    s.insert("app cpus".into(), cpu_list(&cfg.app_cpus));
+    s.insert("generators".into(), cfg.generators.iter().map(|g| g.name()).collect::<Vec<_>>().join(","));
+    s.insert("counters".into(), if cfg.counters { "on" } else { "off" }.into());
+    match cfg.steer {
+        Steer::Rps => {
+            s.insert("sender cpu".into(), cfg.sender_cpu.to_string());
+            if all_cpus.contains(&cfg.sender_cpu) {
+                run.notes.push(format!(
+                    "the sender runs on CPU {}, which is also a flow or app core of the matrix: cells using it share it with the sender \
+                     (on a larger machine give --sender-cpu outside the matrix)",
+                    cfg.sender_cpu
+                ));
+            }
+        }
+        Steer::None => {
+            run.notes.push("steer none (loopback): receive processing runs where the packets are sent, so the sender runs on the flow core".into());
+        }
+    }
+    run.details = serde_json::json!({ "cpus": groups(&cfg.topology, &all_cpus) });
+    let mut lab = Lab { cfg, netns, source: flow::Source::new()?, iperf3: iperf3.map(|(p, _)| p), counters, kinds };
+    let cells = plan(cfg);
+    let configs: Vec<Configuration> = cells.iter().map(|c| configuration(cfg, c)).collect();
+    let by_name: BTreeMap<&str, Cell> = configs.iter().map(|c| c.name.as_str()).zip(cells.iter().copied()).collect();
+    progress.inc_length((cfg.runner.warmup + cfg.runner.reps) as u64 * configs.len() as u64);
+    runner::run_all(&mut run, &configs, &cfg.runner, progress, |c, _| lab.trial(&by_name[c.name.as_str()]))?;
+    drop(lab);
+    drop(journal);
+    run.duration_s = started.elapsed().as_secs_f64();
+    Ok(run)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn fixture(name: &str) -> Topology {
+        Topology::from_root(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs").join(name), None).unwrap()
+    }
+
+    fn cfg(topology: Topology) -> AffinityConfig {
+        let cpus = topology.cpus();
+        AffinityConfig {
+            flow_cpus: cpus.clone(),
+            app_cpus: cpus,
+            sender_cpu: 0,
+            steer: Steer::Rps,
+            generators: vec![Generator::Builtin],
+            seconds: 2.0,
+            counters: true,
+            runner: RunnerOptions::default(),
+            topology,
+            journal_dir: PathBuf::from(journal::DIR),
+        }
+    }
+
+    #[test]
+    fn the_two_socket_matrix_has_the_sources_144_cells_in_three_classes() {
+        let c = cfg(fixture("2s-6c"));
+        let cells = plan(&c);
+        assert_eq!(cells.len(), 144);
+        let mut by_class: BTreeMap<String, usize> = BTreeMap::new();
+        for cell in &cells {
+            *by_class.entry(configuration(&c, cell).get("class").unwrap().to_string()).or_default() += 1;
+        }
+        // Same core: the diagonal; same socket: 2 × 6 × 5; different sockets: 2 × 6 × 6.
+        assert_eq!(by_class, BTreeMap::from([("same".into(), 12), ("llc".into(), 60), ("remote".into(), 72)]));
+        let g = groups(&c.topology, &c.topology.cpus());
+        assert_eq!(g[0]["package"], 0);
+        assert_eq!(g[6]["package"], 1);
+        assert_eq!(g[0]["llc"], "0-5");
+        assert_eq!(g[11]["llc"], "6-11");
+    }
+
+    #[test]
+    fn both_generators_pair_each_builtin_cell_with_iperf3() {
+        let mut c = cfg(fixture("1cpu"));
+        c.generators = vec![Generator::Builtin, Generator::Iperf3];
+        let confs: Vec<Configuration> = plan(&c).iter().map(|x| configuration(&c, x)).collect();
+        let names: Vec<&str> = confs.iter().map(|x| x.name.as_str()).collect();
+        assert_eq!(names, ["flow 0 app 0", "flow 0 app 0 iperf3"]);
+        assert_eq!(confs[0].baseline.as_deref(), Some("flow 0 app 0 iperf3"));
+        assert_eq!(confs[1].baseline, None);
+        assert_eq!(confs[0].get("class"), Some("same"));
+    }
+
+    #[test]
+    fn the_sender_follows_the_flow_core_on_loopback() {
+        let mut c = cfg(fixture("2s-6c"));
+        c.steer = Steer::None;
+        c.sender_cpu = 11;
+        let conf = configuration(&c, &Cell { flow: 3, app: 4, generator: Generator::Builtin });
+        assert_eq!(conf.get("sender_cpu"), Some("3"));
+    }
+}
