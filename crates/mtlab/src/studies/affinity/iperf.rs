@@ -66,7 +66,7 @@ pub fn run(iperf3: &Path, route: &Route, app_cpu: usize, sender_cpu: usize, seco
         std::thread::sleep(Duration::from_millis(2));
     }
     let mut client = Command::new(iperf3);
-    client.args(["-c", &route.connect.to_string(), "-p", &port.to_string(), "-Z", "-J"]).arg("-t").arg(format!("{seconds}"));
+    client.args(["-c", &route.connect.to_string(), "-p", &port.to_string(), "-Z", "-J"]).arg("-t").arg(format!("{}", seconds.round() as u64));
     child::pin_command(&mut client, &[sender_cpu]);
     let out = child::measure(client, "iperf3 -c");
     // The one-off server ends with its test; one that does not is stopped.

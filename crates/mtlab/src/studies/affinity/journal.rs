@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::net;
+use crate::platform::process::pid_alive;
 use crate::studies::StudyError;
 
 /// Where journals live; a test may point it elsewhere.
@@ -134,11 +135,6 @@ fn undo_all(e: &Entries) -> Vec<String> {
     e.undo.iter().rev().filter_map(|u| u.apply().err()).collect()
 }
 
-fn pid_alive(pid: i32) -> bool {
-    // SAFETY: kill with signal 0 only checks that the process exists.
-    pid > 0 && (unsafe { libc::kill(pid, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM))
-}
-
 /// Undoes the journals of runs whose process is gone, and removes namespaces
 /// of such runs that no journal names (killed between create and note).
 fn sweep(dir: &Path) -> Swept {
@@ -146,7 +142,7 @@ fn sweep(dir: &Path) -> Swept {
     if let Ok(rd) = std::fs::read_dir(dir) {
         for f in rd.flatten() {
             let path = f.path();
-            let Some(pid) = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<i32>().ok()) else { continue };
+            let Some(pid) = path.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u32>().ok()) else { continue };
             if pid_alive(pid) {
                 continue;
             }

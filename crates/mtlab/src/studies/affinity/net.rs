@@ -46,7 +46,7 @@ pub fn delete_netns(name: &str) -> Result<(), String> {
 }
 
 /// Namespaces this study made, with the pid of the run that made each.
-pub fn mtlab_namespaces() -> Vec<(String, i32)> {
+pub fn mtlab_namespaces() -> Vec<(String, u32)> {
     let Ok(rd) = std::fs::read_dir("/run/netns") else { return Vec::new() };
     rd.flatten()
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
