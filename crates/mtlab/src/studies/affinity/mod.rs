@@ -385,6 +385,54 @@ mod tests {
         assert_eq!(g[11]["llc"], "6-11");
     }
 
+    /// The source's figure: 144 cells on 2 sockets × 6 cores, same core ≈ 20 Gb/s,
+    /// different sockets ≈ 28, same socket ≈ 39.
+    #[test]
+    fn the_two_socket_heat_map_is_laid_out_like_the_sources_figure() {
+        use crate::export::{Boundary, PlotKind, View};
+        let c = cfg(fixture("2s-6c"));
+        let mut run = Run::new(STUDY, "simulated");
+        run.environment = Default::default();
+        run.details = serde_json::json!({ "cpus": groups(&c.topology, &c.topology.cpus()) });
+        for cell in plan(&c) {
+            let conf = configuration(&c, &cell);
+            let gbps = match conf.get("class") {
+                Some("same") => 20.0,
+                Some("remote") => 28.0,
+                _ => 39.0,
+            };
+            run.measurements.push(crate::study::Measurement {
+                configuration: conf.name.clone(),
+                metric: "gbps".into(),
+                unit: "Gb/s".into(),
+                lower_is_better: false,
+                values: vec![gbps - 0.5, gbps, gbps + 0.5],
+            });
+            run.configurations.push(conf);
+        }
+        let v = views(&run);
+        let heat = v
+            .iter()
+            .find_map(|x| match x {
+                View::Plot(p) if p.name == "affinity-gbps" => Some(p),
+                _ => None,
+            })
+            .unwrap();
+        let PlotKind::Heatmap { rows, columns, values, row_boundaries, column_boundaries, .. } = &heat.kind else { panic!() };
+        assert_eq!(rows.len(), 12);
+        assert_eq!(columns.len(), 12);
+        // One strong line between the sockets, on both axes; no cache line inside a socket.
+        assert_eq!(row_boundaries, &vec![Boundary { after: 5, strong: true }]);
+        assert_eq!(column_boundaries, &vec![Boundary { after: 5, strong: true }]);
+        // The diagonal is the slowest, the off-socket quadrants in between.
+        assert_eq!(values[3][3], Some(20.0));
+        assert_eq!(values[0][11], Some(28.0));
+        assert_eq!(values[7][9], Some(39.0));
+        let notes: Vec<&String> = v.iter().filter_map(|x| if let View::Note(n) = x { Some(n) } else { None }).collect();
+        assert!(notes[0].starts_with("recommended placement: llc"), "{notes:?}");
+        assert!(notes[1].contains("same (20.0 Gb/s)") && notes[1].contains("remote (28.0 Gb/s)"), "{notes:?}");
+    }
+
     #[test]
     fn both_generators_pair_each_builtin_cell_with_iperf3() {
         let mut c = cfg(fixture("1cpu"));
