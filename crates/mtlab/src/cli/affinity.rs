@@ -9,7 +9,7 @@ use clap::Args;
 
 use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
-use crate::studies::affinity::{self, journal, AffinityConfig, Generator, Steer};
+use crate::studies::affinity::{self, flow, journal, AffinityConfig, Generator, Steer};
 use crate::study::env::{allowed_cpus, parse_cpu_list};
 use crate::topo::Topology;
 
@@ -37,10 +37,20 @@ pub struct AffinityArgs {
     /// CPUs the receiving application runs on (the matrix's columns): a list, or all (default: all).
     #[arg(long, value_name = "LIST")]
     app_cpus: Option<String>,
-    /// How the flow core is made to do the receive processing: rps (root; an RPS mask on mtlab's own veth) or none (loopback).
+    /// How the flow core is made to do the receive processing: rps (root; an RPS mask on mtlab's own veth),
+    /// irq (root; a real NIC's receive interrupts, --dev, with the sender on another machine) or none (loopback).
     #[arg(long, default_value = "rps", value_parser = PossibleValuesParser::new(Steer::NAMES))]
     steer: String,
-    /// The CPU the sender runs on with --steer rps (default: the last CPU this process may use).
+    /// The receiving NIC for --steer irq; the receiver listens on its first IPv4 address.
+    #[arg(long, value_name = "DEV")]
+    dev: Option<String>,
+    /// The port the receiver listens on for the remote sender (--steer irq).
+    #[arg(long, default_value_t = 5201)]
+    port: u16,
+    /// Be the sender of a --steer irq run on another machine: send to ADDR:PORT (the address it prints), flow after flow, until Ctrl-C.
+    #[arg(long, value_name = "ADDR:PORT", conflicts_with_all = ["flow_cpus", "app_cpus", "steer", "dev", "generator", "no_counters"])]
+    send_to: Option<std::net::SocketAddr>,
+    /// The CPU the sender runs on with --steer rps or --send-to (default for rps: the last CPU this process may use).
     #[arg(long, value_name = "CPU")]
     sender_cpu: Option<usize>,
     /// builtin (sendfile sender, 128 KiB reads), iperf3 (its zero-copy client), or both: builtin,iperf3 compares them cell by cell.
@@ -72,10 +82,41 @@ fn cpus(spec: Option<&str>, what: &str) -> Result<Vec<usize>, CliError> {
     }
 }
 
+/// `--send-to`: the remote sender of a `--steer irq` run.
+fn send_to(to: std::net::SocketAddr, cpu: Option<usize>) -> Result<ExitCode, CliError> {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+    if let Some(c) = cpu {
+        crate::studies::threads::check_cpus(&[c], "--sender-cpu")?;
+        flow::pin_thread(c).map_err(|e| CliError::Other(format!("--sender-cpu {c}: {e}")))?;
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| CliError::Other(format!("cannot catch signals: {e}")))?;
+    }
+    eprintln!("mtlab: sending to {to}, flow after flow, until Ctrl-C");
+    let source = flow::Source::new()?;
+    let mut n = 0;
+    flow::send_forever(&source, to, &stop, |bytes| {
+        n += 1;
+        eprintln!("mtlab: flow {n}: {:.2} GB sent", bytes as f64 / 1e9);
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
+
 pub fn affinity(a: AffinityArgs) -> Result<ExitCode, CliError> {
+    if let Some(to) = a.send_to {
+        return send_to(to, a.sender_cpu);
+    }
     let steer = Steer::parse(&a.steer).expect("clap checked --steer");
     if steer == Steer::None && a.sender_cpu.is_some() {
         return Err(CliError::Other("--sender-cpu has no meaning with --steer none: on loopback the sender runs on the flow core".into()));
+    }
+    if steer == Steer::Irq && a.sender_cpu.is_some() {
+        return Err(CliError::Other("--sender-cpu has no meaning with --steer irq: the sender runs on another machine (give it to `mtlab affinity --send-to` there)".into()));
+    }
+    if steer != Steer::Irq && a.dev.is_some() {
+        return Err(CliError::Other("--dev is for --steer irq (rps uses mtlab's own veth, none uses loopback)".into()));
     }
     let mut generators: Vec<Generator> = Vec::new();
     for g in &a.generator {
@@ -90,6 +131,8 @@ pub fn affinity(a: AffinityArgs) -> Result<ExitCode, CliError> {
         app_cpus: cpus(a.app_cpus.as_deref(), "--app-cpus")?,
         sender_cpu: a.sender_cpu.or(allowed.last().copied()).unwrap_or(0),
         steer,
+        dev: a.dev.clone(),
+        port: a.port,
         generators,
         seconds: a.seconds,
         counters: !a.no_counters,

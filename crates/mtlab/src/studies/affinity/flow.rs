@@ -91,18 +91,30 @@ fn receive(route: &Route, app_cpu: usize, port_tx: std::sync::mpsc::Sender<u16>)
     let listener = TcpListener::bind((route.listen, 0)).map_err(|e| format!("cannot listen on {}: {e}", route.listen))?;
     let port = listener.local_addr().map_err(|e| e.to_string())?.port();
     let _ = port_tx.send(port);
+    let (conn, _) = accept(&listener, STUCK)?;
+    read_flow(conn, None)
+}
+
+/// Waits up to `wait` for a connection.
+fn accept(listener: &TcpListener, wait: Duration) -> Result<(TcpStream, std::net::SocketAddr), String> {
     listener.set_nonblocking(true).map_err(|e| e.to_string())?;
     let start = Instant::now();
-    let mut conn = loop {
+    loop {
         match listener.accept() {
-            Ok((c, _)) => break c,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && start.elapsed() < STUCK => {
+            Ok(c) => {
+                c.0.set_nonblocking(false).map_err(|e| e.to_string())?;
+                return Ok(c);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && start.elapsed() < wait => {
                 std::thread::sleep(Duration::from_millis(1));
             }
-            Err(e) => return Err(format!("no connection from the sender: {e}")),
+            Err(e) => return Err(format!("no connection from the sender within {} s: {e}", wait.as_secs())),
         }
-    };
-    conn.set_nonblocking(false).map_err(|e| e.to_string())?;
+    }
+}
+
+/// Reads until the sender closes, or until `until` (then closes the connection).
+fn read_flow(mut conn: TcpStream, until: Option<Instant>) -> Result<Delivered, String> {
     conn.set_read_timeout(Some(STUCK)).map_err(|e| e.to_string())?;
     // Page-aligned, as iperf3's mmap'd buffer: copies into a buffer 16 bytes
     // off a page (malloc's header) ran at less than half the speed here.
@@ -123,21 +135,84 @@ fn receive(route: &Route, app_cpu: usize, port_tx: std::sync::mpsc::Sender<u16>)
             bytes += n as u64;
         }
         last = now;
+        if until.is_some_and(|u| now >= u) {
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+            break;
+        }
     }
     let seconds = first.map_or(0.0, |f| (last - f).as_secs_f64());
     Ok(Delivered { bytes, seconds })
 }
 
+/// A listening socket that outlives the cells, for a sender on another machine.
+pub struct Inbound {
+    listener: TcpListener,
+    pub addr: std::net::SocketAddr,
+}
+
+impl Inbound {
+    pub fn bind(addr: Ipv4Addr, port: u16) -> Result<Inbound, StudyError> {
+        let listener = TcpListener::bind((addr, port)).map_err(|source| StudyError::Io { path: format!("{addr}:{port}").into(), source })?;
+        let addr = listener.local_addr().map_err(|source| StudyError::Io { path: format!("{addr}:{port}").into(), source })?;
+        Ok(Inbound { listener, addr })
+    }
+}
+
+/// One flow from a sender elsewhere (`mtlab affinity --send-to`): the next
+/// connection, read on `app_cpu` for `seconds`, then closed. Also returns
+/// the sender's address.
+pub fn receive_remote(inbound: &Inbound, app_cpu: usize, seconds: f64, wait: Duration) -> Result<(Delivered, std::net::SocketAddr), StudyError> {
+    let fail = |e: String| StudyError::Output(format!("flow from a remote sender: {e}"));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            pin_thread(app_cpu).map_err(|e| format!("cannot pin the receiver to CPU {app_cpu}: {e}"))?;
+            let (conn, peer) = accept(&inbound.listener, wait)?;
+            let d = read_flow(conn, Some(Instant::now() + Duration::from_secs_f64(seconds)))?;
+            Ok((d, peer))
+        })
+        .join()
+        .unwrap_or_else(|_| Err("the receiver panicked".into()))
+        .map_err(fail)
+    })
+}
+
+/// The sender side of `--steer irq`: connects to `to`, sends until the
+/// receiver closes the connection, and connects again, until `stop` is set.
+/// Reports each finished flow's bytes through `on_flow`.
+pub fn send_forever(source: &Source, to: std::net::SocketAddr, stop: &std::sync::atomic::AtomicBool, mut on_flow: impl FnMut(u64)) -> Result<(), StudyError> {
+    use std::sync::atomic::Ordering;
+    while !stop.load(Ordering::Relaxed) {
+        let sock = match TcpStream::connect_timeout(&to, Duration::from_secs(1)) {
+            Ok(s) => s,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
+        };
+        let sent = send_on(source, &sock, None, stop).map_err(|e| StudyError::Output(format!("sending to {to}: {e}")))?;
+        on_flow(sent);
+    }
+    Ok(())
+}
+
 fn send(source: &Source, to: (Ipv4Addr, u16), sender_cpu: usize, seconds: f64) -> Result<(), String> {
     pin_thread(sender_cpu).map_err(|e| format!("cannot pin the sender to CPU {sender_cpu}: {e}"))?;
     let sock = TcpStream::connect_timeout(&to.into(), STUCK).map_err(|e| format!("cannot connect to {}:{}: {e}", to.0, to.1))?;
+    let never = std::sync::atomic::AtomicBool::new(false);
+    send_on(source, &sock, Some(Instant::now() + Duration::from_secs_f64(seconds)), &never)?;
+    sock.shutdown(std::net::Shutdown::Write).map_err(|e| format!("shutdown: {e}"))
+}
+
+/// Sends the source over and over until `deadline`, `stop`, or the receiver
+/// closing the connection (a normal end without a deadline); returns the bytes sent.
+fn send_on(source: &Source, sock: &TcpStream, deadline: Option<Instant>, stop: &std::sync::atomic::AtomicBool) -> Result<u64, String> {
     // Non-blocking sends, waiting in poll when the socket is full: iperf3's
     // way, which kept the receiver fed better than blocking sendfile here.
     sock.set_nonblocking(true).map_err(|e| e.to_string())?;
-    let deadline = Instant::now() + Duration::from_secs_f64(seconds);
     let mut off: libc::off_t = 0;
+    let mut sent = 0u64;
     let mut pfd = libc::pollfd { fd: sock.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
-    while Instant::now() < deadline {
+    while deadline.is_none_or(|d| Instant::now() < d) && !stop.load(std::sync::atomic::Ordering::Relaxed) {
         let left = SOURCE_SIZE - off as usize;
         // SAFETY: both descriptors are open for the whole call; off points to a live off_t.
         let n = unsafe { libc::sendfile(sock.as_raw_fd(), source.fd.as_raw_fd(), &mut off, left) };
@@ -150,15 +225,17 @@ fn send(source: &Source, to: (Ipv4Addr, u16), sender_cpu: usize, seconds: f64) -
                     unsafe { libc::poll(&mut pfd, 1, 100) };
                     continue;
                 }
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset if deadline.is_none() => break,
                 _ => return Err(format!("sendfile: {e}")),
             }
         }
+        sent += n as u64;
         if off as usize >= SOURCE_SIZE {
             off = 0;
         }
     }
     sock.set_nonblocking(false).map_err(|e| e.to_string())?;
-    sock.shutdown(std::net::Shutdown::Write).map_err(|e| format!("shutdown: {e}"))
+    Ok(sent)
 }
 
 /// Runs one flow of `seconds`: receiver on `app_cpu`, sender on `sender_cpu`.
@@ -190,5 +267,28 @@ mod tests {
         assert!(d.bytes > 1 << 20, "{d:?}");
         assert!(d.seconds > 0.1 && d.seconds < 1.0, "{d:?}");
         assert!(d.gbps() > 0.1, "{d:?}");
+    }
+
+    #[test]
+    fn a_remote_sender_reconnects_for_every_flow() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let src = Source::new().unwrap();
+        let inbound = Inbound::bind(Ipv4Addr::LOCALHOST, 0).unwrap();
+        let cpu = crate::study::env::allowed_cpus()[0];
+        let stop = AtomicBool::new(false);
+        let mut flows = Vec::new();
+        std::thread::scope(|s| {
+            let sender = s.spawn(|| send_forever(&src, inbound.addr, &stop, |b| flows.push(b)));
+            for _ in 0..2 {
+                let (d, peer) = receive_remote(&inbound, cpu, 0.2, Duration::from_secs(10)).unwrap();
+                assert!(d.bytes > 1 << 20 && d.seconds >= 0.2, "{d:?}");
+                assert!(peer.ip().is_loopback());
+            }
+            stop.store(true, Ordering::Relaxed);
+            sender.join().unwrap().unwrap();
+        });
+        // Two flows ended by the receiver; a third may have started before the stop.
+        assert!(flows.len() >= 2, "{flows:?}");
+        assert!(flows[0] > 1 << 20);
     }
 }

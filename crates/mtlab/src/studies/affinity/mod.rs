@@ -12,6 +12,7 @@
 pub mod counters;
 pub mod flow;
 pub mod iperf;
+pub mod irq;
 pub mod journal;
 pub mod net;
 pub mod preflight;
@@ -37,16 +38,20 @@ pub const STUDY: &str = "affinity";
 pub enum Steer {
     /// The receiver in mtlab's namespace behind a veth whose RPS mask is the flow core (root).
     Rps,
+    /// A real NIC (`dev`): its receive interrupts point at the flow core; the
+    /// sender runs on another machine (`mtlab affinity --send-to`).
+    Irq,
     /// Loopback: packets are processed where they are sent, so the sender runs on the flow core.
     None,
 }
 
 impl Steer {
-    pub const NAMES: [&'static str; 2] = ["rps", "none"];
+    pub const NAMES: [&'static str; 3] = ["rps", "irq", "none"];
 
     pub fn name(self) -> &'static str {
         match self {
             Steer::Rps => "rps",
+            Steer::Irq => "irq",
             Steer::None => "none",
         }
     }
@@ -54,6 +59,7 @@ impl Steer {
     pub fn parse(s: &str) -> Option<Steer> {
         match s {
             "rps" => Some(Steer::Rps),
+            "irq" => Some(Steer::Irq),
             "none" => Some(Steer::None),
             _ => None,
         }
@@ -92,6 +98,10 @@ pub struct AffinityConfig {
     /// Where the sender runs under `rps` (under `none` it runs on the flow core).
     pub sender_cpu: usize,
     pub steer: Steer,
+    /// The NIC of `--steer irq`.
+    pub dev: Option<String>,
+    /// Where the receiver listens for the remote sender under `--steer irq`.
+    pub port: u16,
     pub generators: Vec<Generator>,
     /// Length of one flow.
     pub seconds: f64,
@@ -133,11 +143,17 @@ fn plan(cfg: &AffinityConfig) -> Vec<Cell> {
     cells
 }
 
+/// Where the sender runs for a cell, as configurations record it.
+fn sender_of(cfg: &AffinityConfig, c: &Cell) -> String {
+    match cfg.steer {
+        Steer::Rps => cfg.sender_cpu.to_string(),
+        Steer::Irq => "remote".into(),
+        Steer::None => c.flow.to_string(),
+    }
+}
+
 fn configuration(cfg: &AffinityConfig, c: &Cell) -> Configuration {
-    let sender = match cfg.steer {
-        Steer::Rps => cfg.sender_cpu,
-        Steer::None => c.flow,
-    };
+    let sender = sender_of(cfg, c);
     let mut conf = Configuration::new(c.name())
         .param("flow_cpu", c.flow)
         .param("app_cpu", c.app)
@@ -170,9 +186,22 @@ const PRIMER_SECONDS: f64 = 0.5;
 /// Gigabytes as the per-GB counters use them (10^9 bytes).
 const GB: f64 = 1e9;
 
+/// How the flow reaches the receiver.
+enum Wire {
+    Loopback,
+    /// The study's namespace and veth pair; the receiving veth's RPS mask is the flow core.
+    Veth(net::Netns),
+    /// A real NIC whose receive interrupts are pointed at the flow core; the sender is remote.
+    Nic { irqs: Vec<irq::Irq>, inbound: flow::Inbound, local_sender: bool },
+}
+
+/// How long a cell waits for the remote sender to connect.
+const REMOTE_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
 struct Lab<'a> {
     cfg: &'a AffinityConfig,
-    netns: Option<net::Netns>,
+    wire: Wire,
+    journal: Option<&'a journal::Journal>,
     source: flow::Source,
     iperf3: Option<PathBuf>,
     counters: Option<counters::CpuCounters>,
@@ -181,35 +210,49 @@ struct Lab<'a> {
 
 impl Lab<'_> {
     fn route(&self) -> flow::Route<'_> {
-        match &self.netns {
-            Some(ns) => flow::Route { listen: ns.ns_addr, connect: ns.ns_addr, netns: Some(ns) },
-            None => flow::Route { listen: Ipv4Addr::LOCALHOST, connect: Ipv4Addr::LOCALHOST, netns: None },
+        match &self.wire {
+            Wire::Veth(ns) => flow::Route { listen: ns.ns_addr, connect: ns.ns_addr, netns: Some(ns) },
+            _ => flow::Route { listen: Ipv4Addr::LOCALHOST, connect: Ipv4Addr::LOCALHOST, netns: None },
         }
     }
 
     fn sender_for(&self, c: &Cell) -> usize {
         match self.cfg.steer {
             Steer::Rps => self.cfg.sender_cpu,
-            Steer::None => c.flow,
+            Steer::Irq | Steer::None => c.flow,
+        }
+    }
+
+    /// Puts the flow's receive processing on `flow`.
+    fn steer(&self, flow: usize) -> Result<(), StudyError> {
+        match &self.wire {
+            Wire::Loopback => Ok(()),
+            Wire::Veth(ns) => ns.set_rps(flow),
+            Wire::Nic { irqs, .. } => irq::steer(self.journal.expect("irq steering keeps a journal"), irqs, flow),
+        }
+    }
+
+    fn flow(&mut self, c: &Cell) -> Result<flow::Delivered, StudyError> {
+        if let Wire::Nic { inbound, local_sender, .. } = &mut self.wire {
+            let (d, peer) = flow::receive_remote(inbound, c.app, self.cfg.seconds, REMOTE_WAIT)?;
+            *local_sender |= peer.ip().is_loopback() || peer.ip() == inbound.addr.ip();
+            return Ok(d);
+        }
+        let route = self.route();
+        let sender = self.sender_for(c);
+        match c.generator {
+            Generator::Builtin => flow::run(&route, &self.source, c.app, sender, self.cfg.seconds),
+            Generator::Iperf3 => iperf::run(self.iperf3.as_deref().expect("iperf3 cells only with iperf3"), &route, c.app, sender, self.cfg.seconds),
         }
     }
 
     fn trial(&mut self, c: &Cell) -> Result<Vec<Sample>, StudyError> {
-        if let Some(ns) = &self.netns {
-            ns.set_rps(c.flow)?;
-        }
-        let sender = self.sender_for(c);
+        self.steer(c.flow)?;
         let before = match &mut self.counters {
             Some(k) => Some(k.snapshot()?),
             None => None,
         };
-        let route = self.route();
-        let got = match c.generator {
-            Generator::Builtin => flow::run(&route, &self.source, c.app, sender, self.cfg.seconds)?,
-            Generator::Iperf3 => {
-                iperf::run(self.iperf3.as_deref().expect("iperf3 cells only with iperf3"), &route, c.app, sender, self.cfg.seconds)?
-            }
-        };
+        let got = self.flow(c)?;
         let mut s = vec![Sample::gain("gbps", "Gb/s", got.gbps())];
         if let (Some(k), Some(before)) = (&mut self.counters, before) {
             let d = counters::delta(&before, &k.snapshot()?);
@@ -225,20 +268,40 @@ impl Lab<'_> {
     }
 }
 
+fn is_root() -> bool {
+    // SAFETY: geteuid has no memory effects.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// Refuses what cannot work before anything is changed.
 fn check(cfg: &AffinityConfig) -> Result<(), StudyError> {
     for (cpus, what) in [(&cfg.flow_cpus, "--flow-cpus"), (&cfg.app_cpus, "--app-cpus")] {
         super::threads::check_cpus(cpus, what)?;
     }
-    if cfg.steer == Steer::Rps {
-        super::threads::check_cpus(&[cfg.sender_cpu], "--sender-cpu")?;
-        // SAFETY: geteuid has no memory effects.
-        if unsafe { libc::geteuid() } != 0 {
-            return Err(StudyError::Config(
-                "--steer rps makes a network namespace, a veth pair and RPS masks: run as root (sudo), or use --steer none (loopback, no privileges)"
-                    .into(),
-            ));
+    match cfg.steer {
+        Steer::Rps => {
+            super::threads::check_cpus(&[cfg.sender_cpu], "--sender-cpu")?;
+            if !is_root() {
+                return Err(StudyError::Config(
+                    "--steer rps makes a network namespace, a veth pair and RPS masks: run as root (sudo), or use --steer none (loopback, no privileges)"
+                        .into(),
+                ));
+            }
         }
+        Steer::Irq => {
+            if cfg.dev.is_none() {
+                return Err(StudyError::Config("--steer irq needs the receiving NIC: --dev DEV (see `ip link`)".into()));
+            }
+            if cfg.generators != [Generator::Builtin] {
+                return Err(StudyError::Config(
+                    "--steer irq takes the built-in generator only: its sender runs on another machine (`mtlab affinity --send-to ADDR:PORT`)".into(),
+                ));
+            }
+            if !is_root() {
+                return Err(StudyError::Config("--steer irq sets interrupt affinities in /proc/irq: run as root (sudo)".into()));
+            }
+        }
+        Steer::None => {}
     }
     if cfg.seconds < 0.1 {
         return Err(StudyError::Config("--seconds: a flow needs at least 0.1 s".into()));
@@ -250,6 +313,26 @@ fn check(cfg: &AffinityConfig) -> Result<(), StudyError> {
         )));
     }
     Ok(())
+}
+
+fn ethtool_k(dev: &str) -> Option<String> {
+    std::process::Command::new("ethtool").args(["-k", dev]).output().ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// The journal (for the steerings that change settings), with notes on what the sweep of killed runs did.
+fn begin_journal(cfg: &AffinityConfig, run: &mut Run) -> Result<Option<journal::Journal>, StudyError> {
+    if cfg.steer == Steer::None {
+        // Loopback changes nothing, so it needs no journal (nor root to keep one).
+        return Ok(None);
+    }
+    let (journal, swept) = journal::Journal::begin(&cfg.journal_dir)?;
+    if !swept.restored.is_empty() {
+        run.notes.push(format!("removed leftovers of an earlier run that was killed: {}", swept.restored.join("; ")));
+    }
+    for f in &swept.failed {
+        run.notes.push(format!("could not remove a leftover of an earlier run: {f}"));
+    }
+    Ok(Some(journal))
 }
 
 pub fn run(cfg: &AffinityConfig, progress: &Progress) -> Result<Run, StudyError> {
@@ -276,26 +359,30 @@ pub fn run(cfg: &AffinityConfig, progress: &Progress) -> Result<Run, StudyError>
         run.notes.extend(c.notes.iter().cloned());
     }
     progress.set_message("setting up the network");
-    // Loopback changes nothing, so it needs no journal (nor root to keep one).
-    let (journal, netns) = match cfg.steer {
+    let journal = begin_journal(cfg, &mut run)?;
+    let (wire, features) = match cfg.steer {
         Steer::Rps => {
-            let (journal, swept) = journal::Journal::begin(&cfg.journal_dir)?;
-            if !swept.restored.is_empty() {
-                run.notes.push(format!("removed leftovers of an earlier run that was killed: {}", swept.restored.join("; ")));
-            }
-            for f in &swept.failed {
-                run.notes.push(format!("could not remove a leftover of an earlier run: {f}"));
-            }
-            let ns = net::Netns::create(&journal)?;
-            (Some(journal), Some(ns))
+            let ns = net::Netns::create(journal.as_ref().expect("rps keeps a journal"))?;
+            let f = ns.features();
+            (Wire::Veth(ns), f)
         }
-        Steer::None => (None, None),
+        Steer::Irq => {
+            let dev = cfg.dev.as_deref().expect("checked");
+            let interrupts = std::fs::read_to_string("/proc/interrupts").map_err(|source| StudyError::Io { path: "/proc/interrupts".into(), source })?;
+            let irqs = irq::receive_irqs(std::path::Path::new("/sys/class/net"), &interrupts, dev)?;
+            let inbound = flow::Inbound::bind(irq::address(dev)?, cfg.port)?;
+            run.settings.insert("device".into(), dev.into());
+            run.settings.insert("irqs".into(), irqs.iter().map(|i| format!("{} ({})", i.number, i.name)).collect::<Vec<_>>().join(", "));
+            progress.println(format!(
+                "mtlab: waiting for the sender: run `mtlab affinity --send-to {}` on the sending machine (each cell waits up to {} s)",
+                inbound.addr,
+                REMOTE_WAIT.as_secs()
+            ));
+            (Wire::Nic { irqs, inbound, local_sender: false }, ethtool_k(dev))
+        }
+        Steer::None => (Wire::Loopback, ethtool_k("lo")),
     };
-    let features = match &netns {
-        Some(ns) => ns.features(),
-        None => std::process::Command::new("ethtool").args(["-k", "lo"]).output().ok().map(|o| String::from_utf8_lossy(&o.stdout).into_owned()),
-    };
-    run.notes.extend(preflight::check(&run.environment, false, features.as_deref(), std::path::Path::new("/")));
+    run.notes.extend(preflight::check(&run.environment, cfg.steer == Steer::Irq, features.as_deref(), std::path::Path::new("/")));
     let s = &mut run.settings;
     s.insert("steer".into(), cfg.steer.name().into());
     s.insert("seconds per flow".into(), cfg.seconds.to_string());
@@ -316,26 +403,31 @@ pub fn run(cfg: &AffinityConfig, progress: &Progress) -> Result<Run, StudyError>
                 ));
             }
         }
+        Steer::Irq => {}
         Steer::None => {
             run.notes.push("steer none (loopback): receive processing runs where the packets are sent, so the sender runs on the flow core".into());
         }
     }
     run.details = serde_json::json!({ "cpus": groups(&cfg.topology, &all_cpus) });
-    let mut lab = Lab { cfg, netns, source: flow::Source::new()?, iperf3: iperf3.map(|(p, _)| p), counters, kinds };
+    let mut lab = Lab { cfg, wire, journal: journal.as_ref(), source: flow::Source::new()?, iperf3: iperf3.map(|(p, _)| p), counters, kinds };
     let cells = plan(cfg);
     let configs: Vec<Configuration> = cells.iter().map(|c| configuration(cfg, c)).collect();
     let by_name: BTreeMap<&str, Cell> = configs.iter().map(|c| c.name.as_str()).zip(cells.iter().copied()).collect();
     // One short unmeasured flow first: the first flow on a new veth and
     // socket path runs well below the rest (seen at half speed here).
-    if let Some(first) = cells.first() {
+    if let Some(first) = cells.first().filter(|_| !matches!(lab.wire, Wire::Nic { .. })) {
         progress.set_message("priming the flow");
-        if let Some(ns) = &lab.netns {
-            ns.set_rps(first.flow)?;
-        }
+        lab.steer(first.flow)?;
         flow::run(&lab.route(), &lab.source, first.app, lab.sender_for(first), PRIMER_SECONDS)?;
     }
     progress.inc_length((cfg.runner.warmup + cfg.runner.reps) as u64 * configs.len() as u64);
     runner::run_all(&mut run, &configs, &cfg.runner, progress, |c, _| lab.trial(&by_name[c.name.as_str()]))?;
+    if let Wire::Nic { local_sender: true, .. } = lab.wire {
+        run.notes.push(format!(
+            "the sender ran on this host: its flow went over loopback, not through {}, so the interrupt steering had no packets to steer; run the sender on another machine",
+            cfg.dev.as_deref().unwrap_or("the device")
+        ));
+    }
     drop(lab);
     drop(journal);
     run.duration_s = started.elapsed().as_secs_f64();
@@ -358,6 +450,8 @@ mod tests {
             app_cpus: cpus,
             sender_cpu: 0,
             steer: Steer::Rps,
+            dev: None,
+            port: 5201,
             generators: vec![Generator::Builtin],
             seconds: 2.0,
             counters: true,
