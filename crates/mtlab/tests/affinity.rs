@@ -181,7 +181,9 @@ fn bad_input_is_refused_with_what_to_do() {
     refused(lab.command(MTLAB).args(["affinity", "--flow-cpus", "4096", "--steer", "none"]), "not one this process may use");
     refused(lab.command(MTLAB).args(["affinity", "--steer", "none", "--sender-cpu", "0"]), "no meaning with --steer none");
     refused(lab.command(MTLAB).args(["affinity", "--seconds", "0"]), "give seconds from 0.1");
-    refused(lab.command(MTLAB).args(["affinity", "--steer", "irq"]), "invalid value 'irq'");
+    refused(lab.command(MTLAB).args(["affinity", "--steer", "irq"]), "--steer irq needs the receiving NIC: --dev DEV");
+    refused(lab.command(MTLAB).args(["affinity", "--steer", "ring"]), "invalid value 'ring'");
+    refused(lab.command(MTLAB).args(["affinity", "--steer", "irq", "--dev", "lo", "--sender-cpu", "0"]), "the sender runs on another machine");
     refused(lab.command(MTLAB).args(["affinity", "--steer", "none", "--generator", "iperf3", "--seconds", "0.5"]), "iperf3 takes whole seconds");
     let mut no_iperf = lab.command(MTLAB);
     no_iperf.args(["affinity", "--steer", "none", "--generator", "iperf3", "--no-store"]).env("PATH", "/nonexistent");
@@ -201,4 +203,106 @@ fn bad_input_is_refused_with_what_to_do() {
         .unwrap();
     assert_success(&o, "loopback matrix as nobody");
     assert!(String::from_utf8_lossy(&o.stdout).contains("Throughput, Gb/s"));
+}
+
+/// A veth pair of this test's own, removed when dropped.
+struct Veth(String);
+
+impl Veth {
+    fn new(tag: &str) -> Veth {
+        let name = format!("mtt{tag}{}", std::process::id() % 100_000);
+        let o = Command::new("ip").args(["link", "add", &name, "type", "veth", "peer", "name", &format!("{name}p")]).output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        Veth(name)
+    }
+}
+
+impl Drop for Veth {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["link", "del", &self.0]).output();
+    }
+}
+
+#[test]
+fn apply_sets_the_devices_mask_and_says_how_to_undo_it() {
+    let lab = Lab::new();
+    let veth = Veth::new("a");
+    let cpus = allowed();
+    let (flow, app) = (*cpus.last().unwrap(), cpus[0]);
+    let mask_file = format!("/sys/class/net/{}/queues/rx-0/rps_cpus", veth.0);
+    let before = std::fs::read_to_string(&mask_file).unwrap();
+    let o = lab.command(MTLAB).args(["affinity", "--apply", &format!("{flow},{app}"), "--dev", &veth.0]).output().unwrap();
+    assert_success(&o, "mtlab affinity --apply");
+    let mask = u64::from_str_radix(std::fs::read_to_string(&mask_file).unwrap().trim().replace(',', "").as_str(), 16).unwrap();
+    assert_eq!(mask, 1 << flow);
+    let e = stderr(&o);
+    assert!(e.contains(&format!("taskset -c {app}")), "{e}");
+    let undo = e.lines().find_map(|l| l.trim().strip_prefix("to undo: ")).unwrap_or_else(|| panic!("no undo line in:\n{e}"));
+    assert!(Command::new("sh").args(["-c", undo]).status().unwrap().success());
+    assert_eq!(std::fs::read_to_string(&mask_file).unwrap(), before);
+    // A virtual device has no interrupts to steer; an unknown one is named.
+    refused(lab.command(MTLAB).args(["affinity", "--steer", "irq", "--dev", &veth.0, "--apply", "0,0"]), "virtual device with no interrupts");
+    refused(lab.command(MTLAB).args(["affinity", "--apply", "0,0", "--dev", "nosuchdev0"]), "--dev nosuchdev0: no such network device");
+    refused(lab.command(MTLAB).args(["affinity", "--apply", "best"]), "--apply needs the device");
+}
+
+/// A NIC with interrupts of its own and an IPv4 address, if this machine has one.
+fn real_nic() -> Option<(String, String)> {
+    let rd = std::fs::read_dir("/sys/class/net").ok()?;
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !e.path().join("device").exists() {
+            continue;
+        }
+        let o = Command::new("ip").args(["-4", "-o", "addr", "show", "dev", &name]).output().ok()?;
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if let Some(addr) = text.split_whitespace().skip_while(|w| *w != "inet").nth(1) {
+            return Some((name, addr.split('/').next()?.to_string()));
+        }
+    }
+    None
+}
+
+#[test]
+fn irq_steering_takes_a_remote_sender_and_puts_the_interrupts_back() {
+    let _one = serial();
+    let lab = Lab::new();
+    let Some((dev, addr)) = real_nic() else {
+        // No NIC here: the study must say so, not pretend.
+        refused(lab.command(MTLAB).args(["affinity", "--steer", "irq", "--dev", "lo"]), "virtual device");
+        return;
+    };
+    let affinities = || -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir("/proc/irq")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("smp_affinity_list")).ok().map(|a| format!("{:?} {a}", e.file_name())))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = affinities();
+    let cpu = allowed()[0].to_string();
+    let port = (20_000 + std::process::id() % 20_000).to_string();
+    let receiver = lab
+        .command(MTLAB)
+        .args(["affinity", "--steer", "irq", "--dev", &dev, "--port", &port, "--flow-cpus", &cpu, "--app-cpus", &cpu, "--reps", "2", "--seconds", "0.3", "--json", "-q"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut sender = lab.command(MTLAB).args(["affinity", "--send-to", &format!("{addr}:{port}")]).stderr(Stdio::piped()).spawn().unwrap();
+    let o = receiver.wait_with_output().unwrap();
+    // SAFETY: kill on our own child.
+    unsafe { libc::kill(sender.id() as i32, libc::SIGINT) };
+    let sent = sender.wait_with_output().unwrap();
+    assert!(sent.status.success(), "{}", stderr(&sent));
+    assert!(stderr(&sent).contains("flow 2:"), "{}", stderr(&sent));
+    assert_success(&o, "mtlab affinity --steer irq");
+    let run: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let name = format!("flow {cpu} app {cpu}");
+    assert!(median_of(&run, &name, "gbps") > 0.1);
+    assert!(run["notes"].to_string().contains("the sender ran on this host"), "{}", run["notes"]);
+    assert!(stderr(&o).contains(&format!("--send-to {addr}:{port}")), "{}", stderr(&o));
+    assert_eq!(affinities(), before, "interrupt affinities were not put back");
 }

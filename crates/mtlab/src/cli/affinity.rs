@@ -59,6 +59,10 @@ pub struct AffinityArgs {
     /// Seconds each flow runs.
     #[arg(long, default_value_t = 2.0, value_parser = parse_seconds)]
     seconds: f64,
+    /// Make a placement stay on --dev: FLOW,APP (at once, no matrix) or best (after the matrix). Sets the RPS mask of the
+    /// device's receive queues (or, with --steer irq, its receive interrupts' affinity) to the flow core; prints how to undo it.
+    #[arg(long, value_name = "FLOW,APP|best", value_parser = parse_apply)]
+    apply: Option<Apply>,
     /// Throughput only: no per-CPU counters (they need root or kernel.perf_event_paranoid <= 0).
     #[arg(long)]
     no_counters: bool,
@@ -66,6 +70,31 @@ pub struct AffinityArgs {
     repeat: RepeatArgs,
     #[command(flatten)]
     output: OutputArgs,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Apply {
+    Best,
+    Pair(usize, usize),
+}
+
+fn parse_apply(s: &str) -> Result<Apply, String> {
+    if s == "best" {
+        return Ok(Apply::Best);
+    }
+    let pair = s.split_once(',').and_then(|(f, a)| Some((f.trim().parse().ok()?, a.trim().parse().ok()?)));
+    pair.map(|(f, a)| Apply::Pair(f, a)).ok_or_else(|| format!("`{s}`: give FLOW,APP (two CPU numbers, e.g. 2,3) or best"))
+}
+
+/// Applies (flow, app) to `dev` and says what changed and how to undo it.
+fn apply_pair(steer: Steer, dev: &str, flow: usize, app: usize) -> Result<(), CliError> {
+    crate::studies::threads::check_cpus(&[flow, app], "--apply")?;
+    let a = affinity::apply::apply(steer, std::path::Path::new("/sys/class/net"), dev, flow, app)?;
+    let (what, n) = (if steer == Steer::Irq { "affinity of receive interrupt" } else { "RPS mask of receive queue" }, a.undo.len());
+    eprintln!("mtlab: applied to {dev}: the {what}{} ({n}) set to CPU {flow}, the flow core", if n == 1 { "" } else { "s" });
+    eprintln!("  run the application on CPU {}: taskset -c {} PROGRAM (or sched_setaffinity in the program)", a.app_cpu, a.app_cpu);
+    eprintln!("  to undo: {}", a.undo.iter().map(|u| u.command()).collect::<Vec<_>>().join("; "));
+    Ok(())
 }
 
 fn parse_seconds(s: &str) -> Result<f64, String> {
@@ -98,6 +127,10 @@ fn send_to(to: std::net::SocketAddr, cpu: Option<usize>) -> Result<ExitCode, Cli
     let source = flow::Source::new()?;
     let mut n = 0;
     flow::send_forever(&source, to, &stop, |bytes| {
+        // A connection the receiver dropped unread (its run had ended) is no flow.
+        if bytes == 0 {
+            return;
+        }
         n += 1;
         eprintln!("mtlab: flow {n}: {:.2} GB sent", bytes as f64 / 1e9);
     })?;
@@ -115,8 +148,15 @@ pub fn affinity(a: AffinityArgs) -> Result<ExitCode, CliError> {
     if steer == Steer::Irq && a.sender_cpu.is_some() {
         return Err(CliError::Other("--sender-cpu has no meaning with --steer irq: the sender runs on another machine (give it to `mtlab affinity --send-to` there)".into()));
     }
-    if steer != Steer::Irq && a.dev.is_some() {
-        return Err(CliError::Other("--dev is for --steer irq (rps uses mtlab's own veth, none uses loopback)".into()));
+    if steer != Steer::Irq && a.dev.is_some() && a.apply.is_none() {
+        return Err(CliError::Other("--dev is for --steer irq or --apply (rps measures on mtlab's own veth, none on loopback)".into()));
+    }
+    if a.apply.is_some() && a.dev.is_none() {
+        return Err(CliError::Other("--apply needs the device to steer: --dev DEV (see `ip link`)".into()));
+    }
+    if let (Some(Apply::Pair(flow, app)), Some(dev)) = (a.apply, &a.dev) {
+        apply_pair(steer, dev, flow, app)?;
+        return Ok(ExitCode::SUCCESS);
     }
     let mut generators: Vec<Generator> = Vec::new();
     for g in &a.generator {
@@ -131,7 +171,7 @@ pub fn affinity(a: AffinityArgs) -> Result<ExitCode, CliError> {
         app_cpus: cpus(a.app_cpus.as_deref(), "--app-cpus")?,
         sender_cpu: a.sender_cpu.or(allowed.last().copied()).unwrap_or(0),
         steer,
-        dev: a.dev.clone(),
+        dev: if steer == Steer::Irq { a.dev.clone() } else { None },
         port: a.port,
         generators,
         seconds: a.seconds,
@@ -142,5 +182,11 @@ pub fn affinity(a: AffinityArgs) -> Result<ExitCode, CliError> {
     };
     let progress = study_progress("affinity", a.output.quiet);
     let run = affinity::run(&cfg, &progress)?;
-    finish(run, &a.output)
+    let best = affinity::best_pair(&run);
+    let code = finish(run, &a.output)?;
+    if let (Some(Apply::Best), Some(dev)) = (a.apply, &a.dev) {
+        let (flow, app) = best.ok_or_else(|| CliError::Other("--apply best: the matrix has no measured cell to apply".into()))?;
+        apply_pair(steer, dev, flow, app)?;
+    }
+    Ok(code)
 }

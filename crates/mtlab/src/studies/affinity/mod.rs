@@ -9,6 +9,7 @@
 //! sender (loopback processes packets where they are sent). Every change to
 //! the system goes through `journal`, which restores it on every way out.
 
+pub mod apply;
 pub mod counters;
 pub mod flow;
 pub mod iperf;
@@ -22,7 +23,7 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 
-pub use views::views;
+pub use views::{best_pair, views};
 
 use super::StudyError;
 use crate::study::env::cpu_list;

@@ -189,57 +189,83 @@ fn class_table(run: &Run, cs: &[MatrixCell], generator: &str) -> Table {
     t
 }
 
-/// The class with the highest median throughput, and how it compares with
-/// each other class (its values over theirs, with the interval).
-fn recommendation(run: &Run, cs: &[MatrixCell], generator: &str) -> Vec<String> {
-    let ranked: Vec<(&str, Vec<f64>)> =
+/// The class with the highest median throughput and its best cell.
+struct Best<'a, 'r> {
+    class: &'a str,
+    values: Vec<f64>,
+    pair: &'r MatrixCell<'a>,
+    /// Every other class with its values.
+    others: Vec<(&'a str, Vec<f64>)>,
+}
+
+fn best<'a, 'r>(run: &Run, cs: &'r [MatrixCell<'a>], generator: &str) -> Option<Best<'a, 'r>> {
+    let mut ranked: Vec<(&str, Vec<f64>)> =
         classes(cs).into_iter().map(|c| (c, class_values(run, cs, c, generator, "gbps"))).filter(|(_, v)| !v.is_empty()).collect();
-    let Some((best, best_v)) = ranked.iter().max_by(|a, b| stats::median(&a.1).total_cmp(&stats::median(&b.1))) else {
-        return Vec::new();
-    };
+    let i = (0..ranked.len()).max_by(|&a, &b| stats::median(&ranked[a].1).total_cmp(&stats::median(&ranked[b].1)))?;
+    let (class, values) = ranked.remove(i);
     let pair = cs
         .iter()
-        .filter(|c| c.class == *best && c.generator == generator)
-        .max_by(|a, b| stats::median(values(run, a, "gbps")).total_cmp(&stats::median(values(run, b, "gbps"))))
-        .expect("the best class has a cell");
-    let desc = Placement::parse(best).map_or("", |p| p.describe());
-    let mut out = Vec::new();
-    if ranked.len() == 1 {
-        out.push(format!(
-            "only one placement class was measured ({best}: {desc}); with more CPUs in --flow-cpus/--app-cpus the matrix can compare classes"
-        ));
-        return out;
+        .filter(|c| c.class == class && c.generator == generator)
+        .max_by(|a, b| stats::median(values_of(run, a)).total_cmp(&stats::median(values_of(run, b))))?;
+    Some(Best { class, values, pair, others: ranked })
+}
+
+fn values_of<'r>(run: &'r Run, c: &MatrixCell) -> &'r [f64] {
+    values(run, c, "gbps")
+}
+
+/// The recommended (flow core, application core) of a run: the best cell of
+/// the class with the highest median throughput.
+pub fn best_pair(run: &Run) -> Option<(usize, usize)> {
+    let cs = cells(run);
+    let main = generators(&cs).first().copied()?;
+    best(run, &cs, main).map(|b| (b.pair.flow, b.pair.app))
+}
+
+/// The best class, how it compares with each other class (ratio of medians,
+/// with the 95 % interval of the ratio), and the CPU time behind it.
+fn recommendation(run: &Run, cs: &[MatrixCell], generator: &str) -> Vec<String> {
+    let Some(b) = best(run, cs, generator) else { return Vec::new() };
+    let desc = Placement::parse(b.class).map_or("", |p| p.describe());
+    if b.others.is_empty() {
+        return vec![format!(
+            "only one placement class was measured ({}: {desc}); with more CPUs in --flow-cpus/--app-cpus the matrix can compare classes",
+            b.class
+        )];
     }
-    let mut apart = Vec::new();
-    let mut close = Vec::new();
-    for (class, v) in ranked.iter().filter(|(c, _)| c != best) {
-        let r = stats::independent_ratio(best_v, v);
-        let iv = r.interval.map_or(String::new(), |i| format!(" [{:.2}, {:.2}]", i.low, i.high));
-        let text = format!("{:.2}×{iv} {class} ({:.1} Gb/s)", r.ratio, stats::median(v));
+    let (mut apart, mut close) = (Vec::new(), Vec::new());
+    for (class, v) in &b.others {
+        let r = stats::independent_ratio(&b.values, v);
+        let iv = r.interval.map_or(String::new(), |i| format!(" (95 % interval {:.2}–{:.2})", i.low, i.high));
+        let text = format!("{:.2}× {class} ({:.1} Gb/s){iv}", stats::median(&b.values) / stats::median(v), stats::median(v));
         if r.interval.is_some_and(|i| i.low > 1.0) {
             apart.push(text);
         } else {
             close.push(text);
         }
     }
-    out.push(format!(
-        "recommended placement: {best} ({desc}) — best pair flow core {}, application core {} at {:.1} Gb/s (median); class median {:.1} Gb/s",
-        pair.flow,
-        pair.app,
-        stats::median(values(run, pair, "gbps")),
-        stats::median(best_v)
-    ));
-    if !apart.is_empty() {
+    let cell = format!(
+        "flow core {}, application core {} at {:.1} Gb/s (median); class median {:.1} Gb/s",
+        b.pair.flow,
+        b.pair.app,
+        stats::median(values_of(run, b.pair)),
+        stats::median(&b.values)
+    );
+    let mut out = Vec::new();
+    if apart.is_empty() {
+        out.push(format!("no placement class is faster beyond the spread; the highest median is {} ({desc}): {cell}", b.class));
+    } else {
+        out.push(format!("recommended placement: {} ({desc}) — best pair {cell}", b.class));
         out.push(format!("  faster beyond the spread than: {}", apart.join("; ")));
     }
     if !close.is_empty() {
         out.push(format!("  not told apart beyond the spread from: {} — more --reps or longer --seconds may separate them", close.join("; ")));
     }
-    if let Some(m) = counter_metrics(run).into_iter().find(|m| *m == "flow_busy_ms_per_gb") {
-        let parts: Vec<String> = ranked
-            .iter()
-            .map(|(c, _)| (c, class_values(run, cs, c, generator, m), class_values(run, cs, c, generator, "app_busy_ms_per_gb")))
-            .filter(|(_, f, _)| !f.is_empty())
+    if counter_metrics(run).contains(&"flow_busy_ms_per_gb") {
+        let all = std::iter::once((b.class, &b.values)).chain(b.others.iter().map(|(c, v)| (*c, v)));
+        let parts: Vec<String> = all
+            .map(|(c, _)| (c, class_values(run, cs, c, generator, "flow_busy_ms_per_gb"), class_values(run, cs, c, generator, "app_busy_ms_per_gb")))
+            .filter(|(_, f, a)| !f.is_empty() && !a.is_empty())
             .map(|(c, f, a)| format!("{c} {:.1} + {:.1}", stats::median(&f), stats::median(&a)))
             .collect();
         out.push(format!("  CPU time per GB (flow core + application core, ms): {}", parts.join("; ")));
@@ -352,11 +378,26 @@ mod tests {
         let rec = recommendation(&r, &cs, "builtin");
         assert!(rec[0].starts_with("recommended placement: llc"), "{rec:?}");
         assert!(rec[0].contains("flow core 0, application core 1 at 15.0 Gb/s"), "{rec:?}");
-        assert!(rec[1].contains("faster beyond the spread than") && rec[1].contains("same (9.5 Gb/s)"), "{rec:?}");
+        assert!(rec[1].contains("faster beyond the spread than") && rec[1].contains("1.53× same (9.5 Gb/s)"), "{rec:?}");
+        assert_eq!(best_pair(&r), Some((0, 1)));
         let t = class_table(&r, &cs, "builtin");
         assert_eq!(t.rows.len(), 2);
         assert_eq!(t.rows[0][0], Cell::text("same"));
         assert_eq!(t.rows[1][2], Cell::Num(14.5, 1));
+    }
+
+    #[test]
+    fn without_a_class_faster_beyond_the_spread_nothing_is_recommended() {
+        let mut r = run();
+        // Overlapping classes: same 10 ± 6, llc 11 ± 6.
+        for m in r.measurements.iter_mut().filter(|m| m.metric == "gbps") {
+            let c = m.values[0];
+            m.values = vec![c - 6.0, c, c + 6.0];
+        }
+        let cs = cells(&r);
+        let rec = recommendation(&r, &cs, "builtin");
+        assert!(rec[0].starts_with("no placement class is faster beyond the spread; the highest median is llc"), "{rec:?}");
+        assert!(rec[1].contains("not told apart"), "{rec:?}");
     }
 
     #[test]
