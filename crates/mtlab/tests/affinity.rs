@@ -291,7 +291,7 @@ fn irq_steering_takes_a_remote_sender_and_puts_the_interrupts_back() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut sender = lab.command(MTLAB).args(["affinity", "--send-to", &format!("{addr}:{port}")]).stderr(Stdio::piped()).spawn().unwrap();
+    let sender = lab.command(MTLAB).args(["affinity", "--send-to", &format!("{addr}:{port}")]).stderr(Stdio::piped()).spawn().unwrap();
     let o = receiver.wait_with_output().unwrap();
     // SAFETY: kill on our own child.
     unsafe { libc::kill(sender.id() as i32, libc::SIGINT) };
