@@ -189,6 +189,7 @@ fn bad_input_is_refused_with_what_to_do() {
     no_iperf.args(["affinity", "--steer", "none", "--generator", "iperf3", "--no-store"]).env("PATH", "/nonexistent");
     refused(&mut no_iperf, "iperf3 is not installed (Debian: apt-get install iperf3)");
     refused(&mut as_nobody(&lab, &["affinity", "--no-store"]), "run as root (sudo), or use --steer none");
+    refused(&mut as_nobody(&lab, &["affinity", "--steer", "irq", "--dev", "lo", "--no-store"]), "/proc/irq: run as root");
     let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap();
     let mut counted = as_nobody(&lab, &["affinity", "--steer", "none", "--reps", "1", "--seconds", "0.2", "--no-store", "-q"]);
     if paranoid > 0 {

@@ -22,11 +22,17 @@ The flow core does the receive protocol processing (softirq); the application co
 program. With --steer rps (as root) mtlab puts the receiver in a network namespace of its own behind a veth \
 pair, addressed from 198.18.0.0/15, and sets the receiving veth's RPS mask to the flow core; the sender runs on \
 --sender-cpu. With --steer none the flow uses loopback, where packets are processed by the CPU that sends them, \
-so the sender runs on the flow core. Every setting mtlab changes is put back when the run ends, fails or is \
-interrupted; leftovers of a killed run are removed by the next one. No traffic leaves the machine.
+so the sender runs on the flow core. With --steer irq --dev DEV (as root) every receive interrupt of a real NIC \
+is pointed at the flow core, the receiver listens on DEV's address, and the sender runs on another machine: \
+`mtlab affinity --send-to ADDR:PORT` there. Every setting mtlab changes is put back when the run ends, fails or \
+is interrupted; leftovers of a killed run are removed by the next one. With rps and none no traffic leaves the \
+machine.
+
+--apply FLOW,APP|best --dev DEV makes a placement stay (RPS masks, or interrupt affinity with --steer irq) and \
+prints the commands that undo it.
 
 Counters: busy and softirq time and NET_RX softirqs per CPU (from /proc), context switches and migrations \
-(perf software events), and instructions, cycles and LLC references and misses where the CPU offers hardware \
+(perf software events), and instructions, cycles, LLC references and misses (and L2 ones where the PMU names them) where the CPU offers hardware \
 counters (not in most virtual machines: the run says so). All include kernel time.";
 
 #[derive(Args, Debug)]

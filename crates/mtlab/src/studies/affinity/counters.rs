@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use perf_event::events::{Event, Hardware, Software};
+use std::path::Path;
+
+use perf_event::events::{Dynamic, Event, Hardware, Software};
 use perf_event::{Builder, Counter};
 
 use crate::studies::StudyError;
@@ -26,6 +28,51 @@ const HARDWARE: [(Kind, Hardware); 4] = [
     (Kind { name: "llc_references", unit: "references", hardware: true }, Hardware::CACHE_REFERENCES),
     (Kind { name: "llc_misses", unit: "misses", hardware: true }, Hardware::CACHE_MISSES),
 ];
+
+/// L2 events under the names CPUs give them in their PMU's sysfs `events/`
+/// (Arm lists `l2d_cache` and `l2d_cache_refill` there); the generic perf
+/// events have no L2 event.
+const L2: [(Kind, &[&str]); 2] = [
+    (Kind { name: "l2_references", unit: "references", hardware: true }, &["l2d_cache", "l2_rqsts.references", "l2_cache_accesses"]),
+    (Kind { name: "l2_misses", unit: "misses", hardware: true }, &["l2d_cache_refill", "l2_rqsts.miss", "l2_cache_misses"]),
+];
+
+/// Where the kernel lists its PMUs.
+const PMUS: &str = "/sys/bus/event_source/devices";
+
+/// The L2 events a core PMU under `devices` names, built from its sysfs
+/// format and event files.
+pub fn named_l2_events(devices: &Path) -> Vec<(Kind, Dynamic)> {
+    let Ok(rd) = std::fs::read_dir(devices) else { return Vec::new() };
+    let mut pmus: Vec<std::path::PathBuf> = rd
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n == "cpu" || n.starts_with("cpu_") || n.starts_with("armv8") || n.starts_with("armv9")
+        })
+        .map(|e| e.path())
+        .collect();
+    pmus.sort();
+    let mut out = Vec::new();
+    for (kind, names) in L2 {
+        'found: for pmu in &pmus {
+            for name in names {
+                if !pmu.join("events").join(name).exists() {
+                    continue;
+                }
+                let built = perf_event::events::DynamicBuilder::new(pmu).and_then(|mut b| {
+                    b.event(name)?;
+                    b.build().map_err(std::io::Error::other)
+                });
+                if let Ok(ev) = built {
+                    out.push((kind, ev));
+                    break 'found;
+                }
+            }
+        }
+    }
+    out
+}
 
 const SOFTWARE: [(Kind, Software); 2] = [
     (Kind { name: "context_switches", unit: "switches", hardware: false }, Software::CONTEXT_SWITCHES),
@@ -81,11 +128,29 @@ impl CpuCounters {
             }
         }
         if notes.len() == HARDWARE.len() {
+            // No PMU at all: say it once, and do not look for L2 events.
             notes = vec![format!(
-                "hardware counters (instructions, cycles, LLC references and misses) are not available on this machine ({}); \
+                "hardware counters (instructions, cycles, LLC and L2 references and misses) are not available on this machine ({}); \
                  only software counters and /proc figures are reported",
                 if crate::study::Environment::read().virtualized == Some(true) { "a virtual machine without a virtual PMU" } else { "perf_event_open refused them" }
             )];
+            return Ok(CpuCounters { open, cpus: cpus.to_vec(), notes });
+        }
+        let l2 = named_l2_events(Path::new(PMUS));
+        if l2.is_empty() {
+            notes.push("this CPU's PMU names no L2 event in sysfs (the generic perf events have none): L2 is not counted".into());
+        }
+        'l2: for (kind, ev) in l2 {
+            for &cpu in cpus {
+                match open_one(ev, cpu) {
+                    Ok(c) => open.push((cpu, kind, c)),
+                    Err(e) => {
+                        open.retain(|(_, k, _)| *k != kind);
+                        notes.push(format!("{} (the PMU's own L2 event) could not be counted: perf_event_open: {e}", kind.name));
+                        continue 'l2;
+                    }
+                }
+            }
         }
         Ok(CpuCounters { open, cpus: cpus.to_vec(), notes })
     }
@@ -198,6 +263,28 @@ mod tests {
         assert_eq!(n[&(0, "net_rx")], 539.0);
         assert_eq!(n[&(2, "net_rx")], 767.0);
         assert_eq!(n.len(), 2);
+    }
+
+    #[test]
+    fn l2_events_are_taken_from_the_pmus_own_names() {
+        let root = tempfile::tempdir().unwrap();
+        let pmu = root.path().join("armv8_pmuv3_0");
+        std::fs::create_dir_all(pmu.join("format")).unwrap();
+        std::fs::create_dir_all(pmu.join("events")).unwrap();
+        std::fs::write(pmu.join("type"), "8\n").unwrap();
+        std::fs::write(pmu.join("format/event"), "config:0-15\n").unwrap();
+        std::fs::write(pmu.join("events/l2d_cache"), "event=0x0016\n").unwrap();
+        std::fs::write(pmu.join("events/l2d_cache_refill"), "event=0x0017\n").unwrap();
+        // Not a core PMU: ignored.
+        std::fs::create_dir_all(root.path().join("software/events")).unwrap();
+        let found = named_l2_events(root.path());
+        let names: Vec<&str> = found.iter().map(|(k, _)| k.name).collect();
+        assert_eq!(names, ["l2_references", "l2_misses"]);
+        let debug = format!("{:?}", found[1].1);
+        assert!(debug.contains("ty: 8") && debug.contains("config: 23"), "{debug}");
+        std::fs::remove_file(pmu.join("events/l2d_cache_refill")).unwrap();
+        assert_eq!(named_l2_events(root.path()).len(), 1);
+        assert!(named_l2_events(&root.path().join("none")).is_empty());
     }
 
     #[test]

@@ -384,6 +384,9 @@ pub fn run(cfg: &AffinityConfig, progress: &Progress) -> Result<Run, StudyError>
         Steer::None => (Wire::Loopback, ethtool_k("lo")),
     };
     run.notes.extend(preflight::check(&run.environment, cfg.steer == Steer::Irq, features.as_deref(), std::path::Path::new("/")));
+    if let Some(dev) = cfg.dev.as_deref() {
+        run.notes.extend(preflight::rps_on_device(std::path::Path::new("/sys/class/net"), dev));
+    }
     let s = &mut run.settings;
     s.insert("steer".into(), cfg.steer.name().into());
     s.insert("seconds per flow".into(), cfg.seconds.to_string());

@@ -16,6 +16,29 @@ fn running(comm: &str) -> bool {
     })
 }
 
+/// Receive queues of `dev` with an RPS mask set: under interrupt steering
+/// their packets would be processed on the mask's CPUs, not the interrupt's.
+pub fn rps_on_device(sys_class_net: &Path, dev: &str) -> Option<String> {
+    let rd = std::fs::read_dir(sys_class_net.join(dev).join("queues")).ok()?;
+    let mut set: Vec<String> = rd
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+        .filter_map(|e| {
+            let mask = std::fs::read_to_string(e.path().join("rps_cpus")).ok()?;
+            let mask = mask.trim();
+            mask.chars().any(|c| c != '0' && c != ',').then(|| format!("{} {mask}", e.file_name().to_string_lossy()))
+        })
+        .collect();
+    set.sort();
+    (!set.is_empty()).then(|| {
+        format!(
+            "RPS is set on {dev}'s receive queues ({}): their packets are processed on those CPUs, not the interrupt's; \
+             clear it for the matrix (echo 0 > /sys/class/net/{dev}/queues/rx-N/rps_cpus)",
+            set.join(", ")
+        )
+    })
+}
+
 /// `on`/`off` of one feature in `ethtool -k` output.
 pub fn feature(ethtool_k: &str, name: &str) -> Option<bool> {
     ethtool_k.lines().find_map(|l| {
@@ -60,6 +83,22 @@ pub fn check(env: &Environment, irq_steering: bool, features: Option<&str>, sysr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rps_masks_on_a_nic_are_named() {
+        let root = tempfile::tempdir().unwrap();
+        for (q, mask) in [("rx-0", "00000000"), ("rx-1", "00000003"), ("tx-0", "")] {
+            let d = root.path().join("eth9/queues").join(q);
+            std::fs::create_dir_all(&d).unwrap();
+            if !mask.is_empty() {
+                std::fs::write(d.join("rps_cpus"), format!("{mask}\n")).unwrap();
+            }
+        }
+        let w = rps_on_device(root.path(), "eth9").unwrap();
+        assert!(w.starts_with("RPS is set on eth9's receive queues (rx-1 00000003)"), "{w}");
+        std::fs::write(root.path().join("eth9/queues/rx-1/rps_cpus"), "00000000,00000000\n").unwrap();
+        assert_eq!(rps_on_device(root.path(), "eth9"), None);
+    }
 
     #[test]
     fn ethtool_features_are_read() {
