@@ -191,8 +191,11 @@ pub fn affinity(a: AffinityArgs) -> Result<ExitCode, CliError> {
     let best = affinity::best_pair(&run);
     let code = finish(run, &a.output)?;
     if let (Some(Apply::Best), Some(dev)) = (a.apply, &a.dev) {
-        let (flow, app) = best.ok_or_else(|| CliError::Other("--apply best: the matrix has no measured cell to apply".into()))?;
-        apply_pair(steer, dev, flow, app)?;
+        let b = best.ok_or_else(|| CliError::Other("--apply best: the matrix has no measured cell to apply".into()))?;
+        if !b.clear {
+            eprintln!("mtlab: note: the best pair's class is not faster beyond the spread than every other class (see above); applied anyway");
+        }
+        apply_pair(steer, dev, b.flow, b.app)?;
     }
     Ok(code)
 }

@@ -214,12 +214,22 @@ fn values_of<'r>(run: &'r Run, c: &MatrixCell) -> &'r [f64] {
     values(run, c, "gbps")
 }
 
-/// The recommended (flow core, application core) of a run: the best cell of
-/// the class with the highest median throughput.
-pub fn best_pair(run: &Run) -> Option<(usize, usize)> {
+/// The recommended cell of a run.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BestPair {
+    pub flow: usize,
+    pub app: usize,
+    /// Its class is faster beyond the spread than every other class measured.
+    pub clear: bool,
+}
+
+/// The best cell of the class with the highest median throughput.
+pub fn best_pair(run: &Run) -> Option<BestPair> {
     let cs = cells(run);
     let main = generators(&cs).first().copied()?;
-    best(run, &cs, main).map(|b| (b.pair.flow, b.pair.app))
+    let b = best(run, &cs, main)?;
+    let clear = b.others.iter().all(|(_, v)| stats::independent_ratio(&b.values, v).interval.is_some_and(|i| i.low > 1.0));
+    Some(BestPair { flow: b.pair.flow, app: b.pair.app, clear })
 }
 
 /// The best class, how it compares with each other class (ratio of medians,
@@ -379,7 +389,7 @@ mod tests {
         assert!(rec[0].starts_with("recommended placement: llc"), "{rec:?}");
         assert!(rec[0].contains("flow core 0, application core 1 at 15.0 Gb/s"), "{rec:?}");
         assert!(rec[1].contains("faster beyond the spread than") && rec[1].contains("1.53× same (9.5 Gb/s)"), "{rec:?}");
-        assert_eq!(best_pair(&r), Some((0, 1)));
+        assert_eq!(best_pair(&r), Some(BestPair { flow: 0, app: 1, clear: true }));
         let t = class_table(&r, &cs, "builtin");
         assert_eq!(t.rows.len(), 2);
         assert_eq!(t.rows[0][0], Cell::text("same"));
@@ -398,6 +408,7 @@ mod tests {
         let rec = recommendation(&r, &cs, "builtin");
         assert!(rec[0].starts_with("no placement class is faster beyond the spread; the highest median is llc"), "{rec:?}");
         assert!(rec[1].contains("not told apart"), "{rec:?}");
+        assert!(!best_pair(&r).unwrap().clear);
     }
 
     #[test]
