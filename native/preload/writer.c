@@ -443,7 +443,9 @@ void mtlab_writer_fork_child(void) {
     atomic_store(&file_state, 0);
     atomic_store(&inflight, 0);
     atomic_store(&closing, 0);
-    if (fd >= 0) mtlab_sys_close(fd);
+    /* Only while it is still the trace: the program may have put a file of
+     * its own at that number (dup2), which the child must keep. */
+    if (fd >= 0 && fd_is_ours()) mtlab_sys_close(fd);
     fd = -1;
     path[0] = 0;
     is_root = 0;

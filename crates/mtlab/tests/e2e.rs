@@ -273,6 +273,18 @@ fn child_pid(stdout: &[u8]) -> u32 {
 }
 
 #[test]
+fn a_fork_child_keeps_the_file_the_program_put_at_the_traces_number() {
+    let lab = Lab::new();
+    let prog = lab.compile("fork_fd_reuse");
+    let out = lab.record("t.mtl", &prog, &[]);
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    // The program took the trace's own number, so the test means something.
+    assert!(line.contains(": yes;"), "the trace was not open before the dup2: {line}");
+    assert!(line.contains("child wrote: ok"), "the fork child lost the program's descriptor: {line}\n{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+#[test]
 fn fork_child_writes_its_own_trace() {
     let lab = Lab::new();
     let prog = lab.compile("fork");
