@@ -513,7 +513,7 @@ fn python() -> Option<String> {
 #[test]
 fn python_script_output_and_exit_code_unchanged() {
     let Some(py) = python() else {
-        eprintln!("skipped: no python3");
+        skip("(python3 part): python3 is not installed");
         return;
     };
     let lab = Lab::new();
@@ -763,7 +763,7 @@ fn other_allocators_are_traced_exactly() {
     let mut tried = 0;
     for (name, lib) in libs {
         if !std::path::Path::new(lib).exists() {
-            eprintln!("SKIPPED {name}: {lib} not installed");
+            skip(&format!("{name}: {lib} not installed"));
             continue;
         }
         tried += 1;
@@ -996,7 +996,7 @@ impl SmallDisk {
         match o {
             Ok(o) if o.status.success() => Some(SmallDisk(dir)),
             other => {
-                eprintln!("SKIPPED: cannot mount a 1 MiB tmpfs here (needs root with CAP_SYS_ADMIN): {other:?}");
+                skip(&format!("cannot mount a 1 MiB tmpfs here (needs root with CAP_SYS_ADMIN): {other:?}"));
                 None
             }
         }

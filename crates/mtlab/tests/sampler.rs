@@ -672,7 +672,7 @@ fn ctl_dump_writes_the_profile_so_far_and_the_program_goes_on() {
     let truth = 3000.0 * 4096.0;
     let dumped_phase1 = match go() {
         None => {
-            eprintln!("SKIPPED (pprof part): `go` not found (/usr/local/go/bin/go or PATH): cannot read the dump");
+            skip("(pprof part): `go` not found (/usr/local/go/bin/go or PATH): cannot read the dump");
             None
         }
         Some(go) => {
@@ -796,7 +796,7 @@ fn exports_from_full_and_sampled_traces() {
     assert!(titles.iter().any(|t| t.starts_with("site_c")), "{titles:?}");
 
     let Some(go) = go() else {
-        eprintln!("SKIPPED (pprof part): `go` not found: cannot read pprof files");
+        skip("(pprof part): `go` not found: cannot read pprof files");
         return;
     };
     let top = pprof_top(&go, &lab.path("full.pb.gz"), "alloc_space");
@@ -857,7 +857,7 @@ fn unwinders_recover_the_stack_without_frame_pointers() {
         assert_eq!(&s[..6], DEEP, "libunwind, no frame pointers: {s:?}");
         seen += &format!("libunwind / no fp: {s:?}\n");
     } else {
-        eprintln!("SKIPPED (libunwind part): libunwind.so.8 is not installed");
+        skip("(libunwind part): libunwind.so.8 is not installed");
     }
 
     let (_, s) = top_stack(&lab, &fp, "fp", "fp.mtl");
@@ -946,11 +946,11 @@ fn unwind_libunwind_without_libunwind_is_refused() {
     let o = match run("libunwind") {
         Ok(o) if o.status.code() != Some(99) && !stderr(&o).contains("unshare:") => o,
         Ok(o) => {
-            eprintln!("SKIPPED: cannot hide libunwind in a mount namespace: {}", stderr(&o).trim());
+            skip(&format!("cannot hide libunwind in a mount namespace: {}", stderr(&o).trim()));
             return;
         }
         Err(e) => {
-            eprintln!("SKIPPED: no unshare: {e}");
+            skip(&format!("no unshare: {e}"));
             return;
         }
     };
