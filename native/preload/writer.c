@@ -175,13 +175,45 @@ static uint64_t fsize_limit(void) {
     return mtlab_sys_getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 0;
 }
 static uint64_t file_dev, file_ino;
+static char path[4200];
+static atomic_int reopening;
 
-/* The program may close our descriptor and get the number back for a file
- * of its own: write only while it is still our trace file. */
-static int fd_is_ours(void) {
+/* Whether `fd` still names our trace file: the program may close it or get
+ * the number back for a file of its own. */
+static int fd_still_ours(void) {
     struct stat st;
     return mtlab_sys_fstat(fd, &st) == 0 && (uint64_t)st.st_dev == file_dev && (uint64_t)st.st_ino == file_ino;
 }
+
+/* After the program closed every descriptor (close_range, closefrom) or put
+ * a file of its own at our number: opens the same file again (same device
+ * and inode) at a new high number. The old number is the program's now and
+ * is left alone. One thread reopens; others lose only their current write. */
+static int reopen_trace(void) {
+    int expected = 0;
+    if (!path[0] || !atomic_compare_exchange_strong(&reopening, &expected, 1)) return 0;
+    int ok = 0;
+    int f = mtlab_sys_open(path, O_WRONLY | O_CLOEXEC, 0);
+    if (f >= 0) {
+        struct stat st;
+        if (mtlab_sys_fstat(f, &st) == 0 && (uint64_t)st.st_dev == file_dev && (uint64_t)st.st_ino == file_ino) {
+            int high = mtlab_sys_fcntl(f, F_DUPFD_CLOEXEC, 900);
+            if (high >= 0) {
+                mtlab_sys_close(f);
+                f = high;
+            }
+            fd = f;
+            ok = 1;
+        } else {
+            mtlab_sys_close(f);
+        }
+    }
+    atomic_store(&reopening, 0);
+    return ok;
+}
+
+/* Write only while the descriptor is our trace file, reopening it if need be. */
+static int fd_is_ours(void) { return fd_still_ours() || reopen_trace(); }
 
 /* Reserves `len` bytes and writes them; -1 (nothing written) when closing,
  * past the file-size limit, after a full disk (but STATS and END), or when the
@@ -247,8 +279,6 @@ void mtlab_writer_closing(void) {
         syscall(SYS_nanosleep, &ts, NULL);
     }
 }
-
-static char path[4200];
 
 void mtlab_writer_path(char *out, size_t cap) {
     size_t n = mtlab_strlen(path);
@@ -445,7 +475,7 @@ void mtlab_writer_fork_child(void) {
     atomic_store(&closing, 0);
     /* Only while it is still the trace: the program may have put a file of
      * its own at that number (dup2), which the child must keep. */
-    if (fd >= 0 && fd_is_ours()) mtlab_sys_close(fd);
+    if (fd >= 0 && fd_still_ours()) mtlab_sys_close(fd);
     fd = -1;
     path[0] = 0;
     is_root = 0;

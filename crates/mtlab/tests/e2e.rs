@@ -285,6 +285,19 @@ fn a_fork_child_keeps_the_file_the_program_put_at_the_traces_number() {
 }
 
 #[test]
+fn events_after_the_program_closes_every_descriptor_are_still_traced() {
+    let lab = Lab::new();
+    let prog = lab.compile("close_all");
+    let n = 20_000u64;
+    let out = lab.record_ok("t.mtl", &prog, &[&n.to_string()]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "trace was open: yes\n", "the trace must be open before close_range for this test to mean anything");
+    let r = lab.report("t.mtl");
+    strict(&r);
+    let s = site(&r, "after_close");
+    assert_eq!((s.calls, s.bytes), (n, n * 48), "{s:?}");
+}
+
+#[test]
 fn fork_child_writes_its_own_trace() {
     let lab = Lab::new();
     let prog = lab.compile("fork");
