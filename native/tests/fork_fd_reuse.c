@@ -18,21 +18,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void *keep[400000];
+#include "trace_fd.h"
 
-/* The lowest descriptor from 900 up that names a trace file (.mtl), or -1. */
-static int trace_fd(void) {
-    for (int fd = 900; fd < 1024; fd++) {
-        char link[64], target[512];
-        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
-        ssize_t n = readlink(link, target, sizeof target - 1);
-        if (n > 0) {
-            target[n] = 0;
-            if (strstr(target, ".mtl")) return fd;
-        }
-    }
-    return -1;
-}
+static void *keep[400000];
 
 int main(void) {
     /* Enough events to fill the thread's buffer and open the trace. */

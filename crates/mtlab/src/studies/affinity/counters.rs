@@ -102,6 +102,17 @@ fn open_one<E: Event + Clone>(event: E, cpu: usize) -> std::io::Result<Counter> 
     Ok(c)
 }
 
+/// Opens one event on every CPU, or on none (a counter missing on some CPUs
+/// would make the flow and application figures incomparable).
+fn open_everywhere<E: Event + Clone>(ev: E, kind: Kind, cpus: &[usize], open: &mut Vec<(usize, Kind, Counter)>) -> std::io::Result<()> {
+    let mut got = Vec::new();
+    for &cpu in cpus {
+        got.push((cpu, kind, open_one(ev.clone(), cpu)?));
+    }
+    open.extend(got);
+    Ok(())
+}
+
 impl CpuCounters {
     /// Opens every counter on every CPU. Software events that the kernel
     /// refuses are an error (they are the point of the study); hardware ones
@@ -115,16 +126,9 @@ impl CpuCounters {
                 open.push((cpu, kind, c));
             }
         }
-        'hw: for (kind, ev) in HARDWARE {
-            for &cpu in cpus {
-                match open_one(ev, cpu) {
-                    Ok(c) => open.push((cpu, kind, c)),
-                    Err(e) => {
-                        open.retain(|(_, k, _)| *k != kind);
-                        notes.push(format!("hardware counter {} is not available here (perf_event_open: {e}); it is left out", kind.name));
-                        continue 'hw;
-                    }
-                }
+        for (kind, ev) in HARDWARE {
+            if let Err(e) = open_everywhere(ev, kind, cpus, &mut open) {
+                notes.push(format!("hardware counter {} is not available here (perf_event_open: {e}); it is left out", kind.name));
             }
         }
         if notes.len() == HARDWARE.len() {
@@ -140,16 +144,9 @@ impl CpuCounters {
         if l2.is_empty() {
             notes.push("this CPU's PMU names no L2 event in sysfs (the generic perf events have none): L2 is not counted".into());
         }
-        'l2: for (kind, ev) in l2 {
-            for &cpu in cpus {
-                match open_one(ev, cpu) {
-                    Ok(c) => open.push((cpu, kind, c)),
-                    Err(e) => {
-                        open.retain(|(_, k, _)| *k != kind);
-                        notes.push(format!("{} (the PMU's own L2 event) could not be counted: perf_event_open: {e}", kind.name));
-                        continue 'l2;
-                    }
-                }
+        for (kind, ev) in l2 {
+            if let Err(e) = open_everywhere(ev, kind, cpus, &mut open) {
+                notes.push(format!("{} (the PMU's own L2 event) could not be counted: perf_event_open: {e}", kind.name));
             }
         }
         Ok(CpuCounters { open, cpus: cpus.to_vec(), notes })
