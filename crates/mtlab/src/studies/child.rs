@@ -54,15 +54,34 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
     Ok(Measured { stdout, wall, max_rss_kib: usage.ru_maxrss as u64 })
 }
 
-/// Makes `cmd`'s process run only on `cpus` (as `taskset -c` would).
-pub fn pin_command(cmd: &mut Command, cpus: &[usize]) {
-    use std::os::unix::process::CommandExt;
+/// The kernel's CPU set of `cpus` (CPUs beyond CPU_SETSIZE are left out).
+pub fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
     // SAFETY: a cpu_set_t of zeroes is the empty set the CPU_SET calls fill.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &c in cpus.iter().filter(|&&c| c < libc::CPU_SETSIZE as usize) {
         // SAFETY: c is below CPU_SETSIZE, so the bit lies inside `set`.
         unsafe { libc::CPU_SET(c, &mut set) };
     }
+    set
+}
+
+/// Runs the calling thread only on `cpus`.
+pub fn pin_thread(cpus: &[usize]) -> std::io::Result<()> {
+    if cpus.iter().any(|&c| c >= libc::CPU_SETSIZE as usize) {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let set = cpu_set(cpus);
+    // SAFETY: sched_setaffinity(0) reads `set` and changes the calling thread only.
+    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Makes `cmd`'s process run only on `cpus` (as `taskset -c` would).
+pub fn pin_command(cmd: &mut Command, cpus: &[usize]) {
+    use std::os::unix::process::CommandExt;
+    let set = cpu_set(cpus);
     // SAFETY: between fork and exec the closure only calls sched_setaffinity,
     // which is async-signal-safe, on a set copied into the closure.
     unsafe {

@@ -63,19 +63,7 @@ impl Source {
 
 /// Pins the calling thread to one CPU.
 pub fn pin_thread(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: a zeroed cpu_set_t is the empty set; CPU_SET stays inside it for cpu < CPU_SETSIZE.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    // SAFETY: as above; sched_setaffinity(0) changes the calling thread only.
-    unsafe {
-        libc::CPU_SET(cpu, &mut set);
-        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    crate::studies::child::pin_thread(&[cpu])
 }
 
 fn receive(route: &Route, app_cpu: usize, port_tx: std::sync::mpsc::Sender<u16>) -> Result<Delivered, String> {
