@@ -12,6 +12,8 @@ use crate::trace::format::*;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CtlError {
+    #[error("there is no process {0} (see `ps`; `mtlab record --sample` runs the program with its own pid)")]
+    NoProcess(u32),
     #[error("process {0} is not running under `mtlab record --sample` (no {1}); start it with `mtlab record --sample 512KiB [--inactive] -- PROGRAM`")]
     NoSampler(u32, PathBuf),
     #[error("process {0} is not the process that created {1} (it has ended; delete the file)")]
@@ -82,6 +84,9 @@ pub fn remove_abandoned_pages(traces: &[PathBuf]) -> usize {
 impl CtlPage {
     pub fn open(pid: u32) -> Result<CtlPage, CtlError> {
         let path = PathBuf::from(format!("/dev/shm/mtlab-{pid}"));
+        if !pid_alive(pid) && !path.exists() {
+            return Err(CtlError::NoProcess(pid));
+        }
         let file = match std::fs::OpenOptions::new().read(true).write(true).open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(CtlError::NoSampler(pid, path)),
@@ -212,4 +217,20 @@ pub fn flush_for_dump(pid: u32, timeout: Duration) -> Result<PathBuf, CtlError> 
     let page = CtlPage::open(pid)?;
     page.request_dump(pid, timeout)?;
     Ok(page.trace_path())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_process_and_an_unsampled_one_are_told_apart() {
+        // Above the largest pid_max Linux allows: no such process.
+        let e = CtlPage::open(4_194_305).err().unwrap();
+        assert!(matches!(e, CtlError::NoProcess(4_194_305)), "{e}");
+        assert!(e.to_string().starts_with("there is no process 4194305"), "{e}");
+        // This test process exists but was not started by `mtlab record --sample`.
+        let e = CtlPage::open(std::process::id()).err().unwrap();
+        assert!(matches!(e, CtlError::NoSampler(..)), "{e}");
+    }
 }
