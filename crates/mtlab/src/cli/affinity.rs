@@ -10,7 +10,7 @@ use clap::Args;
 use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
 use crate::studies::affinity::{self, flow, journal, AffinityConfig, Generator, Steer};
-use crate::study::env::{allowed_cpus, parse_cpu_list};
+use crate::study::env::allowed_cpus;
 use crate::topo::Topology;
 
 pub const LONG_ABOUT: &str = "\
@@ -37,10 +37,10 @@ counters (not in most virtual machines: the run says so). All include kernel tim
 
 #[derive(Args, Debug)]
 pub struct AffinityArgs {
-    /// CPUs that do the receive processing (the matrix's rows): a list such as 0-3,6, or all (default: all this process may use).
+    /// CPUs that do the receive processing (the matrix's rows): a list such as 0-3,6, one or all (default: all this process may use).
     #[arg(long, value_name = "LIST")]
     flow_cpus: Option<String>,
-    /// CPUs the receiving application runs on (the matrix's columns): a list, or all (default: all).
+    /// CPUs the receiving application runs on (the matrix's columns): a list, one or all (default: all).
     #[arg(long, value_name = "LIST")]
     app_cpus: Option<String>,
     /// How the flow core is made to do the receive processing: rps (root; an RPS mask on mtlab's own veth),
@@ -110,11 +110,8 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
     }
 }
 
-fn cpus(spec: Option<&str>, what: &str) -> Result<Vec<usize>, CliError> {
-    match spec.map(str::trim) {
-        None | Some("all") => Ok(allowed_cpus()),
-        Some(list) => parse_cpu_list(list).map_err(|e| CliError::Other(format!("{what} {list}: {e}"))),
-    }
+fn cpus(spec: Option<&str>, flag: &str) -> Result<Vec<usize>, CliError> {
+    super::cpu_set_arg(spec.unwrap_or("all"), flag)
 }
 
 /// `--send-to`: the remote sender of a `--steer irq` run.

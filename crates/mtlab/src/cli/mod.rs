@@ -22,6 +22,19 @@ pub(crate) fn parse_size_arg(s: &str) -> Result<u64, String> {
     crate::units::parse_size(s).map_err(|e| e.to_string())
 }
 
+/// A CPU set flag: `one` (the first CPU this process may use), `all`, or a
+/// list such as `0-3,6`, checked against the CPUs this process may use.
+pub(crate) fn cpu_set_arg(spec: &str, flag: &str) -> Result<Vec<usize>, CliError> {
+    let allowed = crate::study::env::allowed_cpus();
+    let cpus = match spec.trim() {
+        "one" => allowed.first().map(|&c| vec![c]).unwrap_or_default(),
+        "all" => allowed,
+        list => crate::study::env::parse_cpu_list(list).map_err(|e| CliError::Other(format!("{flag} {list}: {e}")))?,
+    };
+    crate::studies::threads::check_cpus(&cpus, &format!("{flag} {spec}"))?;
+    Ok(cpus)
+}
+
 /// A percentage as people write it (`90`, `2%`, `0.5 %`), above 0 and at most 100.
 pub(crate) fn parse_percent(s: &str) -> Result<f64, String> {
     match s.trim().trim_end_matches('%').trim().parse::<f64>() {

@@ -8,7 +8,6 @@ use clap::{Args, Subcommand};
 use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
 use crate::studies::threads::{self, preempt, ChatParams, CpuChoice, CreateParams, CtxParams, Libc, ThreadsConfig};
-use crate::study::env::{allowed_cpus, parse_cpu_list};
 use crate::topo::{Placement, Topology};
 
 const AFTER_HELP: &str = "\
@@ -166,17 +165,6 @@ fn kib(bytes: u64, what: &str) -> Result<u32, CliError> {
     Ok((bytes / 1024) as u32)
 }
 
-/// `one`, `all` or a list, checked against the CPUs this process may use.
-fn cpu_set(spec: &str) -> Result<Vec<usize>, CliError> {
-    let allowed = allowed_cpus();
-    let cpus = match spec.trim() {
-        "one" => allowed.first().map(|&c| vec![c]).unwrap_or_default(),
-        "all" => allowed,
-        list => parse_cpu_list(list).map_err(|e| CliError::Other(format!("--cpus {list}: {e}")))?,
-    };
-    threads::check_cpus(&cpus, &format!("--cpus {spec}"))?;
-    Ok(cpus)
-}
 
 impl CommonArgs {
     fn config(&self, default_reps: u32, default_ms: u32) -> Result<ThreadsConfig, CliError> {
@@ -201,7 +189,7 @@ impl CommonArgs {
         let specs: Vec<&str> = if self.cpus.is_empty() { vec!["one", "all"] } else { self.cpus.iter().map(String::as_str).collect() };
         let mut cpu_sets: Vec<CpuChoice> = Vec::new();
         for s in specs {
-            let c = CpuChoice::set(cpu_set(s)?);
+            let c = CpuChoice::set(super::cpu_set_arg(s, "--cpus")?);
             if !cpu_sets.contains(&c) {
                 cpu_sets.push(c);
             }
