@@ -168,6 +168,7 @@ __attribute__((constructor)) static void mtlab_start(void) {
         int sig = (int)env_u64("MTLAB_SIGNAL", (uint64_t)(SIGRTMIN + 7));
         if (env_u64("MTLAB_GOT", 1)) mtlab_got_scan(); /* MTLAB_GOT=0: every call through the shims */
         mtlab_sampler_init(mtlab_cfg.sample_interval, env_u64("MTLAB_INACTIVE", 0) == 0, sig);
+        mtlab_sampler_name_root(); /* the constructor runs on the initial thread */
     }
     mtlab_tls.guard--;
 }

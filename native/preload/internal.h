@@ -9,6 +9,7 @@
 #ifndef MTLAB_INTERNAL_H
 #define MTLAB_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -77,6 +78,7 @@ struct mtlab_real {
     int (*execvp)(const char *, char *const[]);
     int (*execvpe)(const char *, char *const[], char *const[]);
     int (*fexecve)(int, char *const[], char *const[]);
+    int (*pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
     void **curbrk; /* glibc's cached program break, read instead of calling sbrk(0) */
 };
 extern HIDDEN struct mtlab_real mtlab_real;
@@ -151,6 +153,8 @@ struct mtlab_tls {
             int64_t countdown;               /* sampler: bytes to the next sample point */
             uint64_t rng;                    /* sampler: xorshift state */
             int sampler_init;
+            uint64_t lineage;  /* sampler: this thread's place in the creation tree (0: unknown) */
+            uint32_t children; /* sampler: threads this thread has created through pthread_create */
             uint64_t dump_seen, last_flush_tsc;
             uint32_t pend_captures; /* sampler: stack captures not yet added to the shared counts */
             uint64_t pend_unwind;   /* ... and their TSC cycles */
@@ -210,6 +214,10 @@ HIDDEN void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void 
 HIDDEN void mtlab_sample_free(void *p);
 HIDDEN void mtlab_sampler_init(uint64_t interval, int active, int sig);
 HIDDEN void mtlab_sampler_fork_child(void);
+/* pthread_create with a fixed --sample-seed: names the new thread by its
+ * place in the creation tree, so its draws repeat from run to run. */
+HIDDEN int mtlab_sampler_spawn(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *), void *arg);
+HIDDEN void mtlab_sampler_name_root(void);
 HIDDEN void mtlab_sampler_stop(void);
 HIDDEN void mtlab_sampler_detach(void); /* a --no-follow fork child leaves the sampler */
 HIDDEN char *mtlab_sampler_stats(char *p, const char *end);

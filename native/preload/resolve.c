@@ -60,6 +60,7 @@ void mtlab_resolve(void) {
     RESOLVE(execvp);
     RESOLVE(execvpe);
     RESOLVE(fexecve);
+    RESOLVE(pthread_create);
     mtlab_real.curbrk = (void **)dlsym(RTLD_DEFAULT, "__curbrk");
     mtlab_tls.guard--;
     atomic_store(&resolved, 2);

@@ -91,20 +91,78 @@ static int64_t draw(struct mtlab_tls *t, uint64_t interval) {
     return v < 1.0 ? 1 : v > 4e18 ? (int64_t)4e18 : (int64_t)v;
 }
 
+/* splitmix64's finaliser: distinct inputs give distinct, unrelated outputs. */
+static uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ---- Thread lineage: what a fixed seed's thread streams hang on ----
+ * With --sample-seed, a thread's draws must not depend on which thread
+ * happens to allocate first (a race between threads). A thread is named by
+ * its place in the creation tree instead: the initial thread is the root,
+ * and the k-th thread a thread creates with pthread_create is its child k.
+ * The name repeats whenever each thread creates its threads in the same
+ * order. The new thread learns its name through a trampoline whose slot
+ * comes from a static pool (no malloc in a shim); a thread started while the
+ * pool is full, or otherwise than by pthread_create, has no name and falls
+ * back to the order of first samples (counted: samples_threads_unnamed). */
+#define ROOT_LINEAGE 0x6d746c6162ull /* any non-zero constant */
+#define SPAWN_SLOTS 256
+struct spawn_slot {
+    _Atomic int used;
+    void *(*start)(void *);
+    void *arg;
+    uint64_t lineage;
+};
+static struct spawn_slot spawn_slots[SPAWN_SLOTS];
+static _Atomic uint64_t threads_unnamed;
 static _Atomic uint64_t threads_seeded;
+
+void mtlab_sampler_name_root(void) { mtlab_tls.lineage = ROOT_LINEAGE; }
+
+static void *spawn_start(void *p) {
+    struct spawn_slot *s = p;
+    void *(*start)(void *) = s->start;
+    void *arg = s->arg;
+    mtlab_tls.lineage = s->lineage;
+    atomic_store_explicit(&s->used, 0, memory_order_release);
+    return start(arg);
+}
+
+int mtlab_sampler_spawn(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *), void *arg) {
+    struct mtlab_tls *t = &mtlab_tls;
+    if (t->lineage) {
+        for (unsigned i = 0; i < SPAWN_SLOTS; i++) {
+            struct spawn_slot *s = &spawn_slots[i];
+            int expected = 0;
+            if (atomic_load_explicit(&s->used, memory_order_relaxed) ||
+                !atomic_compare_exchange_strong(&s->used, &expected, 1))
+                continue;
+            s->start = start;
+            s->arg = arg;
+            s->lineage = mix64(t->lineage * 0x9e3779b97f4a7c15ull + ++t->children) | 1;
+            int r = mtlab_real.pthread_create(th, attr, spawn_start, s);
+            if (r != 0) atomic_store_explicit(&s->used, 0, memory_order_release);
+            return r;
+        }
+    }
+    atomic_fetch_add_explicit(&threads_unnamed, 1, memory_order_relaxed);
+    return mtlab_real.pthread_create(th, attr, start, arg);
+}
 
 static void seed(struct mtlab_tls *t) {
     uint64_t s = mtlab_cfg.sample_seed ? mtlab_cfg.sample_seed : mtlab_tsc();
-    /* A fixed seed must give the same draws on every run: mix in the order in
-     * which threads first sample (0 for the first), not the thread id, which
-     * changes from run to run. */
-    uint64_t which = mtlab_cfg.sample_seed ? atomic_fetch_add(&threads_seeded, 1) + 1 : (uint64_t)mtlab_gettid();
-    /* splitmix64: distinct (seed, thread) pairs give distinct, unrelated
-     * states (`| 1` on the raw value made seeds 2k and 2k+1 the same). */
-    uint64_t z = s + which * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    /* With a fixed seed: the thread's name in the creation tree, or (no
+     * name) the order in which unnamed threads first sample; otherwise the
+     * thread id. */
+    uint64_t which = !mtlab_cfg.sample_seed ? (uint64_t)mtlab_gettid()
+                     : t->lineage           ? t->lineage
+                                            : (1ull << 63) | (atomic_fetch_add(&threads_seeded, 1) + 1);
+    /* Distinct (seed, thread) pairs give distinct, unrelated states (`| 1`
+     * on the raw value made seeds 2k and 2k+1 the same). */
+    uint64_t z = mix64(s + which * 0x9e3779b97f4a7c15ull);
     t->rng = z ? z : 1; /* xorshift needs a non-zero state */
     t->sampler_init = 1;
 }
@@ -356,6 +414,8 @@ char *mtlab_sampler_stats(char *p, const char *end) {
     p = mtlab_append_u64(p, end, atomic_load(&unwind_cycles));
     p = mtlab_append(p, end, "\nsamples_untracked=");
     p = mtlab_append_u64(p, end, atomic_load(&untracked));
+    p = mtlab_append(p, end, "\nsamples_threads_unnamed=");
+    p = mtlab_append_u64(p, end, atomic_load(&threads_unnamed));
     p = mtlab_append(p, end, "\nsamples=");
     p = mtlab_append_u64(p, end, mtlab_ctl ? __atomic_load_n(&mtlab_ctl->samples, __ATOMIC_RELAXED) : 0);
     return mtlab_append(p, end, "\n");

@@ -557,6 +557,14 @@ EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
     return mtlab_real.fexecve(fd, argv, envp);
 }
 
+/* Only with a fixed --sample-seed does mtlab step in (sampler.c: thread
+ * lineage); otherwise the call goes straight through. */
+EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *), void *arg) {
+    if (UNLIKELY(!mtlab_real.pthread_create)) mtlab_resolve();
+    if (mtlab_ctl && mtlab_cfg.sample_seed && !mtlab_tls.guard) return mtlab_sampler_spawn(th, attr, start, arg);
+    return mtlab_real.pthread_create(th, attr, start, arg);
+}
+
 /* The execl family: argv gathered on the stack, as glibc does. */
 #define GATHER_ARGS(arg, ap, argv, extra)                                                                    \
     va_list ap;                                                                                              \

@@ -597,7 +597,11 @@ fn got_routing_sends_calls_straight_to_libc_while_sampling_is_off() {
         let r = lab.report(&trace);
         let p = profile(&r);
         assert_eq!(u(&p["samples"]), started, "{variant}: the trace has the samples taken while on");
-        assert_eq!(samples_through(&r, "got_site"), started, "{variant}: {}", p["top"]);
+        // Each one at the allocation site, or (a draw may land there) at the
+        // realloc that grows main's list of kept blocks.
+        let at_list = est(&r, "main").samples;
+        assert!(at_list <= 2, "{variant}: {}", p["top"]);
+        assert_eq!(samples_through(&r, "got_site") + at_list, started, "{variant}: {}", p["top"]);
         // The 300 kept blocks were freed at exit, while sampling was off: the
         // frees reached the shim and were recorded, so nothing is estimated in use.
         assert_eq!(f(&p["inuse_bytes"]["value"]), 0.0, "{variant}: frees of sampled blocks after stop: {}", p["inuse_bytes"]);
@@ -1016,4 +1020,38 @@ fn simulate_on_a_full_trace_of_the_estimator_program() {
     assert_success(&o, "mtlab record --sample");
     let o = mtlab(&lab, &["profile", "simulate", "s.mtl"]);
     assert!(!o.status.success() && stderr(&o).contains("sampled trace"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_fixed_seed_repeats_a_multithreaded_run_whatever_order_threads_start_in() {
+    // Five threads (one created by another) race to their first allocation;
+    // each one's own allocations are fixed. Seeds hang on each thread's place
+    // in the creation tree, so the samples of every site repeat exactly.
+    let lab = Lab::new();
+    let prog = lab.compile("s_thread_seeds");
+    let sites = ["site_0", "site_1", "site_2", "site_3", "site_4"];
+    let run = |seed: u64, n: usize| -> Vec<(u64, f64)> {
+        let trace = format!("seed{seed}_{n}.mtl");
+        let o = lab.record_cmd(&trace, &["--sample", "64KiB", "--sample-seed", &seed.to_string()], &prog, &[]).output().unwrap();
+        assert_success(&o, "s_thread_seeds");
+        let r = lab.report(&trace);
+        assert!(r["warnings"].as_array().is_none_or(|w| w.is_empty()), "{}", r["warnings"]);
+        sites.iter().map(|s| est(&r, s)).map(|e| (e.samples, e.alloc)).collect()
+    };
+    let first = run(3, 0);
+    for (site, &(n, bytes)) in sites.iter().zip(&first) {
+        // ~41 MB per site at 64 KiB: about 630 samples each.
+        assert!((400..900).contains(&n), "{site}: {n} samples");
+        assert!((30e6..55e6).contains(&bytes), "{site}: {bytes} bytes estimated");
+    }
+    for n in 1..=3 {
+        let again = run(3, n);
+        for ((site, a), b) in sites.iter().zip(&first).zip(&again) {
+            assert_eq!(a.0, b.0, "{site}: samples with --sample-seed 3, run {n}: {first:?} vs {again:?}");
+            assert!((a.1 - b.1).abs() <= 1e-9 * a.1, "{site}: bytes with --sample-seed 3, run {n}: {first:?} vs {again:?}");
+        }
+    }
+    let other = run(4, 0);
+    let same = first.iter().zip(&other).filter(|(a, b)| a.0 == b.0).count();
+    assert!(same < sites.len(), "--sample-seed 4 gives other samples: {first:?} vs {other:?}");
 }

@@ -607,10 +607,11 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     let truth: f64 = full.processes.first().map(|p| p.functions["malloc"].mean_size * p.functions["malloc"].calls as f64).unwrap_or(0.0);
     if let Some(est) = sampled.processes.first().and_then(|p| p.profile.as_ref()).map(|p| &p.totals) {
         print_out(format!(
-            "malloc bytes: {:.0} counted by the full trace; {:.0} ± {:.0} estimated from {} samples ({:+.2} %)\n",
+            "malloc bytes: {:.0} counted by the full trace; {:.0} [{:.0}, {:.0}] (95 % interval) estimated from {} samples ({:+.2} %)\n",
             truth,
             est.alloc_bytes.value,
-            est.alloc_bytes.ci95(),
+            est.alloc_bytes.low,
+            est.alloc_bytes.high,
             est.samples,
             (est.alloc_bytes.value / truth - 1.0) * 100.0
         ));

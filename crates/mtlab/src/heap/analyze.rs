@@ -503,6 +503,13 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         trace.runinfo.iter().filter(|(k, _)| k == keys::FINISH_WARNING).map(|(_, v)| format!("when recorded: {v}")),
     );
     warnings.extend(items.warnings().iter().cloned());
+    let unnamed = trace.stats.iter().find(|(k, _)| k == keys::SAMPLES_THREADS_UNNAMED).and_then(|(_, v)| v.parse::<u64>().ok());
+    if let Some(n @ 1..) = unnamed {
+        warnings.push(format!(
+            "{n} thread(s) did not start through pthread_create (or started while 256 creations were in flight): \
+             with --sample-seed their samples need not repeat from run to run"
+        ));
+    }
     let decoded = items.events_decoded();
     if !pass.events.is_multiple_of(every) || pass.series.is_empty() {
         pass.point(last_tsc);

@@ -11,6 +11,17 @@ pub struct StackSample {
     pub alloc_bytes: f64,
     pub inuse_objects: f64,
     pub inuse_bytes: f64,
+    /// For a sampled profile: each value's 95 % interval, in the order above
+    /// (None: exact figures from a full trace).
+    pub bounds: Option<[Bounds; 4]>,
+}
+
+/// An estimated value's 95 % interval and the samples behind it (0: "not sampled").
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Bounds {
+    pub low: f64,
+    pub high: f64,
+    pub samples: u64,
 }
 
 /// A heap profile of one process.

@@ -219,6 +219,7 @@ mod tests {
             alloc_bytes: bytes,
             inuse_objects: if inuse > 0.0 { 1.0 } else { 0.0 },
             inuse_bytes: inuse,
+            bounds: None,
         };
         ProfileData {
             samples: vec![

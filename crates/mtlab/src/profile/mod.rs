@@ -2,6 +2,7 @@
 //! full trace (exact), and what is computed and exported from them.
 
 pub mod data;
+pub mod interval;
 pub mod sampled;
 pub mod export;
 pub mod pprof;

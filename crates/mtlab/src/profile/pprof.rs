@@ -28,7 +28,7 @@ use flate2::write::GzEncoder;
 use flate2::Compression;
 use prost::Message;
 
-use super::data::ProfileData;
+use super::data::{Bounds, ProfileData};
 use crate::symbolize::{Frame, Mapping, Symbolizer};
 
 /// Errors of the profile exporters (pprof, folded stacks, flame graphs).
@@ -233,6 +233,27 @@ fn round_i64(x: f64) -> i64 {
     x.round() as i64
 }
 
+/// A sampled stack's 95 % intervals as numeric labels (`alloc_space_low`,
+/// `alloc_space_high`, …, shown by `pprof -tags`), and `inuse: not sampled`
+/// when none of the stack's live blocks was sampled: its in-use values are
+/// then 0 but could be up to the `_high` labels.
+fn bound_labels(bounds: Option<&[Bounds; 4]>, strings: &mut Strings) -> Vec<proto::Label> {
+    let Some(bounds) = bounds else { return Vec::new() };
+    let mut out = Vec::new();
+    for ((kind, unit), b) in SAMPLE_TYPES.iter().zip(bounds) {
+        let num_unit = strings.intern(unit);
+        for (end, x) in [("low", b.low), ("high", b.high)] {
+            let key = strings.intern(&format!("{kind}_{end}"));
+            out.push(proto::Label { key, str: 0, num: round_i64(x), num_unit });
+        }
+    }
+    if bounds[3].samples == 0 {
+        let (key, str) = (strings.intern("inuse"), strings.intern("not sampled"));
+        out.push(proto::Label { key, str, num: 0, num_unit: 0 });
+    }
+    out
+}
+
 /// The string table under construction: "" is index 0.
 struct Strings {
     table: Vec<String>,
@@ -378,7 +399,7 @@ pub fn to_pprof_profile(profile: &ProfileData, symbolizer: &mut Symbolizer) -> p
                 round_i64(s.inuse_objects),
                 round_i64(s.inuse_bytes),
             ],
-            label: Vec::new(),
+            label: bound_labels(s.bounds.as_ref(), &mut strings),
         });
     }
 
@@ -470,6 +491,7 @@ pub(crate) mod tests {
                     alloc_bytes: 3145728.4,
                     inuse_objects: 1.0,
                     inuse_bytes: 1048576.0,
+                    bounds: None,
                 },
                 StackSample {
                     pcs: vec![root],
@@ -477,6 +499,12 @@ pub(crate) mod tests {
                     alloc_bytes: 1048575.6,
                     inuse_objects: 0.4,
                     inuse_bytes: 0.0,
+                    bounds: Some([
+                        Bounds { low: 0.2, high: 5.1, samples: 1 },
+                        Bounds { low: 20000.0, high: 4e6, samples: 1 },
+                        Bounds { low: 0.0, high: 3.5, samples: 0 },
+                        Bounds { low: 0.0, high: 1.9e6, samples: 0 },
+                    ]),
                 },
             ],
             maps: self_maps(),
@@ -529,6 +557,19 @@ pub(crate) mod tests {
         assert_eq!(p.sample.len(), 2);
         assert_eq!(p.sample[0].value, vec![3, 3145728, 1, 1048576]);
         assert_eq!(p.sample[1].value, vec![1, 1048576, 0, 0]);
+        // Exact figures carry no labels; estimates carry their intervals, and
+        // an in-use value with no sample behind it says so.
+        assert!(p.sample[0].label.is_empty());
+        let labels: Vec<(String, String, i64, String)> = p.sample[1]
+            .label
+            .iter()
+            .map(|l| (st[l.key as usize].clone(), st[l.str as usize].clone(), l.num, st[l.num_unit as usize].clone()))
+            .collect();
+        assert_eq!(labels.len(), 9, "{labels:?}");
+        assert!(labels.contains(&("alloc_space_low".into(), "".into(), 20000, "bytes".into())), "{labels:?}");
+        assert!(labels.contains(&("inuse_space_high".into(), "".into(), 1_900_000, "bytes".into())), "{labels:?}");
+        assert!(labels.contains(&("inuse_objects_high".into(), "".into(), 4, "count".into())), "{labels:?}");
+        assert!(labels.contains(&("inuse".into(), "not sampled".into(), 0, "".into())), "{labels:?}");
         // Each distinct string once.
         let mut uniq = st.clone();
         uniq.sort();
@@ -658,6 +699,7 @@ pub(crate) mod tests {
                 alloc_bytes: f64::NAN,
                 inuse_objects: 1e30,
                 inuse_bytes: -2.6,
+                bounds: None,
             }],
             maps: maps.clone(),
             ..Default::default()

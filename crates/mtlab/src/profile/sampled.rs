@@ -10,7 +10,8 @@
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
-use super::data::{ProfileData, StackSample};
+use super::data::{Bounds, ProfileData, StackSample};
+use super::interval::gamma_interval;
 use crate::symbolize::parse_maps;
 use crate::trace::{Event, EventKind, Item, TraceError, TraceFile};
 
@@ -22,17 +23,48 @@ pub fn sample_probability(size: u64, interval: u64) -> f64 {
     -(-(size as f64) / interval as f64).exp_m1()
 }
 
-/// A weighted total with its estimated variance.
+/// A weighted total, its design variance and its 95 % interval.
 #[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
 pub struct Estimate {
     pub value: f64,
     pub variance: f64,
+    /// Samples behind the estimate; 0 means "not sampled": the value is 0
+    /// but the interval is not (see `profile::interval`).
+    pub samples: u64,
+    /// The 95 % interval, `0 <= low <= value <= high` (set by `close`).
+    pub low: f64,
+    pub high: f64,
+    /// The largest weight of one sample: what one more sample would carry.
+    #[serde(skip)]
+    pub max_weight: f64,
 }
 
 impl Estimate {
-    /// Half-width of the 95 % confidence interval (normal approximation).
-    pub fn ci95(&self) -> f64 {
-        1.96 * self.variance.max(0.0).sqrt()
+    fn add(&mut self, weight: f64, miss: f64) {
+        self.value += weight;
+        self.variance += miss * weight * weight;
+        self.samples += 1;
+        self.max_weight = self.max_weight.max(weight);
+    }
+
+    /// Sets the interval; `fallback_weight` stands for one sample's weight
+    /// when this estimate has none (the site's, or the interval's).
+    fn close(&mut self, fallback_weight: f64) {
+        let w = if self.samples > 0 { self.max_weight } else { fallback_weight };
+        (self.low, self.high) = gamma_interval(self.value, self.variance, self.samples, w);
+    }
+
+    pub fn bounds(&self) -> Bounds {
+        Bounds { low: self.low, high: self.high, samples: self.samples }
+    }
+
+    pub fn not_sampled(&self) -> bool {
+        self.samples == 0
+    }
+
+    /// Whether `x` lies in the 95 % interval.
+    pub fn covers(&self, x: f64) -> bool {
+        self.low <= x && x <= self.high
     }
 }
 
@@ -80,25 +112,34 @@ struct Live {
 }
 
 /// Adds one sample of `size` bytes at interval `interval` to the byte and
-/// object estimates: values `s/p` and `1/p`, variances `(1-p)(s/p)^2` and `(1-p)/p^2`.
+/// object estimates: weights `s/p` and `1/p`, variances `(1-p)(s/p)^2` and `(1-p)/p^2`.
 fn add_sample(bytes: &mut Estimate, objects: &mut Estimate, size: u64, interval: u64) -> (f64, f64, f64) {
     let p = sample_probability(size, interval).max(f64::MIN_POSITIVE);
-    let b = size as f64 / p;
-    let o = 1.0 / p;
-    bytes.value += b;
-    bytes.variance += (1.0 - p) * b * b;
-    objects.value += o;
-    objects.variance += (1.0 - p) * o * o;
+    let (b, o) = (size as f64 / p, 1.0 / p);
+    bytes.add(b, 1.0 - p);
+    objects.add(o, 1.0 - p);
     (b, o, 1.0 - p)
 }
 
 /// Counts a sample still live at the end towards the in-use estimates.
 fn add_live(s: &mut SampledStack, l: &Live) {
     s.inuse_samples += 1;
-    s.inuse_bytes.value += l.bytes;
-    s.inuse_bytes.variance += l.weight * l.bytes * l.bytes;
-    s.inuse_objects.value += l.objects;
-    s.inuse_objects.variance += l.weight * l.objects * l.objects;
+    s.inuse_bytes.add(l.bytes, l.weight);
+    s.inuse_objects.add(l.objects, l.weight);
+}
+
+/// Sets a stack's intervals: in-use estimates with no live sample take the
+/// weights of the stack's allocation samples.
+fn close_stack(s: &mut SampledStack, bytes_fallback: f64, objects_fallback: f64) {
+    let (b, o) = if s.alloc_bytes.samples > 0 {
+        (s.alloc_bytes.max_weight, s.alloc_objects.max_weight)
+    } else {
+        (bytes_fallback, objects_fallback)
+    };
+    s.alloc_bytes.close(b);
+    s.alloc_objects.close(o);
+    s.inuse_bytes.close(b);
+    s.inuse_objects.close(o);
 }
 
 /// The sampled profile's share of a pass over a trace: fed every event by
@@ -178,10 +219,15 @@ impl SampledPass {
                 add_live(s, l);
             }
         }
+        // With no sample at all: the weights of a one-byte block, which for
+        // bytes is the exact zero-sample bound (`profile::interval`).
+        let interval = intervals.iter().copied().max().unwrap_or(trace.header.sample_interval).max(1) as f64;
+        close_stack(&mut total, interval, interval);
         let mut list: Vec<SampledStack> = per
             .into_values()
             .map(|mut s| {
                 s.pcs = stacks.get(&s.stack_id).cloned().unwrap_or_default();
+                close_stack(&mut s, interval, interval);
                 s
             })
             .collect();
@@ -195,6 +241,7 @@ impl SampledPass {
                     alloc_bytes: s.alloc_bytes.value,
                     inuse_objects: s.inuse_objects.value,
                     inuse_bytes: s.inuse_bytes.value,
+                    bounds: Some([&s.alloc_objects, &s.alloc_bytes, &s.inuse_objects, &s.inuse_bytes].map(Estimate::bounds)),
                 })
                 .collect(),
             maps: trace.maps.iter().flat_map(|m| parse_maps(m)).collect(),
@@ -302,6 +349,7 @@ mod tests {
         let mut b = Estimate::default();
         let mut o = Estimate::default();
         let (bw, ow, q) = add_sample(&mut b, &mut o, 512, 512 << 10);
+        assert_eq!((b.samples, o.samples), (1, 1));
         assert!((bw - 512.0 / p).abs() < 1e-6);
         assert!((ow - 1.0 / p).abs() < 1e-9);
         assert!((q - (1.0 - p)).abs() < 1e-15);

@@ -88,13 +88,14 @@ fn sites(name: &str, title: &str, sites: &[SiteReport], live: bool) -> Table {
     t
 }
 
-fn estimate(e: &crate::profile::sampled::Estimate, bytes: bool) -> String {
-    let v = e.value.max(0.0);
-    let ci = e.ci95();
-    if bytes {
-        format!("{} ± {}", human_bytes(v as u64), human_bytes(ci as u64))
+/// An estimate with its 95 % interval: "66.0 KiB [12.0 KiB, 310.4 KiB]", or
+/// "not sampled (< 1.8 MiB)" when no sample stands behind it.
+pub fn estimate(e: &crate::profile::sampled::Estimate, bytes: bool) -> String {
+    let f = |x: f64| if bytes { human_bytes(x.round() as u64) } else { format!("{:.0}", x) };
+    if e.not_sampled() {
+        format!("not sampled (< {})", f(e.high))
     } else {
-        format!("{:.0} ± {:.0}", v, ci)
+        format!("{} [{}, {}]", f(e.value), f(e.low), f(e.high))
     }
 }
 
@@ -103,7 +104,7 @@ fn sampled(summary: &crate::heap::analyze::SampledSummary) -> Vec<View> {
     let intervals: Vec<String> = p.intervals.iter().map(|&i| crate::units::format_size(i)).collect();
     let mut out = vec![View::Note(format!(
         "sampled profile: {} samples at mean interval {} (unwinder {}), {} sampled blocks freed\n\
-         estimated allocated: {} in {} objects; in use at the end: {} in {} objects (± = 95 % confidence)",
+         estimated allocated: {} in {} objects; in use at the end: {} in {} objects ([low, high]: 95 % interval)",
         p.samples,
         if intervals.is_empty() { "-".to_string() } else { intervals.join(", ") },
         summary.unwind,

@@ -39,6 +39,10 @@ pub const STACKS_CAPTURED: &str = "stacks_captured";
 pub const UNWIND_CYCLES: &str = "unwind_cycles";
 /// Samples whose blocks the sampler could not remember (its address set was full).
 pub const SAMPLES_UNTRACKED: &str = "samples_untracked";
+/// Threads started, under `--sample-seed`, without a name in the creation
+/// tree (not by pthread_create, or while its slots were all in flight): their
+/// draws follow the order of their first samples, which may change from run to run.
+pub const SAMPLES_THREADS_UNNAMED: &str = "samples_threads_unnamed";
 /// Samples taken.
 pub const SAMPLES: &str = "samples";
 /// The process's peak resident set size, in KiB (`getrusage`).
