@@ -190,7 +190,7 @@ struct RecordArgs {
     /// With --sample: start with sampling off; switch it with `mtlab ctl PID start`.
     #[arg(long, requires = "sample")]
     inactive: bool,
-    /// With --sample: fixed seed for the sampler (reproducible runs); 0 draws one from the clock.
+    /// With --sample: fixed seed for the sampler; a run repeats sample for sample when each thread's allocations and thread creations do (docs/metrics.md, "Seeds"). 0 draws one from the clock.
     #[arg(long, default_value_t = 0, requires = "sample")]
     sample_seed: u64,
     /// Most frames kept per stack (1-256).

@@ -153,7 +153,7 @@ pub struct ProcessReport {
     pub warnings: Vec<String>,
 }
 
-/// One stack of a sampled profile, with 95 % confidence half-widths.
+/// One stack of a sampled profile, with 95 % intervals.
 #[derive(Debug, Clone, Serialize)]
 pub struct SampledSite {
     pub stack_id: u32,
