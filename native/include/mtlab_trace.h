@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define MTLAB_TRACE_MAGIC "MTLABTR\0" /* 8 bytes */
-#define MTLAB_TRACE_VERSION 2u
+#define MTLAB_TRACE_VERSION 2u /* what the preload writes; mtlab's rewrites are version 3 (checksums) */
 
 /* File header: magic[8], u32 version, u32 text_len, then text_len bytes of
  * "key=value\n" lines (see docs/trace-format.md for the keys). */

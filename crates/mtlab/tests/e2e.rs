@@ -727,7 +727,7 @@ fn trace_from_a_newer_version_is_refused() {
     assert!(!o.status.success());
     assert!(o.stdout.is_empty());
     let e = stderr(&o);
-    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v2"), "{e}");
+    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v3"), "{e}");
 }
 
 #[test]
@@ -1087,4 +1087,86 @@ fn demo_records_compacts_and_samples_the_built_in_workload() {
     let compact = lab.report("d.compact.mtl");
     assert_eq!(full["functions"], compact["functions"]);
     assert_eq!(full["peak"], compact["peak"]);
+}
+
+/// The records of a trace file: (offset, payload length, type, flags).
+fn trace_records(bytes: &[u8]) -> Vec<(usize, usize, u16, u16)> {
+    let text_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let mut off = 16 + text_len;
+    let mut out = Vec::new();
+    while off + 8 <= bytes.len() {
+        let len = u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
+        let ty = u16::from_le_bytes(bytes[off + 4..off + 6].try_into().unwrap());
+        let flags = u16::from_le_bytes(bytes[off + 6..off + 8].try_into().unwrap());
+        out.push((off, len, ty, flags));
+        off += 8 + len;
+    }
+    out
+}
+
+#[test]
+fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() {
+    let lab = Lab::new();
+    let prog = lab.compile("threads");
+    lab.record_ok("full.mtl", &prog, &["4", "20000"]);
+    let o = lab.record_cmd("sampled.mtl", &["--sample", "16KiB", "--sample-seed", "1"], &prog, &["4", "20000"]).output().unwrap();
+    assert_success(&o, "record --sample");
+    let o = lab.command(MTLAB).args(["compact", "full.mtl", "-o", "compact.mtl"]).output().unwrap();
+    assert_success(&o, "compact");
+
+    // A fixed stream of positions: the test sees the same flips every run.
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % n as u64) as usize
+    };
+    let mut seen = String::new();
+    for trace in ["full.mtl", "sampled.mtl", "compact.mtl"] {
+        let bytes = std::fs::read(lab.path(trace)).unwrap();
+        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 3, "{trace}: a rewritten trace is version 3");
+        let chunks: Vec<_> = trace_records(&bytes).into_iter().filter(|r| r.2 == 1).collect();
+        assert!(chunks.len() >= 4, "{trace}: {} chunks", chunks.len());
+        assert!(chunks.iter().all(|r| r.3 & 0x4 != 0), "{trace}: every chunk carries checksums");
+        let base = lab.report(trace);
+        assert_eq!(base["chunks_damaged"], 0, "{trace}");
+        let calls = u(&base["functions"]["malloc"]["calls"]) + u(&base["functions"]["free"]["calls"]);
+        let held = |r: &serde_json::Value| u(&r["events"]) + r["profile"]["samples"].as_u64().unwrap_or(0);
+        const TRIALS: usize = 40;
+        for _ in 0..TRIALS {
+            // Any bit of a chunk: record header, chunk header, events, checksums.
+            let (off, len, ..) = chunks[next(chunks.len())];
+            let at = off + next(8 + len);
+            let bit = next(8);
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 1 << bit;
+            std::fs::write(lab.path("flipped.mtl"), &damaged).unwrap();
+            let r = lab.report("flipped.mtl");
+            let what = format!("{trace}: bit {bit} of byte {} of the chunk at {off}", at - off);
+            assert!(u(&r["chunks_damaged"]) >= 1, "{what}: not reported as damage; warnings {}", r["warnings"]);
+            assert!(!r["warnings"].as_array().unwrap().is_empty(), "{what}");
+            // What is left is a subset of the truth, never something new.
+            let left = u(&r["functions"]["malloc"]["calls"]) + u(&r["functions"]["free"]["calls"]);
+            assert!(left <= calls, "{what}: {left} calls after damage, {calls} before");
+            assert!(held(&r) < held(&base), "{what}: {} events and samples after damage, {} before", held(&r), held(&base));
+        }
+        seen += &format!("{trace}: {TRIALS} flipped bits over {} chunks, each reported as damage\n", chunks.len());
+
+        // A flipped length leaves no way to step to the next record: reading
+        // resumes at the next record whose checksums match.
+        let (off, ..) = chunks[1];
+        let mut damaged = bytes.clone();
+        damaged[off + 1] ^= 0x10;
+        std::fs::write(lab.path("flipped.mtl"), &damaged).unwrap();
+        let r = lab.report("flipped.mtl");
+        assert_eq!(r["chunks_damaged"], 1, "{trace}: {}", r["warnings"]);
+        assert!(r["warnings"].to_string().contains("skipped to the next intact record"), "{}", r["warnings"]);
+        let left = held(&r);
+        assert!(left > 0 && left < held(&base), "{trace}: {left} of {} events and samples after a damaged length", held(&base));
+        assert_eq!(r["exit"], base["exit"], "{trace}: the records after the damage are read");
+    }
+    let text = lab.command(MTLAB).args(["report", "flipped.mtl"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("DAMAGED TRACE: 1 chunk(s)"), "{}", String::from_utf8_lossy(&text.stdout));
+    eprintln!("{seen}");
 }

@@ -136,6 +136,9 @@ pub struct ProcessReport {
     /// not end through exit (no END record), so the count is unknown.
     pub events_dropped: Option<u64>,
     pub chunks_dropped: Option<u64>,
+    /// Records of the file found damaged (their checksum did not match) and
+    /// skipped; their events are counted in `events_dropped`.
+    pub chunks_damaged: u64,
     pub stacks_overflowed: Option<u64>,
     pub clean_end: bool,
     pub unknown_frees: u64,
@@ -593,6 +596,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         // (cut away when the disk filled, or in a damaged chunk) are lost too.
         events_dropped: trace.end.as_ref().map(|e| e.events_dropped + e.events_written.saturating_sub(decoded)),
         chunks_dropped: trace.end.as_ref().map(|e| e.chunks_dropped),
+        chunks_damaged: trace.records_damaged + items.chunks_damaged().0,
         stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),
         clean_end: trace.end.is_some(),
         unknown_frees: pass.heap.unknown_frees,

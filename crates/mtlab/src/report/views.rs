@@ -191,6 +191,13 @@ pub fn views(run: &RunReport) -> Vec<View> {
                      _exit or exec), or its trace could not be completed (disk full); events after its last flush are missing"
                 .into(),
         });
+        if p.chunks_damaged > 0 {
+            note(format!(
+                "DAMAGED TRACE: {} chunk(s) did not match their checksums and were skipped — the figures above \
+                 miss their events (counted as dropped); the file was changed after it was written",
+                p.chunks_damaged
+            ));
+        }
         if p.unknown_frees > 0 {
             note(format!("frees of addresses not allocated while traced: {}", p.unknown_frees));
         }

@@ -29,7 +29,7 @@ use super::event::{Event, EventKind, Item, FLAG_CHUNK_MMAPPED, FLAG_FAILED};
 use super::format::*;
 use super::keys::{COMPACT_QUANTUM, FINISH_WARNING};
 use super::kv::kv_text;
-use super::records::{next_record, read_file_header, write_record};
+use super::records::{next_record, read_file_header, write_checked_events, write_record};
 use super::rewrite::{copy_record, header_at_this_version, temp_beside};
 use super::TraceFile;
 
@@ -286,7 +286,7 @@ impl Writer {
             .map_err(self.io())?;
         let body = self.comp.compress(&cols).map_err(self.io())?;
         let flags = RECORD_FLAG_ZSTD | RECORD_FLAG_COLUMNS;
-        self.written += write_record(&mut self.out, REC_EVENTS, flags, &[&head, &body]).map_err(self.io())?;
+        self.written += write_checked_events(&mut self.out, flags, &head, &body).map_err(self.io())?;
         p.items.clear();
         p.events = 0;
         p.row_bytes = 0;

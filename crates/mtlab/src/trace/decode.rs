@@ -18,7 +18,10 @@ use super::event::{Event, EventKind, Func, Item};
 use super::fields::{DecErr, Field, Fields};
 use super::format::*;
 use super::kv::parse_kv_text;
-use super::records::{next_record, parse_chunk_header, read_file_header, ChunkInfo, Damage, EndRecord, MAX_PAYLOAD};
+use super::records::{
+    check_framing, next_record, parse_chunk_header, read_file_header, ChunkInfo, Damage, EndRecord, RecHdr, MAX_PAYLOAD,
+};
+use super::resync::next_intact_record;
 use super::varint::{varint, zigzag};
 
 /// Largest decompressed MAPS / END / RUNINFO payload accepted.
@@ -162,6 +165,17 @@ pub(crate) fn zstd_decompress_into(
 // ---------------------------------------------------------------------------
 // The index pass.
 
+/// Why a chunk was skipped when its event bytes fail their checksum.
+const DAMAGED_EVENTS: &str = "its event bytes do not match their checksum: damaged";
+
+/// Buffers the index pass reuses from record to record.
+#[derive(Default)]
+struct Scratch {
+    dctx: Option<zstd::bulk::Decompressor<'static>>,
+    buf: Vec<u8>,
+    plain: Vec<u8>,
+}
+
 /// An opened trace: its header and an index of its records.
 #[derive(Debug, Clone)]
 pub struct TraceFile {
@@ -177,6 +191,9 @@ pub struct TraceFile {
     pub stats: Vec<(String, String)>,
     /// Problems met while indexing (damage, odd header values).
     pub warnings: Vec<String>,
+    /// Records found damaged and skipped by the index pass (version 3:
+    /// checksums tell damage, and reading resumes at the next intact record).
+    pub records_damaged: u64,
     pub file_len: u64,
 }
 
@@ -197,80 +214,111 @@ impl TraceFile {
             runinfo: Vec::new(),
             stats: Vec::new(),
             warnings,
+            records_damaged: 0,
             file_len,
         };
-        let mut dctx: Option<zstd::bulk::Decompressor<'static>> = None;
-        let mut buf = Vec::new();
-        let mut plain = Vec::new();
+        // Version 3 files carry checksums: damage is skipped, not the end of reading.
+        let checked = version >= 3;
+        let mut scratch = Scratch::default();
         loop {
-            let rec = match next_record(&file, off, file_len).map_err(TraceError::io(path))? {
-                Ok(Some(rec)) => rec,
+            let step = match next_record(&file, off, file_len).map_err(TraceError::io(path))? {
+                Ok(Some(rec)) => tf.index_record(&file, &rec, checked, &mut scratch)?.map(|()| rec.end()),
                 Ok(None) => break,
+                Err(d) => Err(d),
+            };
+            off = match step {
+                Ok(next) => next,
+                Err(d) if checked => {
+                    // Damage is skipped: reading resumes at the next intact record.
+                    let at = d.offset();
+                    tf.records_damaged += 1;
+                    let next = next_intact_record(&file, at + 1, file_len).map_err(TraceError::io(path))?;
+                    tf.warnings.push(match next {
+                        Some(n) => format!("damaged record at byte {at}: {}; skipped to the next intact record, at byte {n}", d.reason()),
+                        None => format!("damaged record at byte {at}: {}; no intact record after it", d.reason()),
+                    });
+                    match next {
+                        Some(n) => n,
+                        None => break,
+                    }
+                }
                 Err(d) => {
                     tf.warnings.push(d.message(tf.chunks.len()));
                     break;
                 }
             };
-            match rec.ty {
-                REC_EVENTS => {
-                    let mut head = [0u8; EVENTS_HEADER as usize];
-                    let n = (rec.payload_len as usize).min(head.len());
-                    file.read_exact_at(&mut head[..n], rec.payload_offset())
-                        .map_err(TraceError::io(path))?;
-                    match parse_chunk_header(&rec, &head[..n]) {
-                        Ok(info) => tf.chunks.push(info),
-                        Err(d) => {
-                            tf.warnings.push(d.message(tf.chunks.len()));
-                            break;
-                        }
-                    }
-                }
-                REC_MAPS | REC_END | REC_RUNINFO | REC_STATS => {
-                    buf.resize(rec.payload_len as usize, 0);
-                    file.read_exact_at(&mut buf, rec.payload_offset())
-                        .map_err(TraceError::io(path))?;
-                    let payload: &[u8] = if rec.flags & RECORD_FLAG_ZSTD != 0 {
-                        let d = match &mut dctx {
-                            Some(d) => d,
-                            None => dctx.insert(zstd::bulk::Decompressor::new().map_err(TraceError::io(path))?),
-                        };
-                        if let Err(e) = zstd_decompress_into(d, &buf, &mut plain, MAX_TEXT_PAYLOAD) {
-                            let d = Damage::Bad {
-                                offset: rec.offset,
-                                reason: format!("{} record does not decompress ({e})", record_name(rec.ty)),
-                            };
-                            tf.warnings.push(d.message(tf.chunks.len()));
-                            break;
-                        }
-                        &plain
-                    } else {
-                        &buf
-                    };
-                    match rec.ty {
-                        REC_MAPS => tf.maps.push(String::from_utf8_lossy(payload).into_owned()),
-                        REC_RUNINFO => tf.runinfo.extend(parse_kv_text(&String::from_utf8_lossy(payload))),
-                        REC_STATS => tf.stats.extend(parse_kv_text(&String::from_utf8_lossy(payload))),
-                        _ => match EndRecord::from_bytes(payload) {
-                            Some(end) => tf.end = Some(end),
-                            None => {
-                                let d = Damage::Bad {
-                                    offset: rec.offset,
-                                    reason: format!(
-                                        "END record of {} bytes is shorter than {END_PAYLOAD}",
-                                        payload.len()
-                                    ),
-                                };
-                                tf.warnings.push(d.message(tf.chunks.len()));
-                                break;
-                            }
-                        },
-                    }
-                }
-                _ => {} // unknown record type: skipped
-            }
-            off = rec.end();
         }
         Ok(tf)
+    }
+
+    /// Indexes one record: a chunk's header, or the text and counts of the
+    /// other records. `Ok(Err(damage))` when the record is damaged.
+    fn index_record(&mut self, file: &File, rec: &RecHdr, checked: bool, s: &mut Scratch) -> Result<Result<(), Damage>, TraceError> {
+        let path = self.path.clone();
+        let io = TraceError::io(&path);
+        let bad = |reason: String| Err(Damage::Bad { offset: rec.offset, reason });
+        match rec.ty {
+            REC_EVENTS => {
+                let mut head = [0u8; EVENTS_HEADER as usize];
+                let n = (rec.payload_len as usize).min(head.len());
+                file.read_exact_at(&mut head[..n], rec.payload_offset()).map_err(io)?;
+                let crc = if rec.flags & RECORD_FLAG_CRC != 0 {
+                    let mut trailer = [0u8; CHECK_TRAILER as usize];
+                    if rec.payload_len as u64 >= (EVENTS_HEADER + CHECK_TRAILER) as u64 {
+                        file.read_exact_at(&mut trailer, rec.end() - CHECK_TRAILER as u64).map_err(TraceError::io(&path))?;
+                    }
+                    match check_framing(rec, &head[..n], &trailer) {
+                        Ok(crc) => Some(crc),
+                        Err(d) => return Ok(Err(d)),
+                    }
+                } else if checked {
+                    return Ok(bad("EVENTS record without its checksums".into()));
+                } else {
+                    None
+                };
+                match parse_chunk_header(rec, &head[..n]) {
+                    Ok(info) => self.chunks.push(ChunkInfo { body_crc: crc, ..info }),
+                    Err(d) => return Ok(Err(d)),
+                }
+            }
+            // Only EVENTS carry checksums: a flag for them elsewhere is a
+            // damaged type (an EVENTS record read as END would invent counts).
+            REC_MAPS | REC_END | REC_RUNINFO | REC_STATS if checked && rec.flags & !RECORD_FLAG_ZSTD != 0 => {
+                return Ok(bad(format!("{} record with flags {:#x} only EVENTS records have", record_name(rec.ty), rec.flags)));
+            }
+            REC_MAPS | REC_END | REC_RUNINFO | REC_STATS => {
+                s.buf.resize(rec.payload_len as usize, 0);
+                file.read_exact_at(&mut s.buf, rec.payload_offset()).map_err(io)?;
+                let payload: &[u8] = if rec.flags & RECORD_FLAG_ZSTD != 0 {
+                    let d = match &mut s.dctx {
+                        Some(d) => d,
+                        None => s.dctx.insert(zstd::bulk::Decompressor::new().map_err(TraceError::io(&path))?),
+                    };
+                    if let Err(e) = zstd_decompress_into(d, &s.buf, &mut s.plain, MAX_TEXT_PAYLOAD) {
+                        return Ok(bad(format!("{} record does not decompress ({e})", record_name(rec.ty))));
+                    }
+                    &s.plain
+                } else {
+                    &s.buf
+                };
+                match rec.ty {
+                    REC_MAPS => self.maps.push(String::from_utf8_lossy(payload).into_owned()),
+                    REC_RUNINFO => self.runinfo.extend(parse_kv_text(&String::from_utf8_lossy(payload))),
+                    REC_STATS => self.stats.extend(parse_kv_text(&String::from_utf8_lossy(payload))),
+                    _ => match EndRecord::from_bytes(payload) {
+                        Some(end) => self.end = Some(end),
+                        None => return Ok(bad(format!("END record of {} bytes is shorter than {END_PAYLOAD}", payload.len()))),
+                    },
+                }
+            }
+            // A newer writer's record type is skipped; one flagged with
+            // checksums is an EVENTS record whose type was damaged.
+            _ if rec.flags & RECORD_FLAG_CRC != 0 => {
+                return Ok(bad(format!("record of unknown type {} with the checksum flag of EVENTS", rec.ty)))
+            }
+            _ => {}
+        }
+        Ok(Ok(()))
     }
 
     /// Every item of the trace: events in global TSC order (ties in chunk
@@ -668,6 +716,9 @@ pub struct Items {
     bound: (u64, u32),
     warnings: Vec<String>,
     events: u64,
+    /// Chunks whose event bytes do not match their checksum, and their events.
+    chunks_damaged: u64,
+    events_lost: u64,
     pool: Vec<Vec<u8>>,
     raw: Vec<u8>,
     dctx: Option<zstd::bulk::Decompressor<'static>>,
@@ -690,6 +741,8 @@ impl Items {
             bound: NO_KEY,
             warnings: Vec::new(),
             events: 0,
+            chunks_damaged: 0,
+            events_lost: 0,
             pool: Vec::new(),
             raw: Vec::new(),
             dctx: None,
@@ -706,6 +759,12 @@ impl Items {
     /// Events yielded so far.
     pub fn events_decoded(&self) -> u64 {
         self.events
+    }
+
+    /// Chunks skipped so far because their events did not match their
+    /// checksum, and the events their headers counted.
+    pub fn chunks_damaged(&self) -> (u64, u64) {
+        (self.chunks_damaged, self.events_lost)
     }
 
     /// The trace's path.
@@ -741,13 +800,26 @@ impl Items {
     /// Reads (and decompresses) chunk `idx` into a free slot.
     fn load(&mut self, idx: u32) -> Option<u32> {
         let c = self.chunks[idx as usize];
-        let start = c.offset + RECORD_HEADER as u64 + EVENTS_HEADER as u64;
-        let len = c.payload_len as usize - EVENTS_HEADER as usize;
+        let (start, len) = c.event_bytes();
         let mut buf = self.pool.pop().unwrap_or_default();
         let res: io::Result<Layout> = (|| {
-            if c.compressed {
+            if let Some(want) = c.body_crc {
                 self.raw.resize(len, 0);
                 self.file.read_exact_at(&mut self.raw, start)?;
+                if crc32fast::hash(&self.raw) != want {
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, DAMAGED_EVENTS));
+                }
+                if !c.compressed {
+                    buf.clear();
+                    buf.extend_from_slice(&self.raw);
+                    return Ok(Layout::Rows(RowFields::default()));
+                }
+            }
+            if c.compressed {
+                if c.body_crc.is_none() {
+                    self.raw.resize(len, 0);
+                    self.file.read_exact_at(&mut self.raw, start)?;
+                }
                 let d = match &mut self.dctx {
                     Some(d) => d,
                     None => self.dctx.insert(zstd::bulk::Decompressor::new()?),
@@ -768,6 +840,10 @@ impl Items {
         let layout = match res {
             Ok(l) => l,
             Err(e) => {
+                if e.to_string() == DAMAGED_EVENTS {
+                    self.chunks_damaged += 1;
+                    self.events_lost += c.n_events as u64;
+                }
                 self.warnings.push(format!(
                     "chunk at byte {} (thread {}): cannot read its events ({e}); skipped",
                     c.offset, c.tid

@@ -344,7 +344,7 @@ impl TraceWriter<BufWriter<File>> {
 impl<W: Write> TraceWriter<W> {
     /// Writes the file header (current format version) from key/value pairs.
     pub fn new<K: AsRef<str>, V: AsRef<str>>(out: W, header: impl IntoIterator<Item = (K, V)>) -> io::Result<Self> {
-        TraceWriter::with_version(out, TRACE_VERSION, header)
+        TraceWriter::with_version(out, PRELOAD_TRACE_VERSION, header)
     }
 
     /// Like `new` with any version number (to test version checks).

@@ -12,7 +12,7 @@ use super::error::TraceError;
 use super::format::*;
 use super::keys;
 use super::kv::kv_text;
-use super::records::{next_record, parse_chunk_header, read_file_header, write_record, Damage};
+use super::records::{next_record, parse_chunk_header, read_file_header, write_checked_events, write_record, Damage};
 use super::rewrite::{copy_record, header_at_this_version, temp_beside, TempGuard};
 
 /// zstd level `finish_trace` compresses EVENTS payloads with.
@@ -194,7 +194,7 @@ fn write_compressed_batch(
             if rec.flags & RECORD_FLAG_ZSTD != 0 {
                 stats.chunks_compressed += 1;
             }
-            written += write_record(out, REC_EVENTS, rec.flags, &[&rec.head, &rec.body])?;
+            written += write_checked_events(out, rec.flags, &rec.head, &rec.body)?;
         }
     }
     batch.clear();
@@ -311,6 +311,17 @@ impl Finisher {
                 if self.batch_bytes >= FINISH_BATCH_BYTES {
                     self.flush_batch()?;
                 }
+            } else if rec.ty == REC_EVENTS && rec.flags & RECORD_FLAG_CRC == 0 {
+                // Compressed already (a trace finished by an mtlab before
+                // checksums): kept as it is, with checksums added.
+                self.flush_batch()?;
+                let mut payload = vec![0u8; rec.payload_len as usize];
+                self.src.read_exact_at(&mut payload, rec.payload_offset()).map_err(TraceError::io(&path))?;
+                if let Err(d) = parse_chunk_header(&rec, &payload) {
+                    return Ok(Next::Stop(d));
+                }
+                let (head, body) = payload.split_at(EVENTS_HEADER as usize);
+                self.written += write_checked_events(&mut self.out, rec.flags, head, body).map_err(self.tmp_err())?;
             } else {
                 self.flush_batch()?;
                 // Verbatim, streamed (header included).

@@ -6,8 +6,12 @@
 
 /// File magic: the first 8 bytes of every trace.
 pub const TRACE_MAGIC: [u8; 8] = *b"MTLABTR\0";
-/// The newest format version this mtlab reads and writes.
-pub const TRACE_VERSION: u32 = 2;
+/// The newest format version this mtlab reads and writes: version 3 files
+/// are mtlab's rewrites (`finish`, `compact`), where every EVENTS record
+/// carries checksums (`RECORD_FLAG_CRC`).
+pub const TRACE_VERSION: u32 = 3;
+/// The version the preload library writes (raw chunks, no checksums).
+pub const PRELOAD_TRACE_VERSION: u32 = 2;
 
 /// magic[8], u32 version, u32 text_len.
 pub const FILE_HEADER_FIXED: u32 = 16;
@@ -18,6 +22,12 @@ pub const RECORD_HEADER: u32 = 8;
 pub const RECORD_FLAG_ZSTD: u16 = 0x1;
 /// EVENTS only, with ZSTD: the event bytes are in the column layout (`columns.rs`).
 pub const RECORD_FLAG_COLUMNS: u16 = 0x2;
+/// EVENTS only: the payload ends with two CRC-32s (`CHECK_TRAILER`), of the
+/// record's framing (its 8-byte header and 24-byte chunk header) and of the
+/// event bytes between them. Always set in version 3 files.
+pub const RECORD_FLAG_CRC: u16 = 0x4;
+/// u32 framing CRC, u32 body CRC.
+pub const CHECK_TRAILER: u32 = 8;
 
 /// The watermark page shared with the traced program (see mtlab_trace.h).
 pub const WATERMARK_SIZE: u32 = 4096;
@@ -125,7 +135,7 @@ mod tests {
     /// Every numeric constant of the C header, by its name without `MTLAB_`.
     fn rust_constants() -> BTreeMap<&'static str, u64> {
         let list: &[(&str, u64)] = &[
-            ("TRACE_VERSION", TRACE_VERSION as u64),
+            ("TRACE_VERSION", PRELOAD_TRACE_VERSION as u64),
             ("FILE_HEADER_FIXED", FILE_HEADER_FIXED as u64),
             ("RECORD_HEADER", RECORD_HEADER as u64),
             ("RECORD_FLAG_ZSTD", RECORD_FLAG_ZSTD as u64),

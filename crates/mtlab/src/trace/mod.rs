@@ -18,6 +18,7 @@ pub mod format;
 pub mod keys;
 pub mod kv;
 pub mod records;
+mod resync;
 pub mod rewrite;
 pub mod varint;
 

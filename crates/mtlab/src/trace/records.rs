@@ -70,10 +70,23 @@ pub struct ChunkInfo {
     pub compressed: bool,
     /// ... holding the column layout (`columns.rs`) rather than rows.
     pub columns: bool,
+    /// The CRC-32 of the event bytes, when the record carries checksums
+    /// (`RECORD_FLAG_CRC`; its framing was checked by the index pass).
+    pub body_crc: Option<u32>,
     pub tid: u32,
     pub n_events: u32,
     pub first_tsc: u64,
     pub last_tsc: u64,
+}
+
+impl ChunkInfo {
+    /// The chunk's event bytes in the file: (offset, length), between the
+    /// chunk header and the checksums.
+    pub fn event_bytes(&self) -> (u64, usize) {
+        let trailer = if self.body_crc.is_some() { CHECK_TRAILER } else { 0 };
+        let len = (self.payload_len as usize).saturating_sub((EVENTS_HEADER + trailer) as usize);
+        (self.offset + (RECORD_HEADER + EVENTS_HEADER) as u64, len)
+    }
 }
 
 /// A record header found at `offset`.
@@ -109,6 +122,22 @@ pub(crate) enum Damage {
 }
 
 impl Damage {
+    pub fn offset(&self) -> u64 {
+        match self {
+            Damage::Truncated { offset, .. } | Damage::Bad { offset, .. } => *offset,
+        }
+    }
+
+    /// What is wrong, without where.
+    pub fn reason(&self) -> String {
+        match self {
+            Damage::Truncated { record_len, file_len, .. } => {
+                format!("a record of {record_len} bytes runs past the end of the file ({file_len} bytes)")
+            }
+            Damage::Bad { reason, .. } => reason.clone(),
+        }
+    }
+
     pub fn message(&self, chunks_before: usize) -> String {
         let using = if chunks_before == 1 {
             "using the 1 chunk before it".to_string()
@@ -229,6 +258,7 @@ pub(crate) fn parse_chunk_header(rec: &RecHdr, head: &[u8]) -> Result<ChunkInfo,
         payload_len: rec.payload_len,
         compressed: rec.flags & RECORD_FLAG_ZSTD != 0,
         columns: rec.flags & RECORD_FLAG_ZSTD != 0 && rec.flags & RECORD_FLAG_COLUMNS != 0,
+        body_crc: None,
         tid: u32_at(0),
         n_events: u32_at(4),
         first_tsc: u64_at(8),
@@ -244,6 +274,41 @@ pub(crate) fn parse_chunk_header(rec: &RecHdr, head: &[u8]) -> Result<ChunkInfo,
         });
     }
     Ok(info)
+}
+
+/// The framing CRC of a checked EVENTS record: over its 8-byte record
+/// header and its 24-byte chunk header.
+pub(crate) fn framing_crc(rec: &RecHdr, chunk_head: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&record_header(rec.ty, rec.flags, rec.payload_len as usize));
+    h.update(chunk_head);
+    h.finalize()
+}
+
+/// Checks a checked EVENTS record's framing against its trailer (the last
+/// 8 payload bytes); returns the body CRC to check when the events are read.
+pub(crate) fn check_framing(rec: &RecHdr, chunk_head: &[u8], trailer: &[u8]) -> Result<u32, Damage> {
+    let bad = |reason: String| Damage::Bad { offset: rec.offset, reason };
+    if (rec.payload_len as usize) < (EVENTS_HEADER + CHECK_TRAILER) as usize || trailer.len() != CHECK_TRAILER as usize {
+        return Err(bad(format!("EVENTS record of {} bytes is too short for its chunk header and checksums", rec.payload_len)));
+    }
+    let want = u32::from_le_bytes(trailer[0..4].try_into().unwrap());
+    if framing_crc(rec, chunk_head) != want {
+        return Err(bad("its record or chunk header does not match its checksum".into()));
+    }
+    Ok(u32::from_le_bytes(trailer[4..8].try_into().unwrap()))
+}
+
+/// Writes one EVENTS record with checksums (`RECORD_FLAG_CRC`), as every
+/// rewrite of a trace does; its size in the file.
+pub(crate) fn write_checked_events(out: &mut impl Write, flags: u16, chunk_head: &[u8], body: &[u8]) -> io::Result<u64> {
+    let flags = flags | RECORD_FLAG_CRC;
+    let len = chunk_head.len() + body.len() + CHECK_TRAILER as usize;
+    let rec = RecHdr { offset: 0, payload_len: len as u32, ty: REC_EVENTS, flags };
+    let mut trailer = [0u8; CHECK_TRAILER as usize];
+    trailer[0..4].copy_from_slice(&framing_crc(&rec, chunk_head).to_le_bytes());
+    trailer[4..8].copy_from_slice(&crc32fast::hash(body).to_le_bytes());
+    write_record(out, REC_EVENTS, flags, &[chunk_head, body, &trailer])
 }
 
 /// The 8-byte header of a record of `len` payload bytes.
