@@ -102,17 +102,20 @@ pub fn estimate(e: &crate::profile::sampled::Estimate, bytes: bool) -> String {
 fn sampled(summary: &crate::heap::analyze::SampledSummary) -> Vec<View> {
     let p = &summary.totals;
     let intervals: Vec<String> = p.intervals.iter().map(|&i| crate::units::format_size(i)).collect();
+    let inuse = if p.inuse_bytes.not_sampled() {
+        format!("not sampled (< {}, < {:.0} objects)", human_bytes(p.inuse_bytes.high.round() as u64), p.inuse_objects.high)
+    } else {
+        format!("{} in {} objects", estimate(&p.inuse_bytes, true), estimate(&p.inuse_objects, false))
+    };
     let mut out = vec![View::Note(format!(
         "sampled profile: {} samples at mean interval {} (unwinder {}), {} sampled blocks freed\n\
-         estimated allocated: {} in {} objects; in use at the end: {} in {} objects ([low, high]: 95 % interval)",
+         estimated allocated: {} in {} objects; in use at the end: {inuse} ([low, high]: 95 % interval)",
         p.samples,
         if intervals.is_empty() { "-".to_string() } else { intervals.join(", ") },
         summary.unwind,
         p.sample_frees,
         estimate(&p.alloc_bytes, true),
         estimate(&p.alloc_objects, false),
-        estimate(&p.inuse_bytes, true),
-        estimate(&p.inuse_objects, false),
     ))];
     let mut t = table(
         "sampled_sites",
