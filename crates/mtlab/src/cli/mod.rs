@@ -1,6 +1,7 @@
 //! Command-line parsing into validated configs, then one call into a study.
 
 mod affinity;
+mod heap_study;
 mod profile;
 mod study;
 mod threads;
@@ -91,6 +92,9 @@ enum Command {
     /// Threads study: thread creation, context switches and message passing by CPU set, placement, thread library and preemption model.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
+    /// Heap study: heap managers compared on one program (time, memory, fragmentation, per-call cycles).
+    #[command(subcommand)]
+    Heap(heap_study::HeapCommand),
     /// Affinity study: throughput of one TCP flow for every (flow core, application core) pair, counters per GB, a recommended placement.
     #[command(long_about = affinity::LONG_ABOUT)]
     Affinity(affinity::AffinityArgs),
@@ -349,6 +353,7 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Bench(b) => study::bench(b),
         Command::Threads(t) => threads::threads(t),
         Command::Affinity(a) => affinity::affinity(a),
+        Command::Heap(h) => heap_study::heap(h),
         Command::Topo(a) => cmd_topo(a),
         Command::Runs(a) => study::runs(a),
         Command::Diff(a) => study::diff(a),

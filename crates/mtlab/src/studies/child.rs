@@ -54,6 +54,18 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
     Ok(Measured { stdout, wall, max_rss_kib: usage.ru_maxrss as u64 })
 }
 
+/// This process's resident set now, in KiB (0 if unreadable). A child
+/// started now reports at least this much as its peak RSS: until it execs
+/// it runs on this process's memory, and the kernel keeps that high-water
+/// mark across exec. Peak-RSS figures at or below it only say "no more than".
+pub fn own_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches("kB").trim().parse().ok())))
+        .flatten()
+        .unwrap_or(0)
+}
+
 /// The kernel's CPU set of `cpus` (CPUs beyond CPU_SETSIZE are left out).
 pub fn cpu_set(cpus: &[usize]) -> libc::cpu_set_t {
     // SAFETY: a cpu_set_t of zeroes is the empty set the CPU_SET calls fill.

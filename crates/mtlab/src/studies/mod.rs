@@ -6,6 +6,7 @@
 
 pub mod affinity;
 pub mod child;
+pub mod heap;
 pub mod profiler_cost;
 pub mod threads;
 pub mod tracer_cost;
@@ -41,6 +42,7 @@ fn study_views(run: &Run) -> Vec<View> {
         profiler_cost::STUDY => profiler_cost::views(run),
         threads::STUDY => threads::views(run),
         affinity::STUDY => affinity::views(run),
+        heap::STUDY => heap::views::views(run),
         _ => vec![View::Table(summary::summary_table(run))],
     }
 }

@@ -15,6 +15,7 @@ use std::process::Command;
 use serde::{Deserialize, Serialize};
 
 use super::child::{self, measure};
+use super::heap::allocators;
 use super::StudyError;
 use crate::export::{Cell, Plot, PlotKind, Point, Scale, Series, Table, View};
 use crate::native::{self, Part};
@@ -57,30 +58,13 @@ pub struct ProfilerCostConfig {
     pub dir: Option<PathBuf>,
 }
 
-/// Where to find a heap manager's shared library.
+/// Where to find a heap manager's shared library: a known name (through
+/// the linker cache), else the path given.
 pub fn allocator_library(name: &str) -> Option<PathBuf> {
-    let file = match name {
-        "glibc" => return None,
-        "jemalloc" => "libjemalloc.so.2",
-        "tcmalloc" => "libtcmalloc.so.4",
-        "tcmalloc-minimal" => "libtcmalloc_minimal.so.4",
-        "mimalloc" => "libmimalloc.so.2",
-        path => return Some(PathBuf::from(path)),
-    };
-    ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib"]
-        .iter()
-        .map(|d| Path::new(d).join(file))
-        .find(|p| p.exists())
-}
-
-/// The Debian package that ships a named heap manager (for its version).
-fn allocator_package(name: &str) -> Option<&'static str> {
     match name {
-        "jemalloc" => Some("libjemalloc2"),
-        "tcmalloc" => Some("libgoogle-perftools4"),
-        "tcmalloc-minimal" => Some("libtcmalloc-minimal4"),
-        "mimalloc" => Some("libmimalloc2.0"),
-        _ => None,
+        "glibc" => None,
+        n if allocators::package(n).is_some() => allocators::library(n),
+        path => Some(PathBuf::from(path)),
     }
 }
 
@@ -360,7 +344,7 @@ fn validate(cfg: &ProfilerCostConfig) -> Result<(), StudyError> {
         if a != "glibc" && allocator_library(a).is_none_or(|l| !l.exists()) {
             return Err(StudyError::Config(format!(
                 "allocator `{a}` not found: install it (e.g. apt-get install {}) or give the path to its .so",
-                allocator_package(a).unwrap_or("its package")
+                allocators::package(a).unwrap_or("its package")
             )));
         }
     }
@@ -394,7 +378,7 @@ pub fn run(cfg: &ProfilerCostConfig, progress: &Progress) -> Result<Run, StudyEr
     }
     let planned = plan(cfg);
     for p in &planned {
-        if let Some(pkg) = allocator_package(&p.allocator) {
+        if let Some(pkg) = allocators::package(&p.allocator) {
             if !run.environment.software.contains_key(&p.allocator) {
                 if let Some(v) = crate::study::env::package_version(pkg) {
                     run.environment.software.insert(p.allocator.clone(), v);

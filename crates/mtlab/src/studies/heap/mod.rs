@@ -1,0 +1,235 @@
+//! `mtlab heap compare`: one program under several heap managers, side by
+//! side. Each allocator runs the program untraced (wall time, peak RSS) and
+//! under `mtlab record` (the per-function cycle table, live and mapped bytes,
+//! fragmentation, utilization, and the time series behind the plots), the
+//! two interleaved round by round through the study runner.
+
+pub mod allocators;
+pub mod views;
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::{Deserialize, Serialize};
+
+pub use allocators::{resolve, Allocator};
+
+use super::child::{self, measure};
+use super::StudyError;
+use crate::study::progress::Progress;
+use crate::study::runner::{self, RunnerOptions, Sample};
+use crate::study::{Configuration, Run};
+use crate::trace::{keys, TraceFile};
+
+pub const STUDY: &str = "heap-compare";
+
+/// The allocator functions whose cycles the comparison tables show.
+pub const FUNCTIONS: [&str; 4] = ["malloc", "free", "calloc", "realloc"];
+
+#[derive(Debug, Clone)]
+pub struct HeapCompareConfig {
+    pub allocators: Vec<Allocator>,
+    pub argv: Vec<OsString>,
+    pub runner: RunnerOptions,
+    /// Where traces go (default: a temporary directory).
+    pub dir: Option<PathBuf>,
+}
+
+pub fn untraced(a: &str) -> String {
+    format!("{a} untraced")
+}
+
+pub fn traced(a: &str) -> String {
+    format!("{a} traced")
+}
+
+/// One point of an allocator's time series (the run's `details`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SeriesPoint {
+    pub event: u64,
+    pub seconds: Option<f64>,
+    pub live_bytes: u64,
+    pub mapped_bytes: u64,
+    pub fragmentation_mean: f64,
+    pub utilization: f64,
+    pub malloc_mean_cycles: Option<f64>,
+}
+
+/// `details`: each allocator's time series, from its last traced repetition.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Details {
+    pub series: BTreeMap<String, Vec<SeriesPoint>>,
+}
+
+struct Lab {
+    dir: PathBuf,
+    mtlab: PathBuf,
+    argv: Vec<OsString>,
+    series: RefCell<BTreeMap<String, Vec<SeriesPoint>>>,
+}
+
+fn bytes(metric: &str, v: u64) -> Sample {
+    Sample::cost(metric, "bytes", v as f64)
+}
+
+/// A number at `path` in a report's JSON.
+fn num(v: &serde_json::Value, path: &[&str]) -> Option<f64> {
+    path.iter().try_fold(v, |v, k| v.get(k)).and_then(serde_json::Value::as_f64)
+}
+
+/// The measurements of one traced run, from the root process's report
+/// (`mtlab report --json`, run as a child so that its memory never adds to
+/// the peak RSS of the programs measured after it).
+fn traced_samples(r: &serde_json::Value, program_wall_s: f64, what: &str) -> Result<Vec<Sample>, StudyError> {
+    let need = |path: &[&str]| num(r, path).ok_or_else(|| StudyError::Output(format!("{what}: the report has no {}", path.join("."))));
+    let mut out = vec![
+        Sample::cost("wall_s", "s", program_wall_s),
+        Sample::cost("peak_live_bytes", "bytes", need(&["peak", "live_bytes"])?),
+        Sample::cost("peak_mapped_bytes", "bytes", need(&["peak", "mapped_bytes"])?),
+        Sample::cost("end_live_bytes", "bytes", need(&["end", "live_bytes"])?),
+        Sample::cost("end_mapped_bytes", "bytes", need(&["end", "mapped_bytes"])?),
+        Sample::cost("peak_fragmentation_mean", "fraction", need(&["peak", "fragmentation", "mean"])?),
+        Sample::cost("peak_fragmentation_total", "fraction", need(&["peak", "fragmentation", "total"])?),
+        Sample::gain("peak_utilization", "fraction", need(&["peak", "utilization"])?),
+    ];
+    for f in FUNCTIONS {
+        let fr = |k: &[&str]| num(&r["functions"][f], k);
+        let Some(calls) = fr(&["calls"]).filter(|&c| c > 0.0) else { continue };
+        out.push(Sample::cost(&format!("{f}.calls"), "calls", calls));
+        let fields = [
+            ("mean_size", "bytes", &["mean_size"][..]),
+            ("cycles_mean", "cycles", &["cycles", "mean"][..]),
+            ("cycles_sd", "cycles", &["cycles", "stddev"][..]),
+            ("cycles_p99", "cycles", &["cycles", "p99"][..]),
+            ("cycles_total", "cycles", &["cycles", "total"][..]),
+        ];
+        for (name, unit, path) in fields {
+            if let Some(v) = fr(path) {
+                out.push(Sample::cost(&format!("{f}.{name}"), unit, v));
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn series_of(r: &serde_json::Value) -> Vec<SeriesPoint> {
+    let points = r["time_series"].as_array().map(Vec::as_slice).unwrap_or_default();
+    points
+        .iter()
+        .map(|p| SeriesPoint {
+            event: p["event"].as_u64().unwrap_or(0),
+            seconds: p["ns"].as_f64().map(|n| n / 1e9),
+            live_bytes: p["live_bytes"].as_u64().unwrap_or(0),
+            mapped_bytes: p["mapped_bytes"].as_u64().unwrap_or(0),
+            fragmentation_mean: p["fragmentation_mean"].as_f64().unwrap_or(0.0),
+            utilization: p["utilization"].as_f64().unwrap_or(0.0),
+            malloc_mean_cycles: p["malloc_mean_cycles"].as_f64(),
+        })
+        .collect()
+}
+
+impl Lab {
+    fn command(&self, a: &Allocator, traced_to: Option<&Path>) -> Command {
+        let mut c = match traced_to {
+            Some(trace) => {
+                let mut c = Command::new(&self.mtlab);
+                c.arg("record").arg("-o").arg(trace).arg("--").args(&self.argv);
+                c
+            }
+            None => {
+                let mut c = Command::new(&self.argv[0]);
+                c.args(&self.argv[1..]);
+                c
+            }
+        };
+        // `mtlab record` puts its own library first and keeps this one after it.
+        match &a.library {
+            Some(lib) => c.env("LD_PRELOAD", lib),
+            None => c.env_remove("LD_PRELOAD"),
+        };
+        c
+    }
+
+    fn trial(&self, cfg: &Configuration, allocators: &[Allocator]) -> Result<Vec<Sample>, StudyError> {
+        let a = allocators
+            .iter()
+            .find(|a| cfg.name == untraced(&a.name) || cfg.name == traced(&a.name))
+            .expect("every configuration names an allocator");
+        if cfg.name == untraced(&a.name) {
+            let floor = child::own_rss_kib();
+            let m = measure(self.command(a, None), &cfg.name)?;
+            return Ok(vec![
+                Sample::cost("wall_s", "s", m.wall.as_secs_f64()),
+                bytes("peak_rss", m.max_rss_kib * 1024),
+                bytes("rss_floor", floor * 1024),
+            ]);
+        }
+        let trace = self.dir.join(format!("{}.mtl", a.file_stem()));
+        let floor = child::own_rss_kib();
+        measure(self.command(a, Some(&trace)), &cfg.name)?;
+        let mut c = Command::new(&self.mtlab);
+        c.arg("report").arg("--json").arg("--top").arg("1").arg(&trace);
+        let m = measure(c, "mtlab report")?;
+        let r: serde_json::Value =
+            serde_json::from_str(&m.stdout).map_err(|e| StudyError::Output(format!("mtlab report --json: {e}")))?;
+        let (detected, path) = (r["allocator"].as_str().unwrap_or("?"), r["allocator_path"].as_str().unwrap_or("?"));
+        if !a.matches(detected, path) {
+            return Err(StudyError::Output(format!(
+                "the program did not use {} — its malloc came from {detected} ({path}): a statically linked program, \
+                 or one that brings its own allocator, cannot be given another",
+                a.name
+            )));
+        }
+        let tf = TraceFile::open(&trace).map_err(|e| StudyError::Output(format!("{}: {e}", cfg.name)))?;
+        let wall = tf
+            .runinfo_get(keys::WALL_NS)
+            .and_then(|v| v.parse::<f64>().ok())
+            .ok_or_else(|| StudyError::Output(format!("{}: the trace has no wall_ns in RUNINFO", cfg.name)))?;
+        let rss = tf.stats.iter().find(|(k, _)| k == keys::MAX_RSS_KIB).and_then(|(_, v)| v.parse::<u64>().ok());
+        let mut out = traced_samples(&r, wall / 1e9, &cfg.name)?;
+        if let Some(kib) = rss {
+            out.push(bytes("peak_rss", kib * 1024));
+        }
+        out.push(bytes("rss_floor", floor * 1024));
+        self.series.borrow_mut().insert(a.name.clone(), series_of(&r));
+        Ok(out)
+    }
+}
+
+pub fn run(cfg: &HeapCompareConfig, progress: &Progress) -> Result<Run, StudyError> {
+    let started = std::time::Instant::now();
+    let (dir, _tmp) = child::work_dir(cfg.dir.as_deref())?;
+    let mtlab = std::env::current_exe().map_err(|source| StudyError::Io { path: "mtlab".into(), source })?;
+    let command = cfg.argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
+    let mut run = Run::new(STUDY, "heap managers compared on one program");
+    run.settings.insert("command".into(), command);
+    run.settings.insert("allocators".into(), cfg.allocators.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(","));
+    run.settings.insert("repetitions".into(), cfg.runner.reps.to_string());
+    run.settings.insert("warm-up".into(), cfg.runner.warmup.to_string());
+    let mut configs = Vec::new();
+    for a in &cfg.allocators {
+        let lib = a.library.as_ref().map(|l| l.display().to_string()).unwrap_or_else(|| "the system's (glibc)".into());
+        configs.push(Configuration::new(&untraced(&a.name)).param("allocator", &a.name).param("library", &lib));
+        configs.push(
+            Configuration::new(&traced(&a.name)).baseline(&untraced(&a.name)).param("allocator", &a.name).param("library", &lib),
+        );
+        if let Some(v) = a.version() {
+            run.environment.software.insert(a.name.clone(), v);
+        }
+    }
+    let lab = Lab { dir, mtlab, argv: cfg.argv.clone(), series: RefCell::new(BTreeMap::new()) };
+    progress.inc_length(((cfg.runner.warmup + cfg.runner.reps) as usize * configs.len()) as u64);
+    runner::run_all(&mut run, &configs, &cfg.runner, progress, |c, _| lab.trial(c, &cfg.allocators))?;
+    let details = Details { series: lab.series.into_inner() };
+    run.details = serde_json::to_value(details).unwrap_or_default();
+    run.notes.push(
+        "traced figures come from mtlab's shadow heap: live = bytes requested and not freed; mapped = bytes the \
+         allocator holds from the system (brk and mmap); fragmentation and utilization as docs/metrics.md defines them"
+            .into(),
+    );
+    run.duration_s = started.elapsed().as_secs_f64();
+    Ok(run)
+}

@@ -1,0 +1,149 @@
+//! What `mtlab heap compare` shows: the allocators side by side (time,
+//! memory, fragmentation), their per-function cycle tables, and plots of
+//! live and mapped bytes, fragmentation and utilization, and malloc cycles
+//! against heap events, one line per allocator.
+
+use super::{traced, untraced, Details, FUNCTIONS};
+use crate::export::{Cell, Plot, PlotKind, Point, Scale, Series, Table, View};
+use crate::study::{summary, Run};
+
+fn allocators(run: &Run) -> Vec<String> {
+    run.settings.get("allocators").map(|s| s.split(',').map(String::from).collect()).unwrap_or_default()
+}
+
+fn bytes(run: &Run, config: &str, metric: &str) -> Cell {
+    summary::median(run, config, metric).map(|b| Cell::Bytes(b as u64)).unwrap_or(Cell::Empty)
+}
+
+/// A peak RSS, or "≤ X" where it did not rise above what the child
+/// inherited from mtlab (`child::own_rss_kib`).
+fn peak_rss(run: &Run, config: &str) -> Cell {
+    match (summary::median(run, config, "peak_rss"), summary::median(run, config, "rss_floor")) {
+        (Some(p), Some(f)) if p <= f * 1.02 => Cell::text(format!("≤ {}", crate::units::human_bytes(f as u64))),
+        (Some(p), _) => Cell::Bytes(p as u64),
+        _ => Cell::Empty,
+    }
+}
+
+fn side_by_side(run: &Run, names: &[String]) -> Table {
+    let mut t = Table::new(
+        "allocators",
+        format!("{} (medians over the repetitions)", run.settings.get("command").map(String::as_str).unwrap_or("")),
+        &[
+            "allocator",
+            "wall s [interval]",
+            "peak RSS",
+            "traced × untraced",
+            "peak live",
+            "peak mapped",
+            "end live",
+            "end mapped",
+            "fragmentation % (mean, at peak)",
+            "utilization % (at peak)",
+        ],
+        1,
+    );
+    for a in names {
+        let u = untraced(a);
+        let tr = traced(a);
+        let wall = run.measurement(&u, "wall_s").map(|m| crate::study::stats::summarize(&m.values));
+        let ratio = summary::ratio(run, &tr, "wall_s", &u, "wall_s");
+        t.push(vec![
+            Cell::text(a),
+            match wall {
+                Some(s) => Cell::Estimate { value: s.median, low: s.median_ci.map(|i| i.low), high: s.median_ci.map(|i| i.high), decimals: 3 },
+                None => Cell::Empty,
+            },
+            peak_rss(run, &u),
+            match ratio {
+                Some(r) => Cell::Estimate { value: r.ratio, low: r.interval.map(|i| i.low), high: r.interval.map(|i| i.high), decimals: 2 },
+                None => Cell::Empty,
+            },
+            bytes(run, &tr, "peak_live_bytes"),
+            bytes(run, &tr, "peak_mapped_bytes"),
+            bytes(run, &tr, "end_live_bytes"),
+            bytes(run, &tr, "end_mapped_bytes"),
+            Cell::num(summary::median(run, &tr, "peak_fragmentation_mean").map(|f| f * 100.0), 1),
+            Cell::num(summary::median(run, &tr, "peak_utilization").map(|f| f * 100.0), 1),
+        ]);
+    }
+    t
+}
+
+fn functions(run: &Run, names: &[String]) -> Table {
+    let mut t = Table::new(
+        "functions",
+        "allocator calls, traced (cycles of the real call, timed by mtlab; medians over the repetitions)",
+        &["allocator", "function", "calls", "mean size", "mean cycles", "sd cycles", "p99 cycles", "total cycles"],
+        2,
+    );
+    for a in names {
+        let tr = traced(a);
+        for f in FUNCTIONS {
+            let m = |k: &str| summary::median(run, &tr, &format!("{f}.{k}"));
+            let Some(calls) = m("calls") else { continue };
+            t.push(vec![
+                Cell::text(a),
+                Cell::text(f),
+                Cell::Int(calls as i64),
+                Cell::num(m("mean_size"), 1),
+                Cell::num(m("cycles_mean"), 1),
+                Cell::num(m("cycles_sd"), 1),
+                Cell::num(m("cycles_p99"), 0),
+                Cell::num(m("cycles_total"), 0),
+            ]);
+        }
+    }
+    t
+}
+
+fn line(name: &str, title: &str, y: &str, series: Vec<Series>) -> View {
+    View::Plot(Plot {
+        name: name.into(),
+        title: title.into(),
+        x_label: "heap events".into(),
+        y_label: y.into(),
+        kind: PlotKind::Line { x_scale: Scale::Linear, series },
+    })
+}
+
+fn plots(details: &Details) -> Vec<View> {
+    let pts = |a: &str, f: &dyn Fn(&super::SeriesPoint) -> Option<f64>| -> Vec<Point> {
+        details.series[a]
+            .iter()
+            .filter_map(|p| f(p).map(|y| Point { x: p.event as f64, y, low: None, high: None }))
+            .collect()
+    };
+    let mut memory = Vec::new();
+    let mut frag = Vec::new();
+    let mut cycles = Vec::new();
+    for a in details.series.keys() {
+        memory.push(Series { name: format!("{a} live"), points: pts(a, &|p| Some(p.live_bytes as f64 / 1048576.0)) });
+        memory.push(Series { name: format!("{a} mapped"), points: pts(a, &|p| Some(p.mapped_bytes as f64 / 1048576.0)) });
+        frag.push(Series { name: format!("{a} fragmentation"), points: pts(a, &|p| Some(p.fragmentation_mean * 100.0)) });
+        frag.push(Series { name: format!("{a} utilization"), points: pts(a, &|p| Some(p.utilization * 100.0)) });
+        cycles.push(Series { name: a.clone(), points: pts(a, &|p| p.malloc_mean_cycles) });
+    }
+    vec![
+        line("heap-compare-memory", "live and mapped bytes against heap events", "MiB", memory),
+        line("heap-compare-fragmentation", "fragmentation (mean) and utilization against heap events", "%", frag),
+        line("heap-compare-malloc-cycles", "mean malloc cycles per window of events", "cycles", cycles),
+    ]
+}
+
+pub fn views(run: &Run) -> Vec<View> {
+    let names = allocators(run);
+    let mut v = vec![View::Table(side_by_side(run, &names)), View::Table(functions(run, &names))];
+    v.push(View::Note(
+        "wall s and peak RSS: the program untraced (peak RSS \"≤ X\": no higher than what a child inherits from mtlab \
+         until it execs, so not measurable here); traced × untraced: the program's own wall time under mtlab record \
+         over the untraced one, paired by round"
+            .into(),
+    ));
+    if let Ok(d) = serde_json::from_value::<Details>(run.details.clone()) {
+        if !d.series.is_empty() {
+            v.extend(plots(&d));
+        }
+    }
+    v
+}
