@@ -140,6 +140,7 @@ __attribute__((constructor)) static void mtlab_start(void) {
     }
     if (!mtlab_cfg.follow) unsetenv("MTLAB_OUT"); /* children stay untraced */
     detect_allocator();
+    mtlab_allocator_stats_start();
     mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);
     uint64_t heap = 0, heap_end = 0;
     mtlab_find_mapping("[heap]", &heap, &heap_end);

@@ -221,6 +221,9 @@ HIDDEN void mtlab_sampler_name_root(void);
 HIDDEN void mtlab_sampler_stop(void);
 HIDDEN void mtlab_sampler_detach(void); /* a --no-follow fork child leaves the sampler */
 HIDDEN char *mtlab_sampler_stats(char *p, const char *end);
+/* "key=value" lines of the heap manager's own statistics (allocstats.c). */
+HIDDEN char *mtlab_allocator_stats(char *p, const char *end);
+HIDDEN void mtlab_allocator_stats_start(void); /* the same figures when tracing starts */
 
 /* ---- GOT routing (got.c): sampling mode only ----
  * While sampling is off, the PLT slots (R_X86_64_JUMP_SLOT) of the modules

@@ -461,6 +461,7 @@ void mtlab_write_stats(void) {
     static char text[1024];
     char *end = text + sizeof text - 1;
     char *p = mtlab_sampler_stats(text, end);
+    p = mtlab_allocator_stats(p, end);
     p = mtlab_append(p, end, "max_rss_kib=");
     p = mtlab_append_u64(p, end, mtlab_sys_max_rss_kib());
     p = mtlab_append(p, end, "\n");

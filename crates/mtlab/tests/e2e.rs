@@ -1089,21 +1089,6 @@ fn demo_records_compacts_and_samples_the_built_in_workload() {
     assert_eq!(full["peak"], compact["peak"]);
 }
 
-/// The records of a trace file: (offset, payload length, type, flags).
-fn trace_records(bytes: &[u8]) -> Vec<(usize, usize, u16, u16)> {
-    let text_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
-    let mut off = 16 + text_len;
-    let mut out = Vec::new();
-    while off + 8 <= bytes.len() {
-        let len = u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
-        let ty = u16::from_le_bytes(bytes[off + 4..off + 6].try_into().unwrap());
-        let flags = u16::from_le_bytes(bytes[off + 6..off + 8].try_into().unwrap());
-        out.push((off, len, ty, flags));
-        off += 8 + len;
-    }
-    out
-}
-
 #[test]
 fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() {
     let lab = Lab::new();
@@ -1126,9 +1111,9 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
     for trace in ["full.mtl", "sampled.mtl", "compact.mtl"] {
         let bytes = std::fs::read(lab.path(trace)).unwrap();
         assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 3, "{trace}: a rewritten trace is version 3");
-        let chunks: Vec<_> = trace_records(&bytes).into_iter().filter(|r| r.2 == 1).collect();
+        let chunks: Vec<RawRecord> = raw_records(&bytes).into_iter().filter(|r| r.ty == 1).collect();
         assert!(chunks.len() >= 4, "{trace}: {} chunks", chunks.len());
-        assert!(chunks.iter().all(|r| r.3 & 0x4 != 0), "{trace}: every chunk carries checksums");
+        assert!(chunks.iter().all(|r| r.flags & 0x4 != 0), "{trace}: every chunk carries checksums");
         let base = lab.report(trace);
         assert_eq!(base["chunks_damaged"], 0, "{trace}");
         let calls = u(&base["functions"]["malloc"]["calls"]) + u(&base["functions"]["free"]["calls"]);
@@ -1136,8 +1121,9 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
         const TRIALS: usize = 40;
         for _ in 0..TRIALS {
             // Any bit of a chunk: record header, chunk header, events, checksums.
-            let (off, len, ..) = chunks[next(chunks.len())];
-            let at = off + next(8 + len);
+            let c = &chunks[next(chunks.len())];
+            let (off, len) = (c.offset as usize, (c.end - c.offset) as usize);
+            let at = off + next(len);
             let bit = next(8);
             let mut damaged = bytes.clone();
             damaged[at] ^= 1 << bit;
@@ -1155,7 +1141,7 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
 
         // A flipped length leaves no way to step to the next record: reading
         // resumes at the next record whose checksums match.
-        let (off, ..) = chunks[1];
+        let off = chunks[1].offset as usize;
         let mut damaged = bytes.clone();
         damaged[off + 1] ^= 0x10;
         std::fs::write(lab.path("flipped.mtl"), &damaged).unwrap();

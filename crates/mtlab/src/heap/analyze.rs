@@ -116,6 +116,50 @@ pub struct ProgramMappings {
     pub bytes: u64,
 }
 
+/// The heap manager's own figures at exit (STATS), beside mtlab's.
+#[derive(Debug, Clone, Serialize)]
+pub struct AllocatorStats {
+    pub source: String,
+    pub in_use_bytes: Option<u64>,
+    /// Of those, the bytes already in use when tracing started.
+    pub in_use_at_start_bytes: Option<u64>,
+    pub mapped_bytes: Option<u64>,
+    /// Of those, the bytes already mapped when tracing started.
+    pub mapped_at_start_bytes: Option<u64>,
+    /// mtlab's figure comparable with `in_use_bytes`: live usable bytes, and
+    /// for glibc the 8-byte chunk header of each live block.
+    pub mtlab_in_use_bytes: u64,
+    pub mtlab_mapped_bytes: u64,
+}
+
+impl AllocatorStats {
+    /// The heap manager's in-use bytes that mtlab could have seen: at exit,
+    /// less those in use when tracing started.
+    pub fn traced_in_use_bytes(&self) -> Option<u64> {
+        Some(self.in_use_bytes?.saturating_sub(self.in_use_at_start_bytes.unwrap_or(0)))
+    }
+
+    /// The same for mapped bytes: what was mapped while mtlab watched.
+    pub fn traced_mapped_bytes(&self) -> Option<u64> {
+        Some(self.mapped_bytes?.saturating_sub(self.mapped_at_start_bytes.unwrap_or(0)))
+    }
+
+    fn read(trace: &TraceFile, allocator: &str, end: &HeapSnapshot) -> Option<AllocatorStats> {
+        let get = |k: &str| trace.stats.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        let num = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());
+        let headers = if allocator == "glibc" { 8 * end.live_objects } else { 0 };
+        Some(AllocatorStats {
+            source: get(keys::ALLOCATOR_STATS)?.to_string(),
+            in_use_bytes: num(keys::ALLOCATOR_IN_USE_BYTES),
+            in_use_at_start_bytes: num(keys::ALLOCATOR_IN_USE_AT_START_BYTES),
+            mapped_bytes: num(keys::ALLOCATOR_MAPPED_BYTES),
+            mapped_at_start_bytes: num(keys::ALLOCATOR_MAPPED_AT_START_BYTES),
+            mtlab_in_use_bytes: end.live_usable_bytes + headers,
+            mtlab_mapped_bytes: end.mapped_bytes,
+        })
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ProcessReport {
     pub file: String,
@@ -139,6 +183,8 @@ pub struct ProcessReport {
     /// Records of the file found damaged (their checksum did not match) and
     /// skipped; their events are counted in `events_dropped`.
     pub chunks_damaged: u64,
+    /// The heap manager's own figures at exit, where it has them.
+    pub allocator_stats: Option<AllocatorStats>,
     pub stacks_overflowed: Option<u64>,
     pub clean_end: bool,
     pub unknown_frees: u64,
@@ -597,6 +643,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         events_dropped: trace.end.as_ref().map(|e| e.events_dropped + e.events_written.saturating_sub(decoded)),
         chunks_dropped: trace.end.as_ref().map(|e| e.chunks_dropped),
         chunks_damaged: trace.records_damaged + items.chunks_damaged().0,
+        allocator_stats: AllocatorStats::read(trace, &trace.header.allocator, &end),
         stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),
         clean_end: trace.end.is_some(),
         unknown_frees: pass.heap.unknown_frees,

@@ -194,6 +194,29 @@ pub fn views(run: &RunReport) -> Vec<View> {
                      _exit or exec), or its trace could not be completed (disk full); events after its last flush are missing"
                 .into(),
         });
+        if let Some(a) = &p.allocator_stats {
+            let side = |theirs: Option<u64>, ours: u64| match theirs {
+                Some(t) if t > 0 => format!(
+                    "{} (mtlab: {}, {:+.2} %)",
+                    human_bytes(t),
+                    human_bytes(ours),
+                    (ours as f64 / t as f64 - 1.0) * 100.0
+                ),
+                _ => "not kept by it".into(),
+            };
+            let before = |b: Option<u64>| match b {
+                Some(b) if b > 0 => format!(" ({} more before tracing started)", human_bytes(b)),
+                _ => String::new(),
+            };
+            note(format!(
+                "the heap manager's own view at exit ({}), since tracing started: in use {}{}; mapped {}{}",
+                a.source,
+                side(a.traced_in_use_bytes(), a.mtlab_in_use_bytes),
+                before(a.in_use_at_start_bytes),
+                side(a.traced_mapped_bytes(), a.mtlab_mapped_bytes),
+                before(a.mapped_at_start_bytes),
+            ));
+        }
         if p.chunks_damaged > 0 {
             note(format!(
                 "DAMAGED TRACE: {} chunk(s) did not match their checksums and were skipped — the figures above \

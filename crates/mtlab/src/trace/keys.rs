@@ -45,5 +45,18 @@ pub const SAMPLES_UNTRACKED: &str = "samples_untracked";
 pub const SAMPLES_THREADS_UNNAMED: &str = "samples_threads_unnamed";
 /// Samples taken.
 pub const SAMPLES: &str = "samples";
+/// Where the heap manager's own figures below come from (`mallinfo2`,
+/// `jemalloc mallctl`, `tcmalloc MallocExtension`, `mimalloc mi_process_info`).
+pub const ALLOCATOR_STATS: &str = "allocator_stats";
+/// Bytes the heap manager counts as handed out at exit (glibc: uordblks +
+/// hblkhd, chunk headers and thread-cached chunks included).
+pub const ALLOCATOR_IN_USE_BYTES: &str = "allocator_in_use_bytes";
+/// Bytes the heap manager holds from the system at exit.
+pub const ALLOCATOR_MAPPED_BYTES: &str = "allocator_mapped_bytes";
+/// `allocator_in_use_bytes` when tracing started: what the loader and libc
+/// had allocated before mtlab could see anything.
+pub const ALLOCATOR_IN_USE_AT_START_BYTES: &str = "allocator_in_use_at_start_bytes";
+/// `allocator_mapped_bytes` when tracing started.
+pub const ALLOCATOR_MAPPED_AT_START_BYTES: &str = "allocator_mapped_at_start_bytes";
 /// The process's peak resident set size, in KiB (`getrusage`).
 pub const MAX_RSS_KIB: &str = "max_rss_kib";

@@ -346,6 +346,7 @@ pub struct RawRecord {
     pub offset: u64,
     pub end: u64,
     pub ty: u16,
+    pub flags: u16,
 }
 
 /// The records of a complete trace file, in file order.
@@ -358,9 +359,10 @@ pub fn raw_records(bytes: &[u8]) -> Vec<RawRecord> {
         let o = off as usize;
         let len = u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap()) as u64;
         let ty = u16::from_le_bytes(bytes[o + 4..o + 6].try_into().unwrap());
+        let flags = u16::from_le_bytes(bytes[o + 6..o + 8].try_into().unwrap());
         let end = off + 8 + len;
         assert!(end <= bytes.len() as u64, "complete trace has a record past its end");
-        out.push(RawRecord { offset: off, end, ty });
+        out.push(RawRecord { offset: off, end, ty, flags });
         off = end;
     }
     out

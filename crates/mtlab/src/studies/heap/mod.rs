@@ -95,6 +95,17 @@ fn traced_samples(r: &serde_json::Value, program_wall_s: f64, what: &str) -> Res
         Sample::cost("peak_fragmentation_total", "fraction", need(&["peak", "fragmentation", "total"])?),
         Sample::gain("peak_utilization", "fraction", need(&["peak", "utilization"])?),
     ];
+    // The heap manager's own figures, since tracing started (what mtlab could see).
+    let own = &r["allocator_stats"];
+    for (metric, key) in [("allocator_in_use_bytes", "in_use"), ("allocator_mapped_bytes", "mapped")] {
+        if let Some(v) = own[format!("{key}_bytes")].as_f64() {
+            let before = own[format!("{key}_at_start_bytes")].as_f64().unwrap_or(0.0);
+            out.push(Sample::cost(metric, "bytes", (v - before).max(0.0)));
+        }
+    }
+    if let Some(v) = own["mtlab_in_use_bytes"].as_f64() {
+        out.push(Sample::cost("mtlab_in_use_bytes", "bytes", v));
+    }
     for f in FUNCTIONS {
         let fr = |k: &[&str]| num(&r["functions"][f], k);
         let Some(calls) = fr(&["calls"]).filter(|&c| c > 0.0) else { continue };
@@ -169,7 +180,15 @@ impl Lab {
         }
         let trace = self.dir.join(format!("{}.mtl", a.file_stem()));
         let floor = child::own_rss_kib();
+        let _ = std::fs::remove_file(&trace);
         measure(self.command(a, Some(&trace)), &cfg.name)?;
+        if !trace.exists() {
+            return Err(StudyError::Output(format!(
+                "{}: the program made no traced call (statically linked, or it clears LD_PRELOAD): it keeps its own \
+                 malloc, so no other allocator can take its place",
+                cfg.name
+            )));
+        }
         let mut c = Command::new(&self.mtlab);
         c.arg("report").arg("--json").arg("--top").arg("1").arg(&trace);
         let m = measure(c, "mtlab report")?;
@@ -212,9 +231,9 @@ pub fn run(cfg: &HeapCompareConfig, progress: &Progress) -> Result<Run, StudyErr
     let mut configs = Vec::new();
     for a in &cfg.allocators {
         let lib = a.library.as_ref().map(|l| l.display().to_string()).unwrap_or_else(|| "the system's (glibc)".into());
-        configs.push(Configuration::new(&untraced(&a.name)).param("allocator", &a.name).param("library", &lib));
+        configs.push(Configuration::new(untraced(&a.name)).param("allocator", &a.name).param("library", &lib));
         configs.push(
-            Configuration::new(&traced(&a.name)).baseline(&untraced(&a.name)).param("allocator", &a.name).param("library", &lib),
+            Configuration::new(traced(&a.name)).baseline(untraced(&a.name)).param("allocator", &a.name).param("library", &lib),
         );
         if let Some(v) = a.version() {
             run.environment.software.insert(a.name.clone(), v);

@@ -97,6 +97,40 @@ fn functions(run: &Run, names: &[String]) -> Table {
     t
 }
 
+/// mtlab's figures at exit beside the heap manager's own.
+fn validation(run: &Run, names: &[String]) -> Table {
+    let mut t = Table::new(
+        "validation",
+        "at exit, since tracing started: the heap manager's own figures beside mtlab's (glibc: mallinfo2, live usable bytes + 8-byte chunk headers; jemalloc: stats.allocated/mapped; tcmalloc: current allocated bytes, heap size; mimalloc: committed bytes)",
+        &["allocator", "in use (its own)", "in use (mtlab)", "difference", "mapped (its own)", "mapped (mtlab)", "difference"],
+        1,
+    );
+    for a in names {
+        let tr = traced(a);
+        let m = |k: &str| summary::median(run, &tr, k);
+        let diff = |ours: Option<f64>, theirs: Option<f64>| match (ours, theirs) {
+            (Some(o), Some(t)) if t > 0.0 => Cell::Pct((o / t - 1.0) * 100.0),
+            _ => Cell::Empty,
+        };
+        let b = |v: Option<f64>| v.map(|v| Cell::Bytes(v as u64)).unwrap_or(Cell::Empty);
+        let (theirs_in, ours_in) = (m("allocator_in_use_bytes"), m("mtlab_in_use_bytes"));
+        let (theirs_map, ours_map) = (m("allocator_mapped_bytes"), m("end_mapped_bytes"));
+        if theirs_in.is_none() && theirs_map.is_none() {
+            continue;
+        }
+        t.push(vec![
+            Cell::text(a),
+            b(theirs_in),
+            b(theirs_in.and(ours_in)),
+            diff(ours_in, theirs_in),
+            b(theirs_map),
+            b(ours_map),
+            diff(ours_map, theirs_map),
+        ]);
+    }
+    t
+}
+
 fn line(name: &str, title: &str, y: &str, series: Vec<Series>) -> View {
     View::Plot(Plot {
         name: name.into(),
@@ -133,7 +167,11 @@ fn plots(details: &Details) -> Vec<View> {
 
 pub fn views(run: &Run) -> Vec<View> {
     let names = allocators(run);
-    let mut v = vec![View::Table(side_by_side(run, &names)), View::Table(functions(run, &names))];
+    let mut v = vec![
+        View::Table(side_by_side(run, &names)),
+        View::Table(functions(run, &names)),
+        View::Table(validation(run, &names)),
+    ];
     v.push(View::Note(
         "wall s and peak RSS: the program untraced (peak RSS \"≤ X\": no higher than what a child inherits from mtlab \
          until it execs, so not measurable here); traced × untraced: the program's own wall time under mtlab record \

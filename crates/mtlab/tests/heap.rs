@@ -1,0 +1,107 @@
+//! End-to-end tests of `mtlab heap compare` through the real binary: exact
+//! figures on a heap of known shape under every installed allocator, mtlab's
+//! figures beside each allocator's own, and bad input refused clearly.
+
+mod util;
+
+use serde_json::Value;
+use util::*;
+
+fn median(run: &Value, config: &str, metric: &str) -> Option<f64> {
+    let m = run["measurements"].as_array().unwrap().iter().find(|m| m["configuration"] == config && m["metric"] == metric)?;
+    let mut v: Vec<f64> = m["values"].as_array().unwrap().iter().map(f).collect();
+    v.sort_by(f64::total_cmp);
+    Some(v[v.len() / 2])
+}
+
+/// The named allocators this machine has (CI installs all four).
+fn installed() -> Vec<&'static str> {
+    let cache = std::process::Command::new("ldconfig").arg("-p").output().map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let cache = cache.unwrap_or_default();
+    let mut v = vec!["glibc"];
+    for (name, so) in [("jemalloc", "libjemalloc.so.2"), ("tcmalloc", "libtcmalloc.so.4"), ("mimalloc", "libmimalloc.so.2")] {
+        if cache.contains(so) {
+            v.push(name);
+        } else {
+            skip(&format!("{name} is not installed ({so})"));
+        }
+    }
+    v
+}
+
+#[test]
+fn compare_gives_exact_live_bytes_under_every_allocator_and_agrees_with_their_own_counts() {
+    let lab = Lab::new();
+    let prog = lab.compile("h_known");
+    let names = installed();
+    let list = names.join(",");
+    let run = lab.mtlab_json(&[
+        "heap", "compare", "--allocators", &list, "--reps", "2", "--warmup", "0", "-q", "--store",
+        lab.store().to_str().unwrap(), "--", prog.to_str().unwrap(),
+    ]);
+    assert_eq!(run["study"], "heap-compare");
+    for a in &names {
+        let t = format!("{a} traced");
+        let u = format!("{a} untraced");
+        // The program's own requests do not depend on the allocator.
+        assert_eq!(median(&run, &t, "peak_live_bytes"), Some(10_485_760.0), "{a}");
+        assert_eq!(median(&run, &t, "end_live_bytes"), Some(2_000_000.0), "{a}");
+        assert_eq!(median(&run, &t, "malloc.calls"), Some(5510.0), "{a}");
+        assert_eq!(median(&run, &t, "free.calls"), Some(10.0), "{a}");
+        assert_eq!(median(&run, &t, "malloc.mean_size"), Some((10.0 * 1048576.0 + 500_000.0 + 1_500_000.0) / 5510.0), "{a}");
+        // What the allocator holds covers what it handed out.
+        let mapped = median(&run, &t, "end_mapped_bytes").unwrap();
+        assert!(mapped >= 2_000_000.0, "{a}: {mapped} mapped at exit");
+        assert!(median(&run, &u, "wall_s").unwrap() > 0.0, "{a}");
+        assert!(median(&run, &t, "malloc.cycles_mean").unwrap() > 0.0, "{a}");
+    }
+    // glibc's own count (mallinfo2) agrees within 1 % with mtlab's live usable
+    // bytes plus chunk headers, and its mapped bytes exactly.
+    let theirs = median(&run, "glibc traced", "allocator_in_use_bytes").expect("mallinfo2 in STATS");
+    let ours = median(&run, "glibc traced", "mtlab_in_use_bytes").unwrap();
+    assert!((ours / theirs - 1.0).abs() < 0.01, "glibc in use: mallinfo2 {theirs}, mtlab {ours}");
+    assert_eq!(median(&run, "glibc traced", "allocator_mapped_bytes"), median(&run, "glibc traced", "end_mapped_bytes"));
+    if names.contains(&"jemalloc") {
+        let theirs = median(&run, "jemalloc traced", "allocator_in_use_bytes").expect("mallctl in STATS");
+        let ours = median(&run, "jemalloc traced", "mtlab_in_use_bytes").unwrap();
+        assert!((ours / theirs - 1.0).abs() < 0.01, "jemalloc in use: stats.allocated {theirs}, mtlab {ours}");
+    }
+
+    // The text shows the three tables, and the stored run shows the same.
+    let o = lab.command(MTLAB).args(["runs", "show", "1", "--store"]).arg(lab.store()).output().unwrap();
+    assert_success(&o, "runs show 1");
+    let text = String::from_utf8_lossy(&o.stdout);
+    for needle in ["fragmentation % (mean, at peak)", "mean cycles", "in use (its own)", "mallinfo2"] {
+        assert!(text.contains(needle), "{needle}:\n{text}");
+    }
+}
+
+#[test]
+fn compare_refuses_missing_allocators_and_programs_that_cannot_use_them() {
+    let lab = Lab::new();
+    let prog = lab.compile("h_known");
+    let run = |args: &[&str]| lab.command(MTLAB).args(["heap", "compare", "--no-store"]).args(args).output().unwrap();
+    let o = run(&["--allocators", "glibc,/nonexistent/libfoo.so", "--", prog.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/nonexistent/libfoo.so does not exist"), "{}", stderr(&o));
+    let o = run(&["--allocators", "hoard", "--", prog.to_str().unwrap()]);
+    assert!(!o.status.success() && stderr(&o).contains("unknown allocator `hoard`"), "{}", stderr(&o));
+    let o = run(&["--allocators", "glibc", "--", "/nonexistent/program"]);
+    assert!(!o.status.success() && stderr(&o).contains("cannot find program"), "{}", stderr(&o));
+
+    // A static program keeps its own malloc: another allocator cannot take its place.
+    let stat = lab.path("h_known_static");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let c = std::process::Command::new(&cc).args(["-O1", "-static", "-o"]).arg(&stat).arg(test_source("h_known")).output().unwrap();
+    if !c.status.success() {
+        skip("no static libc to link against");
+        return;
+    }
+    if !installed().contains(&"jemalloc") {
+        return;
+    }
+    let o = run(&["--allocators", "jemalloc", "--reps", "1", "--warmup", "0", "-q", "--", stat.to_str().unwrap()]);
+    assert!(!o.status.success(), "a static program under jemalloc");
+    let e = stderr(&o);
+    assert!(e.contains("keeps its own malloc"), "{e}");
+}
