@@ -1,5 +1,5 @@
-//! `mtlab heap compare`: flags turned into a validated `HeapCompareConfig`,
-//! then one call to the study.
+//! `mtlab heap compare|sweep`: flags turned into a validated config, then
+//! one call to the study.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 
 use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
-use crate::studies::heap::{self, allocators, HeapCompareConfig};
+use crate::studies::heap::{self, allocators, tunables, HeapCompareConfig, HeapSweepConfig, Objective};
 
 #[derive(Subcommand, Debug)]
 pub enum HeapCommand {
@@ -21,6 +21,39 @@ Each allocator runs the program untraced (wall time, peak RSS) and under `mtlab 
 the path of its .so. The program must be dynamically linked and use the system's malloc for another to take \
 its place. Results are stored; compare two runs with `mtlab diff`.")]
     Compare(CompareArgs),
+    /// One tunable of one heap manager set to each of several values, the rest fixed: the same tables and plots, and the best value.
+    #[command(after_help = "\
+Tunables: glibc's by short name (GLIBC_TUNABLES glibc.malloc.NAME): top_pad, mmap_threshold, trim_threshold, \
+arena_max, arena_test, tcache_count; jemalloc.KEY (a MALLOC_CONF key: narenas, dirty_decay_ms, muzzy_decay_ms, \
+tcache_max, ...); tcmalloc.NAME (TCMALLOC_NAME, e.g. tcmalloc.release_rate); mimalloc.NAME (MIMALLOC_NAME, e.g. \
+mimalloc.purge_delay); env.VAR (any environment variable, under --allocator). Sizes may be written 64KiB. \
+A value glibc's loader does not take as given, or that jemalloc complains about, is left out and said so.\n\n\
+The best value is the one with the least --objective (peak-mapped, end-mapped, peak-rss, wall) among those whose \
+malloc p99 cycles are within 10 % of the best p99; --objective malloc-p99 takes the least p99.")]
+    Sweep(SweepArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct SweepArgs {
+    /// The tunable and its values, e.g. top_pad=0,64KiB,1MiB or jemalloc.dirty_decay_ms=0,1000,10000.
+    #[arg(long = "set", value_name = "NAME=V1,V2,...")]
+    set: String,
+    /// The heap manager for env.VAR tunables (the others name their own): glibc, jemalloc, ..., or a .so path.
+    #[arg(long)]
+    allocator: Option<String>,
+    /// What the best value minimizes.
+    #[arg(long, default_value = "peak-mapped", value_parser = clap::builder::PossibleValuesParser::new(Objective::NAMES))]
+    objective: String,
+    /// Directory for the traces (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[command(flatten)]
+    repeat: RepeatArgs,
+    #[command(flatten)]
+    output: OutputArgs,
+    /// The program to run, then its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
+    command: Vec<OsString>,
 }
 
 #[derive(Args, Debug)]
@@ -41,14 +74,51 @@ pub struct CompareArgs {
 }
 
 pub fn heap(cmd: HeapCommand) -> Result<ExitCode, CliError> {
-    let HeapCommand::Compare(a) = cmd;
-    let program = PathBuf::from(&a.command[0]);
-    if program.components().count() == 1 && crate::platform::process::find_in_path(&a.command[0]).is_none() {
+    match cmd {
+        HeapCommand::Compare(a) => compare(a),
+        HeapCommand::Sweep(a) => sweep(a),
+    }
+}
+
+fn check_program(command: &[OsString]) -> Result<(), CliError> {
+    let program = PathBuf::from(&command[0]);
+    if program.components().count() == 1 && crate::platform::process::find_in_path(&command[0]).is_none() {
         return Err(CliError::Other(format!("cannot find program `{}` in PATH", program.display())));
     }
     if program.components().count() > 1 && !program.is_file() {
         return Err(CliError::Other(format!("cannot find program `{}`: no such file", program.display())));
     }
+    Ok(())
+}
+
+fn sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
+    check_program(&a.command)?;
+    let Some((name, values)) = a.set.split_once('=') else {
+        return Err(CliError::Other(format!("--set {}: write NAME=V1,V2,... (e.g. top_pad=0,64KiB)", a.set)));
+    };
+    let values: Vec<String> = values.split(',').map(str::trim).filter(|v| !v.is_empty()).map(String::from).collect();
+    if values.is_empty() {
+        return Err(CliError::Other(format!("--set {name}=: give one value or more")));
+    }
+    let (tunable, owner) = tunables::resolve(name)?;
+    let allocator = tunables::allocator_for(owner, a.allocator.as_deref())?;
+    let cfg = HeapSweepConfig {
+        tunable_name: name.to_string(),
+        tunable,
+        values,
+        allocator,
+        objective: Objective::parse(&a.objective).expect("clap checked --objective"),
+        argv: a.command,
+        runner: a.repeat.options(3),
+        dir: a.dir,
+    };
+    let progress = study_progress("heap sweep", a.output.quiet);
+    let run = heap::sweep(&cfg, &progress)?;
+    finish(run, &a.output)
+}
+
+fn compare(a: CompareArgs) -> Result<ExitCode, CliError> {
+    check_program(&a.command)?;
     let mut list: Vec<allocators::Allocator> = Vec::new();
     for name in &a.allocators {
         let al = allocators::resolve(name)?;

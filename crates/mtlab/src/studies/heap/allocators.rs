@@ -88,11 +88,6 @@ pub fn resolve(entry: &str) -> Result<Allocator, StudyError> {
 }
 
 impl Allocator {
-    /// A file name for this allocator's traces.
-    pub fn file_stem(&self) -> String {
-        self.name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
-    }
-
     /// Its package's version, when it is a named one.
     pub fn version(&self) -> Option<String> {
         match self.name.as_str() {

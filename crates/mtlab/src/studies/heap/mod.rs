@@ -1,10 +1,13 @@
-//! `mtlab heap compare`: one program under several heap managers, side by
-//! side. Each allocator runs the program untraced (wall time, peak RSS) and
-//! under `mtlab record` (the per-function cycle table, live and mapped bytes,
-//! fragmentation, utilization, and the time series behind the plots), the
-//! two interleaved round by round through the study runner.
+//! The heap study: one program run several ways — under several heap
+//! managers (`mtlab heap compare`), or under one with a tunable set to each
+//! of several values (`mtlab heap sweep`). Each way runs the program
+//! untraced (wall time, peak RSS) and under `mtlab record` (the per-function
+//! cycle table, live and mapped bytes, fragmentation, utilization, and the
+//! time series behind the plots), interleaved round by round through the
+//! study runner.
 
 pub mod allocators;
+pub mod tunables;
 pub mod views;
 
 use std::cell::RefCell;
@@ -25,6 +28,7 @@ use crate::study::{Configuration, Run};
 use crate::trace::{keys, TraceFile};
 
 pub const STUDY: &str = "heap-compare";
+pub const SWEEP: &str = "heap-sweep";
 
 /// The allocator functions whose cycles the comparison tables show.
 pub const FUNCTIONS: [&str; 4] = ["malloc", "free", "calloc", "realloc"];
@@ -35,6 +39,67 @@ pub struct HeapCompareConfig {
     pub argv: Vec<OsString>,
     pub runner: RunnerOptions,
     /// Where traces go (default: a temporary directory).
+    pub dir: Option<PathBuf>,
+}
+
+/// One way of running the program: an allocator and the environment that tunes it.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    pub name: String,
+    pub allocator: Allocator,
+    pub env: Vec<(String, String)>,
+}
+
+/// What a sweep's summary minimizes (`--objective`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Objective {
+    PeakMapped,
+    EndMapped,
+    PeakRss,
+    Wall,
+    MallocP99,
+}
+
+impl Objective {
+    pub const NAMES: [&'static str; 5] = ["peak-mapped", "end-mapped", "peak-rss", "wall", "malloc-p99"];
+
+    pub fn parse(s: &str) -> Option<Objective> {
+        Some(match s {
+            "peak-mapped" => Objective::PeakMapped,
+            "end-mapped" => Objective::EndMapped,
+            "peak-rss" => Objective::PeakRss,
+            "wall" => Objective::Wall,
+            "malloc-p99" => Objective::MallocP99,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+
+    /// The measurement minimized, and in which configuration it lives.
+    pub fn metric(self, variant: &str) -> (String, &'static str) {
+        match self {
+            Objective::PeakMapped => (traced(variant), "peak_mapped_bytes"),
+            Objective::EndMapped => (traced(variant), "end_mapped_bytes"),
+            Objective::PeakRss => (untraced(variant), "peak_rss"),
+            Objective::Wall => (untraced(variant), "wall_s"),
+            Objective::MallocP99 => (traced(variant), "malloc.cycles_p99"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HeapSweepConfig {
+    /// As given (`top_pad`, `jemalloc.dirty_decay_ms`, …).
+    pub tunable_name: String,
+    pub tunable: tunables::Tunable,
+    pub values: Vec<String>,
+    pub allocator: Allocator,
+    pub objective: Objective,
+    pub argv: Vec<OsString>,
+    pub runner: RunnerOptions,
     pub dir: Option<PathBuf>,
 }
 
@@ -143,7 +208,7 @@ fn series_of(r: &serde_json::Value) -> Vec<SeriesPoint> {
 }
 
 impl Lab {
-    fn command(&self, a: &Allocator, traced_to: Option<&Path>) -> Command {
+    fn command(&self, v: &Variant, traced_to: Option<&Path>) -> Command {
         let mut c = match traced_to {
             Some(trace) => {
                 let mut c = Command::new(&self.mtlab);
@@ -157,31 +222,33 @@ impl Lab {
             }
         };
         // `mtlab record` puts its own library first and keeps this one after it.
-        match &a.library {
+        match &v.allocator.library {
             Some(lib) => c.env("LD_PRELOAD", lib),
             None => c.env_remove("LD_PRELOAD"),
         };
+        c.envs(v.env.iter().map(|(k, val)| (k, val)));
         c
     }
 
-    fn trial(&self, cfg: &Configuration, allocators: &[Allocator]) -> Result<Vec<Sample>, StudyError> {
-        let a = allocators
+    fn trial(&self, cfg: &Configuration, variants: &[Variant]) -> Result<Vec<Sample>, StudyError> {
+        let v = variants
             .iter()
-            .find(|a| cfg.name == untraced(&a.name) || cfg.name == traced(&a.name))
-            .expect("every configuration names an allocator");
-        if cfg.name == untraced(&a.name) {
+            .find(|v| cfg.name == untraced(&v.name) || cfg.name == traced(&v.name))
+            .expect("every configuration names a variant");
+        let a = &v.allocator;
+        if cfg.name == untraced(&v.name) {
             let floor = child::own_rss_kib();
-            let m = measure(self.command(a, None), &cfg.name)?;
+            let m = measure(self.command(v, None), &cfg.name)?;
             return Ok(vec![
                 Sample::cost("wall_s", "s", m.wall.as_secs_f64()),
                 bytes("peak_rss", m.max_rss_kib * 1024),
                 bytes("rss_floor", floor * 1024),
             ]);
         }
-        let trace = self.dir.join(format!("{}.mtl", a.file_stem()));
+        let trace = self.dir.join(format!("{}.mtl", file_stem(&v.name)));
         let floor = child::own_rss_kib();
         let _ = std::fs::remove_file(&trace);
-        measure(self.command(a, Some(&trace)), &cfg.name)?;
+        measure(self.command(v, Some(&trace)), &cfg.name)?;
         if !trace.exists() {
             return Err(StudyError::Output(format!(
                 "{}: the program made no traced call (statically linked, or it clears LD_PRELOAD): it keeps its own \
@@ -213,35 +280,43 @@ impl Lab {
             out.push(bytes("peak_rss", kib * 1024));
         }
         out.push(bytes("rss_floor", floor * 1024));
-        self.series.borrow_mut().insert(a.name.clone(), series_of(&r));
+        self.series.borrow_mut().insert(v.name.clone(), series_of(&r));
         Ok(out)
     }
 }
 
-pub fn run(cfg: &HeapCompareConfig, progress: &Progress) -> Result<Run, StudyError> {
+/// A file name for a variant's traces.
+fn file_stem(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect()
+}
+
+/// Runs the variants through the runner: the shape both commands share.
+fn run_variants(mut run: Run, variants: &[Variant], argv: &[OsString], runner_opts: &RunnerOptions, dir: Option<&Path>, progress: &Progress) -> Result<Run, StudyError> {
     let started = std::time::Instant::now();
-    let (dir, _tmp) = child::work_dir(cfg.dir.as_deref())?;
+    let (dir, _tmp) = child::work_dir(dir)?;
     let mtlab = std::env::current_exe().map_err(|source| StudyError::Io { path: "mtlab".into(), source })?;
-    let command = cfg.argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" ");
-    let mut run = Run::new(STUDY, "heap managers compared on one program");
-    run.settings.insert("command".into(), command);
-    run.settings.insert("allocators".into(), cfg.allocators.iter().map(|a| a.name.as_str()).collect::<Vec<_>>().join(","));
-    run.settings.insert("repetitions".into(), cfg.runner.reps.to_string());
-    run.settings.insert("warm-up".into(), cfg.runner.warmup.to_string());
+    run.settings.insert("command".into(), argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "));
+    run.settings.insert("variants".into(), variants.iter().map(|v| v.name.as_str()).collect::<Vec<_>>().join(","));
+    run.settings.insert("repetitions".into(), runner_opts.reps.to_string());
+    run.settings.insert("warm-up".into(), runner_opts.warmup.to_string());
     let mut configs = Vec::new();
-    for a in &cfg.allocators {
+    for v in variants {
+        let a = &v.allocator;
         let lib = a.library.as_ref().map(|l| l.display().to_string()).unwrap_or_else(|| "the system's (glibc)".into());
-        configs.push(Configuration::new(untraced(&a.name)).param("allocator", &a.name).param("library", &lib));
-        configs.push(
-            Configuration::new(traced(&a.name)).baseline(untraced(&a.name)).param("allocator", &a.name).param("library", &lib),
-        );
-        if let Some(v) = a.version() {
-            run.environment.software.insert(a.name.clone(), v);
+        let env = v.env.iter().map(|(k, val)| format!("{k}={val}")).collect::<Vec<_>>().join(" ");
+        let config = |name: String| {
+            let c = Configuration::new(name).param("allocator", &a.name).param("library", &lib);
+            if env.is_empty() { c } else { c.param("environment", &env) }
+        };
+        configs.push(config(untraced(&v.name)));
+        configs.push(config(traced(&v.name)).baseline(untraced(&v.name)));
+        if let Some(ver) = a.version() {
+            run.environment.software.insert(a.name.clone(), ver);
         }
     }
-    let lab = Lab { dir, mtlab, argv: cfg.argv.clone(), series: RefCell::new(BTreeMap::new()) };
-    progress.inc_length(((cfg.runner.warmup + cfg.runner.reps) as usize * configs.len()) as u64);
-    runner::run_all(&mut run, &configs, &cfg.runner, progress, |c, _| lab.trial(c, &cfg.allocators))?;
+    let lab = Lab { dir, mtlab, argv: argv.to_vec(), series: RefCell::new(BTreeMap::new()) };
+    progress.inc_length(((runner_opts.warmup + runner_opts.reps) as usize * configs.len()) as u64);
+    runner::run_all(&mut run, &configs, runner_opts, progress, |c, _| lab.trial(c, variants))?;
     let details = Details { series: lab.series.into_inner() };
     run.details = serde_json::to_value(details).unwrap_or_default();
     run.notes.push(
@@ -251,4 +326,42 @@ pub fn run(cfg: &HeapCompareConfig, progress: &Progress) -> Result<Run, StudyErr
     );
     run.duration_s = started.elapsed().as_secs_f64();
     Ok(run)
+}
+
+pub fn run(cfg: &HeapCompareConfig, progress: &Progress) -> Result<Run, StudyError> {
+    let variants: Vec<Variant> =
+        cfg.allocators.iter().map(|a| Variant { name: a.name.clone(), allocator: a.clone(), env: Vec::new() }).collect();
+    let run = Run::new(STUDY, "heap managers compared on one program");
+    run_variants(run, &variants, &cfg.argv, &cfg.runner, cfg.dir.as_deref(), progress)
+}
+
+/// `mtlab heap sweep`: values the allocator rejects are left out, and said so.
+pub fn sweep(cfg: &HeapSweepConfig, progress: &Progress) -> Result<Run, StudyError> {
+    let mut run = Run::new(SWEEP, format!("{} swept under {}", cfg.tunable_name, cfg.allocator.name));
+    // The allocator as it comes, for reference: setting one glibc threshold
+    // also turns off its dynamic mmap threshold, so "unset" is a value of its own.
+    let mut variants =
+        vec![Variant { name: format!("{} unset", cfg.tunable_name), allocator: cfg.allocator.clone(), env: Vec::new() }];
+    for value in &cfg.values {
+        if let Some(why) = cfg.tunable.check(value, &cfg.allocator)? {
+            run.notes.push(format!("{}={value} left out: {why}", cfg.tunable_name));
+            continue;
+        }
+        variants.push(Variant {
+            name: format!("{}={value}", cfg.tunable_name),
+            allocator: cfg.allocator.clone(),
+            env: vec![cfg.tunable.env(value)],
+        });
+    }
+    if variants.len() == 1 {
+        return Err(StudyError::Config(format!("no value of {} to run: {}", cfg.tunable_name, run.notes.join("; "))));
+    }
+    run.settings.insert("tunable".into(), cfg.tunable_name.clone());
+    run.settings.insert("objective".into(), cfg.objective.name().into());
+    if let tunables::Tunable::Glibc(n) = &cfg.tunable {
+        if let Some((_, what)) = tunables::GLIBC.iter().find(|(k, _)| k == n) {
+            run.notes.push(format!("{n}: {what}"));
+        }
+    }
+    run_variants(run, &variants, &cfg.argv, &cfg.runner, cfg.dir.as_deref(), progress)
 }

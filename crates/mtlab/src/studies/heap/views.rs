@@ -3,12 +3,23 @@
 //! live and mapped bytes, fragmentation and utilization, and malloc cycles
 //! against heap events, one line per allocator.
 
-use super::{traced, untraced, Details, FUNCTIONS};
+use super::{traced, untraced, Details, Objective, FUNCTIONS, SWEEP};
 use crate::export::{Cell, Plot, PlotKind, Point, Scale, Series, Table, View};
 use crate::study::{summary, Run};
 
-fn allocators(run: &Run) -> Vec<String> {
-    run.settings.get("allocators").map(|s| s.split(',').map(String::from).collect()).unwrap_or_default()
+/// The ways the program ran: allocators (compare) or settings (sweep).
+fn variants(run: &Run) -> Vec<String> {
+    let list = run.settings.get("variants").or_else(|| run.settings.get("allocators"));
+    list.map(|s| s.split(',').map(String::from).collect()).unwrap_or_default()
+}
+
+/// The first column's heading.
+fn label(run: &Run) -> &'static str {
+    if run.study == SWEEP {
+        "setting"
+    } else {
+        "allocator"
+    }
 }
 
 fn bytes(run: &Run, config: &str, metric: &str) -> Cell {
@@ -30,7 +41,7 @@ fn side_by_side(run: &Run, names: &[String]) -> Table {
         "allocators",
         format!("{} (medians over the repetitions)", run.settings.get("command").map(String::as_str).unwrap_or("")),
         &[
-            "allocator",
+            label(run),
             "wall s [interval]",
             "peak RSS",
             "traced × untraced",
@@ -74,7 +85,7 @@ fn functions(run: &Run, names: &[String]) -> Table {
     let mut t = Table::new(
         "functions",
         "allocator calls, traced (cycles of the real call, timed by mtlab; medians over the repetitions)",
-        &["allocator", "function", "calls", "mean size", "mean cycles", "sd cycles", "p99 cycles", "total cycles"],
+        &[label(run), "function", "calls", "mean size", "mean cycles", "sd cycles", "p99 cycles", "total cycles"],
         2,
     );
     for a in names {
@@ -102,7 +113,7 @@ fn validation(run: &Run, names: &[String]) -> Table {
     let mut t = Table::new(
         "validation",
         "at exit, since tracing started: the heap manager's own figures beside mtlab's (glibc: mallinfo2, live usable bytes + 8-byte chunk headers; jemalloc: stats.allocated/mapped; tcmalloc: current allocated bytes, heap size; mimalloc: committed bytes)",
-        &["allocator", "in use (its own)", "in use (mtlab)", "difference", "mapped (its own)", "mapped (mtlab)", "difference"],
+        &[label(run), "in use (its own)", "in use (mtlab)", "difference", "mapped (its own)", "mapped (mtlab)", "difference"],
         1,
     );
     for a in names {
@@ -165,13 +176,32 @@ fn plots(details: &Details) -> Vec<View> {
     ]
 }
 
+/// A sweep's answer: the value that minimizes the objective among those
+/// whose malloc p99 is within 10 % of the best p99 (for the p99 objective
+/// itself: the least p99).
+fn best(run: &Run, names: &[String]) -> Option<View> {
+    let objective = Objective::parse(run.settings.get("objective")?)?;
+    let p99 = |n: &str| summary::median(run, &traced(n), "malloc.cycles_p99");
+    let best_p99 = names.iter().filter_map(|n| p99(n)).fold(f64::INFINITY, f64::min);
+    let eligible = |n: &&String| objective == Objective::MallocP99 || p99(n).is_none_or(|p| p <= best_p99 * 1.10);
+    let value = |n: &str| {
+        let (config, metric) = objective.metric(n);
+        summary::median(run, &config, metric)
+    };
+    let (name, v) = names.iter().filter(eligible).filter_map(|n| value(n).map(|v| (n, v))).min_by(|a, b| a.1.total_cmp(&b.1))?;
+    let shown = if objective == Objective::Wall { format!("{v:.3} s") } else if objective == Objective::MallocP99 { format!("{v:.0} cycles") } else { crate::units::human_bytes(v as u64) };
+    let guard = if objective == Objective::MallocP99 { String::new() } else { format!(", among the settings whose malloc p99 is within 10 % of the best ({best_p99:.0} cycles)") };
+    Some(View::Note(format!("best under `--objective {}`: {name} ({shown}){guard}", objective.name())))
+}
+
 pub fn views(run: &Run) -> Vec<View> {
-    let names = allocators(run);
+    let names = variants(run);
     let mut v = vec![
         View::Table(side_by_side(run, &names)),
         View::Table(functions(run, &names)),
         View::Table(validation(run, &names)),
     ];
+    v.extend(best(run, &names));
     v.push(View::Note(
         "wall s and peak RSS: the program untraced (peak RSS \"≤ X\": no higher than what a child inherits from mtlab \
          until it execs, so not measurable here); traced × untraced: the program's own wall time under mtlab record \
