@@ -51,6 +51,8 @@ fn main() {
     cc(&malloc_test, &[native.join("bench/malloc_test.c")], &[], &[]);
     let latency_pipeline = out.join("mtlab-latency-pipeline");
     cc(&latency_pipeline, &[native.join("bench/latency_pipeline.c")], &[], &[]);
+    let heap_workloads = out.join("mtlab-heap-workloads");
+    cc(&heap_workloads, &[native.join("heap/workloads.c")], &[], &["-lm"]);
 
     for name in ["create", "ctx", "chat"] {
         let exe = out.join(format!("mtlab-threads-{name}"));
@@ -61,4 +63,5 @@ fn main() {
     println!("cargo:rustc-env=MTLAB_PRELOAD_SO={}", preload.display());
     println!("cargo:rustc-env=MTLAB_MALLOC_TEST={}", malloc_test.display());
     println!("cargo:rustc-env=MTLAB_LATENCY_PIPELINE={}", latency_pipeline.display());
+    println!("cargo:rustc-env=MTLAB_HEAP_WORKLOADS={}", heap_workloads.display());
 }

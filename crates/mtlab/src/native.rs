@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 static PRELOAD: &[u8] = include_bytes!(env!("MTLAB_PRELOAD_SO"));
 static MALLOC_TEST: &[u8] = include_bytes!(env!("MTLAB_MALLOC_TEST"));
 static LATENCY_PIPELINE: &[u8] = include_bytes!(env!("MTLAB_LATENCY_PIPELINE"));
+static HEAP_WORKLOADS: &[u8] = include_bytes!(env!("MTLAB_HEAP_WORKLOADS"));
 static THREADS_CREATE: &[u8] = include_bytes!(env!("MTLAB_THREADS_CREATE"));
 static THREADS_CTX: &[u8] = include_bytes!(env!("MTLAB_THREADS_CTX"));
 static THREADS_CHAT: &[u8] = include_bytes!(env!("MTLAB_THREADS_CHAT"));
@@ -36,6 +37,8 @@ pub enum Part {
     Preload,
     MallocTest,
     LatencyPipeline,
+    /// The heap study's built-in workloads (`heap compare --workload`).
+    HeapWorkloads,
     /// Thread creation cost (threads study), built against glibc.
     ThreadsCreate,
     /// Token-ring context switches (threads study), built against glibc.
@@ -50,6 +53,7 @@ impl Part {
             Part::Preload => "libmtlab_preload.so",
             Part::MallocTest => "mtlab-malloc-test",
             Part::LatencyPipeline => "mtlab-latency-pipeline",
+            Part::HeapWorkloads => "mtlab-heap-workloads",
             Part::ThreadsCreate => "mtlab-threads-create",
             Part::ThreadsCtx => "mtlab-threads-ctx",
             Part::ThreadsChat => "mtlab-threads-chat",
@@ -60,6 +64,7 @@ impl Part {
             Part::Preload => PRELOAD,
             Part::MallocTest => MALLOC_TEST,
             Part::LatencyPipeline => LATENCY_PIPELINE,
+            Part::HeapWorkloads => HEAP_WORKLOADS,
             Part::ThreadsCreate => THREADS_CREATE,
             Part::ThreadsCtx => THREADS_CTX,
             Part::ThreadsChat => THREADS_CHAT,

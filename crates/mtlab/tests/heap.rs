@@ -157,3 +157,25 @@ fn sweep_runs_each_value_reports_the_rejected_one_and_names_the_best() {
     let o = lab.command(MTLAB).args(["heap", "sweep", "--no-store", "--set", "topPad=1", "--", prog.to_str().unwrap()]).output().unwrap();
     assert!(!o.status.success() && stderr(&o).contains("unknown tunable"), "{}", stderr(&o));
 }
+
+#[test]
+fn built_in_workloads_run_under_compare_with_their_exact_call_counts() {
+    let lab = Lab::new();
+    // The workloads are deterministic: the same calls under every allocator.
+    // Each also makes one malloc (and no free) for printf's output buffer.
+    for (workload, mallocs, frees) in [("threshold", 20_001.0, 20_000.0), ("phases", 1_046_101.0, 1_046_100.0)] {
+        let run = lab.mtlab_json(&["heap", "compare", "--workload", workload, "--allocators", "glibc", "--reps", "1", "--warmup", "0", "-q", "--no-store"]);
+        assert_eq!(median(&run, "glibc traced", "malloc.calls"), Some(mallocs), "{workload}");
+        assert_eq!(median(&run, "glibc traced", "free.calls"), Some(frees), "{workload}");
+        assert_eq!(median(&run, "glibc traced", "end_live_bytes"), Some(4096.0), "{workload}: only printf's buffer is left");
+        assert!(run["settings"]["command"].as_str().unwrap().ends_with(&format!("mtlab-heap-workloads {workload} 1")), "{}", run["settings"]);
+    }
+    // phases: the survivors of the tall peak keep glibc's heap mapped (the source's finding).
+    let run = lab.mtlab_json(&["heap", "compare", "--workload", "phases", "--allocators", "glibc", "--reps", "1", "--warmup", "0", "-q", "--no-store"]);
+    let (peak, end) = (median(&run, "glibc traced", "peak_mapped_bytes").unwrap(), median(&run, "glibc traced", "end_mapped_bytes").unwrap());
+    assert!(peak >= 64.0 * 1048576.0 && end > 0.5 * peak, "phases: peak mapped {peak}, at exit {end}");
+    for bad in ["nope", "small:0", "small:x"] {
+        let o = lab.command(MTLAB).args(["heap", "compare", "--no-store", "--workload", bad]).output().unwrap();
+        assert!(!o.status.success() && stderr(&o).contains("--workload"), "{bad}: {}", stderr(&o));
+    }
+}

@@ -51,9 +51,41 @@ pub struct SweepArgs {
     repeat: RepeatArgs,
     #[command(flatten)]
     output: OutputArgs,
+    #[command(flatten)]
+    target: Target,
+}
+
+/// What runs: a built-in workload, or a program.
+#[derive(Args, Debug)]
+pub struct Target {
+    /// A built-in workload instead of a program: small, xthread, threshold or phases, with an optional scale (phases:2).
+    #[arg(long, value_name = "NAME[:SCALE]", conflicts_with = "command")]
+    workload: Option<String>,
     /// The program to run, then its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
+    #[arg(required_unless_present = "workload", trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
+}
+
+/// The built-in workloads (native/heap/workloads.c).
+const WORKLOADS: [&str; 4] = ["small", "xthread", "threshold", "phases"];
+
+impl Target {
+    /// The command line to run, checked.
+    fn argv(self) -> Result<Vec<OsString>, CliError> {
+        let Some(w) = self.workload else {
+            check_program(&self.command)?;
+            return Ok(self.command);
+        };
+        let (name, scale) = w.split_once(':').unwrap_or((&w, "1"));
+        if !WORKLOADS.contains(&name) {
+            return Err(CliError::Other(format!("--workload {name}: use one of {}", WORKLOADS.join(", "))));
+        }
+        if !scale.parse::<u32>().is_ok_and(|s| (1..=1000).contains(&s)) {
+            return Err(CliError::Other(format!("--workload {w}: the scale must be a whole number from 1 to 1000")));
+        }
+        let exe = crate::native::path(crate::native::Part::HeapWorkloads).map_err(crate::studies::StudyError::from)?;
+        Ok(vec![exe.into_os_string(), name.into(), scale.into()])
+    }
 }
 
 #[derive(Args, Debug)]
@@ -68,9 +100,8 @@ pub struct CompareArgs {
     repeat: RepeatArgs,
     #[command(flatten)]
     output: OutputArgs,
-    /// The program to run, then its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
-    command: Vec<OsString>,
+    #[command(flatten)]
+    target: Target,
 }
 
 pub fn heap(cmd: HeapCommand) -> Result<ExitCode, CliError> {
@@ -92,7 +123,7 @@ fn check_program(command: &[OsString]) -> Result<(), CliError> {
 }
 
 fn sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
-    check_program(&a.command)?;
+    let argv = a.target.argv()?;
     let Some((name, values)) = a.set.split_once('=') else {
         return Err(CliError::Other(format!("--set {}: write NAME=V1,V2,... (e.g. top_pad=0,64KiB)", a.set)));
     };
@@ -108,7 +139,7 @@ fn sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
         values,
         allocator,
         objective: Objective::parse(&a.objective).expect("clap checked --objective"),
-        argv: a.command,
+        argv,
         runner: a.repeat.options(3),
         dir: a.dir,
     };
@@ -118,7 +149,7 @@ fn sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
 }
 
 fn compare(a: CompareArgs) -> Result<ExitCode, CliError> {
-    check_program(&a.command)?;
+    let argv = a.target.argv()?;
     let mut list: Vec<allocators::Allocator> = Vec::new();
     for name in &a.allocators {
         let al = allocators::resolve(name)?;
@@ -126,7 +157,7 @@ fn compare(a: CompareArgs) -> Result<ExitCode, CliError> {
             list.push(al);
         }
     }
-    let cfg = HeapCompareConfig { allocators: list, argv: a.command, runner: a.repeat.options(3), dir: a.dir };
+    let cfg = HeapCompareConfig { allocators: list, argv, runner: a.repeat.options(3), dir: a.dir };
     let progress = study_progress("heap compare", a.output.quiet);
     let run = heap::run(&cfg, &progress)?;
     finish(run, &a.output)

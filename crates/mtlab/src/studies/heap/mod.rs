@@ -246,7 +246,6 @@ impl Lab {
             ]);
         }
         let trace = self.dir.join(format!("{}.mtl", file_stem(&v.name)));
-        let floor = child::own_rss_kib();
         let _ = std::fs::remove_file(&trace);
         measure(self.command(v, Some(&trace)), &cfg.name)?;
         if !trace.exists() {
@@ -279,7 +278,6 @@ impl Lab {
         if let Some(kib) = rss {
             out.push(bytes("peak_rss", kib * 1024));
         }
-        out.push(bytes("rss_floor", floor * 1024));
         self.series.borrow_mut().insert(v.name.clone(), series_of(&r));
         Ok(out)
     }
