@@ -119,8 +119,14 @@ fn validation(run: &Run, names: &[String]) -> Table {
     for a in names {
         let tr = traced(a);
         let m = |k: &str| summary::median(run, &tr, k);
+        // In bytes and percent: a few KiB of thread caches is a large
+        // percentage of a heap that is nearly empty at exit.
         let diff = |ours: Option<f64>, theirs: Option<f64>| match (ours, theirs) {
-            (Some(o), Some(t)) if t > 0.0 => Cell::Pct((o / t - 1.0) * 100.0),
+            (Some(o), Some(t)) if t > 0.0 => {
+                let d = o - t;
+                let sign = if d < 0.0 { "-" } else { "+" };
+                Cell::text(format!("{sign}{} ({:+.1} %)", crate::units::human_bytes(d.abs() as u64), (o / t - 1.0) * 100.0))
+            }
             _ => Cell::Empty,
         };
         let b = |v: Option<f64>| v.map(|v| Cell::Bytes(v as u64)).unwrap_or(Cell::Empty);
