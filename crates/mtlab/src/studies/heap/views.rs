@@ -149,10 +149,14 @@ fn validation(run: &Run, names: &[String]) -> Table {
 }
 
 fn line(name: &str, title: &str, y: &str, series: Vec<Series>) -> View {
+    line_over(name, title, "heap events", y, series)
+}
+
+fn line_over(name: &str, title: &str, x: &str, y: &str, series: Vec<Series>) -> View {
     View::Plot(Plot {
         name: name.into(),
         title: title.into(),
-        x_label: "heap events".into(),
+        x_label: x.into(),
         y_label: y.into(),
         kind: PlotKind::Line { x_scale: Scale::Linear, series },
     })
@@ -165,6 +169,21 @@ fn plots(details: &Details) -> Vec<View> {
             .filter_map(|p| f(p).map(|y| Point { x: p.event as f64, y, low: None, high: None }))
             .collect()
     };
+    // The same memory against the program's time (where the trace has it).
+    let over_time: Vec<Series> = details
+        .series
+        .iter()
+        .flat_map(|(a, s)| {
+            let at = |f: &dyn Fn(&super::SeriesPoint) -> u64| -> Vec<Point> {
+                s.iter().filter_map(|p| p.seconds.map(|t| Point { x: t, y: f(p) as f64 / 1048576.0, low: None, high: None })).collect()
+            };
+            [
+                Series { name: format!("{a} live"), points: at(&|p| p.live_bytes) },
+                Series { name: format!("{a} mapped"), points: at(&|p| p.mapped_bytes) },
+            ]
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
     let mut memory = Vec::new();
     let mut frag = Vec::new();
     let mut cycles = Vec::new();
@@ -175,11 +194,15 @@ fn plots(details: &Details) -> Vec<View> {
         frag.push(Series { name: format!("{a} utilization"), points: pts(a, &|p| Some(p.utilization * 100.0)) });
         cycles.push(Series { name: a.clone(), points: pts(a, &|p| p.malloc_mean_cycles) });
     }
-    vec![
+    let mut out = vec![
         line("heap-compare-memory", "live and mapped bytes against heap events", "MiB", memory),
         line("heap-compare-fragmentation", "fragmentation (mean) and utilization against heap events", "%", frag),
         line("heap-compare-malloc-cycles", "mean malloc cycles per window of events", "cycles", cycles),
-    ]
+    ];
+    if !over_time.is_empty() {
+        out.push(line_over("heap-compare-memory-time", "live and mapped bytes against time (traced run)", "seconds", "MiB", over_time));
+    }
+    out
 }
 
 /// A sweep's answer: the value that minimizes the objective among those
