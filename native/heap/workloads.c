@@ -57,16 +57,23 @@ static void *fresh(size_t n) {
     return p;
 }
 
-static long small(long scale) {
-    enum { WINDOW = 1000 };
-    static void *live[WINDOW];
-    long n = 4000000 * scale;
+/* Replaces a random one of `window` live blocks with a new one of size
+ * draw(), n times; then frees them all. */
+static void churn(void **live, size_t window, long n, size_t (*draw)(void)) {
     for (long i = 0; i < n; i++) {
-        size_t k = next(&rng) % WINDOW;
+        size_t k = next(&rng) % window;
         free(live[k]);
-        live[k] = fresh(size_in(&rng, 16, 256));
+        live[k] = fresh(draw());
     }
-    for (int k = 0; k < WINDOW; k++) free(live[k]);
+    for (size_t k = 0; k < window; k++) free(live[k]);
+}
+
+static size_t small_size(void) { return size_in(&rng, 16, 256); }
+
+static long small(long scale) {
+    static void *live[1000];
+    long n = 4000000 * scale;
+    churn(live, 1000, n, small_size);
     return n;
 }
 
@@ -136,18 +143,15 @@ static long xthread(long scale) {
     return PAIRS * 500000 * scale;
 }
 
+/* Nine in ten around the 128 KiB threshold, one in ten far above it. */
+static size_t threshold_size(void) {
+    return next(&rng) % 10 ? size_in(&rng, 96 << 10, 192 << 10) : size_in(&rng, 1 << 20, 4 << 20);
+}
+
 static long threshold(long scale) {
-    enum { LIVE = 64 };
-    static void *live[LIVE];
+    static void *live[64];
     long n = 20000 * scale;
-    for (long i = 0; i < n; i++) {
-        size_t k = next(&rng) % LIVE;
-        free(live[k]);
-        /* Nine in ten around the 128 KiB threshold, one in ten far above it. */
-        size_t sz = next(&rng) % 10 ? size_in(&rng, 96 << 10, 192 << 10) : size_in(&rng, 1 << 20, 4 << 20);
-        live[k] = fresh(sz);
-    }
-    for (int k = 0; k < LIVE; k++) free(live[k]);
+    churn(live, 64, n, threshold_size);
     return n;
 }
 

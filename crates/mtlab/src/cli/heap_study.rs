@@ -44,15 +44,8 @@ pub struct SweepArgs {
     /// What the best value minimizes.
     #[arg(long, default_value = "peak-mapped", value_parser = clap::builder::PossibleValuesParser::new(Objective::NAMES))]
     objective: String,
-    /// Directory for the traces (default: a temporary directory).
-    #[arg(long)]
-    dir: Option<PathBuf>,
     #[command(flatten)]
-    repeat: RepeatArgs,
-    #[command(flatten)]
-    output: OutputArgs,
-    #[command(flatten)]
-    target: Target,
+    common: CommonArgs,
 }
 
 /// What runs: a built-in workload, or a program.
@@ -64,6 +57,20 @@ pub struct Target {
     /// The program to run, then its arguments.
     #[arg(required_unless_present = "workload", trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
+}
+
+/// What both heap commands take besides their own flags.
+#[derive(Args, Debug)]
+pub struct CommonArgs {
+    /// Directory for the traces (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[command(flatten)]
+    repeat: RepeatArgs,
+    #[command(flatten)]
+    output: OutputArgs,
+    #[command(flatten)]
+    target: Target,
 }
 
 /// The built-in workloads (native/heap/workloads.c).
@@ -93,15 +100,8 @@ pub struct CompareArgs {
     /// Heap managers: glibc, jemalloc, tcmalloc, tcmalloc-minimal, mimalloc, or the path of a .so.
     #[arg(long, value_delimiter = ',', default_value = "glibc,jemalloc,tcmalloc,mimalloc", value_name = "ALLOCATOR,...")]
     allocators: Vec<String>,
-    /// Directory for the traces (default: a temporary directory).
-    #[arg(long)]
-    dir: Option<PathBuf>,
     #[command(flatten)]
-    repeat: RepeatArgs,
-    #[command(flatten)]
-    output: OutputArgs,
-    #[command(flatten)]
-    target: Target,
+    common: CommonArgs,
 }
 
 pub fn heap(cmd: HeapCommand) -> Result<ExitCode, CliError> {
@@ -123,7 +123,7 @@ fn check_program(command: &[OsString]) -> Result<(), CliError> {
 }
 
 fn sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
-    let argv = a.target.argv()?;
+    let argv = a.common.target.argv()?;
     let Some((name, values)) = a.set.split_once('=') else {
         return Err(CliError::Other(format!("--set {}: write NAME=V1,V2,... (e.g. top_pad=0,64KiB)", a.set)));
     };
@@ -140,16 +140,16 @@ fn sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
         allocator,
         objective: Objective::parse(&a.objective).expect("clap checked --objective"),
         argv,
-        runner: a.repeat.options(3),
-        dir: a.dir,
+        runner: a.common.repeat.options(3),
+        dir: a.common.dir,
     };
-    let progress = study_progress("heap sweep", a.output.quiet);
+    let progress = study_progress("heap sweep", a.common.output.quiet);
     let run = heap::sweep(&cfg, &progress)?;
-    finish(run, &a.output)
+    finish(run, &a.common.output)
 }
 
 fn compare(a: CompareArgs) -> Result<ExitCode, CliError> {
-    let argv = a.target.argv()?;
+    let argv = a.common.target.argv()?;
     let mut list: Vec<allocators::Allocator> = Vec::new();
     for name in &a.allocators {
         let al = allocators::resolve(name)?;
@@ -157,8 +157,8 @@ fn compare(a: CompareArgs) -> Result<ExitCode, CliError> {
             list.push(al);
         }
     }
-    let cfg = HeapCompareConfig { allocators: list, argv, runner: a.repeat.options(3), dir: a.dir };
-    let progress = study_progress("heap compare", a.output.quiet);
+    let cfg = HeapCompareConfig { allocators: list, argv, runner: a.common.repeat.options(3), dir: a.common.dir };
+    let progress = study_progress("heap compare", a.common.output.quiet);
     let run = heap::run(&cfg, &progress)?;
-    finish(run, &a.output)
+    finish(run, &a.common.output)
 }
