@@ -55,6 +55,13 @@ fn compare_gives_exact_live_bytes_under_every_allocator_and_agrees_with_their_ow
         assert!(median(&run, &u, "wall_s").unwrap() > 0.0, "{a}");
         assert!(median(&run, &t, "malloc.cycles_mean").unwrap() > 0.0, "{a}");
     }
+    // The three-way split at exit under glibc, by hand: 5000 blocks of 100 B
+    // are usable as 104 (+4 each), 500 of 3000 B as 3000; every live block
+    // carries an 8-byte chunk header: 20 000 + 5500 × 8 = 64 000 bytes of
+    // overhead; the rest of the mapping is free space.
+    assert_eq!(median(&run, "glibc traced", "end_overhead_bytes"), Some(64_000.0));
+    let mapped = median(&run, "glibc traced", "end_mapped_bytes").unwrap();
+    assert_eq!(median(&run, "glibc traced", "end_free_bytes"), Some(mapped - 2_064_000.0));
     // glibc's own count (mallinfo2) agrees within 1 % with mtlab's live usable
     // bytes plus chunk headers, and its mapped bytes exactly.
     let theirs = median(&run, "glibc traced", "allocator_in_use_bytes").expect("mallinfo2 in STATS");

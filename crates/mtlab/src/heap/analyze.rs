@@ -60,6 +60,40 @@ pub struct SeriesPoint {
     pub utilization: f64,
     /// Mean cycles of the malloc calls since the previous point.
     pub malloc_mean_cycles: Option<f64>,
+    /// The space split at this point (`SpaceSplit`): allocator overhead and free space.
+    pub overhead_bytes: u64,
+    pub free_bytes: u64,
+}
+
+/// Mapped space split three ways: what the program asked for, what the
+/// allocator adds to each live block (usable minus requested size, and glibc's
+/// 8-byte chunk header), and free space inside the mapping (fragmentation
+/// and the allocator's reserve).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct SpaceSplit {
+    pub requested_bytes: u64,
+    pub overhead_bytes: u64,
+    pub free_bytes: u64,
+}
+
+impl SpaceSplit {
+    /// Bytes of header each live block carries under `allocator`, beyond its usable size.
+    pub fn header_bytes(allocator: &str) -> u64 {
+        if allocator == "glibc" {
+            8
+        } else {
+            0
+        }
+    }
+
+    pub fn of(s: &HeapSnapshot, header: u64) -> SpaceSplit {
+        let overhead = s.live_usable_bytes.saturating_sub(s.live_bytes) + header * s.live_objects;
+        SpaceSplit {
+            requested_bytes: s.live_bytes,
+            overhead_bytes: overhead,
+            free_bytes: s.mapped_bytes.saturating_sub(s.live_bytes + overhead),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -173,6 +207,9 @@ pub struct ProcessReport {
     pub functions: BTreeMap<String, FunctionReport>,
     pub peak: PeakReport,
     pub end: HeapSnapshot,
+    /// Mapped space split three ways at the peak and at the end.
+    pub space_peak: SpaceSplit,
+    pub space_end: SpaceSplit,
     pub time_series: Vec<SeriesPoint>,
     pub top_sites: TopSites,
     pub leaks: LeakReport,
@@ -432,6 +469,7 @@ impl<'a> Pass<'a> {
 
     fn point(&mut self, tsc: u64) {
         let s = self.heap.snapshot();
+        let split = SpaceSplit::of(&s, SpaceSplit::header_bytes(&self.trace.header.allocator));
         self.series.push(SeriesPoint {
             event: self.events,
             ns: self.ns(tsc),
@@ -442,6 +480,8 @@ impl<'a> Pass<'a> {
             utilization: s.utilization,
             malloc_mean_cycles: (self.window_mallocs > 0 && !self.compact)
                 .then(|| self.window_cycles as f64 / self.window_mallocs as f64),
+            overhead_bytes: split.overhead_bytes,
+            free_bytes: split.free_bytes,
         });
         self.window_cycles = 0;
         self.window_mallocs = 0;
@@ -633,6 +673,8 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         duration_ns,
         events: pass.events,
         functions,
+        space_peak: SpaceSplit::of(&pass.peak.heap, SpaceSplit::header_bytes(&trace.header.allocator)),
+        space_end: SpaceSplit::of(&end, SpaceSplit::header_bytes(&trace.header.allocator)),
         peak: pass.peak.clone(),
         end,
         time_series: std::mem::take(&mut pass.series),
@@ -679,4 +721,22 @@ fn stack_quality(trace: &TraceFile, pass: &Pass, symbols: &mut Symbols) -> Stack
         )
     });
     StackQuality { mode, distinct: pass.stacks.len() as u64, truncated_call_fraction: fraction, note }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn space_splits_into_requested_overhead_and_free() {
+        // 10 blocks of 100 B usable as 104, in 4 KiB mapped.
+        let s = HeapSnapshot { live_objects: 10, live_bytes: 1000, live_usable_bytes: 1040, mapped_bytes: 4096, ..Default::default() };
+        let glibc = SpaceSplit::of(&s, SpaceSplit::header_bytes("glibc"));
+        assert_eq!((glibc.requested_bytes, glibc.overhead_bytes, glibc.free_bytes), (1000, 40 + 80, 4096 - 1120));
+        let other = SpaceSplit::of(&s, SpaceSplit::header_bytes("jemalloc"));
+        assert_eq!((other.overhead_bytes, other.free_bytes), (40, 4096 - 1040));
+        // Live bytes in no known mapping: no negative free space.
+        let over = HeapSnapshot { mapped_bytes: 0, ..s };
+        assert_eq!(SpaceSplit::of(&over, 8).free_bytes, 0);
+    }
 }

@@ -169,6 +169,19 @@ pub fn views(run: &RunReport) -> Vec<View> {
             None => {
                 out.push(View::Table(functions(p)));
                 out.push(View::Table(heap(&p.peak.heap, &p.end)));
+                let split = |s: &crate::heap::analyze::SpaceSplit| {
+                    format!(
+                        "requested {}, allocator overhead {}, free {}",
+                        human_bytes(s.requested_bytes),
+                        human_bytes(s.overhead_bytes),
+                        human_bytes(s.free_bytes)
+                    )
+                };
+                out.push(View::Note(format!(
+                    "mapped space at peak: {}; at end: {} (overhead: usable minus requested size, and chunk headers)",
+                    split(&p.space_peak),
+                    split(&p.space_end)
+                )));
             }
         }
         if !p.top_sites.by_bytes.is_empty() {

@@ -121,6 +121,10 @@ pub struct SeriesPoint {
     pub fragmentation_mean: f64,
     pub utilization: f64,
     pub malloc_mean_cycles: Option<f64>,
+    #[serde(default)]
+    pub overhead_bytes: u64,
+    #[serde(default)]
+    pub free_bytes: u64,
 }
 
 /// `details`: each allocator's time series, from its last traced repetition.
@@ -160,6 +164,12 @@ fn traced_samples(r: &serde_json::Value, program_wall_s: f64, what: &str) -> Res
         Sample::cost("peak_fragmentation_total", "fraction", need(&["peak", "fragmentation", "total"])?),
         Sample::gain("peak_utilization", "fraction", need(&["peak", "utilization"])?),
     ];
+    for at in ["peak", "end"] {
+        for part in ["overhead", "free"] {
+            let v = need(&[&format!("space_{at}"), &format!("{part}_bytes")])?;
+            out.push(Sample::cost(&format!("{at}_{part}_bytes"), "bytes", v));
+        }
+    }
     // The heap manager's own figures, since tracing started (what mtlab could see).
     let own = &r["allocator_stats"];
     for (metric, key) in [("allocator_in_use_bytes", "in_use"), ("allocator_mapped_bytes", "mapped")] {
@@ -203,6 +213,8 @@ fn series_of(r: &serde_json::Value) -> Vec<SeriesPoint> {
             fragmentation_mean: p["fragmentation_mean"].as_f64().unwrap_or(0.0),
             utilization: p["utilization"].as_f64().unwrap_or(0.0),
             malloc_mean_cycles: p["malloc_mean_cycles"].as_f64(),
+            overhead_bytes: p["overhead_bytes"].as_u64().unwrap_or(0),
+            free_bytes: p["free_bytes"].as_u64().unwrap_or(0),
         })
         .collect()
 }

@@ -108,6 +108,31 @@ fn functions(run: &Run, names: &[String]) -> Table {
     t
 }
 
+/// Mapped space split three ways, at the peak of live bytes and at exit.
+fn space(run: &Run, names: &[String]) -> Table {
+    let mut t = Table::new(
+        "space",
+        "mapped space split three ways: requested by the program, allocator overhead (usable minus requested size, glibc's \
+         8-byte chunk headers), free space in the mapping (medians)",
+        &[label(run), "requested (peak)", "overhead (peak)", "free (peak)", "requested (end)", "overhead (end)", "free (end)"],
+        1,
+    );
+    for a in names {
+        let tr = traced(a);
+        let b = |k: &str| bytes(run, &tr, k);
+        t.push(vec![
+            Cell::text(a),
+            b("peak_live_bytes"),
+            b("peak_overhead_bytes"),
+            b("peak_free_bytes"),
+            b("end_live_bytes"),
+            b("end_overhead_bytes"),
+            b("end_free_bytes"),
+        ]);
+    }
+    t
+}
+
 /// mtlab's figures at exit beside the heap manager's own.
 fn validation(run: &Run, names: &[String]) -> Table {
     let mut t = Table::new(
@@ -187,17 +212,21 @@ fn plots(details: &Details) -> Vec<View> {
     let mut memory = Vec::new();
     let mut frag = Vec::new();
     let mut cycles = Vec::new();
+    let mut split = Vec::new();
     for a in details.series.keys() {
         memory.push(Series { name: format!("{a} live"), points: pts(a, &|p| Some(p.live_bytes as f64 / 1048576.0)) });
         memory.push(Series { name: format!("{a} mapped"), points: pts(a, &|p| Some(p.mapped_bytes as f64 / 1048576.0)) });
         frag.push(Series { name: format!("{a} fragmentation"), points: pts(a, &|p| Some(p.fragmentation_mean * 100.0)) });
         frag.push(Series { name: format!("{a} utilization"), points: pts(a, &|p| Some(p.utilization * 100.0)) });
         cycles.push(Series { name: a.clone(), points: pts(a, &|p| p.malloc_mean_cycles) });
+        split.push(Series { name: format!("{a} overhead"), points: pts(a, &|p| Some(p.overhead_bytes as f64 / 1048576.0)) });
+        split.push(Series { name: format!("{a} free"), points: pts(a, &|p| Some(p.free_bytes as f64 / 1048576.0)) });
     }
     let mut out = vec![
         line("heap-compare-memory", "live and mapped bytes against heap events", "MiB", memory),
         line("heap-compare-fragmentation", "fragmentation (mean) and utilization against heap events", "%", frag),
         line("heap-compare-malloc-cycles", "mean malloc cycles per window of events", "cycles", cycles),
+        line("heap-compare-space", "allocator overhead and free space against heap events", "MiB", split),
     ];
     if !over_time.is_empty() {
         out.push(line_over("heap-compare-memory-time", "live and mapped bytes against time (traced run)", "seconds", "MiB", over_time));
@@ -228,6 +257,7 @@ pub fn views(run: &Run) -> Vec<View> {
     let mut v = vec![
         View::Table(side_by_side(run, &names)),
         View::Table(functions(run, &names)),
+        View::Table(space(run, &names)),
         View::Table(validation(run, &names)),
     ];
     v.extend(best(run, &names));
