@@ -92,7 +92,7 @@ enum Command {
     /// Threads study: thread creation, context switches and message passing by CPU set, placement, thread library and preemption model.
     #[command(subcommand)]
     Threads(threads::ThreadsCommand),
-    /// Heap study: heap managers compared on one program (time, memory, fragmentation, per-call cycles).
+    /// Heap study: heap managers compared on one program, or one tunable swept (time, memory, fragmentation, per-call cycles).
     #[command(subcommand)]
     Heap(heap_study::HeapCommand),
     /// Affinity study: throughput of one TCP flow for every (flow core, application core) pair, counters per GB, a recommended placement.

@@ -87,7 +87,7 @@ pub struct StoreArgs {
 /// How configurations are repeated.
 #[derive(Args, Debug, Clone)]
 pub struct RepeatArgs {
-    /// Rounds measured; each round runs every configuration once, interleaved (default: bench tracer 5, program 3, malloc 3; threads 5, threads all 3; affinity 3).
+    /// Rounds measured; each round runs every configuration once, interleaved (default: bench tracer 5, program 3, malloc 3; threads 5, threads all 3; affinity 3; heap 3).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub reps: Option<u32>,
     /// Rounds run first and discarded.
