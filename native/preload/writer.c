@@ -189,9 +189,15 @@ static int fd_still_ours(void) {
  * a file of its own at our number: opens the same file again (same device
  * and inode) at a new high number. The old number is the program's now and
  * is left alone. One thread reopens; others lose only their current write. */
+/* Reopens the trace seen so far: counted for STATS. After a reopen that
+ * failed (the file was removed or replaced), no write tries again: each try
+ * would cost an open on the program's every flush, for nothing. */
+static _Atomic uint64_t reopens;
+static _Atomic int reopen_gave_up;
+
 static int reopen_trace(void) {
     int expected = 0;
-    if (!path[0] || !atomic_compare_exchange_strong(&reopening, &expected, 1)) return 0;
+    if (!path[0] || atomic_load(&reopen_gave_up) || !atomic_compare_exchange_strong(&reopening, &expected, 1)) return 0;
     int ok = 0;
     int f = mtlab_sys_open(path, O_WRONLY | O_CLOEXEC, 0);
     if (f >= 0) {
@@ -204,10 +210,12 @@ static int reopen_trace(void) {
             }
             fd = f;
             ok = 1;
+            atomic_fetch_add(&reopens, 1);
         } else {
             mtlab_sys_close(f);
         }
     }
+    if (!ok) atomic_store(&reopen_gave_up, 1);
     atomic_store(&reopening, 0);
     return ok;
 }
@@ -462,6 +470,9 @@ void mtlab_write_stats(void) {
     char *end = text + sizeof text - 1;
     char *p = mtlab_sampler_stats(text, end);
     p = mtlab_allocator_stats(p, end);
+    p = mtlab_append(p, end, "trace_reopened=");
+    p = mtlab_append_u64(p, end, atomic_load(&reopens));
+    p = mtlab_append(p, end, "\n");
     p = mtlab_append(p, end, "max_rss_kib=");
     p = mtlab_append_u64(p, end, mtlab_sys_max_rss_kib());
     p = mtlab_append(p, end, "\n");
@@ -471,6 +482,8 @@ void mtlab_write_stats(void) {
 /* A fork child writes its own file, opened on its first write. */
 void mtlab_writer_fork_child(void) {
     owns_root_file = 0;
+    atomic_store(&reopens, 0);
+    atomic_store(&reopen_gave_up, 0);
     atomic_store(&file_state, 0);
     atomic_store(&inflight, 0);
     atomic_store(&closing, 0);

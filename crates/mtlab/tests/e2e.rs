@@ -295,6 +295,10 @@ fn events_after_the_program_closes_every_descriptor_are_still_traced() {
     strict(&r);
     let s = site(&r, "after_close");
     assert_eq!((s.calls, s.bytes), (n, n * 48), "{s:?}");
+    // The report says that the trace had to be opened again.
+    assert!(u(&r["trace_reopened"]) >= 1, "{}", r["trace_reopened"]);
+    let text = lab.command(MTLAB).args(["report", "t.mtl"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("the trace was opened again by path"));
 }
 
 #[test]

@@ -220,6 +220,9 @@ pub struct ProcessReport {
     /// Records of the file found damaged (their checksum did not match) and
     /// skipped; their events are counted in `events_dropped`.
     pub chunks_damaged: u64,
+    /// Times the trace was opened again by path after the program closed or
+    /// replaced mtlab's descriptor (STATS `trace_reopened`; 0 when unknown).
+    pub trace_reopened: u64,
     /// The heap manager's own figures at exit, where it has them.
     pub allocator_stats: Option<AllocatorStats>,
     pub stacks_overflowed: Option<u64>,
@@ -592,7 +595,8 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         trace.runinfo.iter().filter(|(k, _)| k == keys::FINISH_WARNING).map(|(_, v)| format!("when recorded: {v}")),
     );
     warnings.extend(items.warnings().iter().cloned());
-    let unnamed = trace.stats.iter().find(|(k, _)| k == keys::SAMPLES_THREADS_UNNAMED).and_then(|(_, v)| v.parse::<u64>().ok());
+    let stat = |key: &str| trace.stats.iter().find(|(k, _)| k == key).and_then(|(_, v)| v.parse::<u64>().ok());
+    let unnamed = stat(keys::SAMPLES_THREADS_UNNAMED);
     if let Some(n @ 1..) = unnamed {
         warnings.push(format!(
             "{n} thread(s) did not start through pthread_create (or started while 256 creations were in flight): \
@@ -685,6 +689,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         events_dropped: trace.end.as_ref().map(|e| e.events_dropped + e.events_written.saturating_sub(decoded)),
         chunks_dropped: trace.end.as_ref().map(|e| e.chunks_dropped),
         chunks_damaged: trace.records_damaged + items.chunks_damaged().0,
+        trace_reopened: stat(keys::TRACE_REOPENED).unwrap_or(0),
         allocator_stats: AllocatorStats::read(trace, &trace.header.allocator, &end),
         stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),
         clean_end: trace.end.is_some(),

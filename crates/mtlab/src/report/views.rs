@@ -230,6 +230,13 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 before(a.mapped_at_start_bytes),
             ));
         }
+        if p.trace_reopened > 0 {
+            note(format!(
+                "the program closed or replaced mtlab's trace descriptor: the trace was opened again by path {} time(s) \
+                 and writing went on",
+                p.trace_reopened
+            ));
+        }
         if p.chunks_damaged > 0 {
             note(format!(
                 "DAMAGED TRACE: {} chunk(s) did not match their checksums and were skipped — the figures above \

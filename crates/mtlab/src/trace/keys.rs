@@ -45,6 +45,9 @@ pub const SAMPLES_UNTRACKED: &str = "samples_untracked";
 pub const SAMPLES_THREADS_UNNAMED: &str = "samples_threads_unnamed";
 /// Samples taken.
 pub const SAMPLES: &str = "samples";
+/// Times the trace was opened again by path because the program had closed
+/// or replaced mtlab's descriptor (close_range, closefrom, dup2 onto it).
+pub const TRACE_REOPENED: &str = "trace_reopened";
 /// Where the heap manager's own figures below come from (`mallinfo2`,
 /// `jemalloc mallctl`, `tcmalloc MallocExtension`, `mimalloc mi_process_info`).
 pub const ALLOCATOR_STATS: &str = "allocator_stats";
