@@ -53,6 +53,8 @@ fn main() {
     cc(&latency_pipeline, &[native.join("bench/latency_pipeline.c")], &[], &[]);
     let heap_workloads = out.join("mtlab-heap-workloads");
     cc(&heap_workloads, &[native.join("heap/workloads.c")], &[], &["-lm"]);
+    let heap_replay = out.join("mtlab-heap-replay");
+    cc(&heap_replay, &[native.join("heap/replay.c")], &[], &[]);
 
     for name in ["create", "ctx", "chat"] {
         let exe = out.join(format!("mtlab-threads-{name}"));
@@ -64,4 +66,5 @@ fn main() {
     println!("cargo:rustc-env=MTLAB_MALLOC_TEST={}", malloc_test.display());
     println!("cargo:rustc-env=MTLAB_LATENCY_PIPELINE={}", latency_pipeline.display());
     println!("cargo:rustc-env=MTLAB_HEAP_WORKLOADS={}", heap_workloads.display());
+    println!("cargo:rustc-env=MTLAB_HEAP_REPLAY={}", heap_replay.display());
 }

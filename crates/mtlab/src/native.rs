@@ -11,6 +11,7 @@ static PRELOAD: &[u8] = include_bytes!(env!("MTLAB_PRELOAD_SO"));
 static MALLOC_TEST: &[u8] = include_bytes!(env!("MTLAB_MALLOC_TEST"));
 static LATENCY_PIPELINE: &[u8] = include_bytes!(env!("MTLAB_LATENCY_PIPELINE"));
 static HEAP_WORKLOADS: &[u8] = include_bytes!(env!("MTLAB_HEAP_WORKLOADS"));
+static HEAP_REPLAY: &[u8] = include_bytes!(env!("MTLAB_HEAP_REPLAY"));
 static THREADS_CREATE: &[u8] = include_bytes!(env!("MTLAB_THREADS_CREATE"));
 static THREADS_CTX: &[u8] = include_bytes!(env!("MTLAB_THREADS_CTX"));
 static THREADS_CHAT: &[u8] = include_bytes!(env!("MTLAB_THREADS_CHAT"));
@@ -39,6 +40,8 @@ pub enum Part {
     LatencyPipeline,
     /// The heap study's built-in workloads (`heap compare --workload`).
     HeapWorkloads,
+    /// Re-executes a trace's heap calls (`heap replay`).
+    HeapReplay,
     /// Thread creation cost (threads study), built against glibc.
     ThreadsCreate,
     /// Token-ring context switches (threads study), built against glibc.
@@ -54,6 +57,7 @@ impl Part {
             Part::MallocTest => "mtlab-malloc-test",
             Part::LatencyPipeline => "mtlab-latency-pipeline",
             Part::HeapWorkloads => "mtlab-heap-workloads",
+            Part::HeapReplay => "mtlab-heap-replay",
             Part::ThreadsCreate => "mtlab-threads-create",
             Part::ThreadsCtx => "mtlab-threads-ctx",
             Part::ThreadsChat => "mtlab-threads-chat",
@@ -65,6 +69,7 @@ impl Part {
             Part::MallocTest => MALLOC_TEST,
             Part::LatencyPipeline => LATENCY_PIPELINE,
             Part::HeapWorkloads => HEAP_WORKLOADS,
+            Part::HeapReplay => HEAP_REPLAY,
             Part::ThreadsCreate => THREADS_CREATE,
             Part::ThreadsCtx => THREADS_CTX,
             Part::ThreadsChat => THREADS_CHAT,

@@ -186,3 +186,49 @@ fn built_in_workloads_run_under_compare_with_their_exact_call_counts() {
         assert!(!o.status.success() && stderr(&o).contains("--workload"), "{bad}: {}", stderr(&o));
     }
 }
+
+#[test]
+fn replay_reproduces_a_recorded_heap_and_refuses_what_it_cannot_replay() {
+    let lab = Lab::new();
+    let prog = lab.compile("h_known");
+    lab.record_ok("h.mtl", &prog, &[]);
+    let recorded = lab.report("h.mtl");
+    let run = lab.mtlab_json(&["heap", "replay", "--allocators", "glibc", "--reps", "2", "--warmup", "0", "-q", "--no-store", lab.path("h.mtl").to_str().unwrap()]);
+    assert_eq!(run["study"], "heap-replay");
+    // Single-threaded and under the same allocator: the same heap, byte for byte.
+    for (metric, path) in [
+        ("peak_live_bytes", ["peak", "live_bytes"]),
+        ("end_live_bytes", ["end", "live_bytes"]),
+        ("peak_mapped_bytes", ["peak", "mapped_bytes"]),
+        ("end_mapped_bytes", ["end", "mapped_bytes"]),
+    ] {
+        assert_eq!(median(&run, "glibc traced", metric), Some(f(&recorded[path[0]][path[1]])), "{metric}");
+    }
+    assert_eq!(median(&run, "glibc traced", "malloc.calls"), Some(5510.0));
+    assert_eq!(median(&run, "glibc traced", "free.calls"), Some(10.0));
+    assert!(median(&run, "glibc untraced", "events_per_s").unwrap() > 0.0);
+
+    // Four threads, frees of other threads' blocks: every call replayed, in each thread's order.
+    let o = lab.command(MTLAB).args(["heap", "compare", "--workload", "xthread:1", "--allocators", "glibc", "--reps", "1", "--warmup", "0", "-q", "--no-store", "--dir"]).arg(lab.path("xt")).output().unwrap();
+    assert_success(&o, "compare --workload xthread");
+    let x = lab.path("xt/glibc.mtl");
+    let rec = lab.report_path(&x);
+    let run = lab.mtlab_json(&["heap", "replay", "--allocators", "glibc", "--reps", "1", "--warmup", "0", "-q", "--no-store", x.to_str().unwrap()]);
+    for func in ["malloc", "free"] {
+        assert_eq!(median(&run, "glibc traced", &format!("{func}.calls")), Some(f(&rec["functions"][func]["calls"])), "{func}");
+    }
+    // The replay's own four threads add what glibc allocates for each new
+    // thread (its TLS vector) and keeps to the end; nothing else differs.
+    let extra = median(&run, "glibc traced", "end_live_bytes").unwrap() - f(&rec["end"]["live_bytes"]);
+    assert!((0.0..=4.0 * 512.0).contains(&extra), "end live: replay {extra} bytes above the recording");
+    let notes = run["notes"].to_string();
+    assert!(notes.contains("of 5 thread(s)") && !notes.contains(" 0 frees of another thread"), "{notes}");
+
+    // A sampled trace holds a sample of the calls; a missing one is said so.
+    let o = lab.record_cmd("s.mtl", &["--sample", "64KiB"], &prog, &[]).output().unwrap();
+    assert_success(&o, "record --sample");
+    let o = lab.command(MTLAB).args(["heap", "replay", "--no-store"]).arg(lab.path("s.mtl")).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("sampled trace"), "{}", stderr(&o));
+    let o = lab.command(MTLAB).args(["heap", "replay", "--no-store", "nope.mtl"]).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("does not exist"), "{}", stderr(&o));
+}

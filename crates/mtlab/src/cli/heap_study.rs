@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 
 use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
-use crate::studies::heap::{self, allocators, tunables, HeapCompareConfig, HeapSweepConfig, Objective};
+use crate::studies::heap::{self, allocators, tunables, HeapCompareConfig, HeapReplayConfig, HeapSweepConfig, Objective};
 
 #[derive(Subcommand, Debug)]
 pub enum HeapCommand {
@@ -31,6 +31,29 @@ A value glibc's loader does not take as given, or that jemalloc complains about,
 The best value is the one with the least --objective (peak-mapped, end-mapped, peak-rss, wall) among those whose \
 malloc p99 cycles are within 10 % of the best p99; --objective malloc-p99 takes the least p99.")]
     Sweep(SweepArgs),
+    /// A recorded full trace's heap calls re-executed under each heap manager, without the original program.
+    #[command(after_help = "\
+Each traced thread's calls run in their recorded order on a thread of their own; a free of a block another \
+thread allocated waits until that allocation has been replayed. The replay program allocates nothing of its own, \
+so its trace holds the replayed calls alone: under glibc its live bytes follow the recorded curve exactly. \
+Only the root process of a trace family is replayed.")]
+    Replay(ReplayArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ReplayArgs {
+    /// Heap managers: glibc, jemalloc, tcmalloc, tcmalloc-minimal, mimalloc, or the path of a .so.
+    #[arg(long, value_delimiter = ',', default_value = "glibc,jemalloc,tcmalloc,mimalloc", value_name = "ALLOCATOR,...")]
+    allocators: Vec<String>,
+    /// Directory for the ops file and the traces (default: a temporary directory).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    #[command(flatten)]
+    repeat: RepeatArgs,
+    #[command(flatten)]
+    output: OutputArgs,
+    /// The trace to replay (a full trace from `mtlab record`).
+    trace: PathBuf,
 }
 
 #[derive(Args, Debug)]
@@ -108,7 +131,29 @@ pub fn heap(cmd: HeapCommand) -> Result<ExitCode, CliError> {
     match cmd {
         HeapCommand::Compare(a) => compare(a),
         HeapCommand::Sweep(a) => sweep(a),
+        HeapCommand::Replay(a) => replay(a),
     }
+}
+
+fn resolve_all(names: &[String]) -> Result<Vec<allocators::Allocator>, CliError> {
+    let mut list: Vec<allocators::Allocator> = Vec::new();
+    for name in names {
+        let al = allocators::resolve(name)?;
+        if !list.contains(&al) {
+            list.push(al);
+        }
+    }
+    Ok(list)
+}
+
+fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
+    if !a.trace.is_file() {
+        return Err(CliError::Other(format!("{} does not exist; write a trace with `mtlab record -o {} -- PROGRAM`", a.trace.display(), a.trace.display())));
+    }
+    let cfg = HeapReplayConfig { trace: a.trace, allocators: resolve_all(&a.allocators)?, runner: a.repeat.options(3), dir: a.dir };
+    let progress = study_progress("heap replay", a.output.quiet);
+    let run = heap::replay(&cfg, &progress)?;
+    finish(run, &a.output)
 }
 
 fn check_program(command: &[OsString]) -> Result<(), CliError> {
@@ -150,13 +195,7 @@ fn sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
 
 fn compare(a: CompareArgs) -> Result<ExitCode, CliError> {
     let argv = a.common.target.argv()?;
-    let mut list: Vec<allocators::Allocator> = Vec::new();
-    for name in &a.allocators {
-        let al = allocators::resolve(name)?;
-        if !list.contains(&al) {
-            list.push(al);
-        }
-    }
+    let list = resolve_all(&a.allocators)?;
     let cfg = HeapCompareConfig { allocators: list, argv, runner: a.common.repeat.options(3), dir: a.common.dir };
     let progress = study_progress("heap compare", a.common.output.quiet);
     let run = heap::run(&cfg, &progress)?;

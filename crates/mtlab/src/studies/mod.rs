@@ -42,7 +42,7 @@ fn study_views(run: &Run) -> Vec<View> {
         profiler_cost::STUDY => profiler_cost::views(run),
         threads::STUDY => threads::views(run),
         affinity::STUDY => affinity::views(run),
-        heap::STUDY | heap::SWEEP => heap::views::views(run),
+        heap::STUDY | heap::SWEEP | heap::REPLAY => heap::views::views(run),
         _ => vec![View::Table(summary::summary_table(run))],
     }
 }

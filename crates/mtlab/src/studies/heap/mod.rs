@@ -7,6 +7,7 @@
 //! study runner.
 
 pub mod allocators;
+pub mod replay;
 pub mod tunables;
 pub mod views;
 
@@ -29,6 +30,7 @@ use crate::trace::{keys, TraceFile};
 
 pub const STUDY: &str = "heap-compare";
 pub const SWEEP: &str = "heap-sweep";
+pub const REPLAY: &str = "heap-replay";
 
 /// The allocator functions whose cycles the comparison tables show.
 pub const FUNCTIONS: [&str; 4] = ["malloc", "free", "calloc", "realloc"];
@@ -251,11 +253,17 @@ impl Lab {
         if cfg.name == untraced(&v.name) {
             let floor = child::own_rss_kib();
             let m = measure(self.command(v, None), &cfg.name)?;
-            return Ok(vec![
+            let mut out = vec![
                 Sample::cost("wall_s", "s", m.wall.as_secs_f64()),
                 bytes("peak_rss", m.max_rss_kib * 1024),
                 bytes("rss_floor", floor * 1024),
-            ]);
+            ];
+            // The replay program's own rate of replayed calls.
+            let rate = m.stdout.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
+            if let Some(r) = rate.and_then(|v| v["events_per_s"].as_f64()) {
+                out.push(Sample::gain("events_per_s", "events/s", r));
+            }
+            return Ok(out);
         }
         let trace = self.dir.join(format!("{}.mtl", file_stem(&v.name)));
         let _ = std::fs::remove_file(&trace);
@@ -375,3 +383,59 @@ pub fn sweep(cfg: &HeapSweepConfig, progress: &Progress) -> Result<Run, StudyErr
     }
     run_variants(run, &variants, &cfg.argv, &cfg.runner, cfg.dir.as_deref(), progress)
 }
+
+#[derive(Debug, Clone)]
+pub struct HeapReplayConfig {
+    pub trace: PathBuf,
+    pub allocators: Vec<Allocator>,
+    pub runner: RunnerOptions,
+    pub dir: Option<PathBuf>,
+}
+
+/// `mtlab heap replay`: the trace's heap calls re-executed under each
+/// allocator by the replay program, measured like any program.
+pub fn replay(cfg: &HeapReplayConfig, progress: &Progress) -> Result<Run, StudyError> {
+    let tf = TraceFile::open(&cfg.trace).map_err(|e| StudyError::Config(e.to_string()))?;
+    if tf.header.sample_interval != 0 {
+        return Err(StudyError::Config(format!(
+            "{} is a sampled trace: it holds a sample of the calls, not all of them; replay a full trace (`mtlab record` without --sample)",
+            cfg.trace.display()
+        )));
+    }
+    if tf.runinfo_get(keys::COMPACT_QUANTUM).is_some() {
+        return Err(StudyError::Config(format!(
+            "{} is compact: its calls are in a coarser order across threads than they ran; replay the trace before `mtlab compact`",
+            cfg.trace.display()
+        )));
+    }
+    let (dir, _tmp) = child::work_dir(cfg.dir.as_deref())?;
+    let ops = dir.join("replay.ops");
+    let summary = replay::write_ops(&tf, &ops)?;
+    let exe = crate::native::path(crate::native::Part::HeapReplay)?;
+    let mut run = Run::new(REPLAY, format!("{} replayed under each heap manager", cfg.trace.display()));
+    run.settings.insert("trace".into(), cfg.trace.display().to_string());
+    run.settings.insert("replayed calls".into(), summary.ops.to_string());
+    run.settings.insert("threads".into(), summary.threads.to_string());
+    if summary.unknown > 0 {
+        run.notes.push(format!(
+            "{} frees or reallocs were of blocks allocated before tracing began: frees skipped, reallocs replayed as mallocs",
+            summary.unknown
+        ));
+    }
+    run.notes.push(format!(
+        "replayed {} calls of {} thread(s) in each thread's recorded order; {} frees of another thread's block wait for its allocation",
+        summary.ops, summary.threads, summary.cross_thread
+    ));
+    if summary.threads > 1 {
+        run.notes.push(
+            "the replay starts a thread per recorded thread, and the thread library allocates for each (glibc: its TLS \
+             vector): the traced replay has those calls too, and threads interleave as they run here, not as they did"
+                .into(),
+        );
+    }
+    let variants: Vec<Variant> =
+        cfg.allocators.iter().map(|a| Variant { name: a.name.clone(), allocator: a.clone(), env: Vec::new() }).collect();
+    let argv = vec![exe.into_os_string(), ops.into_os_string()];
+    run_variants(run, &variants, &argv, &cfg.runner, Some(&dir), progress)
+}
+
