@@ -232,3 +232,20 @@ fn replay_reproduces_a_recorded_heap_and_refuses_what_it_cannot_replay() {
     let o = lab.command(MTLAB).args(["heap", "replay", "--no-store", "nope.mtl"]).output().unwrap();
     assert!(!o.status.success() && stderr(&o).contains("does not exist"), "{}", stderr(&o));
 }
+
+#[test]
+fn fragmentation_of_a_heap_with_known_holes_is_the_one_computed_by_hand() {
+    let lab = Lab::new();
+    let prog = lab.compile("h_holes");
+    lab.record_ok("holes.mtl", &prog, &[]);
+    let r = lab.report("holes.mtl");
+    let end = &r["end"];
+    assert_eq!((u(&end["live_objects"]), u(&end["live_bytes"]), u(&end["regions"])), (50, 50_400, 1), "{end}");
+    // h_holes.c: glibc's 656-byte thread cache, then 100 chunks of 1024 B of
+    // which the odd ones live; the last ends 103 056 B into the heap.
+    let want = (103_056.0 - 50_400.0) / 103_056.0;
+    for k in ["mean", "total"] {
+        let got = f(&end["fragmentation"][k]);
+        assert!((got - want).abs() < 1e-12, "fragmentation.{k} {got}, by hand {want}");
+    }
+}
