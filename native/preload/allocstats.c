@@ -1,14 +1,16 @@
 /*
- * allocstats.c — the heap manager's own view of its heap, read at exit for
- * the STATS record, so that reports can set mtlab's figures beside it:
- * glibc's mallinfo2, jemalloc's stats.allocated/stats.mapped (mallctl),
+ * allocstats.c — the heap manager's own view of its heap, read when tracing
+ * starts and at exit for the STATS record, so that reports can set mtlab's
+ * figures beside it (counting only what changed while traced):
+ * glibc's mallinfo2, jemalloc's stats.allocated and stats.mapped + stats.retained (mallctl),
  * tcmalloc's generic.current_allocated_bytes and heap size (MallocExtension),
  * mimalloc's committed bytes (mi_process_info; it keeps no count of
  * allocated bytes in release builds).
  *
  * Runs under the guard (the allocator's own allocations pass through) from
- * the exit path, never from a shim. Functions are found with dlsym at that
- * moment: nothing is linked against any allocator.
+ * the constructor and the exit path, never from a shim or a signal handler.
+ * Functions are found with dlsym at that moment: nothing is linked against
+ * any allocator.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

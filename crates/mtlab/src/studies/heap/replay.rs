@@ -76,12 +76,14 @@ impl Builder {
                 let id = self.new_id(ptr, tid);
                 self.push(tid, kind, align, size, id, 0);
             }
+            // A failed realloc left its block where it was: nothing to replay.
+            EventKind::Realloc { ptr: 0, size, .. } if size != 0 => {}
             EventKind::Realloc { old, size, ptr, .. } => {
                 let old_id = if old == 0 { Some(0) } else { self.take(old, tid) };
                 match (old_id, ptr) {
                     // realloc(p, 0) freed p.
-                    (Some(o), 0) if o != 0 && size == 0 => self.push(tid, FREE, 0, 0, o, 0),
-                    (Some(_), 0) => {} // failed: nothing happened
+                    (Some(o), 0) if o != 0 => self.push(tid, FREE, 0, 0, o, 0),
+                    (Some(_), 0) => {} // realloc(NULL, 0) that returned NULL
                     (Some(o), p) => {
                         let id = self.new_id(p, tid);
                         self.push(tid, REALLOC, 0, size, id, o);
@@ -131,4 +133,41 @@ pub fn write_ops(trace: &TraceFile, out: &Path) -> Result<OpsSummary, StudyError
     w.flush().map_err(io)?;
     b.summary.threads = b.first_seen.len();
     Ok(b.summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ev(tid: u32, kind: EventKind) -> Event {
+        Event { tid, tsc: 0, cycles: 0, stack: 0, flags: 0, kind }
+    }
+
+    fn alloc(tid: u32, size: u64, ptr: u64) -> Event {
+        ev(tid, EventKind::Alloc { func: Func::Malloc, size, align: 0, ptr, usable: size })
+    }
+
+    fn realloc(tid: u32, old: u64, size: u64, ptr: u64) -> Event {
+        ev(tid, EventKind::Realloc { func: Func::Realloc, old, size, ptr, usable: size })
+    }
+
+    #[test]
+    fn ops_keep_each_thread_order_and_number_blocks() {
+        let mut b = Builder::default();
+        for e in [
+            alloc(1, 100, 0x10),
+            alloc(2, 50, 0x20),
+            realloc(1, 0x10, 200, 0x30),     // block 1 moves: block 3
+            realloc(1, 0x30, 1 << 40, 0),    // fails: block 3 stays
+            ev(2, EventKind::Free { ptr: 0x30 }), // thread 2 frees thread 1's block
+            realloc(2, 0x20, 0, 0),          // realloc(p, 0) frees block 2
+            ev(1, EventKind::Free { ptr: 0x99 }), // from before tracing
+        ] {
+            b.event(&e);
+        }
+        assert_eq!(b.first_seen, vec![1, 2]);
+        assert_eq!(b.per_thread[&1], vec![[MALLOC as u64, 100, 1, 0], [REALLOC as u64, 200, 3, 1]]);
+        assert_eq!(b.per_thread[&2], vec![[MALLOC as u64, 50, 2, 0], [FREE as u64, 0, 3, 0], [FREE as u64, 0, 2, 0]]);
+        assert_eq!(b.summary, OpsSummary { threads: 0, ops: 5, unknown: 1, cross_thread: 1 });
+    }
 }

@@ -137,7 +137,7 @@ fn space(run: &Run, names: &[String]) -> Table {
 fn validation(run: &Run, names: &[String]) -> Table {
     let mut t = Table::new(
         "validation",
-        "at exit, since tracing started: the heap manager's own figures beside mtlab's (glibc: mallinfo2, live usable bytes + 8-byte chunk headers; jemalloc: stats.allocated/mapped; tcmalloc: current allocated bytes, heap size; mimalloc: committed bytes)",
+        "at exit, since tracing started: the heap manager's own figures beside mtlab's (glibc: mallinfo2, live usable bytes + 8-byte chunk headers; jemalloc: stats.allocated, stats.mapped + retained; tcmalloc: current allocated bytes, heap size; mimalloc: committed bytes)",
         &[label(run), "in use (its own)", "in use (mtlab)", "difference", "mapped (its own)", "mapped (mtlab)", "difference"],
         1,
     );
