@@ -42,9 +42,8 @@ Only the root process of a trace family is replayed.")]
 
 #[derive(Args, Debug)]
 pub struct ReplayArgs {
-    /// Heap managers: glibc, jemalloc, tcmalloc, tcmalloc-minimal, mimalloc, or the path of a .so.
-    #[arg(long, value_delimiter = ',', default_value = "glibc,jemalloc,tcmalloc,mimalloc", value_name = "ALLOCATOR,...")]
-    allocators: Vec<String>,
+    #[command(flatten)]
+    allocators: AllocatorsArg,
     /// Directory for the ops file and the traces (default: a temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -80,6 +79,14 @@ pub struct Target {
     /// The program to run, then its arguments.
     #[arg(required_unless_present = "workload", trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
+}
+
+/// The heap managers compare and replay run under.
+#[derive(Args, Debug)]
+pub struct AllocatorsArg {
+    /// Heap managers: glibc, jemalloc, tcmalloc, tcmalloc-minimal, mimalloc, or the path of a .so.
+    #[arg(long, value_delimiter = ',', default_value = "glibc,jemalloc,tcmalloc,mimalloc", value_name = "ALLOCATOR,...")]
+    allocators: Vec<String>,
 }
 
 /// What both heap commands take besides their own flags.
@@ -120,9 +127,8 @@ impl Target {
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {
-    /// Heap managers: glibc, jemalloc, tcmalloc, tcmalloc-minimal, mimalloc, or the path of a .so.
-    #[arg(long, value_delimiter = ',', default_value = "glibc,jemalloc,tcmalloc,mimalloc", value_name = "ALLOCATOR,...")]
-    allocators: Vec<String>,
+    #[command(flatten)]
+    allocators: AllocatorsArg,
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -150,7 +156,7 @@ fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
     if !a.trace.is_file() {
         return Err(CliError::Other(format!("{} does not exist; write a trace with `mtlab record -o {} -- PROGRAM`", a.trace.display(), a.trace.display())));
     }
-    let cfg = HeapReplayConfig { trace: a.trace, allocators: resolve_all(&a.allocators)?, runner: a.repeat.options(3), dir: a.dir };
+    let cfg = HeapReplayConfig { trace: a.trace, allocators: resolve_all(&a.allocators.allocators)?, runner: a.repeat.options(3), dir: a.dir };
     let progress = study_progress("heap replay", a.output.quiet);
     let run = heap::replay(&cfg, &progress)?;
     finish(run, &a.output)
@@ -195,7 +201,7 @@ fn sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
 
 fn compare(a: CompareArgs) -> Result<ExitCode, CliError> {
     let argv = a.common.target.argv()?;
-    let list = resolve_all(&a.allocators)?;
+    let list = resolve_all(&a.allocators.allocators)?;
     let cfg = HeapCompareConfig { allocators: list, argv, runner: a.common.repeat.options(3), dir: a.common.dir };
     let progress = study_progress("heap compare", a.common.output.quiet);
     let run = heap::run(&cfg, &progress)?;
