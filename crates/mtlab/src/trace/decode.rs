@@ -165,8 +165,11 @@ pub(crate) fn zstd_decompress_into(
 // ---------------------------------------------------------------------------
 // The index pass.
 
-/// Why a chunk was skipped when its event bytes fail their checksum.
-const DAMAGED_EVENTS: &str = "its event bytes do not match their checksum: damaged";
+/// Why a chunk was skipped when its event bytes fail their checksum (told
+/// apart from other read errors by type, for the count of damaged chunks).
+#[derive(Debug, thiserror::Error)]
+#[error("its event bytes do not match their checksum: damaged")]
+struct ChecksumMismatch;
 
 /// Buffers the index pass reuses from record to record.
 #[derive(Default)]
@@ -807,7 +810,7 @@ impl Items {
                 self.raw.resize(len, 0);
                 self.file.read_exact_at(&mut self.raw, start)?;
                 if crc32fast::hash(&self.raw) != want {
-                    return Err(io::Error::new(io::ErrorKind::InvalidData, DAMAGED_EVENTS));
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, ChecksumMismatch));
                 }
                 if !c.compressed {
                     buf.clear();
@@ -840,7 +843,7 @@ impl Items {
         let layout = match res {
             Ok(l) => l,
             Err(e) => {
-                if e.to_string() == DAMAGED_EVENTS {
+                if e.get_ref().is_some_and(|inner| inner.is::<ChecksumMismatch>()) {
                     self.chunks_damaged += 1;
                     self.events_lost += c.n_events as u64;
                 }

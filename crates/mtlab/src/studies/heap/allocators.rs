@@ -40,11 +40,20 @@ pub fn package(name: &str) -> Option<&'static str> {
 
 pub const KNOWN: &str = "glibc, jemalloc, tcmalloc, tcmalloc-minimal, mimalloc";
 
-/// Where the dynamic linker's cache (`ldconfig -p`) puts `soname`.
+/// The dynamic linker's cache as `ldconfig -p` lists it, read once per run
+/// (studies look libraries up on every trial).
+fn linker_cache() -> &'static str {
+    static CACHE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    CACHE.get_or_init(|| {
+        let out = Command::new("ldconfig").arg("-p").output().ok().or_else(|| Command::new("/sbin/ldconfig").arg("-p").output().ok());
+        out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default()
+    })
+}
+
+/// Where the dynamic linker's cache puts `soname`.
 fn in_linker_cache(soname: &str) -> Option<PathBuf> {
-    let out = Command::new("ldconfig").arg("-p").output().ok().or_else(|| Command::new("/sbin/ldconfig").arg("-p").output().ok())?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.lines()
+    linker_cache()
+        .lines()
         .filter(|l| l.trim_start().starts_with(&format!("{soname} ")))
         .filter(|l| l.contains("x86-64") || l.contains("AArch64") || !l.contains('('))
         .find_map(|l| l.rsplit("=> ").next().map(|p| PathBuf::from(p.trim())))
