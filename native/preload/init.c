@@ -11,7 +11,7 @@
  *   MTLAB_FOLLOW  1 (default): children are traced too; 0: only this process
  *   MTLAB_FREE_STACKS 1: walk the stack for free as well (default 0: id 0)
  *   MTLAB_TSC_HZ  TSC frequency measured by `mtlab record`
- *   MTLAB_UNWIND  fp (default) | libgcc | libunwind
+ *   MTLAB_UNWIND  fp (default) | dwarf | libgcc | libunwind
  *   MTLAB_SAMPLE  mean sampling interval in bytes: sampling mode (no full trace)
  *   MTLAB_INACTIVE 1: sampling mode starts switched off
  *   MTLAB_SAMPLE_SEED  fixed seed for the sampler (tests); 0: from the TSC
@@ -127,6 +127,7 @@ __attribute__((constructor)) static void mtlab_start(void) {
     mtlab_cfg.unwind = !unwind                        ? MTLAB_UNWIND_FP
                        : strcmp(unwind, "libgcc") == 0    ? MTLAB_UNWIND_LIBGCC
                        : strcmp(unwind, "libunwind") == 0 ? MTLAB_UNWIND_LIBUNWIND
+                       : strcmp(unwind, "dwarf") == 0     ? MTLAB_UNWIND_DWARF
                                                           : MTLAB_UNWIND_FP;
     if (mtlab_cfg.stacks && mtlab_unwind_init(mtlab_cfg.unwind) != 0) mtlab_cfg.unwind = MTLAB_UNWIND_FP;
     mtlab_cfg.sample_interval = env_u64("MTLAB_SAMPLE", 0);

@@ -31,7 +31,7 @@
 #define MTLAB_MAX_DEPTH 256
 
 /* ---- configuration, fixed by the constructor ---- */
-enum { MTLAB_UNWIND_FP = 0, MTLAB_UNWIND_LIBGCC = 1, MTLAB_UNWIND_LIBUNWIND = 2 };
+enum { MTLAB_UNWIND_FP = 0, MTLAB_UNWIND_LIBGCC = 1, MTLAB_UNWIND_LIBUNWIND = 2, MTLAB_UNWIND_DWARF = 3 };
 struct mtlab_config {
     int stacks;    /* 1: frame-pointer stacks, 0: none */
     int max_depth; /* frames kept per stack */
@@ -79,6 +79,7 @@ struct mtlab_real {
     int (*execvpe)(const char *, char *const[], char *const[]);
     int (*fexecve)(int, char *const[], char *const[]);
     int (*pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    int (*dlclose)(void *);
     void **curbrk; /* glibc's cached program break, read instead of calling sbrk(0) */
 };
 extern HIDDEN struct mtlab_real mtlab_real;
@@ -125,10 +126,15 @@ struct mtlab_buf {
  * answer, with no hashing and no table probe. Every re-read lies in
  * [frame, stack top) of this thread's stack, which the walk itself reads; a
  * walk that did not start on that stack is never memoized (id 0). */
-#define MTLAB_MEMO_LEVELS 32
+/* mtlab's DWARF walk (cfi.c) memoizes the same way: `fp` holds the address
+ * of each 16-byte window it read (a return address and the saved rbp beside
+ * it, usually), and the answer also depends on the loaded objects, so a
+ * dlclose (which bumps mtlab_cfi_gen) empties every memo. */
+#define MTLAB_MEMO_LEVELS 64
 struct mtlab_stack_memo {
     uint32_t id;     /* 0: empty (a fork clears it: the child's ids start afresh) */
-    uint32_t levels; /* frames read by the walk; > MTLAB_MEMO_LEVELS: not memoized */
+    uint32_t levels; /* windows read by the walk; > MTLAB_MEMO_LEVELS: not memoized */
+    uint32_t gen;    /* mtlab_cfi_gen when it was filled */
     uintptr_t fp[MTLAB_MEMO_LEVELS];
     uintptr_t words[2 * MTLAB_MEMO_LEVELS] __attribute__((aligned(16))); /* saved frame pointer, return address */
 };
@@ -158,7 +164,9 @@ struct mtlab_tls {
             uint64_t dump_seen, last_flush_tsc;
             uint32_t pend_captures; /* sampler: stack captures not yet added to the shared counts */
             uint64_t pend_unwind;   /* ... and their TSC cycles */
-            struct mtlab_stack_memo memo; /* the last frame-pointer walk (stack.c) */
+            void *cfi_cache;  /* cfi.c: this thread's unwind rules by return address */
+            uint32_t cfi_gen; /* ... valid while mtlab_cfi_gen is this */
+            struct mtlab_stack_memo memo; /* the last frame-pointer or DWARF walk (stack.c) */
         };
         char page[MTLAB_TLS_BYTES];
     };
@@ -255,10 +263,18 @@ HIDDEN int mtlab_unwind_init(int unwind); /* 0 ok, -1: that unwinder is not avai
 HIDDEN uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame);
 
 
-/* Would a frame-pointer walk from `frame` give the memo's stack again? */
+/* mtlab's DWARF unwinder (cfi.c): the walk from `frame`, innermost first;
+ * -1 where it is not built (not x86-64). `memo` receives what it read. */
+HIDDEN int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stack_memo *memo,
+                          uintptr_t self_lo, uintptr_t self_hi);
+HIDDEN void mtlab_cfi_thread_exit(void); /* releases the thread's rule cache */
+extern HIDDEN _Atomic uint32_t mtlab_cfi_gen; /* bumped by every dlclose */
+
+/* Would a frame-pointer (or DWARF) walk from `frame` give the memo's stack again? */
 static inline int mtlab_memo_hit(uintptr_t frame) {
     const struct mtlab_stack_memo *m = &mtlab_tls.memo;
     if (m->fp[0] != frame || m->id == 0) return 0;
+    if (m->gen != atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed)) return 0;
 #if defined(__SSE2__)
     /* A frame's two words against their copy in one 16-byte compare; the
      * loads do not depend on each other. */
@@ -281,7 +297,9 @@ static inline int mtlab_memo_hit(uintptr_t frame) {
 
 /* The id of the stack from `frame`: the memo when it holds, else a walk. */
 static inline uint32_t mtlab_stack_id_at(struct mtlab_buf *b, const void *frame) {
-    if (mtlab_cfg.unwind == MTLAB_UNWIND_FP && mtlab_memo_hit((uintptr_t)frame)) return mtlab_tls.memo.id;
+    if ((mtlab_cfg.unwind == MTLAB_UNWIND_FP || mtlab_cfg.unwind == MTLAB_UNWIND_DWARF) &&
+        mtlab_memo_hit((uintptr_t)frame))
+        return mtlab_tls.memo.id;
     return mtlab_stack_id(b, frame);
 }
 HIDDEN void mtlab_stack_table_init(void);

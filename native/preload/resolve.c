@@ -61,6 +61,7 @@ void mtlab_resolve(void) {
     RESOLVE(execvpe);
     RESOLVE(fexecve);
     RESOLVE(pthread_create);
+    RESOLVE(dlclose);
     mtlab_real.curbrk = (void **)dlsym(RTLD_DEFAULT, "__curbrk");
     mtlab_tls.guard--;
     atomic_store(&resolved, 2);

@@ -565,6 +565,17 @@ EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*sta
     return mtlab_real.pthread_create(th, attr, start, arg);
 }
 
+/* A closed object's code and call-frame information may be unmapped: the
+ * DWARF unwinder forgets what it learned about the loaded objects (cfi.c).
+ * dlopen needs no shim (the unwinder notices new objects itself), which is
+ * as well: glibc's dlopen looks at its caller for the search path. */
+EXPORT int dlclose(void *handle) {
+    if (UNLIKELY(!mtlab_real.dlclose)) mtlab_resolve();
+    int r = mtlab_real.dlclose(handle);
+    atomic_fetch_add(&mtlab_cfi_gen, 1);
+    return r;
+}
+
 /* The execl family: argv gathered on the stack, as glibc does. */
 #define GATHER_ARGS(arg, ap, argv, extra)                                                                    \
     va_list ap;                                                                                              \

@@ -47,7 +47,7 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
 
 int mtlab_unwind_init(int unwind) {
     dl_iterate_phdr(find_self, (void *)(uintptr_t)&mtlab_unwind_init);
-    if (unwind == MTLAB_UNWIND_FP) return 0;
+    if (unwind == MTLAB_UNWIND_FP || unwind == MTLAB_UNWIND_DWARF) return 0;
     if (unwind == MTLAB_UNWIND_LIBGCC) {
         void *h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
         if (h) {
@@ -85,6 +85,10 @@ static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max
         struct gcc_walk w = {pcs, 0, max};
         gcc_backtrace(gcc_step, &w);
         return w.n;
+    }
+    if (mtlab_cfg.unwind == MTLAB_UNWIND_DWARF) {
+        int n = mtlab_cfi_walk(pcs, max, frame, memo_out, self_lo, self_hi);
+        if (n >= 0) return n;
     }
     if (mtlab_cfg.unwind == MTLAB_UNWIND_LIBUNWIND) {
         void *raw[MTLAB_MAX_DEPTH + 16];
@@ -164,7 +168,7 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
      * it first sets up its memory checks. The shims leave errno to their
      * slow paths, and this is one. */
     int n;
-    if (memo_out) { /* frame pointers: plain loads */
+    if (mtlab_cfg.unwind == MTLAB_UNWIND_FP) { /* frame pointers: plain loads */
         n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
     } else {
         int saved = errno;
@@ -201,8 +205,10 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
 
 /* `frame` is the shim's frame address; its return address is the caller. */
 uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
-    int fp_walk = mtlab_cfg.unwind == MTLAB_UNWIND_FP;
-    uint32_t id = stack_id_walk(b, frame, fp_walk ? &mtlab_tls.memo : NULL);
-    if (fp_walk) mtlab_tls.memo.id = mtlab_tls.memo.levels <= MTLAB_MEMO_LEVELS ? id : 0;
+    int memoized = mtlab_cfg.unwind == MTLAB_UNWIND_FP || mtlab_cfg.unwind == MTLAB_UNWIND_DWARF;
+    struct mtlab_stack_memo *m = &mtlab_tls.memo;
+    if (memoized) m->gen = atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
+    uint32_t id = stack_id_walk(b, frame, memoized ? m : NULL);
+    if (memoized) m->id = m->levels <= MTLAB_MEMO_LEVELS ? id : 0;
     return id;
 }

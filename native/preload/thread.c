@@ -120,6 +120,7 @@ static void thread_exit(void *arg) {
     mtlab_tls.guard++;
     release((struct mtlab_buf *)arg);
     mtlab_tls.dead = 1;
+    mtlab_cfi_thread_exit();
     mtlab_tls.guard--;
 }
 

@@ -353,6 +353,7 @@ static void write_header(void) {
     p = kv_u64(p, end, "sample_interval", mtlab_cfg.sample_interval);
     p = kv_str(p, end, "unwind", mtlab_cfg.unwind == MTLAB_UNWIND_LIBGCC      ? "libgcc"
                                  : mtlab_cfg.unwind == MTLAB_UNWIND_LIBUNWIND ? "libunwind"
+                                 : mtlab_cfg.unwind == MTLAB_UNWIND_DWARF     ? "dwarf"
                                                                               : "fp");
     p = kv_str(p, end, "mtlab_version", MTLAB_VERSION);
     uint32_t text_len = (uint32_t)(p - text);

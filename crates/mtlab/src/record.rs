@@ -22,6 +22,8 @@ pub enum Stacks {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Unwind {
+    /// mtlab's own DWARF unwinder: whole stacks from .eh_frame, rules cached per return address.
+    Dwarf,
     /// Frame pointers: fastest; stops early in code built without them.
     Fp,
     /// libgcc's DWARF unwinder (_Unwind_Backtrace).
@@ -33,6 +35,7 @@ pub enum Unwind {
 impl Unwind {
     pub fn name(self) -> &'static str {
         match self {
+            Unwind::Dwarf => "dwarf",
             Unwind::Fp => "fp",
             Unwind::Libgcc => "libgcc",
             Unwind::Libunwind => "libunwind",
@@ -77,7 +80,7 @@ pub enum RecordError {
     Unwritable { path: PathBuf, source: std::io::Error },
     #[error("cannot start `{program}`: {source}")]
     Spawn { program: String, source: std::io::Error },
-    #[error("libunwind is not installed (libunwind.so.8 not found): install it (apt-get install libunwind8) or use --unwind fp or --unwind libgcc")]
+    #[error("libunwind is not installed (libunwind.so.8 not found): install it (apt-get install libunwind8) or use --unwind dwarf (the default)")]
     NoLibunwind,
     #[error(transparent)]
     Unpack(#[from] native::UnpackError),

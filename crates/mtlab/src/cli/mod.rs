@@ -185,8 +185,8 @@ struct RecordArgs {
     /// Capture call stacks (fp) or not (none); see --unwind for how.
     #[arg(long, value_enum, default_value = "fp")]
     stacks: Stacks,
-    /// How stacks are captured: frame pointers, or a DWARF unwinder for code built without them.
-    #[arg(long, value_enum, default_value = "fp")]
+    /// How stacks are captured: mtlab's DWARF unwinder (whole stacks in code built without frame pointers), frame pointers only, or libgcc's or libunwind's unwinder.
+    #[arg(long, value_enum, default_value = "dwarf")]
     unwind: Unwind,
     /// Sampling heap profiler instead of a full trace: sample one byte in INTERVAL on average (e.g. 512KiB).
     #[arg(long, value_name = "INTERVAL", value_parser = parse_size_arg)]
@@ -572,7 +572,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     let cfg = RecordConfig {
         output: a.output.clone(),
         stacks: Stacks::Fp,
-        unwind: Unwind::Fp,
+        unwind: Unwind::Dwarf,
         sample: None,
         depth: 64,
         follow: true,

@@ -1,0 +1,195 @@
+//! End-to-end tests of mtlab's DWARF unwinder (`--unwind dwarf`, the
+//! default): its stacks against libgcc's on real programs built without frame
+//! pointers, and the exact frames it finds through the awkward places (code
+//! without frame pointers, shared libraries, signal handlers, dlopen/dlclose,
+//! C++ exceptions, thread start routines, anonymous executable memory).
+
+mod util;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use mtlab::symbolize::{parse_maps, Mapping};
+use mtlab::trace::decode::TraceFile;
+use mtlab::trace::event::{EventKind, Item};
+use util::*;
+
+/// A frame as addr2line takes it: the module's file and the offset in it.
+type Frame = (String, u64);
+
+/// The stacks of the sampled allocations of one process's trace, in order,
+/// each with the allocation's size (to check that two runs line up).
+fn sampled_stacks(trace: &Path) -> Vec<(u64, Vec<Frame>)> {
+    let tf = TraceFile::open(trace).unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
+    let maps: Vec<Mapping> = tf.maps.iter().flat_map(|m| parse_maps(m)).collect();
+    let frame = |pc: u64| -> Frame {
+        match maps.iter().rev().find(|m| m.contains(pc) && m.is_file()) {
+            Some(m) => (m.path.clone(), pc - m.start + m.offset),
+            None => ("?".into(), pc),
+        }
+    };
+    let mut stacks: HashMap<u32, Vec<Frame>> = HashMap::new();
+    let mut out = Vec::new();
+    for item in tf.items().unwrap() {
+        match item {
+            Item::Stack { id, pcs } => {
+                stacks.insert(id, pcs.into_iter().map(frame).collect());
+            }
+            Item::Event(e) => {
+                if let EventKind::Sample { size, .. } = e.kind {
+                    out.push((size, stacks.get(&e.stack).cloned().unwrap_or_default()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn show(stack: &[Frame]) -> String {
+    stack.iter().map(|(m, o)| format!("{}+{o:#x}", Path::new(m).file_name().unwrap().to_string_lossy())).collect::<Vec<_>>().join(" ← ")
+}
+
+/// Records `program args` twice with the same sampler seed, once per
+/// unwinder, and compares the stacks of the same samples. Returns (equal, total).
+fn compare_with_libgcc(lab: &Lab, name: &str, program: &Path, args: &[&str], interval: &str) -> (usize, usize) {
+    let mut runs = Vec::new();
+    for unwind in ["dwarf", "libgcc"] {
+        let trace = format!("{name}-{unwind}.mtl");
+        let mut cmd = lab.command("setarch");
+        cmd.args(["-R", MTLAB, "record", "--sample", interval, "--sample-seed", "7", "--unwind", unwind, "--depth", "128", "-o"])
+            .arg(lab.path(&trace))
+            .arg("--")
+            .arg(program)
+            .args(args);
+        let o = cmd
+            .env("PYTHONHASHSEED", "0")
+            // Programs copy their environment to the heap: both runs get
+            // environments of one length ("dwarf" is a letter shorter than
+            // "libgcc"), so they allocate the same sizes and sample alike.
+            .env("MTLAB_TEST_PAD", if unwind == "dwarf" { "x" } else { "" })
+            .output()
+            .unwrap();
+        assert_success(&o, &format!("mtlab record --unwind {unwind} -- {}", program.display()));
+        runs.push(sampled_stacks(&lab.path(&trace)));
+    }
+    let (ours, theirs) = (&runs[0], &runs[1]);
+    assert!(ours.len() > 100, "{name}: only {} samples", ours.len());
+    let pairs = line_up(ours, theirs);
+    // Address-space layout is fixed (setarch -R) and the seed is the same, so
+    // the runs allocate alike; a program that still varies (a hash table
+    // keyed by time) may shift a few samples, which are left out.
+    assert!(
+        pairs.len() * 10 >= ours.len().max(theirs.len()) * 9,
+        "{name}: only {} of {}/{} samples line up between the runs",
+        pairs.len(),
+        ours.len(),
+        theirs.len()
+    );
+    let mut equal = 0;
+    let mut shown = 0;
+    for &(i, j) in &pairs {
+        let (a, b) = (&ours[i].1, &theirs[j].1);
+        if a == b {
+            equal += 1;
+        } else if shown < 10 {
+            shown += 1;
+            eprintln!("{name} sample {i} differs:\n  dwarf:  {}\n  libgcc: {}", show(a), show(b));
+        }
+    }
+    eprintln!("{name}: {equal} of {} sampled stacks equal libgcc's ({} samples, {} lined up)", pairs.len(), ours.len(), pairs.len());
+    (equal, pairs.len())
+}
+
+/// Pairs of indices of the same allocation in two runs: equal sizes in the
+/// same order, skipping past a few samples where the runs drift apart.
+fn line_up(a: &[(u64, Vec<Frame>)], b: &[(u64, Vec<Frame>)]) -> Vec<(usize, usize)> {
+    const AHEAD: usize = 64;
+    const RUN: usize = 4;
+    let agree = |i: usize, j: usize| (0..RUN).all(|k| match (a.get(i + k), b.get(j + k)) {
+        (Some(x), Some(y)) => x.0 == y.0,
+        (None, None) => true,
+        _ => k > 0,
+    });
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() && j < b.len() {
+        if a[i].0 == b[j].0 {
+            out.push((i, j));
+            i += 1;
+            j += 1;
+            continue;
+        }
+        let resync = (1..=2 * AHEAD).flat_map(|k| (0..=k).map(move |x| (x, k - x))).find(|&(x, y)| agree(i + x, j + y));
+        match resync {
+            Some((x, y)) => {
+                i += x;
+                j += y;
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+/// A C file of `n` functions with loops, switches, structs and calls: work
+/// for every pass of the compiler.
+fn generated_c(n: usize) -> String {
+    let mut s = String::from("void *memcpy(void *, const void *, unsigned long);\nstatic volatile int sink;\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "struct s{i} {{ int a; double b; char c[16]; struct s{i} *next; }};\n\
+             int f{i}(struct s{i} *p, int n) {{\n\
+               int acc = {i};\n\
+               for (int k = 0; k < n; k++) {{\n\
+                 switch ((k + acc) % 5) {{\n\
+                 case 0: acc += p->a * k; break;\n\
+                 case 1: acc ^= (int)(p->b * k); break;\n\
+                 case 2: memcpy(p->c, &acc, sizeof acc); acc += p->c[k % 16]; break;\n\
+                 case 3: if (p->next) acc += p->next->a; break;\n\
+                 default: acc = acc * 31 + k;\n\
+                 }}\n\
+               }}\n\
+               sink = acc;\n\
+               return acc{call};\n\
+             }}\n",
+            call = if i > 0 { format!(" + f{}((struct s{} *)p, n / 2)", i - 1, i - 1) } else { String::new() }
+        ));
+    }
+    s
+}
+
+fn cc1() -> Option<PathBuf> {
+    let o = Command::new("gcc").arg("-print-prog-name=cc1").output().ok()?;
+    let p = PathBuf::from(String::from_utf8_lossy(&o.stdout).trim());
+    p.is_file().then_some(p)
+}
+
+#[test]
+fn dwarf_stacks_equal_libgcc_on_cc1() {
+    let lab = Lab::new();
+    let Some(cc1) = cc1() else { return skip("gcc's cc1 is not installed") };
+    std::fs::write(&lab.path("unit.c"), generated_c(400)).unwrap();
+    let (equal, total) = compare_with_libgcc(&lab, "cc1", &cc1, &["-quiet", "-O2", "unit.c", "-o", "/dev/null"], "16KiB");
+    assert!(equal * 100 >= total * 99, "cc1: {equal} of {total} stacks equal libgcc's (< 99 %)");
+}
+
+#[test]
+fn dwarf_stacks_equal_libgcc_on_python3() {
+    let lab = Lab::new();
+    let python = PathBuf::from("/usr/bin/python3");
+    if !python.is_file() {
+        return skip("/usr/bin/python3 is not installed");
+    }
+    std::fs::write(
+        lab.path("work.py"),
+        "import json, re\n\
+         d = {str(i): [i, str(i) * 3, {'k': i}] for i in range(40000)}\n\
+         s = json.dumps(d)\n\
+         back = json.loads(s)\n\
+         words = re.findall(r'[0-9]+', s)\n\
+         print(len(back), len(words))\n",
+    )
+    .unwrap();
+    let (equal, total) = compare_with_libgcc(&lab, "python3", &python, &["work.py"], "16KiB");
+    assert!(equal * 100 >= total * 99, "python3: {equal} of {total} stacks equal libgcc's (< 99 %)");
+}

@@ -1,0 +1,683 @@
+/*
+ * cfi.c — mtlab's own DWARF unwinder: whole stacks in code built without
+ * frame pointers, at close to frame-pointer cost.
+ *
+ * Every x86-64 object carries call-frame information (.eh_frame, indexed by
+ * .eh_frame_hdr) that says, for each instruction, where the caller's frame
+ * starts (the CFA, almost always rsp+k or rbp+16) and where the return
+ * address and the saved rbp lie relative to it. libgcc and libunwind find and
+ * interpret that program again at every frame of every walk; here it is done
+ * once per return address and thread:
+ *
+ *  - modules: a snapshot of the executable segments of the loaded objects
+ *    and their .eh_frame_hdr search tables, built with dl_iterate_phdr at
+ *    start and rebuilt when a return address lies outside every segment and
+ *    the loader's object count moved (dlopen), or after a dlclose (the shim
+ *    in shims.c bumps mtlab_cfi_gen);
+ *  - rules: the CFA program of the FDE covering a return address, run up to
+ *    it, is folded into an 8-byte rule (CFA base and offset, where rbp and the
+ *    return address are saved) and kept in a per-thread direct-mapped cache
+ *    keyed by the address, so a warm walk is a few loads per frame;
+ *  - the walk: reads only this thread's stack between the first frame and the
+ *    stack's top, the CFA must grow at every frame, and a return address
+ *    outside every executable segment ends the walk. A return address in
+ *    code without CFI steps by the frame pointer when rbp points into the
+ *    stack; a signal trampoline (glibc's __restore_rt) resumes at the
+ *    interrupted instruction from the ucontext the kernel pushed.
+ *
+ * Only x86-64 is unwound this way; elsewhere the walk uses frame pointers.
+ */
+#define _GNU_SOURCE
+#include <link.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/ucontext.h>
+
+#include "internal.h"
+
+HIDDEN _Atomic uint32_t mtlab_cfi_gen = 1;
+
+#if defined(__x86_64__)
+
+/* ---- modules ---- */
+
+struct segment {
+    uintptr_t lo, hi;        /* one executable PT_LOAD segment */
+    const uint8_t *hdr;      /* its object's .eh_frame_hdr (NULL: none usable) */
+    const int32_t *table;    /* sorted (initial location, FDE) pairs, hdr-relative */
+    uint32_t count;
+};
+
+struct snapshot {
+    uint32_t gen;              /* mtlab_cfi_gen it was built under */
+    unsigned long long adds;   /* the loader's count of objects ever loaded */
+    uint32_t n;
+    size_t bytes;
+    struct segment seg[];
+};
+
+static struct snapshot *_Atomic current;
+static _Atomic int rebuilding;
+
+struct build {
+    struct snapshot *s;
+    uint32_t cap;
+    unsigned long long adds;
+};
+
+static void index_hdr(struct segment *g, const uint8_t *hdr) {
+    g->hdr = NULL;
+    g->table = NULL;
+    g->count = 0;
+    /* version 1, eh_frame_ptr any, fde_count udata4, table datarel|sdata4: what
+     * every linker writes; other layouts fall back to frame pointers. */
+    if (!hdr || hdr[0] != 1 || hdr[2] != 0x03 || hdr[3] != 0x3b) return;
+    size_t ptr_len;
+    switch (hdr[1] & 0x0f) {
+    case 0x03: case 0x0b: ptr_len = 4; break;
+    case 0x00: case 0x04: case 0x0c: ptr_len = 8; break;
+    default: return;
+    }
+    uint32_t count;
+    memcpy(&count, hdr + 4 + ptr_len, 4);
+    g->hdr = hdr;
+    g->table = (const int32_t *)(hdr + 8 + ptr_len);
+    g->count = count;
+}
+
+static int collect(struct dl_phdr_info *info, size_t size, void *arg) {
+    struct build *b = (struct build *)arg;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds) b->adds = info->dlpi_adds;
+    const uint8_t *hdr = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_GNU_EH_FRAME)
+            hdr = (const uint8_t *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X) || ph->p_memsz == 0) continue;
+        if (b->s) {
+            if (b->s->n >= b->cap) return 0;
+            struct segment *g = &b->s->seg[b->s->n++];
+            g->lo = info->dlpi_addr + ph->p_vaddr;
+            g->hi = g->lo + ph->p_memsz;
+            index_hdr(g, hdr);
+        } else {
+            b->cap++;
+        }
+    }
+    return 0;
+}
+
+/* The loader's count of loaded objects, without building anything. */
+static int adds_only(struct dl_phdr_info *info, size_t size, void *arg) {
+    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+        *(unsigned long long *)arg = info->dlpi_adds;
+    return 1;
+}
+
+static void rebuild(void) {
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&rebuilding, &expected, 1)) return; /* another thread does it */
+    uint32_t gen = atomic_load(&mtlab_cfi_gen);
+    struct build b = {NULL, 0, 0};
+    dl_iterate_phdr(collect, &b);
+    b.cap += 16; /* room for objects loaded between the two passes */
+    size_t bytes = sizeof(struct snapshot) + b.cap * sizeof(struct segment);
+    struct snapshot *s = (struct snapshot *)mtlab_sys_mmap(bytes);
+    if (s) {
+        s->bytes = bytes;
+        b.s = s;
+        dl_iterate_phdr(collect, &b);
+        for (uint32_t i = 1; i < s->n; i++) { /* by address; a few hundred at most */
+            struct segment g = s->seg[i];
+            uint32_t j = i;
+            for (; j > 0 && s->seg[j - 1].lo > g.lo; j--) s->seg[j] = s->seg[j - 1];
+            s->seg[j] = g;
+        }
+        s->gen = gen;
+        s->adds = b.adds;
+        /* The old snapshot stays mapped: a walk on another thread may still
+         * be reading it. Rebuilds happen once per dlopen or dlclose. */
+        atomic_store_explicit(&current, s, memory_order_release);
+    }
+    atomic_store(&rebuilding, 0);
+}
+
+static const struct segment *find_segment(const struct snapshot *s, uintptr_t pc) {
+    uint32_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (s->seg[mid].hi <= pc) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < s->n && s->seg[lo].lo <= pc ? &s->seg[lo] : NULL;
+}
+
+/* The segment holding `pc`, from a fresh snapshot if the loader has loaded
+ * something since the last one. */
+static const struct segment *segment_of(uintptr_t pc) {
+    struct snapshot *s = atomic_load_explicit(&current, memory_order_acquire);
+    if (!s || s->gen != atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed)) {
+        rebuild();
+        s = atomic_load_explicit(&current, memory_order_acquire);
+        if (!s) return NULL;
+    }
+    const struct segment *g = find_segment(s, pc);
+    if (g) return g;
+    unsigned long long adds = 0;
+    dl_iterate_phdr(adds_only, &adds);
+    if (adds == s->adds) return NULL;
+    rebuild();
+    s = atomic_load_explicit(&current, memory_order_acquire);
+    return s ? find_segment(s, pc) : NULL;
+}
+
+/* ---- reading .eh_frame ---- */
+
+static uint64_t uleb(const uint8_t **p, const uint8_t *end) {
+    uint64_t v = 0;
+    unsigned shift = 0;
+    while (*p < end) {
+        uint8_t b = *(*p)++;
+        if (shift < 64) v |= (uint64_t)(b & 0x7f) << shift;
+        shift += 7;
+        if (!(b & 0x80)) break;
+    }
+    return v;
+}
+
+static int64_t sleb(const uint8_t **p, const uint8_t *end) {
+    int64_t v = 0;
+    unsigned shift = 0;
+    uint8_t b = 0;
+    while (*p < end) {
+        b = *(*p)++;
+        if (shift < 64) v |= (int64_t)((uint64_t)(b & 0x7f) << shift);
+        shift += 7;
+        if (!(b & 0x80)) break;
+    }
+    if (shift < 64 && (b & 0x40)) v |= -((int64_t)1 << shift);
+    return v;
+}
+
+/* A DW_EH_PE-encoded pointer; 0 with *ok = 0 for encodings not handled. */
+static uintptr_t encoded(const uint8_t **p, const uint8_t *end, uint8_t enc, int *ok) {
+    const uint8_t *at = *p;
+    uintptr_t v = 0;
+    if (enc == 0xff) return 0; /* DW_EH_PE_omit */
+    switch (enc & 0x0f) {
+    case 0x00: case 0x04: case 0x0c: {
+        if (end - at < 8) { *ok = 0; return 0; }
+        uint64_t x; memcpy(&x, at, 8); v = (uintptr_t)x; *p += 8; break;
+    }
+    case 0x03: {
+        if (end - at < 4) { *ok = 0; return 0; }
+        uint32_t x; memcpy(&x, at, 4); v = x; *p += 4; break;
+    }
+    case 0x0b: {
+        if (end - at < 4) { *ok = 0; return 0; }
+        int32_t x; memcpy(&x, at, 4); v = (uintptr_t)(intptr_t)x; *p += 4; break;
+    }
+    case 0x02: {
+        if (end - at < 2) { *ok = 0; return 0; }
+        uint16_t x; memcpy(&x, at, 2); v = x; *p += 2; break;
+    }
+    case 0x0a: {
+        if (end - at < 2) { *ok = 0; return 0; }
+        int16_t x; memcpy(&x, at, 2); v = (uintptr_t)(intptr_t)x; *p += 2; break;
+    }
+    case 0x01: v = (uintptr_t)uleb(p, end); break;
+    case 0x09: v = (uintptr_t)sleb(p, end); break;
+    default: *ok = 0; return 0;
+    }
+    switch (enc & 0x70) {
+    case 0x00: break;
+    case 0x10: v += (uintptr_t)at; break; /* pcrel */
+    default: *ok = 0; return 0;           /* textrel/datarel/funcrel: not in .eh_frame on x86-64 */
+    }
+    if (enc & 0x80) *ok = 0; /* indirect: only personality pointers, which are skipped */
+    return v;
+}
+
+/* Where one register was saved, as the CFA program leaves it. */
+enum { REG_SAME = 0, REG_UNDEF, REG_AT_CFA, REG_AT_RBP, REG_UNSUPPORTED };
+struct reg_rule { uint8_t kind; int64_t off; };
+/* How the CFA is found. */
+enum { CFA_RSP = 0, CFA_RBP, CFA_DEREF_RSP, CFA_DEREF_RBP, CFA_UNSUPPORTED };
+struct frame_state {
+    uint8_t cfa_kind;
+    int64_t cfa_off;
+    struct reg_rule rbp, ra;
+};
+
+#define DW_RBP 6
+#define DW_RSP 7
+#define STATE_STACK 8
+
+struct cie {
+    uint64_t code_align;
+    int64_t data_align;
+    uint64_t ra_reg;
+    uint8_t fde_enc;
+    int has_aug_len;
+    const uint8_t *insns, *end;
+};
+
+static int parse_cie(const uint8_t *p, struct cie *c) {
+    uint32_t len;
+    memcpy(&len, p, 4);
+    if (len == 0 || len == 0xffffffffu) return -1;
+    const uint8_t *end = p + 4 + len;
+    p += 8; /* length, CIE id */
+    uint8_t version = *p++;
+    const char *aug = (const char *)p;
+    while (p < end && *p) p++;
+    if (p >= end) return -1;
+    p++;
+    c->code_align = uleb(&p, end);
+    c->data_align = sleb(&p, end);
+    c->ra_reg = version == 1 ? *p++ : uleb(&p, end);
+    c->fde_enc = 0x00;
+    c->has_aug_len = 0;
+    const uint8_t *aug_end = NULL;
+    for (const char *a = aug; *a; a++) {
+        int ok = 1;
+        switch (*a) {
+        case 'z': {
+            uint64_t n = uleb(&p, end);
+            c->has_aug_len = 1;
+            aug_end = p + n;
+            break;
+        }
+        case 'R': c->fde_enc = *p++; break;
+        case 'L': p++; break;
+        case 'P': { uint8_t enc = *p++; encoded(&p, end, enc & 0x7f, &ok); break; }
+        case 'S': break;
+        default:
+            if (!aug_end) return -1; /* an augmentation we cannot skip */
+            goto aug_done;        /* the rest is covered by the 'z' length */
+        }
+        if (p > end) return -1;
+    }
+aug_done:
+    if (aug_end) p = aug_end;
+    c->insns = p;
+    c->end = end;
+    return p <= end ? 0 : -1;
+}
+
+/* Runs CFA instructions [p, end) from `st` while the location is <= target.
+ * `init` holds the rules after the CIE's instructions (DW_CFA_restore). */
+static int run_cfa(const uint8_t *p, const uint8_t *end, const struct cie *c, uintptr_t loc, uintptr_t target,
+                   struct frame_state *st, const struct frame_state *init) {
+    struct frame_state saved[STATE_STACK];
+    int depth = 0;
+    while (p < end) {
+        uint8_t op = *p++;
+        uint64_t reg = 0;
+        int64_t off = 0;
+        uint8_t high = op & 0xc0;
+        if (high == 0x40) { /* advance_loc */
+            loc += (op & 0x3f) * c->code_align;
+            if (loc > target) return 0;
+            continue;
+        }
+        if (high == 0x80) { /* offset */
+            reg = op & 0x3f;
+            off = (int64_t)uleb(&p, end) * c->data_align;
+            goto at_cfa;
+        }
+        if (high == 0xc0) { /* restore */
+            reg = op & 0x3f;
+            goto restore;
+        }
+        switch (op) {
+        case 0x00: break; /* nop */
+        case 0x01: { int ok = 1; loc = encoded(&p, end, c->fde_enc, &ok); if (!ok) return -1; if (loc > target) return 0; break; }
+        case 0x02: loc += (uintptr_t)(*p++) * c->code_align; if (loc > target) return 0; break;
+        case 0x03: { uint16_t d; memcpy(&d, p, 2); p += 2; loc += d * c->code_align; if (loc > target) return 0; break; }
+        case 0x04: { uint32_t d; memcpy(&d, p, 4); p += 4; loc += d * c->code_align; if (loc > target) return 0; break; }
+        case 0x05: reg = uleb(&p, end); off = (int64_t)uleb(&p, end) * c->data_align; goto at_cfa;
+        case 0x06: reg = uleb(&p, end); goto restore;
+        case 0x07: /* undefined */
+            reg = uleb(&p, end);
+            if (reg == DW_RBP) st->rbp.kind = REG_UNDEF;
+            if (reg == c->ra_reg) st->ra.kind = REG_UNDEF;
+            break;
+        case 0x08: /* same_value */
+            reg = uleb(&p, end);
+            if (reg == DW_RBP) st->rbp.kind = REG_SAME;
+            if (reg == c->ra_reg) st->ra.kind = REG_UNSUPPORTED;
+            break;
+        case 0x09: /* register */
+            reg = uleb(&p, end);
+            uleb(&p, end);
+            if (reg == DW_RBP) st->rbp.kind = REG_UNSUPPORTED;
+            if (reg == c->ra_reg) st->ra.kind = REG_UNSUPPORTED;
+            break;
+        case 0x0a: /* remember_state */
+            if (depth == STATE_STACK) return -1;
+            saved[depth++] = *st;
+            break;
+        case 0x0b: /* restore_state: the CFA too, as every consumer does */
+            if (depth == 0) return -1;
+            *st = saved[--depth];
+            break;
+        case 0x0c: /* def_cfa */
+            reg = uleb(&p, end);
+            st->cfa_off = (int64_t)uleb(&p, end);
+            st->cfa_kind = reg == DW_RSP ? CFA_RSP : reg == DW_RBP ? CFA_RBP : CFA_UNSUPPORTED;
+            break;
+        case 0x0d: /* def_cfa_register */
+            reg = uleb(&p, end);
+            st->cfa_kind = reg == DW_RSP ? CFA_RSP : reg == DW_RBP ? CFA_RBP : CFA_UNSUPPORTED;
+            break;
+        case 0x0e: st->cfa_off = (int64_t)uleb(&p, end); break; /* def_cfa_offset */
+        case 0x0f: { /* def_cfa_expression: breg(rsp|rbp) k; deref, as stack realignment writes */
+            uint64_t n = uleb(&p, end);
+            const uint8_t *e = p, *e_end = p + n;
+            p = e_end;
+            st->cfa_kind = CFA_UNSUPPORTED;
+            if (e_end > end || e >= e_end) break;
+            uint8_t o = *e++;
+            if (o != 0x70 + DW_RSP && o != 0x70 + DW_RBP) break;
+            int64_t k = sleb(&e, e_end);
+            if (e + 1 != e_end || *e != 0x06) break; /* DW_OP_deref */
+            st->cfa_kind = o == 0x70 + DW_RSP ? CFA_DEREF_RSP : CFA_DEREF_RBP;
+            st->cfa_off = k;
+            break;
+        }
+        case 0x10: { /* expression: rbp saved at breg(rbp) k, as stack realignment writes */
+            reg = uleb(&p, end);
+            uint64_t n = uleb(&p, end);
+            const uint8_t *e = p, *e_end = p + n;
+            p = e_end;
+            struct reg_rule r = {REG_UNSUPPORTED, 0};
+            if (e_end <= end && e < e_end && *e == 0x70 + DW_RBP) {
+                e++;
+                int64_t k = sleb(&e, e_end);
+                if (e == e_end) r = (struct reg_rule){REG_AT_RBP, k};
+            }
+            if (reg == DW_RBP) st->rbp = r;
+            if (reg == c->ra_reg) st->ra.kind = REG_UNSUPPORTED;
+            break;
+        }
+        case 0x11: reg = uleb(&p, end); off = sleb(&p, end) * c->data_align; goto at_cfa;
+        case 0x12: /* def_cfa_sf */
+            reg = uleb(&p, end);
+            st->cfa_off = sleb(&p, end) * c->data_align;
+            st->cfa_kind = reg == DW_RSP ? CFA_RSP : reg == DW_RBP ? CFA_RBP : CFA_UNSUPPORTED;
+            break;
+        case 0x13: st->cfa_off = sleb(&p, end) * c->data_align; break;
+        case 0x14: case 0x15: /* val_offset(_sf): a value, not a saved slot */
+            reg = uleb(&p, end);
+            if (op == 0x14) uleb(&p, end); else sleb(&p, end);
+            if (reg == DW_RBP) st->rbp.kind = REG_UNSUPPORTED;
+            if (reg == c->ra_reg) st->ra.kind = REG_UNSUPPORTED;
+            break;
+        case 0x16: { /* val_expression */
+            reg = uleb(&p, end);
+            uint64_t n = uleb(&p, end);
+            p += n;
+            if (reg == DW_RBP) st->rbp.kind = REG_UNSUPPORTED;
+            if (reg == c->ra_reg) st->ra.kind = REG_UNSUPPORTED;
+            break;
+        }
+        case 0x2e: uleb(&p, end); break; /* GNU_args_size */
+        case 0x2f: reg = uleb(&p, end); off = -(int64_t)uleb(&p, end) * c->data_align; goto at_cfa;
+        default: return -1;
+        }
+        continue;
+    at_cfa:
+        if (reg == DW_RBP) st->rbp = (struct reg_rule){REG_AT_CFA, off};
+        if (reg == c->ra_reg) st->ra = (struct reg_rule){REG_AT_CFA, off};
+        continue;
+    restore:
+        if (reg == DW_RBP) st->rbp = init->rbp;
+        if (reg == c->ra_reg) st->ra = init->ra;
+        continue;
+    }
+    return 0;
+}
+
+/* ---- rules and their per-thread cache ---- */
+
+enum {
+    RULE_NONE = 0, /* not in an executable segment: the walk ends before it */
+    RULE_CFI,      /* cfa/rbp/ra as below */
+    RULE_FP,       /* no usable CFI: step by the frame pointer */
+    RULE_END,      /* the outermost frame (return address undefined) */
+    RULE_SIGRETURN /* the signal trampoline: registers from the ucontext */
+};
+struct rule {
+    int32_t cfa_off;
+    int16_t rbp_off;
+    int8_t ra_off8; /* return address at CFA + 8*ra_off8 */
+    uint8_t kind : 3, cfa_kind : 2, rbp_kind : 2;
+};
+_Static_assert(sizeof(struct rule) == 8, "a rule packs into 8 bytes");
+
+struct cache_entry {
+    uintptr_t key; /* the address looked up (a return address - 1, or an interrupted pc) */
+    struct rule rule;
+};
+#define CACHE_BITS 12
+#define CACHE_SLOTS (1u << CACHE_BITS)
+#define CACHE_BYTES (CACHE_SLOTS * sizeof(struct cache_entry))
+
+static int is_sigreturn(const struct segment *g, uintptr_t pc) {
+    /* mov $15, %rax; syscall — glibc's __restore_rt */
+    static const uint8_t code[9] = {0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05};
+    return pc >= g->lo && pc + sizeof code <= g->hi && memcmp((const void *)pc, code, sizeof code) == 0;
+}
+
+/* The FDE covering `key` in `g`, or NULL. */
+static const uint8_t *find_fde(const struct segment *g, uintptr_t key) {
+    if (!g->table || g->count == 0) return NULL;
+    uintptr_t base = (uintptr_t)g->hdr;
+    uint32_t lo = 0, hi = g->count;
+    while (lo < hi) { /* first entry whose start is > key */
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (base + (intptr_t)g->table[2 * mid] <= key) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo == 0) return NULL;
+    return (const uint8_t *)(base + (intptr_t)g->table[2 * (lo - 1) + 1]);
+}
+
+static struct rule make_rule(const struct segment *g, uintptr_t key, int ret_addr) {
+    struct rule r = {0, 0, 0, RULE_FP, 0, 0};
+    if (ret_addr && is_sigreturn(g, key + 1)) {
+        r.kind = RULE_SIGRETURN;
+        return r;
+    }
+    const uint8_t *fde = find_fde(g, key);
+    if (!fde) return r;
+    uint32_t len;
+    memcpy(&len, fde, 4);
+    if (len == 0 || len == 0xffffffffu) return r;
+    const uint8_t *end = fde + 4 + len;
+    int32_t cie_off;
+    memcpy(&cie_off, fde + 4, 4);
+    if (cie_off == 0) return r; /* a CIE, not an FDE */
+    struct cie c;
+    if (parse_cie(fde + 4 - cie_off, &c) != 0) return r;
+    const uint8_t *p = fde + 8;
+    int ok = 1;
+    uintptr_t start = encoded(&p, end, c.fde_enc, &ok);
+    uintptr_t range = encoded(&p, end, c.fde_enc & 0x0f, &ok);
+    if (!ok || key < start || key >= start + range) return r;
+    if (c.has_aug_len) {
+        uint64_t n = uleb(&p, end);
+        p += n;
+    }
+    struct frame_state st = {CFA_UNSUPPORTED, 0, {REG_SAME, 0}, {REG_UNSUPPORTED, 0}};
+    if (run_cfa(c.insns, c.end, &c, start, (uintptr_t)-1, &st, &st) != 0) return r;
+    struct frame_state init = st;
+    if (run_cfa(p, end, &c, start, key, &st, &init) != 0) return r;
+    if (st.ra.kind == REG_UNDEF) {
+        r.kind = RULE_END;
+        return r;
+    }
+    if (st.cfa_kind == CFA_UNSUPPORTED || st.ra.kind != REG_AT_CFA || st.rbp.kind == REG_UNSUPPORTED ||
+        st.cfa_off != (int32_t)st.cfa_off || st.rbp.off != (int16_t)st.rbp.off || st.ra.off % 8 != 0 ||
+        st.ra.off / 8 != (int8_t)(st.ra.off / 8))
+        return r;
+    r.kind = RULE_CFI;
+    r.cfa_kind = st.cfa_kind;
+    r.cfa_off = (int32_t)st.cfa_off;
+    r.rbp_kind = st.rbp.kind == REG_UNDEF ? REG_SAME : st.rbp.kind; /* an undefined rbp is never read */
+    r.rbp_off = (int16_t)st.rbp.off;
+    r.ra_off8 = (int8_t)(st.ra.off / 8);
+    return r;
+}
+
+static struct cache_entry *thread_cache(void) {
+    struct mtlab_tls *t = &mtlab_tls;
+    uint32_t gen = atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
+    if (!t->cfi_cache) {
+        /* A thread past its exit destructor walks uncached: its cache was
+         * released and a new one would never be. */
+        if (t->dead) return NULL;
+        t->cfi_cache = mtlab_sys_mmap(CACHE_BYTES);
+        t->cfi_gen = gen;
+    } else if (t->cfi_gen != gen) { /* something was unloaded: its rules may be stale */
+        memset(t->cfi_cache, 0, CACHE_BYTES);
+        t->cfi_gen = gen;
+    }
+    return (struct cache_entry *)t->cfi_cache;
+}
+
+static inline struct rule rule_for(struct cache_entry *cache, uintptr_t key, int ret_addr) {
+    struct cache_entry *e = NULL;
+    if (cache) {
+        e = &cache[(key * 0x9e3779b97f4a7c15ull) >> (64 - CACHE_BITS)];
+        /* a return-address key never equals an interrupted pc's: they differ by kind bit */
+        if (e->key == (key << 1 | (uintptr_t)ret_addr) && e->rule.kind != RULE_NONE) return e->rule;
+    }
+    const struct segment *g = segment_of(key);
+    struct rule r = {0, 0, 0, RULE_NONE, 0, 0};
+    if (g) r = make_rule(g, key, ret_addr);
+    if (e && r.kind != RULE_NONE) { /* misses are not kept: a later dlopen may map code there */
+        e->key = key << 1 | (uintptr_t)ret_addr;
+        e->rule = r;
+    }
+    return r;
+}
+
+void mtlab_cfi_thread_exit(void) {
+    if (mtlab_tls.cfi_cache) mtlab_sys_munmap(mtlab_tls.cfi_cache, CACHE_BYTES);
+    mtlab_tls.cfi_cache = NULL;
+}
+
+/* ---- the walk ---- */
+
+struct memo_rec {
+    struct mtlab_stack_memo *m;
+    uint32_t windows;
+};
+
+/* Notes that the walk read the 16 bytes at `addr` (in bounds: checked). */
+static inline void note(struct memo_rec *r, uintptr_t addr) {
+    if (!r->m) return;
+    if (r->windows < MTLAB_MEMO_LEVELS) {
+        const uintptr_t *w = (const uintptr_t *)addr;
+        r->m->fp[r->windows] = addr;
+        r->m->words[2 * r->windows] = w[0];
+        r->m->words[2 * r->windows + 1] = w[1];
+    }
+    r->windows++;
+}
+
+/* Is [addr, addr + 16) inside the part of the stack the walk may read? */
+static inline int readable(uintptr_t addr, uintptr_t lo, uintptr_t hi) {
+    return addr >= lo && addr <= hi - 16 && (addr & 7) == 0;
+}
+
+int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stack_memo *memo,
+                   uintptr_t self_lo, uintptr_t self_hi) {
+    uintptr_t lo = (uintptr_t)frame, hi = mtlab_tls.stack_hi;
+    struct memo_rec rec = {memo, 0};
+    if (memo) memo->levels = MTLAB_MEMO_LEVELS + 1; /* not memoizable unless the walk ends well */
+    if (lo < mtlab_tls.stack_lo || !readable(lo, lo, hi)) return 0;
+    struct cache_entry *cache = thread_cache();
+    note(&rec, lo);
+    uintptr_t rbp = ((const uintptr_t *)lo)[0], pc = ((const uintptr_t *)lo)[1], rsp = lo + 16;
+    int ret_addr = 1; /* pc is a return address: the call is the instruction before it */
+    int n = 0;
+    while (n < max && pc >= 4096) {
+        uintptr_t key = ret_addr ? pc - 1 : pc;
+        struct rule r = rule_for(cache, key, ret_addr);
+        if (r.kind == RULE_NONE) break;
+        if (n > 0 || pc < self_lo || pc >= self_hi) pcs[n++] = pc;
+        if (r.kind == RULE_END) break;
+        uintptr_t cfa, ra, next_rbp = rbp;
+        if (r.kind == RULE_SIGRETURN) {
+            /* The kernel's frame: the ucontext lies at rsp once the handler returned. */
+            uintptr_t gregs = rsp + offsetof(ucontext_t, uc_mcontext.gregs);
+            uintptr_t a_rbp = gregs + 8 * REG_RBP, a_rsp = gregs + 8 * REG_RSP;
+            if (!readable(a_rbp, rsp, hi) || !readable(a_rsp, rsp, hi)) break;
+            note(&rec, a_rbp);
+            note(&rec, a_rsp);
+            next_rbp = *(const uintptr_t *)a_rbp;
+            cfa = *(const uintptr_t *)a_rsp;
+            ra = *(const uintptr_t *)(gregs + 8 * REG_RIP); /* REG_RIP = REG_RSP + 1: in the window */
+            if (cfa <= rsp || cfa > hi) break;
+            rsp = cfa;
+            rbp = next_rbp;
+            pc = ra;
+            ret_addr = 0;
+            continue;
+        }
+        if (r.kind == RULE_FP) {
+            if (!readable(rbp, rsp, hi)) break;
+            note(&rec, rbp);
+            next_rbp = ((const uintptr_t *)rbp)[0];
+            ra = ((const uintptr_t *)rbp)[1];
+            cfa = rbp + 16;
+        } else {
+            uintptr_t base = r.cfa_kind == CFA_RSP || r.cfa_kind == CFA_DEREF_RSP ? rsp : rbp;
+            cfa = base + (intptr_t)r.cfa_off;
+            if (r.cfa_kind >= CFA_DEREF_RSP) {
+                if (!readable(cfa, rsp, hi)) break;
+                note(&rec, cfa);
+                cfa = *(const uintptr_t *)cfa;
+            }
+            if (cfa <= rsp || cfa > hi) break;
+            uintptr_t ra_at = cfa + 8 * (intptr_t)r.ra_off8;
+            uintptr_t rbp_at = r.rbp_kind == REG_AT_CFA ? cfa + r.rbp_off : r.rbp_kind == REG_AT_RBP ? rbp + r.rbp_off : 0;
+            if (rbp_at && rbp_at + 8 == ra_at) { /* the usual push rbp: one window for both */
+                if (!readable(rbp_at, rsp, hi)) break;
+                note(&rec, rbp_at);
+            } else {
+                if (!readable(ra_at - 8, rsp - 8, hi)) break;
+                note(&rec, ra_at - 8);
+                if (rbp_at) {
+                    if (!readable(rbp_at, rsp, hi)) break;
+                    note(&rec, rbp_at);
+                }
+            }
+            ra = *(const uintptr_t *)ra_at;
+            if (rbp_at) next_rbp = *(const uintptr_t *)rbp_at;
+        }
+        if (cfa <= rsp || cfa > hi) break;
+        rsp = cfa;
+        rbp = next_rbp;
+        pc = ra;
+        ret_addr = 1;
+    }
+    if (memo) memo->levels = rec.windows;
+    return n;
+}
+
+#else /* not x86-64: frame pointers */
+
+int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stack_memo *memo,
+                   uintptr_t self_lo, uintptr_t self_hi) {
+    (void)pcs; (void)max; (void)frame; (void)memo; (void)self_lo; (void)self_hi;
+    return -1;
+}
+void mtlab_cfi_thread_exit(void) {}
+
+#endif
