@@ -533,20 +533,53 @@ static struct rule make_rule(const struct segment *g, uintptr_t key, int ret_add
     return r;
 }
 
-static struct cache_entry *thread_cache(void) {
+/* ---- the walk, and what a thread keeps between walks ---- */
+
+/* One walk as the next may reuse it. Level k is the state before the k-th
+ * step (pc, rsp, rbp, whether pc is a return address); the walk read the
+ * windows [win[k], windows) from level k outward and output pcs [out[k], n).
+ * A later walk that reaches a level with the same state, while every one of
+ * those windows still holds what was read, would repeat the rest exactly:
+ * it takes the rest from here. The outer frames of consecutive allocations
+ * are mostly the same, so most of a deep walk becomes independent compares. */
+#define WALK_LEVELS 128
+#define WALK_WINDOWS 192
+struct walk {
+    uint32_t levels, windows, n;
+    int whole; /* ended by the stack's end, not by the depth limit or a full record */
+    uintptr_t rsp[WALK_LEVELS], rbp[WALK_LEVELS], pc[WALK_LEVELS];
+    uint64_t ret[WALK_LEVELS / 64];
+    uint16_t win[WALK_LEVELS], out[WALK_LEVELS];
+    uintptr_t waddr[WALK_WINDOWS];
+    uintptr_t wval[2 * WALK_WINDOWS];
+    uintptr_t pcs[MTLAB_MAX_DEPTH];
+};
+
+struct cfi_thread {
+    struct cache_entry cache[CACHE_SLOTS];
+    struct walk walks[2]; /* the last walk, and the one being made */
+    int last;             /* index of the last walk; -1: none usable */
+};
+
+static struct cfi_thread *thread_state(void) {
     struct mtlab_tls *t = &mtlab_tls;
     uint32_t gen = atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
-    if (!t->cfi_cache) {
-        /* A thread past its exit destructor walks uncached: its cache was
-         * released and a new one would never be. */
+    struct cfi_thread *c = (struct cfi_thread *)t->cfi_cache;
+    if (!c) {
+        /* A thread past its exit destructor walks without: its state was
+         * released and would never be again. */
         if (t->dead) return NULL;
-        t->cfi_cache = mtlab_sys_mmap(CACHE_BYTES);
+        c = (struct cfi_thread *)mtlab_sys_mmap(sizeof(struct cfi_thread));
+        if (!c) return NULL;
+        c->last = -1;
+        t->cfi_cache = c;
         t->cfi_gen = gen;
     } else if (t->cfi_gen != gen) { /* something was unloaded: its rules may be stale */
-        memset(t->cfi_cache, 0, CACHE_BYTES);
+        memset(c->cache, 0, sizeof c->cache);
+        c->last = -1;
         t->cfi_gen = gen;
     }
-    return (struct cache_entry *)t->cfi_cache;
+    return c;
 }
 
 static inline struct rule rule_for(struct cache_entry *cache, uintptr_t key, int ret_addr) {
@@ -567,27 +600,29 @@ static inline struct rule rule_for(struct cache_entry *cache, uintptr_t key, int
 }
 
 void mtlab_cfi_thread_exit(void) {
-    if (mtlab_tls.cfi_cache) mtlab_sys_munmap(mtlab_tls.cfi_cache, CACHE_BYTES);
+    if (mtlab_tls.cfi_cache) mtlab_sys_munmap(mtlab_tls.cfi_cache, sizeof(struct cfi_thread));
     mtlab_tls.cfi_cache = NULL;
 }
 
-/* ---- the walk ---- */
-
-struct memo_rec {
-    struct mtlab_stack_memo *m;
-    uint32_t windows;
-};
-
 /* Notes that the walk read the 16 bytes at `addr` (in bounds: checked). */
-static inline void note(struct memo_rec *r, uintptr_t addr) {
-    if (!r->m) return;
-    if (r->windows < MTLAB_MEMO_LEVELS) {
-        const uintptr_t *w = (const uintptr_t *)addr;
-        r->m->fp[r->windows] = addr;
-        r->m->words[2 * r->windows] = w[0];
-        r->m->words[2 * r->windows + 1] = w[1];
+static inline void note(struct walk *w, uintptr_t addr) {
+    if (w->windows < WALK_WINDOWS) {
+        const uintptr_t *p = (const uintptr_t *)addr;
+        w->waddr[w->windows] = addr;
+        w->wval[2 * w->windows] = p[0];
+        w->wval[2 * w->windows + 1] = p[1];
     }
-    r->windows++;
+    w->windows++;
+}
+
+/* Do the windows [from, windows) of `w` still hold what it read? */
+static int windows_hold(const struct walk *w, uint32_t from) {
+    uintptr_t diff = 0;
+    for (uint32_t i = from; i < w->windows; i++) {
+        const uintptr_t *p = (const uintptr_t *)w->waddr[i];
+        diff |= (p[0] ^ w->wval[2 * i]) | (p[1] ^ w->wval[2 * i + 1]);
+    }
+    return diff == 0;
 }
 
 /* Is [addr, addr + 16) inside the part of the stack the walk may read? */
@@ -595,35 +630,102 @@ static inline int readable(uintptr_t addr, uintptr_t lo, uintptr_t hi) {
     return addr >= lo && addr <= hi - 16 && (addr & 7) == 0;
 }
 
+/* Completes `cur` (levels/windows/pcs so far) with `prev` from its level k. */
+static int splice(struct walk *cur, const struct walk *prev, uint32_t k, uintptr_t *pcs, int n, int max) {
+    uint32_t levels = cur->levels, windows = cur->windows;
+    uint32_t add_levels = prev->levels - k, add_windows = prev->windows - prev->win[k];
+    int tail = (int)(prev->n - prev->out[k]);
+    if (n + tail > max) tail = max - n;
+    uint32_t before = (uint32_t)n;
+    memcpy(pcs + n, prev->pcs + prev->out[k], (size_t)tail * sizeof *pcs);
+    n += tail;
+    if (levels + add_levels > WALK_LEVELS || windows + add_windows > WALK_WINDOWS) {
+        cur->levels = WALK_LEVELS + 1; /* too deep to keep for the next walk */
+        return n;
+    }
+    for (uint32_t i = 0; i < add_levels; i++) {
+        uint32_t from = k + i, to = levels + i;
+        cur->rsp[to] = prev->rsp[from];
+        cur->rbp[to] = prev->rbp[from];
+        cur->pc[to] = prev->pc[from];
+        uint64_t bit = (prev->ret[from / 64] >> (from % 64)) & 1;
+        cur->ret[to / 64] = (cur->ret[to / 64] & ~(1ull << (to % 64))) | (bit << (to % 64));
+        cur->win[to] = (uint16_t)(prev->win[from] - prev->win[k] + windows);
+        cur->out[to] = (uint16_t)(prev->out[from] - prev->out[k] + before);
+    }
+    memcpy(cur->waddr + windows, prev->waddr + prev->win[k], add_windows * sizeof(uintptr_t));
+    memcpy(cur->wval + 2 * windows, prev->wval + 2 * prev->win[k], 2 * add_windows * sizeof(uintptr_t));
+    cur->levels = levels + add_levels;
+    cur->windows = windows + add_windows;
+    cur->whole = prev->whole && n < max;
+    return n;
+}
+
 int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stack_memo *memo,
                    uintptr_t self_lo, uintptr_t self_hi) {
     uintptr_t lo = (uintptr_t)frame, hi = mtlab_tls.stack_hi;
-    struct memo_rec rec = {memo, 0};
     if (memo) memo->levels = MTLAB_MEMO_LEVELS + 1; /* not memoizable unless the walk ends well */
     if (lo < mtlab_tls.stack_lo || !readable(lo, lo, hi)) return 0;
-    struct cache_entry *cache = thread_cache();
-    note(&rec, lo);
+    struct cfi_thread *ts = thread_state();
+    if (!ts) return 0;
+    struct walk *cur = &ts->walks[ts->last == 0 ? 1 : 0];
+    const struct walk *prev = ts->last >= 0 && ts->walks[ts->last].levels <= WALK_LEVELS &&
+                                      ts->walks[ts->last].windows <= WALK_WINDOWS
+                                  ? &ts->walks[ts->last]
+                                  : NULL;
+    cur->levels = cur->windows = 0;
+    cur->whole = 0;
+    note(cur, lo);
     uintptr_t rbp = ((const uintptr_t *)lo)[0], pc = ((const uintptr_t *)lo)[1], rsp = lo + 16;
     int ret_addr = 1; /* pc is a return address: the call is the instruction before it */
     int n = 0;
+    uint32_t k = 0; /* prev's levels below rsp are behind us: the CFA only grows */
+    int spliced = 0;
     while (n < max && pc >= 4096) {
+        if (prev) {
+            while (k < prev->levels && prev->rsp[k] < rsp) k++;
+            if (k < prev->levels && prev->rsp[k] == rsp && prev->pc[k] == pc && prev->rbp[k] == rbp &&
+                (int)((prev->ret[k / 64] >> (k % 64)) & 1) == ret_addr && n > 0 && prev->out[k] > 0 &&
+                prev->out[k] <= prev->n &&
+                (prev->whole || n + (int)(prev->n - prev->out[k]) >= max) && windows_hold(prev, prev->win[k])) {
+                n = splice(cur, prev, k, pcs, n, max);
+                spliced = 1;
+                break;
+            }
+        }
+        uint32_t lv = cur->levels;
+        if (lv < WALK_LEVELS) {
+            cur->rsp[lv] = rsp;
+            cur->rbp[lv] = rbp;
+            cur->pc[lv] = pc;
+            cur->ret[lv / 64] = (cur->ret[lv / 64] & ~(1ull << (lv % 64))) | ((uint64_t)ret_addr << (lv % 64));
+            cur->win[lv] = (uint16_t)(cur->windows < WALK_WINDOWS ? cur->windows : WALK_WINDOWS);
+            cur->out[lv] = (uint16_t)n;
+        }
+        cur->levels = lv + 1;
         uintptr_t key = ret_addr ? pc - 1 : pc;
-        struct rule r = rule_for(cache, key, ret_addr);
-        if (r.kind == RULE_NONE) break;
+        struct rule r = rule_for(ts->cache, key, ret_addr);
+        if (r.kind == RULE_NONE) {
+            cur->whole = 1;
+            break;
+        }
         if (n > 0 || pc < self_lo || pc >= self_hi) pcs[n++] = pc;
-        if (r.kind == RULE_END) break;
+        if (r.kind == RULE_END) {
+            cur->whole = 1;
+            break;
+        }
         uintptr_t cfa, ra, next_rbp = rbp;
         if (r.kind == RULE_SIGRETURN) {
             /* The kernel's frame: the ucontext lies at rsp once the handler returned. */
             uintptr_t gregs = rsp + offsetof(ucontext_t, uc_mcontext.gregs);
             uintptr_t a_rbp = gregs + 8 * REG_RBP, a_rsp = gregs + 8 * REG_RSP;
-            if (!readable(a_rbp, rsp, hi) || !readable(a_rsp, rsp, hi)) break;
-            note(&rec, a_rbp);
-            note(&rec, a_rsp);
+            if (!readable(a_rbp, rsp, hi) || !readable(a_rsp, rsp, hi)) { cur->whole = 1; break; }
+            note(cur, a_rbp);
+            note(cur, a_rsp);
             next_rbp = *(const uintptr_t *)a_rbp;
             cfa = *(const uintptr_t *)a_rsp;
             ra = *(const uintptr_t *)(gregs + 8 * REG_RIP); /* REG_RIP = REG_RSP + 1: in the window */
-            if (cfa <= rsp || cfa > hi) break;
+            if (cfa <= rsp || cfa > hi) { cur->whole = 1; break; }
             rsp = cfa;
             rbp = next_rbp;
             pc = ra;
@@ -631,8 +733,8 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stac
             continue;
         }
         if (r.kind == RULE_FP) {
-            if (!readable(rbp, rsp, hi)) break;
-            note(&rec, rbp);
+            if (!readable(rbp, rsp, hi)) { cur->whole = 1; break; }
+            note(cur, rbp);
             next_rbp = ((const uintptr_t *)rbp)[0];
             ra = ((const uintptr_t *)rbp)[1];
             cfa = rbp + 16;
@@ -640,34 +742,46 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stac
             uintptr_t base = r.cfa_kind == CFA_RSP || r.cfa_kind == CFA_DEREF_RSP ? rsp : rbp;
             cfa = base + (intptr_t)r.cfa_off;
             if (r.cfa_kind >= CFA_DEREF_RSP) {
-                if (!readable(cfa, rsp, hi)) break;
-                note(&rec, cfa);
+                if (!readable(cfa, rsp, hi)) { cur->whole = 1; break; }
+                note(cur, cfa);
                 cfa = *(const uintptr_t *)cfa;
             }
-            if (cfa <= rsp || cfa > hi) break;
+            if (cfa <= rsp || cfa > hi) { cur->whole = 1; break; }
             uintptr_t ra_at = cfa + 8 * (intptr_t)r.ra_off8;
             uintptr_t rbp_at = r.rbp_kind == REG_AT_CFA ? cfa + r.rbp_off : r.rbp_kind == REG_AT_RBP ? rbp + r.rbp_off : 0;
             if (rbp_at && rbp_at + 8 == ra_at) { /* the usual push rbp: one window for both */
-                if (!readable(rbp_at, rsp, hi)) break;
-                note(&rec, rbp_at);
+                if (!readable(rbp_at, rsp, hi)) { cur->whole = 1; break; }
+                note(cur, rbp_at);
             } else {
-                if (!readable(ra_at - 8, rsp - 8, hi)) break;
-                note(&rec, ra_at - 8);
+                if (!readable(ra_at - 8, rsp - 8, hi)) { cur->whole = 1; break; }
+                note(cur, ra_at - 8);
                 if (rbp_at) {
-                    if (!readable(rbp_at, rsp, hi)) break;
-                    note(&rec, rbp_at);
+                    if (!readable(rbp_at, rsp, hi)) { cur->whole = 1; break; }
+                    note(cur, rbp_at);
                 }
             }
             ra = *(const uintptr_t *)ra_at;
             if (rbp_at) next_rbp = *(const uintptr_t *)rbp_at;
         }
-        if (cfa <= rsp || cfa > hi) break;
+        if (cfa <= rsp || cfa > hi) { cur->whole = 1; break; }
         rsp = cfa;
         rbp = next_rbp;
         pc = ra;
         ret_addr = 1;
     }
-    if (memo) memo->levels = rec.windows;
+    if (!spliced && pc < 4096) cur->whole = 1;
+    cur->n = (uint32_t)n;
+    memcpy(cur->pcs, pcs, (size_t)n * sizeof *pcs);
+    ts->last = cur == &ts->walks[0] ? 0 : 1;
+    /* The whole walk's windows, for the shims' check of an exact repeat. */
+    if (memo && cur->levels <= WALK_LEVELS && cur->windows <= MTLAB_MEMO_LEVELS) {
+        for (uint32_t i = 0; i < cur->windows; i++) {
+            memo->fp[i] = cur->waddr[i];
+            memo->words[2 * i] = cur->wval[2 * i];
+            memo->words[2 * i + 1] = cur->wval[2 * i + 1];
+        }
+        memo->levels = cur->windows;
+    }
     return n;
 }
 

@@ -12,6 +12,7 @@
  *   MTLAB_FREE_STACKS 1: walk the stack for free as well (default 0: id 0)
  *   MTLAB_TSC_HZ  TSC frequency measured by `mtlab record`
  *   MTLAB_UNWIND  fp (default) | dwarf | libgcc | libunwind
+ *   MTLAB_UNWIND_CHECK  1: dwarf stacks also taken by libgcc and compared (tests)
  *   MTLAB_SAMPLE  mean sampling interval in bytes: sampling mode (no full trace)
  *   MTLAB_INACTIVE 1: sampling mode starts switched off
  *   MTLAB_SAMPLE_SEED  fixed seed for the sampler (tests); 0: from the TSC
@@ -129,6 +130,7 @@ __attribute__((constructor)) static void mtlab_start(void) {
                        : strcmp(unwind, "libunwind") == 0 ? MTLAB_UNWIND_LIBUNWIND
                        : strcmp(unwind, "dwarf") == 0     ? MTLAB_UNWIND_DWARF
                                                           : MTLAB_UNWIND_FP;
+    mtlab_cfg.unwind_check = env_u64("MTLAB_UNWIND_CHECK", 0) != 0;
     if (mtlab_cfg.stacks && mtlab_unwind_init(mtlab_cfg.unwind) != 0) mtlab_cfg.unwind = MTLAB_UNWIND_FP;
     mtlab_cfg.sample_interval = env_u64("MTLAB_SAMPLE", 0);
     mtlab_cfg.sample_seed = env_u64("MTLAB_SAMPLE_SEED", 0);

@@ -39,6 +39,7 @@ struct mtlab_config {
     int free_stacks; /* walk the stack for free too (off: stack id 0) */
     int no_arena_heaps; /* glibc heaps are not 64 MiB-aligned (hugetlb tunable): don't read heap_info */
     int unwind;      /* MTLAB_UNWIND_*: how stacks are captured */
+    int unwind_check; /* dwarf stacks also taken by libgcc and compared (a test) */
     uint64_t sample_interval; /* 0: full trace; else mean bytes between samples */
     uint64_t sample_seed;     /* 0: seed each thread from the TSC */
     int is_glibc;  /* the program's malloc is glibc's: chunk headers readable */
@@ -259,6 +260,7 @@ HIDDEN void mtlab_got_fork_child(void);    /* a router of the parent may have be
 
 /* ---- stacks (stack.c) ---- */
 HIDDEN int mtlab_unwind_init(int unwind); /* 0 ok, -1: that unwinder is not available */
+HIDDEN char *mtlab_unwind_stats(char *p, const char *end); /* MTLAB_UNWIND_CHECK counts */
 /* Walks the stack from `frame` (see mtlab_stack_id_at, below, for the usual entry). */
 HIDDEN uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame);
 

@@ -47,8 +47,9 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
 
 int mtlab_unwind_init(int unwind) {
     dl_iterate_phdr(find_self, (void *)(uintptr_t)&mtlab_unwind_init);
-    if (unwind == MTLAB_UNWIND_FP || unwind == MTLAB_UNWIND_DWARF) return 0;
-    if (unwind == MTLAB_UNWIND_LIBGCC) {
+    if (unwind == MTLAB_UNWIND_FP) return 0;
+    if (unwind == MTLAB_UNWIND_DWARF && !mtlab_cfg.unwind_check) return 0;
+    if (unwind == MTLAB_UNWIND_LIBGCC || unwind == MTLAB_UNWIND_DWARF) {
         void *h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);
         if (h) {
             gcc_backtrace = (backtrace_fn)dlsym(h, "_Unwind_Backtrace");
@@ -75,6 +76,30 @@ static _Unwind_Reason_Code gcc_step(struct _Unwind_Context *ctx, void *arg) {
     return _URC_NO_REASON;
 }
 
+/* MTLAB_UNWIND_CHECK=1 with the dwarf unwinder: every stack is also taken
+ * by libgcc and the two compared, event by event (STATS unwind_checked and
+ * unwind_mismatched). A test of the unwinder, not a mode for users. */
+static _Atomic uint64_t checked, mismatched;
+
+static __attribute__((noinline)) void check_against_libgcc(const uintptr_t *pcs, int n, int max) {
+    uintptr_t theirs[MTLAB_MAX_DEPTH];
+    struct gcc_walk w = {theirs, 0, max};
+    gcc_backtrace(gcc_step, &w);
+    int same = w.n == n;
+    for (int i = 0; same && i < n; i++) same = pcs[i] == theirs[i];
+    atomic_fetch_add_explicit(&checked, 1, memory_order_relaxed);
+    if (!same) atomic_fetch_add_explicit(&mismatched, 1, memory_order_relaxed);
+}
+
+char *mtlab_unwind_stats(char *p, const char *end) {
+    if (!mtlab_cfg.unwind_check) return p;
+    p = mtlab_append(p, end, "unwind_checked=");
+    p = mtlab_append_u64(p, end, atomic_load(&checked));
+    p = mtlab_append(p, end, "\nunwind_mismatched=");
+    p = mtlab_append_u64(p, end, atomic_load(&mismatched));
+    return mtlab_append(p, end, "\n");
+}
+
 /* Return addresses, innermost first, starting at the caller of the shim.
  * `frame` is the frame of the mtlab function that records the event (the
  * exported shims tail-call into it, so its return address is the program's);
@@ -88,6 +113,7 @@ static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max
     }
     if (mtlab_cfg.unwind == MTLAB_UNWIND_DWARF) {
         int n = mtlab_cfi_walk(pcs, max, frame, memo_out, self_lo, self_hi);
+        if (UNLIKELY(mtlab_cfg.unwind_check) && n >= 0 && gcc_backtrace) check_against_libgcc(pcs, n, max);
         if (n >= 0) return n;
     }
     if (mtlab_cfg.unwind == MTLAB_UNWIND_LIBUNWIND) {

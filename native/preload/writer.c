@@ -471,6 +471,7 @@ void mtlab_write_stats(void) {
     char *end = text + sizeof text - 1;
     char *p = mtlab_sampler_stats(text, end);
     p = mtlab_allocator_stats(p, end);
+    p = mtlab_unwind_stats(p, end);
     p = mtlab_append(p, end, "trace_reopened=");
     p = mtlab_append_u64(p, end, atomic_load(&reopens));
     p = mtlab_append(p, end, "\n");

@@ -18,9 +18,10 @@ use util::*;
 /// A frame as addr2line takes it: the module's file and the offset in it.
 type Frame = (String, u64);
 
-/// The stacks of the sampled allocations of one process's trace, in order,
-/// each with the allocation's size (to check that two runs line up).
-fn sampled_stacks(trace: &Path) -> Vec<(u64, Vec<Frame>)> {
+/// The stacks of the allocations (sampled ones in a sampled trace) of one
+/// process's trace, in order, each with the allocation's size (to check that
+/// two runs line up).
+fn allocation_stacks(trace: &Path) -> Vec<(u64, Vec<Frame>)> {
     let tf = TraceFile::open(trace).unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
     let maps: Vec<Mapping> = tf.maps.iter().flat_map(|m| parse_maps(m)).collect();
     let frame = |pc: u64| -> Frame {
@@ -37,7 +38,7 @@ fn sampled_stacks(trace: &Path) -> Vec<(u64, Vec<Frame>)> {
                 stacks.insert(id, pcs.into_iter().map(frame).collect());
             }
             Item::Event(e) => {
-                if let EventKind::Sample { size, .. } = e.kind {
+                if let EventKind::Sample { size, .. } | EventKind::Alloc { size, .. } = e.kind {
                     out.push((size, stacks.get(&e.stack).cloned().unwrap_or_default()));
                 }
             }
@@ -50,15 +51,19 @@ fn show(stack: &[Frame]) -> String {
     stack.iter().map(|(m, o)| format!("{}+{o:#x}", Path::new(m).file_name().unwrap().to_string_lossy())).collect::<Vec<_>>().join(" ← ")
 }
 
-/// Records `program args` twice with the same sampler seed, once per
-/// unwinder, and compares the stacks of the same samples. Returns (equal, total).
-fn compare_with_libgcc(lab: &Lab, name: &str, program: &Path, args: &[&str], interval: &str) -> (usize, usize) {
+/// Records `program args` twice, once per unwinder, sampled with the same
+/// seed (`interval`) or in full (None), and compares the stacks of the same
+/// allocations. Returns (equal, compared).
+fn compare_with_libgcc(lab: &Lab, name: &str, program: &Path, args: &[&str], interval: Option<&str>) -> (usize, usize) {
     let mut runs = Vec::new();
     for unwind in ["dwarf", "libgcc"] {
         let trace = format!("{name}-{unwind}.mtl");
         let mut cmd = lab.command("setarch");
-        cmd.args(["-R", MTLAB, "record", "--sample", interval, "--sample-seed", "7", "--unwind", unwind, "--depth", "128", "-o"])
-            .arg(lab.path(&trace))
+        cmd.args(["-R", MTLAB, "record", "--unwind", unwind, "--depth", "128", "-o"]).arg(lab.path(&trace));
+        if let Some(interval) = interval {
+            cmd.args(["--sample", interval, "--sample-seed", "7"]);
+        }
+        cmd
             .arg("--")
             .arg(program)
             .args(args);
@@ -71,7 +76,7 @@ fn compare_with_libgcc(lab: &Lab, name: &str, program: &Path, args: &[&str], int
             .output()
             .unwrap();
         assert_success(&o, &format!("mtlab record --unwind {unwind} -- {}", program.display()));
-        runs.push(sampled_stacks(&lab.path(&trace)));
+        runs.push(allocation_stacks(&lab.path(&trace)));
     }
     let (ours, theirs) = (&runs[0], &runs[1]);
     assert!(ours.len() > 100, "{name}: only {} samples", ours.len());
@@ -97,7 +102,7 @@ fn compare_with_libgcc(lab: &Lab, name: &str, program: &Path, args: &[&str], int
             eprintln!("{name} sample {i} differs:\n  dwarf:  {}\n  libgcc: {}", show(a), show(b));
         }
     }
-    eprintln!("{name}: {equal} of {} sampled stacks equal libgcc's ({} samples, {} lined up)", pairs.len(), ours.len(), pairs.len());
+    eprintln!("{name}: {equal} of {} stacks equal libgcc's ({} samples, {} lined up)", pairs.len(), ours.len(), pairs.len());
     (equal, pairs.len())
 }
 
@@ -169,9 +174,56 @@ fn dwarf_stacks_equal_libgcc_on_cc1() {
     let lab = Lab::new();
     let Some(cc1) = cc1() else { return skip("gcc's cc1 is not installed") };
     std::fs::write(&lab.path("unit.c"), generated_c(400)).unwrap();
-    let (equal, total) = compare_with_libgcc(&lab, "cc1", &cc1, &["-quiet", "-O2", "unit.c", "-o", "/dev/null"], "16KiB");
+    let (equal, total) = compare_with_libgcc(&lab, "cc1", &cc1, &["-quiet", "-O2", "unit.c", "-o", "/dev/null"], Some("16KiB"));
     assert!(equal * 100 >= total * 99, "cc1: {equal} of {total} stacks equal libgcc's (< 99 %)");
 }
+
+/// Every allocation of a full trace, checked inside the traced process: with
+/// MTLAB_UNWIND_CHECK=1 the preload takes each stack with both unwinders and
+/// counts where they differ (consecutive walks share their outer frames, which
+/// the unwinder takes from the walk before: this checks that too).
+fn checked_in_run(lab: &Lab, name: &str, program: &Path, args: &[&str]) -> (u64, u64) {
+    let trace = format!("{name}-check.mtl");
+    let o = lab.record_cmd(&trace, &["--unwind", "dwarf", "--depth", "128"], program, args).env("MTLAB_UNWIND_CHECK", "1").output().unwrap();
+    assert_success(&o, &format!("mtlab record -- {}", program.display()));
+    let tf = TraceFile::open(lab.path(&trace)).unwrap();
+    let stat = |k: &str| -> u64 {
+        tf.stats.iter().find(|(key, _)| key == k).unwrap_or_else(|| panic!("{name}: no {k} in STATS")).1.parse().unwrap()
+    };
+    let (checked, mismatched) = (stat("unwind_checked"), stat("unwind_mismatched"));
+    eprintln!("{name}: {mismatched} of {checked} walked stacks differ from libgcc's");
+    (checked, mismatched)
+}
+
+#[test]
+fn every_walked_stack_of_cc1_equals_libgcc_in_the_same_run() {
+    let lab = Lab::new();
+    let Some(cc1) = cc1() else { return skip("gcc's cc1 is not installed") };
+    std::fs::write(lab.path("unit.c"), generated_c(150)).unwrap();
+    let (checked, mismatched) = checked_in_run(&lab, "cc1", &cc1, &["-quiet", "-O2", "unit.c", "-o", "/dev/null"]);
+    assert!(checked > 100_000, "cc1: only {checked} stacks walked");
+    assert!(mismatched * 100 <= checked, "cc1: {mismatched} of {checked} stacks differ from libgcc's (> 1 %)");
+}
+
+#[test]
+fn every_walked_stack_of_python3_equals_libgcc_in_the_same_run() {
+    let lab = Lab::new();
+    let python = PathBuf::from("/usr/bin/python3");
+    if !python.is_file() {
+        return skip("/usr/bin/python3 is not installed");
+    }
+    std::fs::write(lab.path("work.py"), PY_WORK).unwrap();
+    let (checked, mismatched) = checked_in_run(&lab, "python3", &python, &["work.py"]);
+    assert!(checked > 10_000, "python3: only {checked} stacks walked");
+    assert!(mismatched * 100 <= checked, "python3: {mismatched} of {checked} stacks differ from libgcc's (> 1 %)");
+}
+
+const PY_WORK: &str = "import json, re\n\
+d = {str(i): [i, str(i) * 3, {'k': i}] for i in range(40000)}\n\
+s = json.dumps(d)\n\
+back = json.loads(s)\n\
+words = re.findall(r'[0-9]+', s)\n\
+print(len(back), len(words))\n";
 
 #[test]
 fn dwarf_stacks_equal_libgcc_on_python3() {
@@ -180,16 +232,7 @@ fn dwarf_stacks_equal_libgcc_on_python3() {
     if !python.is_file() {
         return skip("/usr/bin/python3 is not installed");
     }
-    std::fs::write(
-        lab.path("work.py"),
-        "import json, re\n\
-         d = {str(i): [i, str(i) * 3, {'k': i}] for i in range(40000)}\n\
-         s = json.dumps(d)\n\
-         back = json.loads(s)\n\
-         words = re.findall(r'[0-9]+', s)\n\
-         print(len(back), len(words))\n",
-    )
-    .unwrap();
-    let (equal, total) = compare_with_libgcc(&lab, "python3", &python, &["work.py"], "16KiB");
+    std::fs::write(lab.path("work.py"), PY_WORK).unwrap();
+    let (equal, total) = compare_with_libgcc(&lab, "python3", &python, &["work.py"], Some("16KiB"));
     assert!(equal * 100 >= total * 99, "python3: {equal} of {total} stacks equal libgcc's (< 99 %)");
 }

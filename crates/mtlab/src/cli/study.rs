@@ -120,6 +120,9 @@ pub struct TracerCommon {
     /// Skip heaptrack even if installed.
     #[arg(long)]
     no_heaptrack: bool,
+    /// How `mtlab record` captures stacks, one configuration each (dwarf, fp, libgcc, libunwind); the first is "mtlab".
+    #[arg(long, value_delimiter = ',', default_value = "dwarf")]
+    unwinders: Vec<Unwind>,
     /// Directory for the traces (default: a temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -174,7 +177,7 @@ pub struct MallocArgs {
     /// Sampling intervals to sweep.
     #[arg(long, value_delimiter = ',', default_value = "64KiB,128KiB,256KiB,512KiB,1MiB,2MiB", value_parser = parse_size_arg)]
     intervals: Vec<u64>,
-    /// mtlab unwinders to sweep (fp, libgcc, libunwind).
+    /// mtlab unwinders to sweep (dwarf, fp, libgcc, libunwind).
     #[arg(long, value_delimiter = ',', default_value = "fp,libgcc")]
     unwinders: Vec<Unwind>,
     /// Allocators for mtlab's configurations: glibc, jemalloc, tcmalloc, mimalloc or a path to a .so.
@@ -250,6 +253,7 @@ fn tracer_config(
         },
         // `mtlab report` is timed as often as the rounds, and at least 3 times.
         report_runs: repeat.reps.unwrap_or(default_reps).max(3),
+        unwinders: common.unwinders.clone(),
         runner: repeat.options(default_reps),
         dir: common.dir.clone(),
     }

@@ -12,6 +12,7 @@ use super::child::{self, measure, Measured};
 use super::StudyError;
 use crate::export::{Bar, Cell, Plot, PlotKind, Table, View};
 use crate::native::{self, Part};
+use crate::record::Unwind;
 use crate::trace::keys;
 use crate::study::progress::Progress;
 use crate::study::runner::{self, Phase, RunnerOptions, Sample};
@@ -54,6 +55,18 @@ pub struct TracerCostConfig {
     pub report_runs: u32,
     /// Where traces go (default: a temporary directory).
     pub dir: Option<PathBuf>,
+    /// How `mtlab record` captures stacks: one configuration each; the first
+    /// is named "mtlab", the others "mtlab --unwind NAME".
+    pub unwinders: Vec<Unwind>,
+}
+
+/// The configuration name of `mtlab record` with the `i`-th unwinder.
+fn mtlab_config_name(i: usize, u: Unwind) -> String {
+    if i == 0 {
+        MTLAB.to_string()
+    } else {
+        format!("{MTLAB} --unwind {}", u.name())
+    }
 }
 
 struct Lab {
@@ -101,8 +114,30 @@ fn traced_facts(family: &[PathBuf]) -> (Option<u64>, Option<f64>) {
 }
 
 impl Lab {
+    /// The trace of the default configuration ("mtlab"), which `mtlab report` is timed on.
     fn trace(&self) -> PathBuf {
         self.dir.join("bench.mtl")
+    }
+
+    fn trace_of(&self, cfg: &Configuration) -> PathBuf {
+        if cfg.name == MTLAB {
+            self.trace()
+        } else {
+            self.dir.join(format!("bench-{}.mtl", cfg.params.get("unwind").map(String::as_str).unwrap_or("other")))
+        }
+    }
+
+    /// The fraction of allocation calls whose stack stops before main or a
+    /// thread start, from `mtlab report --json` (untimed).
+    fn truncated_fraction(&self, trace: &Path) -> Result<f64, StudyError> {
+        let mut c = Command::new(&self.mtlab);
+        c.arg("report").arg("--json").arg("--top").arg("1").arg(trace);
+        let m = measure(c, "mtlab report")?;
+        let v: serde_json::Value =
+            serde_json::from_str(&m.stdout).map_err(|e| StudyError::Output(format!("mtlab report --json: {e}")))?;
+        v["stacks"]["truncated_call_fraction"]
+            .as_f64()
+            .ok_or_else(|| StudyError::Output("mtlab report --json: no stacks.truncated_call_fraction".into()))
     }
 
     fn main_sample(&self, m: &Measured, what: &str) -> Result<Sample, StudyError> {
@@ -118,11 +153,13 @@ impl Lab {
     fn trial(&self, cfg: &Configuration) -> Result<Vec<Sample>, StudyError> {
         let name = cfg.name.as_str();
         match name {
-            MTLAB => {
+            _ if name.starts_with(MTLAB) && name != REPORT => {
+                let trace = self.trace_of(cfg);
+                let unwind = cfg.params.get("unwind").map(String::as_str).unwrap_or("dwarf");
                 let mut c = Command::new(&self.mtlab);
-                c.arg("record").arg("-o").arg(self.trace()).arg("--").args(&self.argv);
+                c.arg("record").arg("--unwind").arg(unwind).arg("-o").arg(&trace).arg("--").args(&self.argv);
                 let m = measure(c, "mtlab record")?;
-                let family = crate::record::trace_family(&self.trace());
+                let family = crate::record::trace_family(&trace);
                 let (program_rss, wall) = traced_facts(&family);
                 let mut out = vec![
                     self.main_sample(&m, name)?,
@@ -134,9 +171,12 @@ impl Lab {
                     let w = wall.ok_or_else(|| StudyError::Output("mtlab record: the trace has no wall_ns in RUNINFO".into()))?;
                     out.push(Sample::cost("program_wall_s", "s", w));
                 }
-                let (compact, secs) = self.compact_copies(&family)?;
-                out.push(bytes("compact_bytes", compact));
-                out.push(Sample::cost("compact_s", "s", secs));
+                out.push(Sample::cost("truncated_calls", "fraction", self.truncated_fraction(&trace)?));
+                if name == MTLAB {
+                    let (compact, secs) = self.compact_copies(&family)?;
+                    out.push(bytes("compact_bytes", compact));
+                    out.push(Sample::cost("compact_s", "s", secs));
+                }
                 Ok(out)
             }
             REPORT => {
@@ -235,7 +275,15 @@ pub fn run(cfg: &TracerCostConfig, progress: &Progress) -> Result<Run, StudyErro
     if cycles {
         configs.push(Configuration::new(STAMP_FLOOR).baseline(UNTRACED));
     }
-    configs.push(Configuration::new(MTLAB).baseline(UNTRACED).param("stacks", "fp"));
+    if cfg.unwinders.is_empty() {
+        return Err(StudyError::Config("--unwinders: name at least one (dwarf, fp, libgcc, libunwind)".into()));
+    }
+    if cfg.unwinders.contains(&Unwind::Libunwind) && !crate::record::library_available("libunwind.so.8") {
+        return Err(StudyError::Config("--unwinders libunwind: libunwind is not installed (apt-get install libunwind8)".into()));
+    }
+    for (i, u) in cfg.unwinders.iter().enumerate() {
+        configs.push(Configuration::new(mtlab_config_name(i, *u)).baseline(UNTRACED).param("unwind", u.name()));
+    }
     match (&heaptrack, cfg.heaptrack) {
         (Some(path), mode) => {
             let name = if mode == Heaptrack::Raw { "heaptrack --raw" } else { "heaptrack" };
@@ -267,7 +315,7 @@ pub fn views(run: &Run) -> Vec<View> {
     let mut t = Table::new(
         "configurations",
         format!("{}: {}", run.title, run.settings.get("command").map(String::as_str).unwrap_or("")),
-        &["configuration", &format!("median {} [interval]", main.1), "× untraced [interval]", "trace size", "peak RSS", "repetitions"],
+        &["configuration", &format!("median {} [interval]", main.1), "× untraced [interval]", "truncated stacks", "trace size", "peak RSS", "repetitions"],
         1,
     );
     let mut bars = Vec::new();
@@ -283,6 +331,7 @@ pub fn views(run: &Run) -> Vec<View> {
                 Some(r) => Cell::Estimate { value: r.ratio, low: r.interval.map(|i| i.low), high: r.interval.map(|i| i.high), decimals: 2 },
                 None => Cell::Empty,
             },
+            summary::median(run, &c.name, "truncated_calls").map(|f| Cell::text(format!("{:.1} %", f * 100.0))).unwrap_or(Cell::Empty),
             summary::median(run, &c.name, "trace_bytes").map(|b| Cell::Bytes(b as u64)).unwrap_or(Cell::Empty),
             summary::median(run, &c.name, "peak_rss").map(|b| Cell::Bytes(b as u64)).unwrap_or(Cell::Empty),
             Cell::text(m.values.iter().map(|v| format!("{v:.*}", d as usize)).collect::<Vec<_>>().join(" ")),
@@ -299,6 +348,11 @@ pub fn views(run: &Run) -> Vec<View> {
         v.push(View::Note(format!(
             "{STAMP_FLOOR}: the untraced workload reading the TSC before and after every malloc and free, as a tracer that times each call must: that tracer's floor here"
         )));
+    }
+    if run.configurations.iter().any(|c| run.measurement(&c.name, "truncated_calls").is_some()) {
+        v.push(View::Note(
+            "truncated stacks: share of allocation calls whose stack stops before main or a thread start (mtlab report's stacks.truncated_call_fraction)".into(),
+        ));
     }
     if let Some(rss) = summary::median(run, MTLAB, "recorder_rss") {
         v.push(View::Note(format!(
