@@ -462,7 +462,7 @@ struct cache_entry {
     uintptr_t key; /* the address looked up (a return address - 1, or an interrupted pc) */
     struct rule rule;
 };
-#define CACHE_BITS 12
+#define CACHE_BITS 14
 #define CACHE_SLOTS (1u << CACHE_BITS)
 #define CACHE_BYTES (CACHE_SLOTS * sizeof(struct cache_entry))
 
@@ -549,6 +549,12 @@ struct walk {
     int whole; /* ended by the stack's end, not by the depth limit or a full record */
     uintptr_t rsp[WALK_LEVELS], rbp[WALK_LEVELS], pc[WALK_LEVELS];
     uint64_t ret[WALK_LEVELS / 64];
+    /* Bit k: the walk from level k reads rbp before restoring it from the
+     * stack. Without frame pointers rbp is an ordinary register that an outer
+     * frame may have changed between two calls; it must match only then. */
+    uint64_t rbp_used[WALK_LEVELS / 64];
+    /* Per level, how its rule treats rbp: bit 0 reads it, bit 1 restores it. */
+    uint8_t rbp_how[WALK_LEVELS];
     uint16_t win[WALK_LEVELS], out[WALK_LEVELS];
     uintptr_t waddr[WALK_WINDOWS];
     uintptr_t wval[2 * WALK_WINDOWS];
@@ -630,6 +636,19 @@ static inline int readable(uintptr_t addr, uintptr_t lo, uintptr_t hi) {
     return addr >= lo && addr <= hi - 16 && (addr & 7) == 0;
 }
 
+/* How a level's rule treats rbp: bit 0 reads the incoming value, bit 1
+ * replaces it (restored from the stack, or from the signal frame). */
+static inline uint8_t rbp_how(struct rule r) {
+    switch (r.kind) {
+    case RULE_FP: return 3;
+    case RULE_SIGRETURN: return 2;
+    case RULE_CFI:
+        return (uint8_t)((r.cfa_kind == CFA_RBP || r.cfa_kind == CFA_DEREF_RBP || r.rbp_kind == REG_AT_RBP) |
+                         (r.rbp_kind != REG_SAME ? 2 : 0));
+    default: return 0; /* the walk ends there */
+    }
+}
+
 /* Completes `cur` (levels/windows/pcs so far) with `prev` from its level k. */
 static int splice(struct walk *cur, const struct walk *prev, uint32_t k, uintptr_t *pcs, int n, int max) {
     uint32_t levels = cur->levels, windows = cur->windows;
@@ -650,6 +669,9 @@ static int splice(struct walk *cur, const struct walk *prev, uint32_t k, uintptr
         cur->pc[to] = prev->pc[from];
         uint64_t bit = (prev->ret[from / 64] >> (from % 64)) & 1;
         cur->ret[to / 64] = (cur->ret[to / 64] & ~(1ull << (to % 64))) | (bit << (to % 64));
+        cur->rbp_how[to] = prev->rbp_how[from];
+        uint64_t used = (prev->rbp_used[from / 64] >> (from % 64)) & 1;
+        cur->rbp_used[to / 64] = (cur->rbp_used[to / 64] & ~(1ull << (to % 64))) | (used << (to % 64));
         cur->win[to] = (uint16_t)(prev->win[from] - prev->win[k] + windows);
         cur->out[to] = (uint16_t)(prev->out[from] - prev->out[k] + before);
     }
@@ -684,8 +706,9 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stac
     while (n < max && pc >= 4096) {
         if (prev) {
             while (k < prev->levels && prev->rsp[k] < rsp) k++;
-            if (k < prev->levels && prev->rsp[k] == rsp && prev->pc[k] == pc && prev->rbp[k] == rbp &&
+            if (k < prev->levels && prev->rsp[k] == rsp && prev->pc[k] == pc &&
                 (int)((prev->ret[k / 64] >> (k % 64)) & 1) == ret_addr && n > 0 && prev->out[k] > 0 &&
+                (prev->rbp[k] == rbp || !((prev->rbp_used[k / 64] >> (k % 64)) & 1)) &&
                 prev->out[k] <= prev->n &&
                 (prev->whole || n + (int)(prev->n - prev->out[k]) >= max) && windows_hold(prev, prev->win[k])) {
                 n = splice(cur, prev, k, pcs, n, max);
@@ -701,6 +724,7 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stac
             cur->ret[lv / 64] = (cur->ret[lv / 64] & ~(1ull << (lv % 64))) | ((uint64_t)ret_addr << (lv % 64));
             cur->win[lv] = (uint16_t)(cur->windows < WALK_WINDOWS ? cur->windows : WALK_WINDOWS);
             cur->out[lv] = (uint16_t)n;
+            cur->rbp_how[lv] = 0;
         }
         cur->levels = lv + 1;
         uintptr_t key = ret_addr ? pc - 1 : pc;
@@ -715,6 +739,7 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stac
             break;
         }
         uintptr_t cfa, ra, next_rbp = rbp;
+        if (lv < WALK_LEVELS) cur->rbp_how[lv] = rbp_how(r);
         if (r.kind == RULE_SIGRETURN) {
             /* The kernel's frame: the ucontext lies at rsp once the handler returned. */
             uintptr_t gregs = rsp + offsetof(ucontext_t, uc_mcontext.gregs);
@@ -771,6 +796,17 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stac
     }
     if (!spliced && pc < 4096) cur->whole = 1;
     cur->n = (uint32_t)n;
+    if (cur->levels <= WALK_LEVELS) { /* which levels' walks read the incoming rbp, from the outside in */
+        /* A spliced walk has the bits of the levels it took: start below them. */
+        int top = spliced ? (int)(cur->levels - (prev->levels - k)) : (int)cur->levels;
+        int used = top < (int)cur->levels ? (int)((cur->rbp_used[top / 64] >> (top % 64)) & 1) : 0;
+        for (int i = top - 1; i >= 0; i--) {
+            uint8_t how = cur->rbp_how[i];
+            used = (how & 1) || (!(how & 2) && used);
+            uint64_t m = 1ull << (i % 64);
+            cur->rbp_used[i / 64] = used ? cur->rbp_used[i / 64] | m : cur->rbp_used[i / 64] & ~m;
+        }
+    }
     memcpy(cur->pcs, pcs, (size_t)n * sizeof *pcs);
     ts->last = cur == &ts->walks[0] ? 0 : 1;
     /* The whole walk's windows, for the shims' check of an exact repeat. */

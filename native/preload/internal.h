@@ -148,6 +148,8 @@ struct mtlab_stack_memo {
  * malloc ~3 cycles slower with the same instructions. A whole page keeps
  * every offset as it is without mtlab. */
 #define MTLAB_TLS_BYTES 4096
+#define MTLAB_RECENT_STACKS 8192
+struct mtlab_recent_stack { uint64_t hash; uint64_t id; };
 struct mtlab_tls {
     union {
         struct {
@@ -168,6 +170,10 @@ struct mtlab_tls {
             void *cfi_cache;  /* cfi.c: this thread's unwind rules by return address */
             uint32_t cfi_gen; /* ... valid while mtlab_cfi_gen is this */
             struct mtlab_stack_memo memo; /* the last frame-pointer or DWARF walk (stack.c) */
+            /* Ids of this thread's recent stacks by hash (stack.c), mapped on
+             * first use: the shared table is megabytes, and a probe of it
+             * misses the caches. */
+            struct mtlab_recent_stack *recent;
         };
         char page[MTLAB_TLS_BYTES];
     };
@@ -305,6 +311,7 @@ static inline uint32_t mtlab_stack_id_at(struct mtlab_buf *b, const void *frame)
     return mtlab_stack_id(b, frame);
 }
 HIDDEN void mtlab_stack_table_init(void);
+HIDDEN void mtlab_stack_thread_exit(void); /* releases the thread's recent-stack ids */
 HIDDEN void mtlab_stack_table_reset(void);
 
 /* ---- raw syscalls and small helpers (sys.c): no libc state, no malloc ---- */

@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <link.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unwind.h>
 
@@ -155,6 +156,7 @@ static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max
     return n;
 }
 
+#define RECENT_BYTES (MTLAB_RECENT_STACKS * sizeof(struct mtlab_recent_stack))
 #define TABLE_BITS 20
 #define TABLE_SLOTS (1u << TABLE_BITS)
 #define MAX_PROBE 64
@@ -169,6 +171,7 @@ void mtlab_stack_table_init(void) {
 void mtlab_stack_table_reset(void) {
     if (table) madvise((void *)table, TABLE_SLOTS * sizeof(uint64_t), MADV_DONTNEED);
     mtlab_tls.memo.id = 0; /* the forking thread is the child's only one */
+    if (mtlab_tls.recent) madvise(mtlab_tls.recent, RECENT_BYTES, MADV_DONTNEED);
 }
 
 static void write_def(struct mtlab_buf *b, uint32_t id, const uintptr_t *pcs, int n) {
@@ -183,6 +186,13 @@ static void write_def(struct mtlab_buf *b, uint32_t id, const uintptr_t *pcs, in
     }
     uint32_t len = (uint32_t)(p - (b->data + MTLAB_BUF_HEAD));
     atomic_store_explicit(&b->len, len, memory_order_release);
+}
+
+static uint32_t table_id(struct mtlab_buf *b, uint64_t h, const uintptr_t *pcs, int n);
+
+void mtlab_stack_thread_exit(void) {
+    if (mtlab_tls.recent) mtlab_sys_munmap(mtlab_tls.recent, RECENT_BYTES);
+    mtlab_tls.recent = NULL;
 }
 
 /* Walks the stack from `frame` and returns its id; `memo_out` (frame-pointer
@@ -209,6 +219,25 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
     h ^= h >> 32;
     if (n == 0 || !table) return 0;
     h |= 1; /* 0 marks an empty slot */
+    /* The fork child's ids start afresh: mtlab_stack_table_reset empties this too. */
+    struct mtlab_recent_stack *recent = mtlab_tls.recent;
+    if (UNLIKELY(!recent) && !mtlab_tls.dead) { /* past its exit destructor a thread goes without */
+        recent = mtlab_tls.recent = (struct mtlab_recent_stack *)mtlab_sys_mmap(RECENT_BYTES);
+    }
+    if (!recent) return table_id(b, h, pcs, n);
+    struct mtlab_recent_stack *r = &recent[(h >> 24) & (MTLAB_RECENT_STACKS - 1)];
+    if (r->hash == h) return (uint32_t)r->id;
+    uint32_t id = table_id(b, h, pcs, n);
+    if (id) {
+        r->hash = h;
+        r->id = id;
+    }
+    return id;
+}
+
+/* The id of the stack `pcs` of hash `h` in the shared table, defined in `b`
+ * by the thread that claims its slot. */
+static uint32_t table_id(struct mtlab_buf *b, uint64_t h, const uintptr_t *pcs, int n) {
     uint32_t idx = (uint32_t)h & (TABLE_SLOTS - 1);
     for (int probe = 0; probe < MAX_PROBE; probe++, idx = (idx + 1) & (TABLE_SLOTS - 1)) {
         uint64_t cur = atomic_load_explicit(&table[idx], memory_order_relaxed);

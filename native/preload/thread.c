@@ -121,6 +121,7 @@ static void thread_exit(void *arg) {
     release((struct mtlab_buf *)arg);
     mtlab_tls.dead = 1;
     mtlab_cfi_thread_exit();
+    mtlab_stack_thread_exit();
     mtlab_tls.guard--;
 }
 
