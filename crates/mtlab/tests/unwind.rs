@@ -236,3 +236,89 @@ fn dwarf_stacks_equal_libgcc_on_python3() {
     let (equal, total) = compare_with_libgcc(&lab, "python3", &python, &["work.py"], Some("16KiB"));
     assert!(equal * 100 >= total * 99, "python3: {equal} of {total} stacks equal libgcc's (< 99 %)");
 }
+
+// ---------------------------------------------------------------------------
+// The awkward places, with exact frames (native/tests/u_places.c, u_throw.cpp).
+
+/// Compiles `sources` (in native/tests/) into the lab as `out` with `flags`.
+fn build(lab: &Lab, compiler: &str, sources: &[&str], out: &str, flags: &[&str]) -> PathBuf {
+    let path = lab.path(out);
+    let mut c = Command::new(compiler);
+    c.args(flags).arg("-o").arg(&path);
+    for s in sources {
+        c.arg(repo_root().join("native/tests").join(s));
+    }
+    let o = c.output().unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+    assert!(o.status.success(), "building {out} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    path
+}
+
+/// Function names (innermost first) of the one site that allocated exactly
+/// `bytes` bytes in one call, in the report of process `p`.
+fn frames_of(p: &serde_json::Value, bytes: u64) -> Vec<String> {
+    let sites = p["top_sites"]["by_calls"].as_array().unwrap();
+    let site = sites
+        .iter()
+        .find(|s| u(&s["bytes"]) == bytes && u(&s["calls"]) == 1)
+        .unwrap_or_else(|| panic!("no site of one {bytes}-byte allocation"));
+    site["frames"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["function"].as_str().map(str::to_string).unwrap_or_else(|| format!("?{}", f["module"].as_str().unwrap_or(""))))
+        .collect()
+}
+
+/// `frames` starts with `head` and, later, has `tail` in this order.
+fn assert_frames(what: &str, frames: &[String], head: &[&str], tail: &[&str]) {
+    assert!(frames.len() >= head.len() && frames.iter().zip(head).all(|(f, h)| f == h), "{what}: {frames:?} does not start with {head:?}");
+    let mut at = head.len();
+    for t in tail {
+        match frames[at..].iter().position(|f| f == t) {
+            Some(i) => at += i + 1,
+            None => panic!("{what}: {frames:?} lacks {t:?} after position {at}"),
+        }
+    }
+}
+
+#[test]
+fn dwarf_walks_exact_frames_through_the_awkward_places() {
+    let lab = Lab::new();
+    let flags = ["-O2", "-g", "-fomit-frame-pointer", "-pthread"];
+    let plugin = build(&lab, "cc", &["u_plugin.c"], "u_plugin.so", &[&flags[..], &["-fPIC", "-shared"]].concat());
+    let prog = build(&lab, "cc", &["u_places.c"], "u_places", &[&flags[..], &["-ldl"]].concat());
+    let o = lab.record_cmd("places.mtl", &["--unwind", "dwarf"], &prog, &[plugin.to_str().unwrap()]).output().unwrap();
+    assert_success(&o, "mtlab record -- u_places");
+    let v = lab.report("places.mtl");
+    let p = &processes(&v)[0];
+    // No frame pointers anywhere in the program: whole stacks all the same.
+    assert_frames("no frame pointers", &frames_of(p, 1001), &["nofp_c", "nofp_b", "nofp_a", "main"], &[]);
+    // A dlopen'd library, unloaded after use; then loaded again.
+    let first = frames_of(p, 1002);
+    let second = frames_of(p, 1003);
+    assert_frames("reloaded plugin", &second, &["plugin_inner", "plugin_outer", "call_plugin", "main"], &[]);
+    assert_eq!(first.len(), second.len(), "dlclose'd plugin: {first:?} against {second:?}");
+    assert_eq!(&first[2..], &second[2..], "dlclose'd plugin: the program's frames under it");
+    // A signal handler: through the kernel's frame to the interrupted code.
+    assert_frames("signal handler", &frames_of(p, 1004), &["on_signal"], &["sig_outer", "main"]);
+    // A thread's start routine, down to the thread's first frame.
+    let thread = frames_of(p, 1005);
+    assert_frames("thread", &thread, &["worker", "worker_start", "start_thread"], &[]);
+    assert!(thread.len() <= 4, "thread: frames past the thread's start: {thread:?}");
+    // Anonymous executable code: the walk stops there, nothing invented.
+    assert_eq!(frames_of(p, 1006), vec!["jit_target".to_string()], "JIT-like code");
+}
+
+#[test]
+fn dwarf_walks_exact_frames_around_a_cpp_exception() {
+    let lab = Lab::new();
+    let prog = build(&lab, "g++", &["u_throw.cpp"], "u_throw", &["-O2", "-g", "-fomit-frame-pointer"]);
+    let o = lab.record_cmd("throw.mtl", &["--unwind", "dwarf"], &prog, &[]).output().unwrap();
+    assert_success(&o, "mtlab record -- u_throw");
+    let v = lab.report("throw.mtl");
+    let p = &processes(&v)[0];
+    // The destructor runs in thrower's cleanup code, where the unwinder
+    // resumed it: the stack is thrower's, not the unwinder's.
+    assert_frames("destructor during unwinding", &frames_of(p, 2001), &["Guard::~Guard()", "thrower()", "main"], &[]);
+    assert_frames("after the catch", &frames_of(p, 2002), &["after_catch()", "main"], &[]);
+}

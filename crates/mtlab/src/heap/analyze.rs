@@ -130,6 +130,7 @@ pub struct LeakReport {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct StackQuality {
+    /// Which unwinder made the stacks: dwarf, fp, libgcc, libunwind (none: no stacks).
     pub mode: String,
     pub distinct: u64,
     /// Share of allocation calls whose stack stops before main or a thread start.
@@ -706,7 +707,13 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
 }
 
 fn stack_quality(trace: &TraceFile, pass: &Pass, symbols: &mut Symbols) -> StackQuality {
-    let mode = trace.header.stacks.clone();
+    let mode = if trace.header.stacks == "none" {
+        "none".to_string()
+    } else if trace.header.unwind.is_empty() {
+        trace.header.stacks.clone() // traces of mtlab before the unwind key: frame pointers
+    } else {
+        trace.header.unwind.clone()
+    };
     let mut calls = 0u64;
     let mut truncated = 0u64;
     for (id, acc) in pass.sites.iter() {
@@ -717,11 +724,16 @@ fn stack_quality(trace: &TraceFile, pass: &Pass, symbols: &mut Symbols) -> Stack
         }
     }
     let fraction = if calls == 0 { 0.0 } else { truncated as f64 / calls as f64 };
-    let note = (mode == "fp" && fraction > 0.2).then(|| {
+    let note = (mode != "none" && fraction > 0.2).then(|| {
+        let why = if mode == "fp" {
+            "the program or its libraries were likely built without frame pointers (-fno-omit-frame-pointer), \
+             so frame-pointer walking ends early: record with --unwind dwarf (the default) for whole stacks"
+        } else {
+            "the walk met code without unwind information (JIT-compiled code, hand-written assembly) \
+             or a stack it cannot read (coroutines, a signal stack), or --depth cut it"
+        };
         format!(
-            "stacks look truncated: {:.0}% of allocation calls have a stack that stops before main or a thread start; \
-             the program or its libraries were likely built without frame pointers (-fno-omit-frame-pointer), \
-             so frame-pointer walking ends early: record with --unwind libgcc or --unwind libunwind for whole stacks",
+            "stacks look truncated: {:.0}% of allocation calls have a stack that stops before main or a thread start; {why}",
             fraction * 100.0
         )
     });
