@@ -118,7 +118,11 @@ static int adds_only(struct dl_phdr_info *info, size_t size, void *arg) {
 
 static void rebuild(void) {
     int expected = 0;
-    if (!atomic_compare_exchange_strong(&rebuilding, &expected, 1)) return; /* another thread does it */
+    if (!atomic_compare_exchange_strong(&rebuilding, &expected, 1)) {
+        /* Another thread builds it: wait, or this walk would see no module. */
+        while (atomic_load(&rebuilding)) __builtin_ia32_pause();
+        return;
+    }
     uint32_t gen = atomic_load(&mtlab_cfi_gen);
     struct build b = {NULL, 0, 0};
     dl_iterate_phdr(collect, &b);
@@ -143,6 +147,9 @@ static void rebuild(void) {
     }
     atomic_store(&rebuilding, 0);
 }
+
+/* The first snapshot, built by the constructor before the program's threads run. */
+void mtlab_cfi_init(void) { rebuild(); }
 
 static const struct segment *find_segment(const struct snapshot *s, uintptr_t pc) {
     uint32_t lo = 0, hi = s->n;
@@ -829,5 +836,6 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stac
     return -1;
 }
 void mtlab_cfi_thread_exit(void) {}
+void mtlab_cfi_init(void) {}
 
 #endif

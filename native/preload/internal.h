@@ -276,6 +276,7 @@ HIDDEN uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame);
 HIDDEN int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stack_memo *memo,
                           uintptr_t self_lo, uintptr_t self_hi);
 HIDDEN void mtlab_cfi_thread_exit(void); /* releases the thread's rule cache */
+HIDDEN void mtlab_cfi_init(void);        /* the first snapshot of the loaded objects */
 extern HIDDEN _Atomic uint32_t mtlab_cfi_gen; /* bumped by every dlclose */
 
 /* Would a frame-pointer (or DWARF) walk from `frame` give the memo's stack again? */

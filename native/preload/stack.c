@@ -49,6 +49,7 @@ static int find_self(struct dl_phdr_info *info, size_t size, void *arg) {
 int mtlab_unwind_init(int unwind) {
     dl_iterate_phdr(find_self, (void *)(uintptr_t)&mtlab_unwind_init);
     if (unwind == MTLAB_UNWIND_FP) return 0;
+    if (unwind == MTLAB_UNWIND_DWARF) mtlab_cfi_init();
     if (unwind == MTLAB_UNWIND_DWARF && !mtlab_cfg.unwind_check) return 0;
     if (unwind == MTLAB_UNWIND_LIBGCC || unwind == MTLAB_UNWIND_DWARF) {
         void *h = dlopen("libgcc_s.so.1", RTLD_NOW | RTLD_LOCAL);

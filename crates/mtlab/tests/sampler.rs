@@ -275,7 +275,7 @@ fn estimator_is_unbiased_and_its_intervals_cover_the_truth() {
     for r in &runs {
         let p = profile(r);
         assert_eq!(p["intervals"], serde_json::json!([65536]), "one interval, the one asked for");
-        assert_eq!(p["unwind"], "fp");
+        assert_eq!(p["unwind"], "dwarf", "the default unwinder");
         assert_eq!(r["exit"], "exit code 0");
         // Every sample is attributed to one of the three sites (the program
         // allocates nothing else once sampling runs).
@@ -719,9 +719,9 @@ fn ctl_dump_writes_the_profile_so_far_and_the_program_goes_on() {
 // ---------------------------------------------------------------------------
 // 4. pprof, flame graph and folded stacks.
 
-const FOLDED_ALLOC: &str = "__libc_start_call_main;main;site_a 20000000\n\
-                            __libc_start_call_main;main;site_b 20000000\n\
-                            __libc_start_call_main;main;site_c 10000000\n";
+const FOLDED_ALLOC: &str = "_start;__libc_start_main_impl;__libc_start_call_main;main;site_a 20000000\n\
+                            _start;__libc_start_main_impl;__libc_start_call_main;main;site_b 20000000\n\
+                            _start;__libc_start_main_impl;__libc_start_call_main;main;site_c 10000000\n";
 
 /// Parses an SVG with quick-xml (fails on malformed XML); returns the text of its <title> elements.
 fn svg_titles(svg: &str) -> Vec<String> {
@@ -773,7 +773,7 @@ fn exports_from_full_and_sampled_traces() {
     let inuse = std::fs::read_to_string(lab.path("inuse.txt")).unwrap();
     assert_eq!(
         inuse,
-        "__libc_start_call_main;main;site_b 5000000\n__libc_start_call_main;main;site_c 5000000\n",
+        "_start;__libc_start_main_impl;__libc_start_call_main;main;site_b 5000000\n_start;__libc_start_main_impl;__libc_start_call_main;main;site_c 5000000\n",
         "in-use folded stacks: site_a freed everything"
     );
     let svg = std::fs::read_to_string(lab.path("full.svg")).unwrap();
@@ -796,7 +796,7 @@ fn exports_from_full_and_sampled_traces() {
         let site = stack.rsplit(';').next().unwrap();
         let v: f64 = value.parse().unwrap();
         assert!((v - est(&r, site).alloc).abs() <= 1.0, "{line}: JSON says {}", est(&r, site).alloc);
-        assert_eq!(stack, format!("__libc_start_call_main;main;{site}"));
+        assert_eq!(stack, format!("_start;__libc_start_main_impl;__libc_start_call_main;main;{site}"));
         folded_sites.push(site.to_string());
     }
     folded_sites.sort();
@@ -965,7 +965,7 @@ fn unwind_libunwind_without_libunwind_is_refused() {
     };
     assert!(!o.status.success(), "libunwind hidden: refused");
     let e = stderr(&o);
-    assert!(e.contains("libunwind is not installed") && e.contains("--unwind libgcc"), "{e}");
+    assert!(e.contains("libunwind is not installed") && e.contains("--unwind dwarf"), "{e}");
     assert!(!lab.path("libunwind.mtl").exists(), "nothing recorded");
     // The same namespace trick with another unwinder records: the refusal is libunwind's absence.
     let o = run("libgcc").unwrap();
