@@ -173,7 +173,7 @@ fn cc1() -> Option<PathBuf> {
 fn dwarf_stacks_equal_libgcc_on_cc1() {
     let lab = Lab::new();
     let Some(cc1) = cc1() else { return skip("gcc's cc1 is not installed") };
-    std::fs::write(&lab.path("unit.c"), generated_c(400)).unwrap();
+    std::fs::write(lab.path("unit.c"), generated_c(400)).unwrap();
     let (equal, total) = compare_with_libgcc(&lab, "cc1", &cc1, &["-quiet", "-O2", "unit.c", "-o", "/dev/null"], Some("16KiB"));
     assert!(equal * 100 >= total * 99, "cc1: {equal} of {total} stacks equal libgcc's (< 99 %)");
 }
