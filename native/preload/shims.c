@@ -571,6 +571,16 @@ EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*sta
  * as well: glibc's dlopen looks at its caller for the search path. */
 EXPORT int dlclose(void *handle) {
     if (UNLIKELY(!mtlab_real.dlclose)) mtlab_resolve();
+    /* The object's code may be about to go: a MAPS record now keeps its
+     * frames in the report (as code, with names). */
+    struct mtlab_tls *t = &mtlab_tls;
+    if (tracing(t)) {
+        int saved = errno;
+        t->guard++;
+        mtlab_write_maps();
+        t->guard--;
+        errno = saved;
+    }
     int r = mtlab_real.dlclose(handle);
     atomic_fetch_add(&mtlab_cfi_gen, 1);
     return r;

@@ -420,8 +420,13 @@ int mtlab_write_record(uint16_t type, const void *payload, uint32_t len) {
 static char maps[1 << 20];
 
 void mtlab_write_maps(void) {
+    /* One buffer: a second thread writing maps meanwhile (a dlclose) skips. */
+    static _Atomic int busy;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&busy, &expected, 1)) return;
     size_t n = read_file("/proc/self/maps", maps, sizeof maps);
     if (n) mtlab_write_record(MTLAB_REC_MAPS, maps, (uint32_t)n);
+    atomic_store(&busy, 0);
 }
 
 static uint64_t parse_hex(const char *p, const char **end) {

@@ -148,6 +148,53 @@ pub fn parse_maps(text: &str) -> Vec<Mapping> {
 const ANON: &str = "[anon]";
 const UNKNOWN: &str = "[unknown]";
 
+/// The executable mappings of a trace (the union of its maps snapshots). A
+/// return address outside all of them is not code — text or a heap pointer a
+/// walk read as one — and a stack is cut before it, so such frames never
+/// reach reports, profiles or flame graphs.
+#[derive(Debug, Clone, Default)]
+pub struct CodeRanges {
+    /// Sorted, merged [start, end) ranges; empty when the trace has no maps.
+    ranges: Vec<(u64, u64)>,
+}
+
+impl CodeRanges {
+    pub fn new(maps: &[Mapping]) -> Self {
+        let mut r: Vec<(u64, u64)> = maps.iter().filter(|m| m.is_executable()).map(|m| (m.start, m.end)).collect();
+        r.sort_unstable();
+        let mut ranges: Vec<(u64, u64)> = Vec::with_capacity(r.len());
+        for (lo, hi) in r {
+            match ranges.last_mut() {
+                Some(last) if lo <= last.1 => last.1 = last.1.max(hi),
+                _ => ranges.push((lo, hi)),
+            }
+        }
+        CodeRanges { ranges }
+    }
+
+    /// Of the trace's MAPS records.
+    pub fn of_trace(maps_text: &[String]) -> Self {
+        let maps: Vec<Mapping> = maps_text.iter().flat_map(|m| parse_maps(m)).collect();
+        Self::new(&maps)
+    }
+
+    pub fn contains(&self, pc: u64) -> bool {
+        let i = self.ranges.partition_point(|&(_, hi)| hi <= pc);
+        self.ranges.get(i).is_some_and(|&(lo, _)| lo <= pc)
+    }
+
+    /// `pcs` up to (not including) the first that is not in code; unchanged
+    /// when the trace recorded no maps (nothing to check against).
+    pub fn cut(&self, mut pcs: Vec<u64>) -> Vec<u64> {
+        if !self.ranges.is_empty() {
+            if let Some(i) = pcs.iter().position(|&pc| !self.contains(pc)) {
+                pcs.truncate(i);
+            }
+        }
+        pcs
+    }
+}
+
 /// One symbolized frame. A pc gives one frame per inlined call, innermost first, then the
 /// frame of the real (out-of-line) function.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -868,6 +915,21 @@ zzzz-1000 r-xp 00000000 00:00 0 /bad/hex
         assert_eq!(crlf.len(), 2);
         assert_eq!(crlf[0].path, "/lib/a.so");
         assert_eq!(crlf[1].path, "");
+    }
+
+    #[test]
+    fn stacks_are_cut_at_the_first_address_outside_code() {
+        let maps = parse_maps(
+            "00400000-00401000 r-xp 00000000 08:01 1 /usr/bin/prog\n\
+             00401000-00402000 rw-p 00001000 08:01 1 /usr/bin/prog\n\
+             00500000-00600000 rw-p 00000000 00:00 0 [heap]\n\
+             7f0000000000-7f0000001000 r-xp 00000000 08:01 2 /lib/libc.so.6\n",
+        );
+        let code = CodeRanges::new(&maps);
+        assert!(code.contains(0x400000) && code.contains(0x400fff) && !code.contains(0x401000));
+        assert_eq!(code.cut(vec![0x400010, 0x7f0000000100, 0x500010, 0x400020]), vec![0x400010, 0x7f0000000100]);
+        assert_eq!(code.cut(vec![0x324f2d006363672f]), Vec::<u64>::new(), "text read as an address");
+        assert_eq!(CodeRanges::default().cut(vec![1, 2]), vec![1, 2], "no maps: nothing to check");
     }
 
     #[test]

@@ -297,8 +297,8 @@ fn dwarf_walks_exact_frames_through_the_awkward_places() {
     let first = frames_of(p, 1002);
     let second = frames_of(p, 1003);
     assert_frames("reloaded plugin", &second, &["plugin_inner", "plugin_outer", "call_plugin", "main"], &[]);
-    assert_eq!(first.len(), second.len(), "dlclose'd plugin: {first:?} against {second:?}");
-    assert_eq!(&first[2..], &second[2..], "dlclose'd plugin: the program's frames under it");
+    // The dlclose shim wrote the maps before the plugin went: named too.
+    assert_eq!(first, second, "dlclose'd plugin against the copy loaded again");
     // A signal handler: through the kernel's frame to the interrupted code.
     assert_frames("signal handler", &frames_of(p, 1004), &["on_signal"], &["sig_outer", "main"]);
     // A thread's start routine, down to the thread's first frame.

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::model::{HeapSnapshot, RegionKind, ShadowHeap};
 use super::stats::{CycleSummary, FuncStats};
 use crate::profile::sampled::{Estimate, SampledPass, SampledTotals};
-use crate::symbolize::{parse_maps, Symbolizer};
+use crate::symbolize::{parse_maps, CodeRanges, Symbolizer};
 use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
 use crate::trace::{keys, Event, EventKind, Func, Item, Items, TraceError, TraceFile};
 
@@ -533,11 +533,11 @@ impl Symbols {
 
 /// Feeds every item of the trace to the heap pass, and each event to `also`.
 #[inline(always)]
-fn feed(items: &mut Items, pass: &mut Pass<'_>, last_tsc: &mut u64, mut also: impl FnMut(&Event)) {
+fn feed(items: &mut Items, pass: &mut Pass<'_>, code: &CodeRanges, last_tsc: &mut u64, mut also: impl FnMut(&Event)) {
     for item in items {
         match item {
             Item::Stack { id, pcs } => {
-                pass.stacks.insert(id, pcs);
+                pass.stacks.insert(id, code.cut(pcs));
             }
             Item::Event(ev) => {
                 *last_tsc = ev.tsc;
@@ -576,11 +576,12 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
     let mut sampled = (trace.header.sample_interval > 0).then(SampledPass::default);
     let mut items = trace.items()?;
     let mut last_tsc = 0;
+    let code = CodeRanges::of_trace(&trace.maps);
     // Two monomorphized loops: a full trace's loop carries no test for the
     // sampled pass (it cost ~20 instructions an event, 6 % of the report).
     match &mut sampled {
-        Some(s) => feed(&mut items, &mut pass, &mut last_tsc, |ev| s.event(ev)),
-        None => feed(&mut items, &mut pass, &mut last_tsc, |_| {}),
+        Some(s) => feed(&mut items, &mut pass, &code, &mut last_tsc, |ev| s.event(ev)),
+        None => feed(&mut items, &mut pass, &code, &mut last_tsc, |_| {}),
     }
     if compact_quantum.is_some() {
         // Threads' independent events within one quantum replay in an order

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::data::{Bounds, ProfileData, StackSample};
 use super::interval::gamma_interval;
-use crate::symbolize::parse_maps;
+use crate::symbolize::{parse_maps, CodeRanges};
 use crate::trace::{Event, EventKind, Item, TraceError, TraceFile};
 
 /// Probability that an allocation of `size` bytes is sampled at mean interval `interval`.
@@ -268,10 +268,11 @@ impl SampledPass {
 pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
     let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
     let mut pass = SampledPass::default();
+    let code = CodeRanges::of_trace(&trace.maps);
     for item in trace.items()? {
         match item {
             Item::Stack { id, pcs } => {
-                stacks.insert(id, pcs);
+                stacks.insert(id, code.cut(pcs));
             }
             Item::Event(ev) => pass.event(&ev),
         }
@@ -285,6 +286,7 @@ pub fn full_profile(trace: &TraceFile) -> Result<ProfileData, TraceError> {
     let mut per: HashMap<u32, StackSample> = HashMap::default();
     let mut live: HashMap<u64, (u32, u64)> = HashMap::default();
     let mut last_tsc = 0;
+    let code = CodeRanges::of_trace(&trace.maps);
     let release = |live: &mut HashMap<u64, (u32, u64)>, per: &mut HashMap<u32, StackSample>, ptr: u64| {
         if let Some((stack, size)) = live.remove(&ptr) {
             if let Some(s) = per.get_mut(&stack) {
@@ -296,7 +298,7 @@ pub fn full_profile(trace: &TraceFile) -> Result<ProfileData, TraceError> {
     for item in trace.items()? {
         match item {
             Item::Stack { id, pcs } => {
-                stacks.insert(id, pcs);
+                stacks.insert(id, code.cut(pcs));
             }
             Item::Event(ev) => {
                 last_tsc = ev.tsc;
