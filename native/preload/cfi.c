@@ -543,26 +543,31 @@ static struct rule make_rule(const struct segment *g, uintptr_t key, int ret_add
 /* ---- the walk, and what a thread keeps between walks ---- */
 
 /* One walk as the next may reuse it. Level k is the state before the k-th
- * step (pc, rsp, rbp, whether pc is a return address); the walk read the
- * windows [win[k], windows) from level k outward and output pcs [out[k], n).
- * A later walk that reaches a level with the same state, while every one of
- * those windows still holds what was read, would repeat the rest exactly:
- * it takes the rest from here. The outer frames of consecutive allocations
- * are mostly the same, so most of a deep walk becomes independent compares. */
+ * step (pc, rsp, rbp, whether pc is a return address). From level k outward
+ * the walk read `wtail` windows (16 bytes of stack each) and output `otail`
+ * pcs: the last ones of `waddr`/`wval` and `pcs`. A later walk that reaches a
+ * level with the same state, while every one of those windows still holds
+ * what was read, would repeat the rest exactly: it takes the rest from here.
+ * The outer frames of consecutive allocations are mostly the same, so most
+ * of a deep walk becomes independent compares. Counts from the end make the
+ * reused part a plain copy. */
 #define WALK_LEVELS 128
 #define WALK_WINDOWS 192
+enum { LV_RET = 1, LV_RBP_USED = 2, LV_RBP_READ = 4, LV_RBP_SET = 8 };
+struct level {
+    uintptr_t rsp, rbp, pc;
+    uint16_t wtail, otail;
+    /* LV_RET: pc is a return address. LV_RBP_READ / LV_RBP_SET: this level's
+     * rule reads the incoming rbp / replaces it. LV_RBP_USED: the walk from
+     * here reads the incoming rbp before replacing it; without frame pointers
+     * rbp is an ordinary register an outer frame may have changed between two
+     * calls, so it must match only then. */
+    uint8_t flags;
+};
 struct walk {
     uint32_t levels, windows, n;
-    int whole; /* ended by the stack's end, not by the depth limit or a full record */
-    uintptr_t rsp[WALK_LEVELS], rbp[WALK_LEVELS], pc[WALK_LEVELS];
-    uint64_t ret[WALK_LEVELS / 64];
-    /* Bit k: the walk from level k reads rbp before restoring it from the
-     * stack. Without frame pointers rbp is an ordinary register that an outer
-     * frame may have changed between two calls; it must match only then. */
-    uint64_t rbp_used[WALK_LEVELS / 64];
-    /* Per level, how its rule treats rbp: bit 0 reads it, bit 1 restores it. */
-    uint8_t rbp_how[WALK_LEVELS];
-    uint16_t win[WALK_LEVELS], out[WALK_LEVELS];
+    int whole; /* ended by the stack's end, not by the depth limit */
+    struct level lv[WALK_LEVELS];
     uintptr_t waddr[WALK_WINDOWS];
     uintptr_t wval[2 * WALK_WINDOWS];
     uintptr_t pcs[MTLAB_MAX_DEPTH];
@@ -596,16 +601,13 @@ static struct cfi_thread *thread_state(void) {
 }
 
 static inline struct rule rule_for(struct cache_entry *cache, uintptr_t key, int ret_addr) {
-    struct cache_entry *e = NULL;
-    if (cache) {
-        e = &cache[(key * 0x9e3779b97f4a7c15ull) >> (64 - CACHE_BITS)];
-        /* a return-address key never equals an interrupted pc's: they differ by kind bit */
-        if (e->key == (key << 1 | (uintptr_t)ret_addr) && e->rule.kind != RULE_NONE) return e->rule;
-    }
+    struct cache_entry *e = &cache[(key * 0x9e3779b97f4a7c15ull) >> (64 - CACHE_BITS)];
+    /* a return-address key never equals an interrupted pc's: they differ by kind bit */
+    if (e->key == (key << 1 | (uintptr_t)ret_addr) && e->rule.kind != RULE_NONE) return e->rule;
     const struct segment *g = segment_of(key);
     struct rule r = {0, 0, 0, RULE_NONE, 0, 0};
     if (g) r = make_rule(g, key, ret_addr);
-    if (e && r.kind != RULE_NONE) { /* misses are not kept: a later dlopen may map code there */
+    if (r.kind != RULE_NONE) { /* misses are not kept: a later dlopen may map code there */
         e->key = key << 1 | (uintptr_t)ret_addr;
         e->rule = r;
     }
@@ -643,65 +645,62 @@ static inline int readable(uintptr_t addr, uintptr_t lo, uintptr_t hi) {
     return addr >= lo && addr <= hi - 16 && (addr & 7) == 0;
 }
 
-/* How a level's rule treats rbp: bit 0 reads the incoming value, bit 1
- * replaces it (restored from the stack, or from the signal frame). */
-static inline uint8_t rbp_how(struct rule r) {
+/* How a level's rule treats rbp (LV_RBP_READ, LV_RBP_SET). */
+static inline uint8_t rbp_flags(struct rule r) {
     switch (r.kind) {
-    case RULE_FP: return 3;
-    case RULE_SIGRETURN: return 2;
+    case RULE_FP: return LV_RBP_READ | LV_RBP_SET;
+    case RULE_SIGRETURN: return LV_RBP_SET;
     case RULE_CFI:
-        return (uint8_t)((r.cfa_kind == CFA_RBP || r.cfa_kind == CFA_DEREF_RBP || r.rbp_kind == REG_AT_RBP) |
-                         (r.rbp_kind != REG_SAME ? 2 : 0));
+        return (uint8_t)((r.cfa_kind == CFA_RBP || r.cfa_kind == CFA_DEREF_RBP || r.rbp_kind == REG_AT_RBP ? LV_RBP_READ : 0) |
+                         (r.rbp_kind != REG_SAME ? LV_RBP_SET : 0));
     default: return 0; /* the walk ends there */
     }
 }
 
-/* Completes `cur` (levels/windows/pcs so far) with `prev` from its level k. */
+/* Completes `cur` (levels, windows and pcs so far) with `prev` from its level k. */
 static int splice(struct walk *cur, const struct walk *prev, uint32_t k, uintptr_t *pcs, int n, int max) {
-    uint32_t levels = cur->levels, windows = cur->windows;
-    uint32_t add_levels = prev->levels - k, add_windows = prev->windows - prev->win[k];
-    int tail = (int)(prev->n - prev->out[k]);
+    const struct level *from = &prev->lv[k];
+    int tail = from->otail;
     if (n + tail > max) tail = max - n;
-    uint32_t before = (uint32_t)n;
-    memcpy(pcs + n, prev->pcs + prev->out[k], (size_t)tail * sizeof *pcs);
+    memcpy(pcs + n, prev->pcs + (prev->n - from->otail), (size_t)tail * sizeof *pcs);
     n += tail;
-    if (levels + add_levels > WALK_LEVELS || windows + add_windows > WALK_WINDOWS) {
+    uint32_t add_levels = prev->levels - k, add_windows = from->wtail;
+    if (cur->levels + add_levels > WALK_LEVELS || cur->windows + add_windows > WALK_WINDOWS) {
         cur->levels = WALK_LEVELS + 1; /* too deep to keep for the next walk */
         return n;
     }
-    for (uint32_t i = 0; i < add_levels; i++) {
-        uint32_t from = k + i, to = levels + i;
-        cur->rsp[to] = prev->rsp[from];
-        cur->rbp[to] = prev->rbp[from];
-        cur->pc[to] = prev->pc[from];
-        uint64_t bit = (prev->ret[from / 64] >> (from % 64)) & 1;
-        cur->ret[to / 64] = (cur->ret[to / 64] & ~(1ull << (to % 64))) | (bit << (to % 64));
-        cur->rbp_how[to] = prev->rbp_how[from];
-        uint64_t used = (prev->rbp_used[from / 64] >> (from % 64)) & 1;
-        cur->rbp_used[to / 64] = (cur->rbp_used[to / 64] & ~(1ull << (to % 64))) | (used << (to % 64));
-        cur->win[to] = (uint16_t)(prev->win[from] - prev->win[k] + windows);
-        cur->out[to] = (uint16_t)(prev->out[from] - prev->out[k] + before);
-    }
-    memcpy(cur->waddr + windows, prev->waddr + prev->win[k], add_windows * sizeof(uintptr_t));
-    memcpy(cur->wval + 2 * windows, prev->wval + 2 * prev->win[k], 2 * add_windows * sizeof(uintptr_t));
-    cur->levels = levels + add_levels;
-    cur->windows = windows + add_windows;
+    memcpy(&cur->lv[cur->levels], from, add_levels * sizeof *from);
+    uint32_t w0 = prev->windows - add_windows;
+    memcpy(cur->waddr + cur->windows, prev->waddr + w0, add_windows * sizeof(uintptr_t));
+    memcpy(cur->wval + 2 * cur->windows, prev->wval + 2 * w0, 2 * add_windows * sizeof(uintptr_t));
+    cur->levels += add_levels;
+    cur->windows += add_windows;
     cur->whole = prev->whole && n < max;
     return n;
 }
 
-int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stack_memo *memo,
-                   uintptr_t self_lo, uintptr_t self_hi) {
+/* The walk before, if it can be reused: complete and of the current objects. */
+static inline const struct walk *last_walk(const struct cfi_thread *ts) {
+    if (ts->last < 0) return NULL;
+    const struct walk *w = &ts->walks[ts->last];
+    return w->levels <= WALK_LEVELS && w->windows <= WALK_WINDOWS ? w : NULL;
+}
+
+int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo, uintptr_t self_hi) {
     uintptr_t lo = (uintptr_t)frame, hi = mtlab_tls.stack_hi;
-    if (memo) memo->levels = MTLAB_MEMO_LEVELS + 1; /* not memoizable unless the walk ends well */
+    *repeat = 0;
     if (lo < mtlab_tls.stack_lo || !readable(lo, lo, hi)) return 0;
     struct cfi_thread *ts = thread_state();
     if (!ts) return 0;
+    const struct walk *prev = last_walk(ts);
+    /* The same first frame and every word the last walk read unchanged: the
+     * same stack (the caller keeps its id). */
+    if (prev && prev->windows > 0 && prev->waddr[0] == lo && windows_hold(prev, 0)) {
+        *repeat = 1;
+        memcpy(pcs, prev->pcs, prev->n * sizeof *pcs);
+        return (int)prev->n;
+    }
     struct walk *cur = &ts->walks[ts->last == 0 ? 1 : 0];
-    const struct walk *prev = ts->last >= 0 && ts->walks[ts->last].levels <= WALK_LEVELS &&
-                                      ts->walks[ts->last].windows <= WALK_WINDOWS
-                                  ? &ts->walks[ts->last]
-                                  : NULL;
     cur->levels = cur->windows = 0;
     cur->whole = 0;
     note(cur, lo);
@@ -709,33 +708,31 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stac
     int ret_addr = 1; /* pc is a return address: the call is the instruction before it */
     int n = 0;
     uint32_t k = 0; /* prev's levels below rsp are behind us: the CFA only grows */
-    int spliced = 0;
+    uint32_t walked = 0; /* levels this walk made itself (the rest is spliced) */
     while (n < max && pc >= 4096) {
-        if (prev) {
-            while (k < prev->levels && prev->rsp[k] < rsp) k++;
-            if (k < prev->levels && prev->rsp[k] == rsp && prev->pc[k] == pc &&
-                (int)((prev->ret[k / 64] >> (k % 64)) & 1) == ret_addr && n > 0 && prev->out[k] > 0 &&
-                (prev->rbp[k] == rbp || !((prev->rbp_used[k / 64] >> (k % 64)) & 1)) &&
-                prev->out[k] <= prev->n &&
-                (prev->whole || n + (int)(prev->n - prev->out[k]) >= max) && windows_hold(prev, prev->win[k])) {
+        if (prev && n > 0) {
+            while (k < prev->levels && prev->lv[k].rsp < rsp) k++;
+            const struct level *p = &prev->lv[k];
+            if (k < prev->levels && p->rsp == rsp && p->pc == pc && (p->flags & LV_RET) == (unsigned)ret_addr &&
+                (p->rbp == rbp || !(p->flags & LV_RBP_USED)) && p->otail < prev->n &&
+                (prev->whole || n + p->otail >= max) && windows_hold(prev, prev->windows - p->wtail)) {
                 n = splice(cur, prev, k, pcs, n, max);
-                spliced = 1;
                 break;
             }
         }
-        uint32_t lv = cur->levels;
-        if (lv < WALK_LEVELS) {
-            cur->rsp[lv] = rsp;
-            cur->rbp[lv] = rbp;
-            cur->pc[lv] = pc;
-            cur->ret[lv / 64] = (cur->ret[lv / 64] & ~(1ull << (lv % 64))) | ((uint64_t)ret_addr << (lv % 64));
-            cur->win[lv] = (uint16_t)(cur->windows < WALK_WINDOWS ? cur->windows : WALK_WINDOWS);
-            cur->out[lv] = (uint16_t)n;
-            cur->rbp_how[lv] = 0;
-        }
-        cur->levels = lv + 1;
+        uint32_t at = cur->levels++;
+        struct level *l = at < WALK_LEVELS ? &cur->lv[at] : NULL;
+        walked++;
         uintptr_t key = ret_addr ? pc - 1 : pc;
         struct rule r = rule_for(ts->cache, key, ret_addr);
+        if (l) {
+            l->rsp = rsp;
+            l->rbp = rbp;
+            l->pc = pc;
+            l->otail = (uint16_t)n; /* for now: where its pcs start, and where its windows start */
+            l->wtail = (uint16_t)cur->windows;
+            l->flags = (uint8_t)ret_addr | rbp_flags(r);
+        }
         if (r.kind == RULE_NONE) {
             cur->whole = 1;
             break;
@@ -746,7 +743,6 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stac
             break;
         }
         uintptr_t cfa, ra, next_rbp = rbp;
-        if (lv < WALK_LEVELS) cur->rbp_how[lv] = rbp_how(r);
         if (r.kind == RULE_SIGRETURN) {
             /* The kernel's frame: the ucontext lies at rsp once the handler returned. */
             uintptr_t gregs = rsp + offsetof(ucontext_t, uc_mcontext.gregs);
@@ -801,38 +797,30 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stac
         pc = ra;
         ret_addr = 1;
     }
-    if (!spliced && pc < 4096) cur->whole = 1;
+    if (pc < 4096 && n < max) cur->whole = 1;
     cur->n = (uint32_t)n;
-    if (cur->levels <= WALK_LEVELS) { /* which levels' walks read the incoming rbp, from the outside in */
-        /* A spliced walk has the bits of the levels it took: start below them. */
-        int top = spliced ? (int)(cur->levels - (prev->levels - k)) : (int)cur->levels;
-        int used = top < (int)cur->levels ? (int)((cur->rbp_used[top / 64] >> (top % 64)) & 1) : 0;
-        for (int i = top - 1; i >= 0; i--) {
-            uint8_t how = cur->rbp_how[i];
-            used = (how & 1) || (!(how & 2) && used);
-            uint64_t m = 1ull << (i % 64);
-            cur->rbp_used[i / 64] = used ? cur->rbp_used[i / 64] | m : cur->rbp_used[i / 64] & ~m;
-        }
-    }
     memcpy(cur->pcs, pcs, (size_t)n * sizeof *pcs);
     ts->last = cur == &ts->walks[0] ? 0 : 1;
-    /* The whole walk's windows, for the shims' check of an exact repeat. */
-    if (memo && cur->levels <= WALK_LEVELS && cur->windows <= MTLAB_MEMO_LEVELS) {
-        for (uint32_t i = 0; i < cur->windows; i++) {
-            memo->fp[i] = cur->waddr[i];
-            memo->words[2 * i] = cur->wval[2 * i];
-            memo->words[2 * i + 1] = cur->wval[2 * i + 1];
+    if (cur->levels <= WALK_LEVELS && cur->windows <= WALK_WINDOWS) {
+        /* The levels this walk made: starts into counts from the end, and
+         * whether the walk from each reads the incoming rbp (from the outside
+         * in; spliced levels came with theirs). */
+        int used = walked < cur->levels ? (cur->lv[walked].flags & LV_RBP_USED) != 0 : 0;
+        for (int i = (int)walked - 1; i >= 0; i--) {
+            struct level *l = &cur->lv[i];
+            l->otail = (uint16_t)(cur->n - l->otail);
+            l->wtail = (uint16_t)(cur->windows - l->wtail);
+            used = (l->flags & LV_RBP_READ) || (!(l->flags & LV_RBP_SET) && used);
+            l->flags = (uint8_t)((l->flags & ~LV_RBP_USED) | (used ? LV_RBP_USED : 0));
         }
-        memo->levels = cur->windows;
     }
     return n;
 }
 
 #else /* not x86-64: frame pointers */
 
-int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stack_memo *memo,
-                   uintptr_t self_lo, uintptr_t self_hi) {
-    (void)pcs; (void)max; (void)frame; (void)memo; (void)self_lo; (void)self_hi;
+int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo, uintptr_t self_hi) {
+    (void)pcs; (void)max; (void)frame; (void)repeat; (void)self_lo; (void)self_hi;
     return -1;
 }
 void mtlab_cfi_thread_exit(void) {}

@@ -127,10 +127,9 @@ struct mtlab_buf {
  * answer, with no hashing and no table probe. Every re-read lies in
  * [frame, stack top) of this thread's stack, which the walk itself reads; a
  * walk that did not start on that stack is never memoized (id 0). */
-/* mtlab's DWARF walk (cfi.c) memoizes the same way: `fp` holds the address
- * of each 16-byte window it read (a return address and the saved rbp beside
- * it, usually), and the answer also depends on the loaded objects, so a
- * dlclose (which bumps mtlab_cfi_gen) empties every memo. */
+/* mtlab's DWARF walk (cfi.c) keeps its own record of the last walk and
+ * reports an exact repeat; then only `id` (with `gen`: a dlclose, which bumps
+ * mtlab_cfi_gen, invalidates it) is used from here. */
 #define MTLAB_MEMO_LEVELS 64
 struct mtlab_stack_memo {
     uint32_t id;     /* 0: empty (a fork clears it: the child's ids start afresh) */
@@ -272,9 +271,9 @@ HIDDEN uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame);
 
 
 /* mtlab's DWARF unwinder (cfi.c): the walk from `frame`, innermost first;
- * -1 where it is not built (not x86-64). `memo` receives what it read. */
-HIDDEN int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, struct mtlab_stack_memo *memo,
-                          uintptr_t self_lo, uintptr_t self_hi);
+ * -1 where it is not built (not x86-64). */
+HIDDEN int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo,
+                          uintptr_t self_hi); /* *repeat: the thread's last walk again (same pcs) */
 HIDDEN void mtlab_cfi_thread_exit(void); /* releases the thread's rule cache */
 HIDDEN void mtlab_cfi_init(void);        /* the first snapshot of the loaded objects */
 extern HIDDEN _Atomic uint32_t mtlab_cfi_gen; /* bumped by every dlclose */
@@ -306,9 +305,7 @@ static inline int mtlab_memo_hit(uintptr_t frame) {
 
 /* The id of the stack from `frame`: the memo when it holds, else a walk. */
 static inline uint32_t mtlab_stack_id_at(struct mtlab_buf *b, const void *frame) {
-    if ((mtlab_cfg.unwind == MTLAB_UNWIND_FP || mtlab_cfg.unwind == MTLAB_UNWIND_DWARF) &&
-        mtlab_memo_hit((uintptr_t)frame))
-        return mtlab_tls.memo.id;
+    if (mtlab_cfg.unwind == MTLAB_UNWIND_FP && mtlab_memo_hit((uintptr_t)frame)) return mtlab_tls.memo.id;
     return mtlab_stack_id(b, frame);
 }
 HIDDEN void mtlab_stack_table_init(void);

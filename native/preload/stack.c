@@ -113,11 +113,6 @@ static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max
         gcc_backtrace(gcc_step, &w);
         return w.n;
     }
-    if (mtlab_cfg.unwind == MTLAB_UNWIND_DWARF) {
-        int n = mtlab_cfi_walk(pcs, max, frame, memo_out, self_lo, self_hi);
-        if (UNLIKELY(mtlab_cfg.unwind_check) && n >= 0 && gcc_backtrace) check_against_libgcc(pcs, n, max);
-        if (n >= 0) return n;
-    }
     if (mtlab_cfg.unwind == MTLAB_UNWIND_LIBUNWIND) {
         void *raw[MTLAB_MAX_DEPTH + 16];
         int got = unw_backtrace(raw, max + 16 < MTLAB_MAX_DEPTH + 16 ? max + 16 : MTLAB_MAX_DEPTH + 16);
@@ -207,6 +202,18 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
     int n;
     if (mtlab_cfg.unwind == MTLAB_UNWIND_FP) { /* frame pointers: plain loads */
         n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
+    } else if (mtlab_cfg.unwind == MTLAB_UNWIND_DWARF) {
+        int saved = errno, repeat;
+        n = mtlab_cfi_walk(pcs, mtlab_cfg.max_depth, frame, &repeat, self_lo, self_hi);
+        errno = saved;
+        if (n < 0) { /* not built for this architecture: frame pointers */
+            n = capture(pcs, mtlab_cfg.max_depth, frame, NULL);
+        } else if (repeat) { /* the thread's last stack again: its id */
+            const struct mtlab_stack_memo *m = &mtlab_tls.memo;
+            if (m->id && m->gen == atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed)) return m->id;
+        } else if (UNLIKELY(mtlab_cfg.unwind_check) && gcc_backtrace) {
+            check_against_libgcc(pcs, n, mtlab_cfg.max_depth);
+        }
     } else {
         int saved = errno;
         n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
@@ -261,10 +268,14 @@ static uint32_t table_id(struct mtlab_buf *b, uint64_t h, const uintptr_t *pcs, 
 
 /* `frame` is the shim's frame address; its return address is the caller. */
 uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
-    int memoized = mtlab_cfg.unwind == MTLAB_UNWIND_FP || mtlab_cfg.unwind == MTLAB_UNWIND_DWARF;
     struct mtlab_stack_memo *m = &mtlab_tls.memo;
-    if (memoized) m->gen = atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
-    uint32_t id = stack_id_walk(b, frame, memoized ? m : NULL);
-    if (memoized) m->id = m->levels <= MTLAB_MEMO_LEVELS ? id : 0;
+    int fp = mtlab_cfg.unwind == MTLAB_UNWIND_FP;
+    uint32_t gen = atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
+    uint32_t id = stack_id_walk(b, frame, fp ? m : NULL);
+    m->gen = gen;
+    /* The DWARF walk keeps its own record of the last walk (cfi.c) and says
+     * when it is repeated: only the id is kept here. */
+    m->id = !fp || m->levels <= MTLAB_MEMO_LEVELS ? id : 0;
+    if (!fp) m->fp[0] = 0; /* never a hit of the inline frame-pointer check */
     return id;
 }
