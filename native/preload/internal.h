@@ -147,8 +147,9 @@ struct mtlab_stack_memo {
  * malloc ~3 cycles slower with the same instructions. A whole page keeps
  * every offset as it is without mtlab. */
 #define MTLAB_TLS_BYTES 4096
-#define MTLAB_RECENT_STACKS 8192
-struct mtlab_recent_stack { uint64_t hash; uint64_t id; };
+#define MTLAB_RECENT_STACKS 32768
+/* The stack's hash above bit 21 (a tag) and its id below (ids are < 2^21). */
+struct mtlab_recent_stack { uint64_t tag_id; };
 struct mtlab_tls {
     union {
         struct {

@@ -154,6 +154,7 @@ static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max
 
 #define RECENT_BYTES (MTLAB_RECENT_STACKS * sizeof(struct mtlab_recent_stack))
 #define TABLE_BITS 20
+#define ID_BITS 21 /* ids are 1..TABLE_SLOTS */
 #define TABLE_SLOTS (1u << TABLE_BITS)
 #define MAX_PROBE 64
 
@@ -233,13 +234,15 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
         recent = mtlab_tls.recent = (struct mtlab_recent_stack *)mtlab_sys_mmap(RECENT_BYTES);
     }
     if (!recent) return table_id(b, h, pcs, n);
-    struct mtlab_recent_stack *r = &recent[(h >> 24) & (MTLAB_RECENT_STACKS - 1)];
-    if (r->hash == h) return (uint32_t)r->id;
-    uint32_t id = table_id(b, h, pcs, n);
-    if (id) {
-        r->hash = h;
-        r->id = id;
+    /* Index from the low bits, tag from the high ones: 58 of the hash's 64
+     * bits are compared (the shared table keys stacks by their hash too). */
+    struct mtlab_recent_stack *r = &recent[(h >> 1) & (MTLAB_RECENT_STACKS - 1)];
+    uint64_t tag = h & ~((1ull << ID_BITS) - 1);
+    if ((r->tag_id & ~((1ull << ID_BITS) - 1)) == tag && (r->tag_id & ((1ull << ID_BITS) - 1))) {
+        return (uint32_t)(r->tag_id & ((1ull << ID_BITS) - 1));
     }
+    uint32_t id = table_id(b, h, pcs, n);
+    if (id) r->tag_id = tag | id;
     return id;
 }
 
