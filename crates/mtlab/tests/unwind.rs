@@ -322,3 +322,28 @@ fn dwarf_walks_exact_frames_around_a_cpp_exception() {
     assert_frames("destructor during unwinding", &frames_of(p, 2001), &["Guard::~Guard()", "thrower()", "main"], &[]);
     assert_frames("after the catch", &frames_of(p, 2002), &["after_catch()", "main"], &[]);
 }
+
+#[test]
+fn simulate_withholds_its_recommendation_when_stacks_are_truncated() {
+    let lab = Lab::new();
+    let flags = ["-O2", "-g", "-fomit-frame-pointer", "-pthread"];
+    let plugin = build(&lab, "cc", &["u_plugin.c"], "u_plugin.so", &[&flags[..], &["-fPIC", "-shared"]].concat());
+    let prog = build(&lab, "cc", &["u_places.c"], "u_places", &[&flags[..], &["-ldl"]].concat());
+    for unwind in ["fp", "dwarf"] {
+        let trace = format!("{unwind}.mtl");
+        let o = lab.record_cmd(&trace, &["--unwind", unwind], &prog, &[plugin.to_str().unwrap()]).output().unwrap();
+        assert_success(&o, "mtlab record -- u_places");
+        let v = lab.mtlab_json(&["profile", "simulate", &trace, "--intervals", "16,64"]);
+        let note = v["stacks"]["note"].as_str();
+        if unwind == "fp" {
+            // No frame pointers in the program or libc: one-frame stacks.
+            assert!(note.is_some_and(|n| n.contains("truncated")), "fp: {}", v["stacks"]);
+            assert!(v["recommended_interval"].is_null(), "fp: recommended {}", v["recommended_interval"]);
+            let w = lab.mtlab_json(&["profile", "simulate", &trace, "--intervals", "16,64", "--allow-truncated"]);
+            assert_eq!(w["recommended_interval"], 64, "fp with --allow-truncated");
+        } else {
+            assert!(note.is_none(), "dwarf: {}", v["stacks"]);
+            assert_eq!(v["recommended_interval"], 64, "dwarf");
+        }
+    }
+}

@@ -35,6 +35,10 @@ pub struct SimulateArgs {
     /// Coverage a useful profile must reach, in percent (source 000: 90).
     #[arg(long, default_value_t = 90.0, value_parser = parse_percent)]
     threshold: f64,
+    /// Recommend an interval even when the trace's stacks look truncated
+    /// (then distinct sites share a stack, and coverage is overstated).
+    #[arg(long)]
+    allow_truncated: bool,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -138,8 +142,13 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
     for w in &sim.warnings {
         eprintln!("mtlab: warning: {w}");
     }
-    let recommended = simulate::recommend(&sim.points, threshold);
-    let recommended_safe = simulate::recommend_safe(&sim.points, threshold);
+    // Truncated stacks merge distinct sites, so few samples find "all" of
+    // them: coverage is overstated and an interval from it is too coarse.
+    let quality = crate::heap::analyze::stack_quality_of(&trace)?;
+    let truncated = quality.note.is_some();
+    let trusted = !truncated || a.allow_truncated;
+    let recommended = simulate::recommend(&sim.points, threshold).filter(|_| trusted);
+    let recommended_safe = simulate::recommend_safe(&sim.points, threshold).filter(|_| trusted);
 
     let mut data = serde_json::to_value(&sim).unwrap_or_default();
     if let Some(obj) = data.as_object_mut() {
@@ -148,6 +157,7 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
         obj.insert("threshold".into(), json!(threshold));
         obj.insert("recommended_interval".into(), json!(recommended));
         obj.insert("recommended_interval_safe".into(), json!(recommended_safe));
+        obj.insert("stacks".into(), json!(quality));
         obj.insert("seconds".into(), json!(elapsed.as_secs_f64()));
     }
     let mut views = vec![View::Note(format!(
@@ -160,10 +170,20 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
         sim.threads,
         if sim.threads == 1 { "" } else { "s" }
     ))];
+    if let Some(note) = &quality.note {
+        views.push(View::Note(format!(
+            "{note}. Truncated stacks merge distinct sites, so coverage here is overstated{}",
+            if a.allow_truncated {
+                " (recommending anyway: --allow-truncated)"
+            } else {
+                ": no interval is recommended (--allow-truncated to have one anyway)"
+            }
+        )));
+    }
     if sim.total_bytes == 0 {
         views.push(View::Note("no successful allocation in the trace: nothing to simulate".into()));
     } else {
-        views.extend(coverage_views(&sim, a.threshold, recommended, recommended_safe));
+        views.extend(coverage_views(&sim, a.threshold, recommended, recommended_safe, !trusted));
     }
     emit(&Document { views, data }, a.json, a.csv.as_ref(), None)?;
     if !a.json {
@@ -178,7 +198,8 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
 }
 
 /// The coverage table and the recommendation.
-fn coverage_views(sim: &simulate::Simulation, pct: f64, recommended: Option<u64>, safe: Option<u64>) -> Vec<View> {
+/// `withheld`: the stacks are truncated, no recommendation is made (said before).
+fn coverage_views(sim: &simulate::Simulation, pct: f64, recommended: Option<u64>, safe: Option<u64>, withheld: bool) -> Vec<View> {
     let mut v = Vec::new();
     if sim.unattributed_bytes > 0 {
         v.push(View::Note(format!(
@@ -206,6 +227,9 @@ fn coverage_views(sim: &simulate::Simulation, pct: f64, recommended: Option<u64>
         ]);
     }
     v.push(View::Table(t));
+    if withheld {
+        return v;
+    }
     let mut note = |s: String| v.push(View::Note(s));
     match recommended {
         Some(iv) => {

@@ -634,7 +634,6 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         .collect();
 
     let end = pass.heap.exact_snapshot();
-    let stacks = stack_quality(trace, &pass, &mut symbols);
     let functions = Func::ALL
         .iter()
         .map(|f| {
@@ -647,8 +646,20 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         (Some(b), Some(t)) if b > 0 => Some(Slowdown { baseline_wall_ns: b, traced_wall_ns: t, ratio: t as f64 / b as f64 }),
         _ => None,
     };
-    let profile = if let Some(s) = sampled {
-        let p = s.finish(trace, &pass.stacks);
+    let sampled = sampled.map(|s| s.finish(trace, &pass.stacks));
+    let distinct = pass.stacks.len() as u64;
+    let stacks = match &sampled {
+        // A sampled trace's allocations are its samples.
+        Some(p) => stack_quality(trace, p.stacks.iter().map(|s| (&s.pcs[..], s.samples)), distinct, "sampled allocations", &mut symbols),
+        None => stack_quality(
+            trace,
+            pass.sites.iter().filter_map(|(id, acc)| pass.stacks.get(&id).map(|pcs| (&pcs[..], acc.calls))),
+            distinct,
+            "allocation calls",
+            &mut symbols,
+        ),
+    };
+    let profile = if let Some(p) = sampled {
         let top = p
             .stacks
             .iter()
@@ -707,7 +718,38 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
     })
 }
 
-fn stack_quality(trace: &TraceFile, pass: &Pass, symbols: &mut Symbols) -> StackQuality {
+/// How whole the stacks of a full trace are, without the rest of the analysis
+/// (one decode pass: the stacks, and the allocation calls of each).
+pub fn stack_quality_of(trace: &TraceFile) -> Result<StackQuality, TraceError> {
+    let code = CodeRanges::of_trace(&trace.maps);
+    let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
+    let mut calls: HashMap<u32, u64> = HashMap::default();
+    for item in trace.items()? {
+        match item {
+            Item::Stack { id, pcs } => {
+                stacks.insert(id, code.cut(pcs));
+            }
+            Item::Event(ev) => {
+                if matches!(ev.kind, EventKind::Alloc { .. } | EventKind::Realloc { .. }) {
+                    *calls.entry(ev.stack).or_default() += 1;
+                }
+            }
+        }
+    }
+    let mut symbols = Symbols::new(trace);
+    let weighted = calls.iter().filter_map(|(id, &n)| stacks.get(id).map(|pcs| (&pcs[..], n)));
+    Ok(stack_quality(trace, weighted, stacks.len() as u64, "allocation calls", &mut symbols))
+}
+
+/// How whole the stacks are: `weighted` gives each stack with the allocation
+/// calls (or samples) it stands for.
+fn stack_quality<'a>(
+    trace: &TraceFile,
+    weighted: impl Iterator<Item = (&'a [u64], u64)>,
+    distinct: u64,
+    what: &str,
+    symbols: &mut Symbols,
+) -> StackQuality {
     let mode = if trace.header.stacks == "none" {
         "none".to_string()
     } else if trace.header.unwind.is_empty() {
@@ -717,11 +759,10 @@ fn stack_quality(trace: &TraceFile, pass: &Pass, symbols: &mut Symbols) -> Stack
     };
     let mut calls = 0u64;
     let mut truncated = 0u64;
-    for (id, acc) in pass.sites.iter() {
-        let Some(pcs) = pass.stacks.get(&id) else { continue };
-        calls += acc.calls;
+    for (pcs, weight) in weighted {
+        calls += weight;
         if !symbols.outermost_is_bottom(pcs) && pcs.len() < trace.header.max_depth as usize {
-            truncated += acc.calls;
+            truncated += weight;
         }
     }
     let fraction = if calls == 0 { 0.0 } else { truncated as f64 / calls as f64 };
@@ -734,11 +775,11 @@ fn stack_quality(trace: &TraceFile, pass: &Pass, symbols: &mut Symbols) -> Stack
              or a stack it cannot read (coroutines, a signal stack), or --depth cut it"
         };
         format!(
-            "stacks look truncated: {:.0}% of allocation calls have a stack that stops before main or a thread start; {why}",
+            "stacks look truncated: {:.0}% of {what} have a stack that stops before main or a thread start; {why}",
             fraction * 100.0
         )
     });
-    StackQuality { mode, distinct: pass.stacks.len() as u64, truncated_call_fraction: fraction, note }
+    StackQuality { mode, distinct, truncated_call_fraction: fraction, note }
 }
 
 #[cfg(test)]
