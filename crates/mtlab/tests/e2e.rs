@@ -100,6 +100,38 @@ fn same_inner_frames_under_different_callers_are_two_sites() {
     assert_eq!(seen, vec![("from_a".to_string(), n, 100 * n), ("from_b".to_string(), n, 200 * n)]);
 }
 
+/// The screen's site tables show `--frames N` frames and merge the sites
+/// whose shown frames are equal (JSON keeps every stack: the test above).
+#[test]
+fn site_rows_merge_when_their_shown_frames_are_equal() {
+    let lab = Lab::new();
+    let prog = lab.compile("same_frames");
+    let n = 1000u64;
+    lab.record_ok("t.mtl", &prog, &[&n.to_string()]);
+    // Cells of the table rows whose stack starts at leaf: [#, calls, bytes, stacks, stack].
+    let leaf_rows = |frames: &str| -> Vec<Vec<String>> {
+        let o = lab.command(MTLAB).args(["report", "t.mtl", "--frames", frames]).output().unwrap();
+        assert_success(&o, "mtlab report --frames");
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains("leaf"))
+            .map(|l| l.split('┆').map(|c| c.trim_matches(|ch: char| ch == '│' || ch.is_whitespace()).to_string()).collect())
+            .collect()
+    };
+    let two = leaf_rows("2");
+    assert_eq!(two.len(), 2, "one merged row in each of the two site tables: {two:?}");
+    for r in &two {
+        assert_eq!((r[1].as_str(), r[2].as_str(), r[3].as_str()), ("2000", "300000", "2"), "{r:?}");
+        assert!(r[4].contains("middle") && !r[4].contains("from_"), "{r:?}");
+    }
+    let three = leaf_rows("3");
+    assert_eq!(three.len(), 4, "two rows in each table: {three:?}");
+    for r in &three {
+        assert_eq!((r[1].as_str(), r[3].as_str()), ("1000", "1"), "{r:?}");
+        assert!(r[4].contains("from_a") || r[4].contains("from_b"), "{r:?}");
+    }
+}
+
 #[test]
 fn errno_is_left_as_the_program_set_it() {
     let lab = Lab::new();

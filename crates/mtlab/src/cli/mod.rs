@@ -234,6 +234,9 @@ struct ReportArgs {
     /// Sites listed in each top table.
     #[arg(long, default_value_t = 10)]
     top: usize,
+    /// Frames shown per stack in the site tables (0: as many as fit the terminal); sites whose shown frames are equal share a row.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    frames: usize,
     /// Report only FILE, not the traces of its child processes.
     #[arg(long)]
     no_children: bool,
@@ -488,12 +491,13 @@ pub fn load_reports(file: &std::path::Path, children: bool, opts: &AnalyzeOption
             Err(e) => eprintln!("mtlab: warning: skipping {}: {e}", f.display()),
         }
     }
-    Ok(RunReport { processes })
+    Ok(RunReport { processes, frames: 0 })
 }
 
 fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top };
-    let run = load_reports(&a.file, !a.no_children, &opts)?;
+    let mut run = load_reports(&a.file, !a.no_children, &opts)?;
+    run.frames = a.frames;
     let req = crate::profile::export::ExportRequest {
         pprof: a.pprof.clone(),
         flamegraph: a.flamegraph.clone(),

@@ -103,6 +103,9 @@ pub struct FrameReport {
     pub file: Option<String>,
     pub line: Option<u32>,
     pub module: String,
+    /// Where the pc lies in `module`, as `addr2line -e FILE` takes it (the ELF
+    /// address, or the file offset when the ELF could not be read).
+    pub offset: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -519,6 +522,7 @@ impl Symbols {
                 file: f.file,
                 line: f.line,
                 module: f.module,
+                offset: format!("{:#x}", f.offset),
             })
             .collect()
     }

@@ -46,7 +46,7 @@ fn site_row(pid: u32, table: &str, rank: usize, s: &SiteReport) -> Vec<Cell> {
         Cell::text(top.and_then(|f| f.function.clone()).unwrap_or_default()),
         Cell::text(top.and_then(|f| f.file.clone()).unwrap_or_default()),
         top.and_then(|f| f.line).map(|l| int(l as u64)).unwrap_or(Cell::Empty),
-        Cell::text(s.frames.iter().map(|f| f.function.clone().unwrap_or_else(|| f.pc.clone())).collect::<Vec<_>>().join(";")),
+        Cell::text(s.frames.iter().map(|f| f.function.clone().unwrap_or_else(|| format!("{}+{}", f.module, f.offset))).collect::<Vec<_>>().join(";")),
     ]
 }
 

@@ -19,6 +19,9 @@ pub fn document(run: &RunReport) -> Document {
 /// A run's reports: the root process first, then its traced descendants.
 pub struct RunReport {
     pub processes: Vec<ProcessReport>,
+    /// Frames shown per stack in the screen's site tables (0: as many as fit
+    /// the terminal); sites whose shown frames are equal share a row.
+    pub frames: usize,
 }
 
 pub use crate::units::human_bytes;

@@ -58,32 +58,76 @@ fn heap(peak: &HeapSnapshot, end: &HeapSnapshot) -> Table {
     t
 }
 
-fn frame_line(s: &SiteReport, depth: usize) -> String {
-    s.frames
-        .iter()
-        .take(depth)
-        .map(|f| {
-            let name = f.function.clone().unwrap_or_else(|| format!("{}+{}", f.module, f.pc));
-            match (&f.file, f.line) {
-                (Some(file), Some(line)) => {
-                    let short = file.rsplit('/').next().unwrap_or(file);
-                    format!("{name} ({short}:{line})")
-                }
-                _ => name,
-            }
-        })
-        .collect::<Vec<_>>()
-        .join(" ← ")
+/// One frame for the screen: `function (file.c:12)`, or `module+OFFSET`
+/// (what addr2line takes) for a frame without a symbol.
+fn frame_text(f: &crate::heap::analyze::FrameReport) -> String {
+    let name = f.function.clone().unwrap_or_else(|| format!("{}+{}", f.module, f.offset));
+    match (&f.file, f.line) {
+        (Some(file), Some(line)) => {
+            let short = file.rsplit('/').next().unwrap_or(file);
+            format!("{name} ({short}:{line})")
+        }
+        _ => name,
+    }
 }
 
-fn sites(name: &str, title: &str, sites: &[SiteReport], live: bool) -> Table {
-    let header: &[&str] =
-        if live { &["#", "live objects", "live bytes", "stack (innermost first)"] } else { &["#", "calls", "bytes", "stack (innermost first)"] };
-    let mut t = table(name, title, header, 0).text_column(3);
-    for (i, s) in sites.iter().enumerate() {
+const ARROW: &str = " ← ";
+
+/// The first frames of a stack, `depth` of them, or with `depth` 0 as many as
+/// fit in `width` columns (at least one).
+fn frame_line(s: &SiteReport, depth: usize, width: usize) -> String {
+    let mut line = String::new();
+    for (i, f) in s.frames.iter().enumerate() {
+        let text = frame_text(f);
+        if depth > 0 && i >= depth {
+            break;
+        }
+        if depth == 0 && i > 0 && line.chars().count() + ARROW.len() + text.chars().count() > width {
+            break;
+        }
+        if i > 0 {
+            line.push_str(ARROW);
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+/// Columns the stack column may take: the terminal's width less the others.
+fn stack_width(other_columns: usize) -> usize {
+    let cols = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse::<usize>().ok())
+        .or_else(|| comfy_table::Table::new().width().map(usize::from))
+        .unwrap_or(160);
+    cols.saturating_sub(other_columns).max(40)
+}
+
+/// Sites as rows; sites whose shown frames are equal are merged into one row
+/// that says how many distinct stacks it holds (JSON keeps every stack).
+fn sites(name: &str, title: &str, sites: &[SiteReport], live: bool, depth: usize) -> Table {
+    let header: &[&str] = if live {
+        &["#", "live objects", "live bytes", "stacks", "stack (innermost first)"]
+    } else {
+        &["#", "calls", "bytes", "stacks", "stack (innermost first)"]
+    };
+    let width = stack_width(48);
+    let mut rows: Vec<(String, u64, u64, usize)> = Vec::new();
+    for s in sites {
         let (a, b) = if live { (s.live_objects, s.live_bytes) } else { (s.calls, s.bytes) };
-        let stack = if s.frames.is_empty() { "(no stack recorded)".to_string() } else { frame_line(s, 4) };
-        t.push(vec![Cell::Int(i as i64 + 1), Cell::Int(a as i64), Cell::Int(b as i64), Cell::text(stack)]);
+        let stack = if s.frames.is_empty() { "(no stack recorded)".to_string() } else { frame_line(s, depth, width) };
+        match rows.iter_mut().find(|r| r.0 == stack) {
+            Some(r) => {
+                r.1 += a;
+                r.2 += b;
+                r.3 += 1;
+            }
+            None => rows.push((stack, a, b, 1)),
+        }
+    }
+    let mut t = table(name, title, header, 0).text_column(4);
+    for (i, (stack, a, b, n)) in rows.into_iter().enumerate() {
+        t.push(vec![Cell::Int(i as i64 + 1), Cell::Int(a as i64), Cell::Int(b as i64), Cell::Int(n as i64), Cell::text(stack)]);
     }
     t
 }
@@ -99,7 +143,8 @@ pub fn estimate(e: &crate::profile::sampled::Estimate, bytes: bool) -> String {
     }
 }
 
-fn sampled(summary: &crate::heap::analyze::SampledSummary) -> Vec<View> {
+fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<View> {
+    let width = stack_width(80);
     let p = &summary.totals;
     let intervals: Vec<String> = p.intervals.iter().map(|&i| crate::units::format_size(i)).collect();
     let inuse = if p.inuse_bytes.not_sampled() {
@@ -139,7 +184,7 @@ fn sampled(summary: &crate::heap::analyze::SampledSummary) -> Vec<View> {
             Cell::text(estimate(&s.alloc_bytes, true)),
             Cell::text(estimate(&s.alloc_objects, false)),
             Cell::text(estimate(&s.inuse_bytes, true)),
-            Cell::text(if s.frames.is_empty() { "(no stack recorded)".to_string() } else { frame_line(&site, 4) }),
+            Cell::text(if s.frames.is_empty() { "(no stack recorded)".to_string() } else { frame_line(&site, depth, width) }),
         ]);
     }
     out.push(View::Table(t));
@@ -165,7 +210,7 @@ pub fn views(run: &RunReport) -> Vec<View> {
         }
         note(String::new());
         match &p.profile {
-            Some(profile) => out.extend(sampled(profile)),
+            Some(profile) => out.extend(sampled(profile, run.frames)),
             None => {
                 out.push(View::Table(functions(p)));
                 out.push(View::Table(heap(&p.peak.heap, &p.end)));
@@ -185,15 +230,15 @@ pub fn views(run: &RunReport) -> Vec<View> {
             }
         }
         if !p.top_sites.by_bytes.is_empty() {
-            out.push(View::Table(sites("sites_by_bytes", "top allocation sites by bytes", &p.top_sites.by_bytes, false)));
-            out.push(View::Table(sites("sites_by_calls", "top allocation sites by calls", &p.top_sites.by_calls, false)));
+            out.push(View::Table(sites("sites_by_bytes", "top allocation sites by bytes", &p.top_sites.by_bytes, false, run.frames)));
+            out.push(View::Table(sites("sites_by_calls", "top allocation sites by calls", &p.top_sites.by_calls, false, run.frames)));
         }
         let mut note = |s: String| out.push(View::Note(s));
         if p.profile.is_none() {
             note(format!("not freed at exit: {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
         }
         if !p.leaks.top.is_empty() {
-            out.push(View::Table(sites("leaks", "", &p.leaks.top, true)));
+            out.push(View::Table(sites("leaks", "", &p.leaks.top, true, run.frames)));
         }
         let mut note = |s: String| out.push(View::Note(s));
         note(match p.events_dropped {
