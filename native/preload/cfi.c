@@ -544,15 +544,17 @@ static struct rule make_rule(const struct segment *g, uintptr_t key, int ret_add
 
 /* One walk as the next may reuse it. Level k is the state before the k-th
  * step (pc, rsp, rbp, whether pc is a return address). From level k outward
- * the walk read `wtail` windows (16 bytes of stack each) and output `otail`
- * pcs: the last ones of `waddr`/`wval` and `pcs`. A later walk that reaches a
+ * the walk read `wtail` stack words and output `otail`
+ * pcs: the last ones of `waddr`/`wval` and `pcs`. Only words the walk used
+ * are kept (not their neighbours: a local variable beside a return address
+ * changes all the time and would spoil the comparison). A later walk that reaches a
  * level with the same state, while every one of those windows still holds
  * what was read, would repeat the rest exactly: it takes the rest from here.
  * The outer frames of consecutive allocations are mostly the same, so most
  * of a deep walk becomes independent compares. Counts from the end make the
  * reused part a plain copy. */
 #define WALK_LEVELS 128
-#define WALK_WINDOWS 192
+#define WALK_WORDS 384
 enum { LV_RET = 1, LV_RBP_USED = 2, LV_RBP_READ = 4, LV_RBP_SET = 8 };
 struct level {
     uintptr_t rsp, rbp, pc;
@@ -568,8 +570,8 @@ struct walk {
     uint32_t levels, windows, n;
     int whole; /* ended by the stack's end, not by the depth limit */
     struct level lv[WALK_LEVELS];
-    uintptr_t waddr[WALK_WINDOWS];
-    uintptr_t wval[2 * WALK_WINDOWS];
+    uintptr_t waddr[WALK_WORDS];
+    uintptr_t wval[WALK_WORDS];
     uintptr_t pcs[MTLAB_MAX_DEPTH];
 };
 
@@ -619,30 +621,27 @@ void mtlab_cfi_thread_exit(void) {
     mtlab_tls.cfi_cache = NULL;
 }
 
-/* Notes that the walk read the 16 bytes at `addr` (in bounds: checked). */
-static inline void note(struct walk *w, uintptr_t addr) {
-    if (w->windows < WALK_WINDOWS) {
-        const uintptr_t *p = (const uintptr_t *)addr;
+/* Reads the stack word at `addr` (in bounds: checked) and notes it. */
+static inline uintptr_t load(struct walk *w, uintptr_t addr) {
+    uintptr_t v = *(const uintptr_t *)addr;
+    if (w->windows < WALK_WORDS) {
         w->waddr[w->windows] = addr;
-        w->wval[2 * w->windows] = p[0];
-        w->wval[2 * w->windows + 1] = p[1];
+        w->wval[w->windows] = v;
     }
     w->windows++;
+    return v;
 }
 
-/* Do the windows [from, windows) of `w` still hold what it read? */
+/* Do the words [from, windows) of `w` still hold what it read? */
 static int windows_hold(const struct walk *w, uint32_t from) {
     uintptr_t diff = 0;
-    for (uint32_t i = from; i < w->windows; i++) {
-        const uintptr_t *p = (const uintptr_t *)w->waddr[i];
-        diff |= (p[0] ^ w->wval[2 * i]) | (p[1] ^ w->wval[2 * i + 1]);
-    }
+    for (uint32_t i = from; i < w->windows; i++) diff |= *(const uintptr_t *)w->waddr[i] ^ w->wval[i];
     return diff == 0;
 }
 
-/* Is [addr, addr + 16) inside the part of the stack the walk may read? */
+/* Is the word at `addr` inside the part of the stack the walk may read? */
 static inline int readable(uintptr_t addr, uintptr_t lo, uintptr_t hi) {
-    return addr >= lo && addr <= hi - 16 && (addr & 7) == 0;
+    return addr >= lo && addr <= hi - 8 && (addr & 7) == 0;
 }
 
 /* How a level's rule treats rbp (LV_RBP_READ, LV_RBP_SET). */
@@ -665,14 +664,14 @@ static int splice(struct walk *cur, const struct walk *prev, uint32_t k, uintptr
     memcpy(pcs + n, prev->pcs + (prev->n - from->otail), (size_t)tail * sizeof *pcs);
     n += tail;
     uint32_t add_levels = prev->levels - k, add_windows = from->wtail;
-    if (cur->levels + add_levels > WALK_LEVELS || cur->windows + add_windows > WALK_WINDOWS) {
+    if (cur->levels + add_levels > WALK_LEVELS || cur->windows + add_windows > WALK_WORDS) {
         cur->levels = WALK_LEVELS + 1; /* too deep to keep for the next walk */
         return n;
     }
     memcpy(&cur->lv[cur->levels], from, add_levels * sizeof *from);
     uint32_t w0 = prev->windows - add_windows;
     memcpy(cur->waddr + cur->windows, prev->waddr + w0, add_windows * sizeof(uintptr_t));
-    memcpy(cur->wval + 2 * cur->windows, prev->wval + 2 * w0, 2 * add_windows * sizeof(uintptr_t));
+    memcpy(cur->wval + cur->windows, prev->wval + w0, add_windows * sizeof(uintptr_t));
     cur->levels += add_levels;
     cur->windows += add_windows;
     cur->whole = prev->whole && n < max;
@@ -683,13 +682,13 @@ static int splice(struct walk *cur, const struct walk *prev, uint32_t k, uintptr
 static inline const struct walk *last_walk(const struct cfi_thread *ts) {
     if (ts->last < 0) return NULL;
     const struct walk *w = &ts->walks[ts->last];
-    return w->levels <= WALK_LEVELS && w->windows <= WALK_WINDOWS ? w : NULL;
+    return w->levels <= WALK_LEVELS && w->windows <= WALK_WORDS ? w : NULL;
 }
 
 int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo, uintptr_t self_hi) {
     uintptr_t lo = (uintptr_t)frame, hi = mtlab_tls.stack_hi;
     *repeat = 0;
-    if (lo < mtlab_tls.stack_lo || !readable(lo, lo, hi)) return 0;
+    if (lo < mtlab_tls.stack_lo || !readable(lo + 8, lo, hi)) return 0;
     struct cfi_thread *ts = thread_state();
     if (!ts) return 0;
     const struct walk *prev = last_walk(ts);
@@ -703,8 +702,7 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
     struct walk *cur = &ts->walks[ts->last == 0 ? 1 : 0];
     cur->levels = cur->windows = 0;
     cur->whole = 0;
-    note(cur, lo);
-    uintptr_t rbp = ((const uintptr_t *)lo)[0], pc = ((const uintptr_t *)lo)[1], rsp = lo + 16;
+    uintptr_t rbp = load(cur, lo), pc = load(cur, lo + 8), rsp = lo + 16;
     int ret_addr = 1; /* pc is a return address: the call is the instruction before it */
     int n = 0;
     uint32_t k = 0; /* prev's levels below rsp are behind us: the CFA only grows */
@@ -747,12 +745,11 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
             /* The kernel's frame: the ucontext lies at rsp once the handler returned. */
             uintptr_t gregs = rsp + offsetof(ucontext_t, uc_mcontext.gregs);
             uintptr_t a_rbp = gregs + 8 * REG_RBP, a_rsp = gregs + 8 * REG_RSP;
-            if (!readable(a_rbp, rsp, hi) || !readable(a_rsp, rsp, hi)) { cur->whole = 1; break; }
-            note(cur, a_rbp);
-            note(cur, a_rsp);
-            next_rbp = *(const uintptr_t *)a_rbp;
-            cfa = *(const uintptr_t *)a_rsp;
-            ra = *(const uintptr_t *)(gregs + 8 * REG_RIP); /* REG_RIP = REG_RSP + 1: in the window */
+            uintptr_t a_rip = gregs + 8 * REG_RIP;
+            if (!readable(a_rbp, rsp, hi) || !readable(a_rsp, rsp, hi) || !readable(a_rip, rsp, hi)) { cur->whole = 1; break; }
+            next_rbp = load(cur, a_rbp);
+            cfa = load(cur, a_rsp);
+            ra = load(cur, a_rip);
             if (cfa <= rsp || cfa > hi) { cur->whole = 1; break; }
             rsp = cfa;
             rbp = next_rbp;
@@ -761,35 +758,23 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
             continue;
         }
         if (r.kind == RULE_FP) {
-            if (!readable(rbp, rsp, hi)) { cur->whole = 1; break; }
-            note(cur, rbp);
-            next_rbp = ((const uintptr_t *)rbp)[0];
-            ra = ((const uintptr_t *)rbp)[1];
+            if (!readable(rbp, rsp, hi) || !readable(rbp + 8, rsp, hi)) { cur->whole = 1; break; }
+            next_rbp = load(cur, rbp);
+            ra = load(cur, rbp + 8);
             cfa = rbp + 16;
         } else {
             uintptr_t base = r.cfa_kind == CFA_RSP || r.cfa_kind == CFA_DEREF_RSP ? rsp : rbp;
             cfa = base + (intptr_t)r.cfa_off;
             if (r.cfa_kind >= CFA_DEREF_RSP) {
                 if (!readable(cfa, rsp, hi)) { cur->whole = 1; break; }
-                note(cur, cfa);
-                cfa = *(const uintptr_t *)cfa;
+                cfa = load(cur, cfa);
             }
             if (cfa <= rsp || cfa > hi) { cur->whole = 1; break; }
             uintptr_t ra_at = cfa + 8 * (intptr_t)r.ra_off8;
             uintptr_t rbp_at = r.rbp_kind == REG_AT_CFA ? cfa + r.rbp_off : r.rbp_kind == REG_AT_RBP ? rbp + r.rbp_off : 0;
-            if (rbp_at && rbp_at + 8 == ra_at) { /* the usual push rbp: one window for both */
-                if (!readable(rbp_at, rsp, hi)) { cur->whole = 1; break; }
-                note(cur, rbp_at);
-            } else {
-                if (!readable(ra_at - 8, rsp - 8, hi)) { cur->whole = 1; break; }
-                note(cur, ra_at - 8);
-                if (rbp_at) {
-                    if (!readable(rbp_at, rsp, hi)) { cur->whole = 1; break; }
-                    note(cur, rbp_at);
-                }
-            }
-            ra = *(const uintptr_t *)ra_at;
-            if (rbp_at) next_rbp = *(const uintptr_t *)rbp_at;
+            if (!readable(ra_at, rsp, hi) || (rbp_at && !readable(rbp_at, rsp, hi))) { cur->whole = 1; break; }
+            ra = load(cur, ra_at);
+            if (rbp_at) next_rbp = load(cur, rbp_at);
         }
         if (cfa <= rsp || cfa > hi) { cur->whole = 1; break; }
         rsp = cfa;
@@ -801,7 +786,7 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
     cur->n = (uint32_t)n;
     memcpy(cur->pcs, pcs, (size_t)n * sizeof *pcs);
     ts->last = cur == &ts->walks[0] ? 0 : 1;
-    if (cur->levels <= WALK_LEVELS && cur->windows <= WALK_WINDOWS) {
+    if (cur->levels <= WALK_LEVELS && cur->windows <= WALK_WORDS) {
         /* The levels this walk made: starts into counts from the end, and
          * whether the walk from each reads the incoming rbp (from the outside
          * in; spliced levels came with theirs). */
