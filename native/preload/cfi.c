@@ -692,12 +692,19 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
     struct cfi_thread *ts = thread_state();
     if (!ts) return 0;
     const struct walk *prev = last_walk(ts);
-    /* The same first frame and every word the last walk read unchanged: the
-     * same stack (the caller keeps its id). */
-    if (prev && prev->windows > 0 && prev->waddr[0] == lo && windows_hold(prev, 0)) {
-        *repeat = 1;
-        memcpy(pcs, prev->pcs, prev->n * sizeof *pcs);
-        return (int)prev->n;
+    /* The last walk's first level in the same state (rbp only where the walk
+     * reads it: without frame pointers it is an ordinary register) and every
+     * word it read from there unchanged: the same stack (the caller keeps its
+     * id). */
+    uintptr_t rbp0 = ((const uintptr_t *)lo)[0], pc0 = ((const uintptr_t *)lo)[1];
+    if (prev && prev->levels > 0) {
+        const struct level *l0 = &prev->lv[0];
+        if (l0->rsp == lo + 16 && l0->pc == pc0 && (l0->flags & LV_RET) && (l0->rbp == rbp0 || !(l0->flags & LV_RBP_USED)) &&
+            windows_hold(prev, prev->windows - l0->wtail)) {
+            *repeat = 1;
+            memcpy(pcs, prev->pcs, prev->n * sizeof *pcs);
+            return (int)prev->n;
+        }
     }
     struct walk *cur = &ts->walks[ts->last == 0 ? 1 : 0];
     cur->levels = cur->windows = 0;
