@@ -55,6 +55,10 @@ fn show(stack: &[Frame]) -> String {
 /// seed (`interval`) or in full (None), and compares the stacks of the same
 /// allocations. Returns (equal, compared).
 fn compare_with_libgcc(lab: &Lab, name: &str, program: &Path, args: &[&str], interval: Option<&str>) -> (usize, usize) {
+    assert!(
+        Command::new("setarch").arg("--version").output().is_ok(),
+        "setarch (util-linux) runs the two recordings without address-space randomization: install util-linux"
+    );
     let mut runs = Vec::new();
     for unwind in ["dwarf", "libgcc"] {
         let trace = format!("{name}-{unwind}.mtl");
@@ -312,6 +316,9 @@ fn dwarf_walks_exact_frames_through_the_awkward_places() {
 #[test]
 fn dwarf_walks_exact_frames_around_a_cpp_exception() {
     let lab = Lab::new();
+    if Command::new("g++").arg("--version").output().is_err() {
+        return skip("g++ is not installed (apt-get install g++)");
+    }
     let prog = build(&lab, "g++", &["u_throw.cpp"], "u_throw", &["-O2", "-g", "-fomit-frame-pointer"]);
     let o = lab.record_cmd("throw.mtl", &["--unwind", "dwarf"], &prog, &[]).output().unwrap();
     assert_success(&o, "mtlab record -- u_throw");
