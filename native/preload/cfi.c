@@ -119,8 +119,12 @@ static int adds_only(struct dl_phdr_info *info, size_t size, void *arg) {
 static void rebuild(void) {
     int expected = 0;
     if (!atomic_compare_exchange_strong(&rebuilding, &expected, 1)) {
-        /* Another thread builds it: wait, or this walk would see no module. */
-        while (atomic_load(&rebuilding)) __builtin_ia32_pause();
+        /* Another thread builds it. With a snapshot to use (the constructor
+         * built the first), use it: waiting could deadlock, if this thread
+         * holds the loader's lock (a dl_iterate_phdr callback that allocates)
+         * that the builder needs. Without one, wait a bounded while. */
+        for (long spins = 0; !atomic_load(&current) && atomic_load(&rebuilding) && spins < (1L << 24); spins++)
+            __builtin_ia32_pause();
         return;
     }
     uint32_t gen = atomic_load(&mtlab_cfi_gen);

@@ -416,7 +416,8 @@ int mtlab_write_record(uint16_t type, const void *payload, uint32_t len) {
     return reserve_and_write_at(hdr, sizeof hdr, payload, len, type == MTLAB_REC_END || type == MTLAB_REC_STATS);
 }
 
-/* One buffer for maps text: used at start and at exit, never concurrently. */
+/* One buffer for maps text: at start, at exit and before a dlclose (a second
+ * writer meanwhile skips, see below). */
 static char maps[1 << 20];
 
 void mtlab_write_maps(void) {
