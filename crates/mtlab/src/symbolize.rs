@@ -134,6 +134,13 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
 }
 
 /// Parses the text of `/proc/PID/maps`. Lines that do not parse are skipped.
+/// The mappings of a trace's MAPS records, in order: the union of every
+/// snapshot (libraries loaded late appear in the last one, unloaded ones in the
+/// snapshot taken before their dlclose).
+pub fn parse_all_maps(texts: &[String]) -> Vec<Mapping> {
+    texts.iter().flat_map(|m| parse_maps(m)).collect()
+}
+
 pub fn parse_maps(text: &str) -> Vec<Mapping> {
     text.lines()
         .map(|l| l.trim_end_matches(['\r', '\n']))
@@ -170,12 +177,6 @@ impl CodeRanges {
             }
         }
         CodeRanges { ranges }
-    }
-
-    /// Of the trace's MAPS records.
-    pub fn of_trace(maps_text: &[String]) -> Self {
-        let maps: Vec<Mapping> = maps_text.iter().flat_map(|m| parse_maps(m)).collect();
-        Self::new(&maps)
     }
 
     pub fn contains(&self, pc: u64) -> bool {

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use mtlab::symbolize::{parse_maps, Mapping};
+use mtlab::symbolize::{parse_all_maps, Mapping};
 use mtlab::trace::decode::TraceFile;
 use mtlab::trace::event::{EventKind, Item};
 use util::*;
@@ -23,7 +23,7 @@ type Frame = (String, u64);
 /// two runs line up).
 fn allocation_stacks(trace: &Path) -> Vec<(u64, Vec<Frame>)> {
     let tf = TraceFile::open(trace).unwrap_or_else(|e| panic!("{}: {e}", trace.display()));
-    let maps: Vec<Mapping> = tf.maps.iter().flat_map(|m| parse_maps(m)).collect();
+    let maps: Vec<Mapping> = parse_all_maps(&tf.maps);
     let frame = |pc: u64| -> Frame {
         match maps.iter().rev().find(|m| m.contains(pc) && m.is_file()) {
             Some(m) => (m.path.clone(), pc - m.start + m.offset),
@@ -257,6 +257,14 @@ fn build(lab: &Lab, compiler: &str, sources: &[&str], out: &str, flags: &[&str])
     path
 }
 
+/// u_places and the plugin it loads, both without frame pointers.
+fn build_places(lab: &Lab) -> (PathBuf, PathBuf) {
+    let flags = ["-O2", "-g", "-fomit-frame-pointer", "-pthread"];
+    let plugin = build(lab, "cc", &["u_plugin.c"], "u_plugin.so", &[&flags[..], &["-fPIC", "-shared"]].concat());
+    let prog = build(lab, "cc", &["u_places.c"], "u_places", &[&flags[..], &["-ldl"]].concat());
+    (prog, plugin)
+}
+
 /// Function names (innermost first) of the one site that allocated exactly
 /// `bytes` bytes in one call, in the report of process `p`.
 fn frames_of(p: &serde_json::Value, bytes: u64) -> Vec<String> {
@@ -288,9 +296,7 @@ fn assert_frames(what: &str, frames: &[String], head: &[&str], tail: &[&str]) {
 #[test]
 fn dwarf_walks_exact_frames_through_the_awkward_places() {
     let lab = Lab::new();
-    let flags = ["-O2", "-g", "-fomit-frame-pointer", "-pthread"];
-    let plugin = build(&lab, "cc", &["u_plugin.c"], "u_plugin.so", &[&flags[..], &["-fPIC", "-shared"]].concat());
-    let prog = build(&lab, "cc", &["u_places.c"], "u_places", &[&flags[..], &["-ldl"]].concat());
+    let (prog, plugin) = build_places(&lab);
     let o = lab.record_cmd("places.mtl", &["--unwind", "dwarf"], &prog, &[plugin.to_str().unwrap()]).output().unwrap();
     assert_success(&o, "mtlab record -- u_places");
     let v = lab.report("places.mtl");
@@ -333,9 +339,7 @@ fn dwarf_walks_exact_frames_around_a_cpp_exception() {
 #[test]
 fn simulate_withholds_its_recommendation_when_stacks_are_truncated() {
     let lab = Lab::new();
-    let flags = ["-O2", "-g", "-fomit-frame-pointer", "-pthread"];
-    let plugin = build(&lab, "cc", &["u_plugin.c"], "u_plugin.so", &[&flags[..], &["-fPIC", "-shared"]].concat());
-    let prog = build(&lab, "cc", &["u_places.c"], "u_places", &[&flags[..], &["-ldl"]].concat());
+    let (prog, plugin) = build_places(&lab);
     for unwind in ["fp", "dwarf"] {
         let trace = format!("{unwind}.mtl");
         let o = lab.record_cmd(&trace, &["--unwind", unwind], &prog, &[plugin.to_str().unwrap()]).output().unwrap();

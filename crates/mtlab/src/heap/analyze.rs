@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::model::{HeapSnapshot, RegionKind, ShadowHeap};
 use super::stats::{CycleSummary, FuncStats};
 use crate::profile::sampled::{Estimate, SampledPass, SampledTotals};
-use crate::symbolize::{parse_maps, CodeRanges, Symbolizer};
+use crate::symbolize::{parse_all_maps, CodeRanges, Mapping, Symbolizer};
 use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
 use crate::trace::{keys, Event, EventKind, Func, Item, Items, TraceError, TraceFile};
 
@@ -507,10 +507,8 @@ struct Symbols {
 }
 
 impl Symbols {
-    fn new(trace: &TraceFile) -> Self {
-        // Union of every maps snapshot: libraries loaded late appear in the last one.
-        let maps: Vec<_> = trace.maps.iter().flat_map(|m| parse_maps(m)).collect();
-        Symbols { sym: Symbolizer::new(&maps) }
+    fn new(maps: &[Mapping]) -> Self {
+        Symbols { sym: Symbolizer::new(maps) }
     }
 
     fn frames(&mut self, pcs: &[u64]) -> Vec<FrameReport> {
@@ -580,7 +578,8 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
     let mut sampled = (trace.header.sample_interval > 0).then(SampledPass::default);
     let mut items = trace.items()?;
     let mut last_tsc = 0;
-    let code = CodeRanges::of_trace(&trace.maps);
+    let maps = parse_all_maps(&trace.maps);
+    let code = CodeRanges::new(&maps);
     // Two monomorphized loops: a full trace's loop carries no test for the
     // sampled pass (it cost ~20 instructions an event, 6 % of the report).
     match &mut sampled {
@@ -614,7 +613,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         pass.point(last_tsc);
     }
 
-    let mut symbols = Symbols::new(trace);
+    let mut symbols = Symbols::new(&maps);
     let top = opts.top;
     let site_report = |id: u32, acc: &SiteAcc, symbols: &mut Symbols, stacks: &HashMap<u32, Vec<u64>>| SiteReport {
         stack_id: id,
@@ -650,7 +649,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         (Some(b), Some(t)) if b > 0 => Some(Slowdown { baseline_wall_ns: b, traced_wall_ns: t, ratio: t as f64 / b as f64 }),
         _ => None,
     };
-    let sampled = sampled.map(|s| s.finish(trace, &pass.stacks));
+    let sampled = sampled.map(|s| s.finish(trace, &pass.stacks, maps));
     let distinct = pass.stacks.len() as u64;
     let stacks = match &sampled {
         // A sampled trace's allocations are its samples.
@@ -725,7 +724,8 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
 /// How whole the stacks of a full trace are, without the rest of the analysis
 /// (one decode pass: the stacks, and the allocation calls of each).
 pub fn stack_quality_of(trace: &TraceFile) -> Result<StackQuality, TraceError> {
-    let code = CodeRanges::of_trace(&trace.maps);
+    let maps = parse_all_maps(&trace.maps);
+    let code = CodeRanges::new(&maps);
     let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
     let mut calls: HashMap<u32, u64> = HashMap::default();
     for item in trace.items()? {
@@ -740,7 +740,7 @@ pub fn stack_quality_of(trace: &TraceFile) -> Result<StackQuality, TraceError> {
             }
         }
     }
-    let mut symbols = Symbols::new(trace);
+    let mut symbols = Symbols::new(&maps);
     let weighted = calls.iter().filter_map(|(id, &n)| stacks.get(id).map(|pcs| (&pcs[..], n)));
     Ok(stack_quality(trace, weighted, stacks.len() as u64, "allocation calls", &mut symbols))
 }

@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use super::data::{Bounds, ProfileData, StackSample};
 use super::interval::gamma_interval;
-use crate::symbolize::{parse_maps, CodeRanges};
+use crate::symbolize::{parse_all_maps, CodeRanges, Mapping};
 use crate::trace::{Event, EventKind, Item, TraceError, TraceFile};
 
 /// Probability that an allocation of `size` bytes is sampled at mean interval `interval`.
@@ -210,8 +210,8 @@ impl SampledPass {
     }
 
     /// The profile, once every event of `trace` has been fed; `stacks` are
-    /// the trace's stack definitions.
-    pub fn finish(self, trace: &TraceFile, stacks: &HashMap<u32, Vec<u64>>) -> SampledProfile {
+    /// the trace's stack definitions, `maps` its mappings (`parse_all_maps`).
+    pub fn finish(self, trace: &TraceFile, stacks: &HashMap<u32, Vec<u64>>, maps: Vec<Mapping>) -> SampledProfile {
         let SampledPass { mut per, live, intervals, samples, frees, mut total, first_tsc, last_tsc } = self;
         for l in live.values() {
             add_live(&mut total, l);
@@ -244,7 +244,7 @@ impl SampledPass {
                     bounds: Some([&s.alloc_objects, &s.alloc_bytes, &s.inuse_objects, &s.inuse_bytes].map(Estimate::bounds)),
                 })
                 .collect(),
-            maps: trace.maps.iter().flat_map(|m| parse_maps(m)).collect(),
+            maps,
             period_bytes: intervals.first().copied().unwrap_or(trace.header.sample_interval),
             start_ns: trace.header.start_ns,
             duration_ns: if first_tsc <= last_tsc { trace.header.ns_since_start(last_tsc).unwrap_or(0) } else { 0 },
@@ -268,7 +268,8 @@ impl SampledPass {
 pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
     let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
     let mut pass = SampledPass::default();
-    let code = CodeRanges::of_trace(&trace.maps);
+    let maps = parse_all_maps(&trace.maps);
+    let code = CodeRanges::new(&maps);
     for item in trace.items()? {
         match item {
             Item::Stack { id, pcs } => {
@@ -277,7 +278,7 @@ pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
             Item::Event(ev) => pass.event(&ev),
         }
     }
-    Ok(pass.finish(trace, &stacks))
+    Ok(pass.finish(trace, &stacks, maps))
 }
 
 /// Exact profile of a full trace: every allocation counted, nothing estimated.
@@ -286,7 +287,8 @@ pub fn full_profile(trace: &TraceFile) -> Result<ProfileData, TraceError> {
     let mut per: HashMap<u32, StackSample> = HashMap::default();
     let mut live: HashMap<u64, (u32, u64)> = HashMap::default();
     let mut last_tsc = 0;
-    let code = CodeRanges::of_trace(&trace.maps);
+    let maps = parse_all_maps(&trace.maps);
+    let code = CodeRanges::new(&maps);
     let release = |live: &mut HashMap<u64, (u32, u64)>, per: &mut HashMap<u32, StackSample>, ptr: u64| {
         if let Some((stack, size)) = live.remove(&ptr) {
             if let Some(s) = per.get_mut(&stack) {
@@ -332,7 +334,7 @@ pub fn full_profile(trace: &TraceFile) -> Result<ProfileData, TraceError> {
     samples.sort_by(|a, b| b.alloc_bytes.total_cmp(&a.alloc_bytes));
     Ok(ProfileData {
         samples,
-        maps: trace.maps.iter().flat_map(|m| parse_maps(m)).collect(),
+        maps,
         period_bytes: 0,
         start_ns: trace.header.start_ns,
         duration_ns: trace.header.ns_since_start(last_tsc).unwrap_or(0),
