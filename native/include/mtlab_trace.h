@@ -40,6 +40,8 @@ enum mtlab_record_type {
     MTLAB_REC_END = 3,     /* clean end: totals written at exit */
     MTLAB_REC_RUNINFO = 4, /* appended by `mtlab record` after the run */
     MTLAB_REC_STATS = 5,   /* "key=value\n" text: the writer's own costs, at exit */
+    MTLAB_REC_ALLOCSTATS = 6, /* "key=value\n" text: the heap manager's own figures,
+                                 read after `mtlab ctl dump` (tsc=, dump=, allocator_*) */
 };
 
 /* EVENTS payload: u32 tid, u32 n_events, u64 first_tsc, u64 last_tsc,
@@ -95,7 +97,7 @@ enum mtlab_event_kind {
 /* The sampler's control page, shared with `mtlab ctl` through
  * /dev/shm/mtlab-PID (MAP_SHARED). `state` is read on every allocation call. */
 #define MTLAB_CTL_MAGIC 0x4c544342414c544dull /* the bytes "MTLABCTL" read as a little-endian u64 */
-#define MTLAB_CTL_VERSION 1u
+#define MTLAB_CTL_VERSION 2u
 #define MTLAB_CTL_SIZE 4096u
 #define MTLAB_CTL_ON 0x1u     /* sampling mode is set up */
 #define MTLAB_CTL_ACTIVE 0x2u /* sampling allocations now */
@@ -125,7 +127,9 @@ struct mtlab_ctl_page {
     uint64_t dump_done;    /* set to dump_seq once buffers are flushed */
     uint64_t samples;      /* samples taken so far */
     uint32_t routed;       /* MTLAB_CTL_ROUTE_* of the last routing; 0: none */
-    uint8_t pad1[36];
+    uint32_t pad_routed;
+    uint64_t stats_done;   /* set to dump_seq once the heap manager's figures are written */
+    uint8_t pad1[24];
     char trace_path[3968]; /* the trace file this process writes */
 };
 #define MTLAB_CTL_OFF_STATE 16u
@@ -135,6 +139,7 @@ struct mtlab_ctl_page {
 #define MTLAB_CTL_OFF_DUMP_DONE 72u
 #define MTLAB_CTL_OFF_SAMPLES 80u
 #define MTLAB_CTL_OFF_ROUTED 88u
+#define MTLAB_CTL_OFF_STATS_DONE 96u
 #define MTLAB_CTL_OFF_PATH 128u
 
 #endif

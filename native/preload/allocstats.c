@@ -8,7 +8,9 @@
  * allocated bytes in release builds).
  *
  * Runs under the guard (the allocator's own allocations pass through) from
- * the constructor and the exit path, never from a shim or a signal handler.
+ * the constructor, the exit path and, after `mtlab ctl dump`, the sampler's
+ * next sample (a shim whose real call has returned, so this thread holds no
+ * lock of the heap manager); never from a signal handler.
  * Functions are found with dlsym at that moment: nothing is linked against
  * any allocator.
  */
@@ -124,4 +126,16 @@ char *mtlab_allocator_stats(char *p, const char *end) {
     p = kv(p, end, "allocator_free_bytes", r.free);
     p = kv(p, end, "allocator_in_use_at_start_bytes", at_start.in_use);
     return kv(p, end, "allocator_mapped_at_start_bytes", at_start.mapped);
+}
+
+/* After `mtlab ctl dump` number `dump`: one ALLOCSTATS record with the time
+ * of reading. Without a reading (an allocator mtlab cannot ask) the record
+ * still says so, by having no allocator_stats key. */
+void mtlab_allocator_reading(uint64_t dump) {
+    char text[768] = {0}; /* (rare: zeroing costs nothing that matters) */
+    char *end = text + sizeof text - 1;
+    char *p = kv(text, end, "tsc", mtlab_tsc());
+    p = kv(p, end, "dump", dump);
+    p = mtlab_allocator_stats(p, end);
+    mtlab_write_record(MTLAB_REC_ALLOCSTATS, text, (uint32_t)(p - text));
 }

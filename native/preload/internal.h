@@ -239,6 +239,7 @@ HIDDEN char *mtlab_sampler_stats(char *p, const char *end);
 /* "key=value" lines of the heap manager's own statistics (allocstats.c). */
 HIDDEN char *mtlab_allocator_stats(char *p, const char *end);
 HIDDEN void mtlab_allocator_stats_start(void); /* the same figures when tracing starts */
+HIDDEN void mtlab_allocator_reading(uint64_t dump); /* an ALLOCSTATS record, after a ctl dump */
 
 /* ---- GOT routing (got.c): sampling mode only ----
  * While sampling is off, the PLT slots (R_X86_64_JUMP_SLOT) of the modules

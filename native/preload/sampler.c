@@ -29,6 +29,7 @@ HIDDEN struct mtlab_ctl_page *mtlab_ctl;
 HIDDEN struct mtlab_ctl_page mtlab_ctl_area __attribute__((aligned(4096)));
 _Static_assert(sizeof(struct mtlab_ctl_page) == MTLAB_CTL_SIZE, "the control page is one page");
 _Static_assert(offsetof(struct mtlab_ctl_page, routed) == MTLAB_CTL_OFF_ROUTED, "control page layout");
+_Static_assert(offsetof(struct mtlab_ctl_page, stats_done) == MTLAB_CTL_OFF_STATS_DONE, "control page layout");
 _Static_assert(offsetof(struct mtlab_ctl_page, trace_path) == MTLAB_CTL_OFF_PATH, "control page layout");
 
 #define SET_BITS 16
@@ -210,6 +211,21 @@ static void append_sample(struct mtlab_tls *t, unsigned kind, void *r, size_t si
     if (UNLIKELY(t->dead)) mtlab_release_dead_buf();
 }
 
+/* The last dump whose heap-manager figures are wanted, and the last one a
+ * thread took on itself to read: the figures cannot be read in the signal
+ * handler (the interrupted thread may hold the allocator's lock), so the
+ * next sample, taken after its real call returned, reads them. */
+static _Atomic uint64_t stats_wanted, stats_claimed;
+
+static void read_allocator_if_wanted(void) {
+    uint64_t want = atomic_load_explicit(&stats_wanted, memory_order_acquire);
+    uint64_t had = atomic_load_explicit(&stats_claimed, memory_order_relaxed);
+    if (LIKELY(want == had)) return;
+    if (!atomic_compare_exchange_strong(&stats_claimed, &had, want)) return; /* another thread reads */
+    mtlab_allocator_reading(want);
+    __atomic_store_n(&mtlab_ctl->stats_done, want, __ATOMIC_RELEASE);
+}
+
 void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame) {
     /* Shims tail-call this function: its own frame returns to the program. */
     if (!frame) frame = __builtin_frame_address(0);
@@ -244,6 +260,7 @@ void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame)
     }
     t->countdown = draw(t, interval);
     append_sample(t, kind, r, size, interval, frame);
+    read_allocator_if_wanted();
     if (set_insert((uint64_t)r)) {
         atomic_fetch_add_explicit(&mtlab_filter[mtlab_filter_hash((uint64_t)r)], 1, memory_order_relaxed);
         /* LIVE is never cleared: once set, no write to the page's first
@@ -311,6 +328,7 @@ static void on_signal(int sig, siginfo_t *info, void *uctx) {
         if (seq != __atomic_load_n(&mtlab_ctl->dump_done, __ATOMIC_ACQUIRE)) {
             flush_all_locked();
             mtlab_write_maps();
+            atomic_store_explicit(&stats_wanted, seq, memory_order_release);
             __atomic_store_n(&mtlab_ctl->dump_done, seq, __ATOMIC_RELEASE);
         }
     } else {

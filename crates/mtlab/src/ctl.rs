@@ -2,11 +2,14 @@
 //! change its interval, or dump its profile, through the control page the
 //! preload library shares at /dev/shm/mtlab-PID (layout: mtlab_trace.h).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::heap::analyze::AllocatorReading;
 use crate::platform::process::pid_alive;
+use crate::profile::export::{export_data, ExportRequest, ProfileExportError};
+use crate::trace::decode::TraceFile;
 use crate::platform::shared_page::SharedPage;
 use crate::trace::format::*;
 
@@ -177,7 +180,8 @@ impl CtlPage {
     }
 
     /// Asks the process to flush all its buffers; waits until it has.
-    pub fn request_dump(&self, pid: u32, timeout: Duration) -> Result<(), CtlError> {
+    /// Returns the dump's number.
+    pub fn request_dump(&self, pid: u32, timeout: Duration) -> Result<u64, CtlError> {
         let seq = self.u64_at(CTL_OFF_DUMP_SEQ).fetch_add(1, Ordering::AcqRel) + 1;
         let signal = self.signal();
         // Queued with a marker value: the handler dumps, and never toggles
@@ -192,7 +196,21 @@ impl CtlPage {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        Ok(())
+        Ok(seq)
+    }
+
+    /// After dump `seq`: waits until the process has written the heap
+    /// manager's own figures (its next sampled allocation reads them; the
+    /// signal handler cannot). False if it did not within `timeout`.
+    pub fn wait_allocator_reading(&self, seq: u64, timeout: Duration) -> bool {
+        let start = Instant::now();
+        while self.u64_at(CTL_OFF_STATS_DONE).load(Ordering::Acquire) < seq {
+            if start.elapsed() > timeout {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        true
     }
 }
 
@@ -212,11 +230,56 @@ pub fn default_dump_path(pid: u32) -> PathBuf {
     PathBuf::from(format!("mtlab.{pid}.heap.pb.gz"))
 }
 
-/// Flushes the process's buffers; returns the trace to read the profile from.
-pub fn flush_for_dump(pid: u32, timeout: Duration) -> Result<PathBuf, CtlError> {
+/// How long `ctl dump` waits for the heap manager's figures after the flush:
+/// a program that allocates nothing meanwhile (idle) should not hold it up.
+const READING_WAIT: Duration = Duration::from_secs(2);
+
+/// What `mtlab ctl dump` found.
+pub struct Dump {
+    pub trace: PathBuf,
+    /// The heap manager's figures read for this dump, with mtlab's estimate
+    /// then; None if the process did not read them within `READING_WAIT`.
+    pub reading: Option<AllocatorReading>,
+    pub allocator: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DumpError {
+    #[error(transparent)]
+    Ctl(#[from] CtlError),
+    #[error(transparent)]
+    Export(#[from] ProfileExportError),
+}
+
+/// Flushes the process's buffers, waits (briefly) for the heap manager's own
+/// figures, and writes the profile so far to `pprof`.
+pub fn dump(pid: u32, pprof: &Path, timeout: Duration) -> Result<Dump, DumpError> {
     let page = CtlPage::open(pid)?;
-    page.request_dump(pid, timeout)?;
-    Ok(page.trace_path())
+    let seq = page.request_dump(pid, timeout)?;
+    let read = page.wait_allocator_reading(seq, READING_WAIT.min(timeout));
+    let path = page.trace_path();
+    let trace = TraceFile::open(&path).map_err(ProfileExportError::from)?;
+    let readings = AllocatorReading::all_of(&trace);
+    let profile = crate::profile::sampled::read_sampled(&trace, AllocatorReading::tscs(&readings)).map_err(ProfileExportError::from)?;
+    let req = ExportRequest { pprof: Some(pprof.to_path_buf()), ..Default::default() };
+    export_data(&profile.data, &req).map_err(ProfileExportError::from)?;
+    let reading = if read {
+        AllocatorReading::with_estimates(readings, &profile.inuse_at_checkpoints).into_iter().find(|r| r.dump == seq)
+    } else {
+        None
+    };
+    Ok(Dump { trace: path, reading, allocator: trace.header.allocator.clone() })
+}
+
+/// The lines `ctl dump` prints about the heap manager's own figures.
+pub fn reading_lines(d: &Dump) -> String {
+    let Some(r) = &d.reading else {
+        return format!(
+            "the heap manager's own figures were not read within {} s: they are read at the program's next sampled allocation, and `mtlab report` shows them",
+            READING_WAIT.as_secs()
+        );
+    };
+    crate::report::views::allocator_reading_text(r, &d.allocator)
 }
 
 #[cfg(test)]

@@ -507,6 +507,61 @@ fn ctl_start_stop_and_interval_toggle_sampling_at_run_time() {
 const PRELOAD: &str = "libmtlab_preload.so";
 const LIBC: &str = "libc.so.6";
 
+/// `mtlab ctl dump` on s_hold, which holds COUNT blocks of SIZE bytes: the
+/// heap manager's own count (read at the next sampled allocation, not in the
+/// signal handler) is printed beside the estimate and kept in the trace.
+fn dump_reads_the_heap_managers_figures(allocator: &str, preload: Option<&str>, source: &str) {
+    let lab = Lab::new();
+    let prog = lab.compile("s_hold");
+    let (count, size) = (1024u64, 65536u64);
+    let held = (count * size) as f64;
+    let mut cmd = lab.record_cmd("h.mtl", &["--sample", "64KiB", "--sample-seed", "5"], &prog, &[&count.to_string(), &size.to_string()]);
+    if let Some(so) = preload {
+        cmd.env("LD_PRELOAD", so);
+    }
+    let mut run = Running::start(cmd);
+    let pid = run.pid();
+    run.expect("held");
+    let o = ctl(&lab, pid, &["dump", "-o", lab.path("h.pb.gz").to_str().unwrap()]);
+    assert_success(&o, "mtlab ctl dump");
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(err.contains(&format!("the heap manager's own figures ({source}): 64.")), "{allocator}: ctl dump prints its figures: {err}");
+    assert!(err.contains("mtlab's estimate of the bytes in use") && err.contains("inside the 95 % interval"), "{allocator}: {err}");
+    run.send("stop");
+    let (status, err) = run.finish();
+    assert!(status.success(), "{err}");
+
+    let r = lab.report("h.mtl");
+    assert_eq!(r["allocator"], allocator, "the trace names the allocator");
+    let readings = r["allocator_readings"].as_array().unwrap_or_else(|| panic!("no allocator_readings: {r}"));
+    assert_eq!(readings.len(), 1, "one reading for one dump: {readings:?}");
+    let g = &readings[0];
+    assert_eq!(g["dump"], 1);
+    assert_eq!(g["source"], source);
+    let traced = g["in_use_bytes"].as_f64().unwrap() - g["in_use_at_start_bytes"].as_f64().unwrap_or(0.0);
+    // The held blocks, the program's array of pointers (8 KiB) and stdout's
+    // buffer; glibc adds an 8-byte header per block.
+    assert!((traced / held - 1.0).abs() < 0.01, "{allocator}: {traced} bytes in use since tracing started, {held} held");
+    let est = &g["mtlab_in_use_bytes"];
+    let (low, high) = (est["low"].as_f64().unwrap(), est["high"].as_f64().unwrap());
+    assert!(low <= held && held <= high, "{allocator}: the estimate's interval [{low}, {high}] covers the {held} bytes held");
+    assert!(g["at_ns"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn ctl_dump_reads_glibcs_own_figures_beside_the_estimate() {
+    dump_reads_the_heap_managers_figures("glibc", None, "mallinfo2");
+}
+
+#[test]
+fn ctl_dump_reads_jemallocs_own_figures_beside_the_estimate() {
+    let installed = Command::new("ldconfig").arg("-p").output().map(|o| String::from_utf8_lossy(&o.stdout).contains("libjemalloc.so.2"));
+    if !installed.unwrap_or(false) {
+        return skip("jemalloc is not installed (libjemalloc.so.2; apt-get install libjemalloc2)");
+    }
+    dump_reads_the_heap_managers_figures("jemalloc", Some("libjemalloc.so.2"), "jemalloc mallctl");
+}
+
 /// "slots malloc=LIB calloc=LIB realloc=LIB free=LIB" (s_got.c) as a map.
 fn parse_slots(line: &str) -> std::collections::BTreeMap<String, String> {
     let rest = line.split_once("slots ").unwrap_or_else(|| panic!("not a slots line: {line:?}")).1;

@@ -319,6 +319,8 @@ pub enum CliError {
     #[error(transparent)]
     Ctl(#[from] crate::ctl::CtlError),
     #[error(transparent)]
+    Dump(#[from] crate::ctl::DumpError),
+    #[error(transparent)]
     Compact(#[from] crate::trace::compact::CompactError),
     #[error(transparent)]
     Topo(#[from] crate::topo::TopoError),
@@ -528,11 +530,12 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
     use crate::ctl::{self, CtlPage};
     match a.action {
         CtlAction::Dump { output, timeout } => {
-            let trace = ctl::flush_for_dump(a.pid, std::time::Duration::from_secs(timeout))?;
             let out = output.unwrap_or_else(|| ctl::default_dump_path(a.pid));
-            let req = crate::profile::export::ExportRequest { pprof: Some(out.clone()), ..Default::default() };
-            crate::profile::export::export(&trace, &req)?;
-            eprintln!("mtlab: wrote {} (profile of process {} so far, from {})", out.display(), a.pid, trace.display());
+            let d = ctl::dump(a.pid, &out, std::time::Duration::from_secs(timeout))?;
+            eprintln!("mtlab: wrote {} (profile of process {} so far, from {})", out.display(), a.pid, d.trace.display());
+            for line in ctl::reading_lines(&d).lines() {
+                eprintln!("mtlab: {line}");
+            }
         }
         action => {
             let page = CtlPage::open(a.pid)?;

@@ -198,6 +198,73 @@ impl AllocatorStats {
     }
 }
 
+/// The heap manager's own figures read after a `mtlab ctl dump` (an
+/// ALLOCSTATS record), beside mtlab's estimate of the bytes in use then.
+#[derive(Debug, Clone, Serialize)]
+pub struct AllocatorReading {
+    /// Which dump asked for it (1 for the first `ctl dump` of the process).
+    pub dump: u64,
+    pub at_ns: Option<u64>,
+    /// None: the heap manager keeps no figures mtlab can read.
+    pub source: Option<String>,
+    pub in_use_bytes: Option<u64>,
+    pub in_use_at_start_bytes: Option<u64>,
+    pub mapped_bytes: Option<u64>,
+    pub mapped_at_start_bytes: Option<u64>,
+    /// A sampled trace's estimate of the bytes in use at that moment
+    /// (requested bytes of blocks allocated while sampling was on).
+    pub mtlab_in_use_bytes: Option<Estimate>,
+    #[serde(skip)]
+    pub tsc: u64,
+}
+
+impl AllocatorReading {
+    /// What was handed out while mtlab watched: in use now less in use when tracing started.
+    pub fn traced_in_use_bytes(&self) -> Option<u64> {
+        Some(self.in_use_bytes?.saturating_sub(self.in_use_at_start_bytes.unwrap_or(0)))
+    }
+
+    /// Every reading of `trace`, in time order, without mtlab's estimates
+    /// (`with_estimates` adds them).
+    pub fn all_of(trace: &TraceFile) -> Vec<AllocatorReading> {
+        let mut list: Vec<AllocatorReading> = trace
+            .allocator_readings
+            .iter()
+            .filter_map(|kv| {
+                let get = |k: &str| kv.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+                let num = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());
+                let tsc = num(keys::READING_TSC)?;
+                Some(AllocatorReading {
+                    dump: num(keys::READING_DUMP).unwrap_or(0),
+                    at_ns: trace.header.ns_since_start(tsc),
+                    source: get(keys::ALLOCATOR_STATS).map(str::to_string),
+                    in_use_bytes: num(keys::ALLOCATOR_IN_USE_BYTES),
+                    in_use_at_start_bytes: num(keys::ALLOCATOR_IN_USE_AT_START_BYTES),
+                    mapped_bytes: num(keys::ALLOCATOR_MAPPED_BYTES),
+                    mapped_at_start_bytes: num(keys::ALLOCATOR_MAPPED_AT_START_BYTES),
+                    mtlab_in_use_bytes: None,
+                    tsc,
+                })
+            })
+            .collect();
+        list.sort_by_key(|r| r.tsc);
+        list
+    }
+
+    /// The times a sampled pass should estimate the bytes in use at.
+    pub fn tscs(list: &[AllocatorReading]) -> Vec<u64> {
+        list.iter().map(|r| r.tsc).collect()
+    }
+
+    /// Sets mtlab's estimates (`SampledProfile::inuse_at_checkpoints`, in the same order).
+    pub fn with_estimates(mut list: Vec<AllocatorReading>, estimates: &[Estimate]) -> Vec<AllocatorReading> {
+        for (r, e) in list.iter_mut().zip(estimates) {
+            r.mtlab_in_use_bytes = Some(*e);
+        }
+        list
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ProcessReport {
     pub file: String,
@@ -229,6 +296,8 @@ pub struct ProcessReport {
     pub trace_reopened: u64,
     /// The heap manager's own figures at exit, where it has them.
     pub allocator_stats: Option<AllocatorStats>,
+    /// Its figures read after each `mtlab ctl dump` (sampled traces).
+    pub allocator_readings: Vec<AllocatorReading>,
     pub stacks_overflowed: Option<u64>,
     pub clean_end: bool,
     pub unknown_frees: u64,
@@ -575,7 +644,8 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         program_maps: ProgramMappings { calls: 0, bytes: 0 },
     };
     // A sampled trace's profile is estimated in this same decode pass.
-    let mut sampled = (trace.header.sample_interval > 0).then(SampledPass::default);
+    let readings = AllocatorReading::all_of(trace);
+    let mut sampled = (trace.header.sample_interval > 0).then(|| SampledPass::with_checkpoints(AllocatorReading::tscs(&readings)));
     let mut items = trace.items()?;
     let mut last_tsc = 0;
     let maps = parse_all_maps(&trace.maps);
@@ -650,6 +720,10 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         _ => None,
     };
     let sampled = sampled.map(|s| s.finish(trace, &pass.stacks, maps));
+    let allocator_readings = match &sampled {
+        Some(p) => AllocatorReading::with_estimates(readings, &p.inuse_at_checkpoints),
+        None => readings,
+    };
     let distinct = pass.stacks.len() as u64;
     let stacks = match &sampled {
         // A sampled trace's allocations are its samples.
@@ -707,6 +781,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         chunks_damaged: trace.records_damaged + items.chunks_damaged().0,
         trace_reopened: stat(keys::TRACE_REOPENED).unwrap_or(0),
         allocator_stats: AllocatorStats::read(trace, &trace.header.allocator, &end),
+        allocator_readings,
         stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),
         clean_end: trace.end.is_some(),
         unknown_frees: pass.heap.unknown_frees,

@@ -34,7 +34,7 @@ pub enum ProfileExportError {
 pub fn profile_of(file: &Path) -> Result<ProfileData, TraceError> {
     let trace = TraceFile::open(file)?;
     if trace.header.sample_interval > 0 {
-        Ok(sampled::read_sampled(&trace)?.data)
+        Ok(sampled::read_sampled(&trace, Vec::new())?.data)
     } else {
         sampled::full_profile(&trace)
     }

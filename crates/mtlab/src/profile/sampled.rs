@@ -101,6 +101,9 @@ pub struct SampledProfile {
     pub stacks: Vec<SampledStack>,
     #[serde(skip)]
     pub data: ProfileData,
+    /// The in-use estimate at each checkpoint (`SampledPass::with_checkpoints`).
+    #[serde(skip)]
+    pub inuse_at_checkpoints: Vec<Estimate>,
 }
 
 struct Live {
@@ -154,6 +157,11 @@ pub struct SampledPass {
     total: SampledStack,
     first_tsc: u64,
     last_tsc: u64,
+    /// Times (TSC, ascending) at which the in-use estimate is wanted (the
+    /// heap manager's readings after `mtlab ctl dump`), and the estimates
+    /// taken there so far.
+    checkpoints: Vec<u64>,
+    inuse_at: Vec<Estimate>,
 }
 
 impl Default for SampledPass {
@@ -167,6 +175,8 @@ impl Default for SampledPass {
             total: empty_stack(0),
             first_tsc: u64::MAX,
             last_tsc: 0,
+            checkpoints: Vec::new(),
+            inuse_at: Vec::new(),
         }
     }
 }
@@ -185,7 +195,33 @@ fn empty_stack(stack_id: u32) -> SampledStack {
 }
 
 impl SampledPass {
+    /// A pass that also estimates the bytes in use at each of `tscs`.
+    pub fn with_checkpoints(mut tscs: Vec<u64>) -> Self {
+        tscs.sort_unstable();
+        SampledPass { checkpoints: tscs, ..SampledPass::default() }
+    }
+
+    /// The estimate of bytes in use now, from the samples still live.
+    fn inuse_now(&self, fallback_interval: u64) -> Estimate {
+        let mut e = Estimate::default();
+        for l in self.live.values() {
+            e.add(l.bytes, l.weight);
+        }
+        e.close(fallback_interval.max(1) as f64);
+        e
+    }
+
+    fn take_checkpoints_before(&mut self, tsc: u64) {
+        while self.inuse_at.len() < self.checkpoints.len() && self.checkpoints[self.inuse_at.len()] < tsc {
+            let interval = self.intervals.iter().copied().max().unwrap_or(1);
+            self.inuse_at.push(self.inuse_now(interval));
+        }
+    }
+
     pub fn event(&mut self, ev: &Event) {
+        if self.inuse_at.len() < self.checkpoints.len() {
+            self.take_checkpoints_before(ev.tsc);
+        }
         match ev.kind {
             EventKind::Sample { size, ptr, interval, .. } if ptr != 0 => {
                 self.samples += 1;
@@ -211,8 +247,9 @@ impl SampledPass {
 
     /// The profile, once every event of `trace` has been fed; `stacks` are
     /// the trace's stack definitions, `maps` its mappings (`parse_all_maps`).
-    pub fn finish(self, trace: &TraceFile, stacks: &HashMap<u32, Vec<u64>>, maps: Vec<Mapping>) -> SampledProfile {
-        let SampledPass { mut per, live, intervals, samples, frees, mut total, first_tsc, last_tsc } = self;
+    pub fn finish(mut self, trace: &TraceFile, stacks: &HashMap<u32, Vec<u64>>, maps: Vec<Mapping>) -> SampledProfile {
+        self.take_checkpoints_before(u64::MAX);
+        let SampledPass { mut per, live, intervals, samples, frees, mut total, first_tsc, last_tsc, checkpoints: _, inuse_at } = self;
         for l in live.values() {
             add_live(&mut total, l);
             if let Some(s) = per.get_mut(&l.stack) {
@@ -261,13 +298,15 @@ impl SampledPass {
             },
             stacks: list,
             data,
+            inuse_at_checkpoints: inuse_at,
         }
     }
 }
 
-pub fn read_sampled(trace: &TraceFile) -> Result<SampledProfile, TraceError> {
+/// The sampled profile of `trace`, with the in-use estimate at each of `checkpoints` (TSC).
+pub fn read_sampled(trace: &TraceFile, checkpoints: Vec<u64>) -> Result<SampledProfile, TraceError> {
     let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
-    let mut pass = SampledPass::default();
+    let mut pass = SampledPass::with_checkpoints(checkpoints);
     let maps = parse_all_maps(&trace.maps);
     let code = CodeRanges::new(&maps);
     for item in trace.items()? {

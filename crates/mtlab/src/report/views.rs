@@ -3,7 +3,7 @@
 
 use super::{human_bytes, RunReport};
 use crate::export::{Cell, Table, View};
-use crate::heap::analyze::SiteReport;
+use crate::heap::analyze::{AllocatorReading, SiteReport};
 use crate::heap::model::HeapSnapshot;
 use crate::heap::ProcessReport;
 
@@ -252,7 +252,21 @@ pub fn views(run: &RunReport) -> Vec<View> {
                      _exit or exec), or its trace could not be completed (disk full); events after its last flush are missing"
                 .into(),
         });
-        if let Some(a) = &p.allocator_stats {
+        if let (Some(a), Some(prof)) = (&p.allocator_stats, &p.profile) {
+            // A sampled trace knows the bytes in use only as an estimate, and no mapped bytes.
+            let at_exit = AllocatorReading {
+                dump: 0,
+                at_ns: p.duration_ns,
+                source: Some(a.source.clone()),
+                in_use_bytes: a.in_use_bytes,
+                in_use_at_start_bytes: a.in_use_at_start_bytes,
+                mapped_bytes: a.mapped_bytes,
+                mapped_at_start_bytes: a.mapped_at_start_bytes,
+                mtlab_in_use_bytes: Some(prof.totals.inuse_bytes),
+                tsc: 0,
+            };
+            note(format!("at exit: {}", allocator_reading_text(&at_exit, &p.allocator).replace('\n', "; ")));
+        } else if let Some(a) = &p.allocator_stats {
             let side = |theirs: Option<u64>, ours: u64| match theirs {
                 Some(t) if t > 0 => format!(
                     "{} (mtlab: {}, {:+.2} %)",
@@ -274,6 +288,10 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 side(a.traced_mapped_bytes(), a.mtlab_mapped_bytes),
                 before(a.mapped_at_start_bytes),
             ));
+        }
+        for r in &p.allocator_readings {
+            let at = r.at_ns.map(|ns| format!(" at {:.3} s", ns as f64 / 1e9)).unwrap_or_default();
+            note(format!("dump {}{at}: {}", r.dump, allocator_reading_text(r, &p.allocator).replace('\n', "; ")));
         }
         if p.trace_reopened > 0 {
             note(format!(
@@ -314,6 +332,42 @@ pub fn views(run: &RunReport) -> Vec<View> {
             note(format!("warning: {w}"));
         }
         note(String::new());
+    }
+    out
+}
+
+/// The heap manager's own figures read after a `mtlab ctl dump`, beside
+/// mtlab's estimate then (also printed by `mtlab ctl dump`); two lines.
+pub fn allocator_reading_text(r: &AllocatorReading, allocator: &str) -> String {
+    let Some(source) = &r.source else {
+        return format!("the heap manager ({allocator}) keeps no figures mtlab can read");
+    };
+    let mut parts = Vec::new();
+    match r.in_use_bytes {
+        Some(b) => parts.push(match r.traced_in_use_bytes() {
+            Some(t) => format!("{} in use ({} since tracing started)", human_bytes(b), human_bytes(t)),
+            None => format!("{} in use", human_bytes(b)),
+        }),
+        None => parts.push("no count of bytes in use".to_string()),
+    }
+    if let Some(m) = r.mapped_bytes {
+        parts.push(format!("{} mapped", human_bytes(m)));
+    }
+    let mut out = format!("the heap manager's own figures ({source}): {}", parts.join(", "));
+    if let Some(e) = &r.mtlab_in_use_bytes {
+        out += &format!(
+            "\nmtlab's estimate of the bytes in use (blocks allocated while sampling was on): {} [{}, {}]",
+            human_bytes(e.value as u64),
+            human_bytes(e.low as u64),
+            human_bytes(e.high as u64)
+        );
+        if let Some(t) = r.traced_in_use_bytes().filter(|&t| t > 0) {
+            let inside = if e.covers(t as f64) { "inside" } else { "outside" };
+            out += &format!(
+                ", {:+.1} % of the heap manager's (its figure is {inside} the 95 % interval)",
+                (e.value - t as f64) / t as f64 * 100.0
+            );
+        }
     }
     out
 }

@@ -192,6 +192,9 @@ pub struct TraceFile {
     pub runinfo: Vec<(String, String)>,
     /// The writer's own costs (STATS record): stacks captured, unwind cycles, samples.
     pub stats: Vec<(String, String)>,
+    /// The heap manager's own figures read after each `mtlab ctl dump`
+    /// (ALLOCSTATS records: tsc=, dump=, allocator_* keys), in file order.
+    pub allocator_readings: Vec<Vec<(String, String)>>,
     /// Problems met while indexing (damage, odd header values).
     pub warnings: Vec<String>,
     /// Records found damaged and skipped by the index pass (version 3:
@@ -216,6 +219,7 @@ impl TraceFile {
             end: None,
             runinfo: Vec::new(),
             stats: Vec::new(),
+            allocator_readings: Vec::new(),
             warnings,
             records_damaged: 0,
             file_len,
@@ -286,10 +290,10 @@ impl TraceFile {
             }
             // Only EVENTS carry checksums: a flag for them elsewhere is a
             // damaged type (an EVENTS record read as END would invent counts).
-            REC_MAPS | REC_END | REC_RUNINFO | REC_STATS if checked && rec.flags & !RECORD_FLAG_ZSTD != 0 => {
+            REC_MAPS | REC_END | REC_RUNINFO | REC_STATS | REC_ALLOCSTATS if checked && rec.flags & !RECORD_FLAG_ZSTD != 0 => {
                 return Ok(bad(format!("{} record with flags {:#x} only EVENTS records have", record_name(rec.ty), rec.flags)));
             }
-            REC_MAPS | REC_END | REC_RUNINFO | REC_STATS => {
+            REC_MAPS | REC_END | REC_RUNINFO | REC_STATS | REC_ALLOCSTATS => {
                 s.buf.resize(rec.payload_len as usize, 0);
                 file.read_exact_at(&mut s.buf, rec.payload_offset()).map_err(io)?;
                 let payload: &[u8] = if rec.flags & RECORD_FLAG_ZSTD != 0 {
@@ -308,6 +312,7 @@ impl TraceFile {
                     REC_MAPS => self.maps.push(String::from_utf8_lossy(payload).into_owned()),
                     REC_RUNINFO => self.runinfo.extend(parse_kv_text(&String::from_utf8_lossy(payload))),
                     REC_STATS => self.stats.extend(parse_kv_text(&String::from_utf8_lossy(payload))),
+                    REC_ALLOCSTATS => self.allocator_readings.push(parse_kv_text(&String::from_utf8_lossy(payload))),
                     _ => match EndRecord::from_bytes(payload) {
                         Some(end) => self.end = Some(end),
                         None => return Ok(bad(format!("END record of {} bytes is shorter than {END_PAYLOAD}", payload.len()))),
@@ -359,6 +364,7 @@ fn record_name(ty: u16) -> &'static str {
         REC_END => "END",
         REC_RUNINFO => "RUNINFO",
         REC_STATS => "STATS",
+        REC_ALLOCSTATS => "ALLOCSTATS",
         _ => "unknown",
     }
 }

@@ -39,6 +39,8 @@ pub const REC_MAPS: u16 = 2;
 pub const REC_END: u16 = 3;
 pub const REC_RUNINFO: u16 = 4;
 pub const REC_STATS: u16 = 5;
+/// The heap manager's own figures read after `mtlab ctl dump` (key=value text).
+pub const REC_ALLOCSTATS: u16 = 6;
 
 /// u32 tid, u32 n_events, u64 first_tsc, u64 last_tsc.
 pub const EVENTS_HEADER: u32 = 24;
@@ -79,7 +81,7 @@ pub const END_PAYLOAD: u32 = 48;
 
 /// The sampler's control page (`/dev/shm/mtlab-PID`), see mtlab_trace.h.
 pub const CTL_MAGIC: u64 = 0x4c54_4342_414c_544d;
-pub const CTL_VERSION: u32 = 1;
+pub const CTL_VERSION: u32 = 2;
 pub const CTL_SIZE: u32 = 4096;
 pub const CTL_ON: u32 = 0x1;
 pub const CTL_ACTIVE: u32 = 0x2;
@@ -96,6 +98,7 @@ pub const CTL_OFF_DUMP_SEQ: u32 = 64;
 pub const CTL_OFF_DUMP_DONE: u32 = 72;
 pub const CTL_OFF_SAMPLES: u32 = 80;
 pub const CTL_OFF_ROUTED: u32 = 88;
+pub const CTL_OFF_STATS_DONE: u32 = 96;
 pub const CTL_OFF_PATH: u32 = 128;
 
 /// Name of an event kind, for messages.
@@ -172,6 +175,7 @@ mod tests {
             ("EV_SAMPLE_FREE", EV_SAMPLE_FREE as u64),
             ("EV_KIND_COUNT", EV_KIND_COUNT as u64),
             ("REC_STATS", REC_STATS as u64),
+            ("REC_ALLOCSTATS", REC_ALLOCSTATS as u64),
             ("CTL_MAGIC", CTL_MAGIC),
             ("CTL_VERSION", CTL_VERSION as u64),
             ("CTL_SIZE", CTL_SIZE as u64),
@@ -183,6 +187,7 @@ mod tests {
             ("CTL_ROUTE_ON", CTL_ROUTE_ON as u64),
             ("CTL_ROUTE_ALLOC", CTL_ROUTE_ALLOC as u64),
             ("CTL_ROUTE_FREE", CTL_ROUTE_FREE as u64),
+            ("CTL_OFF_STATS_DONE", CTL_OFF_STATS_DONE as u64),
             ("CTL_OFF_STATE", CTL_OFF_STATE as u64),
             ("CTL_OFF_SIGNAL", CTL_OFF_SIGNAL as u64),
             ("CTL_OFF_INTERVAL", CTL_OFF_INTERVAL as u64),

@@ -61,5 +61,9 @@ pub const ALLOCATOR_MAPPED_BYTES: &str = "allocator_mapped_bytes";
 pub const ALLOCATOR_IN_USE_AT_START_BYTES: &str = "allocator_in_use_at_start_bytes";
 /// `allocator_mapped_bytes` when tracing started.
 pub const ALLOCATOR_MAPPED_AT_START_BYTES: &str = "allocator_mapped_at_start_bytes";
+/// ALLOCSTATS records (after `mtlab ctl dump`) carry the keys above and these two:
+/// the TSC when the figures were read, and the dump that asked for them.
+pub const READING_TSC: &str = "tsc";
+pub const READING_DUMP: &str = "dump";
 /// The process's peak resident set size, in KiB (`getrusage`).
 pub const MAX_RSS_KIB: &str = "max_rss_kib";

@@ -29,7 +29,7 @@ fn header_at(b: &[u8], offset: u64) -> RecHdr {
 }
 
 fn is_tail_record(r: &RecHdr) -> bool {
-    matches!(r.ty, REC_MAPS | REC_END | REC_RUNINFO | REC_STATS) && r.flags & !RECORD_FLAG_ZSTD == 0
+    matches!(r.ty, REC_MAPS | REC_END | REC_RUNINFO | REC_STATS | REC_ALLOCSTATS) && r.flags & !RECORD_FLAG_ZSTD == 0
 }
 
 /// A checked EVENTS record whose framing matches its checksum.
