@@ -225,6 +225,28 @@ pub fn status_line(pid: u32, page: &CtlPage) -> String {
     )
 }
 
+/// The process `mtlab ctl PID` means: PID itself when it has a control
+/// page; otherwise, when PID is a `mtlab record` (what `$!` gives after
+/// `mtlab record … &`), the one child of it that has one.
+pub fn traced_pid(pid: u32) -> u32 {
+    let has_page = |p: u32| std::path::Path::new(&format!("/dev/shm/mtlab-{p}")).exists();
+    if has_page(pid) {
+        return pid;
+    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return pid };
+    let mut found: Vec<u32> = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).collect::<Vec<_>>())
+        .filter(|&c| has_page(c))
+        .collect();
+    found.dedup();
+    match found[..] {
+        [one] => one,
+        _ => pid,
+    }
+}
+
 /// Where `ctl dump` writes by default.
 pub fn default_dump_path(pid: u32) -> PathBuf {
     PathBuf::from(format!("mtlab.{pid}.heap.pb.gz"))

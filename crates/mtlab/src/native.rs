@@ -77,6 +77,77 @@ impl Part {
     }
 }
 
+/// A built-in workload as `mtlab workload NAME` runs it: the part, the
+/// arguments that come first, and what it does.
+pub struct Workload {
+    pub name: &'static str,
+    pub part: Part,
+    pub leading_args: &'static [&'static str],
+    pub about: &'static str,
+}
+
+pub const WORKLOADS: &[Workload] = &[
+    Workload {
+        name: "malloc-test",
+        part: Part::MallocTest,
+        leading_args: &[],
+        about: "threads allocating and freeing blocks at a given call depth (the tracer benchmark's workload): --threads N --size BYTES --depth N --iterations N",
+    },
+    Workload {
+        name: "latency-pipeline",
+        part: Part::LatencyPipeline,
+        leading_args: &[],
+        about: "market data in, orders out through a pipeline of threads; prints tick-to-trade latency: --messages N --rate MSG_PER_S --mode threads|processes",
+    },
+    Workload {
+        name: "heap-small",
+        part: Part::HeapWorkloads,
+        leading_args: &["small"],
+        about: "many small short-lived objects, 4 M allocations (heap study); optional SCALE 1-1000 multiplies the work",
+    },
+    Workload {
+        name: "heap-xthread",
+        part: Part::HeapWorkloads,
+        leading_args: &["xthread"],
+        about: "producer/consumer threads, every free another thread's block (heap study); optional SCALE 1-1000 multiplies the work",
+    },
+    Workload {
+        name: "heap-threshold",
+        part: Part::HeapWorkloads,
+        leading_args: &["threshold"],
+        about: "storms of large blocks around glibc's mmap threshold (heap study); optional SCALE 1-1000 multiplies the work",
+    },
+    Workload {
+        name: "heap-phases",
+        part: Part::HeapWorkloads,
+        leading_args: &["phases"],
+        about: "a tall peak of objects, all but every 16th freed, a second phase on top (heap study); optional SCALE 1-1000 multiplies the work",
+    },
+    Workload {
+        name: "threads-create",
+        part: Part::ThreadsCreate,
+        leading_args: &[],
+        about: "thread creation and wait, timed one at a time (threads study): --wait join|barrier --stack KiB --ms MS",
+    },
+    Workload {
+        name: "threads-ctx",
+        part: Part::ThreadsCtx,
+        leading_args: &[],
+        about: "a token passed around a ring of threads: context switch cost (threads study): --threads N --transport pipe|futex|eventfd|cond --ms MS",
+    },
+    Workload {
+        name: "threads-chat",
+        part: Part::ThreadsChat,
+        leading_args: &[],
+        about: "a chat server and its clients in rooms (threads study): --rooms R --users U --messages M --mode threads|epoll",
+    },
+];
+
+/// The built-in workload called `name`.
+pub fn workload(name: &str) -> Option<&'static Workload> {
+    WORKLOADS.iter().find(|w| w.name == name)
+}
+
 fn fnv1a(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf29ce484222325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }

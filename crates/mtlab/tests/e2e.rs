@@ -1126,6 +1126,39 @@ fn demo_records_compacts_and_samples_the_built_in_workload() {
 }
 
 #[test]
+fn built_in_workloads_run_by_name_and_under_record_by_their_path() {
+    let lab = Lab::new();
+    let o = lab.command(MTLAB).arg("workload").output().unwrap();
+    assert_success(&o, "mtlab workload");
+    let list = String::from_utf8_lossy(&o.stdout).into_owned();
+    for name in ["malloc-test", "latency-pipeline", "heap-small", "heap-phases", "threads-ctx", "threads-chat"] {
+        assert!(list.contains(name), "the list names {name}: {list}");
+    }
+    // Run by name: the heap workload's own JSON line, its exact allocation count.
+    let o = lab.command(MTLAB).args(["workload", "heap-threshold", "1"]).output().unwrap();
+    assert_success(&o, "mtlab workload heap-threshold 1");
+    let line: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+    assert_eq!(line["workload"], "threshold");
+    // Traced by its path: the same calls, seen by the tracer.
+    let o = lab.command(MTLAB).args(["workload", "--path", "heap-threshold"]).output().unwrap();
+    assert_success(&o, "mtlab workload --path");
+    let cmd: Vec<String> = String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect();
+    assert_eq!(cmd.len(), 2, "path and the workload's leading argument: {cmd:?}");
+    assert_eq!(cmd[1], "threshold");
+    let args: Vec<&str> = vec![&cmd[1], "1"];
+    lab.record_ok("w.mtl", &cmd[0], &args);
+    let r = lab.report("w.mtl");
+    let calls: u64 = ["malloc", "calloc", "realloc"].iter().map(|f| r["functions"][f]["calls"].as_u64().unwrap_or(0)).sum();
+    // ... and one more: the buffer stdio allocates for the result line.
+    assert_eq!(calls, line["allocations"].as_u64().unwrap() + 1, "every allocation the workload counts is traced");
+    // Bad input: an unknown name lists the known ones; a bad argument is the workload's own usage.
+    let o = lab.command(MTLAB).args(["workload", "nope"]).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("no built-in workload \"nope\"; there are: malloc-test"), "{}", stderr(&o));
+    let o = lab.command(MTLAB).args(["workload", "heap-small", "0"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "the workload's own exit code for a bad argument");
+}
+
+#[test]
 fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() {
     let lab = Lab::new();
     let prog = lab.compile("threads");

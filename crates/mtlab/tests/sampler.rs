@@ -522,6 +522,9 @@ fn dump_reads_the_heap_managers_figures(allocator: &str, preload: Option<&str>, 
     let mut run = Running::start(cmd);
     let pid = run.pid();
     run.expect("held");
+    // `mtlab ctl` also takes the pid of `mtlab record` itself (what `$!` gives).
+    let st = ctl_ok(&lab, run.child.id(), &["status"]);
+    assert!(st.starts_with(&format!("process {pid}: sampling on")), "ctl with the record's pid {}: {st}", run.child.id());
     let o = ctl(&lab, pid, &["dump", "-o", lab.path("h.pb.gz").to_str().unwrap()]);
     assert_success(&o, "mtlab ctl dump");
     let err = String::from_utf8_lossy(&o.stderr).into_owned();

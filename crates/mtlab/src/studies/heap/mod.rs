@@ -140,6 +140,8 @@ struct Lab {
     mtlab: PathBuf,
     argv: Vec<OsString>,
     series: RefCell<BTreeMap<String, Vec<SeriesPoint>>>,
+    /// Per variant: the traced process measured, when not the root process.
+    measured: RefCell<BTreeMap<String, String>>,
 }
 
 fn bytes(metric: &str, v: u64) -> Sample {
@@ -278,8 +280,12 @@ impl Lab {
         let mut c = Command::new(&self.mtlab);
         c.arg("report").arg("--json").arg("--top").arg("1").arg(&trace);
         let m = measure(c, "mtlab report")?;
-        let r: serde_json::Value =
+        let root: serde_json::Value =
             serde_json::from_str(&m.stdout).map_err(|e| StudyError::Output(format!("mtlab report --json: {e}")))?;
+        let r = busiest(&root);
+        if !std::ptr::eq(r, &root) {
+            self.measured.borrow_mut().insert(v.name.clone(), measured_name(r));
+        }
         let (detected, path) = (r["allocator"].as_str().unwrap_or("?"), r["allocator_path"].as_str().unwrap_or("?"));
         if !a.matches(detected, path) {
             return Err(StudyError::Output(format!(
@@ -294,13 +300,39 @@ impl Lab {
             .and_then(|v| v.parse::<f64>().ok())
             .ok_or_else(|| StudyError::Output(format!("{}: the trace has no wall_ns in RUNINFO", cfg.name)))?;
         let rss = tf.stats.iter().find(|(k, _)| k == keys::MAX_RSS_KIB).and_then(|(_, v)| v.parse::<u64>().ok());
-        let mut out = traced_samples(&r, wall / 1e9, &cfg.name)?;
+        let mut out = traced_samples(r, wall / 1e9, &cfg.name)?;
         if let Some(kib) = rss {
             out.push(bytes("peak_rss", kib * 1024));
         }
-        self.series.borrow_mut().insert(v.name.clone(), series_of(&r));
+        self.series.borrow_mut().insert(v.name.clone(), series_of(r));
         Ok(out)
     }
+}
+
+/// The traced process (or exec'd image) with the most allocator calls in
+/// the report's tree: the program itself when a wrapper (a shell script, an
+/// `env` or version-manager shim) runs it, or its busiest child.
+fn busiest(root: &serde_json::Value) -> &serde_json::Value {
+    let calls = |p: &serde_json::Value| -> f64 {
+        p["functions"].as_object().map(|f| f.values().filter_map(|v| v["calls"].as_f64()).sum()).unwrap_or(0.0)
+    };
+    let mut best = root;
+    let mut stack = vec![root];
+    while let Some(p) = stack.pop() {
+        if calls(p) > calls(best) {
+            best = p;
+        }
+        if let Some(children) = p["children"].as_array() {
+            stack.extend(children.iter());
+        }
+    }
+    best
+}
+
+/// The command line of a report node (its pid changes from run to run).
+fn measured_name(p: &serde_json::Value) -> String {
+    let cmd: Vec<&str> = p["cmdline"].as_array().map(|a| a.iter().filter_map(|v| v.as_str()).collect()).unwrap_or_default();
+    cmd.join(" ")
 }
 
 /// A file name for a variant's traces.
@@ -332,10 +364,19 @@ fn run_variants(mut run: Run, variants: &[Variant], argv: &[OsString], runner_op
             run.environment.software.insert(a.name.clone(), ver);
         }
     }
-    let lab = Lab { dir, mtlab, argv: argv.to_vec(), series: RefCell::new(BTreeMap::new()) };
+    let lab = Lab { dir, mtlab, argv: argv.to_vec(), series: RefCell::new(BTreeMap::new()), measured: RefCell::new(BTreeMap::new()) };
     progress.inc_length(((runner_opts.warmup + runner_opts.reps) as usize * configs.len()) as u64);
     runner::run_all(&mut run, &configs, runner_opts, progress, |c, _| lab.trial(c, variants))?;
     let details = Details { series: lab.series.into_inner() };
+    let mut measured: Vec<String> = lab.measured.into_inner().into_values().collect();
+    measured.sort();
+    measured.dedup();
+    for m in measured {
+        run.notes.push(format!(
+            "traced figures are those of the traced process with the most allocator calls, not the first one started \
+             (a wrapper ran the program): {m}"
+        ));
+    }
     run.details = serde_json::to_value(details).unwrap_or_default();
     run.notes.push(
         "traced figures come from mtlab's shadow heap: live = bytes requested and not freed; mapped = bytes the \
