@@ -600,7 +600,7 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
                     page.set_active(true);
                     if !routed(&page) {
                         let signal = page.signal();
-                        return Err(ctl::CtlError::NotRouted { pid: pid, secs: ROUTE_TIMEOUT, signal }.into());
+                        return Err(ctl::CtlError::NotRouted { pid, secs: ROUTE_TIMEOUT, signal }.into());
                     }
                 }
                 CtlAction::Stop => {
