@@ -186,10 +186,12 @@ pub fn tsc_hz() -> u64 {
     ((t1.wrapping_sub(t0)) as f64 * 1e9 / ns) as u64
 }
 
-fn run(mut cmd: Command, program: &str) -> Result<(ExitStatus, Duration), RecordError> {
+/// Runs `cmd` to its end; `on_start` is given its pid once it runs.
+fn run(mut cmd: Command, program: &str, on_start: impl FnOnce(u32)) -> Result<(ExitStatus, Duration), RecordError> {
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
     let _guard = SignalGuard::new(child.id());
+    on_start(child.id());
     let status = child.wait().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
     Ok((status, start.elapsed()))
 }
@@ -274,7 +276,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         // The traced run gets the real stdin; the baseline reads nothing.
         cmd.args(&cfg.args).stdin(std::process::Stdio::null());
         eprintln!("mtlab: baseline run of {shown} (untraced, stdin from /dev/null)");
-        Some(run(cmd, &shown)?.1)
+        Some(run(cmd, &shown, |_| {})?.1)
     } else {
         None
     };
@@ -310,7 +312,13 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     if let Some(fd) = live.as_ref().and_then(|l| l.fd()) {
         cmd.env("MTLAB_WATERMARK_FD", fd.to_string());
     }
-    let ran = run(cmd, &shown);
+    let sampling = cfg.sample.is_some();
+    // `mtlab ctl` wants the program's pid; a shell's `$!` is this process's.
+    let ran = run(cmd, &shown, |pid| {
+        if sampling {
+            eprintln!("mtlab: sampling process {pid}: `mtlab ctl {pid} status|start|stop|dump` controls it");
+        }
+    });
     if let Some(l) = live.as_mut() {
         l.spawned();
     }

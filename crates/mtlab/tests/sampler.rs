@@ -533,6 +533,7 @@ fn dump_reads_the_heap_managers_figures(allocator: &str, preload: Option<&str>, 
     run.send("stop");
     let (status, err) = run.finish();
     assert!(status.success(), "{err}");
+    assert!(err.contains(&format!("mtlab: sampling process {pid}: `mtlab ctl {pid}")), "record names the pid to control: {err}");
 
     let r = lab.report("h.mtl");
     assert_eq!(r["allocator"], allocator, "the trace names the allocator");

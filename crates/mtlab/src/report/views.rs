@@ -206,7 +206,10 @@ pub fn views(run: &RunReport) -> Vec<View> {
         };
         note(format!("allocator: {} ({}), {count}, traced time: {dur}", p.allocator, p.allocator_path));
         if let Some(e) = &p.exit {
-            note(format!("program ended with {e}"));
+            note(match e.strip_prefix("killed by signal ").and_then(|n| n.parse::<u64>().ok()) {
+                Some(sig) => format!("program was killed by signal {sig}{}", signal_name(sig)),
+                None => format!("program ended with {e}"),
+            });
         }
         note(String::new());
         match &p.profile {
@@ -248,6 +251,10 @@ pub fn views(run: &RunReport) -> Vec<View> {
                  memory for a buffer): the heap figures above miss these calls (a dropped free leaves its block \
                  counted as live)"
             ),
+            None if p.exit.as_deref().is_some_and(|e| e.starts_with("exit code")) => "events dropped: unknown — no END \
+                record: the process left without running its exit handlers (it called _exit, or exec'd another program), \
+                or its trace could not be completed (disk full); events after its last flush are missing"
+                .into(),
             None => "events dropped: unknown — no END record: the process did not end through exit (abort, fatal signal, \
                      _exit or exec), or its trace could not be completed (disk full); events after its last flush are missing"
                 .into(),
@@ -371,3 +378,19 @@ pub fn allocator_reading_text(r: &AllocatorReading, allocator: &str) -> String {
     }
     out
 }
+
+/// " (Aborted)": the description libc gives a signal number, if any.
+fn signal_name(sig: u64) -> String {
+    // SAFETY: strsignal returns a pointer to a static or thread-local string (never freed by us), or NULL.
+    let p = unsafe { libc::strsignal(sig as libc::c_int) };
+    if p.is_null() {
+        return String::new();
+    }
+    // SAFETY: p is a NUL-terminated string owned by libc, read at once.
+    let text = unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    if text.starts_with("Unknown signal") || text.starts_with("Real-time signal") {
+        return String::new();
+    }
+    format!(" ({text})")
+}
+
