@@ -62,6 +62,14 @@ pub(crate) fn emit(doc: &Document, json: bool, csv: Option<&PathBuf>, svg: Optio
     Ok(())
 }
 
+/// Writes `doc` as one self-contained HTML page (`--html FILE`).
+pub(crate) fn write_html(doc: &Document, path: &std::path::Path, title: &str, images: &[export::html::Image]) -> Result<(), CliError> {
+    let html = export::html::page(title, &doc.views, images)?;
+    std::fs::write(path, html).map_err(|source| export::ExportError::Write { path: path.to_path_buf(), source })?;
+    eprintln!("mtlab: wrote {} (a self-contained page: open it in a browser)", path.display());
+    Ok(())
+}
+
 fn print_out(text: impl AsRef<str>) {
     export::print_stdout(text.as_ref().as_bytes());
 }
@@ -291,6 +299,9 @@ struct ReportArgs {
     /// Write the heap profile (allocated and in-use objects and bytes) as gzipped pprof, for `go tool pprof`.
     #[arg(long, value_name = "OUT.pb.gz")]
     pprof: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page: tables, memory over time, the flame graph.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     /// Write an interactive SVG flame graph of --flame-value.
     #[arg(long, value_name = "OUT.svg")]
     flamegraph: Option<PathBuf>,
@@ -575,8 +586,33 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
             eprintln!("mtlab: wrote {}", f.display());
         }
     }
-    emit(&report::document(&run), a.json, a.csv.as_ref(), None)?;
+    let doc = report::document(&run);
+    emit(&doc, a.json, a.csv.as_ref(), None)?;
+    if let Some(path) = &a.html {
+        let images = run.processes.first().map(|p| flame_image(p, a.flame_value)).unwrap_or_default();
+        write_html(&doc, path, &format!("mtlab report {}", a.file.display()), &images)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The flame graph of a process's profile (estimated, or exact from a full
+/// trace) for the HTML report; none when it has no stacks.
+fn flame_image(p: &heap::ProcessReport, value: crate::profile::flame::FlameValue) -> Vec<export::html::Image> {
+    use crate::profile::flame;
+    let data = match &p.profile {
+        Some(s) => Some(s.data.clone()),
+        None => crate::profile::export::profile_of(std::path::Path::new(&p.file)).ok(),
+    };
+    let Some(data) = data else { return Vec::new() };
+    let mut sym = crate::symbolize::Symbolizer::new(&data.maps);
+    let lines = flame::folded(&data, &mut sym, value);
+    if lines.is_empty() {
+        return Vec::new();
+    }
+    match flame::flamegraph_svg(&lines, value) {
+        Ok(svg) => vec![export::html::Image { title: format!("process {}: {}", p.pid, value.title()), svg: String::from_utf8_lossy(&svg).into_owned() }],
+        Err(_) => Vec::new(),
+    }
 }
 
 fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {

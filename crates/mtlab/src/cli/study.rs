@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use super::{emit, parse_percent, parse_size_arg, CliError};
+use super::{emit, parse_percent, parse_size_arg, write_html, CliError};
 use crate::export::{self, csv::CsvExporter, json::JsonExporter, Document};
 use crate::record::Unwind;
 use crate::store::{RunFilter, Store};
@@ -37,6 +37,9 @@ pub struct OutputArgs {
     /// Also write every plot as an SVG file into DIR.
     #[arg(long, value_name = "DIR")]
     pub svg: Option<PathBuf>,
+    /// Also write the run as one self-contained HTML page: tables (sortable), plots, the environment.
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// No progress bar (it is shown only when stderr is a terminal anyway).
     #[arg(short, long)]
     pub quiet: bool,
@@ -299,7 +302,11 @@ pub fn finish(mut run: Run, out: &OutputArgs) -> Result<ExitCode, CliError> {
         }
         Some(r)
     };
-    emit(&studies::document(&run), out.json, out.csv.as_ref(), out.svg.as_ref())?;
+    let doc = studies::document(&run);
+    emit(&doc, out.json, out.csv.as_ref(), out.svg.as_ref())?;
+    if let Some(path) = &out.html {
+        write_html(&doc, path, &run_title(&run), &[])?;
+    }
     match stored {
         Some(Ok((id, path))) => {
             eprintln!("mtlab: stored as run {id} in {}; show it again with `mtlab runs show {id}`", path.display());
@@ -356,6 +363,9 @@ struct ShowArgs {
     /// Also write its plots as SVG files into DIR.
     #[arg(long, value_name = "DIR")]
     svg: Option<PathBuf>,
+    /// Also write the run as one self-contained HTML page.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     #[command(flatten)]
     store: StorePath,
 }
@@ -407,7 +417,11 @@ pub fn runs(a: RunsArgs) -> Result<ExitCode, CliError> {
         }
         RunsAction::Show(s) => {
             let run = s.store.existing()?.get(s.id)?;
-            emit(&studies::document(&run), s.json, s.csv.as_ref(), s.svg.as_ref())?;
+            let doc = studies::document(&run);
+            emit(&doc, s.json, s.csv.as_ref(), s.svg.as_ref())?;
+            if let Some(path) = &s.html {
+                write_html(&doc, path, &run_title(&run), &[])?;
+            }
         }
         RunsAction::Export(e) => {
             let run = e.store.existing()?.get(e.id)?;
@@ -415,6 +429,14 @@ pub fn runs(a: RunsArgs) -> Result<ExitCode, CliError> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A page title for a study run.
+fn run_title(run: &crate::study::model::Run) -> String {
+    match run.id {
+        Some(id) => format!("mtlab run {id}: {}", run.title),
+        None => format!("mtlab: {}", run.title),
+    }
 }
 
 /// `runs export`: JSON on stdout, or CSV files only (no tables on screen).
@@ -446,6 +468,9 @@ pub struct DiffArgs {
     /// Also write the comparison as CSV into DIR.
     #[arg(long, value_name = "DIR")]
     csv: Option<PathBuf>,
+    /// Also write the comparison as one self-contained HTML page.
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
     #[command(flatten)]
     store: StorePath,
 }
@@ -454,7 +479,11 @@ pub fn diff(a: DiffArgs) -> Result<ExitCode, CliError> {
     let store = a.store.existing()?;
     let (ra, rb) = (store.get(a.run_a)?, store.get(a.run_b)?);
     let d = crate::study::diff::diff(&ra, &rb, a.threshold / 100.0)?;
-    emit(&crate::study::diff::document(&d), a.json, a.csv.as_ref(), None)?;
+    let doc = crate::study::diff::document(&d);
+    emit(&doc, a.json, a.csv.as_ref(), None)?;
+    if let Some(path) = &a.html {
+        write_html(&doc, path, &format!("mtlab diff {} {}: {}", a.run_a, a.run_b, ra.title), &[])?;
+    }
     if a.fail_on_regression && d.regressions() > 0 {
         return Ok(ExitCode::from(3));
     }

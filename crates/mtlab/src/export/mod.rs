@@ -3,6 +3,7 @@
 //! and hand it to these; nothing else formats results.
 
 pub mod csv;
+pub mod html;
 pub mod json;
 pub mod svg;
 pub mod text;

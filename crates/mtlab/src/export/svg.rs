@@ -90,7 +90,9 @@ fn tick_label(scale: Scale, v: f64) -> String {
             if v.abs() >= 100.0 || v.fract() == 0.0 {
                 format!("{v:.0}")
             } else {
-                format!("{v:.2}")
+                // As many decimals as the tick needs (0.005, 0.01, 2.5), up to 4.
+                let t = format!("{v:.4}");
+                t.trim_end_matches('0').trim_end_matches('.').to_string()
             }
         }
         // Powers of two only: a tick between two is not a size anyone sweeps.
@@ -123,7 +125,10 @@ fn draw_line(plot: &Plot, x_scale: Scale, series: &[super::view::Series], svg: &
             .map_err(e)?
             .label(s.name.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2)));
-        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(e)?;
+        // Markers only where points are few enough to tell apart.
+        if pts.len() <= 60 {
+            chart.draw_series(pts.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(e)?;
+        }
         let bars = s.points.iter().filter_map(|p| {
             let x = axis_value(x_scale, p.x);
             Some(PathElement::new(vec![(x, p.low?), (x, p.high?)], c.stroke_width(1)))
@@ -285,6 +290,12 @@ impl Exporter for SvgExporter {
 mod tests {
     use super::super::view::{Bar, Point, Series};
     use super::*;
+
+    #[test]
+    fn linear_ticks_keep_the_decimals_that_tell_them_apart() {
+        let labels: Vec<String> = [0.005, 0.01, 0.015, 2.5, 3.0, 150.4].iter().map(|&v| tick_label(Scale::Linear, v)).collect();
+        assert_eq!(labels, ["0.005", "0.01", "0.015", "2.5", "3", "150"]);
+    }
 
     fn plot(kind: PlotKind) -> Plot {
         Plot { name: "p".into(), title: "a title".into(), x_label: "x axis".into(), y_label: "y axis".into(), kind }

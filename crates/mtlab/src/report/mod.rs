@@ -12,6 +12,7 @@ use crate::heap::ProcessReport;
 /// The report of a run for the exporters.
 pub fn document(run: &RunReport) -> Document {
     let mut views = views::views(run);
+    views.extend(run.processes.iter().filter_map(views::memory_plot).map(View::Plot));
     views.extend(csv_out::tables(run).into_iter().map(View::Table));
     Document { views, data: json::to_json(run) }
 }

@@ -394,3 +394,29 @@ fn signal_name(sig: u64) -> String {
     format!(" ({text})")
 }
 
+
+/// A process's live and mapped bytes against time (or heap events when the
+/// trace has no clock), for the HTML report; None with fewer than 2 points.
+pub fn memory_plot(p: &ProcessReport) -> Option<crate::export::Plot> {
+    use crate::export::{Plot, PlotKind, Point, Scale, Series};
+    if p.time_series.len() < 2 {
+        return None;
+    }
+    let timed = p.time_series.iter().all(|s| s.ns.is_some());
+    let x = |s: &crate::heap::analyze::SeriesPoint| if timed { s.ns.unwrap_or(0) as f64 / 1e9 } else { s.event as f64 };
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let line = |name: &str, y: &dyn Fn(&crate::heap::analyze::SeriesPoint) -> f64| Series {
+        name: name.to_string(),
+        points: p.time_series.iter().map(|s| Point { x: x(s), y: y(s), low: None, high: None }).collect(),
+    };
+    Some(Plot {
+        name: format!("memory-{}", p.pid),
+        title: format!("process {}: live and mapped bytes", p.pid),
+        x_label: if timed { "seconds since tracing started".into() } else { "heap events".into() },
+        y_label: "MiB".into(),
+        kind: PlotKind::Line {
+            x_scale: Scale::Linear,
+            series: vec![line("live", &|s| mib(s.live_bytes)), line("mapped", &|s| mib(s.mapped_bytes))],
+        },
+    })
+}
