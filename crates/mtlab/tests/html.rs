@@ -52,7 +52,7 @@ fn count(dom: &str, needle: &str) -> usize {
 }
 
 #[test]
-fn a_trace_report_and_a_study_run_open_in_chromium_without_errors() {
+fn the_report_and_the_demo_tour_open_in_chromium_without_errors() {
     let Some(chromium) = chromium() else {
         return skip("chromium is not installed (Debian: apt-get install chromium)");
     };
@@ -80,23 +80,32 @@ fn a_trace_report_and_a_study_run_open_in_chromium_without_errors() {
     assert!(size > 4 * blank, "the screenshot ({size} bytes) is not blank ({blank} bytes for an empty page)");
     keep(&png);
 
-    // A study run: the threads quick set is too long here; a heap compare of
-    // a built-in workload under glibc has tables and four plots.
-    let page = lab.path("heap.html");
-    let o = lab
-        .command(MTLAB)
-        .args(["heap", "compare", "--allocators", "glibc", "--workload", "threshold", "--reps", "1", "--no-store", "-q", "--html"])
-        .arg(&page)
-        .output()
-        .unwrap();
-    assert_success(&o, "mtlab heap compare --html");
-    let png = lab.path("heap.png");
+    // `mtlab demo`, the README's main command: the whole tour within its
+    // 3 minutes, its runs stored, its page complete.
+    let started = std::time::Instant::now();
+    let o = lab.command(MTLAB).args(["demo", "--store", "runs.sqlite", "--html", "demo.html"]).output().unwrap();
+    let took = started.elapsed();
+    assert_success(&o, "mtlab demo");
+    assert!(took.as_secs() < 180, "the tour took {took:?}; the README promises under 3 minutes on 2 cores");
+    let err = stderr(&o);
+    for step in 1..=6 {
+        assert!(err.contains(&format!("mtlab demo {step}/6: ")), "progress line of step {step}: {err}");
+    }
+    let runs = lab.command(MTLAB).args(["runs", "--store", "runs.sqlite", "--json"]).output().unwrap();
+    let runs: serde_json::Value = serde_json::from_slice(&runs.stdout).unwrap();
+    let studies: Vec<&str> = runs.as_array().unwrap().iter().filter_map(|r| r["study"].as_str()).collect();
+    assert_eq!(studies.len(), 4, "bench malloc, threads, heap compare and affinity stored: {studies:?}");
+    let page = lab.path("demo.html");
+    let png = lab.path("demo.png");
     let (dom, console) = load(&chromium, &page, &png);
-    assert!(console.is_empty(), "the study page logs nothing to the console: {console:?}");
+    assert!(console.is_empty(), "the tour's page logs nothing to the console: {console:?}");
     assert!(dom.contains("data-ready=\"1\""));
+    for section in ["1. The heap tracer", "2. The sampling heap profiler", "3. What the sampling profiler costs", "4. Threads", "5. Heap managers compared", "6. Affinity"] {
+        assert!(dom.contains(&format!("<h2>{section}")), "section {section:?} in the tour's page");
+    }
     assert!(dom.contains("machine:"), "the environment the numbers were taken in");
-    assert!(count(&dom, "<figure class=\"plot\"") >= 3, "the study's plots");
-    assert!(count(&dom, "<table class=\"sortable\"") >= 3, "the study's tables");
+    assert!(count(&dom, "<figure class=\"plot\"") >= 6, "the studies' plots and the memory plots");
+    assert!(dom.contains("allocated bytes</figcaption><img"), "the flame graph");
     let size = std::fs::metadata(&png).unwrap().len();
     assert!(size > 4 * blank, "the screenshot ({size} bytes) is not blank ({blank} bytes)");
     keep(&png);

@@ -9,6 +9,7 @@ use clap::Args;
 
 use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
+use crate::study::model::Run;
 use crate::studies::affinity::{self, flow, journal, AffinityConfig, Generator, Steer};
 use crate::study::env::allowed_cpus;
 use crate::topo::Topology;
@@ -140,6 +141,46 @@ fn send_to(to: std::net::SocketAddr, cpu: Option<usize>) -> Result<ExitCode, Cli
     Ok(ExitCode::SUCCESS)
 }
 
+/// Runs the matrix of `cfg`; the run is not yet stored or shown.
+fn matrix(a: &AffinityArgs, cfg: AffinityConfig) -> Result<Run, CliError> {
+    let progress = study_progress("affinity", a.output.quiet);
+    Ok(affinity::run(&cfg, &progress)?)
+}
+
+/// `mtlab affinity`'s matrix as `mtlab demo` runs it: (run, output flags).
+pub fn matrix_run(a: AffinityArgs) -> Result<(Run, OutputArgs), CliError> {
+    let steer = Steer::parse(&a.steer).expect("clap checked --steer");
+    let cfg = config(&a, steer)?;
+    let run = matrix(&a, cfg)?;
+    Ok((run, a.output))
+}
+
+/// The study's configuration from the flags.
+fn config(a: &AffinityArgs, steer: Steer) -> Result<AffinityConfig, CliError> {
+    let mut generators: Vec<Generator> = Vec::new();
+    for g in &a.generator {
+        let g = Generator::parse(g).expect("clap checked --generator");
+        if !generators.contains(&g) {
+            generators.push(g);
+        }
+    }
+    let allowed = allowed_cpus();
+    Ok(AffinityConfig {
+        flow_cpus: cpus(a.flow_cpus.as_deref(), "--flow-cpus")?,
+        app_cpus: cpus(a.app_cpus.as_deref(), "--app-cpus")?,
+        sender_cpu: a.sender_cpu.or(allowed.last().copied()).unwrap_or(0),
+        steer,
+        dev: if steer == Steer::Irq { a.dev.clone() } else { None },
+        port: a.port,
+        generators,
+        seconds: a.seconds,
+        counters: !a.no_counters,
+        runner: a.repeat.options(3),
+        topology: Topology::read()?,
+        journal_dir: PathBuf::from(journal::DIR),
+    })
+}
+
 pub fn affinity(a: AffinityArgs) -> Result<ExitCode, CliError> {
     if let Some(to) = a.send_to {
         return send_to(to, a.sender_cpu);
@@ -161,30 +202,8 @@ pub fn affinity(a: AffinityArgs) -> Result<ExitCode, CliError> {
         apply_pair(steer, dev, flow, app)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let mut generators: Vec<Generator> = Vec::new();
-    for g in &a.generator {
-        let g = Generator::parse(g).expect("clap checked --generator");
-        if !generators.contains(&g) {
-            generators.push(g);
-        }
-    }
-    let allowed = allowed_cpus();
-    let cfg = AffinityConfig {
-        flow_cpus: cpus(a.flow_cpus.as_deref(), "--flow-cpus")?,
-        app_cpus: cpus(a.app_cpus.as_deref(), "--app-cpus")?,
-        sender_cpu: a.sender_cpu.or(allowed.last().copied()).unwrap_or(0),
-        steer,
-        dev: if steer == Steer::Irq { a.dev.clone() } else { None },
-        port: a.port,
-        generators,
-        seconds: a.seconds,
-        counters: !a.no_counters,
-        runner: a.repeat.options(3),
-        topology: Topology::read()?,
-        journal_dir: PathBuf::from(journal::DIR),
-    };
-    let progress = study_progress("affinity", a.output.quiet);
-    let run = affinity::run(&cfg, &progress)?;
+    let cfg = config(&a, steer)?;
+    let run = matrix(&a, cfg)?;
     let best = affinity::best_pair(&run);
     let code = finish(run, &a.output)?;
     if let (Some(Apply::Best), Some(dev)) = (a.apply, &a.dev) {

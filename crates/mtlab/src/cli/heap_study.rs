@@ -9,6 +9,7 @@ use clap::{Args, Subcommand};
 
 use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
+use crate::study::model::Run;
 use crate::studies::heap::{self, allocators, tunables, HeapCompareConfig, HeapReplayConfig, HeapSweepConfig, Objective};
 
 #[derive(Subcommand, Debug)]
@@ -135,7 +136,10 @@ pub struct CompareArgs {
 
 pub fn heap(cmd: HeapCommand) -> Result<ExitCode, CliError> {
     match cmd {
-        HeapCommand::Compare(a) => compare(a),
+        HeapCommand::Compare(a) => {
+            let (run, output) = compare_run(a)?;
+            finish(run, &output)
+        }
         HeapCommand::Sweep(a) => sweep(a),
         HeapCommand::Replay(a) => replay(a),
     }
@@ -199,11 +203,12 @@ fn sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
     finish(run, &a.common.output)
 }
 
-fn compare(a: CompareArgs) -> Result<ExitCode, CliError> {
+/// Runs `heap compare`; the run is not yet stored or shown.
+pub fn compare_run(a: CompareArgs) -> Result<(Run, OutputArgs), CliError> {
     let argv = a.common.target.argv()?;
     let list = resolve_all(&a.allocators.allocators)?;
     let cfg = HeapCompareConfig { allocators: list, argv, runner: a.common.repeat.options(3), dir: a.common.dir };
     let progress = study_progress("heap compare", a.common.output.quiet);
     let run = heap::run(&cfg, &progress)?;
-    finish(run, &a.common.output)
+    Ok((run, a.common.output))
 }

@@ -90,7 +90,7 @@ enum Command {
     Record(RecordArgs),
     /// Analyse a trace: per-function costs, heap shape, fragmentation, top sites, leaks.
     Report(ReportArgs),
-    /// Record and report the built-in malloc-test workload.
+    /// A tour on built-in workloads: a heap trace and a sampled profile, then each study in small (about 2 minutes); writes one HTML report.
     Demo(DemoArgs),
     /// Control a running sampled process: start, stop, interval SIZE, dump, status.
     Ctl(CtlArgs),
@@ -324,6 +324,14 @@ struct DemoArgs {
     /// Iterations per thread of the workload.
     #[arg(long, default_value_t = 200_000)]
     iterations: u64,
+    /// The tour's HTML report.
+    #[arg(long, default_value = "mtlab-demo.html", value_name = "FILE")]
+    html: PathBuf,
+    /// Only the heap tracer and the sampler (steps 1 and 2), not the studies.
+    #[arg(long)]
+    trace_only: bool,
+    #[command(flatten)]
+    store: study::StoreArgs,
 }
 
 #[derive(Args, Debug)]
@@ -661,6 +669,7 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
 }
 
 fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
+    let started = std::time::Instant::now();
     let workload = crate::native::path(crate::native::Part::MallocTest).map_err(RecordError::from)?;
     let args: Vec<OsString> = ["--threads", "2", "--size", "512", "--depth", "10", "--iterations", &a.iterations.to_string()]
         .iter()
@@ -679,7 +688,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         program: workload.clone().into_os_string(),
         args,
     };
-    eprintln!("mtlab demo 1/2: full heap trace of the built-in malloc-test workload (2 threads, 512-byte blocks, call depth 10)");
+    eprintln!("mtlab demo 1/6: full heap trace of the built-in malloc-test workload (2 threads, 512-byte blocks, call depth 10)");
     let outcome = record::record(&cfg)?;
     if !outcome.status.success() {
         return Err(CliError::Other(format!("the demo workload failed: {}", outcome.status)));
@@ -695,7 +704,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         c.shrink()
     ));
 
-    eprintln!("mtlab demo 2/2: the same workload under the sampling profiler (mean interval 64KiB)");
+    eprintln!("mtlab demo 2/6: the same workload under the sampling profiler (mean interval 64KiB)");
     let sampled_out = a.output.with_extension("sampled.mtl");
     let cfg = RecordConfig {
         output: sampled_out.clone(),
@@ -718,6 +727,13 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
             (est.alloc_bytes.value / truth - 1.0) * 100.0
         ));
     }
+    let mut sections = vec![
+        ("1. The heap tracer: malloc-test, 2 threads, whole stacks".to_string(), report::document(&full)),
+        ("2. The sampling heap profiler on the same workload".to_string(), report::document(&sampled)),
+    ];
+    if !a.trace_only {
+        sections.extend(demo_studies(&a.store)?);
+    }
     eprintln!(
         "mtlab demo: traces kept in {}, {} and {}; try `mtlab report --json {}` or `mtlab report {} --flamegraph demo.svg`",
         a.output.display(),
@@ -726,5 +742,67 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         a.output.display(),
         sampled_out.display()
     );
+    let mut views = Vec::new();
+    for (title, doc) in sections {
+        views.push(export::View::Note(format!("══ {title} ══")));
+        views.extend(doc.views);
+    }
+    let images = full.processes.first().map(|p| flame_image(p, crate::profile::flame::FlameValue::AllocBytes)).unwrap_or_default();
+    write_html(&Document { views, data: serde_json::Value::Null }, &a.html, "mtlab demo: a tour on built-in workloads", &images)?;
+    eprintln!("mtlab demo: done in {:.0} s; the tour's report: {}", started.elapsed().as_secs_f64(), a.html.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// The demo's study steps (3–6), each parsed from the command line a user
+/// would type, run, stored and shown; returns their documents.
+fn demo_studies(store: &study::StoreArgs) -> Result<Vec<(String, Document)>, CliError> {
+    let mut out = Vec::new();
+    let store_flags: Vec<String> = match (&store.no_store, &store.path.store) {
+        (true, _) => vec!["--no-store".into()],
+        (false, Some(p)) => vec!["--store".into(), p.display().to_string()],
+        (false, None) => Vec::new(),
+    };
+    let parse = |line: &str| -> Result<Command, CliError> {
+        let mut argv: Vec<String> = std::iter::once("mtlab".to_string()).chain(line.split_whitespace().map(str::to_string)).collect();
+        argv.extend(store_flags.iter().cloned());
+        Cli::try_parse_from(&argv).map(|c| c.command).map_err(|e| CliError::Other(format!("demo step `{line}`: {e}")))
+    };
+    let step = |n: usize, what: &str, line: &str| eprintln!("mtlab demo {n}/6: {what} (`mtlab {line}`)");
+
+    let line = "bench malloc --threads 1 --iterations 300000 --intervals 64KiB,512KiB --unwinders fp --coverage --reps 1";
+    step(3, "what sampling costs at two intervals, and how much of the heap its stacks cover", line);
+    if let Command::Bench(cmd) = parse(line)? {
+        let (run, o) = study::bench_run(cmd)?;
+        out.push(("3. What the sampling profiler costs, and its coverage curve".into(), study::finish_keep(run, &o)?));
+    }
+
+    let line = "threads all --reps 1";
+    step(4, "the threads study's quick set: creation, context switches, message passing", line);
+    if let Command::Threads(cmd) = parse(line)? {
+        let (run, o) = threads::threads_run(cmd)?;
+        out.push(("4. Threads: creation, context switches, message passing".into(), study::finish_keep(run, &o)?));
+    }
+
+    let installed: Vec<&str> =
+        ["glibc", "jemalloc", "tcmalloc", "mimalloc"].into_iter().filter(|n| crate::studies::heap::allocators::resolve(n).is_ok()).collect();
+    let line = format!("heap compare --workload threshold --allocators {} --reps 1", installed.join(","));
+    step(5, "heap managers compared on a built-in workload (those installed)", &line);
+    if let Command::Heap(heap_study::HeapCommand::Compare(a)) = parse(&line)? {
+        let (run, o) = heap_study::compare_run(a)?;
+        out.push(("5. Heap managers compared: storms of blocks around the mmap threshold".into(), study::finish_keep(run, &o)?));
+    }
+
+    // As root the receive processing is steered (RPS in mtlab's namespace);
+    // otherwise loopback, where the sender's core does it.
+    let root = crate::platform::process::is_root();
+    let line = format!("affinity --steer {} --reps 1 --seconds 1", if root { "rps" } else { "none" });
+    step(6, "the affinity matrix of one TCP flow on the allowed CPUs", &line);
+    if !root {
+        eprintln!("mtlab demo: not root, so the matrix runs on loopback (--steer none) instead of steering receive processing with RPS");
+    }
+    if let Command::Affinity(a) = parse(&line)? {
+        let (run, o) = affinity::matrix_run(a)?;
+        out.push(("6. Affinity: one TCP flow for every (flow core, application core) pair".into(), study::finish_keep(run, &o)?));
+    }
+    Ok(out)
 }

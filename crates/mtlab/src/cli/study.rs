@@ -263,6 +263,12 @@ fn tracer_config(
 }
 
 pub fn bench(cmd: BenchCommand) -> Result<ExitCode, CliError> {
+    let (run, output) = bench_run(cmd)?;
+    finish(run, &output)
+}
+
+/// Runs a `bench` command's study; the run is not yet stored or shown.
+pub fn bench_run(cmd: BenchCommand) -> Result<(Run, OutputArgs), CliError> {
     use tracer_cost::Target;
     let (run, output) = match cmd {
         BenchCommand::Tracer(a) => {
@@ -281,7 +287,7 @@ pub fn bench(cmd: BenchCommand) -> Result<ExitCode, CliError> {
             (profiler_cost::run(&a.config(), &progress)?, a.output)
         }
     };
-    finish(run, &output)
+    Ok((run, output))
 }
 
 pub(super) fn study_progress(prefix: &str, quiet: bool) -> Progress {
@@ -292,7 +298,12 @@ pub(super) fn study_progress(prefix: &str, quiet: bool) -> Progress {
 
 /// A finished study run: stored (so its id shows), then shown. A store that
 /// fails does not lose the results: they are shown first, then the error.
-pub fn finish(mut run: Run, out: &OutputArgs) -> Result<ExitCode, CliError> {
+pub fn finish(run: Run, out: &OutputArgs) -> Result<ExitCode, CliError> {
+    finish_keep(run, out).map(|_| ExitCode::SUCCESS)
+}
+
+/// `finish`, giving back the document shown (for `mtlab demo`'s page).
+pub fn finish_keep(mut run: Run, out: &OutputArgs) -> Result<Document, CliError> {
     let stored = if out.store.no_store {
         None
     } else {
@@ -310,10 +321,10 @@ pub fn finish(mut run: Run, out: &OutputArgs) -> Result<ExitCode, CliError> {
     match stored {
         Some(Ok((id, path))) => {
             eprintln!("mtlab: stored as run {id} in {}; show it again with `mtlab runs show {id}`", path.display());
-            Ok(ExitCode::SUCCESS)
+            Ok(doc)
         }
         Some(Err(e)) => Err(CliError::Other(format!("{e}\nthe results above were not stored (use --store PATH, or --no-store)"))),
-        None => Ok(ExitCode::SUCCESS),
+        None => Ok(doc),
     }
 }
 

@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 
 use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
+use crate::study::model::Run;
 use crate::studies::threads::{self, preempt, ChatParams, CpuChoice, CreateParams, CtxParams, Libc, ThreadsConfig};
 use crate::topo::{Placement, Topology};
 
@@ -211,6 +212,12 @@ impl CommonArgs {
 }
 
 pub fn threads(cmd: ThreadsCommand) -> Result<ExitCode, CliError> {
+    let (run, output) = threads_run(cmd)?;
+    finish(run, &output)
+}
+
+/// Runs a `threads` command's study; the run is not yet stored or shown.
+pub fn threads_run(cmd: ThreadsCommand) -> Result<(Run, OutputArgs), CliError> {
     let (cfg, common, what) = match &cmd {
         ThreadsCommand::Create(a) => {
             let mut cfg = a.common.config(5, 200)?;
@@ -279,5 +286,5 @@ pub fn threads(cmd: ThreadsCommand) -> Result<ExitCode, CliError> {
     };
     let progress = study_progress(what, common.output.quiet);
     let run = threads::run(&cfg, &progress)?;
-    finish(run, &common.output)
+    Ok((run, common.output.clone()))
 }

@@ -26,6 +26,12 @@ pub fn find_in_path(name: impl AsRef<OsStr>) -> Option<PathBuf> {
     std::env::split_paths(&path).map(|d| d.join(name.as_ref())).find(|p| p.is_file())
 }
 
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

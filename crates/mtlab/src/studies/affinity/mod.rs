@@ -269,11 +269,6 @@ impl Lab<'_> {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no memory effects.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// Refuses what cannot work before anything is changed.
 fn check(cfg: &AffinityConfig) -> Result<(), StudyError> {
     for (cpus, what) in [(&cfg.flow_cpus, "--flow-cpus"), (&cfg.app_cpus, "--app-cpus")] {
@@ -282,7 +277,7 @@ fn check(cfg: &AffinityConfig) -> Result<(), StudyError> {
     match cfg.steer {
         Steer::Rps => {
             super::threads::check_cpus(&[cfg.sender_cpu], "--sender-cpu")?;
-            if !is_root() {
+            if !crate::platform::process::is_root() {
                 return Err(StudyError::Config(
                     "--steer rps makes a network namespace, a veth pair and RPS masks: run as root (sudo), or use --steer none (loopback, no privileges)"
                         .into(),
@@ -298,7 +293,7 @@ fn check(cfg: &AffinityConfig) -> Result<(), StudyError> {
                     "--steer irq takes the built-in generator only: its sender runs on another machine (`mtlab affinity --send-to ADDR:PORT`)".into(),
                 ));
             }
-            if !is_root() {
+            if !crate::platform::process::is_root() {
                 return Err(StudyError::Config("--steer irq sets interrupt affinities in /proc/irq: run as root (sudo)".into()));
             }
         }
