@@ -1130,6 +1130,42 @@ fn demo_records_compacts_and_samples_the_built_in_workload() {
 }
 
 #[test]
+fn the_peak_sites_and_temporary_allocations_are_exact() {
+    let lab = Lab::new();
+    let prog = lab.compile("peak_temp");
+    lab.record_ok("t.mtl", &prog, &[]);
+    let r = lab.report("t.mtl");
+    strict(&r);
+    assert_eq!(r["peak"]["live_bytes"], 100_000, "the peak is build_up's 100 blocks");
+    let at_peak = r["top_sites"]["at_peak"].as_array().unwrap();
+    let top = &at_peak[0];
+    assert_eq!(top["frames"][0]["function"], "build_up", "{top}");
+    assert_eq!((top["peak_live_objects"].as_u64(), top["peak_live_bytes"].as_u64()), (Some(100), Some(100_000)));
+    assert_eq!((top["live_objects"].as_u64(), top["live_bytes"].as_u64()), (Some(0), Some(0)), "freed before the end");
+    assert_eq!(at_peak.len(), 1, "nothing else was live at the peak: {at_peak:?}");
+    let keep = r["top_sites"]["by_bytes"].as_array().unwrap().iter().find(|s| s["frames"][0]["function"] == "keep").unwrap();
+    assert_eq!((keep["peak_live_bytes"].as_u64(), keep["live_bytes"].as_u64()), (Some(0), Some(50_000)), "keep came after the peak");
+
+    // build_up's last block too: only allocations in between make a block not temporary.
+    assert_eq!(r["temporary"]["calls"], 81, "churn's 50, second's 30, build_up's last");
+    assert_eq!(r["temporary"]["of_calls"], 220);
+    assert!((r["temporary"]["fraction"].as_f64().unwrap() - 81.0 / 220.0).abs() < 1e-9);
+    let temp: Vec<(String, u64)> = r["top_sites"]["temporary"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["frames"][0]["function"].as_str().unwrap().to_string(), s["temporary"].as_u64().unwrap()))
+        .collect();
+    let want = [("churn".to_string(), 50), ("second".to_string(), 30), ("build_up".to_string(), 1)];
+    assert_eq!(temp, want, "first's blocks had second's allocation after them");
+
+    let text = lab.command(MTLAB).arg("report").arg(lab.path("t.mtl")).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("top allocation sites at the peak (97.7 KiB live"), "{text}");
+    assert!(text.contains("temporary allocations (freed with no other allocation of their thread in between): 81 of 220"), "{text}");
+}
+
+#[test]
 fn built_in_workloads_run_by_name_and_under_record_by_their_path() {
     let lab = Lab::new();
     let o = lab.command(MTLAB).arg("workload").output().unwrap();

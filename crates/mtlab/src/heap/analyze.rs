@@ -113,8 +113,14 @@ pub struct SiteReport {
     pub stack_id: u32,
     pub calls: u64,
     pub bytes: u64,
+    /// Live at the end of the trace.
     pub live_objects: u64,
     pub live_bytes: u64,
+    /// Live when the heap's live bytes peaked (`peak`).
+    pub peak_live_objects: u64,
+    pub peak_live_bytes: u64,
+    /// Allocations freed with no other allocation of their thread in between.
+    pub temporary: u64,
     pub frames: Vec<FrameReport>,
 }
 
@@ -122,6 +128,21 @@ pub struct SiteReport {
 pub struct TopSites {
     pub by_bytes: Vec<SiteReport>,
     pub by_calls: Vec<SiteReport>,
+    /// By live bytes at the peak; empty for a compact trace (its replay
+    /// order within a quantum is its own, so its peak was measured before).
+    pub at_peak: Vec<SiteReport>,
+    /// By temporary allocations, sites with none left out.
+    pub temporary: Vec<SiteReport>,
+}
+
+/// Allocations freed with no other allocation of their thread in between
+/// (heaptrack's "temporary allocations", per thread).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct TemporaryReport {
+    pub calls: u64,
+    /// All allocation calls (malloc, calloc, realloc, the memalign family).
+    pub of_calls: u64,
+    pub fraction: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -283,6 +304,7 @@ pub struct ProcessReport {
     pub space_end: SpaceSplit,
     pub time_series: Vec<SeriesPoint>,
     pub top_sites: TopSites,
+    pub temporary: TemporaryReport,
     pub leaks: LeakReport,
     /// Events the preload library could not write; None when the process did
     /// not end through exit (no END record), so the count is unknown.
@@ -345,6 +367,34 @@ struct SiteAcc {
     bytes: u64,
     live_objects: u64,
     live_bytes: u64,
+    /// Live objects and bytes when the heap last peaked, kept once the site
+    /// changes after that peak (`peak_gen` says which peak they belong to).
+    peak_objects: u64,
+    peak_bytes: u64,
+    peak_gen: u32,
+    /// Blocks freed with no other allocation of their thread in between.
+    temporary: u64,
+}
+
+impl SiteAcc {
+    /// Before the site changes: keep its state at peak `gen` if not yet kept.
+    #[inline(always)]
+    fn keep_peak(&mut self, gen: u32) {
+        if self.peak_gen != gen {
+            self.peak_objects = self.live_objects;
+            self.peak_bytes = self.live_bytes;
+            self.peak_gen = gen;
+        }
+    }
+
+    /// (live objects, live bytes) at the last peak, `gen` being its number.
+    fn at_peak(&self, gen: u32) -> (u64, u64) {
+        if self.peak_gen == gen {
+            (self.peak_objects, self.peak_bytes)
+        } else {
+            (self.live_objects, self.live_bytes)
+        }
+    }
 }
 
 /// Allocation sites in a dense array. The shadow heap's objects carry their
@@ -396,6 +446,12 @@ struct Pass<'a> {
     sites: Sites,
     stacks: HashMap<u32, Vec<u64>>,
     peak: PeakReport,
+    /// Number of the last new peak (`SiteAcc::keep_peak`).
+    peak_gen: u32,
+    /// Each thread's last allocated block: (tid, address; 0 after its free).
+    last_alloc: Vec<(u32, u64)>,
+    last_slot: usize,
+    temporary: u64,
     series: Vec<SeriesPoint>,
     every: u64,
     /// Events left before the next time-series point (a countdown: a
@@ -422,19 +478,42 @@ impl<'a> Pass<'a> {
         if let Some(old) = self.heap.alloc(ptr, size, usable, si) {
             self.site_released(old.stack, old.size);
         }
+        let gen = self.peak_gen;
         let site = &mut self.sites.acc[si as usize];
+        site.keep_peak(gen);
         site.calls += 1;
         site.bytes += size;
         site.live_objects += 1;
         site.live_bytes += size;
         if self.heap.live_bytes() > self.peak.heap.live_bytes {
             self.peak = PeakReport { heap: self.heap.snapshot(), at_event: self.events, at_ns: self.ns(at) };
+            self.peak_gen = self.peak_gen.wrapping_add(1);
         }
+    }
+
+    /// The slot of thread `tid` in `last_alloc` (threads are few, and
+    /// consecutive events are mostly one thread's).
+    #[inline(always)]
+    fn thread_slot(&mut self, tid: u32) -> usize {
+        if self.last_alloc.get(self.last_slot).is_some_and(|&(t, _)| t == tid) {
+            return self.last_slot;
+        }
+        let i = match self.last_alloc.iter().position(|&(t, _)| t == tid) {
+            Some(i) => i,
+            None => {
+                self.last_alloc.push((tid, 0));
+                self.last_alloc.len() - 1
+            }
+        };
+        self.last_slot = i;
+        i
     }
 
     /// `site` is the index the object was allocated with.
     fn site_released(&mut self, site: u32, size: u64) {
+        let gen = self.peak_gen;
         if let Some(s) = self.sites.acc.get_mut(site as usize) {
+            s.keep_peak(gen);
             s.live_objects = s.live_objects.saturating_sub(1);
             s.live_bytes = s.live_bytes.saturating_sub(size);
         }
@@ -442,9 +521,20 @@ impl<'a> Pass<'a> {
 
     /// Frees `ptr`; returns its size when it was live.
     fn released(&mut self, ptr: u64) -> Option<u64> {
+        self.released_temporary(ptr, false)
+    }
+
+    /// `released`, counting the block as a temporary allocation of its site.
+    fn released_temporary(&mut self, ptr: u64, temporary: bool) -> Option<u64> {
         match self.heap.free_in(ptr) {
             Some((obj, kind)) => {
                 self.site_released(obj.stack, obj.size);
+                if temporary {
+                    self.temporary += 1;
+                    if let Some(s) = self.sites.acc.get_mut(obj.stack as usize) {
+                        s.temporary += 1;
+                    }
+                }
                 if let (Some(start), Some(RegionKind::GlibcChunk)) = (obj.region(), kind) {
                     self.heap.unmap(start, ptr + obj.usable());
                 }
@@ -472,10 +562,17 @@ impl<'a> Pass<'a> {
                 }
                 if ptr != 0 {
                     self.allocated(ptr, size, usable, ev.stack, ev.flags, ev.tsc);
+                    let slot = self.thread_slot(ev.tid);
+                    self.last_alloc[slot].1 = ptr;
                 }
             }
             EventKind::Free { ptr } => {
-                let size = self.released(ptr);
+                let slot = self.thread_slot(ev.tid);
+                let temporary = ptr != 0 && self.last_alloc[slot].1 == ptr;
+                if temporary {
+                    self.last_alloc[slot].1 = 0;
+                }
+                let size = self.released_temporary(ptr, temporary);
                 self.funcs[Func::Free.index()].add(ev.cycles, size, false);
             }
             EventKind::Realloc { func, old, size, ptr, usable } => {
@@ -487,6 +584,8 @@ impl<'a> Pass<'a> {
                     }
                     if ptr != 0 {
                         self.allocated(ptr, size, usable, ev.stack, ev.flags, ev.tsc);
+                        let slot = self.thread_slot(ev.tid);
+                        self.last_alloc[slot].1 = ptr;
                     }
                 }
             }
@@ -634,6 +733,10 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         sites: Sites::default(),
         stacks: HashMap::default(),
         peak: PeakReport { heap: HeapSnapshot::default(), at_event: 0, at_ns: None },
+        peak_gen: 0,
+        last_alloc: Vec::new(),
+        last_slot: 0,
+        temporary: 0,
         series: Vec::new(),
         every,
         to_point: every,
@@ -685,12 +788,16 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
 
     let mut symbols = Symbols::new(&maps);
     let top = opts.top;
+    let gen = pass.peak_gen;
     let site_report = |id: u32, acc: &SiteAcc, symbols: &mut Symbols, stacks: &HashMap<u32, Vec<u64>>| SiteReport {
         stack_id: id,
         calls: acc.calls,
         bytes: acc.bytes,
         live_objects: acc.live_objects,
         live_bytes: acc.live_bytes,
+        peak_live_objects: acc.at_peak(gen).0,
+        peak_live_bytes: acc.at_peak(gen).1,
+        temporary: acc.temporary,
         frames: stacks.get(&id).map(|pcs| symbols.frames(pcs)).unwrap_or_default(),
     };
     let mut ranked: Vec<(u32, SiteAcc)> = pass.sites.iter().map(|(k, &v)| (k, v)).collect();
@@ -698,6 +805,15 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
     let by_bytes = ranked.iter().take(top).map(|(id, a)| site_report(*id, a, &mut symbols, &pass.stacks)).collect();
     ranked.sort_by(|a, b| b.1.calls.cmp(&a.1.calls).then(a.0.cmp(&b.0)));
     let by_calls = ranked.iter().take(top).map(|(id, a)| site_report(*id, a, &mut symbols, &pass.stacks)).collect();
+    let at_peak = if compact_quantum.is_some() {
+        Vec::new()
+    } else {
+        ranked.sort_by(|a, b| b.1.at_peak(gen).1.cmp(&a.1.at_peak(gen).1).then(a.0.cmp(&b.0)));
+        ranked.iter().filter(|(_, a)| a.at_peak(gen).0 > 0).take(top).map(|(id, a)| site_report(*id, a, &mut symbols, &pass.stacks)).collect()
+    };
+    ranked.sort_by(|a, b| b.1.temporary.cmp(&a.1.temporary).then(a.0.cmp(&b.0)));
+    let temporary_top =
+        ranked.iter().filter(|(_, a)| a.temporary > 0).take(top).map(|(id, a)| site_report(*id, a, &mut symbols, &pass.stacks)).collect();
     ranked.sort_by(|a, b| b.1.live_bytes.cmp(&a.1.live_bytes).then(a.0.cmp(&b.0)));
     let leak_top = ranked
         .iter()
@@ -772,7 +888,15 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         peak: pass.peak.clone(),
         end,
         time_series: std::mem::take(&mut pass.series),
-        top_sites: TopSites { by_bytes, by_calls },
+        top_sites: TopSites { by_bytes, by_calls, at_peak, temporary: temporary_top },
+        temporary: {
+            let allocs: u64 = pass.sites.iter().map(|(_, a)| a.calls).sum();
+            TemporaryReport {
+                calls: pass.temporary,
+                of_calls: allocs,
+                fraction: if allocs > 0 { pass.temporary as f64 / allocs as f64 } else { 0.0 },
+            }
+        },
         leaks: LeakReport { objects: end.live_objects, bytes: end.live_bytes, top: leak_top },
         // Events the writer counted as written that the file does not hold
         // (cut away when the disk filled, or in a damaged chunk) are lost too.

@@ -43,6 +43,9 @@ fn site_row(pid: u32, table: &str, rank: usize, s: &SiteReport) -> Vec<Cell> {
         int(s.bytes),
         int(s.live_objects),
         int(s.live_bytes),
+        int(s.peak_live_objects),
+        int(s.peak_live_bytes),
+        int(s.temporary),
         Cell::text(top.and_then(|f| f.function.clone()).unwrap_or_default()),
         Cell::text(top.and_then(|f| f.file.clone()).unwrap_or_default()),
         top.and_then(|f| f.line).map(|l| int(l as u64)).unwrap_or(Cell::Empty),
@@ -73,7 +76,10 @@ pub fn tables(run: &RunReport) -> Vec<Table> {
     let mut sites = Table::new(
         "sites",
         "",
-        &["pid", "table", "rank", "stack_id", "calls", "bytes", "live_objects", "live_bytes", "function", "file", "line", "stack"],
+        &[
+            "pid", "table", "rank", "stack_id", "calls", "bytes", "live_objects", "live_bytes", "peak_live_objects", "peak_live_bytes",
+            "temporary", "function", "file", "line", "stack",
+        ],
         2,
     );
     for p in &run.processes {
@@ -106,7 +112,14 @@ pub fn tables(run: &RunReport) -> Vec<Table> {
                 t.malloc_mean_cycles.map(num).unwrap_or(Cell::Empty),
             ]);
         }
-        for (table, list) in [("by_bytes", &p.top_sites.by_bytes), ("by_calls", &p.top_sites.by_calls), ("leaks", &p.leaks.top)] {
+        let lists = [
+            ("by_bytes", &p.top_sites.by_bytes),
+            ("by_calls", &p.top_sites.by_calls),
+            ("at_peak", &p.top_sites.at_peak),
+            ("temporary", &p.top_sites.temporary),
+            ("leaks", &p.leaks.top),
+        ];
+        for (table, list) in lists {
             for (i, s) in list.iter().enumerate() {
                 sites.push(site_row(p.pid, table, i, s));
             }

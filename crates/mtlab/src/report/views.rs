@@ -103,18 +103,37 @@ fn stack_width(other_columns: usize) -> usize {
     cols.saturating_sub(other_columns).max(40)
 }
 
+/// What a site table counts per site.
+#[derive(Clone, Copy, PartialEq)]
+enum SiteCount {
+    /// Calls and bytes allocated.
+    Allocated,
+    /// Objects and bytes live at the end.
+    Live,
+    /// Objects and bytes live at the peak.
+    AtPeak,
+    /// Temporary allocations, of all calls.
+    Temporary,
+}
+
 /// Sites as rows; sites whose shown frames are equal are merged into one row
 /// that says how many distinct stacks it holds (JSON keeps every stack).
-fn sites(name: &str, title: &str, sites: &[SiteReport], live: bool, depth: usize) -> Table {
-    let header: &[&str] = if live {
-        &["#", "live objects", "live bytes", "stacks", "stack (innermost first)"]
-    } else {
-        &["#", "calls", "bytes", "stacks", "stack (innermost first)"]
+fn sites(name: &str, title: &str, sites: &[SiteReport], count: SiteCount, depth: usize) -> Table {
+    let header: &[&str] = match count {
+        SiteCount::Allocated => &["#", "calls", "bytes", "stacks", "stack (innermost first)"],
+        SiteCount::Live => &["#", "live objects", "live bytes", "stacks", "stack (innermost first)"],
+        SiteCount::AtPeak => &["#", "live objects at peak", "live bytes at peak", "stacks", "stack (innermost first)"],
+        SiteCount::Temporary => &["#", "temporary", "of calls", "stacks", "stack (innermost first)"],
     };
     let width = stack_width(48);
     let mut rows: Vec<(String, u64, u64, usize)> = Vec::new();
     for s in sites {
-        let (a, b) = if live { (s.live_objects, s.live_bytes) } else { (s.calls, s.bytes) };
+        let (a, b) = match count {
+            SiteCount::Allocated => (s.calls, s.bytes),
+            SiteCount::Live => (s.live_objects, s.live_bytes),
+            SiteCount::AtPeak => (s.peak_live_objects, s.peak_live_bytes),
+            SiteCount::Temporary => (s.temporary, s.calls),
+        };
         let stack = if s.frames.is_empty() { "(no stack recorded)".to_string() } else { frame_line(s, depth, width) };
         match rows.iter_mut().find(|r| r.0 == stack) {
             Some(r) => {
@@ -127,7 +146,8 @@ fn sites(name: &str, title: &str, sites: &[SiteReport], live: bool, depth: usize
     }
     let mut t = table(name, title, header, 0).text_column(4);
     for (i, (stack, a, b, n)) in rows.into_iter().enumerate() {
-        t.push(vec![Cell::Int(i as i64 + 1), Cell::Int(a as i64), Cell::Int(b as i64), Cell::Int(n as i64), Cell::text(stack)]);
+        let b = if count == SiteCount::Temporary { Cell::Int(b as i64) } else { Cell::Bytes(b) };
+        t.push(vec![Cell::Int(i as i64 + 1), Cell::Int(a as i64), b, Cell::Int(n as i64), Cell::text(stack)]);
     }
     t
 }
@@ -176,6 +196,9 @@ fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<
             bytes: 0,
             live_objects: 0,
             live_bytes: 0,
+            peak_live_objects: 0,
+            peak_live_bytes: 0,
+            temporary: 0,
             frames: s.frames.clone(),
         };
         t.push(vec![
@@ -233,15 +256,29 @@ pub fn views(run: &RunReport) -> Vec<View> {
             }
         }
         if !p.top_sites.by_bytes.is_empty() {
-            out.push(View::Table(sites("sites_by_bytes", "top allocation sites by bytes", &p.top_sites.by_bytes, false, run.frames)));
-            out.push(View::Table(sites("sites_by_calls", "top allocation sites by calls", &p.top_sites.by_calls, false, run.frames)));
+            out.push(View::Table(sites("sites_by_bytes", "top allocation sites by bytes", &p.top_sites.by_bytes, SiteCount::Allocated, run.frames)));
+            out.push(View::Table(sites("sites_by_calls", "top allocation sites by calls", &p.top_sites.by_calls, SiteCount::Allocated, run.frames)));
+            if !p.top_sites.at_peak.is_empty() {
+                let at = p.peak.at_ns.map(|ns| format!(" at {:.3} s", ns as f64 / 1e9)).unwrap_or_default();
+                let title = format!("top allocation sites at the peak ({} live{at})", human_bytes(p.peak.heap.live_bytes));
+                out.push(View::Table(sites("sites_at_peak", &title, &p.top_sites.at_peak, SiteCount::AtPeak, run.frames)));
+            }
+            out.push(View::Note(format!(
+                "temporary allocations (freed with no other allocation of their thread in between): {} of {} allocation calls ({:.1} %)",
+                p.temporary.calls,
+                p.temporary.of_calls,
+                p.temporary.fraction * 100.0
+            )));
+            if !p.top_sites.temporary.is_empty() {
+                out.push(View::Table(sites("sites_temporary", "top sites by temporary allocations", &p.top_sites.temporary, SiteCount::Temporary, run.frames)));
+            }
         }
         let mut note = |s: String| out.push(View::Note(s));
         if p.profile.is_none() {
             note(format!("not freed at exit: {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
         }
         if !p.leaks.top.is_empty() {
-            out.push(View::Table(sites("leaks", "", &p.leaks.top, true, run.frames)));
+            out.push(View::Table(sites("leaks", "", &p.leaks.top, SiteCount::Live, run.frames)));
         }
         let mut note = |s: String| out.push(View::Note(s));
         note(match p.events_dropped {
