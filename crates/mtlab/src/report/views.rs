@@ -253,6 +253,18 @@ pub fn views(run: &RunReport) -> Vec<View> {
                     split(&p.space_peak),
                     split(&p.space_end)
                 )));
+                let live: Vec<u64> = p.time_series.iter().map(|t| t.live_bytes).collect();
+                let mapped: Vec<u64> = p.time_series.iter().map(|t| t.mapped_bytes).collect();
+                if live.len() >= 2 {
+                    let over = if p.time_series.iter().all(|t| t.ns.is_some()) { "time" } else { "heap events" };
+                    let top = mapped.iter().chain(&live).copied().max().unwrap_or(0);
+                    out.push(View::Note(format!(
+                        "over {over} (one scale, 0 to {}):\n  live   {}\n  mapped {}",
+                        human_bytes(top),
+                        sparkline(&live, top, 64),
+                        sparkline(&mapped, top, 64)
+                    )));
+                }
             }
         }
         if !p.top_sites.by_bytes.is_empty() {
@@ -456,4 +468,36 @@ pub fn memory_plot(p: &ProcessReport) -> Option<crate::export::Plot> {
             series: vec![line("live", &|s| mib(s.live_bytes)), line("mapped", &|s| mib(s.mapped_bytes))],
         },
     })
+}
+
+/// `values` as a line of block characters, at most `width` wide, each
+/// character the largest value of its stretch, scaled so `top` is a full block.
+pub fn sparkline(values: &[u64], top: u64, width: usize) -> String {
+    const BLOCKS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    if values.is_empty() || width == 0 {
+        return String::new();
+    }
+    let n = values.len().min(width);
+    (0..n)
+        .map(|i| {
+            let (a, b) = (i * values.len() / n, ((i + 1) * values.len() / n).max(i * values.len() / n + 1));
+            let v = values[a..b].iter().copied().max().unwrap_or(0);
+            let level = if top == 0 { 0 } else { ((v as f64 / top as f64) * 8.0).ceil() as usize };
+            BLOCKS[level.min(8)]
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod sparkline_tests {
+    use super::sparkline;
+
+    #[test]
+    fn a_sparkline_keeps_each_stretchs_largest_value_on_one_scale() {
+        assert_eq!(sparkline(&[0, 1, 2, 3, 4, 5, 6, 7, 8], 8, 64), " ▁▂▃▄▅▆▇█");
+        // Two values a character: the larger of each pair shows.
+        assert_eq!(sparkline(&[8, 0, 0, 4, 0, 0], 8, 3), "█▄ ");
+        assert_eq!(sparkline(&[5, 5], 0, 4), "  ");
+        assert_eq!(sparkline(&[], 8, 4), "");
+    }
 }
