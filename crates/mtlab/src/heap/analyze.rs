@@ -295,6 +295,8 @@ pub struct ProcessReport {
     pub allocator: String,
     pub allocator_path: String,
     pub duration_ns: Option<u64>,
+    /// The TSC's ticks per second: per-call cycles in ns (0: unknown).
+    pub tsc_hz: u64,
     pub events: u64,
     pub functions: BTreeMap<String, FunctionReport>,
     pub peak: PeakReport,
@@ -881,6 +883,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         allocator: trace.header.allocator.clone(),
         allocator_path: trace.header.allocator_path.clone(),
         duration_ns,
+        tsc_hz: trace.header.tsc_hz,
         events: pass.events,
         functions,
         space_peak: SpaceSplit::of(&pass.peak.heap, SpaceSplit::header_bytes(&trace.header.allocator)),

@@ -15,10 +15,11 @@ fn table(name: &str, title: &str, header: &[&str], numeric_from: usize) -> Table
 fn functions(p: &ProcessReport) -> Table {
     let mut t = table(
         "functions",
-        "per function (cycles of the real call, TSC)",
-        &["function", "calls", "failed", "mean size", "cycles total", "mean", "stddev", "p50", "p99"],
+        "per function (cycles of the real call, TSC; ns at the TSC's rate)",
+        &["function", "calls", "failed", "mean size", "cycles total", "mean", "stddev", "p50", "p99", "mean ns", "p99 ns"],
         1,
     );
+    let ns = |cycles: f64| if p.tsc_hz > 0 { Cell::Num(cycles * 1e9 / p.tsc_hz as f64, 1) } else { Cell::Empty };
     for (name, f) in p.functions.iter().filter(|(_, f)| f.calls > 0) {
         t.push(vec![
             Cell::text(name),
@@ -30,6 +31,8 @@ fn functions(p: &ProcessReport) -> Table {
             Cell::Num(f.cycles.stddev, 1),
             Cell::Int(f.cycles.p50 as i64),
             Cell::Int(f.cycles.p99 as i64),
+            ns(f.cycles.mean),
+            ns(f.cycles.p99 as f64),
         ]);
     }
     t
