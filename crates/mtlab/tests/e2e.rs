@@ -1159,6 +1159,25 @@ fn the_peak_sites_and_temporary_allocations_are_exact() {
     let want = [("churn".to_string(), 50), ("second".to_string(), 30), ("build_up".to_string(), 1)];
     assert_eq!(temp, want, "first's blocks had second's allocation after them");
 
+    // The same trace for speedscope: exact weights, stacks outermost first.
+    let o = lab.command(MTLAB).args(["report", "t.mtl", "--speedscope", "t.speedscope.json"]).output().unwrap();
+    assert_success(&o, "report --speedscope");
+    let ss: serde_json::Value = serde_json::from_slice(&std::fs::read(lab.path("t.speedscope.json")).unwrap()).unwrap();
+    assert_eq!(ss["$schema"], "https://www.speedscope.app/file-format-schema.json");
+    let frames = ss["shared"]["frames"].as_array().unwrap();
+    let allocated = &ss["profiles"][0];
+    assert_eq!((allocated["type"].as_str(), allocated["unit"].as_str()), (Some("sampled"), Some("bytes")));
+    let weights: u64 = allocated["weights"].as_array().unwrap().iter().map(|w| w.as_u64().unwrap()).sum();
+    // 100 × 1000 + 10 × 5000 + 50 × 64 + 30 × 64 × 2 B, all the program allocates.
+    assert_eq!(weights, 100_000 + 50_000 + 3_200 + 3_840);
+    assert_eq!(allocated["endValue"].as_u64(), Some(weights));
+    let names = |stack: &serde_json::Value| -> Vec<String> {
+        stack.as_array().unwrap().iter().map(|i| frames[i.as_u64().unwrap() as usize]["name"].as_str().unwrap().to_string()).collect()
+    };
+    let build_up = allocated["samples"].as_array().unwrap().iter().map(names).find(|n| n.last().is_some_and(|f| f == "build_up")).unwrap();
+    assert_eq!(build_up[build_up.len() - 2], "main", "outermost first, the allocating function last: {build_up:?}");
+    let inuse = &ss["profiles"][1];
+    assert_eq!(inuse["endValue"].as_u64(), Some(50_000), "keep's blocks are in use at the end");
     let text = lab.command(MTLAB).arg("report").arg(lab.path("t.mtl")).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(text.contains("top allocation sites at the peak (97.7 KiB live"), "{text}");

@@ -308,6 +308,9 @@ struct ReportArgs {
     /// Write folded stacks ("outer;...;inner value" lines) of --flame-value.
     #[arg(long, value_name = "OUT.txt")]
     collapsed: Option<PathBuf>,
+    /// Write the profile for speedscope (allocated and in-use bytes and objects), to open with `speedscope OUT.json`.
+    #[arg(long, value_name = "OUT.json")]
+    speedscope: Option<PathBuf>,
     /// What the flame graph and folded stacks weigh.
     #[arg(long, value_enum, default_value = "alloc-bytes")]
     flame_value: crate::profile::flame::FlameValue,
@@ -576,6 +579,7 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
         pprof: a.pprof.clone(),
         flamegraph: a.flamegraph.clone(),
         collapsed: a.collapsed.clone(),
+        speedscope: a.speedscope.clone(),
         value: Some(a.flame_value),
     };
     if !req.is_empty() {

@@ -13,12 +13,14 @@ pub struct ExportRequest {
     pub pprof: Option<PathBuf>,
     pub flamegraph: Option<PathBuf>,
     pub collapsed: Option<PathBuf>,
+    /// speedscope's JSON: allocated and in-use bytes and objects.
+    pub speedscope: Option<PathBuf>,
     pub value: Option<FlameValue>,
 }
 
 impl ExportRequest {
     pub fn is_empty(&self) -> bool {
-        self.pprof.is_none() && self.flamegraph.is_none() && self.collapsed.is_none()
+        self.pprof.is_none() && self.flamegraph.is_none() && self.collapsed.is_none() && self.speedscope.is_none()
     }
 }
 
@@ -60,6 +62,11 @@ pub fn export_data(data: &ProfileData, req: &ExportRequest) -> Result<Vec<PathBu
     }
     if let Some(out) = &req.flamegraph {
         flame::write_flamegraph_svg(data, &mut sym, value, out)?;
+        written.push(out.clone());
+    }
+    if let Some(out) = &req.speedscope {
+        let name = out.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "mtlab".into());
+        super::speedscope::write_speedscope(data, &mut sym, &name, out)?;
         written.push(out.clone());
     }
     Ok(written)

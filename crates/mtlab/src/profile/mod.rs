@@ -8,6 +8,7 @@ pub mod export;
 pub mod pprof;
 pub mod flame;
 pub mod simulate;
+pub mod speedscope;
 
 pub use data::{ProfileData, StackSample};
 pub use pprof::ExportError;
