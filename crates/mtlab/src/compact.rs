@@ -25,7 +25,7 @@ pub fn compact_trace(src: &Path, dst: &Path, quantum: u64) -> Result<CompactStat
         return Err(CompactError::StillWriting { path: src.to_path_buf(), pid });
     }
     refuse_compact(&trace)?;
-    let exact = heap::analyze(&trace, &AnalyzeOptions { max_points: 1, top: 0 })?;
+    let exact = heap::analyze(&trace, &AnalyzeOptions { max_points: 1, top: 0, callers: false })?;
     let extra = [(COMPACT_PEAK.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes"))];
     compact(&trace, dst, quantum, &extra)
 }

@@ -1159,6 +1159,17 @@ fn the_peak_sites_and_temporary_allocations_are_exact() {
     let want = [("churn".to_string(), 50), ("second".to_string(), 30), ("build_up".to_string(), 1)];
     assert_eq!(temp, want, "first's blocks had second's allocation after them");
 
+    // Bottom-up and top-down: build_up allocated its 100 000 B itself; main is
+    // on every stack of the program's own allocations.
+    let o = lab.command(MTLAB).args(["report", "t.mtl", "--json", "--callers", "--top", "100"]).output().unwrap();
+    assert_success(&o, "report --callers");
+    let c: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let of = |f: &str| c["callers"].as_array().unwrap().iter().find(|x| x["function"] == f).cloned().unwrap_or_else(|| panic!("{f} in {}", c["callers"]));
+    let b = of("build_up");
+    assert_eq!((b["self_bytes"].as_u64(), b["total_bytes"].as_u64(), b["self_calls"].as_u64()), (Some(100_000), Some(100_000), Some(100)));
+    let m = of("main");
+    assert_eq!((m["self_bytes"].as_u64(), m["total_bytes"].as_u64()), (Some(0), Some(157_040)), "main calls the allocator only through the others");
+    assert_eq!(m["total_calls"], 220);
     // The same trace for speedscope: exact weights, stacks outermost first.
     let o = lab.command(MTLAB).args(["report", "t.mtl", "--speedscope", "t.speedscope.json"]).output().unwrap();
     assert_success(&o, "report --speedscope");

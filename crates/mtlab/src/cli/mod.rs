@@ -299,6 +299,9 @@ struct ReportArgs {
     /// Write the heap profile (allocated and in-use objects and bytes) as gzipped pprof, for `go tool pprof`.
     #[arg(long, value_name = "OUT.pb.gz")]
     pprof: Option<PathBuf>,
+    /// Also list the functions by allocated bytes: where they called the allocator (self) and anywhere on the stack (total).
+    #[arg(long)]
+    callers: bool,
     /// Also write the report as one self-contained HTML page: tables, memory over time, the flame graph.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
@@ -572,7 +575,7 @@ pub fn load_reports(file: &std::path::Path, children: bool, opts: &AnalyzeOption
 }
 
 fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
-    let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top };
+    let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some() };
     let mut run = load_reports(&a.file, !a.no_children, &opts)?;
     run.frames = a.frames;
     let req = crate::profile::export::ExportRequest {

@@ -24,12 +24,62 @@ pub struct AnalyzeOptions {
     pub max_points: usize,
     /// Sites listed in each top table.
     pub top: usize,
+    /// Also the functions by allocation in them and below them (symbolizes
+    /// every stack, not only the top sites').
+    pub callers: bool,
 }
 
 impl Default for AnalyzeOptions {
     fn default() -> Self {
-        AnalyzeOptions { max_points: 200, top: 10 }
+        AnalyzeOptions { max_points: 200, top: 10, callers: false }
     }
+}
+
+/// One function's share of the allocations: `self_*` where it called the
+/// allocator itself (bottom-up), `total_*` where it was anywhere on the
+/// stack (top-down: itself and everything it called).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CallerReport {
+    pub function: String,
+    pub self_calls: u64,
+    pub self_bytes: u64,
+    pub total_calls: u64,
+    pub total_bytes: u64,
+}
+
+/// The functions of every stack, with the calls and bytes of the stacks they
+/// are on; ranked by total bytes, the first `top`.
+fn callers(sites: &[(&[u64], u64, u64)], symbols: &mut Symbols, top: usize) -> Vec<CallerReport> {
+    let mut by: HashMap<String, CallerReport> = HashMap::default();
+    let mut seen: Vec<String> = Vec::new();
+    for &(pcs, calls, bytes) in sites {
+        let frames = symbols.frames(pcs);
+        seen.clear();
+        for (i, f) in frames.iter().enumerate() {
+            let name = f.function.clone().unwrap_or_else(|| format!("{}+{}", f.module, f.offset));
+            let e = by.entry(name.clone()).or_insert_with(|| CallerReport {
+                function: name.clone(),
+                self_calls: 0,
+                self_bytes: 0,
+                total_calls: 0,
+                total_bytes: 0,
+            });
+            if i == 0 {
+                e.self_calls += calls;
+                e.self_bytes += bytes;
+            }
+            // A recursive function counts once per stack.
+            if !seen.contains(&name) {
+                e.total_calls += calls;
+                e.total_bytes += bytes;
+                seen.push(name);
+            }
+        }
+    }
+    let mut list: Vec<CallerReport> = by.into_values().collect();
+    list.sort_by(|a, b| b.total_bytes.cmp(&a.total_bytes).then(b.self_bytes.cmp(&a.self_bytes)).then(a.function.cmp(&b.function)));
+    list.truncate(top);
+    list
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -307,6 +357,8 @@ pub struct ProcessReport {
     pub time_series: Vec<SeriesPoint>,
     pub top_sites: TopSites,
     pub temporary: TemporaryReport,
+    /// Functions by allocated bytes, self and total (`report --callers`; empty otherwise).
+    pub callers: Vec<CallerReport>,
     pub leaks: LeakReport,
     /// Events the preload library could not write; None when the process did
     /// not end through exit (no END record), so the count is unknown.
@@ -816,6 +868,13 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
     ranked.sort_by(|a, b| b.1.temporary.cmp(&a.1.temporary).then(a.0.cmp(&b.0)));
     let temporary_top =
         ranked.iter().filter(|(_, a)| a.temporary > 0).take(top).map(|(id, a)| site_report(*id, a, &mut symbols, &pass.stacks)).collect();
+    let callers = if opts.callers {
+        let list: Vec<(&[u64], u64, u64)> =
+            pass.sites.iter().filter_map(|(id, a)| pass.stacks.get(&id).map(|pcs| (&pcs[..], a.calls, a.bytes))).collect();
+        callers(&list, &mut symbols, top)
+    } else {
+        Vec::new()
+    };
     ranked.sort_by(|a, b| b.1.live_bytes.cmp(&a.1.live_bytes).then(a.0.cmp(&b.0)));
     let leak_top = ranked
         .iter()
@@ -892,6 +951,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         end,
         time_series: std::mem::take(&mut pass.series),
         top_sites: TopSites { by_bytes, by_calls, at_peak, temporary: temporary_top },
+        callers,
         temporary: {
             let allocs: u64 = pass.sites.iter().map(|(_, a)| a.calls).sum();
             TemporaryReport {

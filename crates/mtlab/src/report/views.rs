@@ -273,6 +273,24 @@ pub fn views(run: &RunReport) -> Vec<View> {
         if !p.top_sites.by_bytes.is_empty() {
             out.push(View::Table(sites("sites_by_bytes", "top allocation sites by bytes", &p.top_sites.by_bytes, SiteCount::Allocated, run.frames)));
             out.push(View::Table(sites("sites_by_calls", "top allocation sites by calls", &p.top_sites.by_calls, SiteCount::Allocated, run.frames)));
+            if !p.callers.is_empty() {
+                let mut t = table(
+                    "callers",
+                    "functions by allocated bytes: self (it called the allocator), total (anywhere on the stack)",
+                    &["function", "total bytes", "total calls", "self bytes", "self calls"],
+                    1,
+                );
+                for c in &p.callers {
+                    t.push(vec![
+                        Cell::text(&c.function),
+                        Cell::Bytes(c.total_bytes),
+                        Cell::Int(c.total_calls as i64),
+                        Cell::Bytes(c.self_bytes),
+                        Cell::Int(c.self_calls as i64),
+                    ]);
+                }
+                out.push(View::Table(t));
+            }
             if !p.top_sites.at_peak.is_empty() {
                 let at = p.peak.at_ns.map(|ns| format!(" at {:.3} s", ns as f64 / 1e9)).unwrap_or_default();
                 let title = format!("top allocation sites at the peak ({} live{at})", human_bytes(p.peak.heap.live_bytes));
