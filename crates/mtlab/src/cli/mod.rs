@@ -605,9 +605,19 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     emit(&doc, a.json, a.csv.as_ref(), None)?;
     if let Some(path) = &a.html {
         let images = run.processes.first().map(|p| flame_image(p, a.flame_value)).unwrap_or_default();
-        write_html(&doc, path, &format!("mtlab report {}", a.file.display()), &images)?;
+        write_html(&html_document(&mut run), path, &format!("mtlab report {}", a.file.display()), &images)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The report for a page: whole stacks in the site tables (a page scrolls;
+/// a terminal row does not).
+fn html_document(run: &mut RunReport) -> Document {
+    let shown = run.frames;
+    run.frames = usize::MAX;
+    let doc = report::document(run);
+    run.frames = shown;
+    doc
 }
 
 /// The flame graph of a process's profile (estimated, or exact from a full
@@ -734,9 +744,10 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
             (est.alloc_bytes.value / truth - 1.0) * 100.0
         ));
     }
+    let (mut full, mut sampled) = (full, sampled);
     let mut sections = vec![
-        ("1. The heap tracer: malloc-test, 2 threads, whole stacks".to_string(), report::document(&full)),
-        ("2. The sampling heap profiler on the same workload".to_string(), report::document(&sampled)),
+        ("1. The heap tracer: malloc-test, 2 threads, whole stacks".to_string(), html_document(&mut full)),
+        ("2. The sampling heap profiler on the same workload".to_string(), html_document(&mut sampled)),
     ];
     if !a.trace_only {
         sections.extend(demo_studies(&a.store)?);

@@ -166,9 +166,11 @@ pub struct SiteReport {
     /// Live at the end of the trace.
     pub live_objects: u64,
     pub live_bytes: u64,
-    /// Live when the heap's live bytes peaked (`peak`).
-    pub peak_live_objects: u64,
-    pub peak_live_bytes: u64,
+    /// Live when the heap's live bytes peaked (`peak`); null for a compact
+    /// trace (its peak was measured before compaction, its replay order
+    /// within a quantum is its own).
+    pub peak_live_objects: Option<u64>,
+    pub peak_live_bytes: Option<u64>,
     /// Allocations freed with no other allocation of their thread in between.
     pub temporary: u64,
     pub frames: Vec<FrameReport>,
@@ -849,8 +851,8 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         bytes: acc.bytes,
         live_objects: acc.live_objects,
         live_bytes: acc.live_bytes,
-        peak_live_objects: acc.at_peak(gen).0,
-        peak_live_bytes: acc.at_peak(gen).1,
+        peak_live_objects: compact_quantum.is_none().then(|| acc.at_peak(gen).0),
+        peak_live_bytes: compact_quantum.is_none().then(|| acc.at_peak(gen).1),
         temporary: acc.temporary,
         frames: stacks.get(&id).map(|pcs| symbols.frames(pcs)).unwrap_or_default(),
     };

@@ -43,8 +43,8 @@ fn site_row(pid: u32, table: &str, rank: usize, s: &SiteReport) -> Vec<Cell> {
         int(s.bytes),
         int(s.live_objects),
         int(s.live_bytes),
-        int(s.peak_live_objects),
-        int(s.peak_live_bytes),
+        s.peak_live_objects.map(int).unwrap_or(Cell::Empty),
+        s.peak_live_bytes.map(int).unwrap_or(Cell::Empty),
         int(s.temporary),
         Cell::text(top.and_then(|f| f.function.clone()).unwrap_or_default()),
         Cell::text(top.and_then(|f| f.file.clone()).unwrap_or_default()),
@@ -53,7 +53,7 @@ fn site_row(pid: u32, table: &str, rank: usize, s: &SiteReport) -> Vec<Cell> {
     ]
 }
 
-/// functions.csv, heap.csv, time_series.csv and sites.csv.
+/// functions.csv, heap.csv, time_series.csv, sites.csv and callers.csv.
 pub fn tables(run: &RunReport) -> Vec<Table> {
     let mut functions = Table::new(
         "functions",
@@ -82,7 +82,12 @@ pub fn tables(run: &RunReport) -> Vec<Table> {
         ],
         2,
     );
+    let mut callers =
+        Table::new("callers", "", &["pid", "function", "total_bytes", "total_calls", "self_bytes", "self_calls"], 2);
     for p in &run.processes {
+        for c in &p.callers {
+            callers.push(vec![int(p.pid as u64), Cell::text(&c.function), int(c.total_bytes), int(c.total_calls), int(c.self_bytes), int(c.self_calls)]);
+        }
         for (name, f) in &p.functions {
             functions.push(vec![
                 int(p.pid as u64),
@@ -125,5 +130,9 @@ pub fn tables(run: &RunReport) -> Vec<Table> {
             }
         }
     }
-    [functions, heap, series, sites].into_iter().map(Table::data_only).collect()
+    let mut out = vec![functions, heap, series, sites];
+    if !callers.rows.is_empty() {
+        out.push(callers);
+    }
+    out.into_iter().map(Table::data_only).collect()
 }

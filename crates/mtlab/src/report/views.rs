@@ -134,7 +134,7 @@ fn sites(name: &str, title: &str, sites: &[SiteReport], count: SiteCount, depth:
         let (a, b) = match count {
             SiteCount::Allocated => (s.calls, s.bytes),
             SiteCount::Live => (s.live_objects, s.live_bytes),
-            SiteCount::AtPeak => (s.peak_live_objects, s.peak_live_bytes),
+            SiteCount::AtPeak => (s.peak_live_objects.unwrap_or(0), s.peak_live_bytes.unwrap_or(0)),
             SiteCount::Temporary => (s.temporary, s.calls),
         };
         let stack = if s.frames.is_empty() { "(no stack recorded)".to_string() } else { frame_line(s, depth, width) };
@@ -199,8 +199,8 @@ fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<
             bytes: 0,
             live_objects: 0,
             live_bytes: 0,
-            peak_live_objects: 0,
-            peak_live_bytes: 0,
+            peak_live_objects: None,
+            peak_live_bytes: None,
             temporary: 0,
             frames: s.frames.clone(),
         };
