@@ -813,10 +813,20 @@ fn demo_studies(store: &study::StoreArgs) -> Result<Vec<(String, Document)>, Cli
     // As root the receive processing is steered (RPS in mtlab's namespace);
     // otherwise loopback, where the sender's core does it.
     let root = crate::platform::process::is_root();
-    let line = format!("affinity --steer {} --reps 1 --seconds 1", if root { "rps" } else { "none" });
+    // Counting a whole CPU needs root or a permissive perf_event_paranoid.
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok().and_then(|s| s.trim().parse::<i32>().ok()).unwrap_or(2);
+    let counters = root || paranoid <= 0;
+    let line = format!(
+        "affinity --steer {} --reps 1 --seconds 1{}",
+        if root { "rps" } else { "none" },
+        if counters { "" } else { " --no-counters" }
+    );
     step(6, "the affinity matrix of one TCP flow on the allowed CPUs", &line);
     if !root {
         eprintln!("mtlab demo: not root, so the matrix runs on loopback (--steer none) instead of steering receive processing with RPS");
+    }
+    if !counters {
+        eprintln!("mtlab demo: per-CPU counters need root or kernel.perf_event_paranoid <= 0 (it is {paranoid}): the matrix runs without them");
     }
     if let Command::Affinity(a) = parse(&line)? {
         let (run, o) = affinity::matrix_run(a)?;
