@@ -92,12 +92,43 @@ pub enum RecordError {
 #[derive(Debug)]
 pub struct RecordOutcome {
     pub status: ExitStatus,
+    /// The program that ran (resolved through PATH).
+    pub program: PathBuf,
     pub traces: Vec<PathBuf>,
     pub wall: Duration,
     pub baseline_wall: Option<Duration>,
     pub bytes: u64,
     /// Traces that could not be finished, or damage found while finishing.
     pub warnings: Vec<String>,
+}
+
+/// Why a program that ended by itself left no trace at all (mtlab's
+/// library writes one at exit whenever it was loaded and exit ran).
+pub fn why_no_trace(program: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    if crate::symbolize::elf_has_interpreter(program) == Some(false) {
+        return format!(
+            "{} is statically linked: no dynamic loader runs, so mtlab's library is never loaded and its calls cannot be traced",
+            program.display()
+        );
+    }
+    if let Ok(m) = std::fs::metadata(program) {
+        // SAFETY: geteuid and getegid have no preconditions.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let setuid = m.mode() & 0o4000 != 0 && m.uid() != euid;
+        let setgid = m.mode() & 0o2000 != 0 && m.gid() != egid;
+        if setuid || setgid {
+            return format!(
+                "{} is set-{}-ID: the loader runs it in secure mode, which does not preload mtlab's library from its cache directory",
+                program.display(),
+                if setuid { "user" } else { "group" }
+            );
+        }
+    }
+    "the program left before mtlab's first write without running its exit handlers (it called _exit, or exec'd a program \
+     that clears LD_PRELOAD), or it cleared LD_PRELOAD and re-executed itself; events reach the file when a 64 KiB buffer \
+     fills or the program exits through exit()"
+        .to_string()
 }
 
 impl RecordOutcome {
@@ -372,7 +403,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             }
         }
     }
-    Ok(RecordOutcome { status, traces, wall, baseline_wall, bytes, warnings })
+    Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings })
 }
 
 #[cfg(test)]

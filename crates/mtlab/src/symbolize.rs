@@ -281,6 +281,8 @@ struct ElfInfo {
     altlink: Option<(String, Vec<u8>)>,
     /// Whether the file carries DWARF line/function data itself.
     has_dwarf: bool,
+    /// Whether it names a dynamic loader (PT_INTERP): false for a static program.
+    has_interp: bool,
 }
 
 /// The first GNU build-id note among `notes`; a damaged note ends the search.
@@ -291,6 +293,12 @@ fn build_id_note<Elf: FileHeader>(mut notes: NoteIterator<'_, Elf>, endian: Elf:
         }
     }
     None
+}
+
+/// Whether the ELF file at `path` is run by a dynamic loader (has PT_INTERP);
+/// None when it is not an ELF file (a script) or cannot be read.
+pub fn elf_has_interpreter(path: &Path) -> Option<bool> {
+    read_elf_info(path).ok().map(|i| i.has_interp)
 }
 
 fn read_elf_info(path: &Path) -> Result<ElfInfo, String> {
@@ -318,6 +326,7 @@ fn elf_info<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<File>) -> Res
                 vaddr: ph.p_vaddr(endian).into(),
                 filesz: ph.p_filesz(endian).into(),
             }),
+            elf::PT_INTERP => info.has_interp = true,
             elf::PT_NOTE if info.build_id.is_none() && ph.p_filesz(endian).into() <= MAX_TABLE => {
                 if let Ok(Some(notes)) = ph.notes(endian, data) {
                     info.build_id = build_id_note::<Elf>(notes, endian);

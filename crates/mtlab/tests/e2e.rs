@@ -1219,6 +1219,27 @@ fn the_peak_sites_and_temporary_allocations_are_exact() {
 }
 
 #[test]
+fn a_program_that_leaves_no_trace_is_told_why() {
+    let lab = Lab::new();
+    // _exit before the first buffer filled: the library was loaded but never wrote.
+    let prog = lab.compile("exit_early");
+    let o = lab.record("e.mtl", &prog, &[]);
+    assert_eq!(o.status.code(), Some(3), "the program's own exit code");
+    let err = stderr(&o);
+    assert!(err.contains("no trace was written: the program left before mtlab's first write without running its exit handlers (it called _exit"), "{err}");
+    // A static program: no loader, so no library.
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let stat = lab.path("exit_early_static");
+    let c = std::process::Command::new(&cc).args(["-O1", "-static", "-o"]).arg(&stat).arg(test_source("exit_early")).output().unwrap();
+    if !c.status.success() {
+        return skip("no static libc to link against (Debian: libc6-dev)");
+    }
+    let o = lab.record("s.mtl", &stat, &[]);
+    assert_eq!(o.status.code(), Some(3));
+    assert!(stderr(&o).contains("is statically linked: no dynamic loader runs"), "{}", stderr(&o));
+}
+
+#[test]
 fn built_in_workloads_run_by_name_and_under_record_by_their_path() {
     let lab = Lab::new();
     let o = lab.command(MTLAB).arg("workload").output().unwrap();

@@ -528,9 +528,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
                 "mtlab: no trace was written: the program was killed by signal {sig} before mtlab's first write \
                  (events reach the file when a 64 KiB buffer fills or the program exits normally)"
             ),
-            None => eprintln!(
-                "mtlab: no trace was written: the program made no traced call (statically linked, or it cleared LD_PRELOAD)"
-            ),
+            None => eprintln!("mtlab: no trace was written: {}", record::why_no_trace(&outcome.program)),
         },
     }
     for w in &outcome.warnings {
