@@ -1240,6 +1240,36 @@ fn a_program_that_leaves_no_trace_is_told_why() {
 }
 
 #[test]
+fn a_trace_still_being_written_is_reported_as_running() {
+    use std::io::{BufRead, Write};
+    let lab = Lab::new();
+    let prog = lab.compile("s_hold");
+    // s_hold keeps 20 000 blocks of 100 B (more than a buffer holds, so they
+    // reach the file) and waits for a line on stdin.
+    let mut child = lab
+        .record_cmd("r.mtl", &[], &prog, &["20000", "100"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert!(lines.next().unwrap().unwrap().starts_with("pid "));
+    assert_eq!(lines.next().unwrap().unwrap(), "held");
+    let during = lab.report("r.mtl");
+    let text = lab.command(MTLAB).args(["report", "r.mtl"]).output().unwrap();
+    child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    assert_eq!(during["running"], true, "the process was running");
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    assert!(text.contains("is still running: every figure below is as far as its trace is written now"), "{text}");
+    assert!(text.contains("live so far (the process is still running)") && !text.contains("not freed at exit"), "{text}");
+    assert!(text.contains("events dropped: not known until the process ends"), "{text}");
+    let after = lab.report("r.mtl");
+    assert_eq!(after["running"], false);
+    assert_eq!(after["clean_end"], true);
+}
+
+#[test]
 fn built_in_workloads_run_by_name_and_under_record_by_their_path() {
     let lab = Lab::new();
     let o = lab.command(MTLAB).arg("workload").output().unwrap();

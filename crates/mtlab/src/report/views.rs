@@ -231,7 +231,9 @@ pub fn views(run: &RunReport) -> Vec<View> {
             None => format!("events: {}", p.events),
         };
         note(format!("allocator: {} ({}), {count}, traced time: {dur}", p.allocator, p.allocator_path));
-        if let Some(e) = &p.exit {
+        if p.running {
+            note(format!("process {} is still running: every figure below is as far as its trace is written now", p.pid));
+        } else if let Some(e) = &p.exit {
             note(match e.strip_prefix("killed by signal ").and_then(|n| n.parse::<u64>().ok()) {
                 Some(sig) => format!("program was killed by signal {sig}{}", signal_name(sig)),
                 None => format!("program ended with {e}"),
@@ -308,7 +310,11 @@ pub fn views(run: &RunReport) -> Vec<View> {
         }
         let mut note = |s: String| out.push(View::Note(s));
         if p.profile.is_none() {
-            note(format!("not freed at exit: {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
+            if p.running {
+                note(format!("live so far (the process is still running): {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
+            } else {
+                note(format!("not freed at exit: {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
+            }
         }
         if !p.leaks.top.is_empty() {
             out.push(View::Table(sites("leaks", "", &p.leaks.top, SiteCount::Live, run.frames)));
@@ -321,6 +327,7 @@ pub fn views(run: &RunReport) -> Vec<View> {
                  memory for a buffer): the heap figures above miss these calls (a dropped free leaves its block \
                  counted as live)"
             ),
+            None if p.running => "events dropped: not known until the process ends".into(),
             None if p.exit.as_deref().is_some_and(|e| e.starts_with("exit code")) => "events dropped: unknown — no END \
                 record: the process left without running its exit handlers (it called _exit, or exec'd another program), \
                 or its trace could not be completed (disk full); events after its last flush are missing"
