@@ -26,6 +26,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use object::elf;
 use object::read::elf::{FileHeader, NoteIterator, ProgramHeader, SectionHeader};
@@ -527,6 +528,44 @@ enum ModuleState {
     Failed(String),
 }
 
+/// A module file as it was when loaded: a file replaced since is loaded again.
+#[derive(PartialEq, Eq, Hash, Clone)]
+struct ModuleKey {
+    path: String,
+    len: u64,
+    mtime: i64,
+    mtime_ns: i64,
+}
+
+thread_local! {
+    /// Modules loaded by any symbolizer of this thread: a report of a
+    /// process tree (thousands of processes sharing libc and a few programs)
+    /// reads and parses each module's debug information once, not once per
+    /// process.
+    static LOADED: std::cell::RefCell<HashMap<ModuleKey, Rc<ModuleState>>> = std::cell::RefCell::new(HashMap::new());
+}
+
+/// The module at `path`, from this thread's cache or loaded now.
+fn shared_module(path: &str, debug_dirs: &[PathBuf]) -> Rc<ModuleState> {
+    use std::os::unix::fs::MetadataExt;
+    let key = std::fs::metadata(path)
+        .ok()
+        .map(|m| ModuleKey { path: path.to_string(), len: m.len(), mtime: m.mtime(), mtime_ns: m.mtime_nsec() });
+    let load = || {
+        Rc::new(match load_module(Path::new(path), debug_dirs) {
+            Ok(m) => ModuleState::Loaded(Box::new(m)),
+            Err(e) => ModuleState::Failed(e),
+        })
+    };
+    let Some(key) = key else { return load() };
+    if let Some(m) = LOADED.with(|l| l.borrow().get(&key).cloned()) {
+        return m;
+    }
+    let m = load();
+    LOADED.with(|l| l.borrow_mut().insert(key, m.clone()));
+    m
+}
+
 /// What the symbolizer found out about one module (for diagnostics and reports).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ModuleInfo {
@@ -682,7 +721,7 @@ impl Module {
 pub struct Symbolizer {
     /// Non-overlapping mappings keyed by start address.
     maps: BTreeMap<u64, Mapping>,
-    modules: HashMap<String, ModuleState>,
+    modules: HashMap<String, Rc<ModuleState>>,
     cache: HashMap<u64, Vec<Frame>>,
     debug_dirs: Vec<PathBuf>,
 }
@@ -780,7 +819,7 @@ impl Symbolizer {
         let mut out: Vec<ModuleInfo> = self
             .modules
             .iter()
-            .map(|(path, st)| match st {
+            .map(|(path, st)| match &**st {
                 ModuleState::Loaded(m) => ModuleInfo {
                     path: path.clone(),
                     loaded: true,
@@ -831,13 +870,8 @@ impl Symbolizer {
         }
         let path = path.to_string();
         let debug_dirs = &self.debug_dirs;
-        let state = self.modules.entry(path.clone()).or_insert_with(|| {
-            match load_module(Path::new(&path), debug_dirs) {
-                Ok(m) => ModuleState::Loaded(Box::new(m)),
-                Err(e) => ModuleState::Failed(e),
-            }
-        });
-        let ModuleState::Loaded(m) = state else {
+        let state = self.modules.entry(path.clone()).or_insert_with(|| shared_module(&path, debug_dirs)).clone();
+        let ModuleState::Loaded(m) = &*state else {
             return unknown(module, file_offset + 1);
         };
         let Some(svma) = m.svma(file_offset) else {
