@@ -545,24 +545,25 @@ thread_local! {
     static LOADED: std::cell::RefCell<HashMap<ModuleKey, Rc<ModuleState>>> = std::cell::RefCell::new(HashMap::new());
 }
 
-/// The module at `path`, from this thread's cache or loaded now.
-fn shared_module(path: &str, debug_dirs: &[PathBuf]) -> Rc<ModuleState> {
+/// The key of the module file at `path` as it is now.
+fn module_key(path: &str) -> ModuleKey {
     use std::os::unix::fs::MetadataExt;
-    let key = std::fs::metadata(path)
-        .ok()
-        .map(|m| ModuleKey { path: path.to_string(), len: m.len(), mtime: m.mtime(), mtime_ns: m.mtime_nsec() });
-    let load = || {
-        Rc::new(match load_module(Path::new(path), debug_dirs) {
-            Ok(m) => ModuleState::Loaded(Box::new(m)),
-            Err(e) => ModuleState::Failed(e),
-        })
-    };
-    let Some(key) = key else { return load() };
-    if let Some(m) = LOADED.with(|l| l.borrow().get(&key).cloned()) {
+    match std::fs::metadata(path) {
+        Ok(m) => ModuleKey { path: path.to_string(), len: m.len(), mtime: m.mtime(), mtime_ns: m.mtime_nsec() },
+        Err(_) => ModuleKey { path: path.to_string(), len: 0, mtime: 0, mtime_ns: 0 },
+    }
+}
+
+/// The module of `key`, from this thread's cache or loaded now.
+fn shared_module(key: &ModuleKey, debug_dirs: &[PathBuf]) -> Rc<ModuleState> {
+    if let Some(m) = LOADED.with(|l| l.borrow().get(key).cloned()) {
         return m;
     }
-    let m = load();
-    LOADED.with(|l| l.borrow_mut().insert(key, m.clone()));
+    let m = Rc::new(match load_module(Path::new(&key.path), debug_dirs) {
+        Ok(m) => ModuleState::Loaded(Box::new(m)),
+        Err(e) => ModuleState::Failed(e),
+    });
+    LOADED.with(|l| l.borrow_mut().insert(key.clone(), m.clone()));
     m
 }
 
@@ -721,7 +722,9 @@ impl Module {
 pub struct Symbolizer {
     /// Non-overlapping mappings keyed by start address.
     maps: BTreeMap<u64, Mapping>,
-    modules: HashMap<String, Rc<ModuleState>>,
+    /// Each module's key in this thread's cache of loaded modules (kept
+    /// there, not here, so that a symbolizer stays `Send`).
+    modules: HashMap<String, ModuleKey>,
     cache: HashMap<u64, Vec<Frame>>,
     debug_dirs: Vec<PathBuf>,
 }
@@ -819,7 +822,8 @@ impl Symbolizer {
         let mut out: Vec<ModuleInfo> = self
             .modules
             .iter()
-            .map(|(path, st)| match &**st {
+            .map(|(path, key)| (path, shared_module(key, &self.debug_dirs)))
+            .map(|(path, st)| match &*st {
                 ModuleState::Loaded(m) => ModuleInfo {
                     path: path.clone(),
                     loaded: true,
@@ -870,7 +874,8 @@ impl Symbolizer {
         }
         let path = path.to_string();
         let debug_dirs = &self.debug_dirs;
-        let state = self.modules.entry(path.clone()).or_insert_with(|| shared_module(&path, debug_dirs)).clone();
+        let key = self.modules.entry(path.clone()).or_insert_with(|| module_key(&path));
+        let state = shared_module(key, debug_dirs);
         let ModuleState::Loaded(m) = &*state else {
             return unknown(module, file_offset + 1);
         };
