@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use crate::heap::{self, AnalyzeOptions};
-use crate::platform::process::pid_alive;
+use crate::platform::process::holds_open;
 use crate::trace::compact::{compact, refuse_compact, CompactError, CompactStats};
 use crate::trace::keys::COMPACT_PEAK;
 use crate::trace::TraceFile;
@@ -20,7 +20,7 @@ use crate::trace::TraceFile;
 pub fn compact_trace(src: &Path, dst: &Path, quantum: u64) -> Result<CompactStats, CompactError> {
     let trace = TraceFile::open(src)?;
     let pid = trace.header.pid;
-    if trace.end.is_none() && pid_alive(pid) {
+    if trace.end.is_none() && holds_open(pid, src) {
         // Its writer may still be appending: a rewrite would lose what comes next.
         return Err(CompactError::StillWriting { path: src.to_path_buf(), pid });
     }
@@ -36,8 +36,8 @@ mod tests {
     use crate::trace::compact::CompactError;
     use crate::trace::TraceWriter;
 
-    /// A trace without END whose process is alive (this test's own) may still
-    /// grow: it is left alone.
+    /// A trace without END whose process is alive and holds it open (this
+    /// test's own) may still grow: it is left alone.
     #[test]
     fn a_trace_still_being_written_is_refused_and_kept() {
         let dir = tempfile::tempdir().unwrap();
@@ -45,6 +45,7 @@ mod tests {
         let pid = std::process::id().to_string();
         TraceWriter::create(&src, [("pid", pid.as_str())]).unwrap().finish().unwrap();
         let before = std::fs::read(&src).unwrap();
+        let _held = std::fs::File::open(&src).unwrap();
         let e = compact_trace(&src, &src, 1 << 16).unwrap_err();
         assert!(matches!(e, CompactError::StillWriting { .. }), "{e}");
         assert!(e.to_string().contains("still being written"), "{e}");

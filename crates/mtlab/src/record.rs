@@ -9,7 +9,7 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use crate::native::{self, Part};
-use crate::platform::process::{find_in_path, pid_alive};
+use crate::platform::process::{find_in_path, holds_open};
 use crate::trace::{self, keys, TraceError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -138,12 +138,12 @@ impl RecordOutcome {
     }
 }
 
-/// Is the process that writes `t` (named ROOT.PID[.N], see trace_family) still alive?
+/// Is the process that writes `t` (named ROOT.PID[.N], see trace_family) still alive and writing it?
 fn still_running(root: &Path, t: &Path) -> bool {
     let prefix = format!("{}.", root.file_name().unwrap_or_default().to_string_lossy());
     let name = t.file_name().unwrap_or_default().to_string_lossy().to_string();
     let pid = name.strip_prefix(&prefix).and_then(|rest| rest.split('.').next()).and_then(|p| p.parse::<u32>().ok());
-    pid.is_some_and(pid_alive)
+    pid.is_some_and(|pid| holds_open(pid, t))
 }
 
 /// Finds PROGRAM as the shell would: a path if it has a slash, else in PATH.

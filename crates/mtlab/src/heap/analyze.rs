@@ -47,14 +47,6 @@ pub struct CallerReport {
     pub total_bytes: u64,
 }
 
-/// Whether process `pid` is alive and has `path` open (a pid reused by
-/// another process does not).
-fn writer_holds(pid: u32, path: &std::path::Path) -> bool {
-    let Ok(want) = std::fs::canonicalize(path) else { return false };
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
-    fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == want))
-}
-
 /// The functions of every stack, with the calls and bytes of the stacks they
 /// are on; ranked by total bytes, the first `top`.
 fn callers(sites: &[(&[u64], u64, u64)], symbols: &mut Symbols, top: usize) -> Vec<CallerReport> {
@@ -984,7 +976,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         allocator_readings,
         stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),
         clean_end: trace.end.is_some(),
-        running: trace.end.is_none() && writer_holds(trace.header.pid, &trace.path),
+        running: trace.end.is_none() && crate::platform::process::holds_open(trace.header.pid, &trace.path),
         unknown_frees: pass.heap.unknown_frees,
         overlapping_allocs: pass.heap.overlapping_allocs,
         program_mappings: pass.program_maps.clone(),

@@ -32,6 +32,14 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Whether process `pid` is alive and has `path` open: the writer of a
+/// trace still at work (a pid reused by another process does not count).
+pub fn holds_open(pid: u32, path: &std::path::Path) -> bool {
+    let Ok(want) = std::fs::canonicalize(path) else { return false };
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return false };
+    fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == want))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
