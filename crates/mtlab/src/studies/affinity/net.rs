@@ -89,15 +89,6 @@ impl Netns {
         Ok(Netns { name, ns_if, host_if, host_addr, ns_addr, file })
     }
 
-    /// Moves the calling thread into the namespace (sockets it then opens live there).
-    pub fn enter(&self) -> std::io::Result<()> {
-        // SAFETY: setns on an open namespace file; it changes only the calling thread's network namespace.
-        if unsafe { libc::setns(self.file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
     /// Makes `cmd`'s process start inside the namespace.
     pub fn put_command_in(&self, cmd: &mut std::process::Command) {
         use std::os::unix::process::CommandExt;
