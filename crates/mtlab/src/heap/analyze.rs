@@ -255,6 +255,22 @@ impl AllocatorStats {
         Some(self.mapped_bytes?.saturating_sub(self.mapped_at_start_bytes.unwrap_or(0)))
     }
 
+    /// The exit figures as a reading beside a sampled trace's in-use
+    /// estimate (a sampled trace has no exact in-use or mapped bytes).
+    pub fn as_reading(&self, at_ns: Option<u64>, estimate: Estimate) -> AllocatorReading {
+        AllocatorReading {
+            dump: 0,
+            at_ns,
+            source: Some(self.source.clone()),
+            in_use_bytes: self.in_use_bytes,
+            in_use_at_start_bytes: self.in_use_at_start_bytes,
+            mapped_bytes: self.mapped_bytes,
+            mapped_at_start_bytes: self.mapped_at_start_bytes,
+            mtlab_in_use_bytes: Some(estimate),
+            tsc: 0,
+        }
+    }
+
     fn read(trace: &TraceFile, allocator: &str, end: &HeapSnapshot) -> Option<AllocatorStats> {
         let get = |k: &str| trace.stats.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
         let num = |k: &str| get(k).and_then(|v| v.parse::<u64>().ok());

@@ -338,17 +338,7 @@ pub fn views(run: &RunReport) -> Vec<View> {
         });
         if let (Some(a), Some(prof)) = (&p.allocator_stats, &p.profile) {
             // A sampled trace knows the bytes in use only as an estimate, and no mapped bytes.
-            let at_exit = AllocatorReading {
-                dump: 0,
-                at_ns: p.duration_ns,
-                source: Some(a.source.clone()),
-                in_use_bytes: a.in_use_bytes,
-                in_use_at_start_bytes: a.in_use_at_start_bytes,
-                mapped_bytes: a.mapped_bytes,
-                mapped_at_start_bytes: a.mapped_at_start_bytes,
-                mtlab_in_use_bytes: Some(prof.totals.inuse_bytes),
-                tsc: 0,
-            };
+            let at_exit = a.as_reading(p.duration_ns, prof.totals.inuse_bytes);
             note(format!("at exit: {}", allocator_reading_text(&at_exit, &p.allocator).replace('\n', "; ")));
         } else if let Some(a) = &p.allocator_stats {
             let side = |theirs: Option<u64>, ours: u64| match theirs {
