@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -65,22 +66,23 @@ static void detect_allocator(void) {
     mtlab_cfg.is_glibc = strcmp(name, "glibc") == 0;
 }
 
-static void fork_prepare(void) {
+void mtlab_fork_prepare(void) {
     mtlab_tls.guard++;
     if (mtlab_state == 1) mtlab_flush_own();
 }
 
-static void fork_parent(void) { mtlab_tls.guard--; }
+void mtlab_fork_parent(void) { mtlab_tls.guard--; }
 
 static void start_clock(void) {
     mtlab_cfg.start_ns = mtlab_realtime_ns();
     mtlab_cfg.start_tsc = mtlab_tsc();
 }
 
-static void fork_child(void) {
+/* The new process's own tracing: its own file, clock, buffers and stacks. */
+static void become_child(void) {
     if (mtlab_state == 1 && !mtlab_cfg.follow) {
         /* --no-follow: the child runs untraced, sampler included. */
-        mtlab_state = 0;
+        mtlab_state = MTLAB_OFF;
         if (mtlab_ctl) {
             signal((int)mtlab_ctl->signal, SIG_DFL);
             mtlab_sampler_detach();
@@ -96,23 +98,61 @@ static void fork_child(void) {
         mtlab_fork_child_reset();
         mtlab_stack_table_reset();
         mtlab_tls.arena_base = mtlab_tls.arena_size = 0;
-        if (mtlab_ctl) {
-            mtlab_write_maps();
-            mtlab_sampler_fork_child();
-        }
         /* The child's trace starts empty: its brk heap is the one it
          * inherited, as it is now (not as it was when the parent started). */
         mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);
         mtlab_init_brk(mtlab_cfg.brk_init);
+        mtlab_write_maps(); /* the child's own file, opened before it can drop privileges */
+        if (mtlab_ctl) mtlab_sampler_fork_child();
     }
+}
+
+void mtlab_fork_child(void) {
+    become_child();
     mtlab_tls.guard--;
 }
 
-__attribute__((constructor)) static void mtlab_start(void) {
+/* A process made by a raw fork or clone system call ran no fork handler: it
+ * still has its parent's pid, file offsets and buffers. Seen at its first
+ * flush; its buffer then mixes the parent's events before the fork with its
+ * own after it, so they are dropped and counted. A vfork child (memory
+ * shared with the parent, which waits) must not touch anything: kcmp tells
+ * the two apart, and when it cannot, nothing is done (the old behaviour). */
+static _Atomic uint64_t forks_unseen;
+
+int mtlab_check_forked(uint32_t pid_now) {
+    if (atomic_load(&mtlab_state) != MTLAB_TRACING) return 0;
+    long same_vm = syscall(SYS_kcmp, (long)pid_now, (long)mtlab_pid, 1 /* KCMP_VM */, 0L, 0L);
+    if (same_vm != 1 && same_vm != 2) return 0; /* 0: shared; <0: unknown */
+    /* Called from inside an append (the buffer counts this thread busy):
+     * the reset must leave that count as the append expects it. */
+    struct mtlab_buf *own = mtlab_tls.buf;
+    uint64_t lost = own ? own->n_events : 0;
+    uint32_t busy = own ? atomic_load(&own->busy) : 0;
+    become_child();
+    if (own) atomic_store(&own->busy, busy);
+    atomic_store(&forks_unseen, 1);
+    atomic_fetch_add(&mtlab_counters.events_dropped, lost);
+    return 1;
+}
+
+uint64_t mtlab_forks_unseen(void) { return atomic_load(&forks_unseen); }
+
+extern int __cxa_atexit(void (*fn)(void *), void *arg, void *dso_handle);
+static void mtlab_stop(void *unused);
+
+/* Starts tracing once per process image: from the constructor, or earlier
+ * from the first intercepted call when the constructor of a library the
+ * program links (libstdc++, libselinux) allocates before mtlab's runs. */
+static void mtlab_start(void) {
+    static _Atomic int once;
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&once, &expected, 1)) return;
     mtlab_tls.guard++;
     mtlab_resolve();
     const char *out = getenv("MTLAB_OUT");
     if (!out || !*out) {
+        mtlab_state = MTLAB_OFF;
         mtlab_tls.guard--;
         return;
     }
@@ -164,11 +204,21 @@ __attribute__((constructor)) static void mtlab_start(void) {
     mtlab_init_brk(mtlab_cfg.brk_init);
     mtlab_stack_table_init();
     mtlab_thread_init_global();
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
+    pthread_atfork(mtlab_fork_prepare, mtlab_fork_parent, mtlab_fork_child);
+    /* The end of tracing as late as exit() allows: registered here, before
+     * the C library registers the loader's finalizer (this runs from the
+     * loader's initialization, ahead of the program's entry point), so it
+     * runs after every library's destructor — their frees are seen and
+     * are not reported as leaks. No DSO handle: a handler registered with
+     * ours would run with our own destructors instead. */
+    __cxa_atexit(mtlab_stop, NULL, NULL);
     start_clock();
-    mtlab_state = 1;
+    mtlab_state = MTLAB_TRACING;
+    /* The file is opened now, before the program's code runs: a daemon that
+     * drops privileges or chroots before its first flush keeps its trace,
+     * and the control page (sampling mode) names it. */
+    mtlab_write_maps();
     if (mtlab_cfg.sample_interval) {
-        mtlab_write_maps(); /* opens the file now: the control page names it */
         int sig = (int)env_u64("MTLAB_SIGNAL", (uint64_t)(SIGRTMIN + 7));
         if (env_u64("MTLAB_GOT", 1)) mtlab_got_scan(); /* MTLAB_GOT=0: every call through the shims */
         mtlab_sampler_init(mtlab_cfg.sample_interval, env_u64("MTLAB_INACTIVE", 0) == 0, sig);
@@ -177,17 +227,40 @@ __attribute__((constructor)) static void mtlab_start(void) {
     mtlab_tls.guard--;
 }
 
-/* Runs from exit() after the program's atexit handlers and destructors of
- * libraries loaded after this one, so late frees are still seen. */
-__attribute__((destructor)) static void mtlab_stop(void) {
-    if (mtlab_state != 1) return;
+__attribute__((constructor)) static void mtlab_constructor(void) { mtlab_start(); }
+
+int mtlab_start_early(void) {
+    if (!mtlab_tls.guard && !mtlab_tls.in_alloc) mtlab_start();
+    return atomic_load(&mtlab_state);
+}
+
+/* Runs from exit() after the program's atexit handlers and every library's
+ * destructors (see mtlab_start), so late frees are still seen. */
+static void mtlab_stop(void *unused) {
+    (void)unused;
+    if (mtlab_state != MTLAB_TRACING) return;
+    /* A process made by a raw clone that never flushed ends here first. */
     mtlab_tls.guard++;
+    uint32_t pid = mtlab_sys_getpid();
+    if (pid != mtlab_pid && !mtlab_check_forked(pid)) { /* a vfork child: the state is its parent's */
+        mtlab_tls.guard--;
+        return;
+    }
     mtlab_sampler_stop();
-    mtlab_state = 2;
+    mtlab_state = MTLAB_STOPPED;
     mtlab_flush_all();
     mtlab_write_maps();
     mtlab_writer_closing();
     mtlab_write_stats();
     mtlab_write_end();
     mtlab_tls.guard--;
+}
+
+/* _exit and _Exit leave without exit handlers: the trace is finished here,
+ * or the events still in the buffers would be lost. Not from a vfork child
+ * (its pid is not ours; the memory is its parent's) nor from inside
+ * mtlab's own code (a signal handler that interrupted it). */
+void mtlab_finish_before_exit(void) {
+    if (mtlab_tls.guard) return;
+    mtlab_stop(NULL);
 }

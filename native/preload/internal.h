@@ -53,8 +53,24 @@ struct mtlab_config {
 };
 extern HIDDEN struct mtlab_config mtlab_cfg;
 
-/* 0 until the constructor finished, 1 while tracing, 2 once finalized. */
+/* MTLAB_NOT_STARTED until the first intercepted call or the constructor
+ * (whichever comes first) started tracing; then MTLAB_TRACING, MTLAB_OFF
+ * (nothing to trace: no MTLAB_OUT, or an untraced --no-follow child), or at
+ * the end MTLAB_STOPPED. */
+enum { MTLAB_NOT_STARTED = 0, MTLAB_TRACING = 1, MTLAB_STOPPED = 2, MTLAB_OFF = 3 };
 extern HIDDEN _Atomic int mtlab_state;
+/* Starts tracing from the first intercepted call when it comes before
+ * mtlab's constructor (another library's constructor); returns the state. */
+HIDDEN int mtlab_start_early(void);
+/* Process lifecycle (init.c): fork handlers, also run by the _Fork shim. */
+HIDDEN void mtlab_fork_prepare(void);
+HIDDEN void mtlab_fork_parent(void);
+HIDDEN void mtlab_fork_child(void);
+/* pid_now differs from mtlab_pid: a process made without fork handlers is
+ * given its own trace (returns 1), a vfork child is left alone (0). */
+HIDDEN int mtlab_check_forked(uint32_t pid_now);
+HIDDEN uint64_t mtlab_forks_unseen(void);
+HIDDEN void mtlab_finish_before_exit(void);
 
 /* ---- real functions (resolve.c) ---- */
 struct mtlab_real {
@@ -199,6 +215,7 @@ HIDDEN void mtlab_write_maps(void);
 HIDDEN int mtlab_find_mapping(const char *name, uint64_t *lo, uint64_t *hi);
 HIDDEN void mtlab_writer_closing(void); /* no new records but END; waits for writes in flight */
 HIDDEN void mtlab_write_end(void);
+HIDDEN void mtlab_writer_before_exec(void); /* removes a file without events */
 HIDDEN void mtlab_writer_fork_child(void);
 HIDDEN void mtlab_set_root(int is_root);
 HIDDEN void mtlab_watermark_attach(long fd); /* root process: MTLAB_WATERMARK_FD */
@@ -321,6 +338,7 @@ HIDDEN int mtlab_sys_open(const char *path, int flags, int mode);
 HIDDEN int mtlab_sys_ftruncate(int fd, uint64_t len);
 HIDDEN long mtlab_sys_read(int fd, void *p, size_t n);
 HIDDEN void mtlab_sys_close(int fd);
+HIDDEN int mtlab_sys_unlink(const char *path);
 HIDDEN uint64_t mtlab_sys_max_rss_kib(void); /* this process's peak RSS so far */
 struct stat;
 struct rlimit;

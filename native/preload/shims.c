@@ -10,6 +10,7 @@
  * is dropped and counted, and the real result is returned.
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <sys/mman.h>
@@ -22,7 +23,9 @@
 
 /* Is the calling thread allowed to record right now? */
 static inline int tracing(const struct mtlab_tls *t) {
-    return LIKELY(!t->guard && !t->in_alloc && atomic_load_explicit(&mtlab_state, memory_order_relaxed) == 1);
+    int s = atomic_load_explicit(&mtlab_state, memory_order_relaxed);
+    if (UNLIKELY(s == MTLAB_NOT_STARTED)) s = mtlab_start_early();
+    return LIKELY(!t->guard && !t->in_alloc && s == MTLAB_TRACING);
 }
 
 /* Starts an event: returns the write position or NULL (event dropped).
@@ -362,7 +365,9 @@ PAGE_SHIM(pvalloc, MTLAB_EV_PVALLOC)
 
 /* mmap calls made inside an allocator call are recorded (flagged) too. */
 static inline int tracing_map(const struct mtlab_tls *t) {
-    return LIKELY(!t->guard && !mtlab_ctl && atomic_load_explicit(&mtlab_state, memory_order_relaxed) == 1);
+    int s = atomic_load_explicit(&mtlab_state, memory_order_relaxed);
+    if (UNLIKELY(s == MTLAB_NOT_STARTED)) s = mtlab_start_early();
+    return LIKELY(!t->guard && !mtlab_ctl && s == MTLAB_TRACING);
 }
 
 static void *map_call(int use64, void *addr, size_t len, int prot, int flags, int fd, off_t off) {
@@ -526,9 +531,40 @@ static void flush_before_exec(void) {
         int saved = errno;
         t->guard++;
         mtlab_flush_own();
+        mtlab_writer_before_exec();
         t->guard--;
         errno = saved;
     }
+}
+
+/* _exit and _Exit run no exit handler: the trace is finished first. */
+EXPORT __attribute__((noreturn)) void _exit(int status) {
+    mtlab_finish_before_exit();
+    for (;;) syscall(SYS_exit_group, status);
+}
+
+EXPORT __attribute__((noreturn)) void _Exit(int status) {
+    mtlab_finish_before_exit();
+    for (;;) syscall(SYS_exit_group, status);
+}
+
+/* glibc's _Fork forks without running fork handlers (a program calls it to
+ * avoid them); mtlab's own still run, or parent and child would write one
+ * file at the same offsets. */
+EXPORT pid_t _Fork(void) {
+    static pid_t (*real)(void);
+    if (!real) real = (pid_t (*)(void))dlsym(RTLD_NEXT, "_Fork");
+    if (!real) {
+        errno = ENOSYS;
+        return -1;
+    }
+    mtlab_fork_prepare();
+    pid_t r = real();
+    int saved = errno;
+    if (r == 0) mtlab_fork_child();
+    else mtlab_fork_parent();
+    errno = saved;
+    return r;
 }
 
 /* If exec fails, this image goes on, and so does its tracing. */

@@ -65,6 +65,10 @@ static void write_counted(const uint8_t *rec, uint32_t len, uint32_t n) {
 void mtlab_flush_buf(struct mtlab_buf *b) {
     uint32_t len = atomic_load_explicit(&b->len, memory_order_acquire);
     if (len == 0) return;
+    /* One system call per 64 KiB of events catches a process made by a raw
+     * fork or clone before it writes into its parent's file. */
+    uint32_t pid = mtlab_sys_getpid();
+    if (UNLIKELY(pid != mtlab_pid) && mtlab_check_forked(pid)) return;
     int saved = errno; /* the shims leave errno to the slow paths */
     atomic_fetch_add_explicit(&b->busy, 1, memory_order_relaxed);
     /* Pairs with the exit flusher's fence: either it sees us busy, or we see it closed. */

@@ -478,6 +478,9 @@ void mtlab_write_stats(void) {
     char *p = mtlab_sampler_stats(text, end);
     p = mtlab_allocator_stats(p, end);
     p = mtlab_unwind_stats(p, end);
+    p = mtlab_append(p, end, "forked_without_handlers=");
+    p = mtlab_append_u64(p, end, mtlab_forks_unseen());
+    p = mtlab_append(p, end, "\n");
     p = mtlab_append(p, end, "trace_reopened=");
     p = mtlab_append_u64(p, end, atomic_load(&reopens));
     p = mtlab_append(p, end, "\n");
@@ -510,4 +513,21 @@ void mtlab_writer_fork_child(void) {
     atomic_store(&mtlab_counters.events_dropped, 0);
     atomic_store(&mtlab_counters.chunks_dropped, 0);
     atomic_store(&mtlab_counters.stacks_overflowed, 0);
+}
+
+/* Before exec: a file that holds no event yet (header and maps only) is
+ * removed, so that a process that only execs leaves no file of its own and
+ * the new image writes under the name this one had. If exec fails, the file
+ * is opened again at the next write. The pid was checked by the caller. */
+void mtlab_writer_before_exec(void) {
+    if (atomic_load(&file_state) != 2 || atomic_load(&mtlab_counters.events_written) != 0) return;
+    if (fd >= 0 && fd_still_ours()) {
+        mtlab_sys_close(fd);
+        mtlab_sys_unlink(path);
+    }
+    fd = -1;
+    owns_root_file = 0;
+    atomic_store(&file_off, 0);
+    atomic_store(&header_ok, 0);
+    atomic_store(&file_state, 0);
 }

@@ -1,7 +1,8 @@
 /*
- * exit_early.c — allocates a little and leaves through _exit(3), before any
- * buffer filled and without exit handlers: mtlab's library never writes, and
- * `mtlab record` must say why (crates/mtlab/tests/e2e.rs). Exit code 3.
+ * exit_early.c — allocates ten blocks of 100 bytes and leaves through
+ * _exit(3), before any buffer filled and without exit handlers: mtlab's
+ * _exit wrapper must finish the trace. Built static too, where no library
+ * is loaded and `mtlab record` must say why. Exit code 3.
  */
 #include <stdlib.h>
 #include <unistd.h>

@@ -125,9 +125,9 @@ pub fn why_no_trace(program: &Path) -> String {
             );
         }
     }
-    "the program left before mtlab's first write without running its exit handlers (it called _exit, or exec'd a program \
-     that clears LD_PRELOAD), or it cleared LD_PRELOAD and re-executed itself; events reach the file when a 64 KiB buffer \
-     fills or the program exits through exit()"
+    "mtlab's library did not write the file: it opens it as the program starts, so either the library was not loaded \
+     (the program, or a wrapper it runs, cleared LD_PRELOAD before the traced image started) or the file could not be \
+     created in the output directory by the program's user"
         .to_string()
 }
 

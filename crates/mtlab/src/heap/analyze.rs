@@ -388,6 +388,10 @@ pub struct ProcessReport {
     /// Times the trace was opened again by path after the program closed or
     /// replaced mtlab's descriptor (STATS `trace_reopened`; 0 when unknown).
     pub trace_reopened: u64,
+    /// The process was made by a raw fork or clone system call, which runs
+    /// no fork handler (STATS `forked_without_handlers`): the events of its
+    /// first buffer were dropped (counted in `events_dropped`).
+    pub forked_without_handlers: bool,
     /// The heap manager's own figures at exit, where it has them.
     pub allocator_stats: Option<AllocatorStats>,
     /// Its figures read after each `mtlab ctl dump` (sampled traces).
@@ -988,6 +992,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         chunks_dropped: trace.end.as_ref().map(|e| e.chunks_dropped),
         chunks_damaged: trace.records_damaged + items.chunks_damaged().0,
         trace_reopened: stat(keys::TRACE_REOPENED).unwrap_or(0),
+        forked_without_handlers: stat(keys::FORKED_WITHOUT_HANDLERS).unwrap_or(0) > 0,
         allocator_stats: AllocatorStats::read(trace, &trace.header.allocator, &end),
         allocator_readings,
         stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),

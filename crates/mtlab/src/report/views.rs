@@ -374,6 +374,14 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 p.trace_reopened
             ));
         }
+        if p.forked_without_handlers {
+            note(
+                "this process was made by a raw fork or clone system call, which runs no fork handler: mtlab noticed at \
+                 its first write, and the events of that first buffer (the parent's last ones mixed with its own first \
+                 ones) were dropped"
+                    .to_string(),
+            );
+        }
         if p.chunks_damaged > 0 {
             note(format!(
                 "DAMAGED TRACE: {} chunk(s) did not match their checksums and were skipped — the figures above \

@@ -48,6 +48,9 @@ pub const SAMPLES: &str = "samples";
 /// Times the trace was opened again by path because the program had closed
 /// or replaced mtlab's descriptor (close_range, closefrom, dup2 onto it).
 pub const TRACE_REOPENED: &str = "trace_reopened";
+/// 1 when the process was made by a raw fork or clone system call (no fork
+/// handler ran): its events before its first flush were dropped.
+pub const FORKED_WITHOUT_HANDLERS: &str = "forked_without_handlers";
 /// Where the heap manager's own figures below come from (`mallinfo2`,
 /// `jemalloc mallctl`, `tcmalloc MallocExtension`, `mimalloc mi_process_info`).
 pub const ALLOCATOR_STATS: &str = "allocator_stats";
