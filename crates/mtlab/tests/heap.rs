@@ -43,12 +43,23 @@ fn compare_gives_exact_live_bytes_under_every_allocator_and_agrees_with_their_ow
     for a in &names {
         let t = format!("{a} traced");
         let u = format!("{a} untraced");
-        // The program's own requests do not depend on the allocator.
-        assert_eq!(median(&run, &t, "peak_live_bytes"), Some(10_485_760.0), "{a}");
-        assert_eq!(median(&run, &t, "end_live_bytes"), Some(2_000_000.0), "{a}");
-        assert_eq!(median(&run, &t, "malloc.calls"), Some(5510.0), "{a}");
+        // The program's own requests do not depend on the allocator. An
+        // allocator written in C++ (jemalloc and tcmalloc link libstdc++)
+        // brings the C++ runtime's constructor allocation with it — its
+        // emergency exception pool, one block kept to the end — which mtlab
+        // sees since tracing starts at the first intercepted call.
+        let calls = median(&run, &t, "malloc.calls").unwrap();
+        let extra = median(&run, &t, "end_live_bytes").unwrap() - 2_000_000.0;
+        if calls == 5510.0 {
+            assert_eq!(extra, 0.0, "{a}");
+        } else {
+            assert_eq!(calls, 5511.0, "{a}: one constructor block at most");
+            assert!((1024.0..131_072.0).contains(&extra), "{a}: the C++ runtime's pool is tens of KiB: {extra}");
+        }
+        assert_eq!(median(&run, &t, "peak_live_bytes"), Some(10_485_760.0 + extra), "{a}");
         assert_eq!(median(&run, &t, "free.calls"), Some(10.0), "{a}");
-        assert_eq!(median(&run, &t, "malloc.mean_size"), Some((10.0 * 1048576.0 + 500_000.0 + 1_500_000.0) / 5510.0), "{a}");
+        let bytes = 10.0 * 1048576.0 + 500_000.0 + 1_500_000.0 + extra;
+        assert_eq!(median(&run, &t, "malloc.mean_size"), Some(bytes / calls), "{a}");
         // What the allocator holds covers what it handed out.
         let mapped = median(&run, &t, "end_mapped_bytes").unwrap();
         assert!(mapped >= 2_000_000.0, "{a}: {mapped} mapped at exit");
