@@ -67,7 +67,8 @@ static void detect_allocator(void) {
 }
 
 void mtlab_fork_prepare(void) {
-    mtlab_tls.guard++;
+    MTLAB_GUARD_ENTER(&mtlab_tls);
+    mtlab_tls.guard_sp = UINTPTR_MAX; /* held until the parent or child handler: never stale */
     if (mtlab_state == 1) mtlab_flush_own();
 }
 
@@ -148,7 +149,7 @@ static void mtlab_start(void) {
     static _Atomic int once;
     int expected = 0;
     if (!atomic_compare_exchange_strong(&once, &expected, 1)) return;
-    mtlab_tls.guard++;
+    MTLAB_GUARD_ENTER(&mtlab_tls);
     mtlab_resolve();
     const char *out = getenv("MTLAB_OUT");
     if (!out || !*out) {
@@ -240,7 +241,7 @@ static void mtlab_stop(void *unused) {
     (void)unused;
     if (mtlab_state != MTLAB_TRACING) return;
     /* A process made by a raw clone that never flushed ends here first. */
-    mtlab_tls.guard++;
+    MTLAB_GUARD_ENTER(&mtlab_tls);
     uint32_t pid = mtlab_sys_getpid();
     if (pid != mtlab_pid && !mtlab_check_forked(pid)) { /* a vfork child: the state is its parent's */
         mtlab_tls.guard--;

@@ -171,6 +171,9 @@ struct mtlab_tls {
         struct {
             int guard;    /* inside mtlab's own code: every shim passes through */
             int in_alloc; /* inside a real allocator call: nested mmaps are the allocator's */
+            /* The frames that raised them from 0, and the two words there
+             * then (saved frame pointer, return address): see mtlab_guard_stale. */
+            uintptr_t guard_sp, guard_w[2], alloc_sp, alloc_w[2];
             int dead;     /* buffer released by the thread-exit destructor */
             struct mtlab_buf *buf;
             uintptr_t stack_lo, stack_hi; /* this thread's stack: frame walks stay inside */
@@ -196,6 +199,24 @@ struct mtlab_tls {
 };
 _Static_assert(sizeof(struct mtlab_tls) == MTLAB_TLS_BYTES, "mtlab's thread-local block is one page");
 extern HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model("initial-exec")));
+
+/* Raises the guard; the outermost raise notes its frame, so that a guard
+ * left set by a longjmp out of mtlab's code can be told from a nested one. */
+#define MTLAB_NOTE_FRAME(sp, w)                                   \
+    do {                                                          \
+        (sp) = (uintptr_t)__builtin_frame_address(0);             \
+        (w)[0] = ((const uintptr_t *)(sp))[0];                    \
+        (w)[1] = ((const uintptr_t *)(sp))[1];                    \
+    } while (0)
+#define MTLAB_GUARD_ENTER(t)                                              \
+    do {                                                                  \
+        if ((t)->guard++ == 0) MTLAB_NOTE_FRAME((t)->guard_sp, (t)->guard_w); \
+    } while (0)
+/* Called where the guard or in_alloc is found set at `here`: clears them if
+ * they were left by a longjmp (the frame that set them is gone); returns 1
+ * when the thread may record now. */
+HIDDEN int mtlab_guard_stale(struct mtlab_tls *t, uintptr_t here);
+HIDDEN uint64_t mtlab_guards_reset(void);
 
 HIDDEN struct mtlab_buf *mtlab_thread_buf(void); /* guard must be set */
 HIDDEN void mtlab_release_dead_buf(void);        /* after an event of an exited thread */

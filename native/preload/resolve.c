@@ -38,7 +38,7 @@ void mtlab_resolve(void) {
         }
         return;
     }
-    mtlab_tls.guard++;
+    MTLAB_GUARD_ENTER(&mtlab_tls);
     RESOLVE(malloc);
     RESOLVE(free);
     RESOLVE(calloc);

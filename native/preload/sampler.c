@@ -230,21 +230,22 @@ void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame)
     /* Shims tail-call this function: its own frame returns to the program. */
     if (!frame) frame = __builtin_frame_address(0);
     struct mtlab_tls *t = &mtlab_tls;
-    if (t->guard) { /* mtlab's own allocation: move the sample point on, without drawing */
+    if (t->guard && !mtlab_guard_stale(t, (uintptr_t)__builtin_frame_address(0))) {
+        /* mtlab's own allocation: move the sample point on, without drawing */
         t->countdown = (int64_t)__atomic_load_n(&mtlab_ctl->interval, __ATOMIC_RELAXED);
         return r;
     }
     if (!r || !(__atomic_load_n(&mtlab_ctl->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE)) {
         /* The point fell in bytes never allocated, or sampling was switched
          * off since the shim looked: draw the next point, sample nothing. */
-        t->guard++;
+        MTLAB_GUARD_ENTER(t);
         if (!t->sampler_init) seed(t);
         t->countdown = draw(t, __atomic_load_n(&mtlab_ctl->interval, __ATOMIC_RELAXED));
         t->guard--;
         return r;
     }
     int saved = errno;
-    t->guard++; /* from here on, allocations (even by the dynamic linker) pass through */
+    MTLAB_GUARD_ENTER(t); /* from here on, allocations (even by the dynamic linker) pass through */
     uint64_t interval = __atomic_load_n(&mtlab_ctl->interval, __ATOMIC_RELAXED);
     if (!t->sampler_init) {
         seed(t);
@@ -286,7 +287,7 @@ void mtlab_sample_free(void *p) {
     if (t->guard || !set_remove((uint64_t)p)) return;
     atomic_fetch_sub_explicit(&mtlab_filter[mtlab_filter_hash((uint64_t)p)], 1, memory_order_relaxed);
     int saved = errno;
-    t->guard++;
+    MTLAB_GUARD_ENTER(t);
     struct mtlab_buf *b = mtlab_thread_buf();
     if (b && lock_buf(b)) {
         if (atomic_load_explicit(&b->len, memory_order_relaxed) + MTLAB_MAX_EVENT_BYTES > MTLAB_BUF_CAP)
@@ -322,7 +323,7 @@ static void on_signal(int sig, siginfo_t *info, void *uctx) {
     (void)uctx;
     if (!mtlab_ctl) return; /* between fork and the child's new page */
     int saved = errno;
-    mtlab_tls.guard++;
+    MTLAB_GUARD_ENTER(&mtlab_tls);
     if (info && info->si_code == SI_QUEUE && info->si_value.sival_int == (int)MTLAB_CTL_DUMP_VALUE) {
         uint64_t seq = __atomic_load_n(&mtlab_ctl->dump_seq, __ATOMIC_ACQUIRE);
         if (seq != __atomic_load_n(&mtlab_ctl->dump_done, __ATOMIC_ACQUIRE)) {

@@ -22,10 +22,11 @@
 #define EXPORT __attribute__((visibility("default")))
 
 /* Is the calling thread allowed to record right now? */
-static inline int tracing(const struct mtlab_tls *t) {
+static inline __attribute__((always_inline)) int tracing(struct mtlab_tls *t) {
     int s = atomic_load_explicit(&mtlab_state, memory_order_relaxed);
     if (UNLIKELY(s == MTLAB_NOT_STARTED)) s = mtlab_start_early();
-    return LIKELY(!t->guard && !t->in_alloc && s == MTLAB_TRACING);
+    if (UNLIKELY(t->guard || t->in_alloc) && !mtlab_guard_stale(t, (uintptr_t)__builtin_frame_address(0))) return 0;
+    return LIKELY(s == MTLAB_TRACING);
 }
 
 /* Starts an event: returns the write position or NULL (event dropped).
@@ -144,7 +145,7 @@ static inline uint64_t usable_extra(void *ptr, size_t requested, unsigned flags)
 static inline __attribute__((always_inline)) void record_alloc(unsigned kind, uint64_t t0, uint64_t t1, const void *frame, uint64_t old, uint64_t a,
                          uint64_t b2, uint64_t size, void *result, int ret) {
     struct mtlab_tls *t = &mtlab_tls;
-    t->guard++;
+    MTLAB_GUARD_ENTER(t);
     struct mtlab_buf *b;
     unsigned flags = heap_facts(result, &b, t1);
     /* Read before begin(): its stores would make the compiler read the header again. */
@@ -180,7 +181,12 @@ static inline __attribute__((always_inline)) void record_alloc(unsigned kind, ui
     t->guard--;
 }
 
-#define ENTER_ALLOC(t) ((t)->in_alloc++, mtlab_tsc())
+static inline __attribute__((always_inline)) uint64_t enter_alloc(struct mtlab_tls *t) {
+    t->in_alloc++;
+    MTLAB_NOTE_FRAME(t->alloc_sp, t->alloc_w);
+    return mtlab_tsc();
+}
+#define ENTER_ALLOC(t) enter_alloc(t)
 #define LEAVE_ALLOC(t, t1) ((t1) = mtlab_tsc(), (t)->in_alloc--)
 
 static inline void ensure_real(void) {
@@ -241,7 +247,7 @@ __attribute__((noinline)) static void free_full(void *p) {
     uint64_t t1, t0 = ENTER_ALLOC(t);
     mtlab_real.free(p);
     LEAVE_ALLOC(t, t1);
-    t->guard++;
+    MTLAB_GUARD_ENTER(t);
     struct mtlab_buf *b;
     uint8_t *w = begin(&b, MTLAB_EV_FREE, 0, t0, t1 - t0, mtlab_cfg.free_stacks ? __builtin_frame_address(0) : NULL);
     if (w) commit(b, mtlab_put_ptr(b, w, (uint64_t)p));
@@ -364,7 +370,7 @@ PAGE_SHIM(pvalloc, MTLAB_EV_PVALLOC)
 /* ---- the mmap family: recorded from the program and from allocators ---- */
 
 /* mmap calls made inside an allocator call are recorded (flagged) too. */
-static inline int tracing_map(const struct mtlab_tls *t) {
+static inline int tracing_map(struct mtlab_tls *t) {
     int s = atomic_load_explicit(&mtlab_state, memory_order_relaxed);
     if (UNLIKELY(s == MTLAB_NOT_STARTED)) s = mtlab_start_early();
     return LIKELY(!t->guard && !mtlab_ctl && s == MTLAB_TRACING);
@@ -387,7 +393,7 @@ static void *mmap_shim(unsigned kind, void *addr, size_t len, int prot, int flag
     uint64_t t1 = mtlab_tsc();
     int saved = errno;
     if (r == MAP_FAILED) evf |= MTLAB_EVF_FAILED;
-    t->guard++;
+    MTLAB_GUARD_ENTER(t);
     struct mtlab_buf *b;
     uint8_t *p = begin(&b, kind, evf, t1, t1 - t0, frame);
     if (p) {
@@ -422,7 +428,7 @@ EXPORT int munmap(void *addr, size_t len) {
     uint64_t t1 = mtlab_tsc();
     int saved = errno;
     if (r != 0) evf |= MTLAB_EVF_FAILED;
-    t->guard++;
+    MTLAB_GUARD_ENTER(t);
     struct mtlab_buf *b;
     uint8_t *p = begin(&b, MTLAB_EV_MUNMAP, evf, t0, t1 - t0, __builtin_frame_address(0));
     if (p) {
@@ -452,7 +458,7 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
     uint64_t t1 = mtlab_tsc();
     int saved = errno;
     if (r == MAP_FAILED) evf |= MTLAB_EVF_FAILED;
-    t->guard++;
+    MTLAB_GUARD_ENTER(t);
     struct mtlab_buf *b;
     uint8_t *p = begin(&b, MTLAB_EV_MREMAP, evf, t1, t1 - t0, __builtin_frame_address(0));
     if (p) {
@@ -477,7 +483,7 @@ EXPORT int brk(void *addr) {
     uint64_t t1 = mtlab_tsc();
     int saved = errno;
     if (r != 0) evf |= MTLAB_EVF_FAILED;
-    t->guard++;
+    MTLAB_GUARD_ENTER(t);
     uint64_t after = (uint64_t)mtlab_real.sbrk(0);
     atomic_store(&last_brk, after);
     struct mtlab_buf *b;
@@ -502,7 +508,7 @@ EXPORT void *sbrk(intptr_t inc) {
     uint64_t t1 = mtlab_tsc();
     int saved = errno;
     if (r == (void *)-1) evf |= MTLAB_EVF_FAILED;
-    t->guard++;
+    MTLAB_GUARD_ENTER(t);
     uint64_t after = (uint64_t)mtlab_real.sbrk(0);
     atomic_store(&last_brk, after);
     struct mtlab_buf *b;
@@ -529,7 +535,7 @@ static void flush_before_exec(void) {
     if (mtlab_sys_getpid() != mtlab_pid) return;
     if (!t->guard && atomic_load(&mtlab_state) == 1) {
         int saved = errno;
-        t->guard++;
+        MTLAB_GUARD_ENTER(t);
         mtlab_flush_own();
         mtlab_writer_before_exec();
         t->guard--;
@@ -612,7 +618,7 @@ EXPORT int dlclose(void *handle) {
     struct mtlab_tls *t = &mtlab_tls;
     if (tracing(t)) {
         int saved = errno;
-        t->guard++;
+        MTLAB_GUARD_ENTER(t);
         mtlab_write_maps();
         t->guard--;
         errno = saved;

@@ -121,7 +121,7 @@ static void release(struct mtlab_buf *b) {
 }
 
 static void thread_exit(void *arg) {
-    mtlab_tls.guard++;
+    MTLAB_GUARD_ENTER(&mtlab_tls);
     release((struct mtlab_buf *)arg);
     mtlab_tls.dead = 1;
     mtlab_cfi_thread_exit();
@@ -294,3 +294,41 @@ void mtlab_fork_child_reset(void) {
     }
     if (mtlab_tls.buf) mtlab_tls.buf->tid = mtlab_gettid();
 }
+
+/* A signal handler that longjmps out of mtlab's code (or out of a real
+ * allocator call the shim was timing) leaves the guard or in_alloc raised
+ * for good, and every later call of the thread would pass untraced. The
+ * frame that raised it is gone when the current call is not below it on
+ * the stack, or when the two words it had saved there (frame pointer and
+ * return address, never changed while it lives) were overwritten by later
+ * calls. A nested call — mtlab's own, or a signal handler's interrupting it
+ * — leaves both in place. On an alternate signal stack outside the
+ * thread's stack, nothing is decided. */
+static _Atomic uint64_t guards_reset;
+
+static int frame_gone(struct mtlab_tls *t, uintptr_t sp, const uintptr_t w[2], uintptr_t here) {
+    if (sp < t->stack_lo || sp > t->stack_hi - 2 * sizeof(uintptr_t)) return 0; /* held across a return (fork) */
+    if (here >= sp) return 1;
+    const uintptr_t *at = (const uintptr_t *)sp;
+    return at[0] != w[0] || at[1] != w[1];
+}
+
+int mtlab_guard_stale(struct mtlab_tls *t, uintptr_t here) {
+    if (!t->stack_hi) stack_bounds(&t->stack_lo, &t->stack_hi); /* before the thread's first event */
+    if (!t->stack_hi || here < t->stack_lo || here >= t->stack_hi) return !t->guard && !t->in_alloc;
+    int reset = 0;
+    if (t->guard && frame_gone(t, t->guard_sp, t->guard_w, here)) {
+        t->guard = 0;
+        /* An append cut short left its buffer marked busy: only this thread raises it. */
+        if (t->buf) atomic_store(&t->buf->busy, 0);
+        reset = 1;
+    }
+    if (t->in_alloc && frame_gone(t, t->alloc_sp, t->alloc_w, here)) {
+        t->in_alloc = 0;
+        reset = 1;
+    }
+    if (reset) atomic_fetch_add(&guards_reset, 1);
+    return !t->guard && !t->in_alloc;
+}
+
+uint64_t mtlab_guards_reset(void) { return atomic_load(&guards_reset); }

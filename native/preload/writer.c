@@ -478,6 +478,9 @@ void mtlab_write_stats(void) {
     char *p = mtlab_sampler_stats(text, end);
     p = mtlab_allocator_stats(p, end);
     p = mtlab_unwind_stats(p, end);
+    p = mtlab_append(p, end, "guards_reset=");
+    p = mtlab_append_u64(p, end, mtlab_guards_reset());
+    p = mtlab_append(p, end, "\n");
     p = mtlab_append(p, end, "forked_without_handlers=");
     p = mtlab_append_u64(p, end, mtlab_forks_unseen());
     p = mtlab_append(p, end, "\n");

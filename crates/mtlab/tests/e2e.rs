@@ -1489,3 +1489,36 @@ fn a_child_made_by_the_clone_system_call_gets_its_own_trace() {
     let text = lab.command(MTLAB).args(["report", "clone-50.mtl"]).output().unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("made by a raw fork or clone system call"));
 }
+
+#[test]
+fn a_longjmp_out_of_an_allocator_call_does_not_stop_the_threads_tracing() {
+    let lab = Lab::new();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let hook = lab.path("libjump_hook.so");
+    let o = std::process::Command::new(&cc).args(["-O0", "-fPIC", "-shared", "-o"]).arg(&hook).arg(test_source("jump_hook")).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let prog = lab.path("jump_out");
+    let dir = lab.path("");
+    let o = std::process::Command::new(&cc)
+        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&prog)
+        .arg(test_source("jump_out"))
+        .arg(format!("-L{}", dir.display()))
+        .arg("-ljump_hook")
+        .arg(format!("-Wl,-rpath,{}", dir.display()))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let n = 1000;
+    lab.record_ok("j.mtl", &prog, &[&n.to_string()]);
+    let r = lab.report("j.mtl");
+    // (The allocator mtlab calls is the hook's, so not called glibc.)
+    assert_eq!(u(&r["unknown_frees"]), 0);
+    assert_eq!(u(&r["events_dropped"]), 0);
+    // Without the check every call after the jump passed untraced.
+    assert_eq!(site(&r, "after_jump"), site_of(n, n * 64, 0, 0));
+    assert_eq!(calls(&r, "free"), n);
+    assert_eq!(u(&r["guards_reset"]), 1);
+    let text = lab.command(MTLAB).args(["report", "j.mtl"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("left mtlab's code or an allocator call by longjmp"));
+}

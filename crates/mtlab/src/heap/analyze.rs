@@ -392,6 +392,9 @@ pub struct ProcessReport {
     /// no fork handler (STATS `forked_without_handlers`): the events of its
     /// first buffer were dropped (counted in `events_dropped`).
     pub forked_without_handlers: bool,
+    /// Guards left raised by a longjmp out of mtlab's code or out of an
+    /// allocator call, found and cleared (STATS `guards_reset`).
+    pub guards_reset: u64,
     /// The heap manager's own figures at exit, where it has them.
     pub allocator_stats: Option<AllocatorStats>,
     /// Its figures read after each `mtlab ctl dump` (sampled traces).
@@ -993,6 +996,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         chunks_damaged: trace.records_damaged + items.chunks_damaged().0,
         trace_reopened: stat(keys::TRACE_REOPENED).unwrap_or(0),
         forked_without_handlers: stat(keys::FORKED_WITHOUT_HANDLERS).unwrap_or(0) > 0,
+        guards_reset: stat(keys::GUARDS_RESET).unwrap_or(0),
         allocator_stats: AllocatorStats::read(trace, &trace.header.allocator, &end),
         allocator_readings,
         stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),

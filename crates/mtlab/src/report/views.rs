@@ -374,6 +374,13 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 p.trace_reopened
             ));
         }
+        if p.guards_reset > 0 {
+            note(format!(
+                "{} time(s) a thread left mtlab's code or an allocator call by longjmp (a signal handler jumping out): the \
+                 interrupted call is not in the trace; tracing went on from the thread's next call",
+                p.guards_reset
+            ));
+        }
         if p.forked_without_handlers {
             note(
                 "this process was made by a raw fork or clone system call, which runs no fork handler: mtlab noticed at \

@@ -48,6 +48,10 @@ pub const SAMPLES: &str = "samples";
 /// Times the trace was opened again by path because the program had closed
 /// or replaced mtlab's descriptor (close_range, closefrom, dup2 onto it).
 pub const TRACE_REOPENED: &str = "trace_reopened";
+/// Times a thread's guard was found left raised by a longjmp out of mtlab's
+/// code or out of an allocator call (a signal handler jumping out), and
+/// cleared at the thread's next allocator call, which is traced again.
+pub const GUARDS_RESET: &str = "guards_reset";
 /// 1 when the process was made by a raw fork or clone system call (no fork
 /// handler ran): its events before its first flush were dropped.
 pub const FORKED_WITHOUT_HANDLERS: &str = "forked_without_handlers";
