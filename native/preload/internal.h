@@ -360,6 +360,7 @@ HIDDEN int mtlab_sys_ftruncate(int fd, uint64_t len);
 HIDDEN long mtlab_sys_read(int fd, void *p, size_t n);
 HIDDEN void mtlab_sys_close(int fd);
 HIDDEN int mtlab_sys_unlink(const char *path);
+HIDDEN int mtlab_sys_tgkill(uint32_t pid, uint32_t tid, int sig);
 HIDDEN uint64_t mtlab_sys_max_rss_kib(void); /* this process's peak RSS so far */
 struct stat;
 struct rlimit;

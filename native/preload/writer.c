@@ -27,6 +27,7 @@
 #define REC_SKIP 0x7fff /* unknown type: readers skip the damaged range */
 
 static _Atomic int file_state; /* 0 closed, 1 opening, 2 open, 3 failed */
+static _Atomic uint32_t opener;  /* the thread that set state 1 (see wait_for_opener) */
 static int fd = -1;
 static _Atomic uint64_t file_off;
 static int is_root;
@@ -369,6 +370,34 @@ static void write_header(void) {
     writing_header = 0;
 }
 
+/* The thread opening the file (state 1), and the wait for it. That thread
+ * may never finish: a signal handler may longjmp out of the open, or the
+ * thread be cancelled asynchronously. Then the open is started again — by
+ * this thread when it is the opener itself (it jumped out and came back),
+ * or when the opener no longer exists. A live opener is waited for at most
+ * ~2 s; the write is then given up (counted as dropped by the caller). */
+static int ensure_open(void);
+
+static int wait_for_opener(void) {
+    for (int i = 0;; i++) {
+        int s = atomic_load(&file_state);
+        if (s != 1) return s == 2 ? 0 : -1;
+        uint32_t who = atomic_load(&opener);
+        int abandoned = who == mtlab_gettid() || (who && mtlab_sys_tgkill(mtlab_sys_getpid(), who, 0) == -3 /* ESRCH */);
+        if (abandoned) {
+            int one = 1;
+            if (atomic_compare_exchange_strong(&file_state, &one, 0)) {
+                if (fd >= 0 && fd_still_ours()) mtlab_sys_close(fd);
+                fd = -1;
+            }
+            return ensure_open();
+        }
+        if (i >= 2000) return -1;
+        struct timespec ts = {0, 1000000};
+        syscall(SYS_nanosleep, &ts, NULL);
+    }
+}
+
 /* Opens the file on first use; 0 when it can be written. */
 static int ensure_open(void) {
     int s = atomic_load_explicit(&file_state, memory_order_acquire);
@@ -376,6 +405,7 @@ static int ensure_open(void) {
     if (s == 3) return -1;
     int expected = 0;
     if (atomic_compare_exchange_strong(&file_state, &expected, 1)) {
+        atomic_store(&opener, mtlab_gettid());
         fd = open_path();
         if (fd < 0) {
             atomic_store(&file_state, 3);
@@ -398,9 +428,7 @@ static int ensure_open(void) {
         mtlab_write_maps();
         return 0;
     }
-    while ((s = atomic_load(&file_state)) == 1) { /* another thread opens it */
-    }
-    return s == 2 ? 0 : -1;
+    return wait_for_opener();
 }
 
 int mtlab_write_raw(const void *data, size_t len) {
@@ -496,6 +524,7 @@ void mtlab_write_stats(void) {
 /* A fork child writes its own file, opened on its first write. */
 void mtlab_writer_fork_child(void) {
     owns_root_file = 0;
+    atomic_store(&opener, 0);
     atomic_store(&reopens, 0);
     atomic_store(&reopen_gave_up, 0);
     atomic_store(&file_state, 0);
