@@ -97,7 +97,7 @@ enum mtlab_event_kind {
 /* The sampler's control page, shared with `mtlab ctl` through
  * /dev/shm/mtlab-PID (MAP_SHARED). `state` is read on every allocation call. */
 #define MTLAB_CTL_MAGIC 0x4c544342414c544dull /* the bytes "MTLABCTL" read as a little-endian u64 */
-#define MTLAB_CTL_VERSION 2u
+#define MTLAB_CTL_VERSION 3u
 #define MTLAB_CTL_SIZE 4096u
 #define MTLAB_CTL_ON 0x1u     /* sampling mode is set up */
 #define MTLAB_CTL_ACTIVE 0x2u /* sampling allocations now */
@@ -108,6 +108,15 @@ enum mtlab_event_kind {
 /* sigqueue() value asking the process to re-apply GOT routing for the
  * page's current state (after `mtlab ctl start|stop`); never toggles. */
 #define MTLAB_CTL_APPLY_VALUE 0x6d746c61u
+/* `wake` (version 3): how `mtlab ctl` tells the process to act on the page.
+ * MTLAB_CTL_WAKE_FUTEX: bump `ctl_seq` and FUTEX_WAKE it — mtlab's control
+ * thread in the process, blocked on that word with every signal blocked,
+ * applies the state, dumps, and sets `ctl_done` to it; no signal, so the
+ * program's own system calls are never interrupted. MTLAB_CTL_WAKE_SIGNAL:
+ * the thread could not be started, queue `signal` as in version 2.
+ * 0: not set up yet (the process is starting): wait. */
+#define MTLAB_CTL_WAKE_FUTEX 1u
+#define MTLAB_CTL_WAKE_SIGNAL 2u
 /* `routed` bits, written by the process after each routing. */
 #define MTLAB_CTL_ROUTE_ON 0x1u    /* GOT routing in use: start/stop need the signal */
 #define MTLAB_CTL_ROUTE_ALLOC 0x2u /* allocation calls of startup modules reach the shims */
@@ -129,7 +138,10 @@ struct mtlab_ctl_page {
     uint32_t routed;       /* MTLAB_CTL_ROUTE_* of the last routing; 0: none */
     uint32_t pad_routed;
     uint64_t stats_done;   /* set to dump_seq once the heap manager's figures are written */
-    uint8_t pad1[24];
+    uint32_t ctl_seq;      /* bumped by `mtlab ctl` (a futex word, see MTLAB_CTL_WAKE_FUTEX) */
+    uint32_t ctl_done;     /* set to ctl_seq by the control thread once it has acted */
+    uint32_t wake;         /* MTLAB_CTL_WAKE_* */
+    uint8_t pad1[12];
     char trace_path[3968]; /* the trace file this process writes */
 };
 #define MTLAB_CTL_OFF_STATE 16u
@@ -140,6 +152,9 @@ struct mtlab_ctl_page {
 #define MTLAB_CTL_OFF_SAMPLES 80u
 #define MTLAB_CTL_OFF_ROUTED 88u
 #define MTLAB_CTL_OFF_STATS_DONE 96u
+#define MTLAB_CTL_OFF_CTL_SEQ 104u
+#define MTLAB_CTL_OFF_CTL_DONE 108u
+#define MTLAB_CTL_OFF_WAKE 112u
 #define MTLAB_CTL_OFF_PATH 128u
 
 #endif

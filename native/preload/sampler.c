@@ -9,9 +9,12 @@
  * counting filter first, so a free of an unsampled block costs one load.
  *
  * The control page (/dev/shm/mtlab-PID, see mtlab_trace.h) lets `mtlab ctl`
- * switch sampling on and off and change the interval with no restart; the
- * signal in page->signal toggles sampling, or flushes every buffer when a
- * dump was requested.
+ * switch sampling on and off, change the interval and ask for a dump with
+ * no restart. It wakes mtlab's control thread in the process through a
+ * futex on the page; no signal reaches the program's threads, so none of
+ * their system calls is interrupted. The signal in page->signal (a manual
+ * `kill`, or ctl when the thread could not start) toggles sampling, or
+ * dumps when queued with MTLAB_CTL_DUMP_VALUE.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -20,7 +23,11 @@
 #include <signal.h>
 #include <stddef.h>
 #include <string.h>
+#include <linux/futex.h>
+#include <pthread.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -31,6 +38,8 @@ _Static_assert(sizeof(struct mtlab_ctl_page) == MTLAB_CTL_SIZE, "the control pag
 _Static_assert(offsetof(struct mtlab_ctl_page, routed) == MTLAB_CTL_OFF_ROUTED, "control page layout");
 _Static_assert(offsetof(struct mtlab_ctl_page, stats_done) == MTLAB_CTL_OFF_STATS_DONE, "control page layout");
 _Static_assert(offsetof(struct mtlab_ctl_page, trace_path) == MTLAB_CTL_OFF_PATH, "control page layout");
+_Static_assert(offsetof(struct mtlab_ctl_page, ctl_seq) == MTLAB_CTL_OFF_CTL_SEQ, "control page layout");
+_Static_assert(offsetof(struct mtlab_ctl_page, wake) == MTLAB_CTL_OFF_WAKE, "control page layout");
 
 #define SET_BITS 16
 #define SET_SLOTS (1u << SET_BITS)
@@ -314,6 +323,68 @@ static void flush_all_locked(void) {
     }
 }
 
+/* A dump: every buffer flushed, the maps, and (where it is safe) the heap
+ * manager's own figures. */
+static void dump_now(uint64_t seq, int read_allocator_here) {
+    flush_all_locked();
+    mtlab_write_maps();
+    if (read_allocator_here) {
+        /* (claimed, so that the sampler does not read them for this dump again) */
+        atomic_store(&stats_claimed, seq);
+        atomic_store(&stats_wanted, seq);
+        mtlab_allocator_reading(seq);
+        __atomic_store_n(&mtlab_ctl->stats_done, seq, __ATOMIC_RELEASE);
+    } else {
+        atomic_store_explicit(&stats_wanted, seq, memory_order_release);
+    }
+    __atomic_store_n(&mtlab_ctl->dump_done, seq, __ATOMIC_RELEASE);
+}
+
+/* mtlab's control thread: blocked on the page's futex word with every
+ * signal blocked (so the program's signals go to its own threads), it acts
+ * on each request of `mtlab ctl`. It holds no lock of the program's or the
+ * heap manager's while it waits, so it may read the heap manager's figures
+ * at once. Its own allocations pass through (guard held for good). */
+static void *control_thread(void *arg) {
+    struct mtlab_ctl_page *page = (struct mtlab_ctl_page *)arg;
+    struct mtlab_tls *t = &mtlab_tls;
+    MTLAB_GUARD_ENTER(t);
+    t->guard_sp = UINTPTR_MAX; /* never taken for a longjmp's leftover */
+    prctl(PR_SET_NAME, "mtlab-ctl", 0, 0, 0);
+    uint32_t seen = 0;
+    for (;;) {
+        uint32_t seq = __atomic_load_n(&page->ctl_seq, __ATOMIC_ACQUIRE);
+        if (seq == seen) {
+            syscall(SYS_futex, &page->ctl_seq, FUTEX_WAIT, seen, NULL, NULL, 0);
+            continue;
+        }
+        seen = seq;
+        if (mtlab_ctl != page) continue; /* (never: a fork child has no copy of this thread) */
+        mtlab_got_route();
+        uint64_t dump = __atomic_load_n(&page->dump_seq, __ATOMIC_ACQUIRE);
+        if (dump != __atomic_load_n(&page->dump_done, __ATOMIC_ACQUIRE)) dump_now(dump, 1);
+        __atomic_store_n(&page->ctl_done, seq, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+/* Starts the control thread with every signal blocked; 0 on success. */
+static int start_control_thread(struct mtlab_ctl_page *page) {
+    if (!mtlab_real.pthread_create) return -1;
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0) return -1;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t th;
+    int r = mtlab_real.pthread_create(&th, &attr, control_thread, page);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
+    return r == 0 ? 0 : -1;
+}
+
 /* `mtlab ctl dump` queues the signal with MTLAB_CTL_DUMP_VALUE: flush (once
  * for any number of queued requests); `mtlab ctl start|stop` queues it with
  * MTLAB_CTL_APPLY_VALUE after changing the state: route the GOT slots for
@@ -326,12 +397,9 @@ static void on_signal(int sig, siginfo_t *info, void *uctx) {
     MTLAB_GUARD_ENTER(&mtlab_tls);
     if (info && info->si_code == SI_QUEUE && info->si_value.sival_int == (int)MTLAB_CTL_DUMP_VALUE) {
         uint64_t seq = __atomic_load_n(&mtlab_ctl->dump_seq, __ATOMIC_ACQUIRE);
-        if (seq != __atomic_load_n(&mtlab_ctl->dump_done, __ATOMIC_ACQUIRE)) {
-            flush_all_locked();
-            mtlab_write_maps();
-            atomic_store_explicit(&stats_wanted, seq, memory_order_release);
-            __atomic_store_n(&mtlab_ctl->dump_done, seq, __ATOMIC_RELEASE);
-        }
+        /* The interrupted thread may hold the heap manager's lock: its
+         * figures are read at the next sampled allocation instead. */
+        if (seq != __atomic_load_n(&mtlab_ctl->dump_done, __ATOMIC_ACQUIRE)) dump_now(seq, 0);
     } else {
         if (!(info && info->si_code == SI_QUEUE && info->si_value.sival_int == (int)MTLAB_CTL_APPLY_VALUE))
             __atomic_fetch_xor(&mtlab_ctl->state, MTLAB_CTL_ACTIVE, __ATOMIC_SEQ_CST);
@@ -378,12 +446,18 @@ void mtlab_sampler_init(uint64_t interval, int active, int sig) {
     sa.sa_sigaction = on_signal;
     sa.sa_flags = SA_RESTART | SA_SIGINFO;
     sigemptyset(&sa.sa_mask);
-    /* GOT routing needs the signal: once calls bypass the shims, only the
-     * handler can bring them back when sampling is switched on. */
-    mtlab_got_enable(sig > 0 && sigaction(sig, &sa, NULL) == 0);
+    /* GOT routing needs a way in: once calls bypass the shims, only the
+     * control thread (or the signal's handler) can bring them back when
+     * sampling is switched on. */
+    int handler = sig > 0 && sigaction(sig, &sa, NULL) == 0;
     /* The pointer first: a shim that sees the state ACTIVE uses it. */
     mtlab_ctl = page;
     __atomic_store_n(&page->state, MTLAB_CTL_ON | (active ? MTLAB_CTL_ACTIVE : 0), __ATOMIC_RELEASE);
+    int thread = shared && start_control_thread(page) == 0;
+    mtlab_got_enable(thread || handler);
+    /* Only now may ctl act: the thread waits, or the handler is in place
+     * (a signal before it would have killed the program). */
+    __atomic_store_n(&page->wake, thread ? MTLAB_CTL_WAKE_FUTEX : MTLAB_CTL_WAKE_SIGNAL, __ATOMIC_RELEASE);
     mtlab_got_route(); /* --inactive: straight to the real functions from here on */
 }
 

@@ -25,10 +25,10 @@ pub enum CtlError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("{0} is not an mtlab control page (wrong magic or version)")]
     BadPage(PathBuf),
-    #[error("process {pid} did not answer the dump request within {secs} s (is signal {signal} blocked or handled by the program?)")]
-    Timeout { pid: u32, secs: u64, signal: u32 },
-    #[error("process {pid} did not switch its allocation calls over to the sampler within {secs} s (is signal {signal} blocked or handled by the program?): sampling is on, but most allocation calls still bypass the sampler; record with MTLAB_GOT=0 in the environment to keep every call on mtlab's shims")]
-    NotRouted { pid: u32, secs: u64, signal: u32 },
+    #[error("process {pid} did not answer the dump request within {secs} s ({why})")]
+    Timeout { pid: u32, secs: u64, why: String },
+    #[error("process {pid} did not switch its allocation calls over to the sampler within {secs} s ({why}): sampling is on, but most allocation calls still bypass the sampler; record with MTLAB_GOT=0 in the environment to keep every call on mtlab's shims")]
+    NotRouted { pid: u32, secs: u64, why: String },
 }
 
 /// The shared control page of one process.
@@ -152,18 +152,65 @@ impl CtlPage {
         self.u32_at(CTL_OFF_ROUTED).load(Ordering::Acquire)
     }
 
+    /// How the process is woken: its control thread (a futex on the page,
+    /// no signal: the program's system calls are never interrupted), or the
+    /// signal where that thread could not start. Waits up to `timeout` for a
+    /// process still setting the page up (None: it never finished).
+    fn wake_mode(&self, timeout: Duration) -> Option<u32> {
+        let start = Instant::now();
+        loop {
+            match self.u32_at(CTL_OFF_WAKE).load(Ordering::Acquire) {
+                0 if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(2)),
+                0 => return None,
+                mode => return Some(mode),
+            }
+        }
+    }
+
+    /// Tells the process to act on the page (`value`: the signal's marker,
+    /// used only when it has no control thread). False if it is not set up.
+    fn wake(&self, pid: u32, value: u32, timeout: Duration) -> bool {
+        match self.wake_mode(timeout) {
+            Some(CTL_WAKE_FUTEX) => {
+                let word = self.u32_at(CTL_OFF_CTL_SEQ);
+                word.fetch_add(1, Ordering::AcqRel);
+                // SAFETY: FUTEX_WAKE on a 4-aligned word of a shared mapping
+                // of the page file; it only wakes waiters on that word.
+                unsafe { libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX, 0, 0, 0) };
+                true
+            }
+            Some(_) => {
+                let value = libc::sigval { sival_ptr: value as usize as *mut libc::c_void };
+                // SAFETY: queuing a signal to the process that maps the page
+                // (checked in open()), whose handler is installed (wake is set).
+                unsafe { libc::sigqueue(pid as libc::pid_t, self.signal() as libc::c_int, value) };
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Why a request may go unanswered, for messages.
+    pub fn why_no_answer(&self) -> String {
+        match self.u32_at(CTL_OFF_WAKE).load(Ordering::Acquire) {
+            CTL_WAKE_FUTEX => "its mtlab-ctl thread did not answer: is the process stopped?".to_string(),
+            CTL_WAKE_SIGNAL => format!("it has no mtlab-ctl thread; is signal {} blocked or handled by the program?", self.signal()),
+            _ => "it has not finished setting up its sampler".to_string(),
+        }
+    }
+
     /// After `set_active`: a process that routes its GOT slots (calls of the
     /// modules loaded at startup go straight to the real allocator while
-    /// sampling is off) never enters mtlab's code by itself, so it is asked,
-    /// by the signal with `CTL_APPLY_VALUE`, to route them for the new state.
-    /// Waits until it has; false if it did not within `timeout`.
+    /// sampling is off) never enters mtlab's code by itself, so it is asked
+    /// to route them for the new state. Waits until it has; false if it did
+    /// not within `timeout`.
     pub fn apply_routing(&self, pid: u32, timeout: Duration) -> bool {
-        if self.routed() & CTL_ROUTE_ON == 0 {
+        if self.routed() & CTL_ROUTE_ON == 0 && self.wake_mode(timeout).is_some() {
             return true; // every call passes through the shims, which read the state
         }
-        let value = libc::sigval { sival_ptr: CTL_APPLY_VALUE as usize as *mut libc::c_void };
-        // SAFETY: queuing a signal to the process that maps the page (checked in open()).
-        unsafe { libc::sigqueue(pid as libc::pid_t, self.signal() as libc::c_int, value) };
+        if !self.wake(pid, CTL_APPLY_VALUE, timeout) {
+            return false;
+        }
         let start = Instant::now();
         loop {
             if (self.routed() & CTL_ROUTE_ALLOC != 0) == self.active() {
@@ -183,16 +230,16 @@ impl CtlPage {
     /// Returns the dump's number.
     pub fn request_dump(&self, pid: u32, timeout: Duration) -> Result<u64, CtlError> {
         let seq = self.u64_at(CTL_OFF_DUMP_SEQ).fetch_add(1, Ordering::AcqRel) + 1;
-        let signal = self.signal();
-        // Queued with a marker value: the handler dumps, and never toggles
-        // sampling (a plain `kill -s RTMIN+7` does).
-        let value = libc::sigval { sival_ptr: CTL_DUMP_VALUE as usize as *mut libc::c_void };
-        // SAFETY: queuing a signal to a process we checked exists.
-        unsafe { libc::sigqueue(pid as libc::pid_t, signal as libc::c_int, value) };
+        // As a signal, queued with a marker value: the handler dumps, and
+        // never toggles sampling (a plain `kill -s RTMIN+7` does).
+        let timed_out = || CtlError::Timeout { pid, secs: timeout.as_secs(), why: self.why_no_answer() };
+        if !self.wake(pid, CTL_DUMP_VALUE, timeout) {
+            return Err(timed_out());
+        }
         let start = Instant::now();
         while self.u64_at(CTL_OFF_DUMP_DONE).load(Ordering::Acquire) < seq {
             if start.elapsed() > timeout {
-                return Err(CtlError::Timeout { pid, secs: timeout.as_secs(), signal });
+                return Err(timed_out());
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -200,8 +247,9 @@ impl CtlPage {
     }
 
     /// After dump `seq`: waits until the process has written the heap
-    /// manager's own figures (its next sampled allocation reads them; the
-    /// signal handler cannot). False if it did not within `timeout`.
+    /// manager's own figures (its control thread reads them at once; without
+    /// it, its next sampled allocation does, since a signal handler may not).
+    /// False if it did not within `timeout`.
     pub fn wait_allocator_reading(&self, seq: u64, timeout: Duration) -> bool {
         let start = Instant::now();
         while self.u64_at(CTL_OFF_STATS_DONE).load(Ordering::Acquire) < seq {

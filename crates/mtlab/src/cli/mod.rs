@@ -658,8 +658,7 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
                 CtlAction::Start => {
                     page.set_active(true);
                     if !routed(&page) {
-                        let signal = page.signal();
-                        return Err(ctl::CtlError::NotRouted { pid, secs: ROUTE_TIMEOUT, signal }.into());
+                        return Err(ctl::CtlError::NotRouted { pid, secs: ROUTE_TIMEOUT, why: page.why_no_answer() }.into());
                     }
                 }
                 CtlAction::Stop => {
@@ -668,9 +667,9 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
                         // Not an error: the shims read the state, so sampling is off;
                         // calls only keep their detour through them.
                         eprintln!(
-                            "mtlab: process {} did not re-route its allocation calls within {ROUTE_TIMEOUT} s (is signal {} handled by the program?): sampling is off, but calls still pass through mtlab's shims",
+                            "mtlab: process {} did not re-route its allocation calls within {ROUTE_TIMEOUT} s ({}): sampling is off, but calls still pass through mtlab's shims",
                             pid,
-                            page.signal()
+                            page.why_no_answer()
                         );
                     }
                 }

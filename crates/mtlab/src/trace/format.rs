@@ -81,7 +81,7 @@ pub const END_PAYLOAD: u32 = 48;
 
 /// The sampler's control page (`/dev/shm/mtlab-PID`), see mtlab_trace.h.
 pub const CTL_MAGIC: u64 = 0x4c54_4342_414c_544d;
-pub const CTL_VERSION: u32 = 2;
+pub const CTL_VERSION: u32 = 3;
 pub const CTL_SIZE: u32 = 4096;
 pub const CTL_ON: u32 = 0x1;
 pub const CTL_ACTIVE: u32 = 0x2;
@@ -99,6 +99,11 @@ pub const CTL_OFF_DUMP_DONE: u32 = 72;
 pub const CTL_OFF_SAMPLES: u32 = 80;
 pub const CTL_OFF_ROUTED: u32 = 88;
 pub const CTL_OFF_STATS_DONE: u32 = 96;
+pub const CTL_OFF_CTL_SEQ: u32 = 104;
+pub const CTL_OFF_CTL_DONE: u32 = 108;
+pub const CTL_OFF_WAKE: u32 = 112;
+pub const CTL_WAKE_FUTEX: u32 = 1;
+pub const CTL_WAKE_SIGNAL: u32 = 2;
 pub const CTL_OFF_PATH: u32 = 128;
 
 /// Name of an event kind, for messages.
@@ -196,6 +201,11 @@ mod tests {
             ("CTL_OFF_SAMPLES", CTL_OFF_SAMPLES as u64),
             ("CTL_OFF_ROUTED", CTL_OFF_ROUTED as u64),
             ("CTL_OFF_PATH", CTL_OFF_PATH as u64),
+            ("CTL_OFF_CTL_SEQ", CTL_OFF_CTL_SEQ as u64),
+            ("CTL_OFF_CTL_DONE", CTL_OFF_CTL_DONE as u64),
+            ("CTL_OFF_WAKE", CTL_OFF_WAKE as u64),
+            ("CTL_WAKE_FUTEX", CTL_WAKE_FUTEX as u64),
+            ("CTL_WAKE_SIGNAL", CTL_WAKE_SIGNAL as u64),
             ("EVF_CHUNK_MMAPPED", EVF_CHUNK_MMAPPED as u64),
             ("EVF_IN_ALLOCATOR", EVF_IN_ALLOCATOR as u64),
             ("EVF_FAILED", EVF_FAILED as u64),
