@@ -118,7 +118,7 @@ struct mtlab_buf {
     uint64_t first_tsc, last_tsc, prev_tsc;
     int64_t prev_ptr;
     _Atomic uint32_t len; /* bytes of events after the headers */
-    _Atomic int lock;     /* sampling mode: held while appending or flushing */
+    _Atomic int lock;     /* sampling mode: MTLAB_LOCK_* while appending or flushing, else 0 */
     /* Full-trace mode: the owner raises `busy` around every append and own
      * flush and bumps `gen` when done, with plain stores; the exit flusher
      * copies a buffer only if neither changed meanwhile (a seqlock). */
@@ -128,6 +128,12 @@ struct mtlab_buf {
     _Atomic uint32_t counted;
     _Alignas(8) uint8_t data[]; /* events start 8-aligned, as before `counted` */       /* MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER + events */
 };
+/* Who holds a buffer's lock (sampling mode): its owner thread appending, or
+ * another thread flushing it (a dump, the exit flush, which keeps it). The
+ * owner that finds its own append holding it was interrupted by a signal
+ * handler in the middle of it, and must not wait for itself. */
+#define MTLAB_LOCK_FLUSHER 1
+#define MTLAB_LOCK_OWNER 2
 #define MTLAB_BUF_HEAD (MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER)
 #define MTLAB_BUF_CAP (MTLAB_BUF_BYTES - sizeof(struct mtlab_buf) - MTLAB_BUF_HEAD)
 
@@ -266,6 +272,7 @@ static inline uint32_t mtlab_filter_hash(uint64_t p) {
 HIDDEN void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame);
 HIDDEN void mtlab_sample_free(void *p);
 HIDDEN void mtlab_sampler_init(uint64_t interval, int active, int sig);
+HIDDEN char *mtlab_allocator_stats_at_exit(char *p, const char *end); /* STATS lines, read safely */
 HIDDEN void mtlab_sampler_fork_child(void);
 /* pthread_create with a fixed --sample-seed: names the new thread by its
  * place in the creation tree, so its draws repeat from run to run. */

@@ -177,9 +177,14 @@ static void seed(struct mtlab_tls *t) {
     t->sampler_init = 1;
 }
 
-/* Sampling-mode appends lock their buffer so a dump may flush it from the
- * signal handler of another thread. */
-static inline int lock_buf(struct mtlab_buf *b) { return atomic_exchange_explicit(&b->lock, 1, memory_order_acquire) == 0; }
+/* Sampling-mode appends lock their buffer (as its owner) so a dump may
+ * flush it from another thread; a flusher takes it as MTLAB_LOCK_FLUSHER.
+ * Never waits: a held lock means the event is dropped or the buffer skipped. */
+static inline int try_lock_as(struct mtlab_buf *b, int who) {
+    int free_ = 0;
+    return atomic_compare_exchange_strong_explicit(&b->lock, &free_, who, memory_order_acquire, memory_order_relaxed);
+}
+static inline int lock_buf(struct mtlab_buf *b) { return try_lock_as(b, MTLAB_LOCK_OWNER); }
 static inline void unlock_buf(struct mtlab_buf *b) { atomic_store_explicit(&b->lock, 0, memory_order_release); }
 
 static void maybe_flush(struct mtlab_tls *t, struct mtlab_buf *b, uint64_t now) {
@@ -317,7 +322,7 @@ void mtlab_sample_free(void *p) {
 /* Flushes every buffer that is not in the middle of an append. */
 static void flush_all_locked(void) {
     for (struct mtlab_buf *b = mtlab_first_buf(); b; b = b->next) {
-        if (!lock_buf(b)) continue;
+        if (!try_lock_as(b, MTLAB_LOCK_FLUSHER)) continue;
         mtlab_flush_buf(b);
         unlock_buf(b);
     }
@@ -340,6 +345,30 @@ static void dump_now(uint64_t seq, int read_allocator_here) {
     __atomic_store_n(&mtlab_ctl->dump_done, seq, __ATOMIC_RELEASE);
 }
 
+/* The heap manager's figures for the STATS record at exit, read by the
+ * control thread: the exiting thread may be a signal handler's that
+ * interrupted the allocator while it held its lock, and would wait for
+ * itself forever. The wait here is bounded; the figures are then left out. */
+static _Atomic int exit_reading; /* 1 wanted, 2 done */
+static char exit_text[1024];
+static char *exit_text_end;
+
+char *mtlab_allocator_stats_at_exit(char *p, const char *end) {
+    struct mtlab_ctl_page *page = mtlab_ctl;
+    if (!page || __atomic_load_n(&page->wake, __ATOMIC_ACQUIRE) != MTLAB_CTL_WAKE_FUTEX || mtlab_pid != mtlab_sys_getpid())
+        return mtlab_allocator_stats(p, end);
+    atomic_store(&exit_reading, 1);
+    __atomic_fetch_add(&page->ctl_seq, 1, __ATOMIC_ACQ_REL);
+    syscall(SYS_futex, &page->ctl_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+    for (int i = 0; i < 2000 && atomic_load(&exit_reading) != 2; i++) {
+        struct timespec ts = {0, 100000};
+        syscall(SYS_nanosleep, &ts, NULL);
+    }
+    if (atomic_load(&exit_reading) != 2) return p; /* ~200 ms: the allocator is held */
+    for (const char *q = exit_text; q < exit_text_end && p < end; q++) *p++ = *q;
+    return p;
+}
+
 /* mtlab's control thread: blocked on the page's futex word with every
  * signal blocked (so the program's signals go to its own threads), it acts
  * on each request of `mtlab ctl`. It holds no lock of the program's or the
@@ -360,6 +389,11 @@ static void *control_thread(void *arg) {
         }
         seen = seq;
         if (mtlab_ctl != page) continue; /* (never: a fork child has no copy of this thread) */
+        if (atomic_load(&exit_reading) == 1) {
+            exit_text_end = mtlab_allocator_stats(exit_text, exit_text + sizeof exit_text - 1);
+            atomic_store(&exit_reading, 2);
+            continue;
+        }
         mtlab_got_route();
         uint64_t dump = __atomic_load_n(&page->dump_seq, __ATOMIC_ACQUIRE);
         if (dump != __atomic_load_n(&page->dump_done, __ATOMIC_ACQUIRE)) dump_now(dump, 1);

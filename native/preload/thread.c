@@ -103,9 +103,23 @@ static struct mtlab_buf *acquire_buf(void) {
 
 /* Sampling mode: appends and flushes hold b->lock (the dump handler flushes
  * other threads' buffers). Full-trace mode needs no lock. */
-static inline void lock_buf(struct mtlab_buf *b) {
-    if (!mtlab_ctl) return;
-    while (atomic_exchange_explicit(&b->lock, 1, memory_order_acquire)) {
+/* The owner's own flush (at exit, fork, exec, thread exit) in sampling
+ * mode; 1 when the buffer may be flushed. Waits for a flusher (a dump: one
+ * write), at most ~100 ms; not for a buffer the exit flush closed and kept,
+ * nor for its own append, which a signal handler interrupted (a handler
+ * that calls exit: waiting would never end). */
+static inline int lock_buf(struct mtlab_buf *b) {
+    if (!mtlab_ctl) return 1;
+    for (int i = 0;; i++) {
+        int held = 0;
+        if (atomic_compare_exchange_weak_explicit(&b->lock, &held, MTLAB_LOCK_FLUSHER, memory_order_acquire,
+                                                  memory_order_relaxed))
+            return 1;
+        if (held == MTLAB_LOCK_OWNER || atomic_load(&b->closed) || i >= 100000) return 0;
+        if (i >= 1000) {
+            struct timespec ts = {0, 1000};
+            syscall(SYS_nanosleep, &ts, NULL);
+        }
     }
 }
 static inline void unlock_buf(struct mtlab_buf *b) {
@@ -113,9 +127,10 @@ static inline void unlock_buf(struct mtlab_buf *b) {
 }
 
 static void release(struct mtlab_buf *b) {
-    lock_buf(b);
-    mtlab_flush_buf(b);
-    unlock_buf(b);
+    if (lock_buf(b)) {
+        mtlab_flush_buf(b);
+        unlock_buf(b);
+    }
     mtlab_tls.buf = NULL;
     atomic_store(&b->owned, 0);
 }
@@ -140,7 +155,10 @@ void mtlab_release_dead_buf(void) {
 void mtlab_flush_own(void) {
     struct mtlab_buf *b = mtlab_tls.buf;
     if (!b) return;
-    lock_buf(b);
+    if (!lock_buf(b)) { /* its own append was interrupted, or the exit flush closed it */
+        if (!atomic_load(&b->closed)) atomic_fetch_add(&mtlab_counters.events_dropped, b->n_events);
+        return;
+    }
     mtlab_flush_buf(b);
     unlock_buf(b);
 }
@@ -270,7 +288,8 @@ void mtlab_flush_all(void) {
         if (b == mine) continue;
         if (mtlab_ctl) {
             /* Sampling: take the lock and keep it, so later appends drop. */
-            if (atomic_exchange(&b->lock, 1) == 0) {
+            int free_ = 0;
+            if (atomic_compare_exchange_strong(&b->lock, &free_, MTLAB_LOCK_FLUSHER)) {
                 mtlab_flush_buf(b);
                 atomic_store(&b->closed, 1);
             }

@@ -504,7 +504,9 @@ void mtlab_write_stats(void) {
     static char text[1024];
     char *end = text + sizeof text - 1;
     char *p = mtlab_sampler_stats(text, end);
-    p = mtlab_allocator_stats(p, end);
+    /* Not from inside an allocator call this thread was making (a signal
+     * handler that exits): the allocator's lock may be held by it. */
+    if (!mtlab_tls.in_alloc) p = mtlab_allocator_stats_at_exit(p, end);
     p = mtlab_unwind_stats(p, end);
     p = mtlab_append(p, end, "guards_reset=");
     p = mtlab_append_u64(p, end, mtlab_guards_reset());

@@ -1243,3 +1243,39 @@ fn ctl_never_interrupts_the_programs_system_calls() {
     let r = lab.report("e.mtl");
     assert_eq!(u(&r["events_dropped"]), 0, "dumps made appends drop samples");
 }
+
+/// Runs `cmd`, killing it after `limit`; None when it had to be killed.
+fn run_within(mut cmd: Command, limit: Duration) -> Option<std::process::ExitStatus> {
+    let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_signal_handler_that_exits_mid_append_or_mid_malloc_never_hangs_the_exit() {
+    let lab = Lab::new();
+    let prog = compile_with(&lab, "s_exit_in_handler", "s_exit_in_handler", &["-O1"]);
+    // The handler lands inside mtlab's sample appends (interval 16 bytes:
+    // nearly every call) and inside glibc's malloc, which holds its lock.
+    let mut hung = Vec::new();
+    for (mode, extra) in [("--sample 16", &["--sample", "16"][..]), ("full trace", &[][..])] {
+        for run in 0..6 {
+            let status = run_within(lab.record_cmd(&format!("x{run}.mtl"), extra, &prog, &[]), Duration::from_secs(20));
+            match status {
+                Some(s) => assert_eq!(s.code(), Some(7), "{mode}, run {run}: the program's own exit code"),
+                None => hung.push(format!("{mode}, run {run}")),
+            }
+        }
+    }
+    assert!(hung.is_empty(), "hung at exit: {hung:?}");
+}
