@@ -603,7 +603,7 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     let doc = report::document(&run);
     emit(&doc, a.json, a.csv.as_ref(), None)?;
     if let Some(path) = &a.html {
-        let images = profile.map(|(pick, data)| flame_image(&data, &pick.message, a.flame_value)).unwrap_or_default();
+        let images = profile.map(|(pick, data)| flame_image(&data, &pick.caption, a.flame_value)).unwrap_or_default();
         write_html(&html_document(&mut run), path, &format!("mtlab report {}", a.file.display()), &images)?;
     }
     Ok(ExitCode::SUCCESS)
@@ -629,7 +629,7 @@ fn flame_image(data: &crate::profile::ProfileData, of: &str, value: crate::profi
         return Vec::new();
     }
     match flame::flamegraph_svg(&lines, value) {
-        Ok(svg) => vec![export::html::Image { title: format!("{}: {of}", value.title()), svg: String::from_utf8_lossy(&svg).into_owned() }],
+        Ok(svg) => vec![export::html::Image { title: format!("{of}: {}", value.title()), svg: String::from_utf8_lossy(&svg).into_owned() }],
         Err(_) => Vec::new(),
     }
 }

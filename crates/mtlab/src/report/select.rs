@@ -75,6 +75,8 @@ fn available(rows: &[IndexRow]) -> String {
 pub struct ExportPick {
     pub rows: Vec<usize>,
     pub message: String,
+    /// A few words for the HTML page's flame graph: "process 12 (cc1)", "3 processes summed".
+    pub caption: String,
 }
 
 /// One process unless `merge`: the only one selected, else the root when it
@@ -82,22 +84,25 @@ pub struct ExportPick {
 pub fn export_pick(rows: &[IndexRow], merge: bool) -> ExportPick {
     let selected: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].reported).collect();
     let label = |i: usize| format!("{} ({}, {})", rows[i].pid, rows[i].command, rows[i].file);
+    let caption = |i: usize| format!("process {}", rows[i].label());
     if merge && selected.len() > 1 {
         let picked: Vec<&IndexRow> = selected.iter().map(|&i| &rows[i]).collect();
         return ExportPick {
             message: format!("the exports sum the profiles of {} processes: {}", selected.len(), labels(&picked, 10)),
+            caption: format!("{} processes summed", selected.len()),
             rows: selected,
         };
     }
     let Some(&first) = selected.first() else {
-        return ExportPick { rows: Vec::new(), message: "no process selected: nothing to export".into() };
+        return ExportPick { rows: Vec::new(), message: "no process selected: nothing to export".into(), caption: String::new() };
     };
     if selected.len() == 1 {
-        return ExportPick { rows: vec![first], message: format!("the exports are of process {}", label(first)) };
+        return ExportPick { rows: vec![first], message: format!("the exports are of process {}", label(first)), caption: caption(first) };
     }
     let (one, which) = if first == 0 { (0, "the root") } else { (first, "the first") };
     ExportPick {
         rows: vec![one],
+        caption: caption(one),
         message: format!(
             "the exports are of process {}, {which} of {} selected processes; --merge sums them all, --pid PID takes another",
             label(one),
@@ -166,7 +171,9 @@ mod tests {
             p.message,
             "the exports are of process 10 (make, t.mtl.10), the root of 4 selected processes; --merge sums them all, --pid PID takes another"
         );
+        assert_eq!(p.caption, "process 10 (make)");
         assert_eq!(export_pick(&rows, true).rows, [0, 1, 2, 3]);
+        assert_eq!(export_pick(&rows, true).caption, "4 processes summed");
         Selection { pids: vec![], comms: vec!["cc1".into()] }.apply(&mut rows, "t.mtl").unwrap();
         let p = export_pick(&rows, false);
         assert_eq!(p.rows, [1]);
