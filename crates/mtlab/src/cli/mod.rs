@@ -318,7 +318,8 @@ struct ReportArgs {
     #[arg(long, value_enum, default_value = "alloc-bytes")]
     flame_value: crate::profile::flame::FlameValue,
     /// Report only these traced processes in detail (PID[,PID...], repeatable); the index at the top still lists every process.
-    /// The profile exports take the root, or the one process selected, or with --merge all selected.
+    /// The profile exports take one process, named on stderr: the one selected (its last image if it exec'd), else the root
+    /// (or the first selected); with --merge, all selected.
     #[arg(long, value_name = "PID", value_delimiter = ',')]
     pid: Vec<u32>,
     /// Report only the processes whose command is NAME (the base name of its first argument or its executable,

@@ -79,8 +79,9 @@ pub struct ExportPick {
     pub caption: String,
 }
 
-/// One process unless `merge`: the only one selected, else the root when it
-/// is selected, else the first selected; with `merge`, every selected one.
+/// One process unless `merge`: the only one selected; of one pid's several
+/// images (exec) the last; else the root when it is selected, else the first
+/// selected. With `merge`, every selected one.
 pub fn export_pick(rows: &[IndexRow], merge: bool) -> ExportPick {
     let selected: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].reported).collect();
     let label = |i: usize| format!("{} ({}, {})", rows[i].pid, rows[i].command, rows[i].file);
@@ -98,6 +99,19 @@ pub fn export_pick(rows: &[IndexRow], merge: bool) -> ExportPick {
     };
     if selected.len() == 1 {
         return ExportPick { rows: vec![first], message: format!("the exports are of process {}", label(first)), caption: caption(first) };
+    }
+    let last = selected[selected.len() - 1];
+    if selected.iter().all(|&i| rows[i].pid == rows[first].pid) {
+        // One process that exec'd: its last image is the program it became.
+        return ExportPick {
+            rows: vec![last],
+            caption: caption(last),
+            message: format!(
+                "the exports are of process {}, the last of its {} traces (it exec'd); --merge sums them all",
+                label(last),
+                selected.len()
+            ),
+        };
     }
     let (one, which) = if first == 0 { (0, "the root") } else { (first, "the first") };
     ExportPick {
@@ -181,6 +195,12 @@ mod tests {
         let p = export_pick(&rows, true);
         assert_eq!(p.rows, [1, 3]);
         assert_eq!(p.message, "the exports sum the profiles of 2 processes: 11 (cc1), 13 (cc1)");
+        let mut images = tree();
+        images[2].pid = 11;
+        Selection { pids: vec![11], comms: vec![] }.apply(&mut images, "t.mtl").unwrap();
+        let p = export_pick(&images, false);
+        assert_eq!(p.rows, [2]);
+        assert_eq!(p.message, "the exports are of process 11 (as, t.mtl.12), the last of its 2 traces (it exec'd); --merge sums them all");
         Selection { pids: vec![12], comms: vec![] }.apply(&mut rows, "t.mtl").unwrap();
         assert_eq!(export_pick(&rows, true).message, "the exports are of process 12 (as, t.mtl.12)");
     }
