@@ -146,6 +146,22 @@ fn still_running(root: &Path, t: &Path) -> bool {
     pid.is_some_and(|pid| holds_open(pid, t))
 }
 
+/// The RUNINFO list of the child traces beside `root` (`trace::family`).
+fn child_traces(root: &Path, traces: &[PathBuf]) -> String {
+    let prefix = format!("{}.", root.file_name().unwrap_or_default().to_string_lossy());
+    let entries: Vec<(String, String)> = traces
+        .iter()
+        .filter_map(|t| {
+            let name = t.file_name()?.to_string_lossy().to_string();
+            let suffix = name.strip_prefix(&prefix)?.to_string();
+            // A file whose header cannot be read is still listed: it was there.
+            let command = trace::read_header(t).map(|h| trace::family::command_name(&h.cmdline, &h.exe)).unwrap_or_default();
+            Some((suffix, command))
+        })
+        .collect();
+    trace::family::encode(&entries)
+}
+
 /// Finds PROGRAM as the shell would: a path if it has a slash, else in PATH.
 pub fn resolve_program(program: &OsString) -> Result<PathBuf, RecordError> {
     let shown = program.to_string_lossy().to_string();
@@ -369,6 +385,9 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     }
     if let Some(b) = baseline_wall {
         runinfo.push((keys::BASELINE_WALL_NS.into(), b.as_nanos().to_string()));
+    }
+    if cfg.follow {
+        runinfo.push((keys::CHILD_TRACES.into(), child_traces(&output, &traces)));
     }
     let mut bytes = 0;
     let mut warnings = Vec::new();

@@ -447,6 +447,200 @@ fn fork_exec_child_without_events_leaves_no_trace() {
     assert_eq!(site(&children[0], "in_exec_image"), site_of(25, 25 * 400, 0, 0));
 }
 
+// ---------------------------------------------------------------------------
+// Process trees: the index, --pid/--comm, what the exports took, missing traces.
+
+/// `mtlab report ARGS` in the lab: its output (not checked).
+fn report_output(lab: &Lab, args: &[&str]) -> std::process::Output {
+    lab.command(MTLAB).arg("report").args(args).output().unwrap()
+}
+
+/// `mtlab report --json --top TOP ARGS`, which must succeed, parsed.
+fn report_json(lab: &Lab, args: &[&str]) -> serde_json::Value {
+    let o = lab.command(MTLAB).args(["report", "--json", "--top", &TOP.to_string()]).args(args).output().unwrap();
+    assert_success(&o, &format!("mtlab report {}", args.join(" ")));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// (pid, ppid, command, events, peak_live_bytes, end, reported) of each index row.
+fn index_rows(v: &serde_json::Value) -> Vec<(u64, u64, String, u64, u64, String, bool)> {
+    v["processes_index"]
+        .as_array()
+        .expect("processes_index")
+        .iter()
+        .map(|r| {
+            (
+                u(&r["pid"]),
+                u(&r["ppid"]),
+                r["command"].as_str().unwrap().to_string(),
+                u(&r["events"]),
+                u(&r["peak_live_bytes"]),
+                r["end"].as_str().unwrap().to_string(),
+                r["reported"].as_bool().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// The sum of the counts of a folded-stacks file's lines that contain `needle` ("" for all).
+fn collapsed_sum(lab: &Lab, file: &str, needle: &str) -> u64 {
+    let text = std::fs::read_to_string(lab.path(file)).unwrap();
+    text.lines()
+        .filter(|l| l.contains(needle))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn the_index_lists_every_traced_process_with_its_own_figures() {
+    let lab = Lab::new();
+    let prog = lab.compile("fork_exec");
+    let (c, m) = (30u64, 40u64);
+    let out = lab.record_ok("t.mtl", &prog, &[&c.to_string(), &m.to_string()]);
+    let pid = child_pid(&out.stdout) as u64;
+    let r = report_json(&lab, &["t.mtl"]);
+    let all = processes(&r);
+    let rows = index_rows(&r);
+    let root = u(&r["pid"]);
+    // The root; the fork child, which exec'd (no END, a later image of its pid);
+    // the image, which exited.
+    let ends: Vec<(u64, u64, &str, &str)> = rows.iter().map(|x| (x.0, x.1, x.2.as_str(), x.5.as_str())).collect();
+    assert_eq!(ends, [(root, u(&r["ppid"]), "fork_exec", "exit_code"), (pid, root, "fork_exec", "execd"), (pid, root, "fork_exec", "exited")]);
+    assert_eq!(r["processes_index"][0]["exit_code"], 0);
+    for (row, p) in rows.iter().zip(&all) {
+        assert_eq!(row.3, u(&p["events"]), "the index's events are the process's");
+        assert_eq!(row.4, live_bytes_peak(p), "the index's peak is the process's");
+        assert!(row.6, "every process is reported without --pid/--comm");
+    }
+    // The pre-exec child holds its C blocks of 300 bytes at its peak, the image none at its end.
+    assert!(rows[1].4 >= c * 300, "{rows:?}");
+    assert!(r["missing_traces"].as_array().unwrap().is_empty());
+
+    // On screen: the index first, one row per process.
+    let o = report_output(&lab, &["t.mtl"]);
+    assert_success(&o, "mtlab report");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.starts_with("══ 3 traced processes ══\n"), "{}", &text[..200.min(text.len())]);
+    let index = &text[..text.find("══ process").expect("the root's report after the index")];
+    assert_eq!(index.lines().filter(|l| l.contains(&format!(" {pid} "))).count(), 2, "{index}");
+    assert!(index.contains("fork_exec inner 40"), "{index}");
+    // One process: no index.
+    let o = report_output(&lab, &["t.mtl", "--no-children"]);
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("══ process"));
+}
+
+#[test]
+fn pid_and_comm_select_the_processes_reported() {
+    let lab = Lab::new();
+    let prog = lab.compile("fork");
+    let (a, b) = (50u64, 70u64);
+    // bash runs fork, whose child forks off: two processes named fork under a
+    // shell (bash, as dash may make no traced call and write no root trace).
+    let line = format!("{} {a} {b}; true", prog.display());
+    let out = lab.record_ok("t.mtl", "bash", &["-c", &line]);
+    let child = child_pid(&out.stdout) as u64;
+    let all = report_json(&lab, &["t.mtl"]);
+    let rows = index_rows(&all);
+    let forks: Vec<&(u64, u64, String, u64, u64, String, bool)> = rows.iter().filter(|x| x.2 == "fork").collect();
+    assert_eq!(forks.len(), 2, "{rows:?}");
+    let parent = forks[0].0;
+    assert_eq!((forks[1].0, forks[1].1), (child, parent), "the fork child's parent is the traced fork");
+
+    let by_comm = report_json(&lab, &["t.mtl", "--comm", "fork"]);
+    let got: Vec<u64> = processes(&by_comm).iter().map(|p| u(&p["pid"])).collect();
+    assert_eq!(got, [parent, child]);
+    assert_eq!(site(processes(&by_comm)[0], "parent_allocs").calls, a);
+    assert_eq!(site(processes(&by_comm)[1], "child_allocs").calls, b);
+    let reported: Vec<u64> = index_rows(&by_comm).iter().filter(|x| x.6).map(|x| x.0).collect();
+    assert_eq!(reported, [parent, child]);
+    assert_eq!(index_rows(&by_comm).len(), rows.len(), "the index keeps every process");
+
+    let by_pid = report_json(&lab, &["t.mtl", "--pid", &child.to_string()]);
+    assert_eq!(u(&by_pid["pid"]), child);
+    assert!(by_pid["children"].as_array().unwrap().is_empty());
+    let both = report_json(&lab, &["t.mtl", "--pid", &format!("{child},{}", u(&all["pid"]))]);
+    assert_eq!(processes(&both).len(), 1 + rows.iter().filter(|x| x.0 == u(&all["pid"])).count());
+
+    // What matches nothing is an error that names what there is.
+    let o = report_output(&lab, &["t.mtl", "--pid", "1", "--comm", "nosuch"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("--pid 1, --comm nosuch matches no traced process in t.mtl"), "{err}");
+    assert!(err.contains(&format!("{child} (fork)")) && err.contains(&format!("{parent} (fork)")), "{err}");
+    assert!(o.stdout.is_empty(), "no report on a selection error");
+}
+
+#[test]
+fn exports_say_which_process_they_took_and_merge_sums_the_processes() {
+    let lab = Lab::new();
+    let prog = lab.compile("fork");
+    let (a, b) = (50u64, 70u64);
+    let out = lab.record_ok("t.mtl", &prog, &[&a.to_string(), &b.to_string()]);
+    let child = child_pid(&out.stdout);
+    let r = lab.report("t.mtl");
+    let root = u(&r["pid"]);
+
+    let o = report_output(&lab, &["t.mtl", "--collapsed", "root.txt"]);
+    assert_success(&o, "report --collapsed");
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!(
+            "mtlab: the exports are of process {root} (fork, t.mtl), the root of 2 selected processes; --merge sums them all, --pid PID takes another"
+        )),
+        "{err}"
+    );
+    let o = report_output(&lab, &["t.mtl", "--collapsed", "child.txt", "--pid", &child.to_string()]);
+    assert_success(&o, "report --collapsed --pid");
+    assert!(stderr(&o).contains(&format!("mtlab: the exports are of process {child} (fork, ./t.mtl.{child})\n")), "{}", stderr(&o));
+    let o = report_output(&lab, &["t.mtl", "--collapsed", "merged.txt", "--merge"]);
+    assert_success(&o, "report --collapsed --merge");
+    assert!(stderr(&o).contains(&format!("mtlab: the exports sum the profiles of 2 processes: {root} (fork), {child} (fork)")), "{}", stderr(&o));
+
+    // Allocated bytes: each process's own sites, and the merge the sum of both.
+    assert_eq!(collapsed_sum(&lab, "root.txt", "parent_allocs"), a * 100);
+    assert_eq!(collapsed_sum(&lab, "root.txt", "child_allocs"), 0);
+    assert_eq!(collapsed_sum(&lab, "child.txt", "child_allocs"), b * 200);
+    assert_eq!(collapsed_sum(&lab, "child.txt", "parent_allocs"), 0);
+    assert_eq!(collapsed_sum(&lab, "merged.txt", "parent_allocs"), a * 100);
+    assert_eq!(collapsed_sum(&lab, "merged.txt", "child_allocs"), b * 200);
+    assert_eq!(
+        collapsed_sum(&lab, "merged.txt", ""),
+        collapsed_sum(&lab, "root.txt", "") + collapsed_sum(&lab, "child.txt", ""),
+        "the merge's total is the sum of the processes' totals"
+    );
+}
+
+#[test]
+fn a_deleted_or_corrupt_child_trace_is_named() {
+    let lab = Lab::new();
+    let prog = lab.compile("fork");
+    let out = lab.record_ok("t.mtl", &prog, &["5", "7"]);
+    let child = child_pid(&out.stdout);
+    let file = format!("t.mtl.{child}");
+    std::fs::remove_file(lab.path(&file)).unwrap();
+    let o = lab.command(MTLAB).args(["report", "--json", "t.mtl"]).output().unwrap();
+    assert_success(&o, "report with a deleted child trace");
+    let err = stderr(&o);
+    assert!(err.contains(&format!("mtlab: warning: trace of child {child} (fork) is missing: ")), "{err}");
+    assert!(err.contains("it is not there now (deleted or moved)"), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["processes_index"].as_array().unwrap().len(), 1);
+    let missing = v["missing_traces"].as_array().unwrap();
+    assert_eq!(missing.len(), 1);
+    assert_eq!((u(&missing[0]["pid"]), missing[0]["command"].as_str()), (child as u64, Some("fork")));
+    assert!(missing[0]["file"].as_str().unwrap().ends_with(&file));
+
+    // A file beside the root that is not a trace: named with the reason.
+    std::fs::write(lab.path(&file), b"not a trace").unwrap();
+    let o = report_output(&lab, &["t.mtl"]);
+    assert_success(&o, "report with a corrupt child trace");
+    let err = stderr(&o);
+    assert!(err.contains(&format!("mtlab: warning: trace of child {child} (fork) is missing: ")), "{err}");
+    assert!(err.contains("unreadable: ") && err.contains("is not an mtlab trace"), "{err}");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains(&format!("warning: trace of child {child} (fork) is missing")), "the report says it too");
+}
+
 #[test]
 fn thread_exit_flushes_the_thread_buffer() {
     let lab = Lab::new();

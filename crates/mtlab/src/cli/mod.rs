@@ -13,10 +13,10 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::export::{self, csv::CsvExporter, json::JsonExporter, svg::SvgExporter, text::TextExporter, Document, Exporter};
-use crate::heap::{self, AnalyzeOptions};
+use crate::heap::AnalyzeOptions;
 use crate::record::{self, RecordConfig, RecordError, SampleConfig, Stacks, Unwind};
 use crate::report::{self, RunReport};
-use crate::trace::{TraceError, TraceFile};
+use crate::trace::TraceError;
 
 /// A size as people write it (`512KiB`), for clap.
 pub(crate) fn parse_size_arg(s: &str) -> Result<u64, String> {
@@ -317,9 +317,19 @@ struct ReportArgs {
     /// What the flame graph and folded stacks weigh.
     #[arg(long, value_enum, default_value = "alloc-bytes")]
     flame_value: crate::profile::flame::FlameValue,
-    /// Export the profile of this traced process (default: the root process of FILE).
+    /// Report only these traced processes in detail (PID[,PID...], repeatable); the index at the top still lists every process.
+    /// The profile exports take one process, named on stderr: the one selected (its last image if it exec'd), else the root
+    /// (or the first selected); with --merge, all selected.
+    #[arg(long, value_name = "PID", value_delimiter = ',')]
+    pid: Vec<u32>,
+    /// Report only the processes whose command is NAME (the base name of its first argument or its executable,
+    /// e.g. `--comm cc1`; NAME[,NAME...], repeatable); with --pid, the processes matching either.
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    comm: Vec<String>,
+    /// Make the profile exports (--pprof, --flamegraph, --collapsed, --speedscope, the --html flame graph) of every
+    /// selected process, equal stacks summed, instead of one process.
     #[arg(long)]
-    pid: Option<u32>,
+    merge: bool,
 }
 
 #[derive(Args, Debug)]
@@ -397,6 +407,12 @@ pub enum CliError {
     Compact(#[from] crate::trace::compact::CompactError),
     #[error(transparent)]
     Topo(#[from] crate::topo::TopoError),
+    #[error(transparent)]
+    Load(#[from] crate::report::load::LoadError),
+    #[error(transparent)]
+    Select(#[from] crate::report::select::SelectError),
+    #[error(transparent)]
+    Exports(#[from] crate::report::exports::ExportsError),
     #[error("{0}")]
     Other(String),
 }
@@ -552,30 +568,21 @@ fn reraise(sig: i32) {
     }
 }
 
+/// The reports of FILE's processes (and its children's unless `children` is
+/// false); child traces that could not be read are named on stderr.
 pub fn load_reports(file: &std::path::Path, children: bool, opts: &AnalyzeOptions) -> Result<RunReport, CliError> {
-    if !file.exists() {
-        return Err(CliError::Other(format!(
-            "{} does not exist; write a trace with `mtlab record -o {} -- PROGRAM`",
-            file.display(),
-            file.display()
-        )));
+    let (processes, missing) = report::load::load(file, children, opts)?;
+    for m in &missing {
+        eprintln!("mtlab: warning: {}", m.message());
     }
-    let files = if children { record::trace_family(file) } else { vec![file.to_path_buf()] };
-    let mut processes = Vec::new();
-    for (i, f) in files.iter().enumerate() {
-        match TraceFile::open(f) {
-            Ok(t) => processes.push(heap::analyze(&t, opts)?),
-            Err(e) if i == 0 => return Err(e.into()),
-            Err(e) => eprintln!("mtlab: warning: skipping {}: {e}", f.display()),
-        }
-    }
-    Ok(RunReport { processes, frames: 0 })
+    Ok(RunReport::new(processes, missing))
 }
 
 fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some() };
     let mut run = load_reports(&a.file, !a.no_children, &opts)?;
     run.frames = a.frames;
+    run.select(&report::select::Selection { pids: a.pid.clone(), comms: a.comm.clone() }, &a.file.display().to_string())?;
     let req = crate::profile::export::ExportRequest {
         pprof: a.pprof.clone(),
         flamegraph: a.flamegraph.clone(),
@@ -583,26 +590,21 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
         speedscope: a.speedscope.clone(),
         value: Some(a.flame_value),
     };
+    // The exports and the page's flame graph share one profile.
+    let profile = if !req.is_empty() || a.html.is_some() { report::exports::profile(&run, a.merge)? } else { None };
     if !req.is_empty() {
-        let process = match a.pid {
-            None => run.processes.first(),
-            Some(pid) => run.processes.iter().find(|p| p.pid == pid),
-        }
-        .ok_or_else(|| CliError::Other(format!("no traced process {} in {}", a.pid.unwrap_or(0), a.file.display())))?;
-        // A sampled profile was estimated in the report's own decode pass; a
-        // full trace's exact profile needs a pass of its own.
-        let written = match &process.profile {
-            Some(s) => crate::profile::export::export_data(&s.data, &req).map_err(crate::profile::export::ProfileExportError::from)?,
-            None => crate::profile::export::export(std::path::Path::new(&process.file), &req)?,
-        };
-        for f in written {
-            eprintln!("mtlab: wrote {}", f.display());
+        if let Some((pick, data)) = &profile {
+            eprintln!("mtlab: {}", pick.message);
+            let written = crate::profile::export::export_data(data, &req).map_err(crate::profile::export::ProfileExportError::from)?;
+            for f in written {
+                eprintln!("mtlab: wrote {}", f.display());
+            }
         }
     }
     let doc = report::document(&run);
     emit(&doc, a.json, a.csv.as_ref(), None)?;
     if let Some(path) = &a.html {
-        let images = run.processes.first().map(|p| flame_image(p, a.flame_value)).unwrap_or_default();
+        let images = profile.map(|(pick, data)| flame_image(&data, &pick.caption, a.flame_value)).unwrap_or_default();
         write_html(&html_document(&mut run), path, &format!("mtlab report {}", a.file.display()), &images)?;
     }
     Ok(ExitCode::SUCCESS)
@@ -618,22 +620,26 @@ fn html_document(run: &mut RunReport) -> Document {
     doc
 }
 
-/// The flame graph of a process's profile (estimated, or exact from a full
-/// trace) for the HTML report; none when it has no stacks.
-fn flame_image(p: &heap::ProcessReport, value: crate::profile::flame::FlameValue) -> Vec<export::html::Image> {
+/// The flame graph of a profile for the HTML report, titled by what it is
+/// of; none when it has no stacks.
+fn flame_image(data: &crate::profile::ProfileData, of: &str, value: crate::profile::flame::FlameValue) -> Vec<export::html::Image> {
     use crate::profile::flame;
-    let data = match &p.profile {
-        Some(s) => Some(s.data.clone()),
-        None => crate::profile::export::profile_of(std::path::Path::new(&p.file)).ok(),
-    };
-    let Some(data) = data else { return Vec::new() };
     let mut sym = crate::symbolize::Symbolizer::new(&data.maps);
-    let lines = flame::folded(&data, &mut sym, value);
+    let lines = flame::folded(data, &mut sym, value);
     if lines.is_empty() {
         return Vec::new();
     }
     match flame::flamegraph_svg(&lines, value) {
-        Ok(svg) => vec![export::html::Image { title: format!("process {}: {}", p.pid, value.title()), svg: String::from_utf8_lossy(&svg).into_owned() }],
+        Ok(svg) => vec![export::html::Image { title: format!("{of}: {}", value.title()), svg: String::from_utf8_lossy(&svg).into_owned() }],
+        Err(_) => Vec::new(),
+    }
+}
+
+/// The demo's flame graph: the root process's.
+fn root_flame_image(run: &RunReport, value: crate::profile::flame::FlameValue) -> Vec<export::html::Image> {
+    let Some(p) = run.processes.first() else { return Vec::new() };
+    match report::exports::profile_of(p) {
+        Ok(data) => flame_image(&data, &format!("process {}", p.pid), value),
         Err(_) => Vec::new(),
     }
 }
@@ -762,7 +768,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         views.push(export::View::Note(format!("══ {title} ══")));
         views.extend(doc.views);
     }
-    let images = full.processes.first().map(|p| flame_image(p, crate::profile::flame::FlameValue::AllocBytes)).unwrap_or_default();
+    let images = root_flame_image(&full, crate::profile::flame::FlameValue::AllocBytes);
     write_html(&Document { views, data: serde_json::Value::Null }, &a.html, "mtlab demo: a tour on built-in workloads", &images)?;
     eprintln!("mtlab demo: done in {:.0} s; the tour's report: {}", started.elapsed().as_secs_f64(), a.html.display());
     Ok(ExitCode::SUCCESS)

@@ -360,6 +360,8 @@ pub struct ProcessReport {
     pub pid: u32,
     pub ppid: u32,
     pub cmdline: Vec<String>,
+    /// The executable (`/proc/self/exe` when tracing started).
+    pub exe: String,
     pub allocator: String,
     pub allocator_path: String,
     pub duration_ns: Option<u64>,
@@ -967,6 +969,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         pid: trace.header.pid,
         ppid: trace.header.ppid,
         cmdline: trace.header.cmdline.clone(),
+        exe: trace.header.exe.clone(),
         allocator: trace.header.allocator.clone(),
         allocator_path: trace.header.allocator_path.clone(),
         duration_ns,

@@ -3,6 +3,7 @@
 
 pub mod data;
 pub mod interval;
+pub mod merge;
 pub mod sampled;
 pub mod export;
 pub mod pprof;

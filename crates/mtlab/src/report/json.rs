@@ -1,5 +1,8 @@
-//! `--json`: one JSON object. Its top level is the root process's report
-//! (the keys of docs/metrics.md), with the other processes under `children`.
+//! `--json`: one JSON object. Its top level is the first process reported
+//! (the root, unless `--pid`/`--comm` left it out; the keys of
+//! docs/metrics.md), the other reported processes under `children`, every
+//! traced process under `processes_index` and the child traces that could not
+//! be read under `missing_traces`.
 
 use serde_json::Value;
 
@@ -13,5 +16,7 @@ pub fn to_json(run: &RunReport) -> Value {
     };
     let children: Vec<Value> = iter.map(|p| serde_json::to_value(p).expect("reports serialize")).collect();
     root["children"] = Value::Array(children);
+    root["processes_index"] = serde_json::to_value(&run.index).expect("index rows serialize");
+    root["missing_traces"] = serde_json::to_value(&run.missing).expect("missing traces serialize");
     root
 }

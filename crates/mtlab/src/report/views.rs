@@ -220,9 +220,9 @@ fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<
 /// Every process of the run, root first.
 pub fn views(run: &RunReport) -> Vec<View> {
     let mut out: Vec<View> = Vec::new();
-    for (i, p) in run.processes.iter().enumerate() {
+    for p in &run.processes {
         let mut note = |s: String| out.push(View::Note(s));
-        let role = if i == 0 { "process" } else { "child process" };
+        let role = if run.is_root(p) { "process" } else { "child process" };
         note(format!("══ {role} {} — {} ══", p.pid, p.cmdline.join(" ")));
         note(format!("trace: {}", p.file));
         let dur = p.duration_ns.map(|n| format!("{:.3} s", n as f64 / 1e9)).unwrap_or_else(|| "unknown".into());

@@ -203,6 +203,16 @@ pub struct TraceFile {
     pub file_len: u64,
 }
 
+/// The header of the trace at `path` alone, without indexing its records.
+pub fn read_header(path: &Path) -> Result<Header, TraceError> {
+    let file = File::open(path).map_err(TraceError::io(path))?;
+    let file_len = file.metadata().map_err(TraceError::io(path))?.len();
+    let (version, text, _) = read_file_header(&file, path, file_len)?;
+    let (mut header, _) = Header::parse(&text);
+    header.version = version;
+    Ok(header)
+}
+
 impl TraceFile {
     pub fn open(path: impl AsRef<Path>) -> Result<TraceFile, TraceError> {
         let path = path.as_ref();

@@ -13,6 +13,10 @@ pub const EXIT_CODE: &str = "exit_code";
 pub const SIGNAL: &str = "signal";
 /// Wall-clock time of the untraced run (`record --baseline`), in nanoseconds.
 pub const BASELINE_WALL_NS: &str = "baseline_wall_ns";
+/// The child traces beside the root file when the run ended, with each one's
+/// command (`trace::family`): a report can then tell a deleted child trace
+/// from a child that never wrote one.
+pub const CHILD_TRACES: &str = "child_traces";
 
 // ---------------------------------------------------------------------------
 // RUNINFO: written by the rewrites (`trace::finish`, `trace::compact`).

@@ -1,7 +1,7 @@
 //! The trace file: format constants, decoding, encoding (docs/trace-format.md).
 //!
 //! Modules depend on modules above them in this list only (tests aside):
-//! `format`, `event`, `error`, `kv`, `keys`, `fields` → `varint`, `records`
+//! `format`, `event`, `error`, `kv`, `keys`, `family`, `fields` → `varint`, `records`
 //! (the primitives readers and writers share) → `columns` → `decode`; then
 //! the writer and the rewrites built on them: `encode`, `rewrite`, `finish`,
 //! `compact`.
@@ -12,6 +12,7 @@ pub mod decode;
 pub mod encode;
 pub mod error;
 pub mod event;
+pub mod family;
 pub mod fields;
 pub mod finish;
 pub mod format;
@@ -22,7 +23,7 @@ mod resync;
 pub mod rewrite;
 pub mod varint;
 
-pub use decode::{Header, Items, TraceFile};
+pub use decode::{read_header, Header, Items, TraceFile};
 pub use encode::{ChunkEncoder, TraceWriter};
 pub use error::TraceError;
 pub use event::{Event, EventKind, Func, Item};
