@@ -184,7 +184,19 @@ static inline int try_lock_as(struct mtlab_buf *b, int who) {
     int free_ = 0;
     return atomic_compare_exchange_strong_explicit(&b->lock, &free_, who, memory_order_acquire, memory_order_relaxed);
 }
-static inline int lock_buf(struct mtlab_buf *b) { return try_lock_as(b, MTLAB_LOCK_OWNER); }
+/* An append waits for a flusher (a dump writes one buffer, briefly), at most
+ * ~20 ms, rather than drop its sample; not for the exit flush, which keeps
+ * the lock, nor for its own append a signal handler interrupted. */
+static inline int lock_buf(struct mtlab_buf *b) {
+    for (int i = 0;; i++) {
+        if (try_lock_as(b, MTLAB_LOCK_OWNER)) return 1;
+        if (atomic_load(&b->lock) == MTLAB_LOCK_OWNER || atomic_load(&b->closed) || i >= 20000) return 0;
+        if (i >= 100) {
+            struct timespec ts = {0, 1000};
+            syscall(SYS_nanosleep, &ts, NULL);
+        }
+    }
+}
 static inline void unlock_buf(struct mtlab_buf *b) { atomic_store_explicit(&b->lock, 0, memory_order_release); }
 
 static void maybe_flush(struct mtlab_tls *t, struct mtlab_buf *b, uint64_t now) {

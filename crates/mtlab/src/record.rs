@@ -213,8 +213,33 @@ pub fn trace_family(root: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// Temporary files (`.NAME.WHAT-PID`, see trace::rewrite::temp_beside) that
+/// an mtlab process killed before it could rename or remove them left beside
+/// the traces of `root`: those whose writer is no longer alive.
+fn abandoned_temps(root: &Path) -> Vec<PathBuf> {
+    let (Some(dir), Some(name)) = (root.parent(), root.file_name()) else { return Vec::new() };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let prefix = format!(".{}.", name.to_string_lossy()); // the root's and ROOT.PID's temps
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let file = e.file_name().to_string_lossy().to_string();
+            if !file.starts_with(&prefix) {
+                return false;
+            }
+            let writer = file.rsplit_once('-').and_then(|(_, pid)| pid.parse::<u32>().ok());
+            writer.is_some_and(|pid| !crate::platform::process::pid_alive(pid))
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
 fn prepare_output(path: &Path) -> Result<(), RecordError> {
-    for old in trace_family(path) {
+    // Also what a killed earlier run left: its traces (the next run writes
+    // the same names) and its half-written temporary files.
+    for old in trace_family(path).into_iter().chain(abandoned_temps(path)) {
         let _ = std::fs::remove_file(old);
     }
     let unwritable = |source| RecordError::Unwritable { path: path.to_path_buf(), source };
@@ -428,6 +453,26 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn temporary_files_of_dead_writers_are_found_and_others_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = std::process::id();
+        let dead = u32::MAX - 1; // beyond any pid_max
+        for name in [
+            format!(".t.mtl.finish-{dead}"),
+            format!(".t.mtl.4242.compact-{dead}"),
+            format!(".t.mtl.finish-{me}"),
+            format!(".other.mtl.finish-{dead}"),
+            "t.mtl".to_string(),
+        ] {
+            std::fs::write(dir.path().join(name), b"x").unwrap();
+        }
+        let mut found: Vec<String> =
+            abandoned_temps(&dir.path().join("t.mtl")).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        found.sort();
+        assert_eq!(found, [format!(".t.mtl.4242.compact-{dead}"), format!(".t.mtl.finish-{dead}")]);
+    }
 
     #[test]
     fn family_lists_root_then_children_in_pid_order() {

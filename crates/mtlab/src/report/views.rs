@@ -323,17 +323,19 @@ pub fn views(run: &RunReport) -> Vec<View> {
         note(match p.events_dropped {
             Some(0) => "events dropped: 0".into(),
             Some(d) => format!(
-                "events dropped: {d} — the trace could not be written in full (disk full, file size limit, or no \
-                 memory for a buffer): the heap figures above miss these calls (a dropped free leaves its block \
-                 counted as live)"
+                "events dropped: {d} — calls mtlab saw but could not write: the disk was full or the file size limit \
+                 reached, no memory for a buffer, threads still allocating after the exit flush, or (see below) the \
+                 first buffer of a process made without fork handlers; the heap figures above miss these calls (a \
+                 dropped free leaves its block counted as live)"
             ),
             None if p.running => "events dropped: not known until the process ends".into(),
             None if p.exit.as_deref().is_some_and(|e| e.starts_with("exit code")) => "events dropped: unknown — no END \
-                record: the process left without running its exit handlers (it called _exit, or exec'd another program), \
-                or its trace could not be completed (disk full); events after its last flush are missing"
+                record: the process exec'd another program (its image's trace follows), or its trace could not be \
+                completed (disk full); events after its last flush are missing"
                 .into(),
-            None => "events dropped: unknown — no END record: the process did not end through exit (abort, fatal signal, \
-                     _exit or exec), or its trace could not be completed (disk full); events after its last flush are missing"
+            None => "events dropped: unknown — no END record: the process did not end through exit or _exit (abort, \
+                     fatal signal, killed, or exec), or its trace could not be completed (disk full); events after its \
+                     last flush are missing"
                 .into(),
         });
         if let (Some(a), Some(prof)) = (&p.allocator_stats, &p.profile) {
