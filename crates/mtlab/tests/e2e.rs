@@ -1567,32 +1567,10 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
     eprintln!("{seen}");
 }
 
-/// Compiles native/tests/ctor_lib.c as a shared library and ctor_main.c
-/// linked to it (found through its run path).
-fn build_ctor_programs(lab: &Lab) -> std::path::PathBuf {
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let lib = lab.path("libctor_lib.so");
-    let o = std::process::Command::new(&cc).args(["-O0", "-g", "-fPIC", "-shared", "-o"]).arg(&lib).arg(test_source("ctor_lib")).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let prog = lab.path("ctor_main");
-    let dir = lab.path("");
-    let o = std::process::Command::new(&cc)
-        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
-        .arg(&prog)
-        .arg(test_source("ctor_main"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-lctor_lib")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    prog
-}
-
 #[test]
 fn a_librarys_constructor_and_destructor_are_inside_the_traced_window() {
     let lab = Lab::new();
-    let prog = build_ctor_programs(&lab);
+    let prog = lab.compile_linked("ctor_main", "ctor_lib");
     lab.record_ok("c.mtl", &prog, &[]);
     let r = lab.report("c.mtl");
     strict(&r);
@@ -1687,22 +1665,7 @@ fn a_child_made_by_the_clone_system_call_gets_its_own_trace() {
 #[test]
 fn a_longjmp_out_of_an_allocator_call_does_not_stop_the_threads_tracing() {
     let lab = Lab::new();
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let hook = lab.path("libjump_hook.so");
-    let o = std::process::Command::new(&cc).args(["-O0", "-fPIC", "-shared", "-o"]).arg(&hook).arg(test_source("jump_hook")).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let prog = lab.path("jump_out");
-    let dir = lab.path("");
-    let o = std::process::Command::new(&cc)
-        .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
-        .arg(&prog)
-        .arg(test_source("jump_out"))
-        .arg(format!("-L{}", dir.display()))
-        .arg("-ljump_hook")
-        .arg(format!("-Wl,-rpath,{}", dir.display()))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let prog = lab.compile_linked("jump_out", "jump_hook");
     let n = 1000;
     lab.record_ok("j.mtl", &prog, &[&n.to_string()]);
     let r = lab.report("j.mtl");

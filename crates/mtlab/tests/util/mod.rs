@@ -75,6 +75,31 @@ impl Lab {
         out
     }
 
+    /// Compiles native/tests/LIB.c as the shared library libLIB.so and
+    /// native/tests/NAME.c linked to it (found through its run path), as NAME.
+    pub fn compile_linked(&self, name: &str, lib: &str) -> PathBuf {
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let build = |args: &mut Command, what: &str| {
+            let o = args.output().unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+            assert!(o.status.success(), "compiling {what} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        };
+        let so = self.path(&format!("lib{lib}.so"));
+        build(Command::new(&cc).args(["-O0", "-g", "-fPIC", "-shared", "-o"]).arg(&so).arg(test_source(lib)), lib);
+        let out = self.path(name);
+        let dir = self.dir.path();
+        build(
+            Command::new(&cc)
+                .args(["-O0", "-g", "-fno-omit-frame-pointer", "-o"])
+                .arg(&out)
+                .arg(test_source(name))
+                .arg(format!("-L{}", dir.display()))
+                .arg(format!("-l{lib}"))
+                .arg(format!("-Wl,-rpath,{}", dir.display())),
+            name,
+        );
+        out
+    }
+
     /// A command run in the lab directory with stdin closed; study runs go
     /// to the lab's own results store, never the user's.
     pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
