@@ -1679,3 +1679,27 @@ fn a_longjmp_out_of_an_allocator_call_does_not_stop_the_threads_tracing() {
     let text = lab.command(MTLAB).args(["report", "j.mtl"]).output().unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("left mtlab's code or an allocator call by longjmp"));
 }
+
+#[test]
+fn a_program_that_drops_privileges_or_chroots_keeps_its_trace() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return skip("dropping privileges needs root (CI runs as root)");
+    }
+    let lab = Lab::new();
+    let prog = lab.compile("drop_priv");
+    let jail = lab.path("jail");
+    std::fs::create_dir(&jail).unwrap();
+    let n = 3000;
+    for mode in ["setuid", "chroot"] {
+        // The lab directory is 0700 root's: user nobody could not open a file
+        // there, and inside the jail the path does not exist at all.
+        let trace = format!("{mode}.mtl");
+        let o = lab.record_cmd(&trace, &[], &prog, &[mode, &n.to_string()]).env("DROP_ROOT", &jail).output().unwrap();
+        assert_success(&o, &format!("drop_priv {mode}"));
+        let r = lab.report(&trace);
+        strict(&r);
+        assert_eq!(site(&r, "after_drop"), site_of(n, n * 80, 0, 0), "{mode}");
+        assert_eq!(r["clean_end"], true, "{mode}");
+    }
+}
