@@ -18,6 +18,8 @@
  *   MTLAB_SAMPLE_SEED  fixed seed for the sampler (tests); 0: from the TSC
  *   MTLAB_SIGNAL  signal that toggles the sampler / requests a dump
  *   MTLAB_GOT     0: no GOT routing in sampling mode (default 1, see got.c)
+ *   MTLAB_CTL_THREAD 0: no control thread in sampling mode; `mtlab ctl` then
+ *                 signals (for programs that must stay single-threaded)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -175,6 +177,7 @@ static void mtlab_start(void) {
     if (mtlab_cfg.stacks && mtlab_unwind_init(mtlab_cfg.unwind) != 0) mtlab_cfg.unwind = MTLAB_UNWIND_FP;
     mtlab_cfg.sample_interval = env_u64("MTLAB_SAMPLE", 0);
     mtlab_cfg.sample_seed = env_u64("MTLAB_SAMPLE_SEED", 0);
+    mtlab_cfg.ctl_thread = env_u64("MTLAB_CTL_THREAD", 1) != 0;
     mtlab_cfg.tsc_hz = env_u64("MTLAB_TSC_HZ", 0);
     int root = env_u64("MTLAB_PARENT", 0) == (uint64_t)getppid();
     mtlab_set_root(root);

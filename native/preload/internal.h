@@ -42,6 +42,7 @@ struct mtlab_config {
     int unwind_check; /* dwarf stacks also taken by libgcc and compared (a test) */
     uint64_t sample_interval; /* 0: full trace; else mean bytes between samples */
     uint64_t sample_seed;     /* 0: seed each thread from the TSC */
+    int ctl_thread;           /* sampling: start the control thread (MTLAB_CTL_THREAD, default 1) */
     int is_glibc;  /* the program's malloc is glibc's: chunk headers readable */
     uint64_t tsc_hz;
     uint64_t brk_start; /* start of the brk heap ([heap] in maps, else the break) */

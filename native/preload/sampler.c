@@ -499,7 +499,7 @@ void mtlab_sampler_init(uint64_t interval, int active, int sig) {
     /* The pointer first: a shim that sees the state ACTIVE uses it. */
     mtlab_ctl = page;
     __atomic_store_n(&page->state, MTLAB_CTL_ON | (active ? MTLAB_CTL_ACTIVE : 0), __ATOMIC_RELEASE);
-    int thread = shared && start_control_thread(page) == 0;
+    int thread = shared && mtlab_cfg.ctl_thread && start_control_thread(page) == 0;
     mtlab_got_enable(thread || handler);
     /* Only now may ctl act: the thread waits, or the handler is in place
      * (a signal before it would have killed the program). */

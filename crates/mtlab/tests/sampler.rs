@@ -1242,6 +1242,22 @@ fn ctl_never_interrupts_the_programs_system_calls() {
     assert!(status.success(), "{err}");
     let r = lab.report("e.mtl");
     assert_eq!(u(&r["events_dropped"]), 0, "dumps made appends drop samples");
+
+    // Without the control thread (MTLAB_CTL_THREAD=0) ctl falls back to the
+    // signal, and the same waits fail with EINTR: what the thread avoids.
+    let mut cmd = lab.record_cmd("s.mtl", &["--sample", "4KiB"], &prog, &["300"]);
+    cmd.env("MTLAB_CTL_THREAD", "0");
+    let run = Running::start(cmd);
+    let pid = run.pid();
+    run.expect("ready");
+    for _ in 0..10 {
+        ctl_ok(&lab, pid, &["stop"]);
+        ctl_ok(&lab, pid, &["start"]);
+    }
+    let line = run.expect("eintr ");
+    let interrupted: u64 = line.split(' ').nth(1).unwrap().parse().unwrap();
+    assert!(interrupted > 0, "the signal interrupts the program's waits: {line}");
+    let _ = run.finish();
 }
 
 /// Runs `cmd`, killing it after `limit`; None when it had to be killed.
