@@ -1263,18 +1263,7 @@ fn ctl_never_interrupts_the_programs_system_calls() {
 /// Runs `cmd`, killing it after `limit`; None when it had to be killed.
 fn run_within(mut cmd: Command, limit: Duration) -> Option<std::process::ExitStatus> {
     let mut child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
-    let start = std::time::Instant::now();
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return Some(status);
-        }
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait_within(&mut child, limit)
 }
 
 #[test]

@@ -11,7 +11,7 @@ mod util;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use util::*;
 
@@ -63,18 +63,7 @@ fn run(mut cmd: Command, ctl: Option<(&std::path::Path, &Arc<AtomicU64>)>) -> Op
         let _ = std::io::Read::read_to_end(&mut out, &mut v);
         v
     });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break Some(s);
-        }
-        if start.elapsed() > LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
+    let status = wait_within(&mut child, LIMIT);
     done.store(true, Ordering::Relaxed);
     if let Some(l) = looper {
         l.join().unwrap();

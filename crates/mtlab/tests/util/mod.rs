@@ -168,6 +168,22 @@ impl Lab {
     }
 }
 
+/// Waits for `child` at most `limit`; kills it and returns None after that (a hang).
+pub fn wait_within(child: &mut std::process::Child, limit: std::time::Duration) -> Option<std::process::ExitStatus> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
 pub fn assert_success(o: &Output, what: &str) {
     assert!(
         o.status.success(),
