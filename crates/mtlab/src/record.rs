@@ -3,7 +3,7 @@
 //! unchanged; everything mtlab says goes to stderr.
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -346,7 +346,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let baseline_wall = if cfg.baseline {
         let mut cmd = Command::new(&program);
         // The traced run gets the real stdin; the baseline reads nothing.
-        cmd.args(&cfg.args).stdin(std::process::Stdio::null());
+        cmd.arg0(&cfg.program).args(&cfg.args).stdin(std::process::Stdio::null());
         eprintln!("mtlab: baseline run of {shown} (untraced, stdin from /dev/null)");
         Some(run(cmd, &shown, |_| {})?.1)
     } else {
@@ -354,7 +354,10 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     };
 
     let mut cmd = Command::new(&program);
-    cmd.args(&cfg.args);
+    // argv[0] as the user typed it, as a shell passes it: programs print it in
+    // their messages ("grep: FILE: No such file or directory", not
+    // "/usr/bin/grep: ...") and some act on it.
+    cmd.arg0(&cfg.program).args(&cfg.args);
     let mut ld_preload = preload.as_os_str().to_owned();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         ld_preload.push(":");
