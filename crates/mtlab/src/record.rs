@@ -391,7 +391,12 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     // `mtlab ctl` wants the program's pid; a shell's `$!` is this process's.
     let ran = run(cmd, &shown, |pid| {
         if sampling {
-            eprintln!("mtlab: sampling process {pid}: `mtlab ctl {pid} status|start|stop|dump` controls it");
+            // One write(2): the program already runs and may be writing to the
+            // same stderr; eprintln! writes the pieces of a line one by one, and
+            // the program's output landed between them (tests/corpus.rs).
+            use std::io::Write;
+            let line = format!("mtlab: sampling process {pid}: `mtlab ctl {pid} status|start|stop|dump` controls it\n");
+            let _ = std::io::stderr().write_all(line.as_bytes());
         }
     });
     if let Some(l) = live.as_mut() {
