@@ -3,7 +3,7 @@
 //! unchanged; everything mtlab says goes to stderr.
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
@@ -259,13 +259,71 @@ pub fn tsc_hz() -> u64 {
 }
 
 /// Runs `cmd` to its end; `on_start` is given its pid once it runs.
-fn run(mut cmd: Command, program: &str, on_start: impl FnOnce(u32)) -> Result<(ExitStatus, Duration), RecordError> {
+fn run(mut cmd: Command, program: &str) -> Result<(ExitStatus, Duration), RecordError> {
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
     let _guard = SignalGuard::new(child.id());
-    on_start(child.id());
     let status = child.wait().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
     Ok((status, start.elapsed()))
+}
+
+/// A child that waits, between fork and exec, until `say(pid)` has run here.
+struct Announced {
+    /// This process's ends of the child's pipes, closed once spawn() returned,
+    /// so the helper thread sees end-of-file if the child never wrote its pid.
+    child_ends: Option<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)>,
+    helper: std::thread::JoinHandle<()>,
+}
+
+impl Announced {
+    fn finish(mut self) {
+        self.child_ends = None;
+        let _ = self.helper.join();
+    }
+}
+
+/// Makes the child `cmd` spawns write its pid to a pipe and wait, before it
+/// execs the program, for a byte on another; a helper thread reads the pid,
+/// runs `say(pid)` and sends the byte. So whatever `say` writes comes before
+/// anything of the program's. spawn() itself waits for the exec, so the
+/// helper must be a thread of its own.
+fn announce_before_exec(cmd: &mut Command, say: impl FnOnce(u32) + Send + 'static) -> Result<Announced, RecordError> {
+    use std::io::{Read, Write};
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let pipe = || -> Result<(OwnedFd, OwnedFd), RecordError> {
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 fills two descriptors, owned by the OwnedFds from here on.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(RecordError::Spawn { program: "mtlab".into(), source: std::io::Error::last_os_error() });
+        }
+        // SAFETY: both descriptors were just opened and belong to nobody else.
+        Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    };
+    let (pid_r, pid_w) = pipe()?;
+    let (go_r, go_w) = pipe()?;
+    let (pid_w_fd, go_r_fd) = (pid_w.as_raw_fd(), go_r.as_raw_fd());
+    // SAFETY: between fork and exec the closure makes only async-signal-safe
+    // calls (getpid, write, read) on descriptors that stay open until exec
+    // closes them (O_CLOEXEC); it allocates nothing.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            let pid = libc::getpid().to_ne_bytes();
+            libc::write(pid_w_fd, pid.as_ptr().cast(), pid.len());
+            let mut b = 0u8;
+            // Any answer or end-of-file (mtlab's helper gone) lets it go on.
+            while libc::read(go_r_fd, (&mut b as *mut u8).cast(), 1) < 0 && *libc::__errno_location() == libc::EINTR {}
+            Ok(())
+        });
+    }
+    let helper = std::thread::spawn(move || {
+        let mut pid = [0u8; 4];
+        if std::fs::File::from(pid_r).read_exact(&mut pid).is_ok() {
+            say(i32::from_ne_bytes(pid) as u32);
+        }
+        let _ = std::fs::File::from(go_w).write_all(b"g");
+    });
+    Ok(Announced { child_ends: Some((pid_w, go_r)), helper })
 }
 
 /// The program being waited for, for the forwarding handler.
@@ -346,15 +404,18 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let baseline_wall = if cfg.baseline {
         let mut cmd = Command::new(&program);
         // The traced run gets the real stdin; the baseline reads nothing.
-        cmd.args(&cfg.args).stdin(std::process::Stdio::null());
+        cmd.arg0(&cfg.program).args(&cfg.args).stdin(std::process::Stdio::null());
         eprintln!("mtlab: baseline run of {shown} (untraced, stdin from /dev/null)");
-        Some(run(cmd, &shown, |_| {})?.1)
+        Some(run(cmd, &shown)?.1)
     } else {
         None
     };
 
     let mut cmd = Command::new(&program);
-    cmd.args(&cfg.args);
+    // argv[0] as the user typed it, as a shell passes it: programs print it in
+    // their messages ("grep: FILE: No such file or directory", not
+    // "/usr/bin/grep: ...") and some act on it.
+    cmd.arg0(&cfg.program).args(&cfg.args);
     let mut ld_preload = preload.as_os_str().to_owned();
     if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
         ld_preload.push(":");
@@ -384,13 +445,21 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     if let Some(fd) = live.as_ref().and_then(|l| l.fd()) {
         cmd.env("MTLAB_WATERMARK_FD", fd.to_string());
     }
-    let sampling = cfg.sample.is_some();
     // `mtlab ctl` wants the program's pid; a shell's `$!` is this process's.
-    let ran = run(cmd, &shown, |pid| {
-        if sampling {
-            eprintln!("mtlab: sampling process {pid}: `mtlab ctl {pid} status|start|stop|dump` controls it");
-        }
-    });
+    // Said before the program runs: written while it runs, the line landed
+    // inside a line of the program's own stderr (tests/corpus.rs).
+    let announced = match cfg.sample {
+        Some(_) => Some(announce_before_exec(&mut cmd, |pid| {
+            use std::io::Write;
+            let line = format!("mtlab: sampling process {pid}: `mtlab ctl {pid} status|start|stop|dump` controls it\n");
+            let _ = std::io::stderr().write_all(line.as_bytes());
+        })?),
+        None => None,
+    };
+    let ran = run(cmd, &shown);
+    if let Some(a) = announced {
+        a.finish();
+    }
     if let Some(l) = live.as_mut() {
         l.spawned();
     }

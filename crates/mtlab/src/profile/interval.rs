@@ -23,10 +23,19 @@
 //! rule of three, two-sided). Calibrated by simulation (tests below) and by
 //! real runs (`crates/mtlab/tests/sampler.rs`); figures in docs/metrics.md.
 
-use statrs::distribution::{ContinuousCDF, Gamma};
+use statrs::distribution::{ContinuousCDF, Gamma, Normal};
 
 /// Two-sided 95 %: each end misses with probability 2.5 %.
 const TAIL: f64 = 0.025;
+
+/// Above this shape the quantile comes from the Wilson–Hilferty approximation,
+/// not from statrs: its `inverse_cdf` searches the CDF, whose series takes
+/// ~8√shape terms, and samples of blocks far larger than the interval are
+/// nearly certain (`p = 1 − e^(−size/I)`), so their variance is tiny and the
+/// shape `mean²/variance` huge: a 100 KiB block sampled at 4 KiB gives a shape
+/// near 10¹⁰, and `mtlab report` on a linker's trace sampled at 4 KiB took 44 s,
+/// all of it here. From this shape on the two agree to 1e-7 (test below).
+const LARGE_SHAPE: f64 = 1e4;
 
 /// The 95 % interval of an estimate `value` with design variance `variance`
 /// made from `samples` samples; `next_weight` is the weight one more sample
@@ -50,11 +59,22 @@ pub fn gamma_interval(value: f64, variance: f64, samples: u64, next_weight: f64)
 fn gamma_quantile(mean: f64, variance: f64, q: f64) -> f64 {
     let shape = mean * mean / variance;
     let rate = mean / variance;
+    if shape.is_finite() && shape > LARGE_SHAPE {
+        return wilson_hilferty(mean, shape, q);
+    }
     match Gamma::new(shape, rate) {
         Ok(g) => g.inverse_cdf(q),
         // Degenerate (zero variance or an overflowing shape): the mean itself.
         Err(_) => mean,
     }
+}
+
+/// The `q` quantile of a gamma with this mean and shape by Wilson and
+/// Hilferty's cube-root normal approximation (relative error O(shape^-3/2)).
+fn wilson_hilferty(mean: f64, shape: f64, q: f64) -> f64 {
+    let z = Normal::standard().inverse_cdf(q);
+    let c = 1.0 / (9.0 * shape);
+    mean * (1.0 - c + z * c.sqrt()).powi(3)
 }
 
 #[cfg(test)]
@@ -85,6 +105,31 @@ mod tests {
         let (lo, hi) = gamma_interval(y, v, 10_000, 100.0);
         assert!((lo - (y - 1.96 * 1e4)).abs() < 0.01 * 1.96e4, "{lo}");
         assert!((hi - (y + 1.96 * 1e4)).abs() < 0.03 * 1.96e4, "{hi}");
+    }
+
+    #[test]
+    fn large_shapes_take_the_cube_root_normal_approximation() {
+        // Where it takes over, it agrees with statrs's search of the exact CDF.
+        for shape in [LARGE_SHAPE / 2.0, LARGE_SHAPE, 2.0 * LARGE_SHAPE] {
+            let mean = 123_456.0;
+            let g = Gamma::new(shape, shape / mean).unwrap();
+            for q in [TAIL, 1.0 - TAIL] {
+                let (exact, approx) = (g.inverse_cdf(q), wilson_hilferty(mean, shape, q));
+                assert!((approx / exact - 1.0).abs() < 1e-7, "shape {shape}, q {q}: statrs {exact}, Wilson-Hilferty {approx}");
+            }
+        }
+        // A 100 KiB block sampled at a mean interval of 4 KiB: p = 1 - e^-25,
+        // the variance (1 - p) w^2 = 0.15, the shape ~7e10. The interval is the
+        // normal one (statrs took seconds for each end of it).
+        let (size, interval): (f64, f64) = (100.0 * 1024.0, 4096.0);
+        let p = -(-size / interval).exp_m1();
+        let (y, v) = (size / p, (1.0 - p) * (size / p) * (size / p));
+        let (lo, hi) = gamma_interval(y, v, 1, y);
+        assert!(lo < y && y - lo < 1.97 * v.sqrt() && y - lo > 1.95 * v.sqrt(), "{y} {v} {lo}");
+        // The upper end adds one more sample's weight (mean 2y, variance ~y^2):
+        // shape 4, scale y/2, whose 97.5 % quantile is 8.7673 (chi-square, 8
+        // degrees of freedom: 17.5345 / 2) times y/2, by statrs (a small shape).
+        assert!((hi / y - 4.3836).abs() < 1e-3, "{hi} = {} y", hi / y);
     }
 
     /// Splitmix64 then xorshift: the tests' own reproducible stream.
