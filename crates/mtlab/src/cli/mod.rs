@@ -601,7 +601,7 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
             }
         }
     }
-    let doc = report::document(&run);
+    let doc = report::document_of(&run, report::Parts::for_outputs(a.json, a.csv.is_some()));
     emit(&doc, a.json, a.csv.as_ref(), None)?;
     if let Some(path) = &a.html {
         let images = profile.map(|(pick, data)| flame_image(&data, &pick.caption, a.flame_value)).unwrap_or_default();

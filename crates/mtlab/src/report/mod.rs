@@ -15,21 +15,55 @@ pub mod views;
 use crate::export::{Document, View};
 use crate::heap::ProcessReport;
 
-/// The report of a run for the exporters.
+/// The report of a run for the exporters: every part.
 pub fn document(run: &RunReport) -> Document {
+    document_of(run, Parts::ALL)
+}
+
+/// Which parts of a report's document an output reads. The terminal reads
+/// the screen views, `--json` only the data, `--csv` the tables: on a tree
+/// of hundreds of processes, building the parts nobody reads (a JSON value
+/// of every process for the terminal) cost more than analysing the traces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts {
+    /// Notes, screen tables and plots (text, HTML, SVG, and CSV's shown tables).
+    pub screen: bool,
+    /// The raw data-only tables (`--csv`).
+    pub tables: bool,
+    /// The JSON value (`--json`).
+    pub data: bool,
+}
+
+impl Parts {
+    pub const ALL: Parts = Parts { screen: true, tables: true, data: true };
+
+    /// The parts the report's outputs need: the screen's (JSON's instead
+    /// with `json`) and, with `csv`, every table.
+    pub fn for_outputs(json: bool, csv: bool) -> Parts {
+        Parts { screen: !json || csv, tables: csv, data: json }
+    }
+}
+
+/// The parts `parts` of the report of a run; the others are left empty.
+pub fn document_of(run: &RunReport, parts: Parts) -> Document {
     let mut views = Vec::new();
-    if run.index.len() > 1 || !run.missing.is_empty() {
-        views.extend(index::views(&run.index));
-        views.extend(run.missing.iter().map(|m| View::Note(format!("warning: {}", m.message()))));
-        views.push(View::Note(String::new()));
+    if parts.screen {
+        if run.index.len() > 1 || !run.missing.is_empty() {
+            views.extend(index::views(&run.index));
+            views.extend(run.missing.iter().map(|m| View::Note(format!("warning: {}", m.message()))));
+            views.push(View::Note(String::new()));
+        }
+        views.extend(views::views(run));
+        views.extend(run.processes.iter().filter_map(views::memory_plot).map(View::Plot));
     }
-    views.extend(views::views(run));
-    views.extend(run.processes.iter().filter_map(views::memory_plot).map(View::Plot));
-    views.extend(csv_out::tables(run).into_iter().map(View::Table));
-    if run.index.len() > 1 {
-        views.push(View::Table(index::table(&run.index)));
+    if parts.tables {
+        views.extend(csv_out::tables(run).into_iter().map(View::Table));
+        if run.index.len() > 1 {
+            views.push(View::Table(index::table(&run.index)));
+        }
     }
-    Document { views, data: json::to_json(run) }
+    let data = if parts.data { json::to_json(run) } else { serde_json::Value::Null };
+    Document { views, data }
 }
 
 /// A run's reports.
