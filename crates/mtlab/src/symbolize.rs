@@ -521,6 +521,10 @@ struct Module {
     loaders: Vec<addr2line::Loader>,
     debug_file: Option<PathBuf>,
     has_dwarf: bool,
+    /// Frames already looked up, by address: the processes of a tree call
+    /// the allocator from the same places in libc and their programs, and a
+    /// DWARF lookup costs far more than this map.
+    lookups: std::cell::RefCell<HashMap<u64, Vec<RawFrame>>>,
 }
 
 enum ModuleState {
@@ -629,10 +633,12 @@ fn load_module(path: &Path, debug_dirs: &[PathBuf]) -> Result<Module, String> {
         loaders,
         debug_file,
         has_dwarf,
+        lookups: Default::default(),
     })
 }
 
 /// One resolved frame before it gets the pc/module fields.
+#[derive(Clone)]
 struct RawFrame {
     function: Option<String>,
     file: Option<String>,
@@ -667,7 +673,17 @@ impl Module {
             .map(demangle)
     }
 
+    /// The frames at `svma`, from the module's memo or looked up now.
     fn lookup(&self, svma: u64) -> Vec<RawFrame> {
+        if let Some(f) = self.lookups.borrow().get(&svma) {
+            return f.clone();
+        }
+        let f = self.lookup_uncached(svma);
+        self.lookups.borrow_mut().insert(svma, f.clone());
+        f
+    }
+
+    fn lookup_uncached(&self, svma: u64) -> Vec<RawFrame> {
         let mut out = Vec::new();
         for loader in &self.loaders {
             let Ok(mut it) = loader.find_frames(svma) else {

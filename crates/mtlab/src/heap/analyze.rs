@@ -751,16 +751,30 @@ const STACK_BOTTOMS: [&str; 7] =
     ["main", "__libc_start_call_main", "__libc_start_main", "_start", "start_thread", "clone", "clone3"];
 
 fn is_bottom(name: &str) -> bool {
-    STACK_BOTTOMS.iter().any(|b| name == *b || name.starts_with(&format!("{b}@")) || name.starts_with("__libc_start_main"))
+    // No `format!` here: this runs for the outer frames of every distinct stack.
+    name.starts_with("__libc_start_main")
+        || STACK_BOTTOMS.iter().any(|b| name.strip_prefix(b).is_some_and(|rest| rest.is_empty() || rest.starts_with('@')))
 }
 
 struct Symbols {
     sym: Symbolizer,
+    /// Each site's frames once made: a site is in several top tables.
+    sites: HashMap<u32, Vec<FrameReport>>,
 }
 
 impl Symbols {
     fn new(maps: &[Mapping]) -> Self {
-        Symbols { sym: Symbolizer::new(maps) }
+        Symbols { sym: Symbolizer::new(maps), sites: HashMap::default() }
+    }
+
+    /// `frames(pcs)` of stack `id`.
+    fn site_frames(&mut self, id: u32, pcs: &[u64]) -> Vec<FrameReport> {
+        if let Some(f) = self.sites.get(&id) {
+            return f.clone();
+        }
+        let f = self.frames(pcs);
+        self.sites.insert(id, f.clone());
+        f
     }
 
     fn frames(&mut self, pcs: &[u64]) -> Vec<FrameReport> {
@@ -882,7 +896,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         peak_live_objects: compact_quantum.is_none().then(|| acc.at_peak(gen).0),
         peak_live_bytes: compact_quantum.is_none().then(|| acc.at_peak(gen).1),
         temporary: acc.temporary,
-        frames: stacks.get(&id).map(|pcs| symbols.frames(pcs)).unwrap_or_default(),
+        frames: stacks.get(&id).map(|pcs| symbols.site_frames(id, pcs)).unwrap_or_default(),
     };
     let mut ranked: Vec<(u32, SiteAcc)> = pass.sites.iter().map(|(k, &v)| (k, v)).collect();
     ranked.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(&b.0)));
@@ -1085,6 +1099,16 @@ fn stack_quality<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stack_bottoms_are_named_exactly_or_with_a_version() {
+        for name in ["main", "_start", "clone3", "start_thread@GLIBC_2.34", "__libc_start_main_impl", "__libc_start_call_main"] {
+            assert!(is_bottom(name), "{name}");
+        }
+        for name in ["mainloop", "clone_x", "do_start_thread", "", "mai"] {
+            assert!(!is_bottom(name), "{name}");
+        }
+    }
 
     #[test]
     fn space_splits_into_requested_overhead_and_free() {
