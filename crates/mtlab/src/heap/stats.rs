@@ -14,7 +14,9 @@ pub struct FuncStats {
     sum_sq: f64,
     /// Exact counts of calls that took fewer than `SMALL` cycles (nearly all
     /// of them): an array increment per call instead of a histogram record.
-    small: Box<[u64; SMALL]>,
+    /// Empty until the first such call: most of the 16 functions are never
+    /// called, and a tree of short processes paid 128 KiB of zeroed pages each.
+    small: Vec<u64>,
     /// Calls of `SMALL` cycles or more.
     hist: Histogram<u64>,
 }
@@ -40,7 +42,7 @@ impl Default for FuncStats {
             sized_calls: 0,
             sum: 0,
             sum_sq: 0.0,
-            small: Box::new([0; SMALL]),
+            small: Vec::new(),
             // 2 significant digits: p50/p99 within 1 %, a few KiB per function.
             hist: Histogram::new(2).expect("valid precision"),
         }
@@ -60,6 +62,17 @@ impl FuncStats {
         self.sum_sq += (cycles as f64) * (cycles as f64);
         if let Some(n) = self.small.get_mut(cycles as usize) {
             *n += 1;
+        } else {
+            self.add_rare(cycles);
+        }
+    }
+
+    /// A call of `SMALL` cycles or more, or the first below while `small` is empty.
+    #[cold]
+    fn add_rare(&mut self, cycles: u64) {
+        if cycles < SMALL as u64 {
+            self.small = vec![0; SMALL];
+            self.small[cycles as usize] += 1;
         } else if self.hist.record(cycles).is_err() {
             // record(), not saturating_record(): the histogram auto-resizes
             // only on record(); saturating_record() clamps to its initial
@@ -159,6 +172,17 @@ mod tests {
         f.add(1023, None, false);
         assert_eq!((f.cycles().max, f.cycles().p50, f.cycles().p99), (1023, 3, 1023));
         assert_eq!(FuncStats::default().cycles().p99, 0);
+    }
+
+    #[test]
+    fn the_exact_counts_start_at_the_first_fast_call_whenever_it_comes() {
+        let mut s = FuncStats::default();
+        s.add(5000, None, false);
+        assert!(s.small.is_empty(), "no fast call yet");
+        s.add(7, None, false);
+        s.add(7, None, false);
+        assert_eq!(s.small[7], 2);
+        assert_eq!((s.cycles().p50, s.calls), (7, 3));
     }
 
     #[test]
