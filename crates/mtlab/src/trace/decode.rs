@@ -162,6 +162,34 @@ pub(crate) fn zstd_decompress_into(
     }
 }
 
+thread_local! {
+    /// Decompression contexts that finished readers gave back. A context is
+    /// over 100 KiB, so a fresh one per trace was mapped and faulted in anew
+    /// for every process of a tree (twice: index pass and events).
+    static DCTXS: std::cell::RefCell<Vec<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A decompression context: one given back earlier on this thread, or a new one.
+fn take_dctx() -> io::Result<zstd::bulk::Decompressor<'static>> {
+    match DCTXS.with(|p| p.borrow_mut().pop()) {
+        Some(d) => Ok(d),
+        None => zstd::bulk::Decompressor::new(),
+    }
+}
+
+/// Keeps `d` for the next reader of this thread (each call starts a new frame,
+/// so nothing of the last trace carries over).
+fn give_back_dctx(d: Option<zstd::bulk::Decompressor<'static>>) {
+    if let Some(d) = d {
+        DCTXS.with(|p| {
+            let mut p = p.borrow_mut();
+            if p.len() < 4 {
+                p.push(d);
+            }
+        });
+    }
+}
+
 // ---------------------------------------------------------------------------
 // The index pass.
 
@@ -177,6 +205,12 @@ struct Scratch {
     dctx: Option<zstd::bulk::Decompressor<'static>>,
     buf: Vec<u8>,
     plain: Vec<u8>,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        give_back_dctx(self.dctx.take());
+    }
 }
 
 /// An opened trace: its header and an index of its records.
@@ -309,7 +343,7 @@ impl TraceFile {
                 let payload: &[u8] = if rec.flags & RECORD_FLAG_ZSTD != 0 {
                     let d = match &mut s.dctx {
                         Some(d) => d,
-                        None => s.dctx.insert(zstd::bulk::Decompressor::new().map_err(TraceError::io(&path))?),
+                        None => s.dctx.insert(take_dctx().map_err(TraceError::io(&path))?),
                     };
                     if let Err(e) = zstd_decompress_into(d, &s.buf, &mut s.plain, MAX_TEXT_PAYLOAD) {
                         return Ok(bad(format!("{} record does not decompress ({e})", record_name(rec.ty))));
@@ -841,7 +875,7 @@ impl Items {
                 }
                 let d = match &mut self.dctx {
                     Some(d) => d,
-                    None => self.dctx.insert(zstd::bulk::Decompressor::new()?),
+                    None => self.dctx.insert(take_dctx()?),
                 };
                 zstd_decompress_into(d, &self.raw, &mut buf, MAX_PAYLOAD as u64)?;
                 if c.columns {
@@ -957,6 +991,12 @@ impl Items {
             self.bound = self.compute_bound();
             return true;
         }
+    }
+}
+
+impl Drop for Items {
+    fn drop(&mut self) {
+        give_back_dctx(self.dctx.take());
     }
 }
 
