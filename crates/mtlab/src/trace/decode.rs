@@ -1000,20 +1000,29 @@ impl Drop for Items {
     }
 }
 
-impl Iterator for Items {
-    type Item = Item;
+/// An item borrowed from the decoder ([`Items::next_ref`]).
+pub enum ItemRef<'a> {
+    Stack { id: u32, pcs: Vec<u64> },
+    Event(&'a Event),
+}
 
+impl Items {
+    /// The next item, its event lent rather than copied out: the report's
+    /// pass reads an event where it was decoded. Copying it into an `Item`
+    /// read back, in 16-byte moves, the fields just stored one by one, and
+    /// that copy was a fifth of the decoder's time.
     #[inline]
-    fn next(&mut self) -> Option<Item> {
+    pub fn next_ref(&mut self) -> Option<ItemRef<'_>> {
         loop {
             if self.cur != NO_SLOT {
-                let a = &mut self.slots[self.cur as usize];
+                let cur = self.cur as usize;
+                let a = &mut self.slots[cur];
                 if a.has_next {
                     let key = (a.next.tsc, a.cur.idx);
                     if key < self.bound {
                         a.has_next = false;
                         self.events += 1;
-                        return Some(Item::Event(a.next.clone()));
+                        return Some(ItemRef::Event(&self.slots[cur].next));
                     }
                     self.yield_cur(key);
                     continue;
@@ -1023,13 +1032,13 @@ impl Iterator for Items {
                         let key = (a.next.tsc, a.cur.idx);
                         if key < self.bound {
                             self.events += 1;
-                            return Some(Item::Event(a.next.clone()));
+                            return Some(ItemRef::Event(&self.slots[cur].next));
                         }
                         a.has_next = true;
                         self.yield_cur(key);
                         continue;
                     }
-                    Ok(Some(Step::Stack(id, pcs))) => return Some(Item::Stack { id, pcs }),
+                    Ok(Some(Step::Stack(id, pcs))) => return Some(ItemRef::Stack { id, pcs }),
                     Ok(None) => {
                         self.release_cur();
                         continue;
@@ -1044,6 +1053,18 @@ impl Iterator for Items {
                 return None;
             }
         }
+    }
+}
+
+impl Iterator for Items {
+    type Item = Item;
+
+    #[inline]
+    fn next(&mut self) -> Option<Item> {
+        self.next_ref().map(|r| match r {
+            ItemRef::Stack { id, pcs } => Item::Stack { id, pcs },
+            ItemRef::Event(e) => Item::Event(e.clone()),
+        })
     }
 }
 

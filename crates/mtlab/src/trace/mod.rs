@@ -23,7 +23,7 @@ mod resync;
 pub mod rewrite;
 pub mod varint;
 
-pub use decode::{read_header, Header, Items, TraceFile};
+pub use decode::{read_header, Header, ItemRef, Items, TraceFile};
 pub use encode::{ChunkEncoder, TraceWriter};
 pub use error::TraceError;
 pub use event::{Event, EventKind, Func, Item};
