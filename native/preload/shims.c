@@ -24,7 +24,10 @@
 /* Is the calling thread allowed to record right now? */
 static inline __attribute__((always_inline)) int tracing(struct mtlab_tls *t) {
     int s = atomic_load_explicit(&mtlab_state, memory_order_relaxed);
-    if (UNLIKELY(s == MTLAB_NOT_STARTED)) s = mtlab_start_early();
+    if (UNLIKELY(s == MTLAB_NOT_STARTED)) {
+        s = mtlab_start_early();
+        if (mtlab_ctl) return 0; /* sampling mode from now on: this call is not a sample */
+    }
     if (UNLIKELY(t->guard || t->in_alloc) && !mtlab_guard_stale(t, (uintptr_t)__builtin_frame_address(0))) return 0;
     return LIKELY(s == MTLAB_TRACING);
 }
