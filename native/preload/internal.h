@@ -135,6 +135,7 @@ struct mtlab_buf {
  * handler in the middle of it, and must not wait for itself. */
 #define MTLAB_LOCK_FLUSHER 1
 #define MTLAB_LOCK_OWNER 2
+HIDDEN int mtlab_buf_lock(struct mtlab_buf *b, int who, int tries); /* thread.c */
 #define MTLAB_BUF_HEAD (MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER)
 #define MTLAB_BUF_CAP (MTLAB_BUF_BYTES - sizeof(struct mtlab_buf) - MTLAB_BUF_HEAD)
 
@@ -369,6 +370,7 @@ HIDDEN long mtlab_sys_read(int fd, void *p, size_t n);
 HIDDEN void mtlab_sys_close(int fd);
 HIDDEN int mtlab_sys_unlink(const char *path);
 HIDDEN int mtlab_sys_tgkill(uint32_t pid, uint32_t tid, int sig);
+HIDDEN void mtlab_sys_sleep_ns(uint64_t ns); /* never fails the caller; EINTR ends it early */
 HIDDEN uint64_t mtlab_sys_max_rss_kib(void); /* this process's peak RSS so far */
 struct stat;
 struct rlimit;

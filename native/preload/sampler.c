@@ -178,25 +178,9 @@ static void seed(struct mtlab_tls *t) {
 }
 
 /* Sampling-mode appends lock their buffer (as its owner) so a dump may
- * flush it from another thread; a flusher takes it as MTLAB_LOCK_FLUSHER.
- * Never waits: a held lock means the event is dropped or the buffer skipped. */
-static inline int try_lock_as(struct mtlab_buf *b, int who) {
-    int free_ = 0;
-    return atomic_compare_exchange_strong_explicit(&b->lock, &free_, who, memory_order_acquire, memory_order_relaxed);
-}
-/* An append waits for a flusher (a dump writes one buffer, briefly), at most
- * ~20 ms, rather than drop its sample; not for the exit flush, which keeps
- * the lock, nor for its own append a signal handler interrupted. */
-static inline int lock_buf(struct mtlab_buf *b) {
-    for (int i = 0;; i++) {
-        if (try_lock_as(b, MTLAB_LOCK_OWNER)) return 1;
-        if (atomic_load(&b->lock) == MTLAB_LOCK_OWNER || atomic_load(&b->closed) || i >= 20000) return 0;
-        if (i >= 100) {
-            struct timespec ts = {0, 1000};
-            syscall(SYS_nanosleep, &ts, NULL);
-        }
-    }
-}
+ * flush it from another thread, which takes it as MTLAB_LOCK_FLUSHER. */
+/* An append waits for a dump's flush (~20 ms at most) rather than drop its sample. */
+static inline int lock_buf(struct mtlab_buf *b) { return mtlab_buf_lock(b, MTLAB_LOCK_OWNER, 20000); }
 static inline void unlock_buf(struct mtlab_buf *b) { atomic_store_explicit(&b->lock, 0, memory_order_release); }
 
 static void maybe_flush(struct mtlab_tls *t, struct mtlab_buf *b, uint64_t now) {
@@ -334,7 +318,7 @@ void mtlab_sample_free(void *p) {
 /* Flushes every buffer that is not in the middle of an append. */
 static void flush_all_locked(void) {
     for (struct mtlab_buf *b = mtlab_first_buf(); b; b = b->next) {
-        if (!try_lock_as(b, MTLAB_LOCK_FLUSHER)) continue;
+        if (!mtlab_buf_lock(b, MTLAB_LOCK_FLUSHER, 0)) continue; /* busy: skipped, never waited for */
         mtlab_flush_buf(b);
         unlock_buf(b);
     }
@@ -373,8 +357,7 @@ char *mtlab_allocator_stats_at_exit(char *p, const char *end) {
     __atomic_fetch_add(&page->ctl_seq, 1, __ATOMIC_ACQ_REL);
     syscall(SYS_futex, &page->ctl_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
     for (int i = 0; i < 2000 && atomic_load(&exit_reading) != 2; i++) {
-        struct timespec ts = {0, 100000};
-        syscall(SYS_nanosleep, &ts, NULL);
+        mtlab_sys_sleep_ns(100000);
     }
     if (atomic_load(&exit_reading) != 2) return p; /* ~200 ms: the allocator is held */
     for (const char *q = exit_text; q < exit_text_end && p < end; q++) *p++ = *q;

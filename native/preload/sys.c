@@ -37,6 +37,10 @@ int mtlab_sys_open(const char *path, int flags, int mode) {
     return (int)raw6(SYS_openat, AT_FDCWD, (long)path, flags, mode, 0, 0);
 }
 long mtlab_sys_read(int fd, void *p, size_t n) { return raw6(SYS_read, fd, (long)p, (long)n, 0, 0, 0); }
+void mtlab_sys_sleep_ns(uint64_t ns) {
+    struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
+    raw6(SYS_nanosleep, (long)&ts, 0, 0, 0, 0, 0);
+}
 int mtlab_sys_tgkill(uint32_t pid, uint32_t tid, int sig) { return (int)raw6(SYS_tgkill, pid, tid, sig, 0, 0, 0); }
 int mtlab_sys_unlink(const char *path) { return (int)raw6(SYS_unlinkat, AT_FDCWD, (long)path, 0, 0, 0, 0); }
 void mtlab_sys_close(int fd) { raw6(SYS_close, fd, 0, 0, 0, 0, 0); }

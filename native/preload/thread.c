@@ -103,25 +103,24 @@ static struct mtlab_buf *acquire_buf(void) {
 
 /* Sampling mode: appends and flushes hold b->lock (the dump handler flushes
  * other threads' buffers). Full-trace mode needs no lock. */
-/* The owner's own flush (at exit, fork, exec, thread exit) in sampling
- * mode; 1 when the buffer may be flushed. Waits for a flusher (a dump: one
- * write), at most ~100 ms; not for a buffer the exit flush closed and kept,
- * nor for its own append, which a signal handler interrupted (a handler
- * that calls exit: waiting would never end). */
-static inline int lock_buf(struct mtlab_buf *b) {
-    if (!mtlab_ctl) return 1;
+/* Takes a buffer's lock as `who` (sampling mode); 1 when taken. Waits for a
+ * flusher (a dump writes one buffer, briefly), up to `tries` attempts (the
+ * later ones 1 µs apart); not for a buffer the exit flush closed and kept,
+ * nor for an append the lock says its owner is in: only the owner appends,
+ * so that is this very thread, interrupted by a signal handler (one that
+ * calls exit would otherwise wait for itself forever). */
+int mtlab_buf_lock(struct mtlab_buf *b, int who, int tries) {
     for (int i = 0;; i++) {
         int held = 0;
-        if (atomic_compare_exchange_weak_explicit(&b->lock, &held, MTLAB_LOCK_FLUSHER, memory_order_acquire,
-                                                  memory_order_relaxed))
+        if (atomic_compare_exchange_strong_explicit(&b->lock, &held, who, memory_order_acquire, memory_order_relaxed))
             return 1;
-        if (held == MTLAB_LOCK_OWNER || atomic_load(&b->closed) || i >= 100000) return 0;
-        if (i >= 1000) {
-            struct timespec ts = {0, 1000};
-            syscall(SYS_nanosleep, &ts, NULL);
-        }
+        if (held == MTLAB_LOCK_OWNER || atomic_load(&b->closed) || i >= tries) return 0;
+        if (i >= 100) mtlab_sys_sleep_ns(1000);
     }
 }
+
+/* The owner's own flush (at exit, fork, exec, thread exit): up to ~100 ms. */
+static inline int lock_buf(struct mtlab_buf *b) { return !mtlab_ctl || mtlab_buf_lock(b, MTLAB_LOCK_FLUSHER, 100000); }
 static inline void unlock_buf(struct mtlab_buf *b) {
     if (mtlab_ctl) atomic_store_explicit(&b->lock, 0, memory_order_release);
 }
@@ -255,10 +254,7 @@ static void flush_foreign(struct mtlab_buf *b) {
     atomic_store(&b->closed, 1);
     atomic_thread_fence(memory_order_seq_cst);
     for (int attempt = 0; attempt < 200; attempt++) {
-        if (attempt) {
-            struct timespec ts = {0, 5000};
-            syscall(SYS_nanosleep, &ts, NULL);
-        }
+        if (attempt) mtlab_sys_sleep_ns(5000);
         uint32_t busy = atomic_load_explicit(&b->busy, memory_order_acquire);
         uint32_t gen = atomic_load_explicit(&b->gen, memory_order_acquire);
         uint32_t len = atomic_load_explicit(&b->len, memory_order_acquire);
@@ -288,8 +284,7 @@ void mtlab_flush_all(void) {
         if (b == mine) continue;
         if (mtlab_ctl) {
             /* Sampling: take the lock and keep it, so later appends drop. */
-            int free_ = 0;
-            if (atomic_compare_exchange_strong(&b->lock, &free_, MTLAB_LOCK_FLUSHER)) {
+            if (mtlab_buf_lock(b, MTLAB_LOCK_FLUSHER, 0)) {
                 mtlab_flush_buf(b);
                 atomic_store(&b->closed, 1);
             }

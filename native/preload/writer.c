@@ -284,8 +284,7 @@ void mtlab_writer_closing(void) {
     /* Threads still running may be in the middle of a write: give them up to
      * ~50 ms (they never block on anything of ours). */
     for (int i = 0; i < 50000 && atomic_load(&inflight) > 0; i++) {
-        struct timespec ts = {0, 1000};
-        syscall(SYS_nanosleep, &ts, NULL);
+        mtlab_sys_sleep_ns(1000);
     }
 }
 
@@ -393,8 +392,7 @@ static int wait_for_opener(void) {
             return ensure_open();
         }
         if (i >= 2000) return -1;
-        struct timespec ts = {0, 1000000};
-        syscall(SYS_nanosleep, &ts, NULL);
+        mtlab_sys_sleep_ns(1000000);
     }
 }
 
