@@ -435,6 +435,12 @@ int mtlab_write_raw(const void *data, size_t len) {
 }
 
 int mtlab_write_record(uint16_t type, const void *payload, uint32_t len) {
+    /* Records outside the event buffers (maps before a dlclose, a dump's
+     * heap figures) may be the first write of a process made by a raw clone:
+     * the same check as a buffer's flush, so it never writes into its
+     * parent's file. */
+    uint32_t pid = mtlab_sys_getpid();
+    if (UNLIKELY(pid != mtlab_pid)) mtlab_check_forked(pid);
     uint8_t hdr[MTLAB_RECORD_HEADER];
     record_header(hdr, type, len);
     if (ensure_open() != 0) return -1;
