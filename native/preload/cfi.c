@@ -549,7 +549,7 @@ static struct rule make_rule(const struct segment *g, uintptr_t key, int ret_add
 /* One walk as the next may reuse it. Level k is the state before the k-th
  * step (pc, rsp, rbp, whether pc is a return address). From level k outward
  * the walk read `wtail` stack words and output `otail`
- * pcs: the last ones of `waddr`/`wval` and `pcs`. Only words the walk used
+ * pcs: the last ones of `words` and `pcs`. Only words the walk used
  * are kept (not their neighbours: a local variable beside a return address
  * changes all the time and would spoil the comparison). A later walk that reaches a
  * level with the same state, while every one of those windows still holds
@@ -574,8 +574,7 @@ struct walk {
     uint32_t levels, windows, n;
     int whole; /* ended by the stack's end, not by the depth limit */
     struct level lv[WALK_LEVELS];
-    uintptr_t waddr[WALK_WORDS];
-    uintptr_t wval[WALK_WORDS];
+    struct word { uintptr_t addr, val; } words[WALK_WORDS]; /* side by side: one line holds four */
     uintptr_t pcs[MTLAB_MAX_DEPTH];
 };
 
@@ -629,8 +628,8 @@ void mtlab_cfi_thread_exit(void) {
 static inline uintptr_t load(struct walk *w, uintptr_t addr) {
     uintptr_t v = *(const uintptr_t *)addr;
     if (w->windows < WALK_WORDS) {
-        w->waddr[w->windows] = addr;
-        w->wval[w->windows] = v;
+        w->words[w->windows].addr = addr;
+        w->words[w->windows].val = v;
     }
     w->windows++;
     return v;
@@ -638,9 +637,16 @@ static inline uintptr_t load(struct walk *w, uintptr_t addr) {
 
 /* Do the words [from, windows) of `w` still hold what it read? */
 static int windows_hold(const struct walk *w, uint32_t from) {
-    uintptr_t diff = 0;
-    for (uint32_t i = from; i < w->windows; i++) diff |= *(const uintptr_t *)w->waddr[i] ^ w->wval[i];
-    return diff == 0;
+    /* Every repeat of a deep stack runs this over all its words: four at a
+     * time into two sums keeps the loads independent and the loop short. */
+    uintptr_t d0 = 0, d1 = 0;
+    const struct word *p = w->words + from, *end = w->words + w->windows;
+    for (; end - p >= 4; p += 4) {
+        d0 |= (*(const uintptr_t *)p[0].addr ^ p[0].val) | (*(const uintptr_t *)p[1].addr ^ p[1].val);
+        d1 |= (*(const uintptr_t *)p[2].addr ^ p[2].val) | (*(const uintptr_t *)p[3].addr ^ p[3].val);
+    }
+    for (; p < end; p++) d0 |= *(const uintptr_t *)p->addr ^ p->val;
+    return (d0 | d1) == 0;
 }
 
 /* Is the word at `addr` inside the part of the stack the walk may read? */
@@ -674,8 +680,7 @@ static int splice(struct walk *cur, const struct walk *prev, uint32_t k, uintptr
     }
     memcpy(&cur->lv[cur->levels], from, add_levels * sizeof *from);
     uint32_t w0 = prev->windows - add_windows;
-    memcpy(cur->waddr + cur->windows, prev->waddr + w0, add_windows * sizeof(uintptr_t));
-    memcpy(cur->wval + cur->windows, prev->wval + w0, add_windows * sizeof(uintptr_t));
+    memcpy(cur->words + cur->windows, prev->words + w0, add_windows * sizeof *cur->words);
     cur->levels += add_levels;
     cur->windows += add_windows;
     cur->whole = prev->whole && n < max;
@@ -689,8 +694,37 @@ static inline const struct walk *last_walk(const struct cfi_thread *ts) {
     return w->levels <= WALK_LEVELS && w->windows <= WALK_WORDS ? w : NULL;
 }
 
+int mtlab_cfi_last_pairs(uintptr_t *base, uintptr_t *words, int max) {
+    const struct cfi_thread *ts = (const struct cfi_thread *)mtlab_tls.cfi_cache;
+    const struct walk *w = ts ? last_walk(ts) : NULL;
+    if (!w || (w->windows & 1) || w->windows / 2 > (uint32_t)max) return -1;
+    for (uint32_t i = 0; i < w->windows; i += 2) {
+        const struct word *a = &w->words[i], *b = &w->words[i + 1];
+        if (a->addr + 8 != b->addr) {
+            if (b->addr + 8 != a->addr) return -1;
+            const struct word *t = a; /* a CFI rule reads the return address first, then the rbp below it */
+            a = b;
+            b = t;
+        }
+        base[i / 2] = a->addr;
+        words[i] = a->val;
+        words[i + 1] = b->val;
+    }
+    return (int)(w->windows / 2);
+}
+
+int mtlab_cfi_last_pcs(uintptr_t *pcs, int max) {
+    const struct cfi_thread *ts = (const struct cfi_thread *)mtlab_tls.cfi_cache;
+    const struct walk *w = ts && ts->last >= 0 ? &ts->walks[ts->last] : NULL;
+    if (!w) return -1;
+    int n = (int)w->n < max ? (int)w->n : max;
+    memcpy(pcs, w->pcs, (size_t)n * sizeof *pcs);
+    return n;
+}
+
 int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo, uintptr_t self_hi) {
     uintptr_t lo = (uintptr_t)frame, hi = mtlab_tls.stack_hi;
+    int need_pcs = !*repeat;
     *repeat = 0;
     if (lo < mtlab_tls.stack_lo || !readable(lo + 8, lo, hi)) return 0;
     struct cfi_thread *ts = thread_state();
@@ -706,7 +740,7 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
         if (l0->rsp == lo + 16 && l0->pc == pc0 && (l0->flags & LV_RET) && (l0->rbp == rbp0 || !(l0->flags & LV_RBP_USED)) &&
             windows_hold(prev, prev->windows - l0->wtail)) {
             *repeat = 1;
-            memcpy(pcs, prev->pcs, prev->n * sizeof *pcs);
+            if (need_pcs) memcpy(pcs, prev->pcs, prev->n * sizeof *pcs);
             return (int)prev->n;
         }
     }
@@ -814,6 +848,16 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
 }
 
 #else /* not x86-64: frame pointers */
+
+int mtlab_cfi_last_pairs(uintptr_t *base, uintptr_t *words, int max) {
+    (void)base; (void)words; (void)max;
+    return -1;
+}
+
+int mtlab_cfi_last_pcs(uintptr_t *pcs, int max) {
+    (void)pcs; (void)max;
+    return -1;
+}
 
 int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo, uintptr_t self_hi) {
     (void)pcs; (void)max; (void)frame; (void)repeat; (void)self_lo; (void)self_hi;

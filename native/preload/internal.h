@@ -153,7 +153,10 @@ HIDDEN int mtlab_buf_lock(struct mtlab_buf *b, int who, int tries); /* thread.c 
  * walk that did not start on that stack is never memoized (id 0). */
 /* mtlab's DWARF walk (cfi.c) keeps its own record of the last walk and
  * reports an exact repeat; then only `id` (with `gen`: a dlclose, which bumps
- * mtlab_cfi_gen, invalidates it) is used from here. */
+ * mtlab_cfi_gen, invalidates it) is used from here. Where that walk read
+ * only side-by-side pairs of words (code with frame pointers), they fill
+ * `fp`/`words` as well: the walk is a function of its start and the words it
+ * read, so the same check proves its repeat. */
 #define MTLAB_MEMO_LEVELS 64
 struct mtlab_stack_memo {
     uint32_t id;     /* 0: empty (a fork clears it: the child's ids start afresh) */
@@ -317,12 +320,22 @@ HIDDEN int mtlab_unwind_init(int unwind); /* 0 ok, -1: that unwinder is not avai
 HIDDEN char *mtlab_unwind_stats(char *p, const char *end); /* MTLAB_UNWIND_CHECK counts */
 /* Walks the stack from `frame` (see mtlab_stack_id_at, below, for the usual entry). */
 HIDDEN uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame);
+/* MTLAB_UNWIND_CHECK: the DWARF walk's stack that a memo hit stands for, against libgcc's. */
+HIDDEN void mtlab_check_repeat(void);
 
 
 /* mtlab's DWARF unwinder (cfi.c): the walk from `frame`, innermost first;
  * -1 where it is not built (not x86-64). */
 HIDDEN int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo,
-                          uintptr_t self_hi); /* *repeat: the thread's last walk again (same pcs) */
+                          uintptr_t self_hi); /* *repeat: the thread's last walk again (same pcs); passed in as
+                                                * nonzero, the caller needs no pcs then (it has the id) */
+/* The thread's last walk's stack words as side-by-side pairs: `base` the lower
+ * address of each, `words` the two words read there. In code built with frame
+ * pointers every level reads a saved rbp and the return address above it, so
+ * the frame-pointer memo's check (mtlab_memo_hit) proves a repeat of the walk.
+ * Their count, or -1 where the words do not pair up (or more than `max`). */
+HIDDEN int mtlab_cfi_last_pairs(uintptr_t *base, uintptr_t *words, int max);
+HIDDEN int mtlab_cfi_last_pcs(uintptr_t *pcs, int max); /* the last walk's stack; -1: none */
 HIDDEN void mtlab_cfi_thread_exit(void); /* releases the thread's rule cache */
 HIDDEN void mtlab_cfi_init(void);        /* the first snapshot of the loaded objects */
 extern HIDDEN _Atomic uint32_t mtlab_cfi_gen; /* bumped by every dlclose */
@@ -354,7 +367,10 @@ static inline int mtlab_memo_hit(uintptr_t frame) {
 
 /* The id of the stack from `frame`: the memo when it holds, else a walk. */
 static inline uint32_t mtlab_stack_id_at(struct mtlab_buf *b, const void *frame) {
-    if (mtlab_cfg.unwind == MTLAB_UNWIND_FP && mtlab_memo_hit((uintptr_t)frame)) return mtlab_tls.memo.id;
+    if ((mtlab_cfg.unwind == MTLAB_UNWIND_FP || mtlab_cfg.unwind == MTLAB_UNWIND_DWARF) && mtlab_memo_hit((uintptr_t)frame)) {
+        if (UNLIKELY(mtlab_cfg.unwind_check)) mtlab_check_repeat();
+        return mtlab_tls.memo.id;
+    }
     return mtlab_stack_id(b, frame);
 }
 HIDDEN void mtlab_stack_table_init(void);

@@ -384,15 +384,16 @@ static void *control_thread(void *arg) {
         }
         seen = seq;
         if (mtlab_ctl != page) continue; /* (never: a fork child has no copy of this thread) */
-        if (atomic_load(&exit_reading) == 1) {
-            exit_text_end = mtlab_allocator_stats(exit_text, exit_text + sizeof exit_text - 1);
-            atomic_store(&exit_reading, 2);
-            continue;
-        }
+        /* The exit's request and one of `mtlab ctl` may arrive as one wake:
+         * both are answered, the exit's last, so that the exiting thread
+         * finishes the trace after any dump (and ctl is never left waiting). */
+        int exiting = atomic_load(&exit_reading) == 1;
+        if (exiting) exit_text_end = mtlab_allocator_stats(exit_text, exit_text + sizeof exit_text - 1);
         mtlab_got_route();
         uint64_t dump = __atomic_load_n(&page->dump_seq, __ATOMIC_ACQUIRE);
         if (dump != __atomic_load_n(&page->dump_done, __ATOMIC_ACQUIRE)) dump_now(dump, 1);
         __atomic_store_n(&page->ctl_done, seq, __ATOMIC_RELEASE);
+        if (exiting) atomic_store(&exit_reading, 2);
     }
     return NULL;
 }

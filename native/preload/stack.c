@@ -93,6 +93,15 @@ static __attribute__((noinline)) void check_against_libgcc(const uintptr_t *pcs,
     if (!same) atomic_fetch_add_explicit(&mismatched, 1, memory_order_relaxed);
 }
 
+/* A memo hit of the DWARF walk stands for the last walk's stack: checked too,
+ * or the memo's proof of a repeat would go untested. */
+void mtlab_check_repeat(void) {
+    if (mtlab_cfg.unwind != MTLAB_UNWIND_DWARF || !gcc_backtrace) return;
+    uintptr_t pcs[MTLAB_MAX_DEPTH];
+    int n = mtlab_cfi_last_pcs(pcs, mtlab_cfg.max_depth);
+    if (n >= 0) check_against_libgcc(pcs, n, mtlab_cfg.max_depth);
+}
+
 char *mtlab_unwind_stats(char *p, const char *end) {
     if (!mtlab_cfg.unwind_check) return p;
     p = mtlab_append(p, end, "unwind_checked=");
@@ -204,14 +213,16 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
     if (mtlab_cfg.unwind == MTLAB_UNWIND_FP) { /* frame pointers: plain loads */
         n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
     } else if (mtlab_cfg.unwind == MTLAB_UNWIND_DWARF) {
-        int saved = errno, repeat;
+        const struct mtlab_stack_memo *m = &mtlab_tls.memo;
+        int known = m->id && m->gen == atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
+        int saved = errno, repeat = known; /* in: a repeat needs no pcs, its id is known */
         n = mtlab_cfi_walk(pcs, mtlab_cfg.max_depth, frame, &repeat, self_lo, self_hi);
         errno = saved;
         if (n < 0) { /* not built for this architecture: frame pointers */
             n = capture(pcs, mtlab_cfg.max_depth, frame, NULL);
-        } else if (repeat) { /* the thread's last stack again: its id */
-            const struct mtlab_stack_memo *m = &mtlab_tls.memo;
-            if (m->id && m->gen == atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed)) return m->id;
+        } else if (repeat && known) { /* the thread's last stack again: its id */
+            if (UNLIKELY(mtlab_cfg.unwind_check)) mtlab_check_repeat();
+            return m->id;
         } else if (UNLIKELY(mtlab_cfg.unwind_check) && gcc_backtrace) {
             check_against_libgcc(pcs, n, mtlab_cfg.max_depth);
         }
@@ -276,9 +287,20 @@ uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
     uint32_t gen = atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
     uint32_t id = stack_id_walk(b, frame, fp ? m : NULL);
     m->gen = gen;
+    if (fp) {
+        m->id = m->levels <= MTLAB_MEMO_LEVELS ? id : 0;
+        return id;
+    }
     /* The DWARF walk keeps its own record of the last walk (cfi.c) and says
-     * when it is repeated: only the id is kept here. */
-    m->id = !fp || m->levels <= MTLAB_MEMO_LEVELS ? id : 0;
-    if (!fp) m->fp[0] = 0; /* never a hit of the inline frame-pointer check */
+     * when it is repeated; where that walk read only side-by-side pairs of
+     * words (frame-pointer code), the inline check of the memo proves a
+     * repeat with a quarter of the work. */
+    m->id = id;
+    int pairs = mtlab_cfg.unwind == MTLAB_UNWIND_DWARF ? mtlab_cfi_last_pairs(m->fp, m->words, MTLAB_MEMO_LEVELS) : -1;
+    if (pairs > 0) {
+        m->levels = (uint32_t)pairs;
+    } else {
+        m->fp[0] = 0; /* never a hit of the inline check */
+    }
     return id;
 }

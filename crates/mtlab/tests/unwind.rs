@@ -222,6 +222,21 @@ fn every_walked_stack_of_python3_equals_libgcc_in_the_same_run() {
     assert!(mismatched * 100 <= checked, "python3: {mismatched} of {checked} stacks differ from libgcc's (> 1 %)");
 }
 
+/// In code with frame pointers a repeat of the last DWARF walk is proven by
+/// the frame-pointer memo's check: under MTLAB_UNWIND_CHECK those repeats are
+/// compared with libgcc too, on a program whose stacks differ only in the
+/// third frame from malloc (the memo must not take one for the other).
+#[test]
+fn repeats_proven_by_the_memo_equal_libgcc() {
+    let lab = Lab::new();
+    let prog = lab.compile("same_frames");
+    let n = 20_000u64;
+    let (checked, mismatched) = checked_in_run(&lab, "same_frames", &prog, &[&n.to_string()]);
+    assert_eq!(mismatched, 0, "same_frames: {mismatched} of {checked} stacks differ from libgcc's");
+    // Every one of the 2n mallocs is checked (frees carry no stack).
+    assert!(checked >= 2 * n, "same_frames: only {checked} of at least {} stacks checked", 2 * n);
+}
+
 const PY_WORK: &str = "import json, re\n\
 d = {str(i): [i, str(i) * 3, {'k': i}] for i in range(40000)}\n\
 s = json.dumps(d)\n\

@@ -126,6 +126,12 @@ pub struct TracerCommon {
     /// How `mtlab record` captures stacks, one configuration each (dwarf, fp, libgcc, libunwind); the first is "mtlab".
     #[arg(long, value_delimiter = ',', default_value = "dwarf")]
     unwinders: Vec<Unwind>,
+    /// Also run `mtlab record --sample INTERVAL` (first unwinder), one configuration per interval, e.g. 512KiB,64KiB.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size_arg)]
+    samples: Vec<u64>,
+    /// Leave out the full-trace configurations (with --samples: the sampler's cost alone).
+    #[arg(long, requires = "samples")]
+    no_full: bool,
     /// Directory for the traces (default: a temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
@@ -257,6 +263,13 @@ fn tracer_config(
         // `mtlab report` is timed as often as the rounds, and at least 3 times.
         report_runs: repeat.reps.unwrap_or(default_reps).max(3),
         unwinders: common.unwinders.clone(),
+        samples: {
+            let mut s = common.samples.clone();
+            s.sort_unstable_by(|a, b| b.cmp(a));
+            s.dedup();
+            s
+        },
+        full: !common.no_full,
         runner: repeat.options(default_reps),
         dir: common.dir.clone(),
     }

@@ -3,6 +3,8 @@
 //! `mtlab record` and under heaptrack as its users run it, interleaved;
 //! malloc-test also runs reading the TSC around every call (the floor of any
 //! tracer that times each call). Then `mtlab report` is timed on the trace.
+//! With `--samples`, `mtlab record --sample INTERVAL` runs in the same rounds,
+//! so the sampler's cost on a real program is a ratio inside one run too.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -58,6 +60,16 @@ pub struct TracerCostConfig {
     /// How `mtlab record` captures stacks: one configuration each; the first
     /// is named "mtlab", the others "mtlab --unwind NAME".
     pub unwinders: Vec<Unwind>,
+    /// Sampling intervals in bytes: one `mtlab record --sample` configuration
+    /// each, with the first unwinder.
+    pub samples: Vec<u64>,
+    /// Run the full-trace configurations (off: untraced and sampled only).
+    pub full: bool,
+}
+
+/// The configuration name of `mtlab record --sample` at `interval` bytes.
+fn sampled_config_name(interval: u64) -> String {
+    format!("{MTLAB} --sample {}", crate::units::format_size(interval))
 }
 
 /// The configuration name of `mtlab record` with the `i`-th unwinder.
@@ -122,6 +134,8 @@ impl Lab {
     fn trace_of(&self, cfg: &Configuration) -> PathBuf {
         if cfg.name == MTLAB {
             self.trace()
+        } else if let Some(bytes) = cfg.params.get("sample") {
+            self.dir.join(format!("bench-sample-{bytes}.mtl"))
         } else {
             self.dir.join(format!("bench-{}.mtl", cfg.params.get("unwind").map(String::as_str).unwrap_or("other")))
         }
@@ -157,7 +171,11 @@ impl Lab {
                 let trace = self.trace_of(cfg);
                 let unwind = cfg.params.get("unwind").map(String::as_str).unwrap_or("dwarf");
                 let mut c = Command::new(&self.mtlab);
-                c.arg("record").arg("--unwind").arg(unwind).arg("-o").arg(&trace).arg("--").args(&self.argv);
+                c.arg("record").arg("--unwind").arg(unwind);
+                if let Some(bytes) = cfg.params.get("sample") {
+                    c.arg("--sample").arg(bytes);
+                }
+                c.arg("-o").arg(&trace).arg("--").args(&self.argv);
                 let m = measure(c, "mtlab record")?;
                 let family = crate::record::trace_family(&trace);
                 let (program_rss, wall) = traced_facts(&family);
@@ -281,8 +299,20 @@ pub fn run(cfg: &TracerCostConfig, progress: &Progress) -> Result<Run, StudyErro
     if cfg.unwinders.contains(&Unwind::Libunwind) && !crate::record::library_available("libunwind.so.8") {
         return Err(StudyError::Config("--unwinders libunwind: libunwind is not installed (apt-get install libunwind8)".into()));
     }
-    for (i, u) in cfg.unwinders.iter().enumerate() {
-        configs.push(Configuration::new(mtlab_config_name(i, *u)).baseline(UNTRACED).param("unwind", u.name()));
+    if cfg.samples.contains(&0) {
+        return Err(StudyError::Config("--samples: an interval must be at least 1 byte".into()));
+    }
+    if !cfg.full && cfg.samples.is_empty() {
+        return Err(StudyError::Config("--no-full leaves nothing traced: name intervals with --samples (e.g. 512KiB,64KiB)".into()));
+    }
+    if cfg.full {
+        for (i, u) in cfg.unwinders.iter().enumerate() {
+            configs.push(Configuration::new(mtlab_config_name(i, *u)).baseline(UNTRACED).param("unwind", u.name()));
+        }
+    }
+    for &bytes in &cfg.samples {
+        let unwind = cfg.unwinders[0].name();
+        configs.push(Configuration::new(sampled_config_name(bytes)).baseline(UNTRACED).param("unwind", unwind).param("sample", bytes.to_string()));
     }
     match (&heaptrack, cfg.heaptrack) {
         (Some(path), mode) => {
@@ -298,13 +328,16 @@ pub fn run(cfg: &TracerCostConfig, progress: &Progress) -> Result<Run, StudyErro
     }
     let lab = Lab { dir, mtlab, heaptrack, raw: cfg.heaptrack == Heaptrack::Raw, argv, cycles };
     let rounds = (cfg.runner.warmup + cfg.runner.reps) as u64;
-    let report_runs = cfg.report_runs.max(1);
+    // `mtlab report` is timed on the full trace, so only when there is one.
+    let report_runs = if cfg.full { cfg.report_runs.max(1) } else { 0 };
     let progress_total = rounds * configs.len() as u64 + report_runs as u64;
     progress.inc_length(progress_total);
     runner::run_all(&mut run, &configs, &cfg.runner, progress, |c, _| lab.trial(c))?;
-    // `mtlab report` on the last mtlab trace: its own repetitions, after the sweep.
-    let report_opts = RunnerOptions { warmup: 0, reps: report_runs, min_duration: Default::default() };
-    runner::run_all(&mut run, &[Configuration::new(REPORT)], &report_opts, progress, |c, _: Phase| lab.trial(c))?;
+    if report_runs > 0 {
+        // `mtlab report` on the last mtlab trace: its own repetitions, after the sweep.
+        let report_opts = RunnerOptions { warmup: 0, reps: report_runs, min_duration: Default::default() };
+        runner::run_all(&mut run, &[Configuration::new(REPORT)], &report_opts, progress, |c, _: Phase| lab.trial(c))?;
+    }
     run.duration_s = started.elapsed().as_secs_f64();
     Ok(run)
 }
