@@ -213,7 +213,7 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
     if (mtlab_cfg.unwind == MTLAB_UNWIND_FP) { /* frame pointers: plain loads */
         n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
     } else if (mtlab_cfg.unwind == MTLAB_UNWIND_DWARF) {
-        const struct mtlab_stack_memo *m = &mtlab_tls.memo;
+        struct mtlab_stack_memo *m = &mtlab_tls.memo;
         int known = m->id && m->gen == atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
         int saved = errno, repeat = known; /* in: a repeat needs no pcs, its id is known */
         n = mtlab_cfi_walk(pcs, mtlab_cfg.max_depth, frame, &repeat, self_lo, self_hi);
@@ -222,6 +222,16 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
             n = capture(pcs, mtlab_cfg.max_depth, frame, NULL);
         } else if (repeat && known) { /* the thread's last stack again: its id */
             if (UNLIKELY(mtlab_cfg.unwind_check)) mtlab_check_repeat();
+            /* A stack met twice in a row is likely met again: where its walk
+             * read only side-by-side pairs of words (code with frame
+             * pointers), the memo's inline check proves the next repeats
+             * with a quarter of the work (the walk is a function of its
+             * start and the words it read). Filled here, not after every
+             * walk: most walks of a program without frame pointers differ
+             * from the one before and would pay for nothing. */
+            int pairs = mtlab_cfi_last_pairs(m->fp, m->words, MTLAB_MEMO_LEVELS);
+            m->levels = pairs > 0 ? (uint32_t)pairs : 0;
+            m->fp[0] = pairs > 0 ? m->fp[0] : 0;
             return m->id;
         } else if (UNLIKELY(mtlab_cfg.unwind_check) && gcc_backtrace) {
             check_against_libgcc(pcs, n, mtlab_cfg.max_depth);
@@ -292,15 +302,9 @@ uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
         return id;
     }
     /* The DWARF walk keeps its own record of the last walk (cfi.c) and says
-     * when it is repeated; where that walk read only side-by-side pairs of
-     * words (frame-pointer code), the inline check of the memo proves a
-     * repeat with a quarter of the work. */
+     * when it is repeated (stack_id_walk then fills the memo's words where
+     * it can); after any other walk the memo's words are not this stack's. */
+    if (id != m->id) m->fp[0] = 0; /* never a hit of the inline check */
     m->id = id;
-    int pairs = mtlab_cfg.unwind == MTLAB_UNWIND_DWARF ? mtlab_cfi_last_pairs(m->fp, m->words, MTLAB_MEMO_LEVELS) : -1;
-    if (pairs > 0) {
-        m->levels = (uint32_t)pairs;
-    } else {
-        m->fp[0] = 0; /* never a hit of the inline check */
-    }
     return id;
 }
