@@ -63,6 +63,28 @@ fn bench_tracer_runs_untraced_the_tsc_floor_mtlab_and_times_the_report() {
     assert!(v["notes"].as_array().unwrap().iter().any(|n| n.as_str().unwrap().contains("--no-heaptrack")));
 }
 
+/// `--samples` runs the sampler in the same rounds; `--no-full` leaves out the
+/// full trace and with it the timed report.
+#[test]
+fn bench_program_samples_run_the_sampler_in_the_same_rounds() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    let p = prog.to_str().unwrap();
+    // n_mallocs N S K: N blocks of S bytes (1 MiB in all), all freed.
+    let v = lab.mtlab_json(&["bench", "program", "--no-heaptrack", "--samples", "64KiB,512KiB", "--no-full", "--reps", "2", "--", p, "1024", "1024", "0"]);
+    assert_eq!(names(&v), ["untraced", "mtlab --sample 512KiB", "mtlab --sample 64KiB"]);
+    for c in ["mtlab --sample 512KiB", "mtlab --sample 64KiB"] {
+        assert_eq!(values(&v, c, "wall_s").len(), 2, "{c}: one value per round");
+        assert!(values(&v, c, "trace_bytes").iter().all(|b| *b > 0.0), "{c}");
+        assert!(summary(&v, c, "wall_s")["ratio_to_baseline"]["ratio"].as_f64().is_some(), "{c}: a ratio to untraced");
+    }
+    assert!(v["measurements"].as_array().unwrap().iter().all(|m| m["configuration"] != "mtlab report"));
+    // Without --samples, --no-full is refused by the argument parser.
+    let o = lab.command(MTLAB).args(["bench", "program", "--no-full", "--", p, "1", "1", "0"]).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--samples"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
 #[test]
 fn bench_malloc_reports_both_measures_of_the_increase() {
     let lab = Lab::new();
