@@ -546,17 +546,19 @@ static struct rule make_rule(const struct segment *g, uintptr_t key, int ret_add
 
 /* ---- the walk, and what a thread keeps between walks ---- */
 
-/* One walk as the next may reuse it. Level k is the state before the k-th
- * step (pc, rsp, rbp, whether pc is a return address). From level k outward
- * the walk read `wtail` stack words and output `otail`
- * pcs: the last ones of `words` and `pcs`. Only words the walk used
- * are kept (not their neighbours: a local variable beside a return address
- * changes all the time and would spoil the comparison). A later walk that reaches a
- * level with the same state, while every one of those windows still holds
- * what was read, would repeat the rest exactly: it takes the rest from here.
- * The outer frames of consecutive allocations are mostly the same, so most
- * of a deep walk becomes independent compares. Counts from the end make the
- * reused part a plain copy. */
+/* The thread's last walk, kept for the next to reuse. Its levels, the stack
+ * words they read and the pcs they gave are stored outermost first: level k
+ * from the inside (the state before the k-th step: pc, rsp, rbp, whether pc
+ * is a return address) is lv[levels - 1 - k], and from it outward the walk
+ * read the first `wtail` words and gave the first `otail` pcs. Only words the
+ * walk used are kept (not their neighbours: a local variable beside a return
+ * address changes all the time and would spoil the comparison). A later walk
+ * that reaches a level with the same state, while every one of those words
+ * still holds what was read, would repeat the rest exactly: it takes the rest
+ * from here. The outer frames of consecutive allocations are mostly the same,
+ * so most of a deep walk becomes independent compares; stored outermost
+ * first, the reused part stays where it is and only the new inner levels are
+ * written. */
 #define WALK_LEVELS 128
 #define WALK_WORDS 384
 enum { LV_RET = 1, LV_RBP_USED = 2, LV_RBP_READ = 4, LV_RBP_SET = 8 };
@@ -570,18 +572,21 @@ struct level {
      * calls, so it must match only then. */
     uint8_t flags;
 };
+struct word {
+    uintptr_t addr, val;
+};
 struct walk {
     uint32_t levels, windows, n;
     int whole; /* ended by the stack's end, not by the depth limit */
     struct level lv[WALK_LEVELS];
-    struct word { uintptr_t addr, val; } words[WALK_WORDS]; /* side by side: one line holds four */
-    uintptr_t pcs[MTLAB_MAX_DEPTH];
+    struct word words[WALK_WORDS]; /* side by side: one line holds four */
+    uintptr_t pcs[MTLAB_MAX_DEPTH]; /* (the kept walk's only: the walk being made gives them to its caller) */
 };
 
 struct cfi_thread {
     struct cache_entry cache[CACHE_SLOTS];
-    struct walk walks[2]; /* the last walk, and the one being made */
-    int last;             /* index of the last walk; -1: none usable */
+    struct walk last; /* outermost first (above); levels > WALK_LEVELS: not usable */
+    struct walk cur;  /* the walk being made, innermost first, its own levels only */
 };
 
 static struct cfi_thread *thread_state(void) {
@@ -594,12 +599,12 @@ static struct cfi_thread *thread_state(void) {
         if (t->dead) return NULL;
         c = (struct cfi_thread *)mtlab_sys_mmap(sizeof(struct cfi_thread));
         if (!c) return NULL;
-        c->last = -1;
+        c->last.levels = WALK_LEVELS + 1;
         t->cfi_cache = c;
         t->cfi_gen = gen;
     } else if (t->cfi_gen != gen) { /* something was unloaded: its rules may be stale */
         memset(c->cache, 0, sizeof c->cache);
-        c->last = -1;
+        c->last.levels = WALK_LEVELS + 1;
         t->cfi_gen = gen;
     }
     return c;
@@ -635,12 +640,12 @@ static inline uintptr_t load(struct walk *w, uintptr_t addr) {
     return v;
 }
 
-/* Do the words [from, windows) of `w` still hold what it read? */
-static int windows_hold(const struct walk *w, uint32_t from) {
+/* Do the first `count` words of `w` still hold what it read? */
+static int words_hold(const struct walk *w, uint32_t count) {
     /* Every repeat of a deep stack runs this over all its words: four at a
      * time into two sums keeps the loads independent and the loop short. */
     uintptr_t d0 = 0, d1 = 0;
-    const struct word *p = w->words + from, *end = w->words + w->windows;
+    const struct word *p = w->words, *end = w->words + count;
     for (; end - p >= 4; p += 4) {
         d0 |= (*(const uintptr_t *)p[0].addr ^ p[0].val) | (*(const uintptr_t *)p[1].addr ^ p[1].val);
         d1 |= (*(const uintptr_t *)p[2].addr ^ p[2].val) | (*(const uintptr_t *)p[3].addr ^ p[3].val);
@@ -666,60 +671,89 @@ static inline uint8_t rbp_flags(struct rule r) {
     }
 }
 
-/* Completes `cur` (levels, windows and pcs so far) with `prev` from its level k. */
-static int splice(struct walk *cur, const struct walk *prev, uint32_t k, uintptr_t *pcs, int n, int max) {
-    const struct level *from = &prev->lv[k];
-    int tail = from->otail;
-    if (n + tail > max) tail = max - n;
-    memcpy(pcs + n, prev->pcs + (prev->n - from->otail), (size_t)tail * sizeof *pcs);
-    n += tail;
-    uint32_t add_levels = prev->levels - k, add_windows = from->wtail;
-    if (cur->levels + add_levels > WALK_LEVELS || cur->windows + add_windows > WALK_WORDS) {
-        cur->levels = WALK_LEVELS + 1; /* too deep to keep for the next walk */
-        return n;
-    }
-    memcpy(&cur->lv[cur->levels], from, add_levels * sizeof *from);
-    uint32_t w0 = prev->windows - add_windows;
-    memcpy(cur->words + cur->windows, prev->words + w0, add_windows * sizeof *cur->words);
-    cur->levels += add_levels;
-    cur->windows += add_windows;
-    cur->whole = prev->whole && n < max;
-    return n;
+/* The last walk, if it can be reused: complete and of the current objects. */
+static inline const struct walk *last_walk(const struct cfi_thread *ts) {
+    const struct walk *w = &ts->last;
+    return w->levels <= WALK_LEVELS && w->windows <= WALK_WORDS ? w : NULL;
 }
 
-/* The walk before, if it can be reused: complete and of the current objects. */
-static inline const struct walk *last_walk(const struct cfi_thread *ts) {
-    if (ts->last < 0) return NULL;
-    const struct walk *w = &ts->walks[ts->last];
-    return w->levels <= WALK_LEVELS && w->windows <= WALK_WORDS ? w : NULL;
+/* Level k of `w` counted from the inside. */
+static inline const struct level *inner_level(const struct walk *w, uint32_t k) {
+    return &w->lv[w->levels - 1 - k];
+}
+
+/* The innermost `take` of the first `count` pcs of `w` (outermost first), to
+ * `out` innermost first. */
+static inline void pcs_inward(uintptr_t *out, const struct walk *w, uint32_t count, uint32_t take) {
+    for (uint32_t i = 0; i < take; i++) out[i] = w->pcs[count - 1 - i];
 }
 
 int mtlab_cfi_last_pairs(uintptr_t *base, uintptr_t *words, int max) {
     const struct cfi_thread *ts = (const struct cfi_thread *)mtlab_tls.cfi_cache;
     const struct walk *w = ts ? last_walk(ts) : NULL;
-    if (!w || (w->windows & 1) || w->windows / 2 > (uint32_t)max) return -1;
-    for (uint32_t i = 0; i < w->windows; i += 2) {
-        const struct word *a = &w->words[i], *b = &w->words[i + 1];
+    if (!w || w->windows == 0 || (w->windows & 1) || w->windows / 2 > (uint32_t)max) return -1;
+    /* Innermost first: the memo's first pair must be the walk's first frame. */
+    int j = 0;
+    for (uint32_t i = w->windows; i >= 2; i -= 2, j++) {
+        const struct word *a = &w->words[i - 2], *b = &w->words[i - 1];
         if (a->addr + 8 != b->addr) {
             if (b->addr + 8 != a->addr) return -1;
             const struct word *t = a; /* a CFI rule reads the return address first, then the rbp below it */
             a = b;
             b = t;
         }
-        base[i / 2] = a->addr;
-        words[i] = a->val;
-        words[i + 1] = b->val;
+        base[j] = a->addr;
+        words[2 * j] = a->val;
+        words[2 * j + 1] = b->val;
     }
-    return (int)(w->windows / 2);
+    return j;
 }
 
 int mtlab_cfi_last_pcs(uintptr_t *pcs, int max) {
     const struct cfi_thread *ts = (const struct cfi_thread *)mtlab_tls.cfi_cache;
-    const struct walk *w = ts && ts->last >= 0 ? &ts->walks[ts->last] : NULL;
+    const struct walk *w = ts ? last_walk(ts) : NULL;
     if (!w) return -1;
-    int n = (int)w->n < max ? (int)w->n : max;
-    memcpy(pcs, w->pcs, (size_t)n * sizeof *pcs);
-    return n;
+    uint32_t n = w->n < (uint32_t)max ? w->n : (uint32_t)max;
+    pcs_inward(pcs, w, w->n, n);
+    return (int)n;
+}
+
+/* Makes `last` the walk just made: its outer part from level `k` (from the
+ * inside) of `last` when it was reused (k < 0: none), then `cur`'s own levels
+ * and words and the `own_pcs` pcs it gave (`pcs`, innermost first), reversed
+ * to outermost first. */
+static void keep_walk(struct walk *last, const struct walk *cur, int k, const uintptr_t *pcs, uint32_t own_pcs, int whole) {
+    uint32_t keep_levels = 0, keep_words = 0, keep_pcs = 0;
+    if (k >= 0) {
+        const struct level *from = inner_level(last, (uint32_t)k);
+        keep_levels = last->levels - (uint32_t)k;
+        keep_words = from->wtail;
+        keep_pcs = from->otail;
+    }
+    if (cur->levels > WALK_LEVELS || cur->windows > WALK_WORDS || keep_levels + cur->levels > WALK_LEVELS ||
+        keep_words + cur->windows > WALK_WORDS || keep_pcs + own_pcs > MTLAB_MAX_DEPTH) {
+        last->levels = WALK_LEVELS + 1; /* too deep to keep for the next walk */
+        return;
+    }
+    /* From the outside in: whether the walk from each new level reads the
+     * incoming rbp (the reused levels came with theirs). */
+    int used = keep_levels ? (last->lv[keep_levels - 1].flags & LV_RBP_USED) != 0 : 0;
+    struct level *dst = last->lv + keep_levels;
+    for (int i = (int)cur->levels - 1; i >= 0; i--, dst++) {
+        const struct level *l = &cur->lv[i];
+        *dst = *l;
+        /* (cur's tails hold where the level's words and pcs start in cur) */
+        dst->wtail = (uint16_t)(keep_words + cur->windows - l->wtail);
+        dst->otail = (uint16_t)(keep_pcs + own_pcs - l->otail);
+        used = (l->flags & LV_RBP_READ) || (!(l->flags & LV_RBP_SET) && used);
+        dst->flags = (uint8_t)((l->flags & ~LV_RBP_USED) | (used ? LV_RBP_USED : 0));
+    }
+    for (uint32_t i = 0; i < cur->windows; i++) last->words[keep_words + i] = cur->words[cur->windows - 1 - i];
+    for (uint32_t i = 0; i < own_pcs; i++) last->pcs[keep_pcs + i] = pcs[own_pcs - 1 - i];
+    last->levels = keep_levels + cur->levels;
+    last->windows = keep_words + cur->windows;
+    last->n = keep_pcs + own_pcs;
+    last->whole = whole;
 }
 
 int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo, uintptr_t self_hi) {
@@ -729,60 +763,60 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
     if (lo < mtlab_tls.stack_lo || !readable(lo + 8, lo, hi)) return 0;
     struct cfi_thread *ts = thread_state();
     if (!ts) return 0;
-    const struct walk *prev = last_walk(ts);
+    struct walk *prev = &ts->last;
+    int usable = last_walk(ts) != NULL && prev->levels > 0;
     /* The last walk's first level in the same state (rbp only where the walk
      * reads it: without frame pointers it is an ordinary register) and every
-     * word it read from there unchanged: the same stack (the caller keeps its
-     * id). */
+     * word it read unchanged: the same stack (the caller keeps its id). */
     uintptr_t rbp0 = ((const uintptr_t *)lo)[0], pc0 = ((const uintptr_t *)lo)[1];
-    if (prev && prev->levels > 0) {
-        const struct level *l0 = &prev->lv[0];
+    if (usable) {
+        const struct level *l0 = inner_level(prev, 0);
         if (l0->rsp == lo + 16 && l0->pc == pc0 && (l0->flags & LV_RET) && (l0->rbp == rbp0 || !(l0->flags & LV_RBP_USED)) &&
-            windows_hold(prev, prev->windows - l0->wtail)) {
+            words_hold(prev, l0->wtail)) {
+            uint32_t n = prev->n < (uint32_t)max ? prev->n : (uint32_t)max;
             *repeat = 1;
-            if (need_pcs) memcpy(pcs, prev->pcs, prev->n * sizeof *pcs);
-            return (int)prev->n;
+            if (need_pcs) pcs_inward(pcs, prev, prev->n, n);
+            return (int)n;
         }
     }
-    struct walk *cur = &ts->walks[ts->last == 0 ? 1 : 0];
+    /* cur: this walk's own levels, innermost first; its tails note where
+     * each level's words and pcs start (keep_walk turns them around). */
+    struct walk *cur = &ts->cur;
     cur->levels = cur->windows = 0;
-    cur->whole = 0;
     uintptr_t rbp = load(cur, lo), pc = load(cur, lo + 8), rsp = lo + 16;
     int ret_addr = 1; /* pc is a return address: the call is the instruction before it */
-    int n = 0;
+    int n = 0, whole = 0, spliced = -1;
     uint32_t k = 0; /* prev's levels below rsp are behind us: the CFA only grows */
-    uint32_t walked = 0; /* levels this walk made itself (the rest is spliced) */
     while (n < max && pc >= 4096) {
-        if (prev && n > 0) {
-            while (k < prev->levels && prev->lv[k].rsp < rsp) k++;
-            const struct level *p = &prev->lv[k];
-            if (k < prev->levels && p->rsp == rsp && p->pc == pc && (p->flags & LV_RET) == (unsigned)ret_addr &&
-                (p->rbp == rbp || !(p->flags & LV_RBP_USED)) && p->otail < prev->n &&
-                (prev->whole || n + p->otail >= max) && windows_hold(prev, prev->windows - p->wtail)) {
-                n = splice(cur, prev, k, pcs, n, max);
+        if (usable && n > 0) {
+            while (k < prev->levels && inner_level(prev, k)->rsp < rsp) k++;
+            const struct level *p = k < prev->levels ? inner_level(prev, k) : NULL;
+            if (p && p->rsp == rsp && p->pc == pc && (p->flags & LV_RET) == (unsigned)ret_addr &&
+                (p->rbp == rbp || !(p->flags & LV_RBP_USED)) && p->otail <= prev->n &&
+                (prev->whole || n + p->otail >= max) && words_hold(prev, p->wtail)) {
+                spliced = (int)k;
                 break;
             }
         }
         uint32_t at = cur->levels++;
         struct level *l = at < WALK_LEVELS ? &cur->lv[at] : NULL;
-        walked++;
         uintptr_t key = ret_addr ? pc - 1 : pc;
         struct rule r = rule_for(ts->cache, key, ret_addr);
         if (l) {
             l->rsp = rsp;
             l->rbp = rbp;
             l->pc = pc;
-            l->otail = (uint16_t)n; /* for now: where its pcs start, and where its windows start */
+            l->otail = (uint16_t)n; /* for now: where its pcs start, and where its words start */
             l->wtail = (uint16_t)cur->windows;
             l->flags = (uint8_t)ret_addr | rbp_flags(r);
         }
         if (r.kind == RULE_NONE) {
-            cur->whole = 1;
+            whole = 1;
             break;
         }
         if (n > 0 || pc < self_lo || pc >= self_hi) pcs[n++] = pc;
         if (r.kind == RULE_END) {
-            cur->whole = 1;
+            whole = 1;
             break;
         }
         uintptr_t cfa, ra, next_rbp = rbp;
@@ -791,11 +825,11 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
             uintptr_t gregs = rsp + offsetof(ucontext_t, uc_mcontext.gregs);
             uintptr_t a_rbp = gregs + 8 * REG_RBP, a_rsp = gregs + 8 * REG_RSP;
             uintptr_t a_rip = gregs + 8 * REG_RIP;
-            if (!readable(a_rbp, rsp, hi) || !readable(a_rsp, rsp, hi) || !readable(a_rip, rsp, hi)) { cur->whole = 1; break; }
+            if (!readable(a_rbp, rsp, hi) || !readable(a_rsp, rsp, hi) || !readable(a_rip, rsp, hi)) { whole = 1; break; }
             next_rbp = load(cur, a_rbp);
             cfa = load(cur, a_rsp);
             ra = load(cur, a_rip);
-            if (cfa <= rsp || cfa > hi) { cur->whole = 1; break; }
+            if (cfa <= rsp || cfa > hi) { whole = 1; break; }
             rsp = cfa;
             rbp = next_rbp;
             pc = ra;
@@ -803,7 +837,7 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
             continue;
         }
         if (r.kind == RULE_FP) {
-            if (!readable(rbp, rsp, hi) || !readable(rbp + 8, rsp, hi)) { cur->whole = 1; break; }
+            if (!readable(rbp, rsp, hi) || !readable(rbp + 8, rsp, hi)) { whole = 1; break; }
             next_rbp = load(cur, rbp);
             ra = load(cur, rbp + 8);
             cfa = rbp + 16;
@@ -811,39 +845,36 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
             uintptr_t base = r.cfa_kind == CFA_RSP || r.cfa_kind == CFA_DEREF_RSP ? rsp : rbp;
             cfa = base + (intptr_t)r.cfa_off;
             if (r.cfa_kind >= CFA_DEREF_RSP) {
-                if (!readable(cfa, rsp, hi)) { cur->whole = 1; break; }
+                if (!readable(cfa, rsp, hi)) { whole = 1; break; }
                 cfa = load(cur, cfa);
             }
-            if (cfa <= rsp || cfa > hi) { cur->whole = 1; break; }
+            if (cfa <= rsp || cfa > hi) { whole = 1; break; }
             uintptr_t ra_at = cfa + 8 * (intptr_t)r.ra_off8;
             uintptr_t rbp_at = r.rbp_kind == REG_AT_CFA ? cfa + r.rbp_off : r.rbp_kind == REG_AT_RBP ? rbp + r.rbp_off : 0;
-            if (!readable(ra_at, rsp, hi) || (rbp_at && !readable(rbp_at, rsp, hi))) { cur->whole = 1; break; }
+            if (!readable(ra_at, rsp, hi) || (rbp_at && !readable(rbp_at, rsp, hi))) { whole = 1; break; }
             ra = load(cur, ra_at);
             if (rbp_at) next_rbp = load(cur, rbp_at);
         }
-        if (cfa <= rsp || cfa > hi) { cur->whole = 1; break; }
+        if (cfa <= rsp || cfa > hi) { whole = 1; break; }
         rsp = cfa;
         rbp = next_rbp;
         pc = ra;
         ret_addr = 1;
     }
-    if (pc < 4096 && n < max) cur->whole = 1;
-    cur->n = (uint32_t)n;
-    memcpy(cur->pcs, pcs, (size_t)n * sizeof *pcs);
-    ts->last = cur == &ts->walks[0] ? 0 : 1;
-    if (cur->levels <= WALK_LEVELS && cur->windows <= WALK_WORDS) {
-        /* The levels this walk made: starts into counts from the end, and
-         * whether the walk from each reads the incoming rbp (from the outside
-         * in; spliced levels came with theirs). */
-        int used = walked < cur->levels ? (cur->lv[walked].flags & LV_RBP_USED) != 0 : 0;
-        for (int i = (int)walked - 1; i >= 0; i--) {
-            struct level *l = &cur->lv[i];
-            l->otail = (uint16_t)(cur->n - l->otail);
-            l->wtail = (uint16_t)(cur->windows - l->wtail);
-            used = (l->flags & LV_RBP_READ) || (!(l->flags & LV_RBP_SET) && used);
-            l->flags = (uint8_t)((l->flags & ~LV_RBP_USED) | (used ? LV_RBP_USED : 0));
-        }
+    uint32_t own = (uint32_t)n;
+    if (spliced >= 0) {
+        /* The rest of the stack is the last walk's from level `spliced` on
+         * (given up to the depth limit; kept whole for the next walk). */
+        const struct level *from = inner_level(prev, (uint32_t)spliced);
+        uint32_t tail = from->otail;
+        if (own + tail > (uint32_t)max) tail = (uint32_t)max - own;
+        pcs_inward(pcs + own, prev, from->otail, tail);
+        n += (int)tail;
+        whole = prev->whole;
+    } else if (pc < 4096 && n < max) {
+        whole = 1;
     }
+    keep_walk(prev, cur, spliced, pcs, own, whole);
     return n;
 }
 
