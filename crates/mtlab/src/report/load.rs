@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::index::{self, Ending, Facts, IndexRow};
+use super::select::{SelectError, Selection};
+use super::RunReport;
 use crate::heap::{self, AnalyzeOptions, ProcessReport};
 use crate::trace::{family, keys, TraceError, TraceFile};
 
@@ -41,12 +44,22 @@ pub enum LoadError {
     NoRootTrace { root: PathBuf, children: Vec<PathBuf> },
     #[error(transparent)]
     Trace(#[from] TraceError),
+    #[error(transparent)]
+    Select(#[from] SelectError),
 }
 
-/// The reports of a run's processes, root first, and the child traces that
-/// could not be used. The root trace must be readable; a child's failure is
-/// a `MissingTrace`, not an error.
-pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions) -> Result<(Vec<ProcessReport>, Vec<MissingTrace>), LoadError> {
+/// The report of a run: the root trace and (with `children`) the child
+/// traces beside it, every one in the index, those `sel` picks reported in
+/// detail. The root trace must be readable; a child's failure is a
+/// `MissingTrace`, not an error.
+///
+/// Which processes are reported in detail is known before their traces are
+/// decoded — by pid and command from their headers, or for a large tree by
+/// their chunks' event counts, which the analysis's count (the index's)
+/// can fall short of (records that are no calls, damage, a sampled trace's
+/// frees) — and checked after: a process the exact counts put among the
+/// busiest that was only indexed is analysed again, in detail.
+pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection) -> Result<RunReport, LoadError> {
     if !file.exists() {
         let children = crate::record::trace_family(file);
         if children.is_empty() {
@@ -56,50 +69,90 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions) -> Result<(Vec<P
     }
     let root = TraceFile::open(file)?;
     let listed = root.runinfo_get(keys::CHILD_TRACES).map(family::decode);
-    let mut processes = vec![heap::analyze(&root, opts)?];
-    drop(root);
+    let mut traces = vec![root];
     let mut missing = Vec::new();
-    if !children {
-        return Ok((processes, missing));
-    }
-    let found: Vec<PathBuf> = crate::record::trace_family(file).into_iter().skip(1).collect();
     let suffix = |f: &Path| child_suffix(file, f);
     let command_of = |s: Option<&str>| {
         let s = s?;
         listed.as_ref()?.iter().find(|l| l.suffix == s).map(|l| l.command.clone())
     };
-    for f in &found {
-        let analyzed = TraceFile::open(f).and_then(|t| heap::analyze(&t, opts));
-        match analyzed {
-            Ok(p) => processes.push(p),
-            Err(e) => {
-                let s = suffix(f);
-                missing.push(MissingTrace {
-                    file: f.display().to_string(),
-                    pid: s.as_deref().and_then(family::suffix_pid),
-                    command: command_of(s.as_deref())
-                        .or_else(|| crate::trace::read_header(f).ok().map(|h| family::command_name(&h.cmdline, &h.exe))),
-                    reason: format!("unreadable: {e}"),
-                });
+    let unreadable = |f: &Path, e: TraceError| {
+        let s = suffix(f);
+        MissingTrace {
+            file: f.display().to_string(),
+            pid: s.as_deref().and_then(family::suffix_pid),
+            command: command_of(s.as_deref())
+                .or_else(|| crate::trace::read_header(f).ok().map(|h| family::command_name(&h.cmdline, &h.exe))),
+            reason: format!("unreadable: {e}"),
+        }
+    };
+    if children {
+        let found: Vec<PathBuf> = crate::record::trace_family(file).into_iter().skip(1).collect();
+        for f in &found {
+            match TraceFile::open(f) {
+                Ok(t) => traces.push(t),
+                Err(e) => missing.push(unreadable(f, e)),
             }
         }
-    }
-    // A set, not a scan of `found` per listed trace: on a tree of a thousand
-    // processes the scan took longer than reading all their traces.
-    let found_suffixes: std::collections::HashSet<String> = found.iter().filter_map(|f| suffix(f)).collect();
-    for l in listed.iter().flatten() {
-        if found_suffixes.contains(&l.suffix) {
-            continue;
+        // A set, not a scan of `found` per listed trace: on a tree of a thousand
+        // processes the scan took longer than reading all their traces.
+        let found_suffixes: std::collections::HashSet<String> = found.iter().filter_map(|f| suffix(f)).collect();
+        for l in listed.iter().flatten() {
+            if found_suffixes.contains(&l.suffix) {
+                continue;
+            }
+            missing.push(MissingTrace {
+                file: sibling(file, &l.suffix).display().to_string(),
+                pid: Some(l.pid),
+                command: Some(l.command.clone()),
+                reason: "mtlab record found it beside the root trace when the run ended; it is not there now (deleted or moved)"
+                    .into(),
+            });
         }
-        missing.push(MissingTrace {
-            file: sibling(file, &l.suffix).display().to_string(),
-            pid: Some(l.pid),
-            command: Some(l.command.clone()),
-            reason: "mtlab record found it beside the root trace when the run ended; it is not there now (deleted or moved)"
-                .into(),
-        });
     }
-    Ok((processes, missing))
+    // The plan, from what the index pass read: a pid or name that matches
+    // nothing is an error before any trace is decoded.
+    let mut planned: Vec<IndexRow> = traces.iter().map(planned_row).collect();
+    let file_name = file.display().to_string();
+    sel.apply(&mut planned, &file_name)?;
+    let mut analysed: Vec<(Facts, Option<ProcessReport>)> = Vec::with_capacity(traces.len());
+    for (i, (t, plan)) in traces.into_iter().zip(&planned).enumerate() {
+        let report = if plan.reported { heap::analyze(&t, opts) } else { heap::analyze_for_index(&t) };
+        match report {
+            Ok(p) => analysed.push((Facts::of(&p), plan.reported.then_some(p))),
+            Err(e) if i == 0 => return Err(e.into()),
+            Err(e) => missing.push(unreadable(&t.path, e)),
+        }
+    }
+    let (facts, mut reports): (Vec<Facts>, Vec<Option<ProcessReport>>) = analysed.into_iter().unzip();
+    let mut index = index::rows_of(facts);
+    sel.apply(&mut index, &file_name)?;
+    for (row, report) in index.iter().zip(reports.iter_mut()) {
+        if row.reported && report.is_none() {
+            *report = Some(heap::analyze(&TraceFile::open(&row.file)?, opts)?);
+        } else if !row.reported {
+            *report = None;
+        }
+    }
+    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, frames: 0 })
+}
+
+/// A process's row as the index pass of its trace tells it: its events are
+/// its chunks' count (every record, calls or not).
+fn planned_row(t: &TraceFile) -> IndexRow {
+    IndexRow {
+        pid: t.header.pid,
+        ppid: t.header.ppid,
+        command: family::command_name(&t.header.cmdline, &t.header.exe),
+        cmdline: t.header.cmdline.clone(),
+        exe: t.header.exe.clone(),
+        file: t.path.display().to_string(),
+        events: t.chunks.iter().map(|c| c.n_events as u64).sum(),
+        peak_live_bytes: None,
+        ending: Ending::NoEnd,
+        reported: true,
+        selected: true,
+    }
 }
 
 /// `PID[.N]` of a child trace `ROOT.PID[.N]`.
