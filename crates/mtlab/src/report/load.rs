@@ -127,14 +127,21 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     let (facts, mut reports): (Vec<Facts>, Vec<Option<ProcessReport>>) = analysed.into_iter().unzip();
     let mut index = index::rows_of(facts);
     sel.apply(&mut index, &file_name)?;
-    for (row, report) in index.iter().zip(reports.iter_mut()) {
-        if row.reported && report.is_none() {
-            *report = Some(heap::analyze(&TraceFile::open(&row.file)?, opts)?);
-        } else if !row.reported {
+    reconcile(&index, &mut reports, |row| heap::analyze(&TraceFile::open(&row.file)?, opts))?;
+    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, frames: 0 })
+}
+
+/// Makes the detailed reports those of the rows reported: `detail` analyses
+/// a row's process that was only indexed; a report no longer wanted is dropped.
+fn reconcile<T, E>(rows: &[IndexRow], reports: &mut [Option<T>], mut detail: impl FnMut(&IndexRow) -> Result<T, E>) -> Result<(), E> {
+    for (row, report) in rows.iter().zip(reports.iter_mut()) {
+        if !row.reported {
             *report = None;
+        } else if report.is_none() {
+            *report = Some(detail(row)?);
         }
     }
-    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, frames: 0 })
+    Ok(())
 }
 
 /// A process's row as the index pass of its trace tells it: its events are
@@ -176,6 +183,41 @@ fn sibling(root: &Path, suffix: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exact_counts_decide_which_processes_are_detailed() {
+        // Planned by chunk counts (which count records that are no calls):
+        // the root and 101; the analyses' counts put 102 among the busiest.
+        let row = |pid: u32, events: u64| IndexRow {
+            pid,
+            ppid: 1,
+            command: "cc1".into(),
+            cmdline: vec!["cc1".into()],
+            exe: "/usr/bin/cc1".into(),
+            file: format!("t.mtl.{pid}"),
+            events,
+            peak_live_bytes: Some(0),
+            ending: Ending::Exited,
+            reported: true,
+            selected: true,
+        };
+        let mut rows: Vec<IndexRow> = vec![row(100, 1), row(101, 5), row(102, 6)];
+        // Two detailed at most (`Selection::apply` takes DETAILED).
+        let chosen = crate::report::select::busiest(rows.iter().map(|r| r.events), 2);
+        for (r, c) in rows.iter_mut().zip(chosen) {
+            r.reported = c;
+        }
+        assert_eq!(rows.iter().map(|r| r.reported).collect::<Vec<_>>(), [true, false, true]);
+        let mut reports = vec![Some("root"), Some("101 in detail"), None];
+        let mut analysed = Vec::new();
+        reconcile(&rows, &mut reports, |r| {
+            analysed.push(r.pid);
+            Ok::<_, ()>("102 again, in detail")
+        })
+        .unwrap();
+        assert_eq!(reports, [Some("root"), None, Some("102 again, in detail")]);
+        assert_eq!(analysed, [102], "only the one missing is analysed again");
+    }
 
     #[test]
     fn a_child_trace_is_named_by_its_suffix() {
