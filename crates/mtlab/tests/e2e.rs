@@ -571,6 +571,107 @@ fn pid_and_comm_select_the_processes_reported() {
 }
 
 #[test]
+fn a_tree_larger_than_the_limit_details_the_root_and_the_busiest_and_indexes_the_rest() {
+    // Processes reported in detail by default (report::select::DETAILED).
+    const DETAILED: usize = 20;
+    let lab = Lab::new();
+    let prog = lab.compile("fork_many");
+    let (n, k) = (DETAILED as u64 + 5, 10u64);
+    let out = lab.record_ok("t.mtl", &prog, &[&n.to_string(), &k.to_string()]);
+    // pid -> i: child i made i*K mallocs of 64 bytes.
+    let nth: std::collections::HashMap<u64, u64> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| {
+            let f: Vec<u64> = l.split_whitespace().skip(1).map(|x| x.parse().unwrap()).collect();
+            (f[0], f[1])
+        })
+        .collect();
+    assert_eq!(nth.len() as u64, n);
+
+    // Every process detailed: each child's own figures.
+    let all = report_json(&lab, &["t.mtl", "--all-processes"]);
+    let every = processes(&all);
+    assert_eq!(every.len() as u64, n + 1);
+    let root = u(&all["pid"]);
+    let zero = every.iter().find(|p| nth.get(&u(&p["pid"])) == Some(&0)).expect("child 0");
+    for p in &every[1..] {
+        strict(p);
+        let i = nth[&u(&p["pid"])];
+        assert_eq!(site(p, "child_allocs"), if i == 0 { Site::default() } else { site_of(i * k, i * k * 64, i * k, i * k * 64) });
+        assert_eq!(u(&p["events"]), u(&zero["events"]) + i * k, "child {i}");
+    }
+
+    // By default: every process in the index with its exact events and peak,
+    // the root and the busiest others in detail.
+    let r = report_json(&lab, &["t.mtl"]);
+    let rows = index_rows(&r);
+    assert_eq!(rows.len() as u64, n + 1);
+    let figures = |v: &serde_json::Value| index_rows(v).into_iter().map(|x| (x.0, x.1, x.2, x.3, x.4, x.5)).collect::<Vec<_>>();
+    assert_eq!(figures(&r), figures(&all), "the same figures whether detailed or in the index only");
+    for (row, p) in rows.iter().zip(&every) {
+        assert_eq!((row.0, row.3, row.4), (u(&p["pid"]), u(&p["events"]), live_bytes_peak(p)));
+        if row.0 != root {
+            assert_eq!(row.3, u(&zero["events"]) + nth[&row.0] * k, "exact events of child {}", nth[&row.0]);
+        }
+    }
+    // The busiest children are the last ones: i = n - (DETAILED - 1) .. n - 1.
+    let busiest = |i: u64| i >= n - (DETAILED as u64 - 1);
+    let reported: Vec<u64> = rows.iter().filter(|x| x.6).map(|x| x.0).collect();
+    let mut want: Vec<u64> = vec![root];
+    want.extend(rows.iter().filter(|x| x.0 != root && busiest(nth[&x.0])).map(|x| x.0));
+    assert_eq!(reported, want);
+    assert_eq!(reported.len(), DETAILED);
+    let detailed: Vec<u64> = processes(&r).iter().map(|p| u(&p["pid"])).collect();
+    assert_eq!(detailed, want, "--json details what the screen does");
+    for p in processes(&r).iter().skip(1) {
+        assert_eq!(site(p, "child_allocs").calls, nth[&u(&p["pid"])] * k);
+    }
+
+    // On screen: the count of the others and how to see them.
+    let o = report_output(&lab, &["t.mtl"]);
+    assert_success(&o, "mtlab report");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let rest = n + 1 - DETAILED as u64;
+    let note = format!(
+        "{rest} of {} processes are in the process index only: with more than {DETAILED} processes, the root and the {} busiest \
+         (by events) are reported in detail; report others with --pid PID or --comm NAME, every one with --all-processes",
+        n + 1,
+        DETAILED - 1
+    );
+    assert_eq!(text.matches(&note).count(), 2, "after the index and at the end:\n{text}");
+    assert!(text.trim_end().ends_with(&note));
+    assert!(text.starts_with(&format!("══ {} traced processes, {DETAILED} reported below (marked *) ══\n", n + 1)), "{}", &text[..300]);
+    assert_eq!(text.matches("══ child process ").count(), DETAILED - 1);
+    let o = report_output(&lab, &["t.mtl", "--all-processes"]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert_eq!(text.matches("══ child process ").count() as u64, n);
+    assert!(!text.contains("in the process index only"));
+
+    // --pid of a process in the index only details it (and only it).
+    let quiet = *nth.iter().find(|(_, &i)| i == 2).unwrap().0;
+    let one = report_json(&lab, &["t.mtl", "--pid", &quiet.to_string()]);
+    assert_eq!(u(&one["pid"]), quiet);
+    assert!(one["children"].as_array().unwrap().is_empty());
+    assert_eq!(site(&one, "child_allocs"), site_of(2 * k, 2 * k * 64, 2 * k, 2 * k * 64));
+    assert_eq!(index_rows(&one).len() as u64, n + 1);
+    let o = report_output(&lab, &["t.mtl", "--pid", &quiet.to_string(), "--all-processes"]);
+    assert_eq!(o.status.code(), Some(2), "--all-processes with --pid is a usage error");
+
+    // CSV: every process's row.
+    let o = lab.command(MTLAB).args(["report", "t.mtl", "--csv", "csv"]).output().unwrap();
+    assert_success(&o, "report --csv");
+    let csv = std::fs::read_to_string(lab.path("csv/processes.csv")).unwrap();
+    assert_eq!(csv.lines().count() as u64, 1 + n + 1);
+    assert_eq!(csv.lines().filter(|l| l.contains(",yes,")).count(), DETAILED);
+
+    // The exports still take every process with --merge.
+    let o = report_output(&lab, &["t.mtl", "--collapsed", "merged.txt", "--merge"]);
+    assert_success(&o, "report --collapsed --merge");
+    assert!(stderr(&o).contains(&format!("the exports sum the profiles of {} processes", n + 1)), "{}", stderr(&o));
+    assert_eq!(collapsed_sum(&lab, "merged.txt", "child_allocs"), (0..n).map(|i| i * k * 64).sum::<u64>());
+}
+
+#[test]
 fn exports_say_which_process_they_took_and_merge_sums_the_processes() {
     let lab = Lab::new();
     let prog = lab.compile("fork");

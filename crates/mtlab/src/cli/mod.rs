@@ -326,6 +326,10 @@ struct ReportArgs {
     /// e.g. `--comm cc1`; NAME[,NAME...], repeatable); with --pid, the processes matching either.
     #[arg(long, value_name = "NAME", value_delimiter = ',')]
     comm: Vec<String>,
+    /// Report every traced process in detail. Without it, a run of more than 20 processes reports the root and the
+    /// busiest others (by events) in detail and lists the rest in the process index only.
+    #[arg(long, conflicts_with_all = ["pid", "comm"])]
+    all_processes: bool,
     /// Make the profile exports (--pprof, --flamegraph, --collapsed, --speedscope, the --html flame graph) of every
     /// selected process, equal stacks summed, instead of one process.
     #[arg(long)]
@@ -409,8 +413,6 @@ pub enum CliError {
     Topo(#[from] crate::topo::TopoError),
     #[error(transparent)]
     Load(#[from] crate::report::load::LoadError),
-    #[error(transparent)]
-    Select(#[from] crate::report::select::SelectError),
     #[error(transparent)]
     Exports(#[from] crate::report::exports::ExportsError),
     #[error("{0}")]
@@ -569,20 +571,26 @@ fn reraise(sig: i32) {
 }
 
 /// The reports of FILE's processes (and its children's unless `children` is
-/// false); child traces that could not be read are named on stderr.
-pub fn load_reports(file: &std::path::Path, children: bool, opts: &AnalyzeOptions) -> Result<RunReport, CliError> {
-    let (processes, missing) = report::load::load(file, children, opts)?;
-    for m in &missing {
+/// false), those `sel` picks in detail; child traces that could not be read
+/// are named on stderr.
+pub fn load_reports(
+    file: &std::path::Path,
+    children: bool,
+    opts: &AnalyzeOptions,
+    sel: &report::select::Selection,
+) -> Result<RunReport, CliError> {
+    let run = report::load::load(file, children, opts, sel)?;
+    for m in &run.missing {
         eprintln!("mtlab: warning: {}", m.message());
     }
-    Ok(RunReport::new(processes, missing))
+    Ok(run)
 }
 
 fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some() };
-    let mut run = load_reports(&a.file, !a.no_children, &opts)?;
+    let sel = report::select::Selection { pids: a.pid.clone(), comms: a.comm.clone(), all_processes: a.all_processes };
+    let mut run = load_reports(&a.file, !a.no_children, &opts, &sel)?;
     run.frames = a.frames;
-    run.select(&report::select::Selection { pids: a.pid.clone(), comms: a.comm.clone() }, &a.file.display().to_string())?;
     let req = crate::profile::export::ExportRequest {
         pprof: a.pprof.clone(),
         flamegraph: a.flamegraph.clone(),
@@ -713,7 +721,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     if !outcome.status.success() {
         return Err(CliError::Other(format!("the demo workload failed: {}", outcome.status)));
     }
-    let full = load_reports(&a.output, true, &AnalyzeOptions::default())?;
+    let full = load_reports(&a.output, true, &AnalyzeOptions::default(), &Default::default())?;
     emit(&report::document(&full), false, None, None)?;
     let compact_out = a.output.with_extension("compact.mtl");
     let c = crate::compact::compact_trace(&a.output, &compact_out, crate::trace::compact::DEFAULT_QUANTUM)?;
@@ -733,7 +741,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         ..cfg
     };
     record::record(&cfg)?;
-    let sampled = load_reports(&sampled_out, true, &AnalyzeOptions::default())?;
+    let sampled = load_reports(&sampled_out, true, &AnalyzeOptions::default(), &Default::default())?;
     emit(&report::document(&sampled), false, None, None)?;
     let truth: f64 = full.processes.first().map(|p| p.functions["malloc"].mean_size * p.functions["malloc"].calls as f64).unwrap_or(0.0);
     if let Some(est) = sampled.processes.first().and_then(|p| p.profile.as_ref()).map(|p| &p.totals) {

@@ -843,6 +843,20 @@ fn feed(items: &mut Items, pass: &mut Pass<'_>, code: &CodeRanges, last_tsc: &mu
 }
 
 pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport, TraceError> {
+    analyze_with(trace, opts, true)
+}
+
+/// The same pass for a process only listed in `mtlab report`'s process
+/// index: events, peak, end, how it ended are whole; nothing is symbolized —
+/// no site tables, no stack quality (its `truncated_call_fraction` is 0), no
+/// per-function table, a time series of one point, no maps in a sampled
+/// profile. On a tree of hundreds of small processes the
+/// symbolizing and ranking of sites cost more than replaying their heaps.
+pub fn analyze_for_index(trace: &TraceFile) -> Result<ProcessReport, TraceError> {
+    analyze_with(trace, &AnalyzeOptions { max_points: 1, top: 0, callers: false }, false)
+}
+
+fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Result<ProcessReport, TraceError> {
     let compact_quantum = trace.runinfo_get(keys::COMPACT_QUANTUM).and_then(|q| q.parse::<u64>().ok());
     let total: u64 = trace.chunks.iter().map(|c| c.n_events as u64).sum();
     let every = total.div_ceil(opts.max_points.max(1) as u64).max(1);
@@ -875,7 +889,9 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
     let mut sampled = (trace.header.sample_interval > 0).then(|| SampledPass::with_checkpoints(AllocatorReading::tscs(&readings)));
     let mut items = trace.items()?;
     let mut last_tsc = 0;
-    let maps = parse_all_maps(&trace.maps);
+    // Without symbols no stack is shown: no maps to read (their parse cost
+    // an index-only process as much as its heap's replay), stacks kept whole.
+    let maps = if symbolize { parse_all_maps(&trace.maps) } else { Vec::new() };
     let code = CodeRanges::new(&maps);
     // Two monomorphized loops: a full trace's loop carries no test for the
     // sampled pass (it cost ~20 instructions an event, 6 % of the report).
@@ -954,8 +970,10 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
         .collect();
 
     let end = pass.heap.exact_snapshot();
+    // Each function's cycle percentiles: shown only in a detailed report.
     let functions = Func::ALL
         .iter()
+        .filter(|_| symbolize)
         .map(|f| {
             let s = &pass.funcs[f.index()];
             (f.name().to_string(), FunctionReport { calls: s.calls, failed: s.failed, mean_size: s.mean_size(), cycles: s.cycles() })
@@ -973,6 +991,7 @@ pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport
     };
     let distinct = pass.stacks.len() as u64;
     let stacks = match &sampled {
+        _ if !symbolize => stack_quality(trace, std::iter::empty(), distinct, "allocation calls", &mut symbols),
         // A sampled trace's allocations are its samples.
         Some(p) => stack_quality(trace, p.stacks.iter().map(|s| (&s.pcs[..], s.samples)), distinct, "sampled allocations", &mut symbols),
         None => stack_quality(

@@ -4,4 +4,4 @@ pub mod analyze;
 pub mod model;
 pub mod stats;
 
-pub use analyze::{analyze, AnalyzeOptions, ProcessReport};
+pub use analyze::{analyze, analyze_for_index, AnalyzeOptions, ProcessReport};

@@ -1,6 +1,7 @@
 //! The profile the exports are made of (`--pprof`, `--flamegraph`,
-//! `--collapsed`, `--speedscope`, the HTML page's flame graph): one reported
-//! process's, or with `--merge` the sum of all reported processes'
+//! `--collapsed`, `--speedscope`, the HTML page's flame graph): one selected
+//! process's, or with `--merge` the sum of all selected processes' — every
+//! process without `--pid`/`--comm`, reported in detail or in the index only
 //! (`select::export_pick` chooses and says which).
 
 use super::select::{export_pick, ExportPick};
@@ -37,9 +38,13 @@ pub fn profile(run: &RunReport, merge: bool) -> Result<Option<(ExportPick, Profi
     let mut parts = Vec::new();
     for &i in &pick.rows {
         let row = &run.index[i];
-        // Only reported processes are kept, and the pick takes only those.
-        let Some(p) = run.processes.iter().find(|p| p.file == row.file) else { continue };
-        parts.push((p.pid, profile_of(p)?));
+        // A process in the index only (a large tree's default report) has
+        // no report kept: its profile is read from its trace.
+        let data = match run.processes.iter().find(|p| p.file == row.file) {
+            Some(p) => profile_of(p)?,
+            None => crate::profile::export::profile_of(std::path::Path::new(&row.file))?,
+        };
+        parts.push((row.pid, data));
     }
     let data = match parts.len() {
         0 => return Ok(None),

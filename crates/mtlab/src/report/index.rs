@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use super::human_bytes;
+use super::select::DETAILED;
 use crate::export::{Cell, Table, View};
 use crate::heap::ProcessReport;
 use crate::trace::family::command_name;
@@ -64,8 +65,14 @@ pub struct IndexRow {
     pub peak_live_bytes: Option<u64>,
     #[serde(flatten)]
     pub ending: Ending,
-    /// Reported in detail below (`--pid`, `--comm`; all when neither is given).
+    /// Reported in detail below: the processes `--pid`/`--comm` name; with
+    /// neither, every one, or in a run of more than `select::DETAILED`
+    /// processes the root and the busiest others (`--all-processes`: every one).
     pub reported: bool,
+    /// Named by `--pid`/`--comm` (every process when neither is given): what
+    /// the profile exports choose from, whether reported in detail or not.
+    #[serde(skip)]
+    pub selected: bool,
 }
 
 impl IndexRow {
@@ -81,32 +88,23 @@ impl IndexRow {
     }
 }
 
-/// The index of `processes` (root first, then the family's order).
-pub fn rows(processes: &[ProcessReport]) -> Vec<IndexRow> {
-    // mtlab record knows how the root pid ended (RUNINFO of the root file):
-    // that is the end of the pid's last image, which may be an exec'd one.
-    let root_exit = processes.first().and_then(|p| {
-        let e = p.exit.as_deref()?;
-        if let Some(c) = e.strip_prefix("exit code ") {
-            c.parse().ok().map(|exit_code| Ending::ExitCode { exit_code })
-        } else {
-            e.strip_prefix("killed by signal ")?.parse().ok().map(|signal| Ending::Signal { signal })
-        }
-    });
-    let root_pid = processes.first().map(|p| p.pid);
-    processes
-        .iter()
-        .enumerate()
-        .map(|(i, p)| {
-            let later_image = processes[i + 1..].iter().any(|q| q.pid == p.pid);
-            let ending = match root_exit {
-                _ if p.running => Ending::Running,
-                _ if !p.clean_end && later_image => Ending::Execd,
-                Some(e) if Some(p.pid) == root_pid && !later_image => e,
-                _ if p.clean_end => Ending::Exited,
-                _ => Ending::NoEnd,
-            };
-            IndexRow {
+/// What the index takes of a process's report: its row, before the ending
+/// that depends on the other processes (a later image of its pid; the root's
+/// exit code) is known. A process listed only in the index keeps no more of
+/// its report than this.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    row: IndexRow,
+    clean_end: bool,
+    running: bool,
+    /// RUNINFO's `exit code N` or `killed by signal N` (root trace only).
+    exit: Option<String>,
+}
+
+impl Facts {
+    pub fn of(p: &ProcessReport) -> Facts {
+        Facts {
+            row: IndexRow {
                 pid: p.pid,
                 ppid: p.ppid,
                 command: command_name(&p.cmdline, &p.exe),
@@ -115,9 +113,54 @@ pub fn rows(processes: &[ProcessReport]) -> Vec<IndexRow> {
                 file: p.file.clone(),
                 events: p.profile.as_ref().map_or(p.events, |s| s.totals.samples),
                 peak_live_bytes: p.profile.is_none().then_some(p.peak.heap.live_bytes),
-                ending,
+                ending: Ending::NoEnd,
                 reported: true,
-            }
+                selected: true,
+            },
+            clean_end: p.clean_end,
+            running: p.running,
+            exit: p.exit.clone(),
+        }
+    }
+}
+
+/// The index of `processes` (root first, then the family's order).
+pub fn rows(processes: &[ProcessReport]) -> Vec<IndexRow> {
+    rows_of(processes.iter().map(Facts::of).collect())
+}
+
+/// The index of the processes `facts` are of (root first, then the family's order).
+pub fn rows_of(facts: Vec<Facts>) -> Vec<IndexRow> {
+    // mtlab record knows how the root pid ended (RUNINFO of the root file):
+    // that is the end of the pid's last image, which may be an exec'd one.
+    let root_exit = facts.first().and_then(|p| {
+        let e = p.exit.as_deref()?;
+        if let Some(c) = e.strip_prefix("exit code ") {
+            c.parse().ok().map(|exit_code| Ending::ExitCode { exit_code })
+        } else {
+            e.strip_prefix("killed by signal ")?.parse().ok().map(|signal| Ending::Signal { signal })
+        }
+    });
+    let root_pid = facts.first().map(|p| p.row.pid);
+    // A later image of the same pid: the last index of each pid, in one pass
+    // (a scan of the later rows per row is quadratic on a tree of thousands).
+    let mut last: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for (i, p) in facts.iter().enumerate() {
+        last.insert(p.row.pid, i);
+    }
+    facts
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let later_image = last[&p.row.pid] > i;
+            let ending = match root_exit {
+                _ if p.running => Ending::Running,
+                _ if !p.clean_end && later_image => Ending::Execd,
+                Some(e) if Some(p.row.pid) == root_pid && !later_image => e,
+                _ if p.clean_end => Ending::Exited,
+                _ => Ending::NoEnd,
+            };
+            IndexRow { ending, ..p.row }
         })
         .collect()
 }
@@ -182,16 +225,35 @@ pub fn views(rows: &[IndexRow]) -> Vec<View> {
         t.push(row);
     }
     out.push(View::Table(t));
+    let only = index_only_note(rows);
     if shown.len() < rows.len() {
         let rest: Vec<&IndexRow> = (0..rows.len()).filter(|i| !shown.contains(i)).map(|i| &rows[i]).collect();
         out.push(View::Note(format!(
-            "… and {} more processes with {} events in total (`--json` lists every one); report some in detail with --pid PID or --comm NAME",
+            "… and {} more processes with {} events in total (`--json` and `--csv` list every one){}",
             rest.len(),
-            rest.iter().map(|r| r.events).sum::<u64>()
+            rest.iter().map(|r| r.events).sum::<u64>(),
+            if only.is_some() { "" } else { "; report some in detail with --pid PID or --comm NAME" }
         )));
         out.push(View::Table(by_command(rows)));
     }
+    out.extend(only.map(View::Note));
     out
+}
+
+/// When a run has more processes than are reported in detail by default
+/// (`select::DETAILED`): how many are in the index only, and how to see them.
+pub fn index_only_note(rows: &[IndexRow]) -> Option<String> {
+    let only = rows.iter().filter(|r| r.selected && !r.reported).count();
+    if only == 0 {
+        return None;
+    }
+    let detailed = rows.iter().filter(|r| r.reported).count();
+    Some(format!(
+        "{only} of {} processes are in the process index only: with more than {DETAILED} processes, the root and the {} busiest \
+         (by events) are reported in detail; report others with --pid PID or --comm NAME, every one with --all-processes",
+        rows.len(),
+        detailed.saturating_sub(1)
+    ))
 }
 
 /// Every process's row, for CSV.
@@ -266,6 +328,7 @@ mod tests {
             peak_live_bytes: Some(events * 10),
             ending: Ending::Exited,
             reported: true,
+            selected: true,
         }
     }
 
@@ -289,6 +352,44 @@ mod tests {
         let View::Table(by) = &v[3] else { panic!() };
         assert_eq!(by.rows.len(), 2);
         assert_eq!(by.rows[0][1], Cell::Int(15));
+    }
+
+    #[test]
+    fn processes_in_the_index_only_are_counted_with_how_to_see_them() {
+        let mut rows: Vec<IndexRow> = (0..30).map(|i| row(100 + i, "cc1", i as u64)).collect();
+        assert_eq!(index_only_note(&rows), None);
+        for r in rows.iter_mut().skip(DETAILED) {
+            r.reported = false;
+        }
+        let note = index_only_note(&rows).unwrap();
+        assert_eq!(
+            note,
+            format!(
+                "10 of 30 processes are in the process index only: with more than {DETAILED} processes, the root and the {} busiest \
+                 (by events) are reported in detail; report others with --pid PID or --comm NAME, every one with --all-processes",
+                DETAILED - 1
+            )
+        );
+        let v = views(&rows);
+        assert!(matches!(v.last(), Some(View::Note(n)) if *n == note), "{v:?}");
+        // Not reported because --pid/--comm did not name them: no such note.
+        for r in rows.iter_mut().skip(DETAILED) {
+            r.selected = false;
+        }
+        assert_eq!(index_only_note(&rows), None);
+    }
+
+    #[test]
+    fn a_later_image_of_a_pid_makes_the_earlier_one_execd() {
+        let facts = |pid: u32, clean_end: bool, exit: Option<&str>| Facts {
+            row: row(pid, "sh", 1),
+            clean_end,
+            running: false,
+            exit: exit.map(str::to_string),
+        };
+        let rows = rows_of(vec![facts(1, false, Some("exit code 3")), facts(2, false, None), facts(1, true, None), facts(2, true, None)]);
+        let ends: Vec<Ending> = rows.iter().map(|r| r.ending).collect();
+        assert_eq!(ends, [Ending::Execd, Ending::Execd, Ending::ExitCode { exit_code: 3 }, Ending::Exited]);
     }
 
     fn shown_events(rows: &[IndexRow], shown: &[usize]) -> u64 {

@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use super::index::{self, Ending, Facts, IndexRow};
+use super::select::{SelectError, Selection};
+use super::RunReport;
 use crate::heap::{self, AnalyzeOptions, ProcessReport};
 use crate::trace::{family, keys, TraceError, TraceFile};
 
@@ -41,12 +44,22 @@ pub enum LoadError {
     NoRootTrace { root: PathBuf, children: Vec<PathBuf> },
     #[error(transparent)]
     Trace(#[from] TraceError),
+    #[error(transparent)]
+    Select(#[from] SelectError),
 }
 
-/// The reports of a run's processes, root first, and the child traces that
-/// could not be used. The root trace must be readable; a child's failure is
-/// a `MissingTrace`, not an error.
-pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions) -> Result<(Vec<ProcessReport>, Vec<MissingTrace>), LoadError> {
+/// The report of a run: the root trace and (with `children`) the child
+/// traces beside it, every one in the index, those `sel` picks reported in
+/// detail. The root trace must be readable; a child's failure is a
+/// `MissingTrace`, not an error.
+///
+/// Which processes are reported in detail is known before their traces are
+/// decoded — by pid and command from their headers, or for a large tree by
+/// their chunks' event counts, which the analysis's count (the index's)
+/// can fall short of (records that are no calls, damage, a sampled trace's
+/// frees) — and checked after: a process the exact counts put among the
+/// busiest that was only indexed is analysed again, in detail.
+pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection) -> Result<RunReport, LoadError> {
     if !file.exists() {
         let children = crate::record::trace_family(file);
         if children.is_empty() {
@@ -56,50 +69,97 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions) -> Result<(Vec<P
     }
     let root = TraceFile::open(file)?;
     let listed = root.runinfo_get(keys::CHILD_TRACES).map(family::decode);
-    let mut processes = vec![heap::analyze(&root, opts)?];
-    drop(root);
+    let mut traces = vec![root];
     let mut missing = Vec::new();
-    if !children {
-        return Ok((processes, missing));
-    }
-    let found: Vec<PathBuf> = crate::record::trace_family(file).into_iter().skip(1).collect();
     let suffix = |f: &Path| child_suffix(file, f);
     let command_of = |s: Option<&str>| {
         let s = s?;
         listed.as_ref()?.iter().find(|l| l.suffix == s).map(|l| l.command.clone())
     };
-    for f in &found {
-        let analyzed = TraceFile::open(f).and_then(|t| heap::analyze(&t, opts));
-        match analyzed {
-            Ok(p) => processes.push(p),
-            Err(e) => {
-                let s = suffix(f);
-                missing.push(MissingTrace {
-                    file: f.display().to_string(),
-                    pid: s.as_deref().and_then(family::suffix_pid),
-                    command: command_of(s.as_deref())
-                        .or_else(|| crate::trace::read_header(f).ok().map(|h| family::command_name(&h.cmdline, &h.exe))),
-                    reason: format!("unreadable: {e}"),
-                });
+    let unreadable = |f: &Path, e: TraceError| {
+        let s = suffix(f);
+        MissingTrace {
+            file: f.display().to_string(),
+            pid: s.as_deref().and_then(family::suffix_pid),
+            command: command_of(s.as_deref())
+                .or_else(|| crate::trace::read_header(f).ok().map(|h| family::command_name(&h.cmdline, &h.exe))),
+            reason: format!("unreadable: {e}"),
+        }
+    };
+    if children {
+        let found: Vec<PathBuf> = crate::record::trace_family(file).into_iter().skip(1).collect();
+        for f in &found {
+            match TraceFile::open(f) {
+                Ok(t) => traces.push(t),
+                Err(e) => missing.push(unreadable(f, e)),
             }
         }
-    }
-    // A set, not a scan of `found` per listed trace: on a tree of a thousand
-    // processes the scan took longer than reading all their traces.
-    let found_suffixes: std::collections::HashSet<String> = found.iter().filter_map(|f| suffix(f)).collect();
-    for l in listed.iter().flatten() {
-        if found_suffixes.contains(&l.suffix) {
-            continue;
+        // A set, not a scan of `found` per listed trace: on a tree of a thousand
+        // processes the scan took longer than reading all their traces.
+        let found_suffixes: std::collections::HashSet<String> = found.iter().filter_map(|f| suffix(f)).collect();
+        for l in listed.iter().flatten() {
+            if found_suffixes.contains(&l.suffix) {
+                continue;
+            }
+            missing.push(MissingTrace {
+                file: sibling(file, &l.suffix).display().to_string(),
+                pid: Some(l.pid),
+                command: Some(l.command.clone()),
+                reason: "mtlab record found it beside the root trace when the run ended; it is not there now (deleted or moved)"
+                    .into(),
+            });
         }
-        missing.push(MissingTrace {
-            file: sibling(file, &l.suffix).display().to_string(),
-            pid: Some(l.pid),
-            command: Some(l.command.clone()),
-            reason: "mtlab record found it beside the root trace when the run ended; it is not there now (deleted or moved)"
-                .into(),
-        });
     }
-    Ok((processes, missing))
+    // The plan, from what the index pass read: a pid or name that matches
+    // nothing is an error before any trace is decoded.
+    let mut planned: Vec<IndexRow> = traces.iter().map(planned_row).collect();
+    let file_name = file.display().to_string();
+    sel.apply(&mut planned, &file_name)?;
+    let mut analysed: Vec<(Facts, Option<ProcessReport>)> = Vec::with_capacity(traces.len());
+    for (i, (t, plan)) in traces.into_iter().zip(&planned).enumerate() {
+        let report = if plan.reported { heap::analyze(&t, opts) } else { heap::analyze_for_index(&t) };
+        match report {
+            Ok(p) => analysed.push((Facts::of(&p), plan.reported.then_some(p))),
+            Err(e) if i == 0 => return Err(e.into()),
+            Err(e) => missing.push(unreadable(&t.path, e)),
+        }
+    }
+    let (facts, mut reports): (Vec<Facts>, Vec<Option<ProcessReport>>) = analysed.into_iter().unzip();
+    let mut index = index::rows_of(facts);
+    sel.apply(&mut index, &file_name)?;
+    reconcile(&index, &mut reports, |row| heap::analyze(&TraceFile::open(&row.file)?, opts))?;
+    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, frames: 0 })
+}
+
+/// Makes the detailed reports those of the rows reported: `detail` analyses
+/// a row's process that was only indexed; a report no longer wanted is dropped.
+fn reconcile<T, E>(rows: &[IndexRow], reports: &mut [Option<T>], mut detail: impl FnMut(&IndexRow) -> Result<T, E>) -> Result<(), E> {
+    for (row, report) in rows.iter().zip(reports.iter_mut()) {
+        if !row.reported {
+            *report = None;
+        } else if report.is_none() {
+            *report = Some(detail(row)?);
+        }
+    }
+    Ok(())
+}
+
+/// A process's row as the index pass of its trace tells it: its events are
+/// its chunks' count (every record, calls or not).
+fn planned_row(t: &TraceFile) -> IndexRow {
+    IndexRow {
+        pid: t.header.pid,
+        ppid: t.header.ppid,
+        command: family::command_name(&t.header.cmdline, &t.header.exe),
+        cmdline: t.header.cmdline.clone(),
+        exe: t.header.exe.clone(),
+        file: t.path.display().to_string(),
+        events: t.chunks.iter().map(|c| c.n_events as u64).sum(),
+        peak_live_bytes: None,
+        ending: Ending::NoEnd,
+        reported: true,
+        selected: true,
+    }
 }
 
 /// `PID[.N]` of a child trace `ROOT.PID[.N]`.
@@ -123,6 +183,41 @@ fn sibling(root: &Path, suffix: &str) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_exact_counts_decide_which_processes_are_detailed() {
+        // Planned by chunk counts (which count records that are no calls):
+        // the root and 101; the analyses' counts put 102 among the busiest.
+        let row = |pid: u32, events: u64| IndexRow {
+            pid,
+            ppid: 1,
+            command: "cc1".into(),
+            cmdline: vec!["cc1".into()],
+            exe: "/usr/bin/cc1".into(),
+            file: format!("t.mtl.{pid}"),
+            events,
+            peak_live_bytes: Some(0),
+            ending: Ending::Exited,
+            reported: true,
+            selected: true,
+        };
+        let mut rows: Vec<IndexRow> = vec![row(100, 1), row(101, 5), row(102, 6)];
+        // Two detailed at most (`Selection::apply` takes DETAILED).
+        let chosen = crate::report::select::busiest(rows.iter().map(|r| r.events), 2);
+        for (r, c) in rows.iter_mut().zip(chosen) {
+            r.reported = c;
+        }
+        assert_eq!(rows.iter().map(|r| r.reported).collect::<Vec<_>>(), [true, false, true]);
+        let mut reports = vec![Some("root"), Some("101 in detail"), None];
+        let mut analysed = Vec::new();
+        reconcile(&rows, &mut reports, |r| {
+            analysed.push(r.pid);
+            Ok::<_, ()>("102 again, in detail")
+        })
+        .unwrap();
+        assert_eq!(reports, [Some("root"), None, Some("102 again, in detail")]);
+        assert_eq!(analysed, [102], "only the one missing is analysed again");
+    }
 
     #[test]
     fn a_child_trace_is_named_by_its_suffix() {

@@ -55,6 +55,10 @@ pub fn document_of(run: &RunReport, parts: Parts) -> Document {
         }
         views.extend(views::views(run));
         views.extend(run.processes.iter().filter_map(views::memory_plot).map(View::Plot));
+        // Again at the end, where a terminal leaves the reader.
+        if let Some(note) = index::index_only_note(&run.index) {
+            views.push(View::Note(note));
+        }
     }
     if parts.tables {
         views.extend(csv_out::tables(run).into_iter().map(View::Table));
@@ -69,7 +73,8 @@ pub fn document_of(run: &RunReport, parts: Parts) -> Document {
 /// A run's reports.
 pub struct RunReport {
     /// The processes reported in detail, in the index's order (root first,
-    /// then its traced descendants, unless `--pid`/`--comm` chose others).
+    /// then its traced descendants; `--pid`/`--comm` choose others, and a
+    /// run of more than `select::DETAILED` has only the root and the busiest).
     pub processes: Vec<ProcessReport>,
     /// Every traced process of the run, reported in detail or not.
     pub index: Vec<index::IndexRow>,
@@ -81,24 +86,6 @@ pub struct RunReport {
 }
 
 impl RunReport {
-    /// Every process of `processes` reported.
-    pub fn new(processes: Vec<ProcessReport>, missing: Vec<load::MissingTrace>) -> RunReport {
-        RunReport { index: index::rows(&processes), processes, missing, frames: 0 }
-    }
-
-    /// Keeps the processes `sel` chooses (the index keeps them all), or
-    /// says which pids and names matched nothing and what there is.
-    pub fn select(&mut self, sel: &select::Selection, file: &str) -> Result<(), select::SelectError> {
-        sel.apply(&mut self.index, file)?;
-        let keep: Vec<bool> = self.index.iter().map(|r| r.reported).collect();
-        let mut i = 0;
-        self.processes.retain(|_| {
-            i += 1;
-            keep[i - 1]
-        });
-        Ok(())
-    }
-
     /// Is this process the run's root (the first trace)?
     pub fn is_root(&self, p: &ProcessReport) -> bool {
         self.index.first().is_some_and(|r| r.file == p.file)

@@ -1,16 +1,26 @@
-//! Which processes `mtlab report --pid/--comm` reports in detail, and which
-//! of them its profile exports take.
+//! Which processes `mtlab report` reports in detail (`--pid`, `--comm`,
+//! `--all-processes`, and the default for a large tree: the root and the
+//! busiest others), and which of them its profile exports take.
 
 use std::collections::BTreeMap;
 
-use super::index::{labels, IndexRow};
+use super::index::{labels, IndexRow, SCREEN_ROWS};
 
-/// `--pid` and `--comm`: a process is selected when it matches any of them;
-/// with neither, every process is.
+/// Processes reported in detail, when a run has more of them and neither
+/// `--pid`, `--comm` nor `--all-processes` says which: the root and the
+/// busiest others by events. The others are in the process index only, and
+/// cost only what it needs (their heaps replayed, nothing symbolized): a tree
+/// of 600 small processes reported every one at 0.9 ms each, 7x its root alone.
+pub const DETAILED: usize = SCREEN_ROWS;
+
+/// `--pid`, `--comm` and `--all-processes`: a process is selected when it
+/// matches any pid or name; with neither, every process is, and every one
+/// is reported in detail up to `DETAILED` processes (`--all-processes`: however many).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Selection {
     pub pids: Vec<u32>,
     pub comms: Vec<String>,
+    pub all_processes: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -20,12 +30,16 @@ pub enum SelectError {
 }
 
 impl Selection {
-    pub fn is_all(&self) -> bool {
-        self.pids.is_empty() && self.comms.is_empty()
+    /// Are processes named (`--pid`, `--comm`)?
+    pub fn names(&self) -> bool {
+        !self.pids.is_empty() || !self.comms.is_empty()
     }
 
-    /// Marks the rows selected (`reported`). Every pid and name asked for
-    /// must match a process: a typo would otherwise report nothing, quietly.
+    /// Marks the rows selected and those reported in detail: the named ones;
+    /// with no name every one, cut to the root and the busiest others when
+    /// there are more than `DETAILED` (unless `--all-processes`). Every pid
+    /// and name asked for must match a process: a typo would otherwise
+    /// report nothing, quietly.
     pub fn apply(&self, rows: &mut [IndexRow], file: &str) -> Result<(), SelectError> {
         let mut unmatched: Vec<String> = Vec::new();
         for pid in &self.pids {
@@ -42,10 +56,31 @@ impl Selection {
             return Err(SelectError::NoMatch { asked: unmatched.join(", "), file: file.to_string(), available: available(rows) });
         }
         for r in rows.iter_mut() {
-            r.reported = self.is_all() || self.pids.contains(&r.pid) || self.comms.iter().any(|n| r.is_command(n));
+            r.selected = !self.names() || self.pids.contains(&r.pid) || self.comms.iter().any(|n| r.is_command(n));
+            r.reported = r.selected;
+        }
+        if !self.names() && !self.all_processes && rows.len() > DETAILED {
+            let chosen = busiest(rows.iter().map(|r| r.events), DETAILED);
+            for (r, busy) in rows.iter_mut().zip(chosen) {
+                r.reported = busy;
+            }
         }
         Ok(())
     }
+}
+
+/// The first (the root) and the busiest others by `events`, `limit` in all
+/// (equal counts in the family's order): true for each one chosen.
+pub fn busiest(events: impl Iterator<Item = u64>, limit: usize) -> Vec<bool> {
+    let events: Vec<u64> = events.collect();
+    let mut order: Vec<usize> = (1..events.len()).collect();
+    // Stable: equal counts keep the family's order.
+    order.sort_by_key(|&i| std::cmp::Reverse(events[i]));
+    let mut chosen = vec![false; events.len()];
+    for i in std::iter::once(0).chain(order).take(limit).filter(|&i| i < events.len()) {
+        chosen[i] = true;
+    }
+    chosen
 }
 
 /// The processes as "PID (command)", or for a large tree the commands with
@@ -81,9 +116,11 @@ pub struct ExportPick {
 
 /// One process unless `merge`: the only one selected; of one pid's several
 /// images (exec) the last; else the root when it is selected, else the first
-/// selected. With `merge`, every selected one.
+/// selected. With `merge`, every selected one. Selected, not reported in
+/// detail: with no `--pid`/`--comm` that is every process, as many as a
+/// large tree has.
 pub fn export_pick(rows: &[IndexRow], merge: bool) -> ExportPick {
-    let selected: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].reported).collect();
+    let selected: Vec<usize> = (0..rows.len()).filter(|&i| rows[i].selected).collect();
     let label = |i: usize| format!("{} ({}, {})", rows[i].pid, rows[i].command, rows[i].file);
     let caption = |i: usize| format!("process {}", rows[i].label());
     if merge && selected.len() > 1 {
@@ -142,6 +179,7 @@ mod tests {
             peak_live_bytes: None,
             ending: Ending::Exited,
             reported: true,
+            selected: true,
         }
     }
 
@@ -156,7 +194,7 @@ mod tests {
     #[test]
     fn pids_and_commands_select_their_union() {
         let mut rows = tree();
-        Selection { pids: vec![12], comms: vec!["cc1".into()] }.apply(&mut rows, "t.mtl").unwrap();
+        Selection { pids: vec![12], comms: vec!["cc1".into()], ..Default::default() }.apply(&mut rows, "t.mtl").unwrap();
         assert_eq!(reported(&rows), [11, 12, 13]);
         Selection::default().apply(&mut rows, "t.mtl").unwrap();
         assert_eq!(reported(&rows), [10, 11, 12, 13]);
@@ -165,15 +203,57 @@ mod tests {
     #[test]
     fn what_matches_nothing_is_an_error_naming_what_exists() {
         let mut rows = tree();
-        let e = Selection { pids: vec![99, 10], comms: vec!["ld".into()] }.apply(&mut rows, "t.mtl").unwrap_err();
+        let e = Selection { pids: vec![99, 10], comms: vec!["ld".into()], ..Default::default() }.apply(&mut rows, "t.mtl").unwrap_err();
         assert_eq!(
             e.to_string(),
             "--pid 99, --comm ld matches no traced process in t.mtl; the traced processes are 10 (make), 11 (cc1), 12 (as), 13 (cc1)"
         );
         assert_eq!(reported(&rows), [10, 11, 12, 13], "nothing changed");
         let mut big: Vec<IndexRow> = (0..20).map(|i| row(100 + i, if i < 15 { "cc1" } else { "as" })).collect();
-        let e = Selection { pids: vec![1], comms: vec![] }.apply(&mut big, "t.mtl").unwrap_err().to_string();
+        let e = Selection { pids: vec![1], ..Default::default() }.apply(&mut big, "t.mtl").unwrap_err().to_string();
         assert!(e.ends_with("; there are 20 traced processes, by command: cc1 ×15, as ×5 (`mtlab report FILE` lists the busiest with their pids)"), "{e}");
+    }
+
+    #[test]
+    fn the_busiest_are_the_root_and_the_most_events_in_the_familys_order() {
+        let chosen = |events: &[u64], limit| busiest(events.iter().copied(), limit);
+        assert_eq!(chosen(&[1, 9, 5, 9, 7], 3), [true, true, false, true, false], "the root however quiet; ties in order");
+        assert_eq!(chosen(&[1, 2], 5), [true, true]);
+        assert_eq!(chosen(&[], 5), Vec::<bool>::new());
+        assert_eq!(chosen(&[4, 5, 6], 1), [true, false, false]);
+    }
+
+    /// `n` processes, pid 100 + i with i + 1 events (the root the quietest).
+    fn large(n: u32) -> Vec<IndexRow> {
+        (0..n)
+            .map(|i| IndexRow { events: u64::from(i) + 1, ..row(100 + i, if i % 2 == 0 { "cc1" } else { "as" }) })
+            .collect()
+    }
+
+    #[test]
+    fn a_large_run_reports_the_root_and_the_busiest_and_selects_every_one() {
+        let n = DETAILED as u32 + 5;
+        let mut rows = large(n);
+        Selection::default().apply(&mut rows, "t.mtl").unwrap();
+        let mut want = vec![100];
+        want.extend((100 + n - (DETAILED as u32 - 1))..(100 + n));
+        assert_eq!(reported(&rows), want);
+        assert!(rows.iter().all(|r| r.selected), "the exports still choose from every process");
+        assert_eq!(export_pick(&rows, true).rows.len(), n as usize);
+        let mut all = large(n);
+        Selection { all_processes: true, ..Default::default() }.apply(&mut all, "t.mtl").unwrap();
+        assert_eq!(reported(&all).len(), n as usize);
+        let mut exact = large(DETAILED as u32);
+        Selection::default().apply(&mut exact, "t.mtl").unwrap();
+        assert_eq!(reported(&exact).len(), DETAILED, "up to the limit, every one");
+        // Naming processes reports them, however quiet, and only them.
+        let mut named = large(n);
+        Selection { pids: vec![101], ..Default::default() }.apply(&mut named, "t.mtl").unwrap();
+        assert_eq!(reported(&named), [101]);
+        assert_eq!(named.iter().filter(|r| r.selected).count(), 1);
+        let mut by_name = large(n);
+        Selection { comms: vec!["as".into()], ..Default::default() }.apply(&mut by_name, "t.mtl").unwrap();
+        assert_eq!(reported(&by_name).len(), n as usize / 2, "a name reports all its processes, beyond the limit");
     }
 
     #[test]
@@ -188,7 +268,7 @@ mod tests {
         assert_eq!(p.caption, "process 10 (make)");
         assert_eq!(export_pick(&rows, true).rows, [0, 1, 2, 3]);
         assert_eq!(export_pick(&rows, true).caption, "4 processes summed");
-        Selection { pids: vec![], comms: vec!["cc1".into()] }.apply(&mut rows, "t.mtl").unwrap();
+        Selection { comms: vec!["cc1".into()], ..Default::default() }.apply(&mut rows, "t.mtl").unwrap();
         let p = export_pick(&rows, false);
         assert_eq!(p.rows, [1]);
         assert!(p.message.contains("11 (cc1, t.mtl.11), the first of 2 selected"), "{}", p.message);
@@ -197,11 +277,11 @@ mod tests {
         assert_eq!(p.message, "the exports sum the profiles of 2 processes: 11 (cc1), 13 (cc1)");
         let mut images = tree();
         images[2].pid = 11;
-        Selection { pids: vec![11], comms: vec![] }.apply(&mut images, "t.mtl").unwrap();
+        Selection { pids: vec![11], ..Default::default() }.apply(&mut images, "t.mtl").unwrap();
         let p = export_pick(&images, false);
         assert_eq!(p.rows, [2]);
         assert_eq!(p.message, "the exports are of process 11 (as, t.mtl.12), the last of its 2 traces (it exec'd); --merge sums them all");
-        Selection { pids: vec![12], comms: vec![] }.apply(&mut rows, "t.mtl").unwrap();
+        Selection { pids: vec![12], ..Default::default() }.apply(&mut rows, "t.mtl").unwrap();
         assert_eq!(export_pick(&rows, true).message, "the exports are of process 12 (as, t.mtl.12)");
     }
 }
