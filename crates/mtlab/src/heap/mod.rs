@@ -1,6 +1,7 @@
 //! The heap study's analysis: a shadow heap replayed from a trace.
 
 pub mod analyze;
+pub(crate) mod live;
 pub mod model;
 pub mod stats;
 

@@ -1,0 +1,290 @@
+//! The shadow heap's live blocks by address: open addressing with linear
+//! probing, each key stored beside its value. A lookup in a table of tens of
+//! thousands of blocks misses the cache; hashbrown's separate control bytes
+//! made that two misses per lookup (cc1: a fifth of the report's time in the
+//! shadow heap); here a probe reads 8-byte keys only.
+//!
+//! Removal shifts the entries that follow back (no tombstones), so a table
+//! that has seen millions of allocations probes as little as a fresh one.
+
+/// An empty slot's key. Address 0 is kept apart (`zero`).
+const EMPTY: u64 = 0;
+
+pub(crate) struct LiveMap<V: Copy + Default> {
+    /// Keys and values in separate arrays: probing reads only keys (8
+    /// bytes a slot, so far more of them stay cached), and an insertion's
+    /// value is a store, which does not wait for its cache line.
+    keys: Vec<u64>,
+    vals: Vec<V>,
+    /// 64 - log2(keys.len()): the hash's top bits pick the home slot.
+    shift: u32,
+    len: usize,
+    zero: Option<V>,
+}
+
+impl<V: Copy + Default> Default for LiveMap<V> {
+    fn default() -> Self {
+        Self::with_slots(1 << 10)
+    }
+}
+
+impl<V: Copy + Default> LiveMap<V> {
+    fn with_slots(n: usize) -> Self {
+        debug_assert!(n.is_power_of_two() && n >= 2);
+        LiveMap {
+            keys: vec![EMPTY; n],
+            vals: vec![V::default(); n],
+            shift: 64 - n.trailing_zeros(),
+            len: 0,
+            zero: None,
+        }
+    }
+
+    /// Two multiplies with a fold between them: one alone (Fibonacci
+    /// hashing) crowded blocks 16 bytes apart into a third fewer home slots
+    /// than a random spread, as the low zero bits of aligned addresses
+    /// weaken the multiplier.
+    #[inline(always)]
+    fn home(&self, key: u64) -> usize {
+        const K: u64 = 0x9E37_79B9_7F4A_7C15;
+        let x = key.wrapping_mul(K);
+        ((x ^ (x >> 32)).wrapping_mul(K) >> self.shift) as usize
+    }
+
+    #[inline(always)]
+    fn mask(&self) -> usize {
+        self.keys.len() - 1
+    }
+
+    /// The slot holding `key`, or the empty slot where it would go.
+    #[inline(always)]
+    fn find(&self, key: u64) -> (usize, bool) {
+        let mask = self.mask();
+        let mut i = self.home(key);
+        loop {
+            let k = self.keys[i];
+            if k == key {
+                return (i, true);
+            }
+            if k == EMPTY {
+                return (i, false);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len + self.zero.is_some() as usize
+    }
+
+    pub fn get(&self, key: u64) -> Option<&V> {
+        if key == EMPTY {
+            return self.zero.as_ref();
+        }
+        match self.find(key) {
+            (i, true) => Some(&self.vals[i]),
+            _ => None,
+        }
+    }
+
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
+        if key == EMPTY {
+            return self.zero.as_mut();
+        }
+        match self.find(key) {
+            (i, true) => Some(&mut self.vals[i]),
+            _ => None,
+        }
+    }
+
+    /// Inserts `val` unless `key` is present; returns whether it did.
+    #[inline]
+    pub fn insert_new(&mut self, key: u64, val: V) -> bool {
+        if key == EMPTY {
+            if self.zero.is_some() {
+                return false;
+            }
+            self.zero = Some(val);
+            return true;
+        }
+        let (i, found) = self.find(key);
+        if found {
+            return false;
+        }
+        self.keys[i] = key;
+        self.vals[i] = val;
+        self.len += 1;
+        // At most half full: linear probing's misses stay short (2.5 slots
+        // expected) while the table is still a few MiB for 100 K blocks.
+        if 2 * self.len > self.keys.len() {
+            self.grow();
+        }
+        true
+    }
+
+    /// Inserts or replaces; returns the value replaced.
+    pub fn insert(&mut self, key: u64, val: V) -> Option<V> {
+        if self.insert_new(key, val) {
+            return None;
+        }
+        let v = self.get_mut(key).expect("present: insert_new refused it");
+        Some(std::mem::replace(v, val))
+    }
+
+    #[cold]
+    fn grow(&mut self) {
+        let old = std::mem::replace(self, Self::with_slots(2 * self.keys.len()));
+        self.zero = old.zero;
+        self.len = old.len;
+        let mask = self.mask();
+        for (&key, &val) in old.keys.iter().zip(&old.vals).filter(|(&k, _)| k != EMPTY) {
+            let mut i = self.home(key);
+            while self.keys[i] != EMPTY {
+                i = (i + 1) & mask;
+            }
+            self.keys[i] = key;
+            self.vals[i] = val;
+        }
+    }
+
+    #[inline]
+    pub fn remove(&mut self, key: u64) -> Option<V> {
+        if key == EMPTY {
+            return self.zero.take();
+        }
+        let (mut hole, found) = self.find(key);
+        if !found {
+            return None;
+        }
+        let val = self.vals[hole];
+        self.len -= 1;
+        // Backward shift: an entry after the hole moves into it unless its
+        // home lies after the hole (cyclically), where a lookup starts past it.
+        let mask = self.mask();
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let k = self.keys[j];
+            if k == EMPTY {
+                break;
+            }
+            let home = self.home(k);
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.keys[hole] = k;
+                self.vals[hole] = self.vals[j];
+                hole = j;
+            }
+        }
+        self.keys[hole] = EMPTY;
+        Some(val)
+    }
+
+    /// Every entry, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &V)> {
+        self.zero
+            .as_ref()
+            .map(|v| (EMPTY, v))
+            .into_iter()
+            .chain(self.keys.iter().zip(&self.vals).filter(|(&k, _)| k != EMPTY).map(|(&k, v)| (k, v)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn insert_get_remove_exactly() {
+        let mut m: LiveMap<u32> = LiveMap::default();
+        assert!(m.insert_new(0x1000, 1));
+        assert!(!m.insert_new(0x1000, 2), "a present key is refused");
+        assert_eq!(m.get(0x1000), Some(&1), "and keeps its value");
+        assert_eq!(m.insert(0x1000, 3), Some(1));
+        assert_eq!(m.get(0x1000), Some(&3));
+        assert_eq!(m.len(), 1);
+        assert_eq!(m.remove(0x1000), Some(3));
+        assert_eq!(m.remove(0x1000), None);
+        assert_eq!(m.get(0x1000), None);
+        assert_eq!(m.len(), 0);
+    }
+
+    #[test]
+    fn address_zero_is_a_key_like_any_other() {
+        let mut m: LiveMap<u32> = LiveMap::default();
+        assert_eq!(m.get(0), None);
+        assert_eq!(m.remove(0), None);
+        assert!(m.insert_new(0, 7));
+        assert!(!m.insert_new(0, 8));
+        *m.get_mut(0).unwrap() += 1;
+        assert_eq!(m.iter().collect::<Vec<_>>(), vec![(0, &8)]);
+        assert_eq!(m.len(), 1);
+        assert_eq!(m.remove(0), Some(8));
+        assert_eq!(m.get(0), None);
+    }
+
+    #[test]
+    fn colliding_keys_survive_removal_of_any_of_them() {
+        // Keys of one home slot form a run; removing any one must leave the
+        // others reachable (the backward shift), including across the wrap.
+        let mut m: LiveMap<u64> = LiveMap::with_slots(16);
+        let home = |k: u64| m.home(k);
+        let want = home(0x10);
+        let mut keys: Vec<u64> = (1..100_000u64).map(|k| k * 16).filter(|&k| home(k) == want).take(4).collect();
+        let last = (1..100_000u64).map(|k| k * 16).find(|&k| home(k) == 15).unwrap();
+        keys.push(last);
+        let wrap: Vec<u64> = (1..100_000u64).map(|k| k * 16).filter(|&k| home(k) == 15 && k != last).take(2).collect();
+        keys.extend(&wrap);
+        for &k in &keys {
+            assert!(m.insert_new(k, k + 1));
+        }
+        for (n, &k) in keys.iter().enumerate() {
+            assert_eq!(m.remove(k), Some(k + 1));
+            for &other in &keys[n + 1..] {
+                assert_eq!(m.get(other), Some(&(other + 1)), "after removing {k:#x}");
+            }
+        }
+        assert_eq!(m.len(), 0);
+        assert!(m.keys.iter().all(|&k| k == EMPTY));
+    }
+
+    #[test]
+    fn matches_a_hash_map_under_churn() {
+        let mut m: LiveMap<u64> = LiveMap::default();
+        let mut r: HashMap<u64, u64> = HashMap::new();
+        let mut x = 0x1234_5678u64;
+        for i in 0..200_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Few distinct keys at 2 MiB, 4 KiB and 16-byte spacing: many hits and collisions.
+            let key = match x % 3 {
+                0 => 0x7f00_0000_0000 + (x >> 8) % 3000 * (2 << 20),
+                1 => 0x5555_0000_0000 + (x >> 8) % 3000 * 4096,
+                _ => 0x5555_0000_0000 + (x >> 8) % 3000 * 16,
+            };
+            if x % 5 < 3 {
+                assert_eq!(m.insert(key, i), r.insert(key, i));
+            } else {
+                assert_eq!(m.remove(key), r.remove(&key));
+            }
+            assert_eq!(m.len(), r.len());
+        }
+        let mut got: Vec<(u64, u64)> = m.iter().map(|(k, &v)| (k, v)).collect();
+        let mut want: Vec<(u64, u64)> = r.into_iter().collect();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
+        assert!(2 * m.len() <= m.keys.len(), "at most half full");
+    }
+
+    #[test]
+    fn aligned_addresses_spread_over_home_slots() {
+        // 4096 keys at random would take 3971 of 65536 home slots.
+        let m: LiveMap<u8> = LiveMap::with_slots(1 << 16);
+        for spacing in [2u64 << 20, 64 << 10, 4096, 48, 32, 16, 8] {
+            let homes: std::collections::HashSet<usize> = (0..4096u64).map(|i| m.home(0x7f00_0000_0000 + i * spacing)).collect();
+            assert!(homes.len() > 3900, "spacing {spacing}: {} home slots", homes.len());
+        }
+    }
+}
