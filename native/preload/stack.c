@@ -296,15 +296,17 @@ uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
     int fp = mtlab_cfg.unwind == MTLAB_UNWIND_FP;
     uint32_t gen = atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
     uint32_t id = stack_id_walk(b, frame, fp ? m : NULL);
-    m->gen = gen;
     if (fp) {
+        m->gen = gen;
         m->id = m->levels <= MTLAB_MEMO_LEVELS ? id : 0;
         return id;
     }
     /* The DWARF walk keeps its own record of the last walk (cfi.c) and says
      * when it is repeated (stack_id_walk then fills the memo's words where
-     * it can); after any other walk the memo's words are not this stack's. */
-    if (id != m->id) m->fp[0] = 0; /* never a hit of the inline check */
+     * it can); after any other walk, or a dlclose, the memo's words are not
+     * this stack's. */
+    if (id != m->id || m->gen != gen) m->fp[0] = 0; /* never a hit of the inline check */
+    m->gen = gen;
     m->id = id;
     return id;
 }
