@@ -48,9 +48,10 @@ struct Region {
     ends: BinaryHeap<End>,
     /// Entries not yet in `ends` (moved there when the last object is freed).
     pending: Vec<End>,
-    /// `frag(start)` as last computed: an update subtracts the old value
-    /// from the running sum without a second division.
+    /// `frag(start)` as last counted in `ShadowHeap::sum_frag`.
     frag: f64,
+    /// Changed since `frag` was computed (and listed in `ShadowHeap::dirty`).
+    dirty: bool,
 }
 
 impl Region {
@@ -141,9 +142,17 @@ pub struct ShadowHeap {
     unplaced_bytes: u64,
     mapped_bytes: u64,
     brk_bytes: u64,
+    /// Regions other than the brk heap (a snapshot at every new peak
+    /// counted them).
+    mmap_regions: u64,
     sum_span: u64,
     sum_region_live: u64,
+    /// Sum of the regions' `frag` fields; regions listed in `dirty` have
+    /// changed since. Recomputed for them at a snapshot, not at every event:
+    /// the division and float sums were a tenth of the shadow heap's work,
+    /// and snapshots (time-series points, new peaks) are far fewer.
     sum_frag: f64,
+    dirty: Vec<u64>,
     /// Frees of addresses that were not live (allocated before tracing, or bugs).
     pub unknown_frees: u64,
     /// Allocations returning an address that was still live.
@@ -171,21 +180,38 @@ impl ShadowHeap {
         }
     }
 
-    /// Removes a region's contribution to the sums, runs `f`, adds it back.
-    /// Returns false when there is no region at `start`.
+    /// Removes a region's contribution to the sums, runs `f`, adds it back
+    /// (its fragmentation at the next snapshot). Returns false when there is
+    /// no region at `start`.
     fn update_region(&mut self, start: u64, f: impl FnOnce(&mut Region, &[u32])) -> bool {
         let Some(r) = self.regions.get_mut(&start) else { return false };
         self.sum_span -= r.span(start);
         self.sum_region_live -= r.live_bytes;
-        let old = r.frag;
         f(r, &self.gens);
         self.sum_span += r.span(start);
         self.sum_region_live += r.live_bytes;
-        r.frag = r.frag(start);
-        // The same two steps as ever: float sums are kept bit for bit.
-        self.sum_frag -= old;
-        self.sum_frag += r.frag;
+        if !r.dirty {
+            r.dirty = true;
+            self.dirty.push(start);
+        }
         true
+    }
+
+    /// Brings `sum_frag` up to date with the regions changed since the last call.
+    fn settle_frag(&mut self) {
+        for start in self.dirty.drain(..) {
+            // A region unmapped since (or mapped anew at the same start) is
+            // already counted as it is.
+            let Some(r) = self.regions.get_mut(&start) else { continue };
+            if !r.dirty {
+                continue;
+            }
+            r.dirty = false;
+            let old = r.frag;
+            r.frag = r.frag(start);
+            self.sum_frag -= old;
+            self.sum_frag += r.frag;
+        }
     }
 
     fn new_slot(&mut self) -> u32 {
@@ -299,7 +325,7 @@ impl ShadowHeap {
             }
         }
         self.unmap(start, end);
-        let mut region = Region { end, kind, live_bytes: 0, live_count: 0, last_end: start, ends: BinaryHeap::new(), pending: Vec::new(), frag: 0.0 };
+        let mut region = Region { end, kind, live_bytes: 0, live_count: 0, last_end: start, ends: BinaryHeap::new(), pending: Vec::new(), frag: 0.0, dirty: false };
         // Objects seen before their region was known are taken in now.
         let inside: Vec<u64> = self.unplaced.iter().copied().filter(|&a| a >= start && a < end).collect();
         for a in inside {
@@ -312,6 +338,8 @@ impl ShadowHeap {
         self.mapped_bytes += end - start;
         if kind == RegionKind::Brk {
             self.brk_bytes += end - start;
+        } else {
+            self.mmap_regions += 1;
         }
         self.sum_span += region.span(start);
         self.sum_region_live += region.live_bytes;
@@ -367,6 +395,8 @@ impl ShadowHeap {
             self.mapped_bytes -= r.end - s;
             if r.kind == RegionKind::Brk {
                 self.brk_bytes -= r.end - s;
+            } else {
+                self.mmap_regions -= 1;
             }
             for e in r.ends.iter().chain(&r.pending) {
                 if is_valid(e, &self.gens) {
@@ -404,7 +434,8 @@ impl ShadowHeap {
 
     /// Snapshot using the running sums (mean fragmentation carries float
     /// rounding from incremental updates; see `exact_snapshot`).
-    pub fn snapshot(&self) -> HeapSnapshot {
+    pub fn snapshot(&mut self) -> HeapSnapshot {
+        self.settle_frag();
         self.build(self.sum_frag)
     }
 
@@ -416,7 +447,6 @@ impl ShadowHeap {
 
     fn build(&self, sum_frag: f64) -> HeapSnapshot {
         let n = self.regions.len() as u64;
-        let mmap_regions = self.regions.values().filter(|r| r.kind != RegionKind::Brk).count() as u64;
         HeapSnapshot {
             live_objects: self.objects.len() as u64,
             live_bytes: self.live_bytes,
@@ -424,7 +454,7 @@ impl ShadowHeap {
             regions: n,
             mapped_bytes: self.mapped_bytes,
             brk_bytes: self.brk_bytes,
-            mmap_regions,
+            mmap_regions: self.mmap_regions,
             mmap_bytes: self.mapped_bytes - self.brk_bytes,
             unplaced_bytes: self.unplaced_bytes,
             fragmentation: Fragmentation {
@@ -611,8 +641,8 @@ mod tests {
 
     #[test]
     fn kept_fragmentation_matches_a_fresh_computation() {
-        // The region's kept `frag` must be what `frag()` gives after every
-        // kind of change, or the running sum drifts from the old one's bits.
+        // Once settled, every region's kept `frag` must be what `frag()`
+        // gives after every kind of change, and the running sum their sum.
         let mut h = ShadowHeap::new(0x1000);
         h.set_break(0x9000);
         h.map(0x10_0000, 0x20_0000, RegionKind::Mmap);
@@ -630,9 +660,13 @@ mod tests {
                 h.set_break(0x9000 + i * 16);
                 h.unmap(0x18_0000, 0x18_1000);
             }
+            h.settle_frag();
             for (&s, r) in &h.regions {
+                assert!(!r.dirty);
                 assert_eq!(r.frag.to_bits(), r.frag(s).to_bits(), "region {s:#x} after event {i}");
             }
+            let fresh: f64 = h.regions.iter().map(|(&s, r)| r.frag(s)).sum();
+            assert!((h.sum_frag - fresh).abs() < 1e-9, "sum {} vs {fresh} after event {i}", h.sum_frag);
         }
     }
 }
