@@ -590,6 +590,7 @@ impl<'a> Pass<'a> {
         self.trace.header.ns_since_start(tsc)
     }
 
+    #[inline(always)]
     fn allocated(&mut self, ptr: u64, size: u64, usable: u64, stack: u32, flags: u8, at: u64) {
         if flags & FLAG_CHUNK_MMAPPED != 0 {
             self.heap.map(ptr - GLIBC_CHUNK_HEADER, ptr + usable, RegionKind::GlibcChunk);
@@ -630,6 +631,7 @@ impl<'a> Pass<'a> {
     }
 
     /// `site` is the index the object was allocated with.
+    #[inline(always)]
     fn site_released(&mut self, site: u32, size: u64) {
         let gen = self.peak_gen;
         if let Some(s) = self.sites.acc.get_mut(site as usize) {
@@ -645,6 +647,7 @@ impl<'a> Pass<'a> {
     }
 
     /// `released`, counting the block as a temporary allocation of its site.
+    #[inline(always)]
     fn released_temporary(&mut self, ptr: u64, temporary: bool) -> Option<u64> {
         match self.heap.free_in(ptr) {
             Some((obj, kind)) => {

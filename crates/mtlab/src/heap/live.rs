@@ -98,7 +98,7 @@ impl<V: Copy + Default> LiveMap<V> {
     }
 
     /// Inserts `val` unless `key` is present; returns whether it did.
-    #[inline]
+    #[inline(always)]
     pub fn insert_new(&mut self, key: u64, val: V) -> bool {
         if key == EMPTY {
             if self.zero.is_some() {
@@ -147,7 +147,7 @@ impl<V: Copy + Default> LiveMap<V> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     pub fn remove(&mut self, key: u64) -> Option<V> {
         if key == EMPTY {
             return self.zero.take();

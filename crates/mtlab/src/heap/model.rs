@@ -166,6 +166,7 @@ impl ShadowHeap {
         ShadowHeap { brk_start, ..Default::default() }
     }
 
+    #[inline(always)]
     fn region_at(&self, addr: u64) -> Option<u64> {
         let (start, end) = self.last_region.get();
         if addr >= start && addr < end {
@@ -183,6 +184,7 @@ impl ShadowHeap {
     /// Removes a region's contribution to the sums, runs `f`, adds it back
     /// (its fragmentation at the next snapshot). Returns false when there is
     /// no region at `start`.
+    #[inline(always)]
     fn update_region(&mut self, start: u64, f: impl FnOnce(&mut Region, &[u32])) -> bool {
         let Some(r) = self.regions.get_mut(&start) else { return false };
         self.sum_span -= r.span(start);
@@ -214,6 +216,7 @@ impl ShadowHeap {
         }
     }
 
+    #[inline(always)]
     fn new_slot(&mut self) -> u32 {
         self.free_slots.pop().unwrap_or_else(|| {
             self.gens.push(0);
@@ -227,6 +230,7 @@ impl ShadowHeap {
         *g = g.wrapping_add(1);
     }
 
+    #[inline(always)]
     pub fn alloc(&mut self, addr: u64, size: u64, usable: u64, stack: u32) -> Option<Object> {
         let region = self.region_at(addr);
         let extra = usable.saturating_sub(size).min(u32::MAX as u64) as u32;
@@ -261,6 +265,7 @@ impl ShadowHeap {
     }
 
     /// As `free`, with the kind of the region that held the object.
+    #[inline(always)]
     pub fn free_in(&mut self, addr: u64) -> Option<(Object, Option<RegionKind>)> {
         let obj = self.objects.remove(addr)?;
         self.live_bytes -= obj.size;
@@ -495,6 +500,7 @@ fn is_valid(e: &End, gens: &[u32]) -> bool {
 }
 
 /// Drops stale entries, so the heap holds each placed object once.
+#[cold]
 fn compact(r: &mut Region, gens: &[u32]) {
     let mut live = std::mem::take(&mut r.ends).into_vec();
     live.append(&mut r.pending);
@@ -503,6 +509,7 @@ fn compact(r: &mut Region, gens: &[u32]) {
 }
 
 /// End of the last live object of `r`, dropping stale entries on the way.
+#[inline(never)]
 fn top_end(r: &mut Region, start: u64, gens: &[u32]) -> u64 {
     if !r.pending.is_empty() {
         // Heap-building a batch is linear; pushing each one may sift it to the top.
