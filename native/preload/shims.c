@@ -26,10 +26,21 @@ static inline __attribute__((always_inline)) int tracing(struct mtlab_tls *t) {
     int s = atomic_load_explicit(&mtlab_state, memory_order_relaxed);
     if (UNLIKELY(s == MTLAB_NOT_STARTED)) {
         s = mtlab_start_early();
-        if (mtlab_ctl) return 0; /* sampling mode from now on: this call is not a sample */
+        if (mtlab_ctl) return 0; /* sampling mode from now on (allocations were redone by started_sampling) */
     }
     if (UNLIKELY(t->guard || t->in_alloc) && !mtlab_guard_stale(t, (uintptr_t)__builtin_frame_address(0))) return 0;
     return LIKELY(s == MTLAB_TRACING);
+}
+
+/* Did this call just start mtlab in sampling mode? It is then an allocation
+ * by another library's constructor, made before mtlab's constructor ran;
+ * the shim makes it again through the exported function, where it counts
+ * toward the sampler's byte countdown like any later call. */
+static inline __attribute__((always_inline)) int started_sampling(struct mtlab_tls *t) {
+    if (LIKELY(atomic_load_explicit(&mtlab_state, memory_order_relaxed) != MTLAB_NOT_STARTED)) return 0;
+    if (t->guard || t->in_alloc) return 0;
+    mtlab_start_early();
+    return mtlab_ctl != NULL;
 }
 
 /* Starts an event: returns the write position or NULL (event dropped).
@@ -204,6 +215,7 @@ __attribute__((noinline)) static void *malloc_full(size_t n) {
         if (t->guard) return mtlab_bootstrap_alloc(n);
         mtlab_resolve();
     }
+    if (UNLIKELY(started_sampling(t))) return malloc(n);
     if (!tracing(t)) return mtlab_real.malloc(n);
     uint64_t t1, t0 = ENTER_ALLOC(t);
     void *r = mtlab_real.malloc(n);
@@ -224,6 +236,7 @@ __attribute__((noinline)) static void *calloc_full(size_t nmemb, size_t size) {
         if (t->guard) return mtlab_bootstrap_alloc(nmemb * size); /* pool memory is zeroed */
         mtlab_resolve();
     }
+    if (UNLIKELY(started_sampling(t))) return calloc(nmemb, size);
     if (!tracing(t)) return mtlab_real.calloc(nmemb, size);
     uint64_t t1, t0 = ENTER_ALLOC(t);
     void *r = mtlab_real.calloc(nmemb, size);
@@ -281,6 +294,7 @@ EXPORT void *realloc(void *old, size_t n) {
         if (t->guard) return mtlab_bootstrap_alloc(n);
         mtlab_resolve();
     }
+    if (UNLIKELY(started_sampling(t))) return realloc(old, n);
     if (mtlab_ctl) {
         sampling_release(old);
         SAMPLING_ALLOC(MTLAB_EV_REALLOC, mtlab_real.realloc(old, n), n);
@@ -296,6 +310,7 @@ EXPORT void *realloc(void *old, size_t n) {
 EXPORT void *reallocarray(void *old, size_t nmemb, size_t size) {
     struct mtlab_tls *t = &mtlab_tls;
     ensure_real();
+    if (UNLIKELY(started_sampling(t))) return reallocarray(old, nmemb, size);
     if (mtlab_ctl && mtlab_real.reallocarray) {
         sampling_release(old);
         SAMPLING_ALLOC(MTLAB_EV_REALLOCARRAY, mtlab_real.reallocarray(old, nmemb, size), nmemb * size);
@@ -324,6 +339,7 @@ EXPORT void *reallocarray(void *old, size_t nmemb, size_t size) {
 EXPORT int posix_memalign(void **out, size_t align, size_t n) {
     struct mtlab_tls *t = &mtlab_tls;
     ensure_real();
+    if (UNLIKELY(started_sampling(t))) return posix_memalign(out, align, n);
     if (mtlab_ctl) {
         int ret = mtlab_real.posix_memalign(out, align, n);
         if ((__atomic_load_n(&mtlab_ctl_area.state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE) && ret == 0 &&
@@ -344,6 +360,7 @@ EXPORT int posix_memalign(void **out, size_t align, size_t n) {
     EXPORT void *name(size_t align, size_t n) {                                                               \
         struct mtlab_tls *t = &mtlab_tls;                                                                     \
         ensure_real();                                                                                        \
+        if (UNLIKELY(started_sampling(t))) return name(align, n);                                             \
         SAMPLING_ALLOC(KIND, mtlab_real.name(align, n), n);                                                   \
         if (!tracing(t)) return mtlab_real.name(align, n);                                                    \
         uint64_t t1, t0 = ENTER_ALLOC(t);                                                                     \
@@ -359,6 +376,7 @@ ALIGNED_SHIM(memalign, MTLAB_EV_MEMALIGN)
     EXPORT void *name(size_t n) {                                                                             \
         struct mtlab_tls *t = &mtlab_tls;                                                                     \
         ensure_real();                                                                                        \
+        if (UNLIKELY(started_sampling(t))) return name(n);                                                    \
         SAMPLING_ALLOC(KIND, mtlab_real.name(n), n);                                                          \
         if (!tracing(t)) return mtlab_real.name(n);                                                           \
         uint64_t t1, t0 = ENTER_ALLOC(t);                                                                     \

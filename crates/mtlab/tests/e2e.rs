@@ -1685,6 +1685,27 @@ fn a_librarys_constructor_and_destructor_are_inside_the_traced_window() {
 }
 
 #[test]
+fn a_librarys_constructor_allocation_is_a_candidate_sample_too() {
+    // Under --sample the call that starts mtlab (from the library's
+    // constructor, before mtlab's own) must go through the sampler like any
+    // other: at a mean interval of 1 byte every allocation is a sample.
+    let lab = Lab::new();
+    let prog = lab.compile_linked("ctor_main", "ctor_lib");
+    let o = lab.record_cmd("s.mtl", &["--sample", "1", "--sample-seed", "7"], &prog, &[]).output().unwrap();
+    assert_success(&o, "mtlab record --sample 1");
+    let r = lab.report("s.mtl");
+    let top = r["profile"]["top"].as_array().unwrap_or_else(|| panic!("a sampled report: {}", r["profile"]));
+    let samples = |function: &str| -> Vec<u64> {
+        top.iter()
+            .filter(|s| s["frames"].as_array().unwrap().iter().any(|f| f["function"].as_str() == Some(function)))
+            .map(|s| u(&s["samples"]))
+            .collect()
+    };
+    assert_eq!(samples("ctor_lib_start"), vec![1], "the constructor's one block: {top:#?}");
+    assert_eq!(samples("main"), vec![1], "main's one block: {top:#?}");
+}
+
+#[test]
 fn the_cxx_runtimes_constructor_allocation_is_traced() {
     let lab = Lab::new();
     let src = lab.path("pool.cpp");
