@@ -1,6 +1,8 @@
 //! The shadow heap: live objects and mapped regions, with the fragmentation
-//! sums of docs/metrics.md kept up to date on every event so that any
-//! snapshot (time-series point, peak, end) costs O(1).
+//! sums of docs/metrics.md kept up to date so that a snapshot (time-series
+//! point, peak, end) costs no walk over all regions: spans and live bytes at
+//! every event, each region's fragmentation (a division) at the next
+//! snapshot for the regions changed since.
 //!
 //! A region's *span* runs from its start to the end of its last live object.
 //! Live objects sit in a hash map keyed by address (`live::LiveMap`, one
