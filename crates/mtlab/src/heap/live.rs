@@ -10,6 +10,9 @@
 /// An empty slot's key. Address 0 is kept apart (`zero`).
 const EMPTY: u64 = 0;
 
+/// log2 of the slots of a group (see `LiveMap::home`).
+const GROUP_BITS: u32 = 6;
+
 pub(crate) struct LiveMap<V: Copy + Default> {
     /// Keys and values in separate arrays: probing reads only keys (8
     /// bytes a slot, so far more of them stay cached), and an insertion's
@@ -30,7 +33,9 @@ impl<V: Copy + Default> Default for LiveMap<V> {
 
 impl<V: Copy + Default> LiveMap<V> {
     fn with_slots(n: usize) -> Self {
-        debug_assert!(n.is_power_of_two() && n >= 2);
+        debug_assert!(n.is_power_of_two());
+        // At least two groups: `home` shifts by `shift + GROUP_BITS` < 64.
+        let n = n.max(2 << GROUP_BITS);
         LiveMap {
             keys: vec![EMPTY; n],
             vals: vec![V::default(); n],
@@ -40,15 +45,24 @@ impl<V: Copy + Default> LiveMap<V> {
         }
     }
 
-    /// Two multiplies with a fold between them: one alone (Fibonacci
-    /// hashing) crowded blocks 16 bytes apart into a third fewer home slots
-    /// than a random spread, as the low zero bits of aligned addresses
-    /// weaken the multiplier.
+    /// The home slot of an address. A block of 2^(3 + GROUP_BITS) bytes of
+    /// address space has a group of 2^GROUP_BITS slots, chosen by a hash of
+    /// the block (two multiplies with a fold between them: one alone crowded
+    /// aligned blocks into a third fewer groups than a random spread); within
+    /// it each 8-byte address has its own slot, offset by a mix of the hash
+    /// so that blocks holding one aligned object each do not all start at
+    /// slot 0. Allocators hand out neighbouring addresses one after another,
+    /// so a replay now walks the table as it walks the heap: a program with
+    /// millions of live blocks hit main memory twice an event when every
+    /// address had a random slot.
     #[inline(always)]
     fn home(&self, key: u64) -> usize {
         const K: u64 = 0x9E37_79B9_7F4A_7C15;
-        let x = key.wrapping_mul(K);
-        ((x ^ (x >> 32)).wrapping_mul(K) >> self.shift) as usize
+        let x = (key >> (3 + GROUP_BITS)).wrapping_mul(K);
+        let h = (x ^ (x >> 32)).wrapping_mul(K);
+        let group = h >> (self.shift + GROUP_BITS);
+        let within = ((key >> 3) ^ (h >> 24)) & ((1 << GROUP_BITS) - 1);
+        ((group << GROUP_BITS) | within) as usize
     }
 
     #[inline(always)]
@@ -228,12 +242,13 @@ mod tests {
         // Keys of one home slot form a run; removing any one must leave the
         // others reachable (the backward shift), including across the wrap.
         let mut m: LiveMap<u64> = LiveMap::with_slots(16);
+        let end = m.keys.len() - 1;
         let home = |k: u64| m.home(k);
         let want = home(0x10);
-        let mut keys: Vec<u64> = (1..100_000u64).map(|k| k * 16).filter(|&k| home(k) == want).take(4).collect();
-        let last = (1..100_000u64).map(|k| k * 16).find(|&k| home(k) == 15).unwrap();
+        let mut keys: Vec<u64> = (1..1_000_000u64).map(|k| k * 16).filter(|&k| home(k) == want).take(4).collect();
+        let last = (1..1_000_000u64).map(|k| k * 16).find(|&k| home(k) == end).unwrap();
         keys.push(last);
-        let wrap: Vec<u64> = (1..100_000u64).map(|k| k * 16).filter(|&k| home(k) == 15 && k != last).take(2).collect();
+        let wrap: Vec<u64> = (1..1_000_000u64).map(|k| k * 16).filter(|&k| home(k) == end && k != last).take(2).collect();
         keys.extend(&wrap);
         for &k in &keys {
             assert!(m.insert_new(k, k + 1));
