@@ -650,7 +650,7 @@ impl<'a> Pass<'a> {
     #[inline(always)]
     fn released_temporary(&mut self, ptr: u64, temporary: bool) -> Option<u64> {
         match self.heap.free_in(ptr) {
-            Some((obj, kind)) => {
+            Some((obj, held)) => {
                 self.site_released(obj.stack, obj.size);
                 if temporary {
                     self.temporary += 1;
@@ -658,7 +658,7 @@ impl<'a> Pass<'a> {
                         s.temporary += 1;
                     }
                 }
-                if let (Some(start), Some(RegionKind::GlibcChunk)) = (obj.region(), kind) {
+                if let Some((start, RegionKind::GlibcChunk)) = held {
                     self.heap.unmap(start, ptr + obj.usable());
                 }
                 Some(obj.size)
