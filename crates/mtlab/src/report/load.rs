@@ -89,8 +89,8 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     if children {
         let found: Vec<PathBuf> = crate::record::trace_family(file).into_iter().skip(1).collect();
         for f in &found {
-            match TraceFile::open(f) {
-                Ok(t) => traces.push(without_maps(t)),
+            match TraceFile::open_without_maps(f) {
+                Ok(t) => traces.push(t),
                 Err(e) => missing.push(unreadable(f, e)),
             }
         }
@@ -135,10 +135,11 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, frames: 0 })
 }
 
-/// A trace as the plan and the index need it: its memory maps, the bulk
-/// of a small process's metadata (hundreds of lines per image), are read
-/// again only for the processes reported in detail. A tree of 1 282 traces
-/// held 170 MiB of them at once before any was analysed.
+/// A trace as the plan and the index need it (children are opened so, with
+/// `TraceFile::open_without_maps`): its memory maps, the bulk of a small
+/// process's metadata, are read again only for the processes reported in
+/// detail. A tree of 1 282 traces held 170 MiB of them at once before any
+/// was analysed.
 fn without_maps(mut t: TraceFile) -> TraceFile {
     t.maps = Vec::new();
     t
