@@ -69,7 +69,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     }
     let root = TraceFile::open(file)?;
     let listed = root.runinfo_get(keys::CHILD_TRACES).map(family::decode);
-    let mut traces = vec![without_maps(root)];
+    let mut traces = vec![root];
     let mut missing = Vec::new();
     let suffix = |f: &Path| child_suffix(file, f);
     let command_of = |s: Option<&str>| {
@@ -89,6 +89,8 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     if children {
         let found: Vec<PathBuf> = crate::record::trace_family(file).into_iter().skip(1).collect();
         for f in &found {
+            // Without their maps (most of a small process's metadata): only
+            // the processes reported in detail read them, when analysed.
             match TraceFile::open_without_maps(f) {
                 Ok(t) => traces.push(t),
                 Err(e) => missing.push(unreadable(f, e)),
@@ -117,10 +119,11 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     sel.apply(&mut planned, &file_name)?;
     let mut analysed: Vec<(Facts, Option<ProcessReport>)> = Vec::with_capacity(traces.len());
     for (i, (t, plan)) in traces.into_iter().zip(&planned).enumerate() {
-        let report = if plan.reported {
-            TraceFile::open(&t.path).and_then(|whole| heap::analyze(&whole, opts))
-        } else {
-            heap::analyze_for_index(&t)
+        // The root was opened whole; a child reported in detail reads its maps now.
+        let report = match (plan.reported, i) {
+            (true, 0) => heap::analyze(&t, opts),
+            (true, _) => TraceFile::open(&t.path).and_then(|whole| heap::analyze(&whole, opts)),
+            (false, _) => heap::analyze_for_index(&t),
         };
         match report {
             Ok(p) => analysed.push((Facts::of(&p), plan.reported.then_some(p))),
@@ -133,16 +136,6 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     sel.apply(&mut index, &file_name)?;
     reconcile(&index, &mut reports, |row| heap::analyze(&TraceFile::open(&row.file)?, opts))?;
     Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, frames: 0 })
-}
-
-/// A trace as the plan and the index need it (children are opened so, with
-/// `TraceFile::open_without_maps`): its memory maps, the bulk of a small
-/// process's metadata, are read again only for the processes reported in
-/// detail. A tree of 1 282 traces held 170 MiB of them at once before any
-/// was analysed.
-fn without_maps(mut t: TraceFile) -> TraceFile {
-    t.maps = Vec::new();
-    t
 }
 
 /// Makes the detailed reports those of the rows reported: `detail` analyses
