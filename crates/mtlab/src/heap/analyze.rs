@@ -514,6 +514,12 @@ impl Sites {
         ((stack as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
+    /// Starts loading the slot where a lookup of `stack` begins.
+    #[inline(always)]
+    fn prefetch(&self, stack: u32) {
+        super::prefetch::prefetch(&self.table[self.home(stack)]);
+    }
+
     #[inline(always)]
     fn index_of(&mut self, stack: u32) -> u32 {
         let mask = self.table.len() - 1;
@@ -667,6 +673,24 @@ impl<'a> Pass<'a> {
                 self.heap.count_unknown_free();
                 None
             }
+        }
+    }
+
+    /// Starts loading the table slots that `event(ev)` will probe.
+    #[inline(always)]
+    fn prefetch(&self, ev: &Event) {
+        match ev.kind {
+            EventKind::Alloc { ptr, .. } => {
+                self.heap.prefetch(ptr);
+                self.sites.prefetch(ev.stack);
+            }
+            EventKind::Free { ptr } => self.heap.prefetch(ptr),
+            EventKind::Realloc { old, ptr, .. } => {
+                self.heap.prefetch(old);
+                self.heap.prefetch(ptr);
+                self.sites.prefetch(ev.stack);
+            }
+            _ => {}
         }
     }
 
@@ -838,19 +862,43 @@ impl Symbols {
     }
 }
 
+/// Events the decoder runs ahead of the replay: far enough for a cache
+/// miss started by `Pass::prefetch` to complete before the event is
+/// replayed, near enough for its line to still be cached then.
+const AHEAD: usize = 8;
+
 /// Feeds every item of the trace to the heap pass, and each event to `also`.
+/// Events are replayed `AHEAD` behind the decoder (in their order): each
+/// decoded event's table slots are prefetched while earlier ones replay.
+/// Stack definitions are taken at once; the replay does not read them.
 #[inline(always)]
 fn feed(items: &mut Items, pass: &mut Pass<'_>, code: &CodeRanges, last_tsc: &mut u64, mut also: impl FnMut(&Event)) {
+    let mut ahead: [Option<Event>; AHEAD] = Default::default();
+    let mut next = 0;
+    let mut replay = |ev: &Event, pass: &mut Pass<'_>| {
+        *last_tsc = ev.tsc;
+        pass.event(ev);
+        also(ev);
+    };
     while let Some(item) = items.next_ref() {
         match item {
             ItemRef::Stack { id, pcs } => {
                 pass.stacks.insert(id, code.cut(pcs));
             }
             ItemRef::Event(ev) => {
-                *last_tsc = ev.tsc;
-                pass.event(ev);
-                also(ev);
+                pass.prefetch(ev);
+                let slot = &mut ahead[next];
+                if let Some(old) = slot {
+                    replay(old, pass);
+                }
+                *slot = Some(ev.clone());
+                next = (next + 1) % AHEAD;
             }
+        }
+    }
+    for i in 0..AHEAD {
+        if let Some(ev) = &ahead[(next + i) % AHEAD] {
+            replay(ev, pass);
         }
     }
 }

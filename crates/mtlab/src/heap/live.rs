@@ -87,6 +87,14 @@ impl<V: Copy + Default> LiveMap<V> {
         }
     }
 
+    /// Starts loading the slots where a lookup of `key` begins.
+    #[inline(always)]
+    pub fn prefetch(&self, key: u64) {
+        let i = self.home(key);
+        super::prefetch::prefetch(&self.keys[i]);
+        super::prefetch::prefetch(&self.vals[i]);
+    }
+
     pub fn len(&self) -> usize {
         self.len + self.zero.is_some() as usize
     }

@@ -3,6 +3,7 @@
 pub mod analyze;
 pub(crate) mod live;
 pub mod model;
+mod prefetch;
 pub mod stats;
 
 pub use analyze::{analyze, analyze_for_index, AnalyzeOptions, ProcessReport};

@@ -223,6 +223,12 @@ impl ShadowHeap {
         })
     }
 
+    /// Starts loading what an allocation or free of `addr` will read.
+    #[inline(always)]
+    pub fn prefetch(&self, addr: u64) {
+        self.objects.prefetch(addr);
+    }
+
     /// Makes the slot's heap entries stale.
     fn bump(&mut self, slot: u32) {
         let g = &mut self.gens[slot as usize];
