@@ -12,9 +12,16 @@
 //! (amortised O(log n)), without an ordered map of all objects. New entries
 //! wait in a plain list until that happens: a growing heap places each new
 //! object above all others, which a push would sift all the way up. Whether an
-//! entry is stale is read from a generation table indexed by the object's
-//! slot, not from the hash map: the heaps are swept often, and a hash
+//! entry is stale is read from the block's generation in a slab indexed by
+//! its slot, not from the hash map: the heaps are swept often, and a hash
 //! lookup per entry there cost more than the events themselves.
+//!
+//! The table by address holds only a block's slot and site (8 bytes); its
+//! size, usable extra and generation sit in the slab (16 bytes), which holds
+//! as many blocks as were ever live at once. With the table at most half full
+//! that is 16 bytes a table slot and 16 a live block, against 32 and 4 when
+//! the table held everything: python3's 4.9 M live blocks took 532 MiB of
+//! tables, each page of which the report faulted in.
 
 use std::collections::{BTreeMap, BinaryHeap};
 
@@ -72,19 +79,40 @@ impl Region {
     }
 }
 
-/// A heap-of-ends entry: valid while `gens[slot] == gen`.
+/// A heap-of-ends entry: valid while `blocks[slot].gen == gen`. The block's
+/// address is not kept (16 bytes, not 24: one entry per allocation waits in
+/// `pending`, 8 M of them for python3's dict): a valid entry's block starts
+/// at `end` minus the slab's size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct End {
     end: u64,
     slot: u32,
     gen: u32,
-    addr: u64,
 }
 
-/// A live block. The region holding it is the one holding its address
-/// (`ShadowHeap` keeps every live block in the region around it, or in
-/// `unplaced` when none is known): not stored, which makes the live-block
-/// table a quarter smaller (4.9 M blocks of python3: 128 MiB less).
+/// A live block's entry in the table by address. The region holding it is
+/// the one holding its address (`ShadowHeap` keeps every live block in the
+/// region around it, or in `unplaced` when none is known): not stored.
+#[derive(Clone, Copy, Debug, Default)]
+struct Entry {
+    /// Index in the slab.
+    slot: u32,
+    /// The caller's tag for the allocation site.
+    stack: u32,
+}
+
+/// A slab slot: the details of the live block that holds it, or of the last
+/// one that did.
+#[derive(Clone, Copy, Debug, Default)]
+struct Block {
+    size: u64,
+    usable_extra: u32,
+    /// Changes when the block is freed or leaves its region, which makes
+    /// its heap-of-ends entries stale.
+    gen: u32,
+}
+
+/// A live block, as the shadow heap hands it out.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Object {
     pub size: u64,
@@ -92,8 +120,7 @@ pub struct Object {
     pub stack: u32,
     /// malloc_usable_size minus size (saturated).
     usable_extra: u32,
-    /// Index in the generation table; its generation changes when the
-    /// object is freed or leaves its region, which makes its entries stale.
+    /// Index in the slab.
     slot: u32,
 }
 
@@ -128,9 +155,9 @@ pub struct Fragmentation {
 
 #[derive(Default)]
 pub struct ShadowHeap {
-    objects: LiveMap<Object>,
-    /// Generation of each slot (see `End`), and the slots free for reuse.
-    gens: Vec<u32>,
+    objects: LiveMap<Entry>,
+    /// Live blocks' details by slot, and the slots free for reuse.
+    blocks: Vec<Block>,
     free_slots: Vec<u32>,
     /// Live objects in no known region.
     unplaced: FxHashSet<u64>,
@@ -184,11 +211,11 @@ impl ShadowHeap {
     /// (its fragmentation at the next snapshot). Returns false when there is
     /// no region at `start`.
     #[inline(always)]
-    fn update_region(&mut self, start: u64, f: impl FnOnce(&mut Region, &[u32])) -> bool {
+    fn update_region(&mut self, start: u64, f: impl FnOnce(&mut Region, &[Block])) -> bool {
         let Some(r) = self.regions.get_mut(&start) else { return false };
         self.sum_span -= r.span(start);
         self.sum_region_live -= r.live_bytes;
-        f(r, &self.gens);
+        f(r, &self.blocks);
         self.sum_span += r.span(start);
         self.sum_region_live += r.live_bytes;
         if !r.dirty {
@@ -218,8 +245,8 @@ impl ShadowHeap {
     #[inline(always)]
     fn new_slot(&mut self) -> u32 {
         self.free_slots.pop().unwrap_or_else(|| {
-            self.gens.push(0);
-            (self.gens.len() - 1) as u32
+            self.blocks.push(Block::default());
+            (self.blocks.len() - 1) as u32
         })
     }
 
@@ -231,8 +258,14 @@ impl ShadowHeap {
 
     /// Makes the slot's heap entries stale.
     fn bump(&mut self, slot: u32) {
-        let g = &mut self.gens[slot as usize];
+        let g = &mut self.blocks[slot as usize].gen;
         *g = g.wrapping_add(1);
+    }
+
+    /// The live block in `slot` whose site is `stack`.
+    fn object(&self, e: Entry) -> Object {
+        let b = self.blocks[e.slot as usize];
+        Object { size: b.size, stack: e.stack, usable_extra: b.usable_extra, slot: e.slot }
     }
 
     #[inline(always)]
@@ -240,21 +273,24 @@ impl ShadowHeap {
         let region = self.region_at(addr);
         let extra = usable.saturating_sub(size).min(u32::MAX as u64) as u32;
         let slot = self.new_slot();
-        let obj = Object { size, stack, usable_extra: extra, slot };
+        let b = &mut self.blocks[slot as usize];
+        b.size = size;
+        b.usable_extra = extra;
+        let entry = Entry { slot, stack };
         // One hash lookup on the common path; an address still live is rare.
-        let replaced = if self.objects.insert_new(addr, obj) {
+        let replaced = if self.objects.insert_new(addr, entry) {
             None
         } else {
             let old = self.free(addr);
             self.overlapping_allocs += 1;
-            self.objects.insert(addr, obj);
+            self.objects.insert(addr, entry);
             old
         };
         self.live_bytes += size;
         self.live_usable += size + extra as u64;
         match region {
             Some(start) => {
-                self.update_region(start, |r, gens| place(r, addr, size, slot, gens));
+                self.update_region(start, |r, blocks| place(r, addr, size, slot, blocks));
             }
             None => {
                 self.unplaced.insert(addr);
@@ -272,7 +308,8 @@ impl ShadowHeap {
     /// As `free`, with the start and kind of the region that held the object.
     #[inline(always)]
     pub fn free_in(&mut self, addr: u64) -> Option<(Object, Option<(u64, RegionKind)>)> {
-        let obj = self.objects.remove(addr)?;
+        let entry = self.objects.remove(addr)?;
+        let obj = self.object(entry);
         self.live_bytes -= obj.size;
         self.live_usable -= obj.usable();
         self.bump(obj.slot);
@@ -280,15 +317,15 @@ impl ShadowHeap {
         let mut held = None;
         let region = self.region_at(addr);
         let in_region = region.is_some_and(|start| {
-            self.update_region(start, |r, gens| {
+            self.update_region(start, |r, blocks| {
                 held = Some((start, r.kind));
                 r.live_bytes -= obj.size;
                 r.live_count -= 1;
                 if addr + obj.size >= r.last_end {
-                    r.last_end = top_end(r, start, gens);
+                    r.last_end = top_end(r, start, blocks);
                 }
                 if r.ends.len() + r.pending.len() > 4 * r.live_count as usize + 4096 {
-                    compact(r, gens);
+                    compact(r, blocks);
                 }
             })
         });
@@ -314,8 +351,8 @@ impl ShadowHeap {
         self.unknown_frees += 1;
     }
 
-    pub fn get(&self, addr: u64) -> Option<&Object> {
-        self.objects.get(addr)
+    pub fn get(&self, addr: u64) -> Option<Object> {
+        self.objects.get(addr).map(|&e| self.object(e))
     }
 
     /// Adds a region, or — for the brk heap and arena heaps, which grow and
@@ -341,9 +378,9 @@ impl ShadowHeap {
         let inside: Vec<u64> = self.unplaced.iter().copied().filter(|&a| a >= start && a < end).collect();
         for a in inside {
             self.unplaced.remove(&a);
-            let o = self.objects.get(a).expect("unplaced objects are live");
+            let o = self.get(a).expect("unplaced objects are live");
             self.unplaced_bytes = self.unplaced_bytes.saturating_sub(o.size);
-            place(&mut region, a, o.size, o.slot, &self.gens);
+            place(&mut region, a, o.size, o.slot, &self.blocks);
         }
         self.mapped_bytes += end - start;
         if kind == RegionKind::Brk {
@@ -378,10 +415,10 @@ impl ShadowHeap {
         let inside: Vec<u64> = self.unplaced.iter().copied().filter(|&a| a >= old_end && a < end).collect();
         for a in inside {
             self.unplaced.remove(&a);
-            let o = self.objects.get(a).expect("unplaced objects are live");
+            let o = self.get(a).expect("unplaced objects are live");
             let (size, slot) = (o.size, o.slot);
             self.unplaced_bytes = self.unplaced_bytes.saturating_sub(size);
-            self.update_region(start, |r, gens| place(r, a, size, slot, gens));
+            self.update_region(start, |r, blocks| place(r, a, size, slot, blocks));
         }
     }
 
@@ -406,12 +443,11 @@ impl ShadowHeap {
                 self.mmap_regions -= 1;
             }
             for e in r.ends.iter().chain(&r.pending) {
-                if is_valid(e, &self.gens) {
-                    let o = self.objects.get(e.addr).expect("valid entries are of live objects");
-                    self.unplaced_bytes += o.size;
-                    self.unplaced.insert(e.addr);
-                    let g = &mut self.gens[e.slot as usize];
-                    *g = g.wrapping_add(1);
+                if is_valid(e, &self.blocks) {
+                    let size = self.blocks[e.slot as usize].size;
+                    self.unplaced_bytes += size;
+                    self.unplaced.insert(e.end - size);
+                    self.bump(e.slot);
                 }
             }
             // Pieces outside the unmapped range survive as regions of the same kind.
@@ -480,38 +516,38 @@ impl ShadowHeap {
     }
 
     /// Live objects, in no particular order (for leak reports at the end).
-    pub fn objects(&self) -> impl Iterator<Item = (u64, &Object)> {
-        self.objects.iter()
+    pub fn objects(&self) -> impl Iterator<Item = (u64, Object)> + '_ {
+        self.objects.iter().map(|(a, &e)| (a, self.object(e)))
     }
 }
 
 /// Counts an object of `size` bytes at `addr` as live in `r`.
 /// `slot` holds its generation now, so the entry is valid until it changes.
-fn place(r: &mut Region, addr: u64, size: u64, slot: u32, gens: &[u32]) {
+fn place(r: &mut Region, addr: u64, size: u64, slot: u32, blocks: &[Block]) {
     r.live_bytes += size;
     r.live_count += 1;
     r.last_end = r.last_end.max(addr + size);
-    r.pending.push(End { end: addr + size, slot, gen: gens[slot as usize], addr });
+    r.pending.push(End { end: addr + size, slot, gen: blocks[slot as usize].gen });
 }
 
 /// Is the entry still that of a live object placed in its region?
 #[inline]
-fn is_valid(e: &End, gens: &[u32]) -> bool {
-    gens[e.slot as usize] == e.gen
+fn is_valid(e: &End, blocks: &[Block]) -> bool {
+    blocks[e.slot as usize].gen == e.gen
 }
 
 /// Drops stale entries, so the heap holds each placed object once.
 #[cold]
-fn compact(r: &mut Region, gens: &[u32]) {
+fn compact(r: &mut Region, blocks: &[Block]) {
     let mut live = std::mem::take(&mut r.ends).into_vec();
     live.append(&mut r.pending);
-    live.retain(|e| is_valid(e, gens));
+    live.retain(|e| is_valid(e, blocks));
     r.ends = BinaryHeap::from(live);
 }
 
 /// End of the last live object of `r`, dropping stale entries on the way.
 #[inline(never)]
-fn top_end(r: &mut Region, start: u64, gens: &[u32]) -> u64 {
+fn top_end(r: &mut Region, start: u64, blocks: &[Block]) -> u64 {
     if !r.pending.is_empty() {
         // Heap-building a batch is linear; pushing each one may sift it to the top.
         let mut batch = BinaryHeap::from(std::mem::take(&mut r.pending));
@@ -523,7 +559,7 @@ fn top_end(r: &mut Region, start: u64, gens: &[u32]) -> u64 {
         r.pending.clear();
     }
     while let Some(e) = r.ends.peek() {
-        if is_valid(e, gens) {
+        if is_valid(e, blocks) {
             return e.end;
         }
         r.ends.pop();
