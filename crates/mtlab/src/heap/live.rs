@@ -2,7 +2,8 @@
 //! probing, each key stored beside its value. A lookup in a table of tens of
 //! thousands of blocks misses the cache; hashbrown's separate control bytes
 //! made that two misses per lookup (cc1: a fifth of the report's time in the
-//! shadow heap); here a probe reads 8-byte keys only.
+//! shadow heap), and so did keys kept apart from values once the values were
+//! small enough to share the key's line.
 //!
 //! Removal shifts the entries that follow back (no tombstones), so a table
 //! that has seen millions of allocations probes as little as a fresh one.
@@ -14,12 +15,12 @@ const EMPTY: u64 = 0;
 const GROUP_BITS: u32 = 6;
 
 pub(crate) struct LiveMap<V: Copy + Default> {
-    /// Keys and values in separate arrays: probing reads only keys (8
-    /// bytes a slot, so far more of them stay cached), and an insertion's
-    /// value is a store, which does not wait for its cache line.
-    keys: Vec<u64>,
-    vals: Vec<V>,
-    /// 64 - log2(keys.len()): the hash's top bits pick the home slot.
+    /// Each key beside its value: a lookup of a block not in the caches
+    /// waits for one line, not two (keys apart from values: one for the
+    /// probe, one for the value). The shadow heap's values are 8 bytes, so
+    /// a slot is 16 and a probe still reads four of them a line.
+    slots: Vec<(u64, V)>,
+    /// 64 - log2(slots.len()): the hash's top bits pick the home slot.
     shift: u32,
     len: usize,
     zero: Option<V>,
@@ -37,8 +38,7 @@ impl<V: Copy + Default> LiveMap<V> {
         // At least two groups: `home` shifts by `shift + GROUP_BITS` < 64.
         let n = n.max(2 << GROUP_BITS);
         LiveMap {
-            keys: vec![EMPTY; n],
-            vals: vec![V::default(); n],
+            slots: vec![(EMPTY, V::default()); n],
             shift: 64 - n.trailing_zeros(),
             len: 0,
             zero: None,
@@ -67,7 +67,7 @@ impl<V: Copy + Default> LiveMap<V> {
 
     #[inline(always)]
     fn mask(&self) -> usize {
-        self.keys.len() - 1
+        self.slots.len() - 1
     }
 
     /// The slot holding `key`, or the empty slot where it would go.
@@ -76,7 +76,7 @@ impl<V: Copy + Default> LiveMap<V> {
         let mask = self.mask();
         let mut i = self.home(key);
         loop {
-            let k = self.keys[i];
+            let k = self.slots[i].0;
             if k == key {
                 return (i, true);
             }
@@ -91,8 +91,7 @@ impl<V: Copy + Default> LiveMap<V> {
     #[inline(always)]
     pub fn prefetch(&self, key: u64) {
         let i = self.home(key);
-        super::prefetch::prefetch(&self.keys[i]);
-        super::prefetch::prefetch(&self.vals[i]);
+        super::prefetch::prefetch(&self.slots[i]);
     }
 
     pub fn len(&self) -> usize {
@@ -104,7 +103,7 @@ impl<V: Copy + Default> LiveMap<V> {
             return self.zero.as_ref();
         }
         match self.find(key) {
-            (i, true) => Some(&self.vals[i]),
+            (i, true) => Some(&self.slots[i].1),
             _ => None,
         }
     }
@@ -114,7 +113,7 @@ impl<V: Copy + Default> LiveMap<V> {
             return self.zero.as_mut();
         }
         match self.find(key) {
-            (i, true) => Some(&mut self.vals[i]),
+            (i, true) => Some(&mut self.slots[i].1),
             _ => None,
         }
     }
@@ -133,12 +132,11 @@ impl<V: Copy + Default> LiveMap<V> {
         if found {
             return false;
         }
-        self.keys[i] = key;
-        self.vals[i] = val;
+        self.slots[i] = (key, val);
         self.len += 1;
         // At most half full: linear probing's misses stay short (2.5 slots
         // expected) while the table is still a few MiB for 100 K blocks.
-        if 2 * self.len > self.keys.len() {
+        if 2 * self.len > self.slots.len() {
             self.grow();
         }
         true
@@ -155,17 +153,16 @@ impl<V: Copy + Default> LiveMap<V> {
 
     #[cold]
     fn grow(&mut self) {
-        let old = std::mem::replace(self, Self::with_slots(2 * self.keys.len()));
+        let old = std::mem::replace(self, Self::with_slots(2 * self.slots.len()));
         self.zero = old.zero;
         self.len = old.len;
         let mask = self.mask();
-        for (&key, &val) in old.keys.iter().zip(&old.vals).filter(|(&k, _)| k != EMPTY) {
+        for &(key, val) in old.slots.iter().filter(|(k, _)| *k != EMPTY) {
             let mut i = self.home(key);
-            while self.keys[i] != EMPTY {
+            while self.slots[i].0 != EMPTY {
                 i = (i + 1) & mask;
             }
-            self.keys[i] = key;
-            self.vals[i] = val;
+            self.slots[i] = (key, val);
         }
     }
 
@@ -178,7 +175,7 @@ impl<V: Copy + Default> LiveMap<V> {
         if !found {
             return None;
         }
-        let val = self.vals[hole];
+        let val = self.slots[hole].1;
         self.len -= 1;
         // Backward shift: an entry after the hole moves into it unless its
         // home lies after the hole (cyclically), where a lookup starts past it.
@@ -186,18 +183,17 @@ impl<V: Copy + Default> LiveMap<V> {
         let mut j = hole;
         loop {
             j = (j + 1) & mask;
-            let k = self.keys[j];
+            let k = self.slots[j].0;
             if k == EMPTY {
                 break;
             }
             let home = self.home(k);
             if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
-                self.keys[hole] = k;
-                self.vals[hole] = self.vals[j];
+                self.slots[hole] = self.slots[j];
                 hole = j;
             }
         }
-        self.keys[hole] = EMPTY;
+        self.slots[hole].0 = EMPTY;
         Some(val)
     }
 
@@ -207,7 +203,7 @@ impl<V: Copy + Default> LiveMap<V> {
             .as_ref()
             .map(|v| (EMPTY, v))
             .into_iter()
-            .chain(self.keys.iter().zip(&self.vals).filter(|(&k, _)| k != EMPTY).map(|(&k, v)| (k, v)))
+            .chain(self.slots.iter().filter(|(k, _)| *k != EMPTY).map(|(k, v)| (*k, v)))
     }
 }
 
@@ -250,7 +246,7 @@ mod tests {
         // Keys of one home slot form a run; removing any one must leave the
         // others reachable (the backward shift), including across the wrap.
         let mut m: LiveMap<u64> = LiveMap::with_slots(16);
-        let end = m.keys.len() - 1;
+        let end = m.slots.len() - 1;
         let home = |k: u64| m.home(k);
         let want = home(0x10);
         let mut keys: Vec<u64> = (1..1_000_000u64).map(|k| k * 16).filter(|&k| home(k) == want).take(4).collect();
@@ -268,7 +264,7 @@ mod tests {
             }
         }
         assert_eq!(m.len(), 0);
-        assert!(m.keys.iter().all(|&k| k == EMPTY));
+        assert!(m.slots.iter().all(|&(k, _)| k == EMPTY));
     }
 
     #[test]
@@ -298,7 +294,7 @@ mod tests {
         got.sort();
         want.sort();
         assert_eq!(got, want);
-        assert!(2 * m.len() <= m.keys.len(), "at most half full");
+        assert!(2 * m.len() <= m.slots.len(), "at most half full");
     }
 
     #[test]
