@@ -118,6 +118,23 @@ mod tests {
         let bad = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02];
         let mut p = 0;
         assert!(matches!(varint(&bad, &mut p), Err(DecErr::VarintOverflow)));
+        // Every length from 1 to 10 bytes, at three offsets, the last values
+        // with fewer than 10 bytes left behind them (the checked loop).
+        let mut vals = vec![0u64, u64::MAX];
+        for bits in 1..64 {
+            vals.extend([(1u64 << bits) - 1, 1u64 << bits, (1u64 << bits) | 0x55 | (1 << (bits / 2))]);
+        }
+        for skip in 0..3 {
+            let mut buf = vec![0x80u8; skip];
+            for &v in &vals {
+                put_varint(&mut buf, v);
+            }
+            let mut p = skip;
+            for &v in &vals {
+                assert_eq!(varint(&buf, &mut p).unwrap(), v, "{v:#x} after {skip}");
+            }
+            assert_eq!(p, buf.len());
+        }
         for v in [0i64, -1, 1, i64::MIN, i64::MAX, -123456789] {
             let mut b = Vec::new();
             put_svarint(&mut b, v);
