@@ -98,6 +98,11 @@ impl<V: Copy + Default> LiveMap<V> {
         self.len + self.zero.is_some() as usize
     }
 
+    /// Bytes of the table's slots.
+    pub fn table_bytes(&self) -> usize {
+        std::mem::size_of_val(self.slots.as_slice())
+    }
+
     pub fn get(&self, key: u64) -> Option<&V> {
         if key == EMPTY {
             return self.zero.as_ref();

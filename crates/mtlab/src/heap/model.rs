@@ -515,6 +515,12 @@ impl ShadowHeap {
         self.live_bytes
     }
 
+    /// Whether the live-block table has outgrown the caches near the core
+    /// (1 MiB and more), where a lookup is worth prefetching.
+    pub fn is_large(&self) -> bool {
+        self.objects.table_bytes() >= 1 << 20
+    }
+
     /// Live objects, in no particular order (for leak reports at the end).
     pub fn objects(&self) -> impl Iterator<Item = (u64, Object)> + '_ {
         self.objects.iter().map(|(a, &e)| (a, self.object(e)))
