@@ -674,6 +674,28 @@ mod tests {
     }
 
     #[test]
+    fn a_block_whose_region_goes_keeps_its_address_until_another_takes_it() {
+        // Heap-of-ends entries keep no address: an unmapped region's live
+        // blocks are found at their end minus their size.
+        let mut h = ShadowHeap::new(0);
+        h.map(0x10000, 0x20000, RegionKind::Mmap);
+        h.alloc(0x10100, 100, 112, 7);
+        h.alloc(0x10200, 50, 64, 8);
+        h.free(0x10200);
+        h.unmap(0x10000, 0x20000);
+        assert_eq!(h.snapshot().unplaced_bytes, 100);
+        assert_eq!(h.unplaced.iter().copied().collect::<Vec<_>>(), vec![0x10100]);
+        h.map(0x10000, 0x11000, RegionKind::Mmap);
+        assert_eq!(h.snapshot().unplaced_bytes, 0);
+        let r = &h.regions[&0x10000];
+        assert_eq!((r.live_bytes, r.live_count, r.last_end), (100, 1, 0x10100 + 100));
+        let o = h.free(0x10100).expect("still live");
+        assert_eq!((o.size, o.stack, o.usable()), (100, 7, 112));
+        assert_eq!(h.regions[&0x10000].last_end, 0x10000);
+        assert_eq!(h.snapshot().live_bytes, 0);
+    }
+
+    #[test]
     fn unknown_free_and_reuse() {
         let mut h = ShadowHeap::new(0);
         assert!(h.free(42).is_none());
