@@ -202,7 +202,8 @@ impl<V: Copy + Default> LiveMap<V> {
         Some(val)
     }
 
-    /// Every entry, in no particular order.
+    /// Every entry, in no particular order (the tests compare with a map).
+    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = (u64, &V)> {
         self.zero
             .as_ref()

@@ -342,11 +342,6 @@ impl ShadowHeap {
         Some((start, self.regions[&start].kind))
     }
 
-    /// Kind of the region starting at `start`, if it still exists.
-    pub fn region_kind(&self, start: u64) -> Option<RegionKind> {
-        self.regions.get(&start).map(|r| r.kind)
-    }
-
     pub fn count_unknown_free(&mut self) {
         self.unknown_frees += 1;
     }
@@ -519,11 +514,6 @@ impl ShadowHeap {
     /// (1 MiB and more), where a lookup is worth prefetching.
     pub fn is_large(&self) -> bool {
         self.objects.table_bytes() >= 1 << 20
-    }
-
-    /// Live objects, in no particular order (for leak reports at the end).
-    pub fn objects(&self) -> impl Iterator<Item = (u64, Object)> + '_ {
-        self.objects.iter().map(|(a, &e)| (a, self.object(e)))
     }
 }
 
