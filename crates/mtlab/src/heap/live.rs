@@ -14,31 +14,34 @@ const EMPTY: u64 = 0;
 /// log2 of the slots of a group (see `LiveMap::home`).
 const GROUP_BITS: u32 = 6;
 
-pub(crate) struct LiveMap<V: Copy + Default> {
+pub(crate) struct LiveMap {
     /// Each key beside its value: a lookup of a block not in the caches
     /// waits for one line, not two (keys apart from values: one for the
-    /// probe, one for the value). The shadow heap's values are 8 bytes, so
-    /// a slot is 16 and a probe still reads four of them a line.
-    slots: Vec<(u64, V)>,
+    /// probe, one for the value). Values are 8 bytes, so a slot is 16 and a
+    /// probe still reads four of them a line; and a table of integer pairs
+    /// is allocated zeroed (calloc: fresh pages, no fill pass), which is
+    /// empty — filling python3's growing tables with a generic empty value
+    /// was 4 % of its report's instructions.
+    slots: Vec<(u64, u64)>,
     /// 64 - log2(slots.len()): the hash's top bits pick the home slot.
     shift: u32,
     len: usize,
-    zero: Option<V>,
+    zero: Option<u64>,
 }
 
-impl<V: Copy + Default> Default for LiveMap<V> {
+impl Default for LiveMap {
     fn default() -> Self {
         Self::with_slots(1 << 10)
     }
 }
 
-impl<V: Copy + Default> LiveMap<V> {
+impl LiveMap {
     fn with_slots(n: usize) -> Self {
         debug_assert!(n.is_power_of_two());
         // At least two groups: `home` shifts by `shift + GROUP_BITS` < 64.
         let n = n.max(2 << GROUP_BITS);
         LiveMap {
-            slots: vec![(EMPTY, V::default()); n],
+            slots: vec![(EMPTY, 0); n],
             shift: 64 - n.trailing_zeros(),
             len: 0,
             zero: None,
@@ -103,17 +106,17 @@ impl<V: Copy + Default> LiveMap<V> {
         std::mem::size_of_val(self.slots.as_slice())
     }
 
-    pub fn get(&self, key: u64) -> Option<&V> {
+    pub fn get(&self, key: u64) -> Option<u64> {
         if key == EMPTY {
-            return self.zero.as_ref();
+            return self.zero;
         }
         match self.find(key) {
-            (i, true) => Some(&self.slots[i].1),
+            (i, true) => Some(self.slots[i].1),
             _ => None,
         }
     }
 
-    pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut u64> {
         if key == EMPTY {
             return self.zero.as_mut();
         }
@@ -125,7 +128,7 @@ impl<V: Copy + Default> LiveMap<V> {
 
     /// Inserts `val` unless `key` is present; returns whether it did.
     #[inline(always)]
-    pub fn insert_new(&mut self, key: u64, val: V) -> bool {
+    pub fn insert_new(&mut self, key: u64, val: u64) -> bool {
         if key == EMPTY {
             if self.zero.is_some() {
                 return false;
@@ -148,7 +151,7 @@ impl<V: Copy + Default> LiveMap<V> {
     }
 
     /// Inserts or replaces; returns the value replaced.
-    pub fn insert(&mut self, key: u64, val: V) -> Option<V> {
+    pub fn insert(&mut self, key: u64, val: u64) -> Option<u64> {
         if self.insert_new(key, val) {
             return None;
         }
@@ -172,7 +175,7 @@ impl<V: Copy + Default> LiveMap<V> {
     }
 
     #[inline(always)]
-    pub fn remove(&mut self, key: u64) -> Option<V> {
+    pub fn remove(&mut self, key: u64) -> Option<u64> {
         if key == EMPTY {
             return self.zero.take();
         }
@@ -204,7 +207,7 @@ impl<V: Copy + Default> LiveMap<V> {
 
     /// Every entry, in no particular order (the tests compare with a map).
     #[cfg(test)]
-    pub fn iter(&self) -> impl Iterator<Item = (u64, &V)> {
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &u64)> {
         self.zero
             .as_ref()
             .map(|v| (EMPTY, v))
@@ -220,12 +223,12 @@ mod tests {
 
     #[test]
     fn insert_get_remove_exactly() {
-        let mut m: LiveMap<u32> = LiveMap::default();
+        let mut m: LiveMap = LiveMap::default();
         assert!(m.insert_new(0x1000, 1));
         assert!(!m.insert_new(0x1000, 2), "a present key is refused");
-        assert_eq!(m.get(0x1000), Some(&1), "and keeps its value");
+        assert_eq!(m.get(0x1000), Some(1), "and keeps its value");
         assert_eq!(m.insert(0x1000, 3), Some(1));
-        assert_eq!(m.get(0x1000), Some(&3));
+        assert_eq!(m.get(0x1000), Some(3));
         assert_eq!(m.len(), 1);
         assert_eq!(m.remove(0x1000), Some(3));
         assert_eq!(m.remove(0x1000), None);
@@ -235,7 +238,7 @@ mod tests {
 
     #[test]
     fn address_zero_is_a_key_like_any_other() {
-        let mut m: LiveMap<u32> = LiveMap::default();
+        let mut m: LiveMap = LiveMap::default();
         assert_eq!(m.get(0), None);
         assert_eq!(m.remove(0), None);
         assert!(m.insert_new(0, 7));
@@ -251,7 +254,7 @@ mod tests {
     fn colliding_keys_survive_removal_of_any_of_them() {
         // Keys of one home slot form a run; removing any one must leave the
         // others reachable (the backward shift), including across the wrap.
-        let mut m: LiveMap<u64> = LiveMap::with_slots(16);
+        let mut m: LiveMap = LiveMap::with_slots(16);
         let end = m.slots.len() - 1;
         let home = |k: u64| m.home(k);
         let want = home(0x10);
@@ -266,7 +269,7 @@ mod tests {
         for (n, &k) in keys.iter().enumerate() {
             assert_eq!(m.remove(k), Some(k + 1));
             for &other in &keys[n + 1..] {
-                assert_eq!(m.get(other), Some(&(other + 1)), "after removing {k:#x}");
+                assert_eq!(m.get(other), Some(other + 1), "after removing {k:#x}");
             }
         }
         assert_eq!(m.len(), 0);
@@ -275,7 +278,7 @@ mod tests {
 
     #[test]
     fn matches_a_hash_map_under_churn() {
-        let mut m: LiveMap<u64> = LiveMap::default();
+        let mut m: LiveMap = LiveMap::default();
         let mut r: HashMap<u64, u64> = HashMap::new();
         let mut x = 0x1234_5678u64;
         for i in 0..200_000u64 {
@@ -306,7 +309,7 @@ mod tests {
     #[test]
     fn aligned_addresses_spread_over_home_slots() {
         // 4096 keys at random would take 3971 of 65536 home slots.
-        let m: LiveMap<u8> = LiveMap::with_slots(1 << 16);
+        let m = LiveMap::with_slots(1 << 16);
         for spacing in [2u64 << 20, 64 << 10, 4096, 48, 32, 16, 8] {
             let homes: std::collections::HashSet<usize> = (0..4096u64).map(|i| m.home(0x7f00_0000_0000 + i * spacing)).collect();
             assert!(homes.len() > 3900, "spacing {spacing}: {} home slots", homes.len());

@@ -101,6 +101,18 @@ struct Entry {
     stack: u32,
 }
 
+impl Entry {
+    /// As the table by address stores it.
+    #[inline(always)]
+    fn packed(self) -> u64 {
+        self.slot as u64 | (self.stack as u64) << 32
+    }
+    #[inline(always)]
+    fn unpacked(v: u64) -> Entry {
+        Entry { slot: v as u32, stack: (v >> 32) as u32 }
+    }
+}
+
 /// A slab slot: the details of the live block that holds it, or of the last
 /// one that did.
 #[derive(Clone, Copy, Debug, Default)]
@@ -155,7 +167,7 @@ pub struct Fragmentation {
 
 #[derive(Default)]
 pub struct ShadowHeap {
-    objects: LiveMap<Entry>,
+    objects: LiveMap,
     /// Live blocks' details by slot, and the slots free for reuse.
     blocks: Vec<Block>,
     free_slots: Vec<u32>,
@@ -278,12 +290,12 @@ impl ShadowHeap {
         b.usable_extra = extra;
         let entry = Entry { slot, stack };
         // One hash lookup on the common path; an address still live is rare.
-        let replaced = if self.objects.insert_new(addr, entry) {
+        let replaced = if self.objects.insert_new(addr, entry.packed()) {
             None
         } else {
             let old = self.free(addr);
             self.overlapping_allocs += 1;
-            self.objects.insert(addr, entry);
+            self.objects.insert(addr, entry.packed());
             old
         };
         self.live_bytes += size;
@@ -308,7 +320,7 @@ impl ShadowHeap {
     /// As `free`, with the start and kind of the region that held the object.
     #[inline(always)]
     pub fn free_in(&mut self, addr: u64) -> Option<(Object, Option<(u64, RegionKind)>)> {
-        let entry = self.objects.remove(addr)?;
+        let entry = Entry::unpacked(self.objects.remove(addr)?);
         let obj = self.object(entry);
         self.live_bytes -= obj.size;
         self.live_usable -= obj.usable();
@@ -347,7 +359,7 @@ impl ShadowHeap {
     }
 
     pub fn get(&self, addr: u64) -> Option<Object> {
-        self.objects.get(addr).map(|&e| self.object(e))
+        self.objects.get(addr).map(|e| self.object(Entry::unpacked(e)))
     }
 
     /// Adds a region, or — for the brk heap and arena heaps, which grow and
