@@ -309,17 +309,21 @@ impl Lab {
     }
 }
 
-/// The traced process (or exec'd image) with the most allocator calls in
-/// the report's tree: the program itself when a wrapper (a shell script, an
-/// `env` or version-manager shim) runs it, or its busiest child.
+/// The traced process (or exec'd image) whose heap is the program's: the
+/// largest at its peak (live bytes), then the one with the most allocator
+/// calls — the program itself when a wrapper (a shell script, an `env` or
+/// version-manager shim) runs it, or its busiest child. Calls alone picked
+/// pyenv's bash helper over python3, whose own small objects never reach
+/// malloc (pymalloc), though its heap was a hundred times larger.
 fn busiest(root: &serde_json::Value) -> &serde_json::Value {
-    let calls = |p: &serde_json::Value| -> f64 {
-        p["functions"].as_object().map(|f| f.values().filter_map(|v| v["calls"].as_f64()).sum()).unwrap_or(0.0)
+    let key = |p: &serde_json::Value| -> (u64, u64) {
+        let calls = p["functions"].as_object().map(|f| f.values().filter_map(|v| v["calls"].as_u64()).sum()).unwrap_or(0);
+        (p["peak"]["live_bytes"].as_u64().unwrap_or(0), calls)
     };
     let mut best = root;
     let mut stack = vec![root];
     while let Some(p) = stack.pop() {
-        if calls(p) > calls(best) {
+        if key(p) > key(best) {
             best = p;
         }
         if let Some(children) = p["children"].as_array() {
@@ -373,8 +377,8 @@ fn run_variants(mut run: Run, variants: &[Variant], argv: &[OsString], runner_op
     measured.dedup();
     for m in measured {
         run.notes.push(format!(
-            "traced figures are those of the traced process with the most allocator calls, not the first one started \
-             (a wrapper ran the program): {m}"
+            "traced figures are those of the traced process with the largest heap at its peak, not the first one \
+             started (a wrapper ran the program): {m}"
         ));
     }
     run.details = serde_json::to_value(details).unwrap_or_default();
@@ -480,3 +484,36 @@ pub fn replay(cfg: &HeapReplayConfig, progress: &Progress) -> Result<Run, StudyE
     run_variants(run, &variants, &argv, &cfg.runner, Some(&dir), progress)
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn process(cmd: &str, mallocs: u64, peak_live: u64, children: Vec<serde_json::Value>) -> serde_json::Value {
+        json!({
+            "cmdline": [cmd],
+            "functions": {"malloc": {"calls": mallocs}, "free": {"calls": mallocs / 2}},
+            "peak": {"live_bytes": peak_live},
+            "children": children,
+        })
+    }
+
+    #[test]
+    fn the_measured_process_is_the_one_with_the_largest_heap_then_the_most_calls() {
+        // pyenv's shim: bash execs a helper, then python3, whose pymalloc keeps
+        // most objects away from malloc: fewer calls, a far larger heap.
+        let python = process("python3", 500, 12_900_000, vec![]);
+        let helper = process("bash pyenv-which", 3000, 96_000, vec![]);
+        let root = process("bash pyenv", 2000, 80_000, vec![helper, python]);
+        assert_eq!(measured_name(busiest(&root)), "python3");
+        // Equal heaps: the busier one.
+        let a = process("a", 10, 4096, vec![]);
+        let b = process("b", 20, 4096, vec![]);
+        let root = process("sh", 5, 1024, vec![a, b]);
+        assert_eq!(measured_name(busiest(&root)), "b");
+        // A lone process is itself.
+        let root = process("prog", 1, 0, vec![]);
+        assert!(std::ptr::eq(busiest(&root), &root));
+    }
+}
