@@ -5,6 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::StudyError;
+use crate::platform::interrupt::{on_interrupt, OnInterrupt};
 
 pub struct Measured {
     pub stdout: String,
@@ -19,6 +20,13 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| StudyError::Spawn { what: what.into(), source })?;
     let pid = child.id() as libc::pid_t;
+    // Interrupted: the child is told to stop too (a traced child's `mtlab
+    // record` passes TERM on to its program), not left running alone.
+    let interrupted = on_interrupt(move || {
+        // SAFETY: kill on our own child's pid; the guard is dropped as soon
+        // as wait4 has reaped it.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+    });
     let (mut o, mut e) = (child.stdout.take(), child.stderr.take());
     let err_reader = std::thread::spawn(move || {
         let mut s = String::new();
@@ -38,6 +46,7 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
     // SAFETY: pid is our own child, not yet waited for (std's Child is dropped
     // without wait; its Drop does not reap); status and usage are valid pointers.
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    drop(interrupted);
     let wall = start.elapsed();
     drop(child);
     if r < 0 {
@@ -125,7 +134,7 @@ pub fn field(v: &serde_json::Value, path: &[&str], what: &str) -> Result<f64, St
 }
 
 /// A directory for a study's files: the one given, or a temporary one kept alive by the guard.
-pub fn work_dir(dir: Option<&std::path::Path>) -> Result<(std::path::PathBuf, Option<tempfile::TempDir>), StudyError> {
+pub fn work_dir(dir: Option<&std::path::Path>) -> Result<(std::path::PathBuf, Option<WorkDir>), StudyError> {
     match dir {
         Some(d) => {
             std::fs::create_dir_all(d).map_err(|source| StudyError::Io { path: d.to_path_buf(), source })?;
@@ -136,7 +145,21 @@ pub fn work_dir(dir: Option<&std::path::Path>) -> Result<(std::path::PathBuf, Op
                 .prefix("mtlab-study")
                 .tempdir()
                 .map_err(|source| StudyError::Io { path: std::env::temp_dir(), source })?;
-            Ok((t.path().to_path_buf(), Some(t)))
+            let path = t.path().to_path_buf();
+            let removed = path.clone();
+            // A run's traces can be gigabytes: an interrupted run takes them along.
+            let interrupted = on_interrupt(move || {
+                if std::fs::remove_dir_all(&removed).is_ok() {
+                    eprintln!("\nmtlab: interrupted; removed the run's temporary files ({})", removed.display());
+                }
+            });
+            Ok((path, Some(WorkDir { _dir: t, _interrupted: interrupted })))
         }
     }
+}
+
+/// A temporary work directory, removed when dropped or when mtlab is interrupted.
+pub struct WorkDir {
+    _dir: tempfile::TempDir,
+    _interrupted: OnInterrupt,
 }

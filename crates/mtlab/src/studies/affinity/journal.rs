@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 
 use super::net;
+use crate::platform::interrupt::{on_interrupt, OnInterrupt};
 use crate::platform::process::pid_alive;
 use crate::studies::StudyError;
 
@@ -59,7 +60,8 @@ static ACTIVE: Mutex<Option<Active>> = Mutex::new(None);
 
 /// Holds this run's journal; dropping it undoes every change.
 pub struct Journal {
-    _private: (),
+    /// Undoes the journal if mtlab is interrupted meanwhile.
+    _interrupted: OnInterrupt,
 }
 
 /// What the sweep of a killed run's leftovers did, for the run's notes.
@@ -82,8 +84,7 @@ impl Journal {
         *active = Some(Active { path: path.clone(), entries: Entries::default() });
         persist(active.as_ref().expect("just set"))?;
         drop(active);
-        install_signal_handler();
-        Ok((Journal { _private: () }, swept))
+        Ok((Journal { _interrupted: on_interrupt(undo_active) }, swept))
     }
 
     /// Writes `new` into `path` after noting its old content.
@@ -167,33 +168,18 @@ fn sweep(dir: &Path) -> Swept {
     swept
 }
 
-/// On SIGINT, SIGTERM or SIGHUP: undo, then exit as the signal would have.
-fn install_signal_handler() {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
-            return;
-        };
-        std::thread::spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(a) = active.take() {
-                    let failed = undo_all(&a.entries);
-                    let _ = std::fs::remove_file(&a.path);
-                    eprintln!(
-                        "\nmtlab: interrupted; restored {} setting{}",
-                        a.entries.undo.len() - failed.len(),
-                        if a.entries.undo.len() - failed.len() == 1 { "" } else { "s" }
-                    );
-                    for f in failed {
-                        eprintln!("mtlab: could not restore {f}");
-                    }
-                }
-                std::process::exit(128 + sig);
-            }
-        });
-    });
+/// On SIGINT, SIGTERM or SIGHUP (`platform::interrupt` exits afterwards).
+fn undo_active() {
+    let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(a) = active.take() {
+        let failed = undo_all(&a.entries);
+        let _ = std::fs::remove_file(&a.path);
+        let restored = a.entries.undo.len() - failed.len();
+        eprintln!("\nmtlab: interrupted; restored {restored} setting{}", if restored == 1 { "" } else { "s" });
+        for f in failed {
+            eprintln!("mtlab: could not restore {f}");
+        }
+    }
 }
 
 #[cfg(test)]

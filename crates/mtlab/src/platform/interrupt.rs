@@ -1,0 +1,74 @@
+//! What to do before mtlab dies of SIGINT, SIGTERM or SIGHUP: one handler
+//! for the whole process runs every action registered and not yet dropped,
+//! newest first, then exits as the signal would have (128 + its number).
+//!
+//! One handler, not one per user: the affinity study puts network settings
+//! back and a study removes its temporary traces; `mtlab demo` runs both in
+//! one process, and two handlers racing to exit could leave settings changed.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, Once};
+
+type Action = Box<dyn FnMut() + Send>;
+
+static ACTIONS: Mutex<Vec<(u64, Action)>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+/// A registered action; dropping it unregisters the action.
+#[must_use = "the action is unregistered when this is dropped"]
+pub struct OnInterrupt(u64);
+
+impl Drop for OnInterrupt {
+    fn drop(&mut self) {
+        let mut actions = ACTIONS.lock().unwrap_or_else(|p| p.into_inner());
+        actions.retain(|(id, _)| *id != self.0);
+    }
+}
+
+/// Runs `action` if mtlab is interrupted while the returned guard lives.
+/// Where signals cannot be caught (never on Linux), nothing runs.
+pub fn on_interrupt(action: impl FnMut() + Send + 'static) -> OnInterrupt {
+    install();
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    ACTIONS.lock().unwrap_or_else(|p| p.into_inner()).push((id, Box::new(action)));
+    OnInterrupt(id)
+}
+
+fn install() {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+            return;
+        };
+        std::thread::spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                // Held to the exit: an action dropped meanwhile by another
+                // thread waits here rather than run half-done.
+                let mut actions = ACTIONS.lock().unwrap_or_else(|p| p.into_inner());
+                for (_, action) in actions.iter_mut().rev() {
+                    action();
+                }
+                std::process::exit(128 + sig);
+            }
+        });
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_action_is_unregistered() {
+        let before = ACTIONS.lock().unwrap().len();
+        let a = on_interrupt(|| {});
+        let b = on_interrupt(|| {});
+        assert_eq!(ACTIONS.lock().unwrap().len(), before + 2);
+        drop(a);
+        let ids: Vec<u64> = ACTIONS.lock().unwrap().iter().map(|(id, _)| *id).collect();
+        assert!(ids.contains(&b.0) && ids.len() == before + 1, "{ids:?}");
+        drop(b);
+        assert_eq!(ACTIONS.lock().unwrap().len(), before);
+    }
+}
