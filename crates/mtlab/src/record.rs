@@ -78,6 +78,8 @@ pub enum RecordError {
     NotExecutable(String),
     #[error("cannot write the trace to {path}: {source} (choose another place with -o)")]
     Unwritable { path: PathBuf, source: std::io::Error },
+    #[error("{0}")]
+    Output(String),
     #[error("cannot start `{program}`: {source}")]
     Spawn { program: String, source: std::io::Error },
     #[error("libunwind is not installed (libunwind.so.8 not found): install it (apt-get install libunwind8) or use --unwind dwarf (the default)")]
@@ -377,6 +379,17 @@ impl Drop for SignalGuard {
     }
 }
 
+/// A new open of this process's stdin when it is a regular file (reading
+/// from the start, not moving the traced run's offset); None for a pipe, a
+/// terminal or nothing.
+fn stdin_file_copy() -> Option<std::fs::File> {
+    let meta = std::fs::metadata("/proc/self/fd/0").ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    std::fs::File::open("/proc/self/fd/0").ok()
+}
+
 /// Can this process load `lib` (e.g. "libunwind.so.8")?
 pub fn library_available(lib: &str) -> bool {
     let name = std::ffi::CString::new(lib).expect("no NUL in library names");
@@ -398,14 +411,29 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let program = resolve_program(&cfg.program)?;
     let shown = cfg.program.to_string_lossy().to_string();
     let output = std::path::absolute(&cfg.output).map_err(|source| RecordError::Unwritable { path: cfg.output.clone(), source })?;
+    let output = crate::trace::rewrite::trace_output(&output).map_err(RecordError::Output)?;
     prepare_output(&output)?;
     let preload = native::path(Part::Preload)?;
 
+    // The untraced run's output goes nowhere: the program's output is the
+    // traced run's, once. It reads stdin only when stdin is a regular file
+    // (its own open of it, from the start); a pipe or terminal goes to the
+    // traced run, and the baseline then reads nothing (said in the report).
+    let mut baseline_stdin_empty = false;
     let baseline_wall = if cfg.baseline {
         let mut cmd = Command::new(&program);
-        // The traced run gets the real stdin; the baseline reads nothing.
-        cmd.arg0(&cfg.program).args(&cfg.args).stdin(std::process::Stdio::null());
-        eprintln!("mtlab: baseline run of {shown} (untraced, stdin from /dev/null)");
+        cmd.arg0(&cfg.program).args(&cfg.args).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+        match stdin_file_copy() {
+            Some(f) => {
+                cmd.stdin(f);
+                eprintln!("mtlab: baseline run of {shown} (untraced, its output discarded)");
+            }
+            None => {
+                cmd.stdin(std::process::Stdio::null());
+                baseline_stdin_empty = true;
+                eprintln!("mtlab: baseline run of {shown} (untraced, its output discarded, stdin from /dev/null)");
+            }
+        }
         Some(run(cmd, &shown)?.1)
     } else {
         None
@@ -479,6 +507,9 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     }
     if let Some(b) = baseline_wall {
         runinfo.push((keys::BASELINE_WALL_NS.into(), b.as_nanos().to_string()));
+        if baseline_stdin_empty {
+            runinfo.push((keys::BASELINE_STDIN_EMPTY.into(), "1".into()));
+        }
     }
     if cfg.follow {
         runinfo.push((keys::CHILD_TRACES.into(), child_traces(&output, &traces)));

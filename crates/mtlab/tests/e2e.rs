@@ -1825,3 +1825,60 @@ fn a_program_that_drops_privileges_or_chroots_keeps_its_trace() {
         assert_eq!(r["clean_end"], true, "{mode}");
     }
 }
+
+// ---------------------------------------------------------------------------
+// Where the trace goes, and what --baseline does to the program's streams.
+
+#[test]
+fn an_output_that_is_not_a_regular_file_is_refused_and_left_alone() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    let fifo = lab.path("fifo.mtl");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let o = lab.record("fifo.mtl", &prog, &["10", "16", "0"]);
+    assert!(!o.status.success(), "a FIFO is not a trace file");
+    assert!(stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO is still there");
+    let dir = lab.path("adir");
+    std::fs::create_dir(&dir).unwrap();
+    let o = lab.record("adir", &prog, &["10", "16", "0"]);
+    assert!(!o.status.success() && stderr(&o).contains("is a directory"), "{}", stderr(&o));
+    assert!(dir.is_dir());
+
+    // A symbolic link to a file: the trace is written to the file, the link stays.
+    std::fs::write(lab.path("real.mtl"), "old").unwrap();
+    std::os::unix::fs::symlink("real.mtl", lab.path("link.mtl")).unwrap();
+    lab.record_ok("link.mtl", &prog, &["10", "16", "0"]);
+    assert!(std::fs::symlink_metadata(lab.path("link.mtl")).unwrap().file_type().is_symlink());
+    assert!(calls(&lab.report("real.mtl"), "malloc") >= 10);
+
+    // compact -o: the same rule.
+    let o = lab.command(MTLAB).args(["compact", "-o"]).arg(&fifo).arg(lab.path("real.mtl")).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("not a regular file"), "{}", stderr(&o));
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo());
+}
+
+#[test]
+fn baseline_output_is_not_doubled_and_a_file_stdin_is_read_by_both_runs() {
+    let lab = Lab::new();
+    let prog = lab.compile("exit_code");
+    std::fs::write(lab.path("in.txt"), "abc\ndef\n").unwrap();
+    let o = lab
+        .record_cmd("b.mtl", &["--baseline"], &prog, &[])
+        .stdin(std::fs::File::open(lab.path("in.txt")).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(7));
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "to stdout: hello\necho: abc\ndef\n", "once, with the whole input");
+    assert_eq!(stderr(&o).matches("to stderr: hello\n").count(), 1, "{}", stderr(&o));
+    let r = lab.report("b.mtl");
+    assert_eq!(r["slowdown"]["baseline_stdin_empty"], false);
+    // Input from a pipe goes to the traced run; the report says the baseline had none.
+    let o = run_with_stdin(lab.record_cmd("p.mtl", &["--baseline"], &prog, &[]), b"xyz\n");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "to stdout: hello\necho: xyz\n");
+    let r = lab.report("p.mtl");
+    assert_eq!(r["slowdown"]["baseline_stdin_empty"], true);
+    let text = report_output(&lab, &["p.mtl"]);
+    assert!(String::from_utf8_lossy(&text.stdout).contains("the untraced run read an empty stdin"));
+}

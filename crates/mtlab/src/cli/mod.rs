@@ -262,7 +262,8 @@ struct RecordArgs {
     /// Capture a stack for free() too (off by default: frees carry stack id 0).
     #[arg(long)]
     free_stacks: bool,
-    /// Run the program once untraced first, to report the tracing slowdown.
+    /// Run the program once untraced first, to report the tracing slowdown. That run's output is
+    /// discarded; it reads stdin only when stdin is a file (< FILE), else nothing
     #[arg(long)]
     baseline: bool,
     /// Keep a compact trace: time stamps rounded to 65536 ticks and each function's call cycles kept
@@ -468,6 +469,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
     if a.output.is_some() && a.files.len() > 1 {
         return Err(CliError::Other("-o takes one trace; give one FILE, or leave -o out to compact in place".into()));
     }
+    let output = a.output.as_deref().map(crate::trace::rewrite::trace_output).transpose().map_err(CliError::Other)?;
     let mut failed = 0;
     for file in &a.files {
         if !file.exists() {
@@ -478,7 +480,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
         let family =
             if a.no_children || a.output.is_some() { vec![file.clone()] } else { record::trace_family(file) };
         for src in &family {
-            let dst = a.output.clone().unwrap_or_else(|| src.clone());
+            let dst = output.clone().unwrap_or_else(|| src.clone());
             match crate::compact::compact_trace(src, &dst, a.quantum) {
                 Ok(st) => {
                     eprintln!(

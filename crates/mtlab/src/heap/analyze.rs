@@ -219,6 +219,8 @@ pub struct Slowdown {
     pub baseline_wall_ns: u64,
     pub traced_wall_ns: u64,
     pub ratio: f64,
+    /// The untraced run read an empty stdin (the traced one a pipe or terminal).
+    pub baseline_stdin_empty: bool,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -1043,7 +1045,12 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         .collect();
     let run = |k: &str| trace.runinfo.iter().find(|(key, _)| key == k).and_then(|(_, v)| v.parse::<u64>().ok());
     let slowdown = match (run(keys::BASELINE_WALL_NS), run(keys::WALL_NS)) {
-        (Some(b), Some(t)) if b > 0 => Some(Slowdown { baseline_wall_ns: b, traced_wall_ns: t, ratio: t as f64 / b as f64 }),
+        (Some(b), Some(t)) if b > 0 => Some(Slowdown {
+            baseline_wall_ns: b,
+            traced_wall_ns: t,
+            ratio: t as f64 / b as f64,
+            baseline_stdin_empty: run(keys::BASELINE_STDIN_EMPTY) == Some(1),
+        }),
         _ => None,
     };
     let sampled = sampled.map(|s| s.finish(trace, &pass.stacks, maps));

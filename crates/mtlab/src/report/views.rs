@@ -403,10 +403,16 @@ pub fn views(run: &RunReport) -> Vec<View> {
         }
         if let Some(s) = &p.slowdown {
             note(format!(
-                "instrumentation slowdown: {:.2}× ({:.3} s traced vs {:.3} s untraced, wall time)",
+                "instrumentation slowdown: {:.2}× ({:.3} s traced vs {:.3} s untraced, wall time){}",
                 s.ratio,
                 s.traced_wall_ns as f64 / 1e9,
-                s.baseline_wall_ns as f64 / 1e9
+                s.baseline_wall_ns as f64 / 1e9,
+                if s.baseline_stdin_empty {
+                    " — the untraced run read an empty stdin (the traced one a pipe or terminal): for a program \
+                     that reads stdin this compares different work; give the input as a file (< FILE) or argument"
+                } else {
+                    ""
+                }
             ));
         }
         if let Some(q) = p.compact_quantum_ticks {

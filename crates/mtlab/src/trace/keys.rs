@@ -13,6 +13,9 @@ pub const EXIT_CODE: &str = "exit_code";
 pub const SIGNAL: &str = "signal";
 /// Wall-clock time of the untraced run (`record --baseline`), in nanoseconds.
 pub const BASELINE_WALL_NS: &str = "baseline_wall_ns";
+/// "1" when the untraced run read an empty stdin (the traced run had a pipe
+/// or terminal): a program that reads stdin did less work untraced.
+pub const BASELINE_STDIN_EMPTY: &str = "baseline_stdin_empty";
 /// The child traces beside the root file when the run ended, with each one's
 /// command (`trace::family`): a report can then tell a deleted child trace
 /// from a child that never wrote one.
