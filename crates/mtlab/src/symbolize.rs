@@ -52,6 +52,9 @@ pub struct Mapping {
     /// pseudo-name such as `[heap]`, `[stack]`, `[vdso]`, `[anon:name]`, or empty for an
     /// anonymous mapping.
     pub path: String,
+    /// The file's inode number when it was mapped (0: anonymous, or unknown).
+    #[serde(default)]
+    pub inode: u64,
 }
 
 const DELETED_SUFFIX: &str = " (deleted)";
@@ -117,7 +120,7 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
     let (perms, rest) = next_field(rest)?;
     let (offset, rest) = next_field(rest)?;
     let (_dev, rest) = next_field(rest)?;
-    let (_inode, rest) = next_field(rest)?;
+    let (inode, rest) = next_field(rest)?;
     let (start, end) = range.split_once('-')?;
     let start = u64::from_str_radix(start, 16).ok()?;
     let end = u64::from_str_radix(end, 16).ok()?;
@@ -131,6 +134,7 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
         offset,
         perms: perms.to_string(),
         path: rest.trim_start_matches([' ', '\t']).to_string(),
+        inode: inode.parse().unwrap_or(0),
     })
 }
 
@@ -741,6 +745,14 @@ pub struct Symbolizer {
     /// Each module's key in this thread's cache of loaded modules (kept
     /// there, not here, so that a symbolizer stays `Send`).
     modules: HashMap<String, ModuleKey>,
+    /// Module paths whose file on disk is not the one that was mapped (its
+    /// inode differs: rebuilt, upgraded, or another machine's): their frames
+    /// are left as module+offset, since the file now there would name them
+    /// wrongly.
+    replaced: BTreeMap<String, bool>,
+    /// When the process started (ns since the epoch; 0: unknown): a module
+    /// file modified later is not the one it mapped.
+    started_ns: u64,
     cache: HashMap<u64, Vec<Frame>>,
     debug_dirs: Vec<PathBuf>,
 }
@@ -808,9 +820,20 @@ impl Symbolizer {
         Symbolizer {
             maps: tree,
             modules: HashMap::new(),
+            replaced: BTreeMap::new(),
+            started_ns: 0,
             cache: HashMap::new(),
             debug_dirs,
         }
+    }
+
+    /// Says when the process started (ns since the epoch, as a trace's
+    /// header has it): a module file modified after it is not the one the
+    /// process mapped (a rebuild that wrote the file in place keeps its
+    /// inode), and is not used to name frames.
+    pub fn started_at(mut self, ns: u64) -> Self {
+        self.started_ns = ns;
+        self
     }
 
     /// The mapping holding `pc`, if any.
@@ -831,6 +854,11 @@ impl Symbolizer {
         let frames = self.resolve(pc);
         self.cache.insert(pc, frames.clone());
         frames
+    }
+
+    /// The modules met so far whose file was replaced since it was mapped.
+    pub fn replaced_modules(&self) -> Vec<String> {
+        self.replaced.iter().filter(|(_, &r)| r).map(|(p, _)| p.clone()).collect()
     }
 
     /// Diagnostics for every module opened so far.
@@ -888,7 +916,19 @@ impl Symbolizer {
             // The file on disk (if any) is not the one that was mapped.
             return unknown(module, file_offset + 1);
         }
+        let inode = map.inode;
         let path = path.to_string();
+        let started = self.started_ns;
+        let replaced = *self.replaced.entry(path.clone()).or_insert_with(|| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata(&path).is_ok_and(|m| {
+                let mtime_ns = (m.mtime() as i128) * 1_000_000_000 + m.mtime_nsec() as i128;
+                (inode != 0 && m.ino() != inode) || (started != 0 && mtime_ns > started as i128)
+            })
+        });
+        if replaced {
+            return unknown(module, file_offset + 1);
+        }
         let debug_dirs = &self.debug_dirs;
         let key = self.modules.entry(path.clone()).or_insert_with(|| module_key(&path));
         let state = shared_module(key, debug_dirs);

@@ -1882,3 +1882,27 @@ fn baseline_output_is_not_doubled_and_a_file_stdin_is_read_by_both_runs() {
     let text = report_output(&lab, &["p.mtl"]);
     assert!(String::from_utf8_lossy(&text.stdout).contains("the untraced run read an empty stdin"));
 }
+
+#[test]
+fn a_program_rebuilt_after_its_recording_is_not_used_to_name_its_frames() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    lab.record_ok("t.mtl", &prog, &["100", "48", "0"]);
+    assert_eq!(site(&lab.report("t.mtl"), "do_allocs").calls, 100);
+    // Another program written over it in place (as a rebuild may: same
+    // inode), after the recording: its symbols would name the old addresses.
+    let other = lab.compile("exit_code");
+    std::fs::copy(&other, &prog).unwrap();
+    let r = lab.report("t.mtl");
+    let name = prog.file_name().unwrap().to_str().unwrap();
+    let warned = r["warnings"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().contains("is not the file the program ran"));
+    assert!(warned, "{}", r["warnings"]);
+    let sites = r["top_sites"]["by_calls"].as_array().unwrap();
+    let ours: Vec<&serde_json::Value> =
+        sites.iter().filter(|s| s["frames"][0]["module"].as_str() == Some(name)).collect();
+    assert!(!ours.is_empty(), "the program's site is still there, by module: {sites:?}");
+    for s in ours {
+        assert!(s["frames"][0]["function"].is_null(), "not named from the new file: {}", s["frames"][0]);
+    }
+    assert_eq!(sites.iter().map(|s| u(&s["calls"])).max(), Some(100), "the site's figures are unchanged");
+}

@@ -828,8 +828,8 @@ struct Symbols {
 }
 
 impl Symbols {
-    fn new(maps: &[Mapping]) -> Self {
-        Symbols { sym: Symbolizer::new(maps), sites: HashMap::default() }
+    fn new(maps: &[Mapping], started_ns: u64) -> Self {
+        Symbols { sym: Symbolizer::new(maps).started_at(started_ns), sites: HashMap::default() }
     }
 
     /// `frames(pcs)` of stack `id`.
@@ -998,7 +998,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         pass.point(last_tsc);
     }
 
-    let mut symbols = Symbols::new(&maps);
+    let mut symbols = Symbols::new(&maps, trace.header.start_ns);
     let top = opts.top;
     let gen = pass.peak_gen;
     let site_report = |id: u32, acc: &SiteAcc, symbols: &mut Symbols, stacks: &HashMap<u32, Vec<u64>>| SiteReport {
@@ -1090,6 +1090,13 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
     } else {
         None
     };
+    for path in symbols.sym.replaced_modules() {
+        warnings.push(format!(
+            "{path} is not the file the program ran (another file has its path now: rebuilt, upgraded, or \
+             another machine's): its frames are shown as {}+OFFSET, not named from the new file",
+            path.rsplit('/').next().unwrap_or(&path)
+        ));
+    }
     let exit = run(keys::EXIT_CODE).map(|c| format!("exit code {c}")).or_else(|| run(keys::SIGNAL).map(|s| format!("killed by signal {s}")));
     let duration_ns = trace.end.as_ref().and_then(|e| pass.ns(e.end_tsc)).or_else(|| pass.ns(last_tsc));
     Ok(ProcessReport {
@@ -1186,7 +1193,7 @@ pub fn stack_quality_of(trace: &TraceFile) -> Result<StackQuality, TraceError> {
             }
         }
     }
-    let mut symbols = Symbols::new(&maps);
+    let mut symbols = Symbols::new(&maps, trace.header.start_ns);
     let weighted = calls.iter().filter_map(|(id, &n)| stacks.get(id).map(|pcs| (&pcs[..], n)));
     Ok(stack_quality(trace, weighted, stacks.len() as u64, "allocation calls", &mut symbols))
 }
