@@ -1,6 +1,16 @@
 //! mtlab: a performance lab for multithreaded programs on Linux.
 //! docs/architecture.md maps these modules.
 
+/// `eprintln!` that cannot panic: a message for the user on stderr, lost if
+/// stderr is gone (`mtlab … 2>&1 | head -1` closed it; `eprintln!` then
+/// panicked, and files still to be written were not).
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod cli;
 pub mod compact;
 pub mod ctl;

@@ -426,12 +426,12 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         match stdin_file_copy() {
             Some(f) => {
                 cmd.stdin(f);
-                eprintln!("mtlab: baseline run of {shown} (untraced, its output discarded)");
+                say!("mtlab: baseline run of {shown} (untraced, its output discarded)");
             }
             None => {
                 cmd.stdin(std::process::Stdio::null());
                 baseline_stdin_empty = true;
-                eprintln!("mtlab: baseline run of {shown} (untraced, its output discarded, stdin from /dev/null)");
+                say!("mtlab: baseline run of {shown} (untraced, its output discarded, stdin from /dev/null)");
             }
         }
         Some(run(cmd, &shown)?.1)

@@ -1354,7 +1354,7 @@ int main(void) {
             "{frames:#?}"
         );
         assert!(last.module.starts_with("libc"));
-        eprintln!("libc malloc, symbol tables only: {}", last.display());
+        say!("libc malloc, symbol tables only: {}", last.display());
         // With the default debug directory (libc6-dbg may or may not be installed).
         let mut s = Symbolizer::new(&run.maps);
         let frames = s.symbolize(pc);
@@ -1363,7 +1363,7 @@ int main(void) {
             last.function.as_deref().unwrap_or("").contains("malloc"),
             "{frames:#?}"
         );
-        eprintln!("libc malloc: {} / {:?}", last.display(), s.modules());
+        say!("libc malloc: {} / {:?}", last.display(), s.modules());
     }
 
     #[test]
@@ -1441,7 +1441,7 @@ int main(void) {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].module, "prog");
         assert_ne!(f[0].function.as_deref(), Some("middle"));
-        eprintln!("fully stripped: {}", f[0].display());
+        say!("fully stripped: {}", f[0].display());
         if f[0].function.is_none() {
             assert!(f[0].display().starts_with("prog+0x"), "{}", f[0].display());
         }

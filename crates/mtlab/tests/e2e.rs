@@ -1906,3 +1906,22 @@ fn a_program_rebuilt_after_its_recording_is_not_used_to_name_its_frames() {
     }
     assert_eq!(sites.iter().map(|s| u(&s["calls"])).max(), Some(100), "the site's figures are unchanged");
 }
+
+#[test]
+fn a_closed_stderr_loses_messages_not_outputs() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    lab.record_ok("t.mtl", &prog, &["10", "16", "0"]);
+    // stderr a pipe nobody reads (`mtlab … 2>&1 | head -1` after head quit).
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let o = lab
+        .command(MTLAB)
+        .args(["report", "t.mtl", "--flamegraph", "f.svg", "--pprof", "p.pb.gz"])
+        .stdout(std::process::Stdio::null())
+        .stderr(writer)
+        .status()
+        .unwrap();
+    assert!(o.success(), "{o:?}");
+    assert!(lab.path("f.svg").exists() && lab.path("p.pb.gz").exists());
+}

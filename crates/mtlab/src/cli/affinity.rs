@@ -98,9 +98,9 @@ fn apply_pair(steer: Steer, dev: &str, flow: usize, app: usize) -> Result<(), Cl
     crate::studies::threads::check_cpus(&[flow, app], "--apply")?;
     let a = affinity::apply::apply(steer, std::path::Path::new("/sys/class/net"), dev, flow, app)?;
     let (what, n) = (if steer == Steer::Irq { "affinity of receive interrupt" } else { "RPS mask of receive queue" }, a.undo.len());
-    eprintln!("mtlab: applied to {dev}: the {what}{} ({n}) set to CPU {flow}, the flow core", if n == 1 { "" } else { "s" });
-    eprintln!("  run the application on CPU {}: taskset -c {} PROGRAM (or sched_setaffinity in the program)", a.app_cpu, a.app_cpu);
-    eprintln!("  to undo: {}", a.undo.iter().map(|u| u.command()).collect::<Vec<_>>().join("; "));
+    say!("mtlab: applied to {dev}: the {what}{} ({n}) set to CPU {flow}, the flow core", if n == 1 { "" } else { "s" });
+    say!("  run the application on CPU {}: taskset -c {} PROGRAM (or sched_setaffinity in the program)", a.app_cpu, a.app_cpu);
+    say!("  to undo: {}", a.undo.iter().map(|u| u.command()).collect::<Vec<_>>().join("; "));
     Ok(())
 }
 
@@ -127,7 +127,7 @@ fn send_to(to: std::net::SocketAddr, cpu: Option<usize>) -> Result<ExitCode, Cli
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| CliError::Other(format!("cannot catch signals: {e}")))?;
     }
-    eprintln!("mtlab: sending to {to}, flow after flow, until Ctrl-C");
+    say!("mtlab: sending to {to}, flow after flow, until Ctrl-C");
     let source = flow::Source::new()?;
     let mut n = 0;
     flow::send_forever(&source, to, &stop, |bytes| {
@@ -136,7 +136,7 @@ fn send_to(to: std::net::SocketAddr, cpu: Option<usize>) -> Result<ExitCode, Cli
             return;
         }
         n += 1;
-        eprintln!("mtlab: flow {n}: {:.2} GB sent", bytes as f64 / 1e9);
+        say!("mtlab: flow {n}: {:.2} GB sent", bytes as f64 / 1e9);
     })?;
     Ok(ExitCode::SUCCESS)
 }
@@ -209,7 +209,7 @@ pub fn affinity(a: AffinityArgs) -> Result<ExitCode, CliError> {
     if let (Some(Apply::Best), Some(dev)) = (a.apply, &a.dev) {
         let b = best.ok_or_else(|| CliError::Other("--apply best: the matrix has no measured cell to apply".into()))?;
         if !b.clear {
-            eprintln!("mtlab: note: the best pair's class is not faster beyond the spread than every other class (see above); applied anyway");
+            say!("mtlab: note: the best pair's class is not faster beyond the spread than every other class (see above); applied anyway");
         }
         apply_pair(steer, dev, b.flow, b.app)?;
     }

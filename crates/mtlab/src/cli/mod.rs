@@ -53,9 +53,9 @@ pub(crate) fn emit(doc: &Document, json: bool, csv: Option<&PathBuf>, svg: Optio
         if let Some(dir) = dir {
             let files = export::write_files(exporter, doc, dir)?;
             if files.is_empty() {
-                eprintln!("mtlab: nothing to write as {what}");
+                say!("mtlab: nothing to write as {what}");
             } else {
-                eprintln!("mtlab: wrote {} {what} file{} into {}", files.len(), if files.len() == 1 { "" } else { "s" }, dir.display());
+                say!("mtlab: wrote {} {what} file{} into {}", files.len(), if files.len() == 1 { "" } else { "s" }, dir.display());
             }
         }
     }
@@ -66,7 +66,7 @@ pub(crate) fn emit(doc: &Document, json: bool, csv: Option<&PathBuf>, svg: Optio
 pub(crate) fn write_html(doc: &Document, path: &std::path::Path, title: &str, images: &[export::html::Image]) -> Result<(), CliError> {
     let html = export::html::page(title, &doc.views, images)?;
     std::fs::write(path, html).map_err(|source| export::ExportError::Write { path: path.to_path_buf(), source })?;
-    eprintln!("mtlab: wrote {} (a self-contained page: open it in a browser)", path.display());
+    say!("mtlab: wrote {} (a self-contained page: open it in a browser)", path.display());
     Ok(())
 }
 
@@ -435,7 +435,7 @@ pub fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("mtlab: error: {e}");
+            say!("mtlab: error: {e}");
             ExitCode::from(e.exit_code())
         }
     }
@@ -473,7 +473,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
     let mut failed = 0;
     for file in &a.files {
         if !file.exists() {
-            eprintln!("mtlab: error: {} does not exist: give a trace written by `mtlab record`", file.display());
+            say!("mtlab: error: {} does not exist: give a trace written by `mtlab record`", file.display());
             failed += 1;
             continue;
         }
@@ -483,7 +483,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
             let dst = output.clone().unwrap_or_else(|| src.clone());
             match crate::compact::compact_trace(src, &dst, a.quantum) {
                 Ok(st) => {
-                    eprintln!(
+                    say!(
                         "mtlab: {} → {}: {} → {} ({:.1}× smaller), {} events, {} kept after another thread's",
                         src.display(),
                         dst.display(),
@@ -494,14 +494,14 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
                         st.raised
                     );
                     for w in &st.warnings {
-                        eprintln!("mtlab: warning: {}: {w}", src.display());
+                        say!("mtlab: warning: {}: {w}", src.display());
                     }
                 }
                 // A family compacted before (record --compact) has nothing left to do;
                 // a file named on its own that is compact already is an error.
-                Err(e @ CompactError::AlreadyCompact { .. }) if src != file => eprintln!("mtlab: {e}"),
+                Err(e @ CompactError::AlreadyCompact { .. }) if src != file => say!("mtlab: {e}"),
                 Err(e) => {
-                    eprintln!("mtlab: error: {e}");
+                    say!("mtlab: error: {e}");
                     failed += 1;
                 }
             }
@@ -534,7 +534,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     let outcome = record::record(&cfg)?;
     let n = outcome.traces.len();
     match outcome.traces.first() {
-        Some(first) => eprintln!(
+        Some(first) => say!(
             "mtlab: wrote {} ({} trace file{}, {}) in {:.3} s; read it with `mtlab report {}`",
             first.display(),
             n,
@@ -544,15 +544,15 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
             first.display()
         ),
         None => match std::os::unix::process::ExitStatusExt::signal(&outcome.status) {
-            Some(sig) => eprintln!(
+            Some(sig) => say!(
                 "mtlab: no trace was written: the program was killed by signal {sig} before mtlab's first write \
                  (events reach the file when a 64 KiB buffer fills or the program exits normally)"
             ),
-            None => eprintln!("mtlab: no trace was written: {}", record::why_no_trace(&outcome.program)),
+            None => say!("mtlab: no trace was written: {}", record::why_no_trace(&outcome.program)),
         },
     }
     for w in &outcome.warnings {
-        eprintln!("mtlab: warning: {w}");
+        say!("mtlab: warning: {w}");
     }
     if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&outcome.status) {
         reraise(sig);
@@ -583,7 +583,7 @@ pub fn load_reports(
 ) -> Result<RunReport, CliError> {
     let run = report::load::load(file, children, opts, sel)?;
     for m in &run.missing {
-        eprintln!("mtlab: warning: {}", m.message());
+        say!("mtlab: warning: {}", m.message());
     }
     Ok(run)
 }
@@ -604,10 +604,10 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     let profile = if !req.is_empty() || a.html.is_some() { report::exports::profile(&run, a.merge)? } else { None };
     if !req.is_empty() {
         if let Some((pick, data)) = &profile {
-            eprintln!("mtlab: {}", pick.message);
+            say!("mtlab: {}", pick.message);
             let written = crate::profile::export::export_data(data, &req).map_err(crate::profile::export::ProfileExportError::from)?;
             for f in written {
-                eprintln!("mtlab: wrote {}", f.display());
+                say!("mtlab: wrote {}", f.display());
             }
         }
     }
@@ -661,9 +661,9 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
         CtlAction::Dump { output, timeout } => {
             let out = output.unwrap_or_else(|| ctl::default_dump_path(pid));
             let d = ctl::dump(pid, &out, std::time::Duration::from_secs(timeout))?;
-            eprintln!("mtlab: wrote {} (profile of process {} so far, from {})", out.display(), pid, d.trace.display());
+            say!("mtlab: wrote {} (profile of process {} so far, from {})", out.display(), pid, d.trace.display());
             for line in ctl::reading_lines(&d).lines() {
-                eprintln!("mtlab: {line}");
+                say!("mtlab: {line}");
             }
         }
         action => {
@@ -682,7 +682,7 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
                     if !routed(&page) {
                         // Not an error: the shims read the state, so sampling is off;
                         // calls only keep their detour through them.
-                        eprintln!(
+                        say!(
                             "mtlab: process {} did not re-route its allocation calls within {ROUTE_TIMEOUT} s ({}): sampling is off, but calls still pass through mtlab's shims",
                             pid,
                             page.why_no_answer()
@@ -718,7 +718,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         program: workload.clone().into_os_string(),
         args,
     };
-    eprintln!("mtlab demo 1/6: full heap trace of the built-in malloc-test workload (2 threads, 512-byte blocks, call depth 10)");
+    say!("mtlab demo 1/6: full heap trace of the built-in malloc-test workload (2 threads, 512-byte blocks, call depth 10)");
     let outcome = record::record(&cfg)?;
     if !outcome.status.success() {
         return Err(CliError::Other(format!("the demo workload failed: {}", outcome.status)));
@@ -734,7 +734,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         c.shrink()
     ));
 
-    eprintln!("mtlab demo 2/6: the same workload under the sampling profiler (mean interval 64KiB)");
+    say!("mtlab demo 2/6: the same workload under the sampling profiler (mean interval 64KiB)");
     let sampled_out = a.output.with_extension("sampled.mtl");
     let cfg = RecordConfig {
         output: sampled_out.clone(),
@@ -765,7 +765,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     if !a.trace_only {
         sections.extend(demo_studies(&a.store)?);
     }
-    eprintln!(
+    say!(
         "mtlab demo: traces kept in {}, {} and {}; try `mtlab report --json {}` or `mtlab report {} --flamegraph demo.svg`",
         a.output.display(),
         compact_out.display(),
@@ -780,7 +780,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     }
     let images = root_flame_image(&full, crate::profile::flame::FlameValue::AllocBytes);
     write_html(&Document { views, data: serde_json::Value::Null }, &a.html, "mtlab demo: a tour on built-in workloads", &images)?;
-    eprintln!("mtlab demo: done in {:.0} s; the tour's report: {}", started.elapsed().as_secs_f64(), a.html.display());
+    say!("mtlab demo: done in {:.0} s; the tour's report: {}", started.elapsed().as_secs_f64(), a.html.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -798,7 +798,7 @@ fn demo_studies(store: &study::StoreArgs) -> Result<Vec<(String, Document)>, Cli
         argv.extend(store_flags.iter().cloned());
         Cli::try_parse_from(&argv).map(|c| c.command).map_err(|e| CliError::Other(format!("demo step `{line}`: {e}")))
     };
-    let step = |n: usize, what: &str, line: &str| eprintln!("mtlab demo {n}/6: {what} (`mtlab {line}`)");
+    let step = |n: usize, what: &str, line: &str| say!("mtlab demo {n}/6: {what} (`mtlab {line}`)");
 
     let line = "bench malloc --threads 1 --iterations 300000 --intervals 64KiB,512KiB --unwinders fp --coverage --reps 1";
     step(3, "what sampling costs at two intervals, and how much of the heap its stacks cover", line);
@@ -836,10 +836,10 @@ fn demo_studies(store: &study::StoreArgs) -> Result<Vec<(String, Document)>, Cli
     );
     step(6, "the affinity matrix of one TCP flow on the allowed CPUs", &line);
     if !root {
-        eprintln!("mtlab demo: not root, so the matrix runs on loopback (--steer none) instead of steering receive processing with RPS");
+        say!("mtlab demo: not root, so the matrix runs on loopback (--steer none) instead of steering receive processing with RPS");
     }
     if !counters {
-        eprintln!("mtlab demo: per-CPU counters need root or kernel.perf_event_paranoid <= 0 (it is {paranoid}): the matrix runs without them");
+        say!("mtlab demo: per-CPU counters need root or kernel.perf_event_paranoid <= 0 (it is {paranoid}): the matrix runs without them");
     }
     if let Command::Affinity(a) = parse(&line)? {
         let (run, o) = affinity::matrix_run(a)?;

@@ -65,7 +65,7 @@ fn trace_of_pid(file: &std::path::Path, pid: u32) -> Result<TraceFile, CliError>
                     seen.push(t.header.pid)
                 }
             }
-            Err(e) => eprintln!("mtlab: warning: skipping {}: {e}", f.display()),
+            Err(e) => say!("mtlab: warning: skipping {}: {e}", f.display()),
         }
     }
     let Some(last) = matches.pop() else {
@@ -77,7 +77,7 @@ fn trace_of_pid(file: &std::path::Path, pid: u32) -> Result<TraceFile, CliError>
         )));
     };
     if !matches.is_empty() {
-        eprintln!(
+        say!(
             "mtlab: process {pid} ran {} programs (exec); simulating the last, {} ({}); give another trace file as FILE to choose it: {}",
             matches.len() + 1,
             last.path.display(),
@@ -103,7 +103,7 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
             let t = TraceFile::open(&a.file)?;
             let others = record::trace_family(&a.file).len().saturating_sub(1);
             if others > 0 {
-                eprintln!(
+                say!(
                     "mtlab: simulating {} (process {}) only; {} more trace{} beside it (children, exec'd programs): \
                      pick one with --pid PID or give its file",
                     a.file.display(),
@@ -140,7 +140,7 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
     let elapsed = started.elapsed();
     drop(progress);
     for w in &sim.warnings {
-        eprintln!("mtlab: warning: {w}");
+        say!("mtlab: warning: {w}");
     }
     // Truncated stacks merge distinct sites, so few samples find "all" of
     // them: coverage is overstated and an interval from it is too coarse.
@@ -187,7 +187,7 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
     }
     emit(&Document { views, data }, a.json, a.csv.as_ref(), None)?;
     if !a.json {
-        eprintln!(
+        say!(
             "mtlab: {} samplers over {} events in {:.2} s",
             sim.points.len() * sim.runs as usize,
             total_events,

@@ -333,7 +333,7 @@ pub fn finish_keep(mut run: Run, out: &OutputArgs) -> Result<Document, CliError>
     }
     match stored {
         Some(Ok((id, path))) => {
-            eprintln!("mtlab: stored as run {id} in {}; show it again with `mtlab runs show {id}`", path.display());
+            say!("mtlab: stored as run {id} in {}; show it again with `mtlab runs show {id}`", path.display());
             Ok(doc)
         }
         Some(Err(e)) => Err(CliError::Other(format!("{e}\nthe results above were not stored (use --store PATH, or --no-store)"))),
@@ -470,7 +470,7 @@ fn emit_export(doc: &Document, json: bool, csv: Option<&PathBuf>) -> Result<(), 
     }
     if let Some(dir) = csv {
         let files = export::write_files(&CsvExporter, doc, dir)?;
-        eprintln!("mtlab: wrote {} CSV files into {}", files.len(), dir.display());
+        say!("mtlab: wrote {} CSV files into {}", files.len(), dir.display());
     }
     Ok(())
 }

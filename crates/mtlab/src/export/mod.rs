@@ -62,7 +62,7 @@ pub fn print_stdout(bytes: &[u8]) {
     let mut out = std::io::stdout().lock();
     if let Err(e) = out.write_all(bytes).and_then(|_| out.flush()) {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
-            eprintln!("mtlab: cannot write to stdout: {e}");
+            say!("mtlab: cannot write to stdout: {e}");
         }
     }
 }

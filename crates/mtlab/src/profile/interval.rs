@@ -208,6 +208,6 @@ mod tests {
             let mixed = blocks.len() > 1;
             assert!(b >= 0.93 && (mixed || o >= 0.93), "{report}");
         }
-        eprintln!("{report}");
+        say!("{report}");
     }
 }

@@ -626,7 +626,7 @@ pub(crate) mod tests {
                 .is_ok_and(|o| o.status.success())
         });
         let Some(go) = go else {
-            eprintln!("NOTE: `go` not found: skipping the `go tool pprof` check");
+            say!("NOTE: `go` not found: skipping the `go tool pprof` check");
             return;
         };
         let run = |index: &str| -> String {
@@ -642,7 +642,7 @@ pub(crate) mod tests {
                 "go tool pprof failed: {stdout}\n{}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            eprintln!("go tool pprof -top -sample_index={index}:\n{stdout}");
+            say!("go tool pprof -top -sample_index={index}:\n{stdout}");
             stdout
         };
         let top = run("alloc_space");

@@ -150,7 +150,7 @@ pub fn work_dir(dir: Option<&std::path::Path>) -> Result<(std::path::PathBuf, Op
             // A run's traces can be gigabytes: an interrupted run takes them along.
             let interrupted = on_interrupt(move || {
                 if std::fs::remove_dir_all(&removed).is_ok() {
-                    eprintln!("\nmtlab: interrupted; removed the run's temporary files ({})", removed.display());
+                    say!("\nmtlab: interrupted; removed the run's temporary files ({})", removed.display());
                 }
             });
             Ok((path, Some(WorkDir { _dir: t, _interrupted: interrupted })))

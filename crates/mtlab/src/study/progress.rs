@@ -64,7 +64,7 @@ impl Progress {
     pub fn println(&self, line: impl AsRef<str>) {
         match &self.bar {
             Some(b) => b.println(line.as_ref()),
-            None => eprintln!("{}", line.as_ref()),
+            None => say!("{}", line.as_ref()),
         }
     }
 }

@@ -1905,7 +1905,7 @@ pub(crate) mod tests {
             for compressed in [false, true] {
                 if compressed {
                     let s = finish_trace(&path, &[]).unwrap();
-                    eprintln!("finish_trace: {} -> {} bytes", s.bytes_before, s.bytes_after);
+                    say!("finish_trace: {} -> {} bytes", s.bytes_before, s.bytes_after);
                 }
                 let tf = TraceFile::open(&path).unwrap();
                 let t0 = std::time::Instant::now();
@@ -1918,7 +1918,7 @@ pub(crate) mod tests {
                 }
                 let dt = t0.elapsed().as_secs_f64();
                 assert_eq!(it.events_decoded(), n);
-                eprintln!(
+                say!(
                     "overlapping={overlapping} compressed={compressed}: {n} events in {dt:.3}s = {:.1} M events/s \
                      (checksum {sum})",
                     n as f64 / dt / 1e6

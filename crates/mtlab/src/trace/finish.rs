@@ -385,6 +385,6 @@ mod finish_speed {
         std::fs::copy(&src, &p).unwrap();
         let t = std::time::Instant::now();
         let st = super::finish_trace(&p, &[]).unwrap();
-        eprintln!("finish: {:.3} s, {} -> {} bytes", t.elapsed().as_secs_f64(), st.bytes_before, st.bytes_after);
+        say!("finish: {:.3} s, {} -> {} bytes", t.elapsed().as_secs_f64(), st.bytes_before, st.bytes_after);
     }
 }

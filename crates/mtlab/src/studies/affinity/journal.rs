@@ -116,7 +116,7 @@ impl Drop for Journal {
         let mut active = ACTIVE.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(a) = active.take() {
             for f in undo_all(&a.entries) {
-                eprintln!("mtlab: could not restore {f}");
+                say!("mtlab: could not restore {f}");
             }
             let _ = std::fs::remove_file(&a.path);
         }
@@ -175,9 +175,9 @@ fn undo_active() {
         let failed = undo_all(&a.entries);
         let _ = std::fs::remove_file(&a.path);
         let restored = a.entries.undo.len() - failed.len();
-        eprintln!("\nmtlab: interrupted; restored {restored} setting{}", if restored == 1 { "" } else { "s" });
+        say!("\nmtlab: interrupted; restored {restored} setting{}", if restored == 1 { "" } else { "s" });
         for f in failed {
-            eprintln!("mtlab: could not restore {f}");
+            say!("mtlab: could not restore {f}");
         }
     }
 }

@@ -58,7 +58,7 @@ impl Drop for Switch {
     fn drop(&mut self) {
         if self.current != self.original {
             if let Err(e) = std::fs::write(&self.file, &self.original) {
-                eprintln!("mtlab: could not restore the preemption model `{}` in {}: {e}", self.original, self.file.display());
+                say!("mtlab: could not restore the preemption model `{}` in {}: {e}", self.original, self.file.display());
             }
         }
     }
