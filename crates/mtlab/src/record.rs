@@ -14,7 +14,8 @@ use crate::trace::{self, keys, TraceError};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Stacks {
-    /// Walk frame pointers (fast; truncated in code built without them).
+    /// A call stack for each call, captured as --unwind says (`fp`, this value's old name, still works).
+    #[value(name = "on", alias = "fp")]
     Fp,
     /// Record no stacks.
     None,

@@ -238,8 +238,8 @@ struct RecordArgs {
     /// Trace file to write; traced children write FILE.PID beside it.
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
-    /// Capture call stacks (fp) or not (none); see --unwind for how.
-    #[arg(long, value_enum, default_value = "fp")]
+    /// Capture call stacks (on) or not (none); --unwind says how.
+    #[arg(long, value_enum, default_value = "on")]
     stacks: Stacks,
     /// How stacks are captured: mtlab's DWARF unwinder (whole stacks in code built without frame pointers), frame pointers only, or libgcc's or libunwind's unwinder.
     #[arg(long, value_enum, default_value = "dwarf")]

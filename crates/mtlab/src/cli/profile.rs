@@ -32,7 +32,8 @@ pub struct SimulateArgs {
     /// Simulate on this traced child process's trace (default: the root process of FILE).
     #[arg(long)]
     pid: Option<u32>,
-    /// Coverage a useful profile must reach, in percent (source 000: 90).
+    /// Coverage a useful profile must reach, in percent: the stacks found account for this share of the
+    /// allocated bytes (90, the criterion of the jemalloc profiler study; docs/metrics.md)
     #[arg(long, default_value_t = 90.0, value_parser = parse_percent)]
     threshold: f64,
     /// Recommend an interval even when the trace's stacks look truncated
@@ -123,7 +124,7 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
     }
     if trace.header.stacks == "none" {
         return Err(CliError::Other(format!(
-            "{name} was recorded with --stacks none; simulate needs call stacks (record with --stacks fp)"
+            "{name} was recorded with --stacks none; simulate needs call stacks (record without --stacks none)"
         )));
     }
     let mut intervals = a.intervals.clone();
