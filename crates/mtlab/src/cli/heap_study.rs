@@ -158,7 +158,11 @@ fn resolve_all(names: &[String]) -> Result<Vec<allocators::Allocator>, CliError>
 
 fn replay(a: ReplayArgs) -> Result<ExitCode, CliError> {
     if !a.trace.is_file() {
-        return Err(CliError::Other(format!("{} does not exist; write a trace with `mtlab record -o {} -- PROGRAM`", a.trace.display(), a.trace.display())));
+        let what = if a.trace.exists() { "is not a trace file (a directory or device)" } else { "does not exist" };
+        return Err(CliError::Other(format!(
+            "{} {what}; give a trace written by `mtlab record -o FILE -- PROGRAM`",
+            a.trace.display()
+        )));
     }
     let cfg = HeapReplayConfig { trace: a.trace, allocators: resolve_all(&a.allocators.allocators)?, runner: a.repeat.options(3), dir: a.dir };
     let progress = study_progress("heap replay", a.output.quiet);

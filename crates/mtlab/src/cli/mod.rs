@@ -40,8 +40,16 @@ pub(crate) fn cpu_set_arg(spec: &str, flag: &str) -> Result<Vec<usize>, CliError
 pub(crate) fn parse_percent(s: &str) -> Result<f64, String> {
     match s.trim().trim_end_matches('%').trim().parse::<f64>() {
         Ok(v) if v > 0.0 && v <= 100.0 => Ok(v),
-        _ => Err(format!("`{s}` is not a percentage between 0 and 100 (e.g. 90 or 2%)")),
+        _ => Err(format!("`{s}` is not a percentage above 0 and at most 100 (e.g. 90 or 2%)")),
     }
+}
+
+/// `parse_percent`, 0 allowed (a threshold of 0: every significant change counts).
+pub(crate) fn parse_percent_or_zero(s: &str) -> Result<f64, String> {
+    if s.trim().trim_end_matches('%').trim().parse::<f64>() == Ok(0.0) {
+        return Ok(0.0);
+    }
+    parse_percent(s).map_err(|_| format!("`{s}` is not a percentage from 0 to 100 (e.g. 0, 2% or 5)"))
 }
 
 /// Prints and writes a document as the flags ask: text or JSON on stdout,

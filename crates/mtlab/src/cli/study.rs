@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
-use super::{emit, parse_percent, parse_size_arg, write_html, CliError};
+use super::{emit, parse_percent_or_zero, parse_size_arg, write_html, CliError};
 use crate::export::{self, csv::CsvExporter, json::JsonExporter, Document};
 use crate::record::Unwind;
 use crate::store::{RunFilter, Store};
@@ -481,8 +481,8 @@ pub struct DiffArgs {
     run_a: i64,
     /// The later run's id.
     run_b: i64,
-    /// Smallest change flagged, in percent, even when significant.
-    #[arg(long, default_value = "2%", value_parser = parse_percent)]
+    /// Smallest change flagged, in percent, even when significant (0: every significant change).
+    #[arg(long, default_value = "2%", value_parser = parse_percent_or_zero)]
     threshold: f64,
     /// Exit with status 3 when any measurement got worse (for CI).
     #[arg(long)]

@@ -64,7 +64,7 @@ pub struct CreateArgs {
     /// How the creator waits: join (pthread_join), barrier (detached threads passing a barrier), or both.
     #[arg(long, value_delimiter = ',', default_value = "join", value_parser = ["join", "barrier"])]
     wait: Vec<String>,
-    /// Thread stack sizes to sweep, e.g. 64KiB,8MiB (default: the libc's own).
+    /// Thread stack sizes to sweep, e.g. 64KiB,8MiB (default: the libc's own); at least 64 KiB more than --touch.
     #[arg(long, value_delimiter = ',', value_parser = super::parse_size_arg)]
     stack: Vec<u64>,
     /// The new thread first touches this much of its stack; the time is shown on its own (e.g. 64KiB).
@@ -159,6 +159,9 @@ fn parse_working_set(s: &str) -> Result<u32, String> {
     Ok((b / 1024) as u32)
 }
 
+/// Stack the create workload keeps for a thread's own frames (native/threads/create.c).
+const THREAD_FRAMES_KIB: u32 = 64;
+
 fn kib(bytes: u64, what: &str) -> Result<u32, CliError> {
     if !bytes.is_multiple_of(1024) || bytes < 16 * 1024 || bytes / 1024 > 1 << 20 {
         return Err(CliError::Other(format!("{what}: give whole KiB from 16KiB to 1GiB")));
@@ -221,18 +224,28 @@ pub fn threads_run(cmd: ThreadsCommand) -> Result<(Run, OutputArgs), CliError> {
     let (cfg, common, what) = match &cmd {
         ThreadsCommand::Create(a) => {
             let mut cfg = a.common.config(5, 200)?;
-            let mut stacks = Vec::new();
-            for &s in &a.stack {
-                stacks.push(kib(s, "--stack")?);
-            }
-            if stacks.is_empty() {
-                stacks.push(0);
-            }
             let touch_kib = match a.touch {
                 Some(t) if t.is_multiple_of(1024) && t / 1024 <= 1 << 20 => (t / 1024) as u32,
                 Some(_) => return Err(CliError::Other("--touch: give whole KiB up to 1GiB (e.g. 64KiB)".into())),
                 None => 0,
             };
+            let mut stacks = Vec::new();
+            for &s in &a.stack {
+                let k = kib(s, "--stack")?;
+                // The workload keeps 64 KiB for the thread's own frames beside what it touches.
+                if k < touch_kib + THREAD_FRAMES_KIB {
+                    return Err(CliError::Other(format!(
+                        "--stack {}KiB: a thread needs {THREAD_FRAMES_KIB} KiB of stack for its own frames besides \
+                         --touch ({touch_kib} KiB): give at least {}KiB",
+                        k,
+                        touch_kib + THREAD_FRAMES_KIB
+                    )));
+                }
+                stacks.push(k);
+            }
+            if stacks.is_empty() {
+                stacks.push(0);
+            }
             cfg.create = Some(CreateParams { waits: a.wait.clone(), stacks_kib: stacks, touch_kib });
             (cfg, &a.common, "threads create")
         }

@@ -179,6 +179,8 @@ pub fn document(d: &Diff) -> Document {
             Cell::num(Some(c.median_a), dec),
             Cell::num(Some(c.median_b), dec),
             match c.ratio.interval {
+                // No ratio: values at zero (a count that stayed 0 is no change).
+                _ if c.ratio.ratio.is_nan() => Cell::text(if c.median_a == c.median_b { "none" } else { "-" }),
                 Some(i) => Cell::text(format!("{:+.1} % [{:+.1}, {:+.1}]", pct(c.ratio.ratio), pct(i.low), pct(i.high))),
                 None => Cell::text(format!("{:+.1} %", pct(c.ratio.ratio))),
             },

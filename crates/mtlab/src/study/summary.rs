@@ -157,9 +157,15 @@ pub fn measurements_table(run: &Run) -> Table {
 
 /// Says how sure the intervals are when there were too few repetitions for 95 %.
 pub fn level_notes(run: &Run) -> Vec<View> {
-    let Some(n) = run.measurements.iter().map(|m| m.values.len()).filter(|&n| n >= 2).min() else {
+    let Some(n) = run.measurements.iter().map(|m| m.values.len()).filter(|&n| n >= 1).min() else {
         return Vec::new();
     };
+    if n == 1 {
+        return vec![View::Note(
+            "note: with 1 repetition each figure is a single measurement, with no interval; 6 or more repetitions give 95 % intervals of the median"
+                .into(),
+        )];
+    }
     match stats::median_interval(&vec![0.0; n]) {
         Some(i) if i.level < stats::LEVEL => vec![View::Note(format!(
             "note: with {n} repetitions an interval of a median is min..max and covers it with probability {:.1} % only; 6 or more repetitions give 95 %",
