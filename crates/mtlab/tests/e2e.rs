@@ -1925,3 +1925,25 @@ fn a_closed_stderr_loses_messages_not_outputs() {
     assert!(o.success(), "{o:?}");
     assert!(lab.path("f.svg").exists() && lab.path("p.pb.gz").exists());
 }
+
+#[test]
+fn merged_site_rows_rank_by_their_sums() {
+    let lab = Lab::new();
+    let prog = lab.compile("merge_order");
+    lab.record_ok("t.mtl", &prog, &[]);
+    let o = lab.command(MTLAB).args(["report", "t.mtl", "--frames", "1"]).output().unwrap();
+    assert_success(&o, "mtlab report --frames 1");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let from = out.find("top allocation sites by calls").expect("the sites-by-calls table");
+    let rows: Vec<Vec<String>> = out[from..]
+        .lines()
+        .take_while(|l| !l.starts_with('└'))
+        .filter(|l| l.contains("five_sites") || l.contains("one_site"))
+        .map(|l| l.split('┆').map(|c| c.trim_matches(|ch: char| ch == '│' || ch.is_whitespace()).to_string()).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!((rows[0][0].as_str(), rows[0][1].as_str(), rows[0][3].as_str()), ("1", "5", "5"), "{rows:?}");
+    assert!(rows[0][4].contains("five_sites"), "{rows:?}");
+    assert_eq!((rows[1][0].as_str(), rows[1][1].as_str(), rows[1][3].as_str()), ("2", "3", "1"), "{rows:?}");
+    assert!(out[from..].contains("a row of several stacks sums those"), "the merge is explained");
+}

@@ -121,7 +121,7 @@ enum SiteCount {
 
 /// Sites as rows; sites whose shown frames are equal are merged into one row
 /// that says how many distinct stacks it holds (JSON keeps every stack).
-fn sites(name: &str, title: &str, sites: &[SiteReport], count: SiteCount, depth: usize) -> Table {
+fn sites(name: &str, title: &str, sites: &[SiteReport], count: SiteCount, depth: usize) -> Vec<View> {
     let header: &[&str] = match count {
         SiteCount::Allocated => &["#", "calls", "bytes", "stacks", "stack (innermost first)"],
         SiteCount::Live => &["#", "live objects", "live bytes", "stacks", "stack (innermost first)"],
@@ -147,12 +147,27 @@ fn sites(name: &str, title: &str, sites: &[SiteReport], count: SiteCount, depth:
             None => rows.push((stack, a, b, 1)),
         }
     }
+    // A merged row ranks by its sums (stable: equal sums keep the ranking's order).
+    match count {
+        SiteCount::Allocated if name.ends_with("by_calls") => rows.sort_by_key(|r| std::cmp::Reverse(r.1)),
+        SiteCount::Temporary => rows.sort_by_key(|r| std::cmp::Reverse(r.1)),
+        _ => rows.sort_by_key(|r| std::cmp::Reverse(r.2)),
+    }
+    let merged = rows.iter().any(|r| r.3 > 1);
     let mut t = table(name, title, header, 0).text_column(4);
     for (i, (stack, a, b, n)) in rows.into_iter().enumerate() {
         let b = if count == SiteCount::Temporary { Cell::Int(b as i64) } else { Cell::Bytes(b) };
         t.push(vec![Cell::Int(i as i64 + 1), Cell::Int(a as i64), b, Cell::Int(n as i64), Cell::text(stack)]);
     }
-    t
+    let mut out = vec![View::Table(t)];
+    if merged {
+        out.push(View::Note(format!(
+            "a row of several stacks sums those, of the {} stacks this table ranks, whose shown frames are equal; \
+             --frames N shows more frames, --top N ranks more stacks",
+            sites.len()
+        )));
+    }
+    out
 }
 
 /// An estimate with its 95 % interval: "66.0 KiB [12.0 KiB, 310.4 KiB]", or
@@ -273,8 +288,8 @@ pub fn views(run: &RunReport) -> Vec<View> {
             }
         }
         if !p.top_sites.by_bytes.is_empty() {
-            out.push(View::Table(sites("sites_by_bytes", "top allocation sites by bytes", &p.top_sites.by_bytes, SiteCount::Allocated, run.frames)));
-            out.push(View::Table(sites("sites_by_calls", "top allocation sites by calls", &p.top_sites.by_calls, SiteCount::Allocated, run.frames)));
+            out.extend(sites("sites_by_bytes", "top allocation sites by bytes", &p.top_sites.by_bytes, SiteCount::Allocated, run.frames));
+            out.extend(sites("sites_by_calls", "top allocation sites by calls", &p.top_sites.by_calls, SiteCount::Allocated, run.frames));
             if !p.callers.is_empty() {
                 let mut t = table(
                     "callers",
@@ -296,7 +311,7 @@ pub fn views(run: &RunReport) -> Vec<View> {
             if !p.top_sites.at_peak.is_empty() {
                 let at = p.peak.at_ns.map(|ns| format!(" at {:.3} s", ns as f64 / 1e9)).unwrap_or_default();
                 let title = format!("top allocation sites at the peak ({} live{at})", human_bytes(p.peak.heap.live_bytes));
-                out.push(View::Table(sites("sites_at_peak", &title, &p.top_sites.at_peak, SiteCount::AtPeak, run.frames)));
+                out.extend(sites("sites_at_peak", &title, &p.top_sites.at_peak, SiteCount::AtPeak, run.frames));
             }
             out.push(View::Note(format!(
                 "temporary allocations (freed with no other allocation of their thread in between): {} of {} allocation calls ({:.1} %)",
@@ -305,7 +320,7 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 p.temporary.fraction * 100.0
             )));
             if !p.top_sites.temporary.is_empty() {
-                out.push(View::Table(sites("sites_temporary", "top sites by temporary allocations", &p.top_sites.temporary, SiteCount::Temporary, run.frames)));
+                out.extend(sites("sites_temporary", "top sites by temporary allocations", &p.top_sites.temporary, SiteCount::Temporary, run.frames));
             }
         }
         let mut note = |s: String| out.push(View::Note(s));
@@ -317,7 +332,7 @@ pub fn views(run: &RunReport) -> Vec<View> {
             }
         }
         if !p.leaks.top.is_empty() {
-            out.push(View::Table(sites("leaks", "", &p.leaks.top, SiteCount::Live, run.frames)));
+            out.extend(sites("leaks", "", &p.leaks.top, SiteCount::Live, run.frames));
         }
         let mut note = |s: String| out.push(View::Note(s));
         note(match p.events_dropped {
