@@ -1,4 +1,4 @@
-//! Byte sizes as people write them: `512KiB`, `2MiB`, `64k`, `1048576`.
+//! Byte sizes as people write them: `512KiB`, `2MiB`, `64k`, `1TiB`, `1048576`.
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SizeError {
@@ -25,6 +25,7 @@ pub fn parse_size(text: &str) -> Result<u64, SizeError> {
         "k" | "kb" | "kib" => 10,
         "m" | "mb" | "mib" => 20,
         "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
         _ => return Err(SizeError::Garbage(text.to_string())),
     };
     let v = n.checked_mul(1u64 << shift).ok_or_else(|| SizeError::Overflow(text.to_string()))?;
@@ -73,6 +74,7 @@ mod tests {
         assert_eq!(parse_size("64k"), Ok(64 << 10));
         assert_eq!(parse_size("4096"), Ok(4096));
         assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert_eq!(parse_size("1TiB"), Ok(1 << 40));
         assert!(matches!(parse_size("0"), Err(SizeError::Zero(_))));
         assert!(matches!(parse_size("0KiB"), Err(SizeError::Zero(_))));
         assert!(matches!(parse_size("lots"), Err(SizeError::Garbage(_))));

@@ -77,7 +77,8 @@ pub struct Target {
     /// A built-in workload instead of a program: small, xthread, threshold or phases, with an optional scale (phases:2).
     #[arg(long, value_name = "NAME[:SCALE]", conflicts_with = "command")]
     workload: Option<String>,
-    /// The program to run, then its arguments.
+    /// The program to run, then its arguments. Each run gets an empty stdin (every repetition must do the same
+    /// work) and its output is kept for mtlab: give input as a file argument, not through a pipe or `<`.
     #[arg(required_unless_present = "workload", trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
 }
@@ -183,10 +184,16 @@ fn check_program(command: &[OsString]) -> Result<(), CliError> {
 
 fn sweep(a: SweepArgs) -> Result<ExitCode, CliError> {
     let argv = a.common.target.argv()?;
-    let Some((name, values)) = a.set.split_once('=') else {
+    let Some((name, given)) = a.set.split_once('=') else {
         return Err(CliError::Other(format!("--set {}: write NAME=V1,V2,... (e.g. top_pad=0,64KiB)", a.set)));
     };
-    let values: Vec<String> = values.split(',').map(str::trim).filter(|v| !v.is_empty()).map(String::from).collect();
+    let mut values: Vec<String> = Vec::new();
+    for v in given.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+        // A value given twice would be one configuration measured twice under one name.
+        if !values.iter().any(|w| w == v) {
+            values.push(v.to_string());
+        }
+    }
     if values.is_empty() {
         return Err(CliError::Other(format!("--set {name}=: give one value or more")));
     }

@@ -184,6 +184,11 @@ struct WorkloadArgs {
 fn cmd_workload(a: WorkloadArgs) -> Result<ExitCode, CliError> {
     use crate::native::{workload, WORKLOADS};
     let Some(name) = a.name else {
+        if a.path {
+            // `$(mtlab workload --path)` would splice the list into a command line.
+            let names: Vec<&str> = WORKLOADS.iter().map(|w| w.name).collect();
+            return Err(CliError::Other(format!("--path needs a workload NAME: one of {}", names.join(", "))));
+        }
         let mut t = export::Table::new("workloads", "", &["workload", "what it does, and its arguments"], 2);
         for w in WORKLOADS {
             t.rows.push(vec![export::Cell::text(w.name), export::Cell::text(w.about)]);
@@ -491,13 +496,18 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
             let dst = output.clone().unwrap_or_else(|| src.clone());
             match crate::compact::compact_trace(src, &dst, a.quantum) {
                 Ok(st) => {
+                    let change = if st.bytes_after < st.bytes_before {
+                        format!("{:.1}× smaller", st.shrink())
+                    } else {
+                        // A sampled trace has little timing to drop; the new layout can cost more.
+                        format!("{:.0} % larger", (1.0 / st.shrink() - 1.0) * 100.0)
+                    };
                     say!(
-                        "mtlab: {} → {}: {} → {} ({:.1}× smaller), {} events, {} kept after another thread's",
+                        "mtlab: {} → {}: {} → {} ({change}), {} events, {} kept after another thread's",
                         src.display(),
                         dst.display(),
                         report::human_bytes(st.bytes_before),
                         report::human_bytes(st.bytes_after),
-                        st.shrink(),
                         st.events,
                         st.raised
                     );

@@ -131,8 +131,8 @@ pub struct ChatArgs {
     /// Messages each user sends at least (users keep sending until --ms has passed); each goes to every user of its room.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100_000_000))]
     messages: u32,
-    /// Bytes per message.
-    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u32).range(24..=1_048_576))]
+    /// Bytes per message, 24 to 1MiB (e.g. 100 or 4KiB).
+    #[arg(long, default_value = "100", value_parser = parse_message_size)]
     size: u32,
     /// Do not run perf bench sched messaging -t beside rooms of 20 users.
     #[arg(long)]
@@ -157,6 +157,14 @@ fn parse_working_set(s: &str) -> Result<u32, String> {
         return Err(format!("`{s}`: give whole KiB up to 1GiB (e.g. 16KiB)"));
     }
     Ok((b / 1024) as u32)
+}
+
+/// A message size: a size as people write it, 24 bytes to 1 MiB.
+fn parse_message_size(s: &str) -> Result<u32, String> {
+    match super::parse_size_arg(s)? {
+        b @ 24..=1_048_576 => Ok(b as u32),
+        _ => Err(format!("`{s}`: give 24 bytes to 1MiB (e.g. 100 or 4KiB)")),
+    }
 }
 
 /// Stack the create workload keeps for a thread's own frames (native/threads/create.c).

@@ -158,6 +158,19 @@ pub fn work_dir(dir: Option<&std::path::Path>) -> Result<(std::path::PathBuf, Op
     }
 }
 
+/// Says so when input was given to mtlab (a file or a pipe on stdin): a
+/// study's runs of the program read an empty stdin, so that every
+/// repetition does the same work; `sort < big.txt` sorted nothing, silently.
+pub fn say_if_stdin_is_not_passed_on() {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(meta) = std::fs::metadata("/proc/self/fd/0") else { return };
+    let t = meta.file_type();
+    let null = t.is_char_device() && std::fs::canonicalize("/proc/self/fd/0").is_ok_and(|p| p == std::path::Path::new("/dev/null"));
+    if t.is_file() || t.is_fifo() || (t.is_char_device() && !null && !std::io::IsTerminal::is_terminal(&std::io::stdin())) {
+        say!("mtlab: note: the program's runs read an empty stdin, not mtlab's: give its input as a file argument");
+    }
+}
+
 /// A temporary work directory, removed when dropped or when mtlab is interrupted.
 pub struct WorkDir {
     _dir: tempfile::TempDir,

@@ -261,6 +261,7 @@ impl Lab {
 
 pub fn run(cfg: &TracerCostConfig, progress: &Progress) -> Result<Run, StudyError> {
     let started = std::time::Instant::now();
+    child::say_if_stdin_is_not_passed_on();
     let (dir, _tmp) = child::work_dir(cfg.dir.as_deref())?;
     let mtlab = std::env::current_exe().map_err(|source| StudyError::Io { path: "mtlab".into(), source })?;
     let heaptrack = match cfg.heaptrack {

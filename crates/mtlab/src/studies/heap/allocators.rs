@@ -81,6 +81,11 @@ pub fn resolve(entry: &str) -> Result<Allocator, StudyError> {
         if !p.is_file() {
             return Err(StudyError::Config(format!("allocator library {entry} does not exist (give the path to its .so)")));
         }
+        if !defines_malloc(&p) {
+            return Err(StudyError::Config(format!(
+                "{entry} is not a heap manager: it is not a shared library that defines malloc"
+            )));
+        }
         return Ok(Allocator { name: entry.into(), library: Some(p) });
     }
     let Some(so) = soname(entry) else {
@@ -94,6 +99,20 @@ pub fn resolve(entry: &str) -> Result<Allocator, StudyError> {
             package(entry).unwrap_or("its package")
         ))),
     }
+}
+
+/// Whether `path` is an ELF shared object whose dynamic symbols define
+/// `malloc` (preloaded, it then takes the program's malloc; libz or a text
+/// file ran every configuration and was blamed on the program).
+fn defines_malloc(path: &Path) -> bool {
+    use object::read::elf::{ElfFile64, FileHeader};
+    use object::{Endianness, Object, ObjectSymbol};
+    let Ok(data) = std::fs::read(path) else { return false };
+    if object::elf::FileHeader64::<Endianness>::parse(&*data).is_err() {
+        return false;
+    }
+    let Ok(elf) = ElfFile64::<Endianness>::parse(&*data) else { return false };
+    elf.dynamic_symbols().any(|s| s.is_definition() && s.name() == Ok("malloc"))
 }
 
 impl Allocator {

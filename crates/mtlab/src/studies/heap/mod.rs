@@ -347,6 +347,7 @@ fn file_stem(name: &str) -> String {
 /// Runs the variants through the runner: the shape both commands share.
 fn run_variants(mut run: Run, variants: &[Variant], argv: &[OsString], runner_opts: &RunnerOptions, dir: Option<&Path>, progress: &Progress) -> Result<Run, StudyError> {
     let started = std::time::Instant::now();
+    child::say_if_stdin_is_not_passed_on();
     let (dir, _tmp) = child::work_dir(dir)?;
     let mtlab = std::env::current_exe().map_err(|source| StudyError::Io { path: "mtlab".into(), source })?;
     run.settings.insert("command".into(), argv.iter().map(|a| a.to_string_lossy()).collect::<Vec<_>>().join(" "));

@@ -135,6 +135,16 @@ fn glibc_check(name: &str, value: &str, env: &(String, String)) -> Result<Option
     let key = format!("glibc.malloc.{name}:");
     let Some(line) = text.lines().find(|l| l.trim_start().starts_with(&key)) else { return Ok(None) };
     let got = line.trim_start()[key.len()..].split_whitespace().next().and_then(parse_number);
+    // `glibc.malloc.arena_max: 0x0 (min: 0x1, max: 0xffffffffffffffff)`: an
+    // unset tunable lists 0 too, so 0 given for a minimum of 1 looked taken.
+    // Read from the parenthesis on: the name `arena_max` ends in "max" too.
+    let range = line.split_once('(').map_or("", |(_, r)| r);
+    let bound = |tag: &str| range.split(tag).nth(1).and_then(|r| r.split([',', ')']).next()).and_then(parse_number);
+    if let (Some(min), Some(max)) = (bound("min: "), bound("max: ")) {
+        if wanted < min || wanted > max {
+            return Ok(Some(format!("glibc takes {name} from {min} to {max}, not {wanted}")));
+        }
+    }
     Ok(match got {
         Some(g) if g == wanted => None,
         Some(g) => Some(format!("glibc took {name} as {g}, not {wanted} (out of its range, or not read)")),
@@ -184,5 +194,16 @@ mod tests {
         let t = Tunable::Glibc("top_pad".into());
         assert_eq!(t.check("65536", &Allocator { name: "glibc".into(), library: None }).unwrap(), None);
         assert!(t.check("lots", &Allocator { name: "glibc".into(), library: None }).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_glibc_value_below_the_tunables_minimum_is_refused() {
+        if loader().is_none() {
+            return;
+        }
+        let t = Tunable::Glibc("arena_max".into());
+        let why = glibc_check("arena_max", "0", &t.env("0")).unwrap();
+        assert!(why.as_deref().is_some_and(|w| w.contains("from 1")), "{why:?}");
+        assert_eq!(glibc_check("arena_max", "2", &t.env("2")).unwrap(), None);
     }
 }
