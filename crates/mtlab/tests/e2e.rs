@@ -812,6 +812,10 @@ fn abort_keeps_the_trace_readable_and_the_signal() {
     let text = lab.command(MTLAB).arg("report").arg(lab.path("t.mtl")).output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout).into_owned();
     assert!(text.contains("program was killed by signal 6 (Aborted)"), "the text report names the signal: {text}");
+    assert!(
+        text.contains("live at the last event written:") && !text.contains("not freed at exit"),
+        "what was live is not called a leak of a killed program: {text}"
+    );
     let s = site(&r, "abort_allocs");
     // A buffer holds at most 65536/7 < 9363 events: all but the last one are in.
     assert!(s.calls >= n - 9362 && s.calls < n, "abort_allocs calls {} of {n}", s.calls);

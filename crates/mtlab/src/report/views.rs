@@ -327,8 +327,17 @@ pub fn views(run: &RunReport) -> Vec<View> {
         if p.profile.is_none() {
             if p.running {
                 note(format!("live so far (the process is still running): {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
-            } else {
+            } else if p.clean_end {
                 note(format!("not freed at exit: {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
+            } else {
+                // Killed (abort, a fatal signal): what its thread buffers held at the end never reached the file.
+                note(format!(
+                    "live at the last event written: {} objects, {} bytes — the program did not end through exit \
+                     ({}): the calls after each thread's last flush are missing, so this is not what it leaked",
+                    p.leaks.objects,
+                    p.leaks.bytes,
+                    p.exit.as_deref().unwrap_or("how it ended is unknown")
+                ));
             }
         }
         if !p.leaks.top.is_empty() {
