@@ -512,6 +512,9 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             runinfo.push((keys::BASELINE_STDIN_EMPTY.into(), "1".into()));
         }
     }
+    if cfg.sample.as_ref().is_some_and(|s| s.inactive) {
+        runinfo.push((keys::SAMPLE_STARTED_INACTIVE.into(), "1".into()));
+    }
     if cfg.follow {
         runinfo.push((keys::CHILD_TRACES.into(), child_traces(&output, &traces)));
     }

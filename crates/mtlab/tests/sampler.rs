@@ -1295,3 +1295,19 @@ fn a_signal_handler_that_exits_mid_append_or_mid_malloc_never_hangs_the_exit() {
     }
     assert!(hung.is_empty(), "hung at exit: {hung:?}");
 }
+
+#[test]
+fn a_sampler_that_was_never_switched_on_gives_no_bound() {
+    // --inactive and no `mtlab ctl start`: nothing was sampled, so the
+    // "not sampled (< X)" bounds, which assume the sampler ran, do not apply.
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    let o = lab.record_cmd("i.mtl", &["--sample", "16KiB", "--inactive"], &prog, &["20000", "64", "0"]).output().unwrap();
+    assert_success(&o, "n_mallocs under --inactive");
+    let r = lab.report("i.mtl");
+    assert_eq!(u(&profile(&r)["samples"]), 0);
+    assert_eq!(profile(&r)["started_inactive"], true);
+    let text = stdout(&mtlab(&lab, &["report", "i.mtl"]));
+    assert!(text.contains("the sampler started switched off (--inactive) and took none"), "{text}");
+    assert!(!text.contains("not sampled (<"), "no bound is claimed: {text}");
+}

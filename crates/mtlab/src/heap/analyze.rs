@@ -440,6 +440,9 @@ pub struct SampledSummary {
     #[serde(flatten)]
     pub totals: SampledTotals,
     pub unwind: String,
+    /// Recorded with --inactive: the sampler started switched off (how long
+    /// it was on, if ever, the trace does not say).
+    pub started_inactive: bool,
     pub top: Vec<SampledSite>,
     /// The whole estimated profile, for `report --pprof/--flamegraph`
     /// without decoding the trace again.
@@ -1086,7 +1089,13 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
                 frames: symbols.frames(&s.pcs),
             })
             .collect();
-        Some(SampledSummary { totals: p.totals, unwind: trace.header.unwind.clone(), top, data: p.data })
+        Some(SampledSummary {
+            totals: p.totals,
+            unwind: trace.header.unwind.clone(),
+            started_inactive: trace.runinfo_get(keys::SAMPLE_STARTED_INACTIVE) == Some("1"),
+            top,
+            data: p.data,
+        })
     } else {
         None
     };

@@ -190,6 +190,15 @@ fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<
     } else {
         format!("{} in {} objects", estimate(&p.inuse_bytes, true), estimate(&p.inuse_objects, false))
     };
+    if p.samples == 0 && summary.started_inactive {
+        // Bounds from zero samples assume the sampler was on all along.
+        return vec![View::Note(format!(
+            "sampled profile: no sample — the sampler started switched off (--inactive) and took none; \
+             if `mtlab ctl PID start` never switched it on, nothing was sampled and no estimate or bound applies \
+             (unwinder {})",
+            summary.unwind
+        ))];
+    }
     let mut out = vec![View::Note(format!(
         "sampled profile: {} samples at mean interval {} (unwinder {}), {} sampled blocks freed\n\
          estimated allocated: {} in {} objects; in use at the end: {inuse} ([low, high]: 95 % interval)",

@@ -13,6 +13,8 @@ pub const EXIT_CODE: &str = "exit_code";
 pub const SIGNAL: &str = "signal";
 /// Wall-clock time of the untraced run (`record --baseline`), in nanoseconds.
 pub const BASELINE_WALL_NS: &str = "baseline_wall_ns";
+/// "1" when `record --sample --inactive` started the sampler switched off.
+pub const SAMPLE_STARTED_INACTIVE: &str = "sample_started_inactive";
 /// "1" when the untraced run read an empty stdin (the traced run had a pipe
 /// or terminal): a program that reads stdin did less work untraced.
 pub const BASELINE_STDIN_EMPTY: &str = "baseline_stdin_empty";
