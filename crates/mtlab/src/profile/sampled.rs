@@ -37,11 +37,16 @@ pub struct Estimate {
     /// The largest weight of one sample: what one more sample would carry.
     #[serde(skip)]
     pub max_weight: f64,
+    /// What the samples themselves hold (their bytes, or one object each):
+    /// there was at least this much, so the interval starts no lower.
+    #[serde(skip)]
+    pub seen: f64,
 }
 
 impl Estimate {
-    fn add(&mut self, weight: f64, miss: f64) {
+    fn add(&mut self, weight: f64, miss: f64, seen: f64) {
         self.value += weight;
+        self.seen += seen;
         self.variance += miss * weight * weight;
         self.samples += 1;
         self.max_weight = self.max_weight.max(weight);
@@ -52,6 +57,9 @@ impl Estimate {
     fn close(&mut self, fallback_weight: f64) {
         let w = if self.samples > 0 { self.max_weight } else { fallback_weight };
         (self.low, self.high) = gamma_interval(self.value, self.variance, self.samples, w);
+        // A skewed interval on one or two samples fell below what they hold
+        // ("2 [0, 8]" objects with one seen).
+        self.low = self.low.max(self.seen.min(self.value));
     }
 
     pub fn bounds(&self) -> Bounds {
@@ -119,16 +127,16 @@ struct Live {
 fn add_sample(bytes: &mut Estimate, objects: &mut Estimate, size: u64, interval: u64) -> (f64, f64, f64) {
     let p = sample_probability(size, interval).max(f64::MIN_POSITIVE);
     let (b, o) = (size as f64 / p, 1.0 / p);
-    bytes.add(b, 1.0 - p);
-    objects.add(o, 1.0 - p);
+    bytes.add(b, 1.0 - p, size as f64);
+    objects.add(o, 1.0 - p, 1.0);
     (b, o, 1.0 - p)
 }
 
 /// Counts a sample still live at the end towards the in-use estimates.
 fn add_live(s: &mut SampledStack, l: &Live) {
     s.inuse_samples += 1;
-    s.inuse_bytes.add(l.bytes, l.weight);
-    s.inuse_objects.add(l.objects, l.weight);
+    s.inuse_bytes.add(l.bytes, l.weight, l.bytes * (1.0 - l.weight));
+    s.inuse_objects.add(l.objects, l.weight, 1.0);
 }
 
 /// Sets a stack's intervals: in-use estimates with no live sample take the
@@ -205,7 +213,7 @@ impl SampledPass {
     fn inuse_now(&self, fallback_interval: u64) -> Estimate {
         let mut e = Estimate::default();
         for l in self.live.values() {
-            e.add(l.bytes, l.weight);
+            e.add(l.bytes, l.weight, l.bytes * (1.0 - l.weight));
         }
         e.close(fallback_interval.max(1) as f64);
         e
@@ -400,5 +408,18 @@ mod tests {
         // A block far larger than the interval is sampled almost surely: weight ~ its size.
         let p_big = sample_probability(64 << 20, 512 << 10);
         assert!(p_big > 0.999_999);
+    }
+
+    #[test]
+    fn an_interval_starts_no_lower_than_what_its_samples_hold() {
+        // One 288-byte block sampled at 4 KiB: weight ~ 14.7 objects; the
+        // skewed gamma interval of one sample reaches below one object.
+        let (mut b, mut o) = (Estimate::default(), Estimate::default());
+        add_sample(&mut b, &mut o, 288, 4096);
+        b.close(0.0);
+        o.close(0.0);
+        assert!(o.low >= 1.0 && o.low <= o.value, "{o:?}");
+        assert!(b.low >= 288.0 && b.low <= b.value, "{b:?}");
+        assert!(o.high >= o.value && b.high >= b.value);
     }
 }
