@@ -50,6 +50,8 @@ const ZSTD_LEVEL: i32 = 9;
 pub struct CompactStats {
     pub bytes_before: u64,
     pub bytes_after: u64,
+    /// Traced calls, counted as `mtlab report` counts them (the break and
+    /// arena records the tracer adds are kept but not counted).
     pub events: u64,
     /// Events whose stamp was raised above its quantum to keep a
     /// cross-thread order.
@@ -343,7 +345,7 @@ pub fn compact(tf: &TraceFile, dst: &Path, quantum: u64, extra: &[(String, Strin
             Item::Stack { .. } => stacks.push(item),
             Item::Event(mut ev) => {
                 ev.tsc = stamper.stamp(&ev);
-                stats.events += 1;
+                stats.events += ev.kind.func().is_some() as u64;
                 let tid = ev.tid;
                 let p = pending.entry(tid).or_default();
                 for s in stacks.drain(..) {
