@@ -426,8 +426,9 @@ pub fn views(run: &RunReport) -> Vec<View> {
         }
         if p.chunks_damaged > 0 {
             note(format!(
-                "DAMAGED TRACE: {} chunk(s) did not match their checksums and were skipped — the figures above \
-                 miss their events (counted as dropped); the file was changed after it was written",
+                "DAMAGED TRACE: {} chunk(s) could not be read — cut short (the file ends inside them) or not matching \
+                 their checksums (changed after they were written) — and were skipped: the figures above miss their \
+                 events; the warnings below say where",
                 p.chunks_damaged
             ));
         }
