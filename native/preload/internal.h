@@ -96,6 +96,7 @@ struct mtlab_real {
     int (*execvp)(const char *, char *const[]);
     int (*execvpe)(const char *, char *const[], char *const[]);
     int (*fexecve)(int, char *const[], char *const[]);
+    void (*abort)(void) __attribute__((noreturn));
     int (*pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
     int (*dlclose)(void *);
     void **curbrk; /* glibc's cached program break, read instead of calling sbrk(0) */

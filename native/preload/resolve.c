@@ -60,6 +60,7 @@ void mtlab_resolve(void) {
     RESOLVE(execvp);
     RESOLVE(execvpe);
     RESOLVE(fexecve);
+    RESOLVE(abort);
     RESOLVE(pthread_create);
     RESOLVE(dlclose);
     mtlab_real.curbrk = (void **)dlsym(RTLD_DEFAULT, "__curbrk");

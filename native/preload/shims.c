@@ -12,6 +12,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -544,10 +545,8 @@ EXPORT void *sbrk(intptr_t inc) {
     return r;
 }
 
-/* exec replaces the image: write out what this thread has first. glibc's
- * exec* functions call execve internally (not through the PLT), so each
- * entry point needs its own shim. */
-static void flush_before_exec(void) {
+/* The thread's buffer written out now; before an exec, the writer readied too. */
+static void flush_before_exec_or_abort(int exec) {
     struct mtlab_tls *t = &mtlab_tls;
     ensure_real();
     /* A vfork child shares the parent's memory (gcc's driver starts cc1 so):
@@ -558,10 +557,31 @@ static void flush_before_exec(void) {
         int saved = errno;
         MTLAB_GUARD_ENTER(t);
         mtlab_flush_own();
-        mtlab_writer_before_exec();
+        if (exec) mtlab_writer_before_exec();
         t->guard--;
         errno = saved;
     }
+}
+
+/* exec replaces the image: write out what this thread has first. glibc's
+ * exec* functions call execve internally (not through the PLT), so each
+ * entry point needs its own shim. */
+static void flush_before_exec(void) {
+    flush_before_exec_or_abort(1);
+}
+
+/* abort() raises SIGABRT, which runs no exit handler: what the calling
+ * thread has buffered is written first — a short program that aborts (or a
+ * C++ one whose uncaught exception reaches std::terminate) lost all of its
+ * events. Tracing goes on (a handler may catch SIGABRT); other threads'
+ * buffers and the END record stay as a killed process leaves them. glibc's
+ * own aborts (assert, heap corruption) call it inside libc, not here. */
+EXPORT __attribute__((noreturn)) void abort(void) {
+    flush_before_exec_or_abort(0);
+    if (mtlab_real.abort) mtlab_real.abort();
+    signal(SIGABRT, SIG_DFL); /* as abort does when a handler returns */
+    raise(SIGABRT);
+    for (;;) syscall(SYS_exit_group, 127);
 }
 
 /* _exit and _Exit run no exit handler: the trace is finished first. */

@@ -816,10 +816,8 @@ fn abort_keeps_the_trace_readable_and_the_signal() {
         text.contains("live at the last event written:") && !text.contains("not freed at exit"),
         "what was live is not called a leak of a killed program: {text}"
     );
-    let s = site(&r, "abort_allocs");
-    // A buffer holds at most 65536/7 < 9363 events: all but the last one are in.
-    assert!(s.calls >= n - 9362 && s.calls < n, "abort_allocs calls {} of {n}", s.calls);
-    assert_eq!(s, site_of(s.calls, s.calls * 64, s.calls, s.calls * 64));
+    // The abort shim wrote the thread's last, partly filled buffer too.
+    assert_eq!(site(&r, "abort_allocs"), site_of(n, n * 64, n, n * 64));
     // The table report says why the count is unknown.
     let o = lab.command(MTLAB).args(["report", "t.mtl"]).output().unwrap();
     assert_success(&o, "mtlab report");

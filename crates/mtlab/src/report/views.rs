@@ -342,7 +342,8 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 // Killed (abort, a fatal signal): what its thread buffers held at the end never reached the file.
                 note(format!(
                     "live at the last event written: {} objects, {} bytes — the program did not end through exit \
-                     ({}): the calls after each thread's last flush are missing, so this is not what it leaked",
+                     ({}): events still buffered when it died are missing (abort() writes its own thread's first), so \
+                     this is not what it leaked",
                     p.leaks.objects,
                     p.leaks.bytes,
                     p.exit.as_deref().unwrap_or("how it ended is unknown")
