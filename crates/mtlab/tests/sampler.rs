@@ -1311,3 +1311,23 @@ fn a_sampler_that_was_never_switched_on_gives_no_bound() {
     assert!(text.contains("the sampler started switched off (--inactive) and took none"), "{text}");
     assert!(!text.contains("not sampled (<"), "no bound is claimed: {text}");
 }
+
+#[test]
+fn sampled_rows_with_equal_shown_frames_merge_and_rank_by_their_sum() {
+    // Every call sampled (interval 1 byte): five_sites' five one-call stacks
+    // are one row of 5 samples, above one_site's single stack of 3.
+    let lab = Lab::new();
+    let prog = lab.compile("merge_order");
+    let o = lab.record_cmd("t.mtl", &["--sample", "1"], &prog, &[]).output().unwrap();
+    assert_success(&o, "merge_order sampled");
+    let text = stdout(&mtlab(&lab, &["report", "t.mtl", "--frames", "1"]));
+    let rows: Vec<Vec<String>> = text
+        .lines()
+        .filter(|l| l.contains("five_sites") || l.contains("one_site"))
+        .map(|l| l.split('┆').map(|c| c.trim_matches(|ch: char| ch == '│' || ch.is_whitespace()).to_string()).collect())
+        .collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert!(rows[0][6].contains("five_sites") && rows[0][1] == "5" && rows[0][5] == "5", "{rows:?}");
+    assert!(rows[0][2].starts_with("80 B"), "the estimates add: {rows:?}");
+    assert!(rows[1][6].contains("one_site") && rows[1][1] == "3" && rows[1][5] == "1", "{rows:?}");
+}

@@ -62,6 +62,27 @@ impl Estimate {
         self.low = self.low.max(self.seen.min(self.value));
     }
 
+    /// The estimate of two disjoint parts together (two stacks shown as one
+    /// row): values and variances add, and the interval is made again.
+    pub fn plus(&self, o: &Estimate) -> Estimate {
+        let mut e = Estimate {
+            value: self.value + o.value,
+            variance: self.variance + o.variance,
+            samples: self.samples + o.samples,
+            low: 0.0,
+            high: 0.0,
+            max_weight: self.max_weight.max(o.max_weight),
+            seen: self.seen + o.seen,
+        };
+        if e.samples == 0 {
+            // Neither was sampled: each bound says what could have hidden there.
+            e.high = self.high + o.high;
+        } else {
+            e.close(e.max_weight);
+        }
+        e
+    }
+
     pub fn bounds(&self) -> Bounds {
         Bounds { low: self.low, high: self.high, samples: self.samples }
     }
@@ -408,6 +429,32 @@ mod tests {
         // A block far larger than the interval is sampled almost surely: weight ~ its size.
         let p_big = sample_probability(64 << 20, 512 << 10);
         assert!(p_big > 0.999_999);
+    }
+
+    #[test]
+    fn two_estimates_add_as_one_of_both_parts() {
+        let (mut b1, mut o1, mut b2, mut o2) = Default::default();
+        for _ in 0..3 {
+            add_sample(&mut b1, &mut o1, 100, 4096);
+        }
+        add_sample(&mut b2, &mut o2, 5000, 4096);
+        let (mut both_b, mut both_o) = (Estimate::default(), Estimate::default());
+        for _ in 0..3 {
+            add_sample(&mut both_b, &mut both_o, 100, 4096);
+        }
+        add_sample(&mut both_b, &mut both_o, 5000, 4096);
+        for e in [&mut b1, &mut b2, &mut both_b] {
+            e.close(0.0);
+        }
+        let sum = b1.plus(&b2);
+        assert!((sum.value - both_b.value).abs() < 1e-6 && (sum.variance - both_b.variance).abs() < 1e-3);
+        assert_eq!((sum.samples, sum.low, sum.high), (both_b.samples, both_b.low, both_b.high));
+        let (mut n1, mut n2) = (Estimate::default(), Estimate::default());
+        n1.close(4096.0);
+        n2.close(4096.0);
+        let none = n1.plus(&n2);
+        assert_eq!((none.samples, none.value, none.high), (0, 0.0, n1.high + n2.high));
+        let _ = (o1, o2, both_o);
     }
 
     #[test]

@@ -209,14 +209,18 @@ fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<
         estimate(&p.alloc_bytes, true),
         estimate(&p.alloc_objects, false),
     ))];
-    let mut t = table(
-        "sampled_sites",
-        "top stacks by estimated allocated bytes",
-        &["#", "samples", "allocated bytes", "allocated objects", "in-use bytes", "stack (innermost first)"],
-        0,
-    )
-    .text_column(5);
-    for (i, s) in summary.top.iter().enumerate() {
+    // Stacks whose shown frames are equal share a row, as in a full trace's
+    // site tables: their estimates add (`Estimate::plus`).
+    struct Row {
+        stack: String,
+        stacks: usize,
+        samples: u64,
+        alloc_bytes: crate::profile::sampled::Estimate,
+        alloc_objects: crate::profile::sampled::Estimate,
+        inuse_bytes: crate::profile::sampled::Estimate,
+    }
+    let mut rows: Vec<Row> = Vec::new();
+    for s in &summary.top {
         let site = SiteReport {
             stack_id: s.stack_id,
             calls: 0,
@@ -228,16 +232,53 @@ fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<
             temporary: 0,
             frames: s.frames.clone(),
         };
+        let stack = if s.frames.is_empty() { "(no stack recorded)".to_string() } else { frame_line(&site, depth, width) };
+        match rows.iter_mut().find(|r| r.stack == stack) {
+            Some(r) => {
+                r.stacks += 1;
+                r.samples += s.samples;
+                r.alloc_bytes = r.alloc_bytes.plus(&s.alloc_bytes);
+                r.alloc_objects = r.alloc_objects.plus(&s.alloc_objects);
+                r.inuse_bytes = r.inuse_bytes.plus(&s.inuse_bytes);
+            }
+            None => rows.push(Row {
+                stack,
+                stacks: 1,
+                samples: s.samples,
+                alloc_bytes: s.alloc_bytes,
+                alloc_objects: s.alloc_objects,
+                inuse_bytes: s.inuse_bytes,
+            }),
+        }
+    }
+    rows.sort_by(|a, b| b.alloc_bytes.value.total_cmp(&a.alloc_bytes.value));
+    let merged = rows.iter().any(|r| r.stacks > 1);
+    let mut t = table(
+        "sampled_sites",
+        "top stacks by estimated allocated bytes",
+        &["#", "samples", "allocated bytes", "allocated objects", "in-use bytes", "stacks", "stack (innermost first)"],
+        0,
+    )
+    .text_column(6);
+    for (i, r) in rows.iter().enumerate() {
         t.push(vec![
             Cell::Int(i as i64 + 1),
-            Cell::Int(s.samples as i64),
-            Cell::text(estimate(&s.alloc_bytes, true)),
-            Cell::text(estimate(&s.alloc_objects, false)),
-            Cell::text(estimate(&s.inuse_bytes, true)),
-            Cell::text(if s.frames.is_empty() { "(no stack recorded)".to_string() } else { frame_line(&site, depth, width) }),
+            Cell::Int(r.samples as i64),
+            Cell::text(estimate(&r.alloc_bytes, true)),
+            Cell::text(estimate(&r.alloc_objects, false)),
+            Cell::text(estimate(&r.inuse_bytes, true)),
+            Cell::Int(r.stacks as i64),
+            Cell::text(&r.stack),
         ]);
     }
     out.push(View::Table(t));
+    if merged {
+        out.push(View::Note(format!(
+            "a row of several stacks sums those, of the {} stacks this table ranks, whose shown frames are equal \
+             (their estimates add; the interval is the sum's); --frames N shows more frames, --top N ranks more stacks",
+            summary.top.len()
+        )));
+    }
     out
 }
 
