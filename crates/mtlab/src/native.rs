@@ -256,11 +256,17 @@ pub fn build_with(compiler: &Path, part: Part) -> Result<PathBuf, BuildError> {
         .arg(src.join(source))
         .output()
         .map_err(|source| BuildError::Spawn { compiler: compiler.to_path_buf(), source })?;
-    if !out.status.success() {
+    // A "compiler" that exits 0 without writing the program (`--libc /bin/true`) failed too.
+    if !out.status.success() || !tmp.is_file() {
+        let stderr = String::from_utf8_lossy(&out.stderr).trim().to_string();
         return Err(BuildError::Failed {
             compiler: compiler.to_path_buf(),
             workload: source.trim_end_matches(".c").to_string(),
-            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            stderr: if stderr.is_empty() && out.status.success() {
+                "it exited with status 0 but wrote no program: is it a C compiler?".to_string()
+            } else {
+                stderr
+            },
         });
     }
     std::fs::rename(&tmp, &target).map_err(unpack)?;
