@@ -380,15 +380,23 @@ impl Drop for SignalGuard {
     }
 }
 
-/// A new open of this process's stdin when it is a regular file (reading
-/// from the start, not moving the traced run's offset); None for a pipe, a
-/// terminal or nothing.
+/// A new open of this process's stdin when it is a regular file, at the
+/// same offset (reading it does not move the traced run's); None for a
+/// pipe, a terminal, nothing, or a file that cannot be opened again.
 fn stdin_file_copy() -> Option<std::fs::File> {
+    use std::io::Seek;
     let meta = std::fs::metadata("/proc/self/fd/0").ok()?;
     if !meta.is_file() {
         return None;
     }
-    std::fs::File::open("/proc/self/fd/0").ok()
+    let mut f = std::fs::File::open("/proc/self/fd/0").ok()?;
+    // From where the traced run will start reading (`{ read x; mtlab record …; } < f`).
+    // SAFETY: lseek on descriptor 0 with SEEK_CUR only reads its offset.
+    let at = unsafe { libc::lseek(0, 0, libc::SEEK_CUR) };
+    if at > 0 {
+        f.seek(std::io::SeekFrom::Start(at as u64)).ok()?;
+    }
+    Some(f)
 }
 
 /// Can this process load `lib` (e.g. "libunwind.so.8")?

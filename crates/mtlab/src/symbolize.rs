@@ -55,6 +55,9 @@ pub struct Mapping {
     /// The file's inode number when it was mapped (0: anonymous, or unknown).
     #[serde(default)]
     pub inode: u64,
+    /// The device (major, minor) the maps name for the file, when they do.
+    #[serde(default)]
+    pub dev: Option<(u32, u32)>,
 }
 
 const DELETED_SUFFIX: &str = " (deleted)";
@@ -119,7 +122,7 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
     let (range, rest) = next_field(line)?;
     let (perms, rest) = next_field(rest)?;
     let (offset, rest) = next_field(rest)?;
-    let (_dev, rest) = next_field(rest)?;
+    let (dev, rest) = next_field(rest)?;
     let (inode, rest) = next_field(rest)?;
     let (start, end) = range.split_once('-')?;
     let start = u64::from_str_radix(start, 16).ok()?;
@@ -135,6 +138,7 @@ fn parse_maps_line(line: &str) -> Option<Mapping> {
         perms: perms.to_string(),
         path: rest.trim_start_matches([' ', '\t']).to_string(),
         inode: inode.parse().unwrap_or(0),
+        dev: dev.split_once(':').and_then(|(a, b)| Some((u32::from_str_radix(a, 16).ok()?, u32::from_str_radix(b, 16).ok()?))),
     })
 }
 
@@ -750,9 +754,9 @@ pub struct Symbolizer {
     /// are left as module+offset, since the file now there would name them
     /// wrongly.
     replaced: BTreeMap<String, bool>,
-    /// When the process started (ns since the epoch; 0: unknown): a module
-    /// file modified later is not the one it mapped.
-    started_ns: u64,
+    /// When the recording ended (ns since the epoch; 0: unknown): a module
+    /// file modified later is not the one the process mapped.
+    recorded_until_ns: u64,
     cache: HashMap<u64, Vec<Frame>>,
     debug_dirs: Vec<PathBuf>,
 }
@@ -821,18 +825,19 @@ impl Symbolizer {
             maps: tree,
             modules: HashMap::new(),
             replaced: BTreeMap::new(),
-            started_ns: 0,
+            recorded_until_ns: 0,
             cache: HashMap::new(),
             debug_dirs,
         }
     }
 
-    /// Says when the process started (ns since the epoch, as a trace's
-    /// header has it): a module file modified after it is not the one the
-    /// process mapped (a rebuild that wrote the file in place keeps its
-    /// inode), and is not used to name frames.
-    pub fn started_at(mut self, ns: u64) -> Self {
-        self.started_ns = ns;
+    /// Says when the recording ended (ns since the epoch): a module file
+    /// modified after it is not the one the process mapped (a rebuild that
+    /// wrote the file in place keeps its inode), and is not used to name
+    /// frames. Not its start: a plugin built and dlopen'd during the run is
+    /// newer than the start and still the file mapped.
+    pub fn recorded_until(mut self, ns: u64) -> Self {
+        self.recorded_until_ns = ns;
         self
     }
 
@@ -916,14 +921,17 @@ impl Symbolizer {
             // The file on disk (if any) is not the one that was mapped.
             return unknown(module, file_offset + 1);
         }
-        let inode = map.inode;
+        let (inode, dev) = (map.inode, map.dev);
         let path = path.to_string();
-        let started = self.started_ns;
+        let until = self.recorded_until_ns;
         let replaced = *self.replaced.entry(path.clone()).or_insert_with(|| {
             use std::os::unix::fs::MetadataExt;
             std::fs::metadata(&path).is_ok_and(|m| {
                 let mtime_ns = (m.mtime() as i128) * 1_000_000_000 + m.mtime_nsec() as i128;
-                (inode != 0 && m.ino() != inode) || (started != 0 && mtime_ns > started as i128)
+                // Inodes compare only on the device the maps name (overlayfs
+                // and bind mounts show other numbers for the same file).
+                let same_dev = dev == Some((libc::major(m.dev()), libc::minor(m.dev())));
+                (same_dev && inode != 0 && m.ino() != inode) || (until != 0 && mtime_ns > until as i128)
             })
         });
         if replaced {

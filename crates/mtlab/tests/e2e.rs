@@ -1848,12 +1848,16 @@ fn an_output_that_is_not_a_regular_file_is_refused_and_left_alone() {
     assert!(!o.status.success() && stderr(&o).contains("is a directory"), "{}", stderr(&o));
     assert!(dir.is_dir());
 
-    // A symbolic link to a file: the trace is written to the file, the link stays.
+    // A symbolic link: refused, link and file left as they were (followed,
+    // the children's traces would land beside the target, unseen by a report
+    // of the link).
     std::fs::write(lab.path("real.mtl"), "old").unwrap();
     std::os::unix::fs::symlink("real.mtl", lab.path("link.mtl")).unwrap();
-    lab.record_ok("link.mtl", &prog, &["10", "16", "0"]);
+    let o = lab.record("link.mtl", &prog, &["10", "16", "0"]);
+    assert!(!o.status.success() && stderr(&o).contains("is a symbolic link (to real.mtl)"), "{}", stderr(&o));
     assert!(std::fs::symlink_metadata(lab.path("link.mtl")).unwrap().file_type().is_symlink());
-    assert!(calls(&lab.report("real.mtl"), "malloc") >= 10);
+    assert_eq!(std::fs::read_to_string(lab.path("real.mtl")).unwrap(), "old");
+    lab.record_ok("real.mtl", &prog, &["10", "16", "0"]);
 
     // compact -o: the same rule.
     let o = lab.command(MTLAB).args(["compact", "-o"]).arg(&fifo).arg(lab.path("real.mtl")).output().unwrap();
@@ -1907,6 +1911,11 @@ fn a_program_rebuilt_after_its_recording_is_not_used_to_name_its_frames() {
         assert!(s["frames"][0]["function"].is_null(), "not named from the new file: {}", s["frames"][0]);
     }
     assert_eq!(sites.iter().map(|s| u(&s["calls"])).max(), Some(100), "the site's figures are unchanged");
+    // The exports name frames as the tables do.
+    let o = lab.command(MTLAB).args(["report", "t.mtl", "--collapsed", "c.txt"]).output().unwrap();
+    assert_success(&o, "report --collapsed");
+    let folded = std::fs::read_to_string(lab.path("c.txt")).unwrap();
+    assert!(folded.contains(&format!("{name}+0x")) && !folded.contains("do_allocs"), "{folded}");
 }
 
 #[test]

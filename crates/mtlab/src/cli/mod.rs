@@ -652,7 +652,7 @@ fn html_document(run: &mut RunReport) -> Document {
 /// of; none when it has no stacks.
 fn flame_image(data: &crate::profile::ProfileData, of: &str, value: crate::profile::flame::FlameValue) -> Vec<export::html::Image> {
     use crate::profile::flame;
-    let mut sym = crate::symbolize::Symbolizer::new(&data.maps);
+    let mut sym = data.symbolizer();
     let lines = flame::folded(data, &mut sym, value);
     if lines.is_empty() {
         return Vec::new();
@@ -710,7 +710,7 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
                 CtlAction::Interval { size } => page.set_interval(size),
                 _ => {}
             }
-            println!("{}", ctl::status_line(pid, &page));
+            print_out(format!("{}\n", ctl::status_line(pid, &page)));
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -831,8 +831,8 @@ struct Symbols {
 }
 
 impl Symbols {
-    fn new(maps: &[Mapping], started_ns: u64) -> Self {
-        Symbols { sym: Symbolizer::new(maps).started_at(started_ns), sites: HashMap::default() }
+    fn new(maps: &[Mapping], recorded_until_ns: u64) -> Self {
+        Symbols { sym: Symbolizer::new(maps).recorded_until(recorded_until_ns), sites: HashMap::default() }
     }
 
     /// `frames(pcs)` of stack `id`.
@@ -1001,7 +1001,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         pass.point(last_tsc);
     }
 
-    let mut symbols = Symbols::new(&maps, trace.header.start_ns);
+    let mut symbols = Symbols::new(&maps, recorded_until(trace, last_tsc));
     let top = opts.top;
     let gen = pass.peak_gen;
     let site_report = |id: u32, acc: &SiteAcc, symbols: &mut Symbols, stacks: &HashMap<u32, Vec<u64>>| SiteReport {
@@ -1183,6 +1183,13 @@ fn top_by(sites: &[(u32, SiteAcc)], top: usize, keep: impl Fn(&SiteAcc) -> bool,
     ranked.into_iter().map(|(_, _, i)| i as usize).collect()
 }
 
+/// When the recording ended, in ns since the epoch (0: unknown): its END,
+/// else the last event decoded.
+fn recorded_until(trace: &TraceFile, last_tsc: u64) -> u64 {
+    let end = trace.end.as_ref().map_or(last_tsc, |e| e.end_tsc.max(last_tsc));
+    trace.header.ns_since_start(end).map_or(0, |ns| trace.header.start_ns.saturating_add(ns))
+}
+
 /// How whole the stacks of a full trace are, without the rest of the analysis
 /// (one decode pass: the stacks, and the allocation calls of each).
 pub fn stack_quality_of(trace: &TraceFile) -> Result<StackQuality, TraceError> {
@@ -1190,19 +1197,21 @@ pub fn stack_quality_of(trace: &TraceFile) -> Result<StackQuality, TraceError> {
     let code = CodeRanges::new(&maps);
     let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
     let mut calls: HashMap<u32, u64> = HashMap::default();
+    let mut last_tsc = 0;
     for item in trace.items()? {
         match item {
             Item::Stack { id, pcs } => {
                 stacks.insert(id, code.cut(pcs));
             }
             Item::Event(ev) => {
+                last_tsc = last_tsc.max(ev.tsc);
                 if matches!(ev.kind, EventKind::Alloc { .. } | EventKind::Realloc { .. }) {
                     *calls.entry(ev.stack).or_default() += 1;
                 }
             }
         }
     }
-    let mut symbols = Symbols::new(&maps, trace.header.start_ns);
+    let mut symbols = Symbols::new(&maps, recorded_until(trace, last_tsc));
     let weighted = calls.iter().filter_map(|(id, &n)| stacks.get(id).map(|pcs| (&pcs[..], n)));
     Ok(stack_quality(trace, weighted, stacks.len() as u64, "allocation calls", &mut symbols))
 }

@@ -1,6 +1,7 @@
 //! What to do before mtlab dies of SIGINT, SIGTERM or SIGHUP: one handler
 //! for the whole process runs every action registered and not yet dropped,
-//! newest first, then exits as the signal would have (128 + its number).
+//! newest first, then dies of the signal. A signal the process inherited as
+//! ignored (`nohup`) stays ignored.
 //!
 //! One handler, not one per user: the affinity study puts network settings
 //! back and a study removes its temporary traces; `mtlab demo` runs both in
@@ -34,11 +35,26 @@ pub fn on_interrupt(action: impl FnMut() + Send + 'static) -> OnInterrupt {
     OnInterrupt(id)
 }
 
+/// Whether this process ignores `sig` (inherited from `nohup`, `trap '' HUP`,
+/// a background job of a script): then mtlab must go on ignoring it.
+fn ignored(sig: libc::c_int) -> bool {
+    // SAFETY: sigaction with a null new action only reads the current one
+    // into `old`, a zeroed struct it may fill.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(sig, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
 fn install() {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+        let caught: Vec<libc::c_int> = [SIGINT, SIGTERM, SIGHUP].into_iter().filter(|&s| !ignored(s)).collect();
+        if caught.is_empty() {
+            return;
+        }
+        let Ok(mut signals) = signal_hook::iterator::Signals::new(&caught) else {
             return;
         };
         std::thread::spawn(move || {
@@ -49,6 +65,9 @@ fn install() {
                 for (_, action) in actions.iter_mut().rev() {
                     action();
                 }
+                // Die of the signal itself, as a shell expects to stop a
+                // script's loop on Ctrl-C (an exit status of 130 does not).
+                let _ = signal_hook::low_level::emulate_default_handler(sig);
                 std::process::exit(128 + sig);
             }
         });

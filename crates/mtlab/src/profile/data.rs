@@ -36,3 +36,12 @@ pub struct ProfileData {
     pub start_ns: u64,
     pub duration_ns: u64,
 }
+
+impl ProfileData {
+    /// A symbolizer of this profile's maps that names no frame from a module
+    /// file changed since the recording ended (as the report's tables).
+    pub fn symbolizer(&self) -> crate::symbolize::Symbolizer {
+        let until = if self.start_ns == 0 { 0 } else { self.start_ns.saturating_add(self.duration_ns) };
+        crate::symbolize::Symbolizer::new(&self.maps).recorded_until(until)
+    }
+}

@@ -5,7 +5,6 @@ use std::path::{Path, PathBuf};
 
 use super::flame::{self, FlameValue};
 use super::{pprof, sampled, ExportError, ProfileData};
-use crate::symbolize::Symbolizer;
 use crate::trace::{TraceError, TraceFile};
 
 #[derive(Debug, Default, Clone)]
@@ -49,7 +48,7 @@ pub fn export(file: &Path, req: &ExportRequest) -> Result<Vec<PathBuf>, ProfileE
 
 /// Writes every requested export of a profile already read.
 pub fn export_data(data: &ProfileData, req: &ExportRequest) -> Result<Vec<PathBuf>, ExportError> {
-    let mut sym = Symbolizer::new(&data.maps);
+    let mut sym = data.symbolizer();
     let mut written = Vec::new();
     if let Some(out) = &req.pprof {
         pprof::write_pprof(data, &mut sym, out)?;

@@ -484,8 +484,9 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 s.traced_wall_ns as f64 / 1e9,
                 s.baseline_wall_ns as f64 / 1e9,
                 if s.baseline_stdin_empty {
-                    " — the untraced run read an empty stdin (the traced one a pipe or terminal): for a program \
-                     that reads stdin this compares different work; give the input as a file (< FILE) or argument"
+                    " — the untraced run read an empty stdin (the traced one's could not be read twice: a pipe, a \
+                     terminal, or a file not readable again): for a program that reads stdin this compares different \
+                     work; give the input as a file (< FILE) or argument"
                 } else {
                     ""
                 }

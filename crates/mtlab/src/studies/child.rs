@@ -23,9 +23,21 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
     // Interrupted: the child is told to stop too (a traced child's `mtlab
     // record` passes TERM on to its program), not left running alone.
     let interrupted = on_interrupt(move || {
-        // SAFETY: kill on our own child's pid; the guard is dropped as soon
-        // as wait4 has reaped it.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
+        // SAFETY: kill and waitid on our own child's pid, not reaped while
+        // this guard lives (see below); `info` is a zeroed struct to fill.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+            // A few seconds to end (a traced child's record finishes its
+            // trace) before the work directory it writes into is removed.
+            for _ in 0..300 {
+                let mut info: libc::siginfo_t = std::mem::zeroed();
+                let r = libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
+                if r != 0 || info.si_pid() != 0 {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
     });
     let (mut o, mut e) = (child.stdout.take(), child.stderr.take());
     let err_reader = std::thread::spawn(move || {
@@ -43,10 +55,17 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
     let mut status = 0;
     // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: pid is our own child, not yet waited for (std's Child is dropped
+    // Ended but not reaped: the interrupt action may still signal the pid
+    // until the guard is dropped, and only then may the pid be reused.
+    // SAFETY: waitid on our own child with WNOWAIT; `info` is ours to fill.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT);
+    }
+    drop(interrupted);
+    // SAFETY: pid is our own child, not yet reaped (std's Child is dropped
     // without wait; its Drop does not reap); status and usage are valid pointers.
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
-    drop(interrupted);
     let wall = start.elapsed();
     drop(child);
     if r < 0 {

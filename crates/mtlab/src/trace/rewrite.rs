@@ -30,37 +30,33 @@ pub(crate) fn temp_beside(dst: &Path, what: &str) -> Result<(File, PathBuf, Temp
     Ok((tmp, tmp_path, guard))
 }
 
-/// Where a trace named `path` is written: `path` itself when nothing is
-/// there or a regular file is (replaced whole: a trace is written beside it,
-/// then renamed over it), the file a symbolic link points to, and an error
-/// for anything else. Writing `-o /dev/null` as root once replaced the
-/// device with a regular file; a FIFO or `/dev/stdout` would get no bytes.
+/// Checks that a trace can be written at `path`: nothing there, or a
+/// regular file (replaced whole: a trace is written beside it, then renamed
+/// over it). Anything else is refused: writing `-o /dev/null` as root once
+/// replaced the device with a regular file, a FIFO or `/dev/stdout` got no
+/// bytes, and a symbolic link would be replaced — or, followed, would put
+/// the children's `FILE.PID` traces beside its target, where a report of
+/// the link does not look.
 pub fn trace_output(path: &Path) -> Result<PathBuf, String> {
     let meta = match fs::symlink_metadata(path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(path.to_path_buf()),
         Err(e) => return Err(format!("cannot look at {}: {e}", path.display())),
         Ok(m) => m,
     };
-    if meta.file_type().is_symlink() {
-        return match fs::canonicalize(path) {
-            Ok(target) if target.is_file() => Ok(target),
-            Ok(target) => Err(format!(
-                "{} points to {}, which is not a regular file: a trace is a file mtlab writes and renames into place; \
-                 give a file name such as trace.mtl",
-                path.display(),
-                target.display()
-            )),
-            Err(_) => Err(format!("{} is a symbolic link to nothing: give a file name such as trace.mtl", path.display())),
-        };
-    }
     if meta.is_file() {
         return Ok(path.to_path_buf());
     }
-    let what = if meta.is_dir() { "a directory" } else { "not a regular file (a device, FIFO or socket)" };
-    Err(format!(
-        "{} is {what}: a trace is a file mtlab writes and renames into place; give a file name such as trace.mtl",
-        path.display()
-    ))
+    let what = if meta.file_type().is_symlink() {
+        match fs::read_link(path) {
+            Ok(target) => format!("a symbolic link (to {}): give the file's own path", target.display()),
+            Err(_) => "a symbolic link: give the file's own path".to_string(),
+        }
+    } else if meta.is_dir() {
+        "a directory: give a file name such as trace.mtl".to_string()
+    } else {
+        "not a regular file (a device, FIFO or socket): give a file name such as trace.mtl".to_string()
+    };
+    Err(format!("{} is {what}; a trace is a file mtlab writes and renames into place", path.display()))
 }
 
 /// The file header of `src` (its first `header_end` bytes), verbatim but
