@@ -96,11 +96,11 @@ pub struct CoveragePoint {
     pub stacks_found_max: u64,
     /// `stacks_found_mean / distinct_stacks` (0 when the trace has no stacks).
     pub stacks_found_fraction: f64,
-    /// `total_bytes / interval`: samples a Poisson process over the bytes would take.
+    /// Σ p(sᵢ) over the allocations, p(s) = 1 − exp(−s/interval): the samples
+    /// the sampler takes on average (at most one per allocation; bytes ÷
+    /// interval counted a 1-byte interval's 22 M samples from 1 238 calls).
     pub samples_expected: f64,
-    /// Samples the simulated profilers took, on average (a little below
-    /// `samples_expected`: at most one sample per allocation, and the rest of a
-    /// sampled block is skipped).
+    /// Samples the simulated profilers took, on average.
     pub samples_mean: f64,
 }
 
@@ -225,6 +225,8 @@ struct Raw {
     stack_calls: Vec<u64>,
     total_bytes: u64,
     total_allocations: u64,
+    /// (size, allocations of that size).
+    sizes: Vec<(u64, u64)>,
     threads: u64,
     /// Per sampler (interval index × runs + run): samples taken.
     samples: Vec<u64>,
@@ -372,6 +374,11 @@ fn replay(trace: &TraceFile, opts: &SimulateOptions, progress: &mut dyn FnMut(u6
     let mut tids: HashMap<u32, u32> = HashMap::default();
     let (mut last_tid, mut last_t) = (u32::MAX, usize::MAX);
     let (mut total_bytes, mut total_allocations) = (0u64, 0u64);
+    // Allocations by size, for the expected sample counts: small sizes in a
+    // flat table (an increment per call), the rest in a map.
+    const SMALL: u64 = 1 << 16;
+    let mut small_sizes = vec![0u64; SMALL as usize];
+    let mut large_sizes: HashMap<u64, u64> = HashMap::default();
     let mut items = trace.items()?;
     let mut events = 0u64;
     for item in items.by_ref() {
@@ -397,6 +404,11 @@ fn replay(trace: &TraceFile, opts: &SimulateOptions, progress: &mut dyn FnMut(u6
         stack_calls[k] += 1;
         total_bytes += size;
         total_allocations += 1;
+        if size < SMALL {
+            small_sizes[size as usize] += 1;
+        } else {
+            *large_sizes.entry(size).or_default() += 1;
+        }
         let t = if ev.tid == last_tid {
             last_t
         } else {
@@ -415,12 +427,14 @@ fn replay(trace: &TraceFile, opts: &SimulateOptions, progress: &mut dyn FnMut(u6
         sm.alloc(t, size, k);
     }
     progress(events);
+    let sizes = (0..SMALL).zip(small_sizes).filter(|&(_, n)| n > 0).chain(large_sizes).collect();
     Ok(Raw {
         stack_ids: stacks.ids,
         stack_bytes,
         stack_calls,
         total_bytes,
         total_allocations,
+        sizes,
         threads: tids.len() as u64,
         samples: sm.samples,
         found: sm.found,
@@ -501,7 +515,7 @@ fn summarize(raw: &Raw, opts: &SimulateOptions) -> Simulation {
                 } else {
                     stacks_found_mean / distinct_stacks as f64
                 },
-                samples_expected: raw.total_bytes as f64 / interval as f64,
+                samples_expected: raw.sizes.iter().map(|&(s, n)| n as f64 * -(-(s as f64) / interval as f64).exp_m1()).sum(),
                 samples_mean: stats(&samples).0,
             }
         })
@@ -589,6 +603,7 @@ mod tests {
         assert_eq!(sim.threads, 2);
         assert_eq!(sim.unattributed_bytes, 0);
         let p = &sim.points[0];
+        assert!((p.samples_expected - 10_010.0).abs() < 1e-6, "one sample per call at most: {p:?}");
         assert_eq!(p.coverage_mean, 1.0);
         assert_eq!(p.coverage_min, 1.0);
         assert_eq!(p.coverage_stddev, 0.0);
@@ -628,7 +643,8 @@ mod tests {
         // Coverage follows: 1 MB always, plus 1 KB when stack 2 is found.
         let want_cov = (1_000_000.0 + 1000.0 * got) / 1_001_000.0;
         assert!((p.coverage_mean - want_cov).abs() < 1e-12);
-        assert!((p.samples_expected - 1_001_000.0 / 10240.0).abs() < 1e-9);
+        let each = 1.0 - (-100.0f64 / 10240.0).exp();
+        assert!((p.samples_expected - 10_010.0 * each).abs() < 1e-6, "{p:?}");
         assert!((p.samples_mean / p.samples_expected - 1.0).abs() < 0.03, "{p:?}");
         assert!(p.coverage_low <= p.coverage_mean && p.coverage_max <= 1.0);
     }

@@ -74,10 +74,17 @@ pub fn receiver_main(listen: Ipv4Addr) -> Result<(), StudyError> {
     let fail = |e: String| StudyError::Output(format!("built-in flow receiver: {e}"));
     let listener = TcpListener::bind((listen, 0)).map_err(|e| fail(format!("cannot listen on {listen}: {e}")))?;
     let port = listener.local_addr().map_err(|e| fail(e.to_string()))?.port();
-    println!("port {port}");
+    // Its parent reads these lines; once the parent is gone (interrupted)
+    // a failed write is no reason to panic.
+    use std::io::Write as _;
+    let say = |line: String| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{line}").and_then(|_| out.flush());
+    };
+    say(format!("port {port}"));
     let (conn, _) = accept(&listener, STUCK).map_err(fail)?;
     let d = read_flow(conn, None).map_err(fail)?;
-    println!("delivered {} {}", d.bytes, d.seconds);
+    say(format!("delivered {} {}", d.bytes, d.seconds));
     Ok(())
 }
 
