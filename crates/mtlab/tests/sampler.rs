@@ -860,6 +860,7 @@ fn exports_from_full_and_sampled_traces() {
         return;
     };
     let top = pprof_top(&go, &lab.path("full.pb.gz"), "alloc_space");
+    assert!(top.lines().any(|l| l == "File: s_estimator"), "mapping 1, pprof's main binary, is the program's: {top}");
     assert_eq!(pprof_total(&top), 50_000_000, "{top}");
     assert_eq!(pprof_flat(&top, "site_a"), Some(20_000_000), "{top}");
     assert_eq!(pprof_flat(&top, "site_b"), Some(20_000_000), "{top}");

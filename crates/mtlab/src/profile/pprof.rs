@@ -287,6 +287,28 @@ fn frame_function_name(f: &Frame) -> String {
     f.name_or_location()
 }
 
+/// The pprof id of mapping `m`, added to `mappings` when new.
+fn mapping_id_of(m: Mapping, mappings: &mut Vec<proto::Mapping>, ids: &mut HashMap<Mapping, u64>, strings: &mut Strings) -> u64 {
+    if let Some(&id) = ids.get(&m) {
+        return id;
+    }
+    let id = mappings.len() as u64 + 1;
+    let filename = match m.file_path() {
+        Some(p) => p.to_string(),
+        None => m.path.clone(),
+    };
+    mappings.push(proto::Mapping {
+        id,
+        memory_start: m.start,
+        memory_limit: m.end,
+        file_offset: m.offset,
+        filename: strings.intern(&filename),
+        ..Default::default()
+    });
+    ids.insert(m, id);
+    id
+}
+
 /// Builds the pprof message (not yet encoded) for `profile`.
 pub fn to_pprof_profile(profile: &ProfileData, symbolizer: &mut Symbolizer) -> proto::Profile {
     let mut strings = Strings::new();
@@ -310,6 +332,15 @@ pub fn to_pprof_profile(profile: &ProfileData, symbolizer: &mut Symbolizer) -> p
     let mut functions: Vec<proto::Function> = Vec::new();
     let mut function_ids: HashMap<(String, String), u64> = HashMap::new();
     let mut samples = Vec::with_capacity(profile.samples.len());
+    // pprof takes mapping 1 for the main binary ("File:" in `go tool pprof`):
+    // the program's own code (its first file in the maps), not the library
+    // the first sample happened to pass through.
+    let program = profile.maps.iter().find_map(|m| m.file_path().map(str::to_string));
+    if let Some(text) = profile.maps.iter().find(|m| m.is_executable() && m.file_path().map(str::to_string) == program) {
+        if let Some(m) = symbolizer.module_of(text.start).cloned() {
+            mapping_id_of(m, &mut mappings, &mut mapping_ids, &mut strings);
+        }
+    }
 
     for s in &profile.samples {
         let mut location_id = Vec::with_capacity(s.pcs.len());
@@ -322,26 +353,7 @@ pub fn to_pprof_profile(profile: &ProfileData, symbolizer: &mut Symbolizer) -> p
             // of the maps, the newest winning), looked up at `pc - 1` like the frames.
             let mapping_id = match symbolizer.module_of(pc.wrapping_sub(1)).cloned() {
                 None => 0,
-                Some(m) => match mapping_ids.get(&m) {
-                    Some(&id) => id,
-                    None => {
-                        let id = mappings.len() as u64 + 1;
-                        let filename = match m.file_path() {
-                            Some(p) => p.to_string(),
-                            None => m.path.clone(),
-                        };
-                        mappings.push(proto::Mapping {
-                            id,
-                            memory_start: m.start,
-                            memory_limit: m.end,
-                            file_offset: m.offset,
-                            filename: strings.intern(&filename),
-                            ..Default::default()
-                        });
-                        mapping_ids.insert(m, id);
-                        id
-                    }
-                },
+                Some(m) => mapping_id_of(m, &mut mappings, &mut mapping_ids, &mut strings),
             };
             let frames = symbolizer.symbolize(pc);
             let mut lines = Vec::with_capacity(frames.len());
