@@ -420,7 +420,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let program = resolve_program(&cfg.program)?;
     let shown = cfg.program.to_string_lossy().to_string();
     let output = std::path::absolute(&cfg.output).map_err(|source| RecordError::Unwritable { path: cfg.output.clone(), source })?;
-    let output = crate::trace::rewrite::trace_output(&output).map_err(RecordError::Output)?;
+    crate::trace::rewrite::check_trace_output(&output).map_err(RecordError::Output)?;
     prepare_output(&output)?;
     let preload = native::path(Part::Preload)?;
 

@@ -482,7 +482,9 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
     if a.output.is_some() && a.files.len() > 1 {
         return Err(CliError::Other("-o takes one trace; give one FILE, or leave -o out to compact in place".into()));
     }
-    let output = a.output.as_deref().map(crate::trace::rewrite::trace_output).transpose().map_err(CliError::Other)?;
+    if let Some(out) = &a.output {
+        crate::trace::rewrite::check_trace_output(out).map_err(CliError::Other)?;
+    }
     let mut failed = 0;
     for file in &a.files {
         if !file.exists() {
@@ -493,7 +495,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
         let family =
             if a.no_children || a.output.is_some() { vec![file.clone()] } else { record::trace_family(file) };
         for src in &family {
-            let dst = output.clone().unwrap_or_else(|| src.clone());
+            let dst = a.output.clone().unwrap_or_else(|| src.clone());
             match crate::compact::compact_trace(src, &dst, a.quantum) {
                 Ok(st) => {
                     let change = if st.bytes_after < st.bytes_before {

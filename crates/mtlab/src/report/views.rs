@@ -119,6 +119,14 @@ enum SiteCount {
     Temporary,
 }
 
+/// Says what a row of several stacks counts: the stacks of the table only.
+fn merged_rows_note(ranked: usize, how: &str) -> View {
+    View::Note(format!(
+        "a row of several stacks sums those, of the {ranked} stacks this table ranks, whose shown frames are \
+         equal{how}; --frames N shows more frames, --top N ranks more stacks"
+    ))
+}
+
 /// Sites as rows; sites whose shown frames are equal are merged into one row
 /// that says how many distinct stacks it holds (JSON keeps every stack).
 fn sites(name: &str, title: &str, sites: &[SiteReport], count: SiteCount, depth: usize) -> Vec<View> {
@@ -161,11 +169,7 @@ fn sites(name: &str, title: &str, sites: &[SiteReport], count: SiteCount, depth:
     }
     let mut out = vec![View::Table(t)];
     if merged {
-        out.push(View::Note(format!(
-            "a row of several stacks sums those, of the {} stacks this table ranks, whose shown frames are equal; \
-             --frames N shows more frames, --top N ranks more stacks",
-            sites.len()
-        )));
+        out.push(merged_rows_note(sites.len(), ""));
     }
     out
 }
@@ -273,11 +277,7 @@ fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<
     }
     out.push(View::Table(t));
     if merged {
-        out.push(View::Note(format!(
-            "a row of several stacks sums those, of the {} stacks this table ranks, whose shown frames are equal \
-             (their estimates add; the interval is the sum's); --frames N shows more frames, --top N ranks more stacks",
-            summary.top.len()
-        )));
+        out.push(merged_rows_note(summary.top.len(), " (their estimates add; the interval is the sum's)"));
     }
     out
 }

@@ -37,14 +37,14 @@ pub(crate) fn temp_beside(dst: &Path, what: &str) -> Result<(File, PathBuf, Temp
 /// bytes, and a symbolic link would be replaced — or, followed, would put
 /// the children's `FILE.PID` traces beside its target, where a report of
 /// the link does not look.
-pub fn trace_output(path: &Path) -> Result<PathBuf, String> {
+pub fn check_trace_output(path: &Path) -> Result<(), String> {
     let meta = match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(path.to_path_buf()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(format!("cannot look at {}: {e}", path.display())),
         Ok(m) => m,
     };
     if meta.is_file() {
-        return Ok(path.to_path_buf());
+        return Ok(());
     }
     let what = if meta.file_type().is_symlink() {
         match fs::read_link(path) {
