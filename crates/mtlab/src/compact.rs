@@ -12,7 +12,7 @@ use std::path::Path;
 use crate::heap::{self, AnalyzeOptions};
 use crate::platform::process::holds_open;
 use crate::trace::compact::{compact, refuse_compact, CompactError, CompactStats};
-use crate::trace::keys::COMPACT_PEAK;
+use crate::trace::keys::{CHILD_TRACES, COMPACT_PEAK};
 use crate::trace::TraceFile;
 
 /// Compacts `src` into `dst` (which may be `src`) with time stamps rounded
@@ -26,7 +26,12 @@ pub fn compact_trace(src: &Path, dst: &Path, quantum: u64) -> Result<CompactStat
     }
     refuse_compact(&trace)?;
     let exact = heap::analyze(&trace, &AnalyzeOptions { max_points: 1, top: 0, callers: false })?;
-    let extra = [(COMPACT_PEAK.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes"))];
+    let mut extra = vec![(COMPACT_PEAK.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes"))];
+    // A copy elsewhere (-o) holds the root alone: listing no child traces,
+    // or its report would call every child missing, "deleted or moved".
+    if dst != src && trace.runinfo_get(CHILD_TRACES).is_some_and(|v| !v.is_empty()) {
+        extra.push((CHILD_TRACES.to_string(), String::new()));
+    }
     compact(&trace, dst, quantum, &extra)
 }
 

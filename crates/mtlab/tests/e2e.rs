@@ -1958,3 +1958,22 @@ fn merged_site_rows_rank_by_their_sums() {
     assert_eq!((rows[1][0].as_str(), rows[1][1].as_str(), rows[1][3].as_str()), ("2", "3", "1"), "{rows:?}");
     assert!(out[from..].contains("a row of several stacks sums those"), "the merge is explained");
 }
+
+#[test]
+fn a_compacted_copy_of_a_trees_root_lists_no_child_as_missing() {
+    let lab = Lab::new();
+    let prog = lab.compile("fork");
+    lab.record_ok("t.mtl", &prog, &["5", "7"]);
+    let o = lab.command(MTLAB).args(["compact", "t.mtl", "-o", "c.mtl"]).output().unwrap();
+    assert_success(&o, "compact -o of a tree's root");
+    let o = lab.command(MTLAB).args(["report", "--json", "c.mtl"]).output().unwrap();
+    assert_success(&o, "report of the copy");
+    assert!(!stderr(&o).contains("is missing"), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v["missing_traces"].as_array().unwrap().is_empty(), "{}", v["missing_traces"]);
+    assert_eq!(v["processes_index"].as_array().unwrap().len(), 1, "the root alone");
+    // Compacted in place, the family keeps its children.
+    let o = lab.command(MTLAB).args(["compact", "t.mtl"]).output().unwrap();
+    assert_success(&o, "compact in place");
+    assert_eq!(lab.report("t.mtl")["processes_index"].as_array().unwrap().len(), 2);
+}
