@@ -556,6 +556,12 @@ fn compact(r: &mut Region, blocks: &[Block]) {
 /// End of the last live object of `r`, dropping stale entries on the way.
 #[inline(never)]
 fn top_end(r: &mut Region, start: u64, blocks: &[Block]) -> u64 {
+    if r.pending.len() <= 8 {
+        // A stack-like program frees the block it allocated last: its entry is
+        // still pending and already stale. Dropping it here spares the heap a
+        // merge and a pop (malloc-test: every free; 200 instructions each).
+        r.pending.retain(|e| is_valid(e, blocks));
+    }
     if !r.pending.is_empty() {
         // Heap-building a batch is linear; pushing each one may sift it to the top.
         let mut batch = BinaryHeap::from(std::mem::take(&mut r.pending));
