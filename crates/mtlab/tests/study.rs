@@ -133,3 +133,60 @@ fn an_unusable_store_keeps_the_results_on_screen_and_fails() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("× untraced"), "results not shown");
     assert!(stderr(&o).contains("not-a-db") && stderr(&o).contains("--no-store"), "{}", stderr(&o));
 }
+
+/// `bench program` on a program that ignores SIGTERM, interrupted with
+/// SIGINT (twice when `twice`): returns how long mtlab took to die after the
+/// first signal, after checking it died of SIGINT and took the program along.
+fn interrupt_a_stubborn_program(twice: bool) -> std::time::Duration {
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::{Duration, Instant};
+    let lab = Lab::new();
+    let pid_file = lab.path("pid");
+    // `trap '' TERM` makes TERM ignored, which exec keeps: sleep ignores it too.
+    let script = format!("echo $$ > {}; trap '' TERM; exec sleep 60", pid_file.display());
+    let mut child = lab
+        .command(MTLAB)
+        .args(["bench", "program", "--reps", "1", "--no-heaptrack", "-q", "--", "sh", "-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let program: i32 = loop {
+        if let Some(p) = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok()) {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the program never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let start = Instant::now();
+    // SAFETY: kill on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    if twice {
+        std::thread::sleep(Duration::from_millis(200));
+        // SAFETY: as above.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    }
+    let status = wait_within(&mut child, Duration::from_secs(30)).expect("mtlab did not end");
+    let took = start.elapsed();
+    assert_eq!(status.signal(), Some(libc::SIGINT));
+    // The program is gone (or a zombie waiting for init), not running on alone.
+    let state = std::fs::read_to_string(format!("/proc/{program}/stat")).unwrap_or_default();
+    let running = state.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z'));
+    assert!(!running, "the measured program outlived mtlab: {state}");
+    took
+}
+
+#[test]
+fn an_interrupted_study_kills_a_program_that_ignores_sigterm() {
+    // One Ctrl-C: the program is given 3 s to finish, then killed.
+    let took = interrupt_a_stubborn_program(false);
+    assert!(took >= std::time::Duration::from_millis(2900), "{took:?}");
+}
+
+#[test]
+fn a_second_ctrl_c_does_not_wait_for_the_program() {
+    let took = interrupt_a_stubborn_program(true);
+    assert!(took < std::time::Duration::from_millis(2900), "a second Ctrl-C still waited: {took:?}");
+}

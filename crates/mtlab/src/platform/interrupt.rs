@@ -7,13 +7,22 @@
 //! back and a study removes its temporary traces; `mtlab demo` runs both in
 //! one process, and two handlers racing to exit could leave settings changed.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, Once};
 
 type Action = Box<dyn FnMut() + Send>;
 
 static ACTIONS: Mutex<Vec<(u64, Action)>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+static HURRY: AtomicBool = AtomicBool::new(false);
+
+/// Whether a second signal came while the actions run: an action that
+/// waits (a measured child given time to finish) stops waiting and does
+/// the quick thing instead (kills it). A user pressing Ctrl-C twice wants
+/// mtlab gone now; the actions still run, so nothing is left behind.
+pub fn hurry() -> bool {
+    HURRY.load(Ordering::Relaxed)
+}
 
 /// A registered action; dropping it unregisters the action.
 #[must_use = "the action is unregistered when this is dropped"]
@@ -58,7 +67,13 @@ fn install() {
             return;
         };
         std::thread::spawn(move || {
-            if let Some(sig) = signals.forever().next() {
+            let first = signals.forever().next();
+            if let Some(sig) = first {
+                std::thread::spawn(move || {
+                    if signals.forever().next().is_some() {
+                        HURRY.store(true, Ordering::Relaxed);
+                    }
+                });
                 // Held to the exit: an action dropped meanwhile by another
                 // thread waits here rather than run half-done.
                 let mut actions = ACTIONS.lock().unwrap_or_else(|p| p.into_inner());

@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::StudyError;
-use crate::platform::interrupt::{on_interrupt, OnInterrupt};
+use crate::platform::interrupt::{hurry, on_interrupt, OnInterrupt};
 
 pub struct Measured {
     pub stdout: String,
@@ -28,14 +28,22 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
         unsafe {
             libc::kill(pid, libc::SIGTERM);
             // A few seconds to end (a traced child's record finishes its
-            // trace) before the work directory it writes into is removed.
-            for _ in 0..300 {
+            // trace) before the work directory it writes into is removed;
+            // then, or at a second Ctrl-C, it is killed: a program that
+            // ignores TERM must not outlive the study that started it.
+            let exited = || {
                 let mut info: libc::siginfo_t = std::mem::zeroed();
                 let r = libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
-                if r != 0 || info.si_pid() != 0 {
+                r != 0 || info.si_pid() != 0
+            };
+            for _ in 0..300 {
+                if exited() || hurry() {
                     break;
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            if !exited() {
+                libc::kill(pid, libc::SIGKILL);
             }
         }
     });
