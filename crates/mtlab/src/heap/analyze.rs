@@ -7,7 +7,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use serde::Serialize;
 
-use super::model::{HeapSnapshot, RegionKind, ShadowHeap};
+use super::model::{HeapSnapshot, RawSnapshot, RegionKind, ShadowHeap};
 use super::stats::{CycleSummary, FuncStats};
 use crate::profile::sampled::{Estimate, SampledPass, SampledTotals};
 use crate::symbolize::{parse_all_maps, CodeRanges, Mapping, Symbolizer};
@@ -88,6 +88,15 @@ pub struct FunctionReport {
     pub failed: u64,
     pub mean_size: f64,
     pub cycles: CycleSummary,
+}
+
+/// The peak while the pass runs: counters and the time stamp, turned into
+/// a `PeakReport` once, at the end (`PeakState::report`).
+#[derive(Default)]
+struct PeakState {
+    heap: RawSnapshot,
+    at_event: u64,
+    at_tsc: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -576,7 +585,10 @@ struct Pass<'a> {
     funcs: Vec<FuncStats>,
     sites: Sites,
     stacks: HashMap<u32, Vec<u64>>,
-    peak: PeakReport,
+    peak: PeakState,
+    /// The peak measured before the trace was compacted (its own replay
+    /// order can move the peak): reported instead of `peak`.
+    peak_given: Option<PeakReport>,
     /// Number of the last new peak (`SiteAcc::keep_peak`).
     peak_gen: u32,
     /// Each thread's last allocated block: (tid, address; 0 after its free).
@@ -618,7 +630,7 @@ impl<'a> Pass<'a> {
         site.live_objects += 1;
         site.live_bytes += size;
         if self.heap.live_bytes() > self.peak.heap.live_bytes {
-            self.peak = PeakReport { heap: self.heap.snapshot(), at_event: self.events, at_ns: self.ns(at) };
+            self.peak = PeakState { heap: self.heap.raw_snapshot(), at_event: self.events, at_tsc: Some(at) };
             self.peak_gen = self.peak_gen.wrapping_add(1);
         }
     }
@@ -945,7 +957,8 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         funcs: Func::ALL.iter().map(|_| FuncStats::default()).collect(),
         sites: Sites::new(),
         stacks: HashMap::default(),
-        peak: PeakReport { heap: HeapSnapshot::default(), at_event: 0, at_ns: None },
+        peak: PeakState::default(),
+        peak_given: None,
         peak_gen: 0,
         last_alloc: Vec::new(),
         last_slot: 0,
@@ -979,7 +992,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         // of their own, which can move the peak: the one measured on the
         // exact trace before compaction is the truth (`crate::compact`).
         if let Some(p) = trace.runinfo_get(keys::COMPACT_PEAK).and_then(|j| serde_json::from_str(j).ok()) {
-            pass.peak = p;
+            pass.peak_given = Some(p);
         }
     }
     let mut warnings = trace.warnings.clone();
@@ -1037,6 +1050,11 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         top_by(&sites, top, |a| a.live_objects > 0, |a| a.live_bytes).into_iter().map(|i| report(i, &mut symbols)).collect();
 
     let end = pass.heap.exact_snapshot();
+    let peak = pass.peak_given.take().unwrap_or_else(|| PeakReport {
+        heap: pass.peak.heap.finish(),
+        at_event: pass.peak.at_event,
+        at_ns: pass.peak.at_tsc.and_then(|t| pass.ns(t)),
+    });
     // Each function's cycle percentiles: shown only in a detailed report.
     let functions = Func::ALL
         .iter()
@@ -1120,9 +1138,9 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         tsc_hz: trace.header.tsc_hz,
         events: pass.events,
         functions,
-        space_peak: SpaceSplit::of(&pass.peak.heap, SpaceSplit::header_bytes(&trace.header.allocator)),
+        space_peak: SpaceSplit::of(&peak.heap, SpaceSplit::header_bytes(&trace.header.allocator)),
         space_end: SpaceSplit::of(&end, SpaceSplit::header_bytes(&trace.header.allocator)),
-        peak: pass.peak.clone(),
+        peak,
         end,
         time_series: std::mem::take(&mut pass.series),
         top_sites: TopSites { by_bytes, by_calls, at_peak, temporary: temporary_top },
