@@ -447,6 +447,60 @@ fn fork_exec_child_without_events_leaves_no_trace() {
     assert_eq!(site(&children[0], "in_exec_image"), site_of(25, 25 * 400, 0, 0));
 }
 
+/// The root pid exec's: `mtlab record` passes on the exit status of the last
+/// image, and the report gives it to that image, not to the one that exec'd.
+#[test]
+fn the_root_pids_exit_status_belongs_to_its_last_image() {
+    let lab = Lab::new();
+    let prog = lab.compile("exec_root");
+    let (c, m) = (30u64, 40u64);
+    let out = lab.record("t.mtl", &prog, &[&c.to_string(), &m.to_string(), "3"]);
+    assert_eq!(out.status.code(), Some(3), "the exec'd image's exit code, passed through");
+    let r = lab.report("t.mtl");
+    let children = r["children"].as_array().unwrap();
+    assert_eq!(children.len(), 1);
+    let img = &children[0];
+    assert_eq!(u(&img["pid"]), u(&r["pid"]));
+    assert_eq!(site(&r, "before_exec"), site_of(c, c * 300, c, c * 300));
+    assert_eq!(site(img, "in_exec_image"), site_of(m, m * 400, 0, 0));
+    assert_eq!(r["clean_end"], false);
+    assert!(r["exit"].is_null(), "the image that exec'd did not exit: {}", r["exit"]);
+    assert_eq!(img["exit"], "exit code 3");
+    assert_eq!(img["clean_end"], true);
+    let ends: Vec<&str> = r["processes_index"].as_array().unwrap().iter().map(|x| x["end"].as_str().unwrap()).collect();
+    assert_eq!(ends, ["execd", "exit_code"]);
+    assert_eq!(r["processes_index"][1]["exit_code"], 3);
+
+    // On screen: the exit code under the image that exited, once; the first image exec'd.
+    let o = report_output(&lab, &["t.mtl"]);
+    assert_success(&o, "mtlab report");
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let second = text.find("══ child process").expect("the exec'd image's report");
+    let (first, second) = text.split_at(second);
+    assert_eq!(text.matches("program ended with").count(), 1, "{text}");
+    assert!(second.contains("program ended with exit code 3"), "{second}");
+    assert!(first.contains("program exec'd another program"), "{first}");
+    assert!(first.contains(&format!("live when it exec'd: {c} objects, {} bytes", c * 300)), "{first}");
+    assert!(first.contains("events dropped: unknown — no END record: the process exec'd another program"), "{first}");
+
+    // Without the child traces the root's list still tells that it exec'd.
+    let alone = report_json(&lab, &["t.mtl", "--no-children"]);
+    assert!(alone["exit"].is_null(), "{}", alone["exit"]);
+    assert_eq!(alone["processes_index"][0]["end"], "execd");
+
+    // An exec of another program (/bin/true): its image exited with 0.
+    if !std::path::Path::new("/bin/true").exists() {
+        return skip("no /bin/true");
+    }
+    lab.record_ok("true.mtl", &prog, &[&c.to_string(), "true"]);
+    let r = lab.report("true.mtl");
+    let img = &r["children"][0];
+    assert_eq!(img["cmdline"][0], "true");
+    assert!(r["exit"].is_null(), "{}", r["exit"]);
+    assert_eq!(img["exit"], "exit code 0");
+    assert_eq!(site(&r, "before_exec"), site_of(c, c * 300, c, c * 300));
+}
+
 // ---------------------------------------------------------------------------
 // Process trees: the index, --pid/--comm, what the exports took, missing traces.
 

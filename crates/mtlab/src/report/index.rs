@@ -47,6 +47,15 @@ impl Ending {
             Ending::NoEnd => "no END (_exit, signal or exec)".into(),
         }
     }
+
+    /// How the program ended, as a report's `exit` says it: the exit code or
+    /// signal `mtlab record` saw, which only the root pid's last image has.
+    pub fn exit_text(self) -> Option<String> {
+        match self {
+            Ending::ExitCode { .. } | Ending::Signal { .. } => Some(self.text()),
+            _ => None,
+        }
+    }
 }
 
 /// One traced process (one image of it: a pid that exec'd has a row per image).

@@ -133,8 +133,24 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     }
     let (facts, mut reports): (Vec<Facts>, Vec<Option<ProcessReport>>) = analysed.into_iter().unzip();
     let mut index = index::rows_of(facts);
+    if !children && listed.iter().flatten().any(|l| Some(l.pid) == index.first().map(|r| r.pid)) {
+        // Without its child traces the index cannot see the root pid's later
+        // image, but the root's list names it: the root trace's image exec'd.
+        if let Some(root) = index.first_mut().filter(|r| r.ending.exit_text().is_some()) {
+            root.ending = Ending::Execd;
+        }
+    }
     sel.apply(&mut index, &file_name)?;
     reconcile(&index, &mut reports, |row| heap::analyze(&TraceFile::open(&row.file)?, opts))?;
+    // The root trace's RUNINFO holds how the root pid ended, so every
+    // analysis of it gives the root trace that status; it belongs to the
+    // pid's last image, the one that exited (the index's ending), and an
+    // image that exec'd ended by exec.
+    for (row, report) in index.iter().zip(reports.iter_mut()) {
+        if let Some(p) = report {
+            p.exit = row.ending.exit_text();
+        }
+    }
     Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, frames: 0 })
 }
 

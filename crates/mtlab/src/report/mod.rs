@@ -90,6 +90,11 @@ impl RunReport {
     pub fn is_root(&self, p: &ProcessReport) -> bool {
         self.index.first().is_some_and(|r| r.file == p.file)
     }
+
+    /// How this process (this image of its pid) ended, as the index says.
+    pub fn ending(&self, p: &ProcessReport) -> Option<index::Ending> {
+        self.index.iter().find(|r| r.file == p.file).map(|r| r.ending)
+    }
 }
 
 pub use crate::units::human_bytes;

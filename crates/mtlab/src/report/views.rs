@@ -296,8 +296,11 @@ pub fn views(run: &RunReport) -> Vec<View> {
             None => format!("events: {}", p.events),
         };
         note(format!("allocator: {} ({}), {count}, traced time: {dur}", p.allocator, p.allocator_path));
+        let execd = run.ending(p) == Some(super::index::Ending::Execd);
         if p.running {
             note(format!("process {} is still running: every figure below is as far as its trace is written now", p.pid));
+        } else if execd {
+            note("program exec'd another program: its image's trace follows, and how the process ended is told there".into());
         } else if let Some(e) = &p.exit {
             note(match e.strip_prefix("killed by signal ").and_then(|n| n.parse::<u64>().ok()) {
                 Some(sig) => format!("program was killed by signal {sig}{}", signal_name(sig)),
@@ -379,6 +382,12 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 note(format!("live so far (the process is still running): {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
             } else if p.clean_end {
                 note(format!("not freed at exit: {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
+            } else if execd {
+                note(format!(
+                    "live when it exec'd: {} objects, {} bytes — exec replaced the program without running its exit \
+                     handlers, so this is not what it leaked; events other threads still buffered then are missing",
+                    p.leaks.objects, p.leaks.bytes
+                ));
             } else {
                 // Killed (abort, a fatal signal): what its thread buffers held at the end never reached the file.
                 note(format!(
@@ -404,9 +413,12 @@ pub fn views(run: &RunReport) -> Vec<View> {
                  dropped free leaves its block counted as live)"
             ),
             None if p.running => "events dropped: not known until the process ends".into(),
+            None if execd => "events dropped: unknown — no END record: the process exec'd another program (its \
+                image's trace follows); events other threads had not flushed are missing"
+                .into(),
             None if p.exit.as_deref().is_some_and(|e| e.starts_with("exit code")) => "events dropped: unknown — no END \
-                record: the process exec'd another program (its image's trace follows), or its trace could not be \
-                completed (disk full); events after its last flush are missing"
+                record: the process exited, but its trace could not be completed (disk full); events after its last \
+                flush are missing"
                 .into(),
             None => "events dropped: unknown — no END record: the process did not end through exit or _exit (abort, \
                      fatal signal, killed, or exec), or its trace could not be completed (disk full); events after its \
