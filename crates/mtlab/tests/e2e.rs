@@ -725,6 +725,99 @@ fn a_tree_larger_than_the_limit_details_the_root_and_the_busiest_and_indexes_the
     assert_eq!(collapsed_sum(&lab, "merged.txt", "child_allocs"), (0..n).map(|i| i * k * 64).sum::<u64>());
 }
 
+/// The rows of a CSV file the report wrote (no field of these tables holds a
+/// comma or a quote), each as column → field.
+fn csv_rows(lab: &Lab, file: &str) -> Vec<std::collections::BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(lab.path(file)).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split(',').collect();
+    lines
+        .map(|l| {
+            let fields: Vec<&str> = l.split(',').collect();
+            assert_eq!(fields.len(), header.len(), "{file}: {l}");
+            header.iter().zip(fields).map(|(h, v)| (h.to_string(), v.to_string())).collect()
+        })
+        .collect()
+}
+
+/// The files `report --csv DIR` wrote into DIR.
+fn csv_files(lab: &Lab, dir: &str) -> Vec<String> {
+    let mut names: Vec<String> =
+        std::fs::read_dir(lab.path(dir)).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    names.sort();
+    names
+}
+
+/// The CSV of a sampled trace holds its estimates, exactly as JSON `profile`
+/// has them, and none of a full trace's exact tables (a sampled trace has
+/// no cycles, heap shape or exact counts: they were written as zeros).
+#[test]
+fn csv_of_a_sampled_trace_holds_its_estimates() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    let (n, s, k) = (1000u64, 4000u64, 10u64);
+    let args = [n.to_string(), s.to_string(), k.to_string()];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = lab.record_cmd("s.mtl", &["--sample", "4KiB", "--sample-seed", "7"], &prog, &args).output().unwrap();
+    assert_success(&o, "record --sample");
+    let r = lab.report("s.mtl");
+    let o = lab.command(MTLAB).args(["report", "s.mtl", "--top", &TOP.to_string(), "--csv", "csv"]).output().unwrap();
+    assert_success(&o, "report --csv of a sampled trace");
+    assert_eq!(csv_files(&lab, "csv"), ["sampled.csv", "sampled_sites.csv"]);
+    let est = |row: &std::collections::BTreeMap<String, String>, json: &serde_json::Value| {
+        for e in ["alloc_bytes", "alloc_objects", "inuse_bytes", "inuse_objects"] {
+            for (col, key) in [(e.to_string(), "value"), (format!("{e}_low"), "low"), (format!("{e}_high"), "high")] {
+                assert_eq!(row[&col].parse::<f64>().unwrap(), f(&json[e][key]), "{col}");
+            }
+        }
+    };
+    let profile = &r["profile"];
+    let totals = csv_rows(&lab, "csv/sampled.csv");
+    assert_eq!(totals.len(), 1);
+    let t = &totals[0];
+    assert_eq!(t["pid"], r["pid"].to_string());
+    assert_eq!(t["samples"], profile["samples"].to_string());
+    assert_eq!(t["sample_frees"], profile["sample_frees"].to_string());
+    assert_eq!(t["inuse_samples"], profile["inuse_bytes"]["samples"].to_string());
+    assert_eq!((t["intervals"].as_str(), t["unwind"].as_str(), t["started_inactive"].as_str()), ("4096", "dwarf", "no"));
+    est(t, profile);
+    assert!(u(&profile["samples"]) > 0);
+
+    let sites = csv_rows(&lab, "csv/sampled_sites.csv");
+    let top = profile["top"].as_array().unwrap();
+    assert_eq!(sites.len(), top.len());
+    for (row, site) in sites.iter().zip(top) {
+        assert_eq!(row["stack_id"], site["stack_id"].to_string());
+        assert_eq!(row["samples"], site["samples"].to_string());
+        est(row, site);
+    }
+    // The program's site: its N blocks of S bytes and K live at the end lie
+    // inside the intervals (with this seed; the estimator's coverage is sampler.rs's).
+    let ours = sites.iter().find(|r| r["function"] == "do_allocs").expect("the program's site");
+    assert_eq!(ours["line"], source_line("n_mallocs", "blocks[i] = malloc(s);").to_string());
+    assert!(ours["stack"].starts_with("do_allocs;main;"), "{}", ours["stack"]);
+    let covers = |e: &str, truth: u64| {
+        let (low, high): (f64, f64) = (ours[&format!("{e}_low")].parse().unwrap(), ours[&format!("{e}_high")].parse().unwrap());
+        assert!(low <= truth as f64 && truth as f64 <= high, "{e}: {truth} outside [{low}, {high}]");
+    };
+    covers("alloc_bytes", n * s);
+    covers("alloc_objects", n);
+    covers("inuse_bytes", k * s);
+    covers("inuse_objects", k);
+
+    // A full trace's CSV: the exact tables, as before.
+    lab.record_ok("t.mtl", &prog, &args);
+    let o = lab.command(MTLAB).args(["report", "t.mtl", "--csv", "full"]).output().unwrap();
+    assert_success(&o, "report --csv of a full trace");
+    assert_eq!(csv_files(&lab, "full"), ["functions.csv", "heap.csv", "sites.csv", "time_series.csv"]);
+    let sites = csv_rows(&lab, "full/sites.csv");
+    let ours = sites.iter().find(|r| r["table"] == "by_bytes" && r["function"] == "do_allocs").expect("the program's site");
+    let exact = ["calls", "bytes", "live_objects", "live_bytes"].map(|c| ours[c].parse::<u64>().unwrap());
+    assert_eq!(exact, [n, n * s, k, k * s]);
+    let malloc = csv_rows(&lab, "full/functions.csv").into_iter().find(|r| r["function"] == "malloc").unwrap();
+    assert!(malloc["calls"].parse::<u64>().unwrap() >= n);
+}
+
 #[test]
 fn exports_say_which_process_they_took_and_merge_sums_the_processes() {
     let lab = Lab::new();

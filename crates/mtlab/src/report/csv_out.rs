@@ -1,11 +1,13 @@
 //! The report's raw tables for `--csv DIR`: functions, heap, time series and
-//! sites, one row per process and item, each with the process's pid so runs
-//! can be joined. Numbers are written as they are, not as people read them.
+//! sites of a full trace, the estimates of a sampled one; one row per process
+//! and item, each with the process's pid so runs can be joined. Numbers are
+//! written as they are, not as people read them.
 
 use super::RunReport;
 use crate::export::{Cell, Table};
-use crate::heap::analyze::SiteReport;
+use crate::heap::analyze::{FrameReport, SampledSummary, SiteReport};
 use crate::heap::model::HeapSnapshot;
+use crate::profile::sampled::Estimate;
 
 fn int(v: u64) -> Cell {
     Cell::Int(v as i64)
@@ -32,9 +34,22 @@ fn snapshot_row(pid: u32, what: &str, s: &HeapSnapshot) -> Vec<Cell> {
     ]
 }
 
+/// A stack's columns: its innermost frame's function, file and line, and
+/// every frame's function (`module+OFFSET` without one), innermost first.
+const STACK_COLUMNS: [&str; 4] = ["function", "file", "line", "stack"];
+
+fn stack_cells(frames: &[FrameReport]) -> [Cell; 4] {
+    let top = frames.first();
+    [
+        Cell::text(top.and_then(|f| f.function.clone()).unwrap_or_default()),
+        Cell::text(top.and_then(|f| f.file.clone()).unwrap_or_default()),
+        top.and_then(|f| f.line).map(|l| int(l as u64)).unwrap_or(Cell::Empty),
+        Cell::text(frames.iter().map(|f| f.function.clone().unwrap_or_else(|| format!("{}+{}", f.module, f.offset))).collect::<Vec<_>>().join(";")),
+    ]
+}
+
 fn site_row(pid: u32, table: &str, rank: usize, s: &SiteReport) -> Vec<Cell> {
-    let top = s.frames.first();
-    vec![
+    let mut row = vec![
         int(pid as u64),
         Cell::text(table),
         int(rank as u64 + 1),
@@ -46,15 +61,75 @@ fn site_row(pid: u32, table: &str, rank: usize, s: &SiteReport) -> Vec<Cell> {
         s.peak_live_objects.map(int).unwrap_or(Cell::Empty),
         s.peak_live_bytes.map(int).unwrap_or(Cell::Empty),
         int(s.temporary),
-        Cell::text(top.and_then(|f| f.function.clone()).unwrap_or_default()),
-        Cell::text(top.and_then(|f| f.file.clone()).unwrap_or_default()),
-        top.and_then(|f| f.line).map(|l| int(l as u64)).unwrap_or(Cell::Empty),
-        Cell::text(s.frames.iter().map(|f| f.function.clone().unwrap_or_else(|| format!("{}+{}", f.module, f.offset))).collect::<Vec<_>>().join(";")),
-    ]
+    ];
+    row.extend(stack_cells(&s.frames));
+    row
 }
 
-/// functions.csv, heap.csv, time_series.csv, sites.csv and callers.csv.
+/// The four estimates of a sampled profile or stack, each as value, low and high.
+const ESTIMATES: [&str; 4] = ["alloc_bytes", "alloc_objects", "inuse_bytes", "inuse_objects"];
+
+fn estimate_columns() -> Vec<String> {
+    ESTIMATES.iter().flat_map(|e| [e.to_string(), format!("{e}_low"), format!("{e}_high")]).collect()
+}
+
+fn estimate_cells(estimates: [&Estimate; 4], row: &mut Vec<Cell>) {
+    for e in estimates {
+        row.extend([num(e.value), num(e.low), num(e.high)]);
+    }
+}
+
+fn header<'a>(first: &[&'a str], estimates: &'a [String], last: &[&'a str]) -> Vec<&'a str> {
+    first.iter().copied().chain(estimates.iter().map(String::as_str)).chain(last.iter().copied()).collect()
+}
+
+/// sampled.csv and sampled_sites.csv: a sampled trace's estimates, as the
+/// text report and JSON `profile` give them (a sampled trace measures no
+/// cycles, heap shape or exact counts, so it has no rows in the other tables).
+fn sampled_tables(run: &RunReport) -> [Table; 2] {
+    let estimates = estimate_columns();
+    let mut totals = Table::new(
+        "sampled",
+        "",
+        &header(&["pid", "samples", "sample_frees", "inuse_samples"], &estimates, &["intervals", "unwind", "started_inactive"]),
+        1,
+    );
+    let mut sites = Table::new("sampled_sites", "", &header(&["pid", "rank", "stack_id", "samples", "inuse_samples"], &estimates, &STACK_COLUMNS), 1);
+    for p in &run.processes {
+        let Some(SampledSummary { totals: t, unwind, started_inactive, top, .. }) = &p.profile else { continue };
+        let mut row = vec![int(p.pid as u64), int(t.samples), int(t.sample_frees), int(t.inuse_bytes.samples)];
+        estimate_cells([&t.alloc_bytes, &t.alloc_objects, &t.inuse_bytes, &t.inuse_objects], &mut row);
+        row.extend([
+            Cell::text(t.intervals.iter().map(u64::to_string).collect::<Vec<_>>().join(";")),
+            Cell::text(unwind),
+            Cell::text(if *started_inactive { "yes" } else { "no" }),
+        ]);
+        totals.push(row);
+        for (i, s) in top.iter().enumerate() {
+            let mut row = vec![int(p.pid as u64), int(i as u64 + 1), int(s.stack_id as u64), int(s.samples), int(s.inuse_bytes.samples)];
+            estimate_cells([&s.alloc_bytes, &s.alloc_objects, &s.inuse_bytes, &s.inuse_objects], &mut row);
+            row.extend(stack_cells(&s.frames));
+            sites.push(row);
+        }
+    }
+    [totals, sites]
+}
+
+/// functions.csv, heap.csv, time_series.csv, sites.csv and callers.csv of
+/// the full traces; sampled.csv and sampled_sites.csv of the sampled ones.
 pub fn tables(run: &RunReport) -> Vec<Table> {
+    let mut out = Vec::new();
+    if run.processes.iter().any(|p| p.profile.is_none()) {
+        out.extend(exact_tables(run));
+    }
+    if run.processes.iter().any(|p| p.profile.is_some()) {
+        out.extend(sampled_tables(run));
+    }
+    out.into_iter().map(Table::data_only).collect()
+}
+
+/// The tables of the full traces' exact figures.
+fn exact_tables(run: &RunReport) -> Vec<Table> {
     let mut functions = Table::new(
         "functions",
         "",
@@ -76,15 +151,16 @@ pub fn tables(run: &RunReport) -> Vec<Table> {
     let mut sites = Table::new(
         "sites",
         "",
-        &[
-            "pid", "table", "rank", "stack_id", "calls", "bytes", "live_objects", "live_bytes", "peak_live_objects", "peak_live_bytes",
-            "temporary", "function", "file", "line", "stack",
-        ],
+        &header(
+            &["pid", "table", "rank", "stack_id", "calls", "bytes", "live_objects", "live_bytes", "peak_live_objects", "peak_live_bytes", "temporary"],
+            &[],
+            &STACK_COLUMNS,
+        ),
         2,
     );
     let mut callers =
         Table::new("callers", "", &["pid", "function", "total_bytes", "total_calls", "self_bytes", "self_calls"], 2);
-    for p in &run.processes {
+    for p in run.processes.iter().filter(|p| p.profile.is_none()) {
         for c in &p.callers {
             callers.push(vec![int(p.pid as u64), Cell::text(&c.function), int(c.total_bytes), int(c.total_calls), int(c.self_bytes), int(c.self_calls)]);
         }
@@ -134,5 +210,5 @@ pub fn tables(run: &RunReport) -> Vec<Table> {
     if !callers.rows.is_empty() {
         out.push(callers);
     }
-    out.into_iter().map(Table::data_only).collect()
+    out
 }
