@@ -818,6 +818,55 @@ fn csv_of_a_sampled_trace_holds_its_estimates() {
     assert!(malloc["calls"].parse::<u64>().unwrap() >= n);
 }
 
+/// A pid that exec'd has a trace per image: CSV rows are keyed by pid and
+/// trace file (`trace`: JSON's `file`), so the images' rows stay apart.
+#[test]
+fn csv_rows_of_a_pids_images_are_told_apart_by_their_trace() {
+    let lab = Lab::new();
+    let prog = lab.compile("exec_root");
+    let (c, m) = (30u64, 40u64);
+    let o = lab.record("t.mtl", &prog, &[&c.to_string(), &m.to_string(), "3"]);
+    assert_eq!(o.status.code(), Some(3));
+    let r = report_json(&lab, &["t.mtl"]);
+    let (first, last) = (r["file"].as_str().unwrap(), r["children"][0]["file"].as_str().unwrap());
+    assert_eq!(r["children"][0]["pid"], r["pid"]);
+    let pid = r["pid"].to_string();
+    let o = lab.command(MTLAB).args(["report", "t.mtl", "--top", &TOP.to_string(), "--callers", "--csv", "csv"]).output().unwrap();
+    assert_success(&o, "report --csv");
+    assert_eq!(csv_files(&lab, "csv"), ["callers.csv", "functions.csv", "heap.csv", "processes.csv", "sites.csv", "time_series.csv"]);
+    // Every row is keyed by pid and trace file; one pid, two images.
+    for (table, item) in [("functions", "function"), ("heap", "when"), ("callers", "function"), ("time_series", "event")] {
+        let rows = csv_rows(&lab, &format!("csv/{table}.csv"));
+        let mut keys: Vec<(&str, &str, &str)> = rows.iter().map(|x| (x["pid"].as_str(), x["trace"].as_str(), x[item].as_str())).collect();
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "{table}.csv: a key that names two rows");
+        assert!(n > 2, "{table}.csv: {n} rows");
+        let files: std::collections::BTreeSet<(&str, &str)> = rows.iter().map(|x| (x["pid"].as_str(), x["trace"].as_str())).collect();
+        assert_eq!(files, [(pid.as_str(), first), (pid.as_str(), last)].into(), "{table}.csv");
+    }
+    let heap = csv_rows(&lab, "csv/heap.csv");
+    assert_eq!(heap.iter().map(|x| (x["trace"].as_str(), x["when"].as_str())).collect::<Vec<_>>(), [(first, "peak"), (first, "end"), (last, "peak"), (last, "end")]);
+    let end = |file: &str| heap.iter().find(|x| x["trace"] == file && x["when"] == "end").unwrap()["live_bytes"].clone();
+    assert_eq!(end(first), live_bytes_end(&r).to_string());
+    assert_eq!(end(last), live_bytes_end(&r["children"][0]).to_string());
+    // Each image's sites under its own file: the first's C blocks, the last's M.
+    let sites = csv_rows(&lab, "csv/sites.csv");
+    let site = |file: &str, function: &str| -> Vec<[u64; 4]> {
+        sites
+            .iter()
+            .filter(|x| x["table"] == "by_bytes" && x["trace"] == file && x["function"] == function)
+            .map(|x| ["calls", "bytes", "live_objects", "live_bytes"].map(|k| x[k].parse().unwrap()))
+            .collect()
+    };
+    assert_eq!(site(first, "before_exec"), [[c, c * 300, c, c * 300]]);
+    assert_eq!(site(last, "in_exec_image"), [[m, m * 400, 0, 0]]);
+    assert!(site(first, "in_exec_image").is_empty() && site(last, "before_exec").is_empty());
+    let processes = csv_rows(&lab, "csv/processes.csv");
+    assert_eq!(processes.iter().map(|x| (x["pid"].as_str(), x["file"].as_str())).collect::<Vec<_>>(), [(pid.as_str(), first), (pid.as_str(), last)]);
+}
+
 #[test]
 fn exports_say_which_process_they_took_and_merge_sums_the_processes() {
     let lab = Lab::new();

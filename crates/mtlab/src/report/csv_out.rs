@@ -1,12 +1,14 @@
 //! The report's raw tables for `--csv DIR`: functions, heap, time series and
 //! sites of a full trace, the estimates of a sampled one; one row per process
-//! and item, each with the process's pid so runs can be joined. Numbers are
-//! written as they are, not as people read them.
+//! and item, each keyed by the process's pid and trace file (a pid that
+//! exec'd has a trace, and rows, per image) so runs can be joined. Numbers
+//! are written as they are, not as people read them.
 
 use super::RunReport;
 use crate::export::{Cell, Table};
 use crate::heap::analyze::{FrameReport, SampledSummary, SiteReport};
 use crate::heap::model::HeapSnapshot;
+use crate::heap::ProcessReport;
 use crate::profile::sampled::Estimate;
 
 fn int(v: u64) -> Cell {
@@ -17,9 +19,18 @@ fn num(v: f64) -> Cell {
     Cell::Num(v, 6)
 }
 
-fn snapshot_row(pid: u32, what: &str, s: &HeapSnapshot) -> Vec<Cell> {
-    vec![
-        int(pid as u64),
+/// The columns every row starts with: which process, and which image of it
+/// (its trace file: JSON's and processes.csv's `file`; `file` in sites.csv is
+/// a frame's source file).
+const KEY: [&str; 2] = ["pid", "trace"];
+
+fn key(p: &ProcessReport) -> Vec<Cell> {
+    vec![int(p.pid as u64), Cell::text(&p.file)]
+}
+
+fn snapshot_row(p: &ProcessReport, what: &str, s: &HeapSnapshot) -> Vec<Cell> {
+    let mut row = key(p);
+    row.extend([
         Cell::text(what),
         int(s.live_objects),
         int(s.live_bytes),
@@ -31,7 +42,8 @@ fn snapshot_row(pid: u32, what: &str, s: &HeapSnapshot) -> Vec<Cell> {
         num(s.fragmentation.mean),
         num(s.fragmentation.total),
         num(s.utilization),
-    ]
+    ]);
+    row
 }
 
 /// A stack's columns: its innermost frame's function, file and line, and
@@ -48,9 +60,9 @@ fn stack_cells(frames: &[FrameReport]) -> [Cell; 4] {
     ]
 }
 
-fn site_row(pid: u32, table: &str, rank: usize, s: &SiteReport) -> Vec<Cell> {
-    let mut row = vec![
-        int(pid as u64),
+fn site_row(p: &ProcessReport, table: &str, rank: usize, s: &SiteReport) -> Vec<Cell> {
+    let mut row = key(p);
+    row.extend([
         Cell::text(table),
         int(rank as u64 + 1),
         int(s.stack_id as u64),
@@ -61,7 +73,7 @@ fn site_row(pid: u32, table: &str, rank: usize, s: &SiteReport) -> Vec<Cell> {
         s.peak_live_objects.map(int).unwrap_or(Cell::Empty),
         s.peak_live_bytes.map(int).unwrap_or(Cell::Empty),
         int(s.temporary),
-    ];
+    ]);
     row.extend(stack_cells(&s.frames));
     row
 }
@@ -91,13 +103,14 @@ fn sampled_tables(run: &RunReport) -> [Table; 2] {
     let mut totals = Table::new(
         "sampled",
         "",
-        &header(&["pid", "samples", "sample_frees", "inuse_samples"], &estimates, &["intervals", "unwind", "started_inactive"]),
-        1,
+        &header(&[&KEY[..], &["samples", "sample_frees", "inuse_samples"]].concat(), &estimates, &["intervals", "unwind", "started_inactive"]),
+        2,
     );
-    let mut sites = Table::new("sampled_sites", "", &header(&["pid", "rank", "stack_id", "samples", "inuse_samples"], &estimates, &STACK_COLUMNS), 1);
+    let mut sites = Table::new("sampled_sites", "", &header(&[&KEY[..], &["rank", "stack_id", "samples", "inuse_samples"]].concat(), &estimates, &STACK_COLUMNS), 2);
     for p in &run.processes {
         let Some(SampledSummary { totals: t, unwind, started_inactive, top, .. }) = &p.profile else { continue };
-        let mut row = vec![int(p.pid as u64), int(t.samples), int(t.sample_frees), int(t.inuse_bytes.samples)];
+        let mut row = key(p);
+        row.extend([int(t.samples), int(t.sample_frees), int(t.inuse_bytes.samples)]);
         estimate_cells([&t.alloc_bytes, &t.alloc_objects, &t.inuse_bytes, &t.inuse_objects], &mut row);
         row.extend([
             Cell::text(t.intervals.iter().map(u64::to_string).collect::<Vec<_>>().join(";")),
@@ -106,7 +119,8 @@ fn sampled_tables(run: &RunReport) -> [Table; 2] {
         ]);
         totals.push(row);
         for (i, s) in top.iter().enumerate() {
-            let mut row = vec![int(p.pid as u64), int(i as u64 + 1), int(s.stack_id as u64), int(s.samples), int(s.inuse_bytes.samples)];
+            let mut row = key(p);
+            row.extend([int(i as u64 + 1), int(s.stack_id as u64), int(s.samples), int(s.inuse_bytes.samples)]);
             estimate_cells([&s.alloc_bytes, &s.alloc_objects, &s.inuse_bytes, &s.inuse_objects], &mut row);
             row.extend(stack_cells(&s.frames));
             sites.push(row);
@@ -133,40 +147,46 @@ fn exact_tables(run: &RunReport) -> Vec<Table> {
     let mut functions = Table::new(
         "functions",
         "",
-        &["pid", "function", "calls", "failed", "mean_size", "cycles_total", "cycles_mean", "cycles_stddev", "cycles_p50", "cycles_p99"],
-        2,
+        &header(&KEY, &[], &["function", "calls", "failed", "mean_size", "cycles_total", "cycles_mean", "cycles_stddev", "cycles_p50", "cycles_p99"]),
+        3,
     );
     let mut heap = Table::new(
         "heap",
         "",
-        &["pid", "when", "live_objects", "live_bytes", "regions", "mapped_bytes", "brk_bytes", "mmap_regions", "mmap_bytes", "fragmentation_mean", "fragmentation_total", "utilization"],
-        2,
+        &header(
+            &KEY,
+            &[],
+            &["when", "live_objects", "live_bytes", "regions", "mapped_bytes", "brk_bytes", "mmap_regions", "mmap_bytes", "fragmentation_mean", "fragmentation_total", "utilization"],
+        ),
+        3,
     );
     let mut series = Table::new(
         "time_series",
         "",
-        &["pid", "event", "ns", "live_bytes", "mapped_bytes", "fragmentation_total", "fragmentation_mean", "utilization", "malloc_mean_cycles"],
-        1,
+        &header(&KEY, &[], &["event", "ns", "live_bytes", "mapped_bytes", "fragmentation_total", "fragmentation_mean", "utilization", "malloc_mean_cycles"]),
+        2,
     );
     let mut sites = Table::new(
         "sites",
         "",
         &header(
-            &["pid", "table", "rank", "stack_id", "calls", "bytes", "live_objects", "live_bytes", "peak_live_objects", "peak_live_bytes", "temporary"],
+            &[&KEY[..], &["table", "rank", "stack_id", "calls", "bytes", "live_objects", "live_bytes", "peak_live_objects", "peak_live_bytes", "temporary"]].concat(),
             &[],
             &STACK_COLUMNS,
         ),
-        2,
+        3,
     );
     let mut callers =
-        Table::new("callers", "", &["pid", "function", "total_bytes", "total_calls", "self_bytes", "self_calls"], 2);
+        Table::new("callers", "", &header(&KEY, &[], &["function", "total_bytes", "total_calls", "self_bytes", "self_calls"]), 3);
     for p in run.processes.iter().filter(|p| p.profile.is_none()) {
         for c in &p.callers {
-            callers.push(vec![int(p.pid as u64), Cell::text(&c.function), int(c.total_bytes), int(c.total_calls), int(c.self_bytes), int(c.self_calls)]);
+            let mut row = key(p);
+            row.extend([Cell::text(&c.function), int(c.total_bytes), int(c.total_calls), int(c.self_bytes), int(c.self_calls)]);
+            callers.push(row);
         }
         for (name, f) in &p.functions {
-            functions.push(vec![
-                int(p.pid as u64),
+            let mut row = key(p);
+            row.extend([
                 Cell::text(name),
                 int(f.calls),
                 int(f.failed),
@@ -177,12 +197,13 @@ fn exact_tables(run: &RunReport) -> Vec<Table> {
                 int(f.cycles.p50),
                 int(f.cycles.p99),
             ]);
+            functions.push(row);
         }
-        heap.push(snapshot_row(p.pid, "peak", &p.peak.heap));
-        heap.push(snapshot_row(p.pid, "end", &p.end));
+        heap.push(snapshot_row(p, "peak", &p.peak.heap));
+        heap.push(snapshot_row(p, "end", &p.end));
         for t in &p.time_series {
-            series.push(vec![
-                int(p.pid as u64),
+            let mut row = key(p);
+            row.extend([
                 int(t.event),
                 t.ns.map(int).unwrap_or(Cell::Empty),
                 int(t.live_bytes),
@@ -192,6 +213,7 @@ fn exact_tables(run: &RunReport) -> Vec<Table> {
                 num(t.utilization),
                 t.malloc_mean_cycles.map(num).unwrap_or(Cell::Empty),
             ]);
+            series.push(row);
         }
         let lists = [
             ("by_bytes", &p.top_sites.by_bytes),
@@ -202,7 +224,7 @@ fn exact_tables(run: &RunReport) -> Vec<Table> {
         ];
         for (table, list) in lists {
             for (i, s) in list.iter().enumerate() {
-                sites.push(site_row(p.pid, table, i, s));
+                sites.push(site_row(p, table, i, s));
             }
         }
     }
