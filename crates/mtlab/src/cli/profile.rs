@@ -148,8 +148,7 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
     let quality = crate::heap::analyze::stack_quality_of(&trace)?;
     let truncated = quality.note.is_some();
     let trusted = !truncated || a.allow_truncated;
-    let recommended = simulate::recommend(&sim.points, threshold).filter(|_| trusted);
-    let recommended_safe = simulate::recommend_safe(&sim.points, threshold).filter(|_| trusted);
+    let (recommended, recommended_safe) = recommendations(&sim, threshold, trusted);
 
     let mut data = serde_json::to_value(&sim).unwrap_or_default();
     if let Some(obj) = data.as_object_mut() {
@@ -198,6 +197,16 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The intervals recommended by mean coverage and by mean − 2 sd (`None`
+/// each when none reaches `threshold`, or when the stacks are not
+/// `trusted`). One run has no spread: its sd is no measurement, so no
+/// interval is recommended by mean − 2 sd.
+fn recommendations(sim: &simulate::Simulation, threshold: f64, trusted: bool) -> (Option<u64>, Option<u64>) {
+    let recommended = simulate::recommend(&sim.points, threshold).filter(|_| trusted);
+    let safe = simulate::recommend_safe(&sim.points, threshold).filter(|_| trusted && sim.runs > 1);
+    (recommended, safe)
+}
+
 /// The coverage table and the recommendation.
 /// `withheld`: the stacks are truncated, no recommendation is made (said before).
 fn coverage_views(sim: &simulate::Simulation, pct: f64, recommended: Option<u64>, safe: Option<u64>, withheld: bool) -> Vec<View> {
@@ -209,21 +218,41 @@ fn coverage_views(sim: &simulate::Simulation, pct: f64, recommended: Option<u64>
             100.0 * sim.unattributed_bytes as f64 / sim.total_bytes as f64
         )));
     }
-    v.push(View::Note(format!("{} simulated profiles per interval, seed {}", sim.runs, sim.seed)));
-    let mut t = Table::new(
-        "coverage",
-        "",
-        &["interval", "coverage mean ± sd", "min", "max", "mean − 2 sd", "stacks found", "samples (expected)"],
-        1,
-    );
+    // One run has no spread: no sd (the statistics module's 0 for one value
+    // is no measurement of it), and no mean − 2 sd.
+    let spread = sim.runs > 1;
+    v.push(View::Note(if spread {
+        format!("{} simulated profiles per interval, seed {}", sim.runs, sim.seed)
+    } else {
+        format!(
+            "1 simulated profile per interval, seed {}: one run has no spread (no sd, no mean − 2 sd); --runs 2 or more \
+             for them",
+            sim.seed
+        )
+    }));
+    let coverage = if spread { "coverage mean ± sd" } else { "coverage" };
+    let mut t = Table::new("coverage", "", &["interval", coverage, "min", "max", "mean − 2 sd", "stacks found", "samples (expected)"], 1);
     for p in &sim.points {
+        let (coverage, low, found) = if spread {
+            (
+                format!("{:.2} % ± {:.2}", 100.0 * p.coverage_mean, 100.0 * p.coverage_stddev),
+                format!("{:.2} %", 100.0 * p.coverage_low),
+                format!("{:.1} ± {:.1} ({:.1} %)", p.stacks_found_mean, p.stacks_found_stddev, 100.0 * p.stacks_found_fraction),
+            )
+        } else {
+            (
+                format!("{:.2} %", 100.0 * p.coverage_mean),
+                "n/a".to_string(),
+                format!("{:.1} ({:.1} %)", p.stacks_found_mean, 100.0 * p.stacks_found_fraction),
+            )
+        };
         t.push(vec![
             Cell::text(format_size(p.interval)),
-            Cell::text(format!("{:.2} % ± {:.2}", 100.0 * p.coverage_mean, 100.0 * p.coverage_stddev)),
+            Cell::text(coverage),
             Cell::text(format!("{:.2} %", 100.0 * p.coverage_min)),
             Cell::text(format!("{:.2} %", 100.0 * p.coverage_max)),
-            Cell::text(format!("{:.2} %", 100.0 * p.coverage_low)),
-            Cell::text(format!("{:.1} ± {:.1} ({:.1} %)", p.stacks_found_mean, p.stacks_found_stddev, 100.0 * p.stacks_found_fraction)),
+            Cell::text(low),
+            Cell::text(found),
             Cell::text(format!("{:.1} ({:.1})", p.samples_mean, p.samples_expected)),
         ]);
     }
@@ -236,6 +265,7 @@ fn coverage_views(sim: &simulate::Simulation, pct: f64, recommended: Option<u64>
         Some(iv) => {
             note(format!("recommended interval: {} (largest with mean coverage >= {pct} %)", format_size(iv)));
             note(match safe {
+                _ if !spread => "  one run: no interval nearly every profile reaches can be told (--runs 2 or more)".into(),
                 Some(s) if s == iv => format!("  its mean − 2 sd coverage is also >= {pct} %"),
                 Some(s) => format!("  for mean − 2 sd coverage >= {pct} % (nearly every profile), use {}", format_size(s)),
                 None => format!("  no simulated interval keeps mean − 2 sd coverage >= {pct} %"),
@@ -244,4 +274,74 @@ fn coverage_views(sim: &simulate::Simulation, pct: f64, recommended: Option<u64>
         None => note(format!("no simulated interval reaches a mean coverage of {pct} %: try smaller intervals (--intervals)")),
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn simulation(runs: u32, sd: f64) -> simulate::Simulation {
+        let point = simulate::CoveragePoint {
+            interval: 64 << 10,
+            coverage_mean: 0.97,
+            coverage_stddev: sd,
+            coverage_min: 0.97 - sd,
+            coverage_max: 0.97 + sd,
+            coverage_low: 0.97 - 2.0 * sd,
+            stacks_found_mean: 4.0,
+            stacks_found_stddev: 0.0,
+            stacks_found_min: 4,
+            stacks_found_max: 4,
+            stacks_found_fraction: 0.8,
+            samples_expected: 60.0,
+            samples_mean: 61.0,
+        };
+        simulate::Simulation {
+            total_bytes: 1 << 20,
+            total_allocations: 100,
+            distinct_stacks: 5,
+            unattributed_bytes: 0,
+            threads: 1,
+            runs,
+            seed: 1,
+            points: vec![point],
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The cells of the coverage table's rows, and every note, as text.
+    fn shown(views: &[View]) -> (Vec<Vec<String>>, String) {
+        let mut rows = Vec::new();
+        let mut notes = String::new();
+        for v in views {
+            match v {
+                View::Table(t) => rows.extend(t.rows.iter().map(|r| {
+                    r.iter().map(|c| if let Cell::Text(s) = c { s.clone() } else { format!("{c:?}") }).collect()
+                })),
+                View::Note(n) => notes += &format!("{n}\n"),
+                _ => {}
+            }
+        }
+        (rows, notes)
+    }
+
+    #[test]
+    fn one_run_shows_no_spread_and_recommends_nothing_by_it() {
+        // One run: the statistics give sd 0, which is no spread measured.
+        let one = simulation(1, 0.0);
+        let (rec, safe) = recommendations(&one, 0.9, true);
+        assert_eq!((rec, safe), (Some(64 << 10), None));
+        let (rows, notes) = shown(&coverage_views(&one, 90.0, rec, safe, false));
+        assert_eq!(rows, [["64KiB", "97.00 %", "97.00 %", "97.00 %", "n/a", "4.0 (80.0 %)", "61.0 (60.0)"]]);
+        assert!(!notes.contains('±') && !notes.contains("also >="), "{notes}");
+        assert!(notes.contains("one run has no spread"), "{notes}");
+
+        // Two runs or more: sd and mean − 2 sd as before.
+        let two = simulation(2, 0.01);
+        let (rec, safe) = recommendations(&two, 0.9, true);
+        assert_eq!((rec, safe), (Some(64 << 10), Some(64 << 10)));
+        let (rows, notes) = shown(&coverage_views(&two, 90.0, rec, safe, false));
+        assert_eq!(rows, [["64KiB", "97.00 % ± 1.00", "96.00 %", "98.00 %", "95.00 %", "4.0 ± 0.0 (80.0 %)", "61.0 (60.0)"]]);
+        assert!(notes.contains("its mean − 2 sd coverage is also >= 90 %"), "{notes}");
+    }
 }
