@@ -46,6 +46,7 @@ pub enum RegionKind {
 
 #[derive(Clone, Debug)]
 struct Region {
+    start: u64,
     end: u64,
     kind: RegionKind,
     live_bytes: u64,
@@ -64,6 +65,22 @@ struct Region {
 }
 
 impl Region {
+    /// An empty region at 0 (a vacant slot of the slab, or the base of a new one).
+    fn vacant() -> Region {
+        Region {
+            start: 0,
+            end: 0,
+            kind: RegionKind::Brk,
+            live_bytes: 0,
+            live_count: 0,
+            last_end: 0,
+            ends: BinaryHeap::new(),
+            pending: Vec::new(),
+            frag: 0.0,
+            dirty: false,
+        }
+    }
+
     fn span(&self, start: u64) -> u64 {
         self.last_end.saturating_sub(start)
     }
@@ -216,7 +233,12 @@ pub struct ShadowHeap {
     free_slots: Vec<u32>,
     /// Live objects in no known region.
     unplaced: FxHashSet<u64>,
-    regions: BTreeMap<u64, Region>,
+    /// Regions by start: their index in `slab`, where they live so that a
+    /// lookup's result (`last_region`) leads to the region itself without
+    /// a second search of the tree.
+    regions: BTreeMap<u64, u32>,
+    slab: Vec<Region>,
+    free_regions: Vec<u32>,
     brk_start: u64,
     live_bytes: u64,
     live_usable: u64,
@@ -233,13 +255,14 @@ pub struct ShadowHeap {
     /// the division and float sums were a tenth of the shadow heap's work,
     /// and snapshots (time-series points, new peaks) are far fewer.
     sum_frag: f64,
-    dirty: Vec<u64>,
+    dirty: Vec<u32>,
     /// Frees of addresses that were not live (allocated before tracing, or bugs).
     pub unknown_frees: u64,
     /// Allocations returning an address that was still live.
     pub overlapping_allocs: u64,
-    /// The region found by the last lookup (start, end); (0, 0) when none.
-    last_region: std::cell::Cell<(u64, u64)>,
+    /// The region found by the last lookup (start, end, index in `slab`);
+    /// (0, 0, _) when none.
+    last_region: std::cell::Cell<(u64, u64, u32)>,
 }
 
 impl ShadowHeap {
@@ -248,26 +271,57 @@ impl ShadowHeap {
     }
 
     #[inline(always)]
-    fn region_at(&self, addr: u64) -> Option<u64> {
-        let (start, end) = self.last_region.get();
+    fn region_at(&self, addr: u64) -> Option<u32> {
+        let (start, end, i) = self.last_region.get();
         if addr >= start && addr < end {
-            return Some(start);
+            return Some(i);
         }
-        let (&start, r) = self.regions.range(..=addr).next_back()?;
+        let (&start, &i) = self.regions.range(..=addr).next_back()?;
+        let r = &self.slab[i as usize];
         if addr < r.end {
-            self.last_region.set((start, r.end));
-            Some(start)
+            self.last_region.set((start, r.end, i));
+            Some(i)
         } else {
             None
         }
+    }
+
+    /// The region starting at `start`.
+    fn region(&self, start: u64) -> Option<&Region> {
+        self.regions.get(&start).map(|&i| &self.slab[i as usize])
+    }
+
+    /// Puts `r` in a free slot of the slab and indexes it by its start.
+    fn insert_region(&mut self, r: Region) {
+        let start = r.start;
+        let i = match self.free_regions.pop() {
+            Some(i) => {
+                self.slab[i as usize] = r;
+                i
+            }
+            None => {
+                self.slab.push(r);
+                (self.slab.len() - 1) as u32
+            }
+        };
+        self.regions.insert(start, i);
+    }
+
+    /// Takes the region starting at `start` out of the index and the slab.
+    fn remove_region(&mut self, start: u64) -> Option<Region> {
+        let i = self.regions.remove(&start)?;
+        self.free_regions.push(i);
+        // The vacant slot is not dirty: `settle_frag` skips it.
+        Some(std::mem::replace(&mut self.slab[i as usize], Region::vacant()))
     }
 
     /// Removes a region's contribution to the sums, runs `f`, adds it back
     /// (its fragmentation at the next snapshot). Returns false when there is
     /// no region at `start`.
     #[inline(always)]
-    fn update_region(&mut self, start: u64, f: impl FnOnce(&mut Region, &[Block])) -> bool {
-        let Some(r) = self.regions.get_mut(&start) else { return false };
+    fn update_region(&mut self, i: u32, f: impl FnOnce(&mut Region, &[Block])) {
+        let r = &mut self.slab[i as usize];
+        let start = r.start;
         self.sum_span -= r.span(start);
         self.sum_region_live -= r.live_bytes;
         f(r, &self.blocks);
@@ -275,17 +329,17 @@ impl ShadowHeap {
         self.sum_region_live += r.live_bytes;
         if !r.dirty {
             r.dirty = true;
-            self.dirty.push(start);
+            self.dirty.push(i);
         }
-        true
     }
 
     /// Brings `sum_frag` up to date with the regions changed since the last call.
     fn settle_frag(&mut self) {
-        for start in self.dirty.drain(..) {
-            // A region unmapped since (or mapped anew at the same start) is
-            // already counted as it is.
-            let Some(r) = self.regions.get_mut(&start) else { continue };
+        for i in self.dirty.drain(..) {
+            // A region unmapped since (its slot vacant, or another region's)
+            // is already counted as it is.
+            let r = &mut self.slab[i as usize];
+            let start = r.start;
             if !r.dirty {
                 continue;
             }
@@ -344,8 +398,8 @@ impl ShadowHeap {
         self.live_bytes += size;
         self.live_usable += size + extra as u64;
         match region {
-            Some(start) => {
-                self.update_region(start, |r, blocks| place(r, addr, size, slot, blocks));
+            Some(i) => {
+                self.update_region(i, |r, blocks| place(r, addr, size, slot, blocks));
             }
             None => {
                 self.unplaced.insert(addr);
@@ -371,20 +425,19 @@ impl ShadowHeap {
         self.free_slots.push(obj.slot);
         let mut held = None;
         let region = self.region_at(addr);
-        let in_region = region.is_some_and(|start| {
-            self.update_region(start, |r, blocks| {
-                held = Some((start, r.kind));
+        if let Some(i) = region {
+            self.update_region(i, |r, blocks| {
+                held = Some((r.start, r.kind));
                 r.live_bytes -= obj.size;
                 r.live_count -= 1;
                 if addr + obj.size >= r.last_end {
-                    r.last_end = top_end(r, start, blocks);
+                    r.last_end = top_end(r, blocks);
                 }
                 if r.ends.len() + r.pending.len() > 4 * r.live_count as usize + 4096 {
                     compact(r, blocks);
                 }
-            })
-        });
-        if !in_region {
+            });
+        } else {
             self.unplaced.remove(&addr);
             self.unplaced_bytes = self.unplaced_bytes.saturating_sub(obj.size);
         }
@@ -393,8 +446,8 @@ impl ShadowHeap {
 
     /// The region holding `addr`: its start and kind.
     pub fn region_of(&self, addr: u64) -> Option<(u64, RegionKind)> {
-        let start = self.region_at(addr)?;
-        Some((start, self.regions[&start].kind))
+        let r = &self.slab[self.region_at(addr)? as usize];
+        Some((r.start, r.kind))
     }
 
     pub fn count_unknown_free(&mut self) {
@@ -413,9 +466,9 @@ impl ShadowHeap {
         if end <= start {
             return;
         }
-        self.last_region.set((0, 0));
+        self.last_region.set((0, 0, 0));
         let resizable = matches!(kind, RegionKind::Brk | RegionKind::Arena);
-        if let Some(r) = self.regions.get(&start) {
+        if let Some(r) = self.region(start) {
             if resizable && r.kind == kind {
                 let old_end = r.end;
                 self.set_region_end(start, end, old_end);
@@ -423,7 +476,7 @@ impl ShadowHeap {
             }
         }
         self.unmap(start, end);
-        let mut region = Region { end, kind, live_bytes: 0, live_count: 0, last_end: start, ends: BinaryHeap::new(), pending: Vec::new(), frag: 0.0, dirty: false };
+        let mut region = Region { start, end, kind, last_end: start, ..Region::vacant() };
         // Objects seen before their region was known are taken in now.
         let inside: Vec<u64> = self.unplaced.iter().copied().filter(|&a| a >= start && a < end).collect();
         for a in inside {
@@ -442,11 +495,11 @@ impl ShadowHeap {
         self.sum_region_live += region.live_bytes;
         region.frag = region.frag(start);
         self.sum_frag += region.frag;
-        self.regions.insert(start, region);
+        self.insert_region(region);
     }
 
     fn set_region_end(&mut self, start: u64, end: u64, old_end: u64) {
-        self.last_region.set((0, 0));
+        self.last_region.set((0, 0, 0));
         if end < old_end {
             self.unmap(end, old_end);
             return;
@@ -454,7 +507,8 @@ impl ShadowHeap {
         // Whatever the grown part overlaps is replaced, as the kernel would.
         self.unmap(old_end, end);
         let grow = end - old_end;
-        let Some(r) = self.regions.get_mut(&start) else { return };
+        let Some(&i) = self.regions.get(&start) else { return };
+        let r = &mut self.slab[i as usize];
         r.end = end;
         let kind = r.kind;
         self.mapped_bytes += grow;
@@ -468,7 +522,7 @@ impl ShadowHeap {
             let o = self.get(a).expect("unplaced objects are live");
             let (size, slot) = (o.size, o.slot);
             self.unplaced_bytes = self.unplaced_bytes.saturating_sub(size);
-            self.update_region(start, |r, blocks| place(r, a, size, slot, blocks));
+            self.update_region(i, |r, blocks| place(r, a, size, slot, blocks));
         }
     }
 
@@ -477,12 +531,12 @@ impl ShadowHeap {
         if end <= start {
             return;
         }
-        self.last_region.set((0, 0));
-        let first = self.regions.range(..start).next_back().filter(|(_, r)| r.end > start).map(|(&s, _)| s);
+        self.last_region.set((0, 0, 0));
+        let first = self.regions.range(..start).next_back().filter(|(_, &i)| self.slab[i as usize].end > start).map(|(&s, _)| s);
         let touched: Vec<u64> = first.into_iter().chain(self.regions.range(start..end).map(|(&s, _)| s)).collect();
         for s in touched {
             // An earlier step of this loop may have removed it already.
-            let Some(r) = self.regions.remove(&s) else { continue };
+            let Some(r) = self.remove_region(s) else { continue };
             self.sum_span -= r.span(s);
             self.sum_region_live -= r.live_bytes;
             self.sum_frag -= r.frag;
@@ -516,7 +570,7 @@ impl ShadowHeap {
             self.brk_start = brk;
         }
         let start = self.brk_start;
-        match self.regions.get(&start).map(|r| r.end) {
+        match self.region(start).map(|r| r.end) {
             Some(old) if brk > start => self.set_region_end(start, brk, old),
             Some(old) => self.unmap(start, old),
             None if brk > start => self.map(start, brk, RegionKind::Brk),
@@ -542,7 +596,8 @@ impl ShadowHeap {
 
     /// Snapshot with mean fragmentation recomputed region by region.
     pub fn exact_snapshot(&self) -> HeapSnapshot {
-        let sum: f64 = self.regions.iter().map(|(&s, r)| r.frag(s)).sum();
+        // In the order of their starts, as a sum of floats must be to repeat.
+        let sum: f64 = self.regions.values().map(|&i| &self.slab[i as usize]).map(|r| r.frag(r.start)).sum();
         self.build(sum)
     }
 
@@ -604,7 +659,7 @@ fn compact(r: &mut Region, blocks: &[Block]) {
 
 /// End of the last live object of `r`, dropping stale entries on the way.
 #[inline(never)]
-fn top_end(r: &mut Region, start: u64, blocks: &[Block]) -> u64 {
+fn top_end(r: &mut Region, blocks: &[Block]) -> u64 {
     if r.pending.len() <= 8 {
         // A stack-like program frees the block it allocated last: its entry is
         // still pending and already stale. Dropping it here spares the heap a
@@ -627,7 +682,7 @@ fn top_end(r: &mut Region, start: u64, blocks: &[Block]) -> u64 {
         }
         r.ends.pop();
     }
-    start
+    r.start
 }
 
 #[cfg(test)]
@@ -689,7 +744,7 @@ mod tests {
         let s = h.exact_snapshot();
         assert_eq!(s.live_objects, 1);
         assert_eq!(s.fragmentation.total, 0.0, "span shrank back to the bottom object");
-        let r = &h.regions[&0x10000];
+        let r = &h.region(0x10000).unwrap();
         assert_eq!(r.last_end, 0x10000 + 64);
         let entries = r.ends.len() + r.pending.len();
         assert!(entries <= 4 * r.live_count as usize + 4096, "{entries} entries");
@@ -697,7 +752,7 @@ mod tests {
         h.alloc(0x11000, 100, 100, 4);
         h.alloc(0x12000, 100, 100, 4);
         h.free(0x12000);
-        assert_eq!(h.regions[&0x10000].last_end, 0x11000 + 100);
+        assert_eq!(h.region(0x10000).unwrap().last_end, 0x11000 + 100);
     }
 
     #[test]
@@ -744,11 +799,11 @@ mod tests {
         assert_eq!(h.unplaced.iter().copied().collect::<Vec<_>>(), vec![0x10100]);
         h.map(0x10000, 0x11000, RegionKind::Mmap);
         assert_eq!(h.snapshot().unplaced_bytes, 0);
-        let r = &h.regions[&0x10000];
+        let r = &h.region(0x10000).unwrap();
         assert_eq!((r.live_bytes, r.live_count, r.last_end), (100, 1, 0x10100 + 100));
         let o = h.free(0x10100).expect("still live");
         assert_eq!((o.size, o.stack, o.usable()), (100, 7, 112));
-        assert_eq!(h.regions[&0x10000].last_end, 0x10000);
+        assert_eq!(h.region(0x10000).unwrap().last_end, 0x10000);
         assert_eq!(h.snapshot().live_bytes, 0);
     }
 
@@ -790,11 +845,12 @@ mod tests {
                 h.unmap(0x18_0000, 0x18_1000);
             }
             h.settle_frag();
-            for (&s, r) in &h.regions {
+            for (&s, &i) in &h.regions {
+                let r = &h.slab[i as usize];
                 assert!(!r.dirty);
                 assert_eq!(r.frag.to_bits(), r.frag(s).to_bits(), "region {s:#x} after event {i}");
             }
-            let fresh: f64 = h.regions.iter().map(|(&s, r)| r.frag(s)).sum();
+            let fresh: f64 = h.regions.values().map(|&i| &h.slab[i as usize]).map(|r| r.frag(r.start)).sum();
             assert!((h.sum_frag - fresh).abs() < 1e-9, "sum {} vs {fresh} after event {i}", h.sum_frag);
         }
     }
