@@ -209,6 +209,7 @@ static void mtlab_start(void) {
     mtlab_stack_table_init();
     mtlab_thread_init_global();
     pthread_atfork(mtlab_fork_prepare, mtlab_fork_parent, mtlab_fork_child);
+    mtlab_catch_abort();
     /* The end of tracing as late as exit() allows: registered here, before
      * the C library registers the loader's finalizer (this runs from the
      * loader's initialization, ahead of the program's entry point), so it

@@ -232,6 +232,7 @@ HIDDEN uint64_t mtlab_guards_reset(void);
 
 HIDDEN struct mtlab_buf *mtlab_thread_buf(void); /* guard must be set */
 HIDDEN void mtlab_release_dead_buf(void);        /* after an event of an exited thread */
+HIDDEN void mtlab_catch_abort(void);             /* SIGABRT from inside libc: the thread's buffer written */
 HIDDEN void mtlab_flush_own(void);               /* the calling thread's buffer, any mode */
 HIDDEN void mtlab_set_main_stack(uint64_t lo, uint64_t hi);
 HIDDEN void mtlab_thread_init_global(void);

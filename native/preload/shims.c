@@ -575,13 +575,45 @@ static void flush_before_exec(void) {
  * C++ one whose uncaught exception reaches std::terminate) lost all of its
  * events. Tracing goes on (a handler may catch SIGABRT); other threads'
  * buffers and the END record stay as a killed process leaves them. glibc's
- * own aborts (assert, heap corruption) call it inside libc, not here. */
+ * own aborts (assert, heap corruption) call it inside libc, not here:
+ * `on_sigabrt` below catches those. */
 EXPORT __attribute__((noreturn)) void abort(void) {
     flush_before_exec_or_abort(0);
     if (mtlab_real.abort) mtlab_real.abort();
     signal(SIGABRT, SIG_DFL); /* as abort does when a handler returns */
     raise(SIGABRT);
     for (;;) syscall(SYS_exit_group, 127);
+}
+
+/* glibc's own aborts — a failed assert, heap corruption found by free or
+ * malloc ("double free detected") — raise SIGABRT inside libc, past the abort
+ * shim: the events just before a double free, the ones a user of a heap
+ * tracer came for, stayed in the thread's buffer. This handler writes them,
+ * then acts as the default action does: the process dies of the signal (the
+ * handler restores the default and raises it again; SIGABRT is blocked while
+ * the handler runs, so it is delivered on return). Installed only while the
+ * disposition is the default; a program that sets its own replaces it. */
+static void on_sigabrt(int sig) {
+    int saved = errno;
+    flush_before_exec_or_abort(0);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, NULL);
+    raise(sig);
+    errno = saved;
+}
+
+void mtlab_catch_abort(void) {
+    struct sigaction old;
+    if (sigaction(SIGABRT, NULL, &old) != 0 || (old.sa_flags & SA_SIGINFO) || old.sa_handler != SIG_DFL) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigabrt;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGABRT, &sa, NULL);
 }
 
 /* _exit and _Exit run no exit handler: the trace is finished first. */

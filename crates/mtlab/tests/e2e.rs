@@ -984,6 +984,39 @@ fn sleeping_program_timestamps_cover_the_run() {
 }
 
 #[test]
+fn a_double_free_caught_by_glibc_keeps_the_events_before_it() {
+    // glibc aborts inside libc, past the abort() shim: the preload's SIGABRT
+    // handler writes the thread's buffer, then the process dies of the signal.
+    let lab = Lab::new();
+    let prog = lab.compile("double_free");
+    let no_core = |cmd: &mut std::process::Command| unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            let zero = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            libc::setrlimit(libc::RLIMIT_CORE, &zero);
+            Ok(())
+        });
+    };
+    let mut plain = lab.command(&prog);
+    plain.arg("1000");
+    no_core(&mut plain);
+    let plain = plain.output().unwrap();
+    let mut traced = lab.record_cmd("t.mtl", &[], &prog, &["1000"]);
+    no_core(&mut traced);
+    let traced = traced.output().unwrap();
+    assert_eq!(plain.status.signal(), Some(libc::SIGABRT), "{}", plain.status);
+    assert_eq!(traced.status.signal(), Some(libc::SIGABRT), "the program still dies of its abort: {}", traced.status);
+    assert!(String::from_utf8_lossy(&plain.stderr).contains("double free detected"));
+    assert_eq!(program_stderr(&traced), String::from_utf8_lossy(&plain.stderr), "glibc's message unchanged");
+    let r = lab.report("t.mtl");
+    assert_eq!(r["exit"], "killed by signal 6");
+    // All 1000 kept blocks and the 48-byte one; the first free (the second never returned).
+    assert_eq!(calls(&r, "malloc"), 1001);
+    assert_eq!(calls(&r, "free"), 1);
+    assert_eq!(site(&r, "keep_allocs"), site_of(1000, 64_000, 1000, 64_000));
+}
+
+#[test]
 fn abort_keeps_the_trace_readable_and_the_signal() {
     let lab = Lab::new();
     let prog = lab.compile("abort");
