@@ -475,7 +475,8 @@ fn the_root_pids_exit_status_belongs_to_its_last_image() {
     let o = report_output(&lab, &["t.mtl"]);
     assert_success(&o, "mtlab report");
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
-    let second = text.find("══ child process").expect("the exec'd image's report");
+    assert!(!text.contains("══ child process"), "the root's own pid is no child: {text}");
+    let second = text.find(&format!("══ process (image after exec) {} ", u(&r["pid"]))).expect("the exec'd image's report");
     let (first, second) = text.split_at(second);
     assert_eq!(text.matches("program ended with").count(), 1, "{text}");
     assert!(second.contains("program ended with exit code 3"), "{second}");

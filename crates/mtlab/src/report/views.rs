@@ -287,7 +287,15 @@ pub fn views(run: &RunReport) -> Vec<View> {
     let mut out: Vec<View> = Vec::new();
     for p in &run.processes {
         let mut note = |s: String| out.push(View::Note(s));
-        let role = if run.is_root(p) { "process" } else { "child process" };
+        // An image the root's pid exec'd is the root process still, not a child.
+        let root_pid = run.index.first().map(|r| r.pid);
+        let role = if run.is_root(p) {
+            "process"
+        } else if Some(p.pid) == root_pid {
+            "process (image after exec)"
+        } else {
+            "child process"
+        };
         note(format!("══ {role} {} — {} ══", p.pid, p.cmdline.join(" ")));
         note(format!("trace: {}", p.file));
         let dur = p.duration_ns.map(|n| format!("{:.3} s", n as f64 / 1e9)).unwrap_or_else(|| "unknown".into());
