@@ -105,10 +105,64 @@ pub struct RecordOutcome {
     pub warnings: Vec<String>,
 }
 
+/// The ELF class and machine mtlab's preload library is built for (this
+/// binary's own).
+fn library_class_machine() -> (u8, object::elf::Machine) {
+    let class = if cfg!(target_pointer_width = "64") { 64 } else { 32 };
+    let machine = if cfg!(target_arch = "x86_64") {
+        object::elf::EM_X86_64
+    } else if cfg!(target_arch = "aarch64") {
+        object::elf::EM_AARCH64
+    } else if cfg!(target_arch = "x86") {
+        object::elf::EM_386
+    } else {
+        object::elf::EM_NONE
+    };
+    (class, machine)
+}
+
+/// An ELF class and machine, for people: "32-bit x86 (i386)".
+fn elf_kind(class: u8, machine: object::elf::Machine) -> String {
+    let arch = match machine {
+        object::elf::EM_386 => "x86 (i386)".to_string(),
+        object::elf::EM_X86_64 if class == 32 => "x32".to_string(),
+        object::elf::EM_X86_64 => "x86-64".to_string(),
+        object::elf::EM_AARCH64 => "AArch64".to_string(),
+        object::elf::EM_ARM => "ARM".to_string(),
+        object::elf::EM_RISCV => "RISC-V".to_string(),
+        m => format!("ELF machine {}", m.0),
+    };
+    format!("{class}-bit {arch}")
+}
+
+/// Why the preload library cannot be loaded into `program` at all: it is an
+/// ELF file of another class or machine (a 32-bit program on x86-64). The
+/// loader would refuse mtlab's library ("wrong ELF class") and print so on
+/// the program's stderr; such a program is run without it.
+pub fn foreign_program(program: &Path) -> Option<String> {
+    foreign_kind(crate::symbolize::elf_class_machine(program)?, library_class_machine())
+}
+
+fn foreign_kind(program: (u8, object::elf::Machine), library: (u8, object::elf::Machine)) -> Option<String> {
+    (program != library).then(|| {
+        format!(
+            "it is a {} program and mtlab's library is built for {}: the loader cannot load one into the other",
+            elf_kind(program.0, program.1),
+            elf_kind(library.0, library.1)
+        )
+    })
+}
+
 /// Why a program that ended by itself left no trace at all (mtlab's
 /// library writes one at exit whenever it was loaded and exit ran).
 pub fn why_no_trace(program: &Path) -> String {
     use std::os::unix::fs::MetadataExt;
+    if let Some(why) = foreign_program(program) {
+        return format!(
+            "{} cannot be traced: {why}, so it ran untraced (as did any program it started)",
+            program.display()
+        );
+    }
     if crate::symbolize::elf_has_interpreter(program) == Some(false) {
         return format!(
             "{} is statically linked: no dynamic loader runs, so mtlab's library is never loaded and its calls cannot be traced",
@@ -453,13 +507,18 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     // their messages ("grep: FILE: No such file or directory", not
     // "/usr/bin/grep: ...") and some act on it.
     cmd.arg0(&cfg.program).args(&cfg.args);
-    let mut ld_preload = preload.as_os_str().to_owned();
-    if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
-        ld_preload.push(":");
-        ld_preload.push(existing);
+    // A program the library cannot be loaded into (a 32-bit one) runs without
+    // it: the loader would print its refusal on the program's own stderr.
+    let foreign = foreign_program(&program).is_some();
+    if !foreign {
+        let mut ld_preload = preload.as_os_str().to_owned();
+        if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+            ld_preload.push(":");
+            ld_preload.push(existing);
+        }
+        cmd.env("LD_PRELOAD", ld_preload);
     }
-    cmd.env("LD_PRELOAD", ld_preload)
-        .env("MTLAB_OUT", &output)
+    cmd.env("MTLAB_OUT", &output)
         .env("MTLAB_PARENT", std::process::id().to_string())
         .env("MTLAB_STACKS", if cfg.stacks == Stacks::Fp { "fp" } else { "none" })
         .env("MTLAB_DEPTH", cfg.depth.to_string())
@@ -486,12 +545,12 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     // Said before the program runs: written while it runs, the line landed
     // inside a line of the program's own stderr (tests/corpus.rs).
     let announced = match cfg.sample {
-        Some(_) => Some(announce_before_exec(&mut cmd, |pid| {
+        Some(_) if !foreign => Some(announce_before_exec(&mut cmd, |pid| {
             use std::io::Write;
             let line = format!("mtlab: sampling process {pid}: `mtlab ctl {pid} status|start|stop|dump` controls it\n");
             let _ = std::io::stderr().write_all(line.as_bytes());
         })?),
-        None => None,
+        _ => None,
     };
     let ran = run(cmd, &shown);
     if let Some(a) = announced {
@@ -596,6 +655,23 @@ mod tests {
         let names: Vec<String> =
             trace_family(&root).iter().map(|p| p.file_name().unwrap().to_string_lossy().to_string()).collect();
         assert_eq!(names, ["t.mtl", "t.mtl.3", "t.mtl.3.1", "t.mtl.20"]);
+    }
+
+    #[test]
+    fn a_program_of_another_class_or_machine_is_foreign() {
+        let x86_64 = (64, object::elf::EM_X86_64);
+        assert_eq!(foreign_kind(x86_64, x86_64), None);
+        let why = foreign_kind((32, object::elf::EM_386), x86_64).unwrap();
+        assert_eq!(
+            why,
+            "it is a 32-bit x86 (i386) program and mtlab's library is built for 64-bit x86-64: \
+             the loader cannot load one into the other"
+        );
+        assert!(foreign_kind((32, object::elf::EM_X86_64), x86_64).unwrap().contains("32-bit x32 program"));
+        assert!(foreign_kind((64, object::elf::EM_AARCH64), x86_64).unwrap().contains("64-bit AArch64 program"));
+        // This test binary itself is of the library's kind.
+        let me = std::env::current_exe().unwrap();
+        assert_eq!(foreign_program(&me), None);
     }
 
     #[test]

@@ -310,6 +310,24 @@ pub fn elf_has_interpreter(path: &Path) -> Option<bool> {
     read_elf_info(path).ok().map(|i| i.has_interp)
 }
 
+/// The ELF class (32 or 64) and machine (`e_machine`) of the file at `path`;
+/// None when it is not an ELF file (a script) or cannot be read.
+pub fn elf_class_machine(path: &Path) -> Option<(u8, elf::Machine)> {
+    let file = File::open(path).ok()?;
+    let data = ReadCache::new(file);
+    match FileKind::parse(&data).ok()? {
+        FileKind::Elf64 => {
+            let h = elf::FileHeader64::<Endianness>::parse(&data).ok()?;
+            Some((64, h.e_machine(h.endian().ok()?)))
+        }
+        FileKind::Elf32 => {
+            let h = elf::FileHeader32::<Endianness>::parse(&data).ok()?;
+            Some((32, h.e_machine(h.endian().ok()?)))
+        }
+        _ => None,
+    }
+}
+
 fn read_elf_info(path: &Path) -> Result<ElfInfo, String> {
     let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     // Reads only the headers and small sections asked for: debug files can be huge.

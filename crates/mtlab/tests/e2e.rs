@@ -1769,6 +1769,31 @@ fn a_program_leaving_through_exit_underscore_is_traced_whole_and_a_static_one_is
     assert!(stderr(&o).contains("is statically linked: no dynamic loader runs"), "{}", stderr(&o));
 }
 
+/// A 32-bit program cannot load the 64-bit library: it runs untraced with its
+/// output untouched (no "wrong ELF class" line from the loader on its stderr),
+/// and mtlab says why there is no trace instead of blaming the program.
+#[test]
+fn a_32_bit_program_runs_untouched_and_is_told_untraceable() {
+    let lab = Lab::new();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let prog = lab.path("exit_code32");
+    let c = std::process::Command::new(&cc).args(["-m32", "-O1", "-o"]).arg(&prog).arg(test_source("exit_code")).output().unwrap();
+    if !c.status.success() {
+        return skip("cannot build a 32-bit program (Debian: gcc-multilib)");
+    }
+    let input = b"abc\n";
+    let plain = run_with_stdin(lab.command(&prog), input);
+    let traced = run_with_stdin(lab.record_cmd("t.mtl", &[], &prog, &[]), input);
+    assert_eq!(plain.status.code(), Some(7));
+    assert_eq!(traced.status.code(), Some(7), "{}", stderr(&traced));
+    assert_eq!(traced.stdout, plain.stdout);
+    assert_eq!(program_stderr(&traced).as_bytes(), plain.stderr.as_slice(), "{}", stderr(&traced));
+    let e = stderr(&traced);
+    assert!(!e.contains("wrong ELF class"), "{e}");
+    assert!(e.contains("cannot be traced: it is a 32-bit x86 (i386) program and mtlab's library is built for 64-bit x86-64"), "{e}");
+    assert!(lab.files_with_prefix("t.mtl").is_empty());
+}
+
 #[test]
 fn a_trace_still_being_written_is_reported_as_running() {
     use std::io::{BufRead, Write};
