@@ -1245,6 +1245,26 @@ fn unwritable_output_is_refused() {
     assert!(stderr(&o).contains("/proc/nope/x.mtl"), "{}", stderr(&o));
 }
 
+/// A trace path with spaces and non-ASCII letters is written and read, and
+/// the `mtlab report` command record suggests works when pasted into a shell.
+#[test]
+fn the_suggested_report_command_works_for_a_path_with_spaces() {
+    let lab = Lab::new();
+    let prog = lab.compile("calloc_once");
+    std::fs::create_dir(lab.path("sp ace")).unwrap();
+    let o = lab.record("sp ace/t räce's.mtl", &prog, &[]);
+    assert_success(&o, "record to a path with spaces");
+    let e = stderr(&o);
+    let cmd = e.split('`').nth(1).unwrap_or_else(|| panic!("no suggested command: {e}"));
+    assert!(cmd.starts_with("mtlab report "), "{cmd}");
+    let cmd = cmd.replacen("mtlab", MTLAB, 1);
+    let r = lab.command("sh").args(["-c", &format!("{cmd} --json")]).output().unwrap();
+    assert_success(&r, &cmd);
+    let v: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(calls(&v, "calloc"), lab.report("sp ace/t räce's.mtl")["functions"]["calloc"]["calls"].as_u64().unwrap());
+    assert!(calls(&v, "calloc") >= 1);
+}
+
 #[test]
 fn truncated_trace_is_read_up_to_the_damage() {
     let lab = Lab::new();

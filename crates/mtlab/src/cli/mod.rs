@@ -561,7 +561,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
             if n == 1 { "" } else { "s" },
             report::human_bytes(outcome.bytes),
             outcome.wall.as_secs_f64(),
-            first.display()
+            crate::platform::process::shell_word(first)
         ),
         None => match std::os::unix::process::ExitStatusExt::signal(&outcome.status) {
             Some(sig) => say!(
@@ -790,8 +790,8 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         a.output.display(),
         compact_out.display(),
         sampled_out.display(),
-        a.output.display(),
-        sampled_out.display()
+        crate::platform::process::shell_word(&a.output),
+        crate::platform::process::shell_word(&sampled_out)
     );
     let mut views = Vec::new();
     for (title, doc) in sections {

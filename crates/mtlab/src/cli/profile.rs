@@ -95,7 +95,7 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
         return Err(CliError::Other(format!(
             "{} does not exist; write a full trace with `mtlab record -o {} -- PROGRAM`",
             a.file.display(),
-            a.file.display()
+            crate::platform::process::shell_word(&a.file)
         )));
     }
     let trace = match a.pid {

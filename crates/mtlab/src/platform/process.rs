@@ -3,6 +3,21 @@
 use std::ffi::OsStr;
 use std::path::PathBuf;
 
+/// `word` as one shell word, for the commands mtlab suggests: as it is when a
+/// shell reads it back unchanged, else in single quotes (a `'` inside as
+/// `'\''`), so that a path with spaces can be copied and pasted.
+pub fn shell_word(word: impl AsRef<OsStr>) -> String {
+    let s = word.as_ref().to_string_lossy();
+    let plain = !s.is_empty()
+        && !s.starts_with('~')
+        && s.chars().all(|c| !c.is_whitespace() && !c.is_control() && !"'\"\\$`!*?[]{}()<>|&;#".contains(c));
+    if plain {
+        s.into_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
+}
+
 /// Does process `pid` exist? A process we may not signal (EPERM) exists
 /// too: it belongs to another user. Pid 0 and pids beyond `pid_t` name no
 /// single process and are never alive.
@@ -43,6 +58,16 @@ pub fn holds_open(pid: u32, path: &std::path::Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shell_words_are_quoted_only_when_a_shell_would_split_or_expand_them() {
+        assert_eq!(shell_word("/tmp/w/t.mtl"), "/tmp/w/t.mtl");
+        assert_eq!(shell_word("ünï/räce.mtl"), "ünï/räce.mtl");
+        assert_eq!(shell_word("/tmp/sp ace/t.mtl"), "'/tmp/sp ace/t.mtl'");
+        assert_eq!(shell_word("it's$x"), "'it'\\''s$x'");
+        assert_eq!(shell_word("a*b"), "'a*b'");
+        assert_eq!(shell_word(""), "''");
+    }
 
     #[test]
     fn this_process_is_alive_and_pid_0_is_not() {

@@ -12,6 +12,7 @@ use super::select::{SelectError, Selection};
 use super::RunReport;
 use crate::heap::{self, AnalyzeOptions, ProcessReport};
 use crate::trace::{family, keys, TraceError, TraceFile};
+use crate::platform::process::shell_word;
 
 /// A child trace the report could not use.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -38,9 +39,9 @@ impl MissingTrace {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{} does not exist; write a trace with `mtlab record -o {} -- PROGRAM`", .0.display(), .0.display())]
+    #[error("{} does not exist; write a trace with `mtlab record -o {} -- PROGRAM`", .0.display(), shell_word(.0))]
     NoTrace(PathBuf),
-    #[error("{} does not exist: the root process wrote no trace, but {} of its descendants did; report one of them, e.g. `mtlab report {}`", root.display(), children.len(), children[0].display())]
+    #[error("{} does not exist: the root process wrote no trace, but {} of its descendants did; report one of them, e.g. `mtlab report {}`", root.display(), children.len(), shell_word(&children[0]))]
     NoRootTrace { root: PathBuf, children: Vec<PathBuf> },
     #[error(transparent)]
     Trace(#[from] TraceError),
