@@ -618,8 +618,16 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             }
         }
     }
+    if !traces.is_empty() && crate::symbolize::elf_is_go(&program) == Some(true) {
+        warnings.push(GO_EXIT.replace("{}", &program.display().to_string()));
+    }
     Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings })
 }
+
+/// What a Go program's trace misses, and why ({} is the program).
+const GO_EXIT: &str = "{} is a Go program: Go ends its process with the exit_group system call, never through the C \
+     library's exit, so mtlab's exit flush does not run — the events each thread had not written yet (up to 64 KiB of \
+     them per thread) and the END record are missing, and the report's live blocks at the end are not leaks";
 
 #[cfg(test)]
 mod tests {

@@ -292,6 +292,8 @@ struct ElfInfo {
     has_dwarf: bool,
     /// Whether it names a dynamic loader (PT_INTERP): false for a static program.
     has_interp: bool,
+    /// Whether it is a Go program (a `.go.buildinfo` or `.note.go.buildid` section).
+    is_go: bool,
 }
 
 /// The first GNU build-id note among `notes`; a damaged note ends the search.
@@ -308,6 +310,12 @@ fn build_id_note<Elf: FileHeader>(mut notes: NoteIterator<'_, Elf>, endian: Elf:
 /// None when it is not an ELF file (a script) or cannot be read.
 pub fn elf_has_interpreter(path: &Path) -> Option<bool> {
     read_elf_info(path).ok().map(|i| i.has_interp)
+}
+
+/// Whether the ELF file at `path` is a Go program; None when it is not an ELF
+/// file or cannot be read.
+pub fn elf_is_go(path: &Path) -> Option<bool> {
+    read_elf_info(path).ok().map(|i| i.is_go)
 }
 
 /// The ELF class (32 or 64) and machine (`e_machine`) of the file at `path`;
@@ -374,6 +382,7 @@ fn elf_info<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<File>) -> Res
             b".debug_info" | b".zdebug_info" | b".debug_line" | b".zdebug_line" if readable => {
                 info.has_dwarf = true;
             }
+            b".go.buildinfo" | b".note.go.buildid" => info.is_go = true,
             b".gnu_debuglink" if small => {
                 if let Ok(d) = s.data(endian, data) {
                     if let Some(nul) = d.iter().position(|&c| c == 0) {

@@ -1814,6 +1814,47 @@ fn a_32_bit_program_runs_untouched_and_is_told_untraceable() {
     assert!(lab.files_with_prefix("t.mtl").is_empty());
 }
 
+/// A program that ends through the exit_group system call (as Go programs
+/// do) loses its buffered events: the report names that cause, and record
+/// warns about a Go program at once.
+#[test]
+fn a_program_ending_through_exit_group_is_told_what_is_missing() {
+    let lab = Lab::new();
+    let prog = lab.compile("raw_exit_group");
+    let o = lab.record("r.mtl", &prog, &[]);
+    assert_eq!(o.status.code(), Some(5));
+    assert_eq!(o.stdout, b"bye\n");
+    let r = lab.report("r.mtl");
+    assert_eq!(r["clean_end"], false);
+    assert_eq!(r["exit"], "exit code 5");
+    let text = report_output(&lab, &["r.mtl"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("made the exit_group system call itself instead of calling exit"), "{text}");
+
+    let Some(go) = ["/usr/local/go/bin/go", "/usr/bin/go"].into_iter().find(|g| std::path::Path::new(g).exists()) else {
+        return skip("no Go toolchain (Debian: golang-go)");
+    };
+    let exe = lab.path("cgo_exit");
+    let b = lab
+        .command(go)
+        .args(["build", "-o"])
+        .arg(&exe)
+        .arg(repo_root().join("native/tests/cgo_exit.go"))
+        .env("CGO_ENABLED", "1")
+        .env("GO111MODULE", "off")
+        .output()
+        .unwrap();
+    assert_success(&b, "go build cgo_exit.go");
+    let plain = lab.command(&exe).output().unwrap();
+    let o = lab.record("g.mtl", &exe, &[]);
+    assert_eq!(o.status.code(), Some(5));
+    assert_eq!(plain.status.code(), Some(5));
+    assert_eq!(o.stdout, plain.stdout);
+    assert_eq!(program_stderr(&o).as_bytes(), plain.stderr.as_slice());
+    let e = stderr(&o);
+    assert!(e.contains("is a Go program: Go ends its process with the exit_group system call"), "{e}");
+}
+
 #[test]
 fn a_trace_still_being_written_is_reported_as_running() {
     use std::io::{BufRead, Write};

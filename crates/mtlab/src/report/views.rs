@@ -425,8 +425,9 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 image's trace follows); events other threads had not flushed are missing"
                 .into(),
             None if p.exit.as_deref().is_some_and(|e| e.starts_with("exit code")) => "events dropped: unknown — no END \
-                record: the process exited, but its trace could not be completed (disk full); events after its last \
-                flush are missing"
+                record: the process made the exit_group system call itself instead of calling exit (as every Go \
+                program does), or its trace could not be completed (disk full); events after its last flush are \
+                missing"
                 .into(),
             None => "events dropped: unknown — no END record: the process did not end through exit or _exit (abort, \
                      fatal signal, killed, or exec), or its trace could not be completed (disk full); events after its \
