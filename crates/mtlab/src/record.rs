@@ -103,6 +103,9 @@ pub struct RecordOutcome {
     pub bytes: u64,
     /// Traces that could not be finished, or damage found while finishing.
     pub warnings: Vec<String>,
+    /// Why the root trace is missing although the library created it (it
+    /// could not write even the header: a full disk); the empty file was removed.
+    pub root_unwritten: Option<String>,
 }
 
 /// The ELF class and machine mtlab's preload library is built for (this
@@ -562,7 +565,29 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let mut root_finisher = live.and_then(|l| l.stop());
     let (status, wall) = ran?;
 
-    let traces = trace_family(&output);
+    let mut traces = trace_family(&output);
+    // A file the library created but could not write even the header to (a
+    // full disk) is no trace: readers would call it "not an mtlab trace".
+    let mut warnings = Vec::new();
+    let mut root_unwritten = None;
+    traces.retain(|t| {
+        let empty = std::fs::metadata(t).is_ok_and(|m| m.len() == 0);
+        if !empty || (*t != output && still_running(&output, t)) {
+            return true;
+        }
+        let why = format!(
+            "mtlab's library created {} but could not write even its header: {}; the empty file was removed",
+            t.display(),
+            why_unwritten(t)
+        );
+        let _ = std::fs::remove_file(t);
+        if *t == output {
+            root_unwritten = Some(why);
+        } else {
+            warnings.push(why);
+        }
+        false
+    });
     if cfg.sample.is_some() {
         // A process killed outright (SIGKILL) cannot remove its control page.
         crate::ctl::remove_abandoned_pages(&traces);
@@ -586,7 +611,6 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         runinfo.push((keys::CHILD_TRACES.into(), child_traces(&output, &traces)));
     }
     let mut bytes = 0;
-    let mut warnings = Vec::new();
     for (i, t) in traces.iter().enumerate() {
         let root = i == 0 && *t == output;
         if !root && still_running(&output, t) {
@@ -621,7 +645,27 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     if !traces.is_empty() && crate::symbolize::elf_is_go(&program) == Some(true) {
         warnings.push(GO_EXIT.replace("{}", &program.display().to_string()));
     }
-    Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings })
+    Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings, root_unwritten })
+}
+
+/// Why nothing could be written to the trace file `t`: its file system is
+/// full now, or (the space came back since) a write failed then.
+fn why_unwritten(t: &Path) -> String {
+    let dir = t.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let full = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes()).ok().and_then(|c| {
+        let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+        // SAFETY: c is a valid NUL-terminated path and st is writable memory of the right type.
+        (unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } == 0).then(|| {
+            // SAFETY: statvfs succeeded and filled st.
+            let st = unsafe { st.assume_init() };
+            st.f_bavail == 0
+        })
+    });
+    if full == Some(true) {
+        format!("the file system holding {} is full (No space left on device)", dir.display())
+    } else {
+        "its writes failed (the disk was full then, or a file size limit was below a header's size)".to_string()
+    }
 }
 
 /// What a Go program's trace misses, and why ({} is the program).

@@ -1675,6 +1675,41 @@ fn a_full_disk_leaves_the_program_alone_and_the_trace_counted() {
 // ---------------------------------------------------------------------------
 // The README's main command.
 
+/// A disk already full when the program starts: the library can create the
+/// trace files but write nothing to them. The program runs as untraced, and
+/// record says the disk is full and leaves no empty "trace" behind (report
+/// would call it "not an mtlab trace").
+#[test]
+fn a_disk_full_from_the_start_is_named_and_leaves_no_empty_trace() {
+    use std::io::Write;
+    let lab = Lab::new();
+    let Some(disk) = SmallDisk::mount(&lab) else { return };
+    let prog = lab.compile("fork");
+    let mut fill = std::fs::File::create(disk.0.join("fill")).unwrap();
+    let block = vec![0u8; 4096];
+    while fill.write_all(&block).is_ok() {}
+    drop(fill);
+    let plain = lab.command(&prog).args(["10", "10"]).output().unwrap();
+    let trace = disk.0.join("t.mtl");
+    let o = lab.command(MTLAB).arg("record").arg("-o").arg(&trace).args(["--"]).arg(&prog).args(["10", "10"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(plain.status.code(), Some(0));
+    // The child's pid differs; the line is the same otherwise.
+    assert!(o.stdout.starts_with(b"child "), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(program_stderr(&o).as_bytes(), plain.stderr.as_slice());
+    let e = stderr(&o);
+    let want = format!(
+        "mtlab: no trace was written: mtlab's library created {} but could not write even its header: the file system \
+         holding {} is full",
+        trace.display(),
+        disk.0.display()
+    );
+    assert!(e.contains(&want), "{e}");
+    assert!(!e.contains("not an mtlab trace"), "{e}");
+    let left: Vec<_> = std::fs::read_dir(&disk.0).unwrap().map(|d| d.unwrap().file_name()).collect();
+    assert_eq!(left, ["fill"], "empty trace files left behind");
+}
+
 #[test]
 fn demo_records_compacts_and_samples_the_built_in_workload() {
     let lab = Lab::new();

@@ -568,7 +568,10 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
                 "mtlab: no trace was written: the program was killed by signal {sig} before mtlab's first write \
                  (events reach the file when a 64 KiB buffer fills or the program exits normally)"
             ),
-            None => say!("mtlab: no trace was written: {}", record::why_no_trace(&outcome.program)),
+            None => match &outcome.root_unwritten {
+                Some(why) => say!("mtlab: no trace was written: {why}"),
+                None => say!("mtlab: no trace was written: {}", record::why_no_trace(&outcome.program)),
+            },
         },
     }
     for w in &outcome.warnings {
