@@ -255,7 +255,12 @@ pub struct ShadowHeap {
     /// the division and float sums were a tenth of the shadow heap's work,
     /// and snapshots (time-series points, new peaks) are far fewer.
     sum_frag: f64,
-    dirty: Vec<u32>,
+    /// (slot, start) of each region changed since the last settle, in the
+    /// order they changed. Settled is whatever region is at that start then
+    /// (the slot says where, unless the region was unmapped since): the
+    /// float sum takes its terms in the same order as when regions were
+    /// found by start, and repeats to the last digit.
+    dirty: Vec<(u32, u64)>,
     /// Frees of addresses that were not live (allocated before tracing, or bugs).
     pub unknown_frees: u64,
     /// Allocations returning an address that was still live.
@@ -329,17 +334,24 @@ impl ShadowHeap {
         self.sum_region_live += r.live_bytes;
         if !r.dirty {
             r.dirty = true;
-            self.dirty.push(i);
+            self.dirty.push((i, start));
         }
     }
 
     /// Brings `sum_frag` up to date with the regions changed since the last call.
     fn settle_frag(&mut self) {
-        for i in self.dirty.drain(..) {
-            // A region unmapped since (its slot vacant, or another region's)
-            // is already counted as it is.
+        for k in 0..self.dirty.len() {
+            let (i, start) = self.dirty[k];
+            let i = if self.slab[i as usize].start == start {
+                i
+            } else {
+                // Unmapped since; a region mapped at that start since counts here.
+                match self.regions.get(&start) {
+                    Some(&j) => j,
+                    None => continue,
+                }
+            };
             let r = &mut self.slab[i as usize];
-            let start = r.start;
             if !r.dirty {
                 continue;
             }
@@ -349,6 +361,7 @@ impl ShadowHeap {
             self.sum_frag -= old;
             self.sum_frag += r.frag;
         }
+        self.dirty.clear();
     }
 
     #[inline(always)]
