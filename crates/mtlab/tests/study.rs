@@ -142,8 +142,13 @@ fn interrupt_a_stubborn_program(twice: bool) -> std::time::Duration {
     use std::time::{Duration, Instant};
     let lab = Lab::new();
     let pid_file = lab.path("pid");
-    // `trap '' TERM` makes TERM ignored, which exec keeps: sleep ignores it too.
-    let script = format!("echo $$ > {}; trap '' TERM; exec sleep 60", pid_file.display());
+    // Under `mtlab record` only (the untraced run ends at once): the measured
+    // child is then record, and the program is its child. `trap '' TERM`
+    // makes TERM ignored, which exec keeps: sleep ignores it too.
+    let script = format!(
+        "case \"$LD_PRELOAD\" in *mtlab*) echo $$ > {}; trap '' TERM; exec sleep 60;; esac",
+        pid_file.display()
+    );
     let mut child = lab
         .command(MTLAB)
         .args(["bench", "program", "--reps", "1", "--no-heaptrack", "-q", "--", "sh", "-c", &script])

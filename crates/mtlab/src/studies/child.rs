@@ -16,21 +16,28 @@ pub struct Measured {
 /// Runs `cmd` to completion; a non-zero exit is an error carrying its stderr.
 pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
     use std::io::Read;
+    use std::os::unix::process::CommandExt;
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+    // A process group of its own, which an interrupt can stop whole: the
+    // child may be `mtlab record` or heaptrack's script, and the program
+    // they run must not outlive the study either.
+    cmd.process_group(0);
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| StudyError::Spawn { what: what.into(), source })?;
     let pid = child.id() as libc::pid_t;
-    // Interrupted: the child is told to stop too (a traced child's `mtlab
-    // record` passes TERM on to its program), not left running alone.
+    // Interrupted: the child's group is told to stop too (a traced child's
+    // `mtlab record` also passes TERM on to its program), not left running.
     let interrupted = on_interrupt(move || {
         // SAFETY: kill and waitid on our own child's pid, not reaped while
         // this guard lives (see below); `info` is a zeroed struct to fill.
         unsafe {
-            libc::kill(pid, libc::SIGTERM);
+            libc::kill(-pid, libc::SIGTERM);
             // A few seconds to end (a traced child's record finishes its
             // trace) before the work directory it writes into is removed;
-            // then, or at a second Ctrl-C, it is killed: a program that
-            // ignores TERM must not outlive the study that started it.
+            // then, or at a second Ctrl-C, its group is killed: a program
+            // that ignores TERM must not outlive the study that started it.
+            // The child is not reaped while this guard lives (WNOWAIT), so
+            // its pid, the group's id, cannot have been reused.
             let exited = || {
                 let mut info: libc::siginfo_t = std::mem::zeroed();
                 let r = libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT);
@@ -42,9 +49,7 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            if !exited() {
-                libc::kill(pid, libc::SIGKILL);
-            }
+            libc::kill(-pid, libc::SIGKILL);
         }
     });
     let (mut o, mut e) = (child.stdout.take(), child.stderr.take());
