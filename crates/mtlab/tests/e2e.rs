@@ -488,6 +488,13 @@ fn the_root_pids_exit_status_belongs_to_its_last_image() {
     let alone = report_json(&lab, &["t.mtl", "--no-children"]);
     assert!(alone["exit"].is_null(), "{}", alone["exit"]);
     assert_eq!(alone["processes_index"][0]["end"], "execd");
+    // On screen the status is still told: no image trace follows here.
+    let o = report_output(&lab, &["t.mtl", "--no-children"]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        text.contains("whose trace is not read here (--no-children); the process ended with exit code 3"),
+        "{text}"
+    );
 
     // An exec of another program (/bin/true): its image exited with 0.
     if !std::path::Path::new("/bin/true").exists() {

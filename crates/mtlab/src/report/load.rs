@@ -134,10 +134,12 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     }
     let (facts, mut reports): (Vec<Facts>, Vec<Option<ProcessReport>>) = analysed.into_iter().unzip();
     let mut index = index::rows_of(facts);
+    let mut execd_root_ended = None;
     if !children && listed.iter().flatten().any(|l| Some(l.pid) == index.first().map(|r| r.pid)) {
         // Without its child traces the index cannot see the root pid's later
         // image, but the root's list names it: the root trace's image exec'd.
         if let Some(root) = index.first_mut().filter(|r| r.ending.exit_text().is_some()) {
+            execd_root_ended = root.ending.exit_text();
             root.ending = Ending::Execd;
         }
     }
@@ -152,7 +154,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
             p.exit = row.ending.exit_text();
         }
     }
-    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, frames: 0 })
+    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, frames: 0, execd_root_ended })
 }
 
 /// Makes the detailed reports those of the rows reported: `detail` analyses

@@ -83,6 +83,9 @@ pub struct RunReport {
     /// Frames shown per stack in the screen's site tables (0: as many as fit
     /// the terminal); sites whose shown frames are equal share a row.
     pub frames: usize,
+    /// How the root pid ended, when its last image is not in this report
+    /// (`--no-children` after an exec): the root trace's RUNINFO says so.
+    pub execd_root_ended: Option<String>,
 }
 
 impl RunReport {

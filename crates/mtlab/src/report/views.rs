@@ -308,7 +308,14 @@ pub fn views(run: &RunReport) -> Vec<View> {
         if p.running {
             note(format!("process {} is still running: every figure below is as far as its trace is written now", p.pid));
         } else if execd {
-            note("program exec'd another program: its image's trace follows, and how the process ended is told there".into());
+            note(match (&run.execd_root_ended, run.is_root(p)) {
+                (Some(e), true) => format!(
+                    "program exec'd another program, whose trace is not read here (--no-children); the process ended \
+                     with {e}"
+                ),
+                _ => "program exec'd another program: its image's trace follows, and how the process ended is told there"
+                    .into(),
+            });
         } else if let Some(e) = &p.exit {
             note(match e.strip_prefix("killed by signal ").and_then(|n| n.parse::<u64>().ok()) {
                 Some(sig) => format!("program was killed by signal {sig}{}", signal_name(sig)),
@@ -426,8 +433,8 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 .into(),
             None if p.exit.as_deref().is_some_and(|e| e.starts_with("exit code")) => "events dropped: unknown — no END \
                 record: the process made the exit_group system call itself instead of calling exit (as every Go \
-                program does), or its trace could not be completed (disk full); events after its last flush are \
-                missing"
+                program does), exec'd a program that wrote no trace of its own (statically linked, or run without \
+                LD_PRELOAD), or its trace could not be completed (disk full); events after its last flush are missing"
                 .into(),
             None => "events dropped: unknown — no END record: the process did not end through exit or _exit (abort, \
                      fatal signal, killed, or exec), or its trace could not be completed (disk full); events after its \
