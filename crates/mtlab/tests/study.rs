@@ -177,9 +177,10 @@ fn interrupt_a_stubborn_program(twice: bool) -> std::time::Duration {
     let took = start.elapsed();
     assert_eq!(status.signal(), Some(libc::SIGINT));
     // The program is gone (or a zombie waiting for init), not running on alone.
-    let state = std::fs::read_to_string(format!("/proc/{program}/stat")).unwrap_or_default();
-    let running = state.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z'));
-    assert!(!running, "the measured program outlived mtlab: {state}");
+    // A /proc entry that is gone means reaped; a zombie (Z) awaits reaping.
+    let state = std::fs::read_to_string(format!("/proc/{program}/stat")).ok();
+    let running = state.as_deref().is_some_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')));
+    assert!(!running, "the measured program outlived mtlab: {state:?}");
     took
 }
 
