@@ -1016,6 +1016,15 @@ impl Drop for Items {
     }
 }
 
+/// What one turn with the current chunk gave (`Items::turn`).
+enum Turn {
+    /// Its next event, in `slots[cur].next`, comes first: lend it.
+    Event,
+    Stack(u32, Vec<u64>),
+    /// Nothing to lend yet: the chunk ended, failed or yielded to another.
+    Again,
+}
+
 /// An item borrowed from the decoder ([`Items::next_ref`]).
 pub enum ItemRef<'a> {
     Stack { id: u32, pcs: Vec<u64> },
@@ -1031,29 +1040,50 @@ impl Items {
     pub fn next_ref(&mut self) -> Option<ItemRef<'_>> {
         // The common case — the current chunk's next event comes first — is
         // inlined into the caller's loop (a call per event was 1 % of a
-        // report's instructions); the rest (a stack, the end of a chunk,
-        // another thread's turn) is the loop below.
+        // report's instructions); the rest (the end of a chunk, another
+        // thread's turn) is the loop below.
         if self.cur != NO_SLOT {
             let cur = self.cur as usize;
-            let a = &mut self.slots[cur];
-            if !a.has_next {
-                match a.cur.step(&mut a.next) {
-                    Ok(Some(Step::Event)) => {
-                        let key = (a.next.tsc, a.cur.idx);
-                        if key < self.bound {
-                            self.events += 1;
-                            return Some(ItemRef::Event(&self.slots[cur].next));
-                        }
-                        a.has_next = true;
-                        self.yield_cur(key);
-                    }
-                    Ok(Some(Step::Stack(id, pcs))) => return Some(ItemRef::Stack { id, pcs }),
-                    Ok(None) => self.release_cur(),
-                    Err(e) => self.chunk_error(e),
-                }
+            match self.turn(cur) {
+                Turn::Event => return Some(ItemRef::Event(&self.slots[cur].next)),
+                Turn::Stack(id, pcs) => return Some(ItemRef::Stack { id, pcs }),
+                Turn::Again => {}
             }
         }
         self.next_ref_rest()
+    }
+
+    /// One step of the current chunk (`cur`, the slot of `self.cur`).
+    #[inline(always)]
+    fn turn(&mut self, cur: usize) -> Turn {
+        let a = &mut self.slots[cur];
+        let stepped = if a.has_next {
+            a.has_next = false;
+            Ok(Some(Step::Event))
+        } else {
+            a.cur.step(&mut a.next)
+        };
+        match stepped {
+            Ok(Some(Step::Event)) => {
+                let key = (a.next.tsc, a.cur.idx);
+                if key < self.bound {
+                    self.events += 1;
+                    return Turn::Event;
+                }
+                a.has_next = true;
+                self.yield_cur(key);
+                Turn::Again
+            }
+            Ok(Some(Step::Stack(id, pcs))) => Turn::Stack(id, pcs),
+            Ok(None) => {
+                self.release_cur();
+                Turn::Again
+            }
+            Err(e) => {
+                self.chunk_error(e);
+                Turn::Again
+            }
+        }
     }
 
     #[inline(never)]
@@ -1061,37 +1091,10 @@ impl Items {
         loop {
             if self.cur != NO_SLOT {
                 let cur = self.cur as usize;
-                let a = &mut self.slots[cur];
-                if a.has_next {
-                    let key = (a.next.tsc, a.cur.idx);
-                    if key < self.bound {
-                        a.has_next = false;
-                        self.events += 1;
-                        return Some(ItemRef::Event(&self.slots[cur].next));
-                    }
-                    self.yield_cur(key);
-                    continue;
-                }
-                match a.cur.step(&mut a.next) {
-                    Ok(Some(Step::Event)) => {
-                        let key = (a.next.tsc, a.cur.idx);
-                        if key < self.bound {
-                            self.events += 1;
-                            return Some(ItemRef::Event(&self.slots[cur].next));
-                        }
-                        a.has_next = true;
-                        self.yield_cur(key);
-                        continue;
-                    }
-                    Ok(Some(Step::Stack(id, pcs))) => return Some(ItemRef::Stack { id, pcs }),
-                    Ok(None) => {
-                        self.release_cur();
-                        continue;
-                    }
-                    Err(e) => {
-                        self.chunk_error(e);
-                        continue;
-                    }
+                match self.turn(cur) {
+                    Turn::Event => return Some(ItemRef::Event(&self.slots[cur].next)),
+                    Turn::Stack(id, pcs) => return Some(ItemRef::Stack { id, pcs }),
+                    Turn::Again => continue,
                 }
             }
             if !self.switch() {
