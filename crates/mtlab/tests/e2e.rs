@@ -496,6 +496,13 @@ fn the_root_pids_exit_status_belongs_to_its_last_image() {
         "{text}"
     );
 
+    // The image's trace deleted: the root image still exec'd, the status is told.
+    std::fs::copy(lab.path("t.mtl"), lab.path("gone.mtl")).unwrap();
+    let o = report_output(&lab, &["gone.mtl"]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(text.contains("whose trace is missing (see below); the process ended with exit code 3"), "{text}");
+    assert!(!text.contains("program ended with exit code 3"), "not the exec'd image's status: {text}");
+
     // An exec of another program (/bin/true): its image exited with 0.
     if !std::path::Path::new("/bin/true").exists() {
         return skip("no /bin/true");

@@ -135,9 +135,12 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     let (facts, mut reports): (Vec<Facts>, Vec<Option<ProcessReport>>) = analysed.into_iter().unzip();
     let mut index = index::rows_of(facts);
     let mut execd_root_ended = None;
-    if !children && listed.iter().flatten().any(|l| Some(l.pid) == index.first().map(|r| r.pid)) {
-        // Without its child traces the index cannot see the root pid's later
-        // image, but the root's list names it: the root trace's image exec'd.
+    let root_pid = index.first().map(|r| r.pid);
+    let later_image_listed = listed.iter().flatten().any(|l| Some(l.pid) == root_pid);
+    if later_image_listed && !index.iter().skip(1).any(|r| Some(r.pid) == root_pid) {
+        // Without the root pid's later image (--no-children, or its trace is
+        // gone) the index cannot see it, but the root's list names it: the
+        // root trace's image exec'd, and the status is the last image's.
         if let Some(root) = index.first_mut().filter(|r| r.ending.exit_text().is_some()) {
             execd_root_ended = root.ending.exit_text();
             root.ending = Ending::Execd;

@@ -310,8 +310,12 @@ pub fn views(run: &RunReport) -> Vec<View> {
         } else if execd {
             note(match (&run.execd_root_ended, run.is_root(p)) {
                 (Some(e), true) => format!(
-                    "program exec'd another program, whose trace is not read here (--no-children); the process ended \
-                     with {e}"
+                    "program exec'd another program, whose trace {}; the process ended with {e}",
+                    if run.missing.iter().any(|m| m.pid == Some(p.pid)) {
+                        "is missing (see below)"
+                    } else {
+                        "is not read here (--no-children)"
+                    }
                 ),
                 _ => "program exec'd another program: its image's trace follows, and how the process ended is told there"
                     .into(),
