@@ -15,6 +15,13 @@ type Action = Box<dyn FnMut() + Send>;
 static ACTIONS: Mutex<Vec<(u64, Action)>> = Mutex::new(Vec::new());
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 static HURRY: AtomicBool = AtomicBool::new(false);
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Whether a signal came and the actions run (or ran): something started
+/// after it (a child spawned just then) has to stop itself.
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
 
 /// Whether a second signal came while the actions run: an action that
 /// waits (a measured child given time to finish) stops waiting and does
@@ -69,6 +76,7 @@ fn install() {
         std::thread::spawn(move || {
             let first = signals.forever().next();
             if let Some(sig) = first {
+                INTERRUPTED.store(true, Ordering::SeqCst);
                 std::thread::spawn(move || {
                     if signals.forever().next().is_some() {
                         HURRY.store(true, Ordering::Relaxed);

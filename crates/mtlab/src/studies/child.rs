@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use super::StudyError;
-use crate::platform::interrupt::{hurry, on_interrupt, OnInterrupt};
+use crate::platform::interrupt::{hurry, interrupted, on_interrupt, OnInterrupt};
 
 pub struct Measured {
     pub stdout: String,
@@ -22,12 +22,18 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
     // child may be `mtlab record` or heaptrack's script, and the program
     // they run must not outlive the study either.
     cmd.process_group(0);
-    let start = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| StudyError::Spawn { what: what.into(), source })?;
-    let pid = child.id() as libc::pid_t;
     // Interrupted: the child's group is told to stop too (a traced child's
     // `mtlab record` also passes TERM on to its program), not left running.
-    let interrupted = on_interrupt(move || {
+    // Registered before the child exists: an interrupt already running its
+    // actions holds them, and registering after the spawn waited for it to
+    // end with the new child unsupervised.
+    let child_pid = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(0));
+    let action_pid = child_pid.clone();
+    let on_interrupted = on_interrupt(move || {
+        let pid = action_pid.load(std::sync::atomic::Ordering::SeqCst);
+        if pid <= 0 {
+            return; // not spawned yet: the spawner sees `interrupted()` and stops it
+        }
         // SAFETY: kill and waitid on our own child's pid, not reaped while
         // this guard lives (see below); `info` is a zeroed struct to fill.
         unsafe {
@@ -52,6 +58,15 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
             libc::kill(-pid, libc::SIGKILL);
         }
     });
+    let start = Instant::now();
+    let mut child = cmd.spawn().map_err(|source| StudyError::Spawn { what: what.into(), source })?;
+    let pid = child.id() as libc::pid_t;
+    child_pid.store(pid, std::sync::atomic::Ordering::SeqCst);
+    if interrupted() {
+        // The actions may have read no pid: this child is stopped here.
+        // SAFETY: kill on the group of our own child, just spawned.
+        unsafe { libc::kill(-pid, libc::SIGKILL) };
+    }
     let (mut o, mut e) = (child.stdout.take(), child.stderr.take());
     let err_reader = std::thread::spawn(move || {
         let mut s = String::new();
@@ -75,7 +90,7 @@ pub fn measure(mut cmd: Command, what: &str) -> Result<Measured, StudyError> {
         let mut info: libc::siginfo_t = std::mem::zeroed();
         libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT);
     }
-    drop(interrupted);
+    drop(on_interrupted);
     // SAFETY: pid is our own child, not yet reaped (std's Child is dropped
     // without wait; its Drop does not reap); status and usage are valid pointers.
     let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
