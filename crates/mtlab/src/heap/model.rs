@@ -58,8 +58,8 @@ struct Region {
     ends: BinaryHeap<End>,
     /// Entries not yet in `ends` (moved there when the last object is freed).
     pending: Vec<End>,
-    /// `frag(start)` as last counted in `ShadowHeap::sum_frag`.
-    frag: f64,
+    /// `frag_fixed(start)` as last counted in `ShadowHeap::sum_frag`.
+    frag: u64,
     /// Changed since `frag` was computed (and listed in `ShadowHeap::dirty`).
     dirty: bool,
 }
@@ -76,7 +76,7 @@ impl Region {
             last_end: 0,
             ends: BinaryHeap::new(),
             pending: Vec::new(),
-            frag: 0.0,
+            frag: 0,
             dirty: false,
         }
     }
@@ -94,7 +94,17 @@ impl Region {
             span.saturating_sub(self.live_bytes) as i64 as f64 / span as i64 as f64
         }
     }
+    /// `frag(start)` in units of 2^-52, the form the sums take: integers
+    /// add exactly in any order, so the mean at a peak does not depend on
+    /// which updates came between (a float running sum did: a compact trace's
+    /// peak and the full trace's differed in the last digit).
+    fn frag_fixed(&self, start: u64) -> u64 {
+        (self.frag(start) * FRAG_ONE) as u64
+    }
 }
+
+/// Fragmentation 1.0 in the fixed-point form of `Region::frag_fixed`.
+const FRAG_ONE: f64 = (1u64 << 52) as f64;
 
 /// A heap-of-ends entry: valid while `blocks[slot].gen == gen`. The block's
 /// address is not kept (16 bytes, not 24: one entry per allocation waits in
@@ -190,7 +200,7 @@ pub struct RawSnapshot {
     unplaced_bytes: u64,
     sum_span: u64,
     sum_region_live: u64,
-    sum_frag: f64,
+    sum_frag: u128,
 }
 
 impl RawSnapshot {
@@ -207,7 +217,7 @@ impl RawSnapshot {
             mmap_bytes: self.mapped_bytes - self.brk_bytes,
             unplaced_bytes: self.unplaced_bytes,
             fragmentation: Fragmentation {
-                mean: if n == 0 { 0.0 } else { (self.sum_frag / n as f64).max(0.0) },
+                mean: if n == 0 { 0.0 } else { self.sum_frag as f64 / FRAG_ONE / n as f64 },
                 total: if self.sum_span == 0 {
                     0.0
                 } else {
@@ -250,16 +260,15 @@ pub struct ShadowHeap {
     mmap_regions: u64,
     sum_span: u64,
     sum_region_live: u64,
-    /// Sum of the regions' `frag` fields; regions listed in `dirty` have
-    /// changed since. Recomputed for them at a snapshot, not at every event:
-    /// the division and float sums were a tenth of the shadow heap's work,
-    /// and snapshots (time-series points, new peaks) are far fewer.
-    sum_frag: f64,
-    /// (slot, start) of each region changed since the last settle, in the
-    /// order they changed. Settled is whatever region is at that start then
-    /// (the slot says where, unless the region was unmapped since): the
-    /// float sum takes its terms in the same order as when regions were
-    /// found by start, and repeats to the last digit.
+    /// Sum of the regions' `frag` fields (fixed point, exact); regions
+    /// listed in `dirty` have changed since. Recomputed for them at a
+    /// snapshot, not at every event: the division was a tenth of the shadow
+    /// heap's work, and snapshots (time-series points, new peaks) are far
+    /// fewer.
+    sum_frag: u128,
+    /// (slot, start) of each region changed since the last settle. Settled
+    /// is whatever region is at that start then (the slot says where,
+    /// unless the region was unmapped since).
     dirty: Vec<(u32, u64)>,
     /// Frees of addresses that were not live (allocated before tracing, or bugs).
     pub unknown_frees: u64,
@@ -357,9 +366,8 @@ impl ShadowHeap {
             }
             r.dirty = false;
             let old = r.frag;
-            r.frag = r.frag(start);
-            self.sum_frag -= old;
-            self.sum_frag += r.frag;
+            r.frag = r.frag_fixed(start);
+            self.sum_frag = self.sum_frag - old as u128 + r.frag as u128;
         }
         self.dirty.clear();
     }
@@ -506,8 +514,8 @@ impl ShadowHeap {
         }
         self.sum_span += region.span(start);
         self.sum_region_live += region.live_bytes;
-        region.frag = region.frag(start);
-        self.sum_frag += region.frag;
+        region.frag = region.frag_fixed(start);
+        self.sum_frag += region.frag as u128;
         self.insert_region(region);
     }
 
@@ -552,7 +560,7 @@ impl ShadowHeap {
             let Some(r) = self.remove_region(s) else { continue };
             self.sum_span -= r.span(s);
             self.sum_region_live -= r.live_bytes;
-            self.sum_frag -= r.frag;
+            self.sum_frag -= r.frag as u128;
             self.mapped_bytes -= r.end - s;
             if r.kind == RegionKind::Brk {
                 self.brk_bytes -= r.end - s;
@@ -591,8 +599,7 @@ impl ShadowHeap {
         }
     }
 
-    /// Snapshot using the running sums (mean fragmentation carries float
-    /// rounding from incremental updates; see `exact_snapshot`).
+    /// Snapshot using the running sums (equal to `exact_snapshot`'s, faster).
     pub fn snapshot(&mut self) -> HeapSnapshot {
         self.raw_snapshot().finish()
     }
@@ -609,17 +616,16 @@ impl ShadowHeap {
 
     /// Snapshot with mean fragmentation recomputed region by region.
     pub fn exact_snapshot(&self) -> HeapSnapshot {
-        // In the order of their starts, as a sum of floats must be to repeat.
-        let sum: f64 = self.regions.values().map(|&i| &self.slab[i as usize]).map(|r| r.frag(r.start)).sum();
+        let sum: u128 = self.regions.values().map(|&i| &self.slab[i as usize]).map(|r| r.frag_fixed(r.start) as u128).sum();
         self.build(sum)
     }
 
-    fn build(&self, sum_frag: f64) -> HeapSnapshot {
+    fn build(&self, sum_frag: u128) -> HeapSnapshot {
         self.raw(sum_frag).finish()
     }
 
     #[inline(always)]
-    fn raw(&self, sum_frag: f64) -> RawSnapshot {
+    fn raw(&self, sum_frag: u128) -> RawSnapshot {
         RawSnapshot {
             live_objects: self.objects.len() as u64,
             live_bytes: self.live_bytes,
@@ -725,7 +731,7 @@ mod tests {
         assert_eq!(s.regions, 2);
         assert_eq!(s.mapped_bytes, 1000 + 4096);
         assert_eq!(s.brk_bytes, 1000);
-        assert!((h.snapshot().fragmentation.mean - s.fragmentation.mean).abs() < 1e-9);
+        assert_eq!(h.snapshot().fragmentation, s.fragmentation);
     }
 
     #[test]
@@ -861,10 +867,11 @@ mod tests {
             for (&s, &i) in &h.regions {
                 let r = &h.slab[i as usize];
                 assert!(!r.dirty);
-                assert_eq!(r.frag.to_bits(), r.frag(s).to_bits(), "region {s:#x} after event {i}");
+                assert_eq!(r.frag, r.frag_fixed(s), "region {s:#x} after event {i}");
             }
-            let fresh: f64 = h.regions.values().map(|&i| &h.slab[i as usize]).map(|r| r.frag(r.start)).sum();
-            assert!((h.sum_frag - fresh).abs() < 1e-9, "sum {} vs {fresh} after event {i}", h.sum_frag);
+            let fresh: u128 = h.regions.values().map(|&i| &h.slab[i as usize]).map(|r| r.frag_fixed(r.start) as u128).sum();
+            assert_eq!(h.sum_frag, fresh, "after event {i}");
+            assert_eq!(h.snapshot().fragmentation, h.exact_snapshot().fragmentation, "after event {i}");
         }
     }
 }
