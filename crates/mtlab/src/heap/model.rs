@@ -99,7 +99,9 @@ impl Region {
     /// which updates came between (a float running sum did: a compact trace's
     /// peak and the full trace's differed in the last digit).
     fn frag_fixed(&self, start: u64) -> u64 {
-        (self.frag(start) * FRAG_ONE) as u64
+        // Through i64: the value is at most 2^52, and one conversion
+        // instruction does it (u64's takes several).
+        (self.frag(start) * FRAG_ONE) as i64 as u64
     }
 }
 
