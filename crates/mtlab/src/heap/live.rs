@@ -14,6 +14,9 @@ const EMPTY: u64 = 0;
 /// log2 of the slots of a group (see `LiveMap::home`).
 const GROUP_BITS: u32 = 6;
 
+/// Slots (16 MiB of table) from which the table grows fourfold.
+const LARGE_SLOTS: usize = 1 << 20;
+
 pub(crate) struct LiveMap {
     /// Each key beside its value: a lookup of a block not in the caches
     /// waits for one line, not two (keys apart from values: one for the
@@ -161,7 +164,12 @@ impl LiveMap {
 
     #[cold]
     fn grow(&mut self) {
-        let old = std::mem::replace(self, Self::with_slots(2 * self.slots.len()));
+        // A large table grows fourfold: each growth rehashes every entry
+        // into fresh pages, and a growing program's table doubled four times
+        // from 1 M slots (python3: 7.5 M entries moved, 480 MiB of tables
+        // faulted in) where twice fourfold does (2.5 M, 320 MiB).
+        let factor = if self.slots.len() >= LARGE_SLOTS { 4 } else { 2 };
+        let old = std::mem::replace(self, Self::with_slots(factor * self.slots.len()));
         self.zero = old.zero;
         self.len = old.len;
         let mask = self.mask();
@@ -304,6 +312,21 @@ mod tests {
         want.sort();
         assert_eq!(got, want);
         assert!(2 * m.len() <= m.slots.len(), "at most half full");
+    }
+
+    #[test]
+    fn a_large_table_grows_fourfold_and_keeps_every_entry() {
+        let mut m: LiveMap = LiveMap::default();
+        let n = LARGE_SLOTS as u64; // past half of LARGE_SLOTS: one fourfold growth
+        for i in 0..n {
+            assert!(m.insert_new(0x5555_0000_0000 + i * 32, i));
+        }
+        assert_eq!(m.slots.len(), 4 * LARGE_SLOTS);
+        assert_eq!(m.len(), n as usize);
+        for i in (0..n).step_by(7) {
+            assert_eq!(m.get(0x5555_0000_0000 + i * 32), Some(i));
+        }
+        assert_eq!(m.get(0x5555_0000_0000 + n * 32), None);
     }
 
     #[test]
