@@ -32,6 +32,19 @@ pub(crate) struct LiveMap {
     zero: Option<u64>,
 }
 
+/// Writes one slot of every page of a freshly allocated (zeroed, not yet
+/// faulted) table. A table's first touch of a page is otherwise a lookup's
+/// read, which maps the shared zero page, and then the insert's write
+/// faults again to copy it: two faults a page where this makes one.
+fn touch_for_writing(slots: &mut [(u64, u64)]) {
+    const PER_PAGE: usize = 4096 / std::mem::size_of::<(u64, u64)>();
+    for i in (0..slots.len()).step_by(PER_PAGE) {
+        // SAFETY: `i` is in bounds; a volatile write of the value the slot
+        // already holds keeps the compiler from dropping it.
+        unsafe { std::ptr::write_volatile(&mut slots[i], (EMPTY, 0)) };
+    }
+}
+
 impl Default for LiveMap {
     fn default() -> Self {
         Self::with_slots(1 << 10)
@@ -43,8 +56,12 @@ impl LiveMap {
         debug_assert!(n.is_power_of_two());
         // At least two groups: `home` shifts by `shift + GROUP_BITS` < 64.
         let n = n.max(2 << GROUP_BITS);
+        let mut slots = vec![(EMPTY, 0); n];
+        if n >= LARGE_SLOTS {
+            touch_for_writing(&mut slots);
+        }
         LiveMap {
-            slots: vec![(EMPTY, 0); n],
+            slots,
             shift: 64 - n.trailing_zeros(),
             len: 0,
             zero: None,
