@@ -163,6 +163,7 @@ struct mtlab_stack_memo {
     uint32_t id;     /* 0: empty (a fork clears it: the child's ids start afresh) */
     uint32_t levels; /* windows read by the walk; > MTLAB_MEMO_LEVELS: not memoized */
     uint32_t gen;    /* mtlab_cfi_gen when it was filled */
+    uint32_t code;   /* mtlab_stack_code(id): the id as the event writes it */
     uintptr_t fp[MTLAB_MEMO_LEVELS];
     uintptr_t words[2 * MTLAB_MEMO_LEVELS] __attribute__((aligned(16))); /* saved frame pointer, return address */
 };
@@ -342,24 +343,36 @@ HIDDEN void mtlab_cfi_thread_exit(void); /* releases the thread's rule cache */
 HIDDEN void mtlab_cfi_init(void);        /* the first snapshot of the loaded objects */
 extern HIDDEN _Atomic uint32_t mtlab_cfi_gen; /* bumped by every dlclose */
 
+/* Where the memo's levels past the walk's own point, up to a multiple of
+ * MTLAB_MEMO_STEP (stack.c: mtlab_memo_pad): 16 zero bytes, stored as zero
+ * words, so the check's loop runs whole steps with no remainder to handle. */
+#define MTLAB_MEMO_STEP 4
+extern HIDDEN const uintptr_t mtlab_memo_zero[2];
+HIDDEN void mtlab_memo_pad(struct mtlab_stack_memo *m); /* after the memo's levels were filled */
+
 /* Would a frame-pointer (or DWARF) walk from `frame` give the memo's stack again? */
-static inline int mtlab_memo_hit(uintptr_t frame) {
+static inline __attribute__((always_inline)) int mtlab_memo_hit(uintptr_t frame) {
     const struct mtlab_stack_memo *m = &mtlab_tls.memo;
     if (m->fp[0] != frame || m->id == 0) return 0;
     if (m->gen != atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed)) return 0;
+    /* levels is a multiple of MTLAB_MEMO_STEP: the pad compares equal. */
+    uint32_t levels = m->levels;
 #if defined(__SSE2__)
     /* A frame's two words against their copy in one 16-byte compare; the
      * loads do not depend on each other. */
     __m128i diff = _mm_setzero_si128();
-#pragma GCC unroll 4
-    for (uint32_t i = 0; i < m->levels; i++) {
-        __m128i now = _mm_loadu_si128((const __m128i *)m->fp[i]);
-        diff = _mm_or_si128(diff, _mm_xor_si128(now, _mm_load_si128((const __m128i *)&m->words[2 * i])));
+    const __m128i *w = (const __m128i *)m->words;
+    for (const uintptr_t *f = m->fp, *end = m->fp + levels; f < end; f += MTLAB_MEMO_STEP, w += MTLAB_MEMO_STEP) {
+        __m128i d0 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)f[0]), _mm_load_si128(&w[0]));
+        __m128i d1 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)f[1]), _mm_load_si128(&w[1]));
+        __m128i d2 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)f[2]), _mm_load_si128(&w[2]));
+        __m128i d3 = _mm_xor_si128(_mm_loadu_si128((const __m128i *)f[3]), _mm_load_si128(&w[3]));
+        diff = _mm_or_si128(diff, _mm_or_si128(_mm_or_si128(d0, d1), _mm_or_si128(d2, d3)));
     }
     return _mm_movemask_epi8(_mm_cmpeq_epi8(diff, _mm_setzero_si128())) == 0xffff;
 #else
     uintptr_t diff = 0;
-    for (uint32_t i = 0; i < m->levels; i++) {
+    for (uint32_t i = 0; i < levels; i++) {
         const uintptr_t *f = (const uintptr_t *)m->fp[i];
         diff |= (f[0] ^ m->words[2 * i]) | (f[1] ^ m->words[2 * i + 1]);
     }
@@ -374,6 +387,23 @@ static inline uint32_t mtlab_stack_id_at(struct mtlab_buf *b, const void *frame)
         return mtlab_tls.memo.id;
     }
     return mtlab_stack_id(b, frame);
+}
+/* A stack id (< 2^21: at most 3 varint bytes) as its varint: the bytes in
+ * the low 24 bits, their count in the top 8, so that an event writes it
+ * with one 4-byte store (the byte past it is overwritten by the next field
+ * or lies past the event, in the room every append reserves). */
+static inline uint32_t mtlab_stack_code(uint32_t id) {
+    if (id < 0x80) return id | 1u << 24;
+    if (id < 0x4000) return (id & 0x7f) | 0x80 | (id >> 7) << 8 | 2u << 24;
+    return (id & 0x7f) | 0x80 | ((id >> 7 & 0x7f) | 0x80) << 8 | (id >> 14 & 0x7f) << 16 | 3u << 24;
+}
+/* As mtlab_stack_id_at, as its code: a memo hit costs no encoding. */
+static inline __attribute__((always_inline)) uint32_t mtlab_stack_code_at(struct mtlab_buf *b, const void *frame) {
+    if ((mtlab_cfg.unwind == MTLAB_UNWIND_FP || mtlab_cfg.unwind == MTLAB_UNWIND_DWARF) && mtlab_memo_hit((uintptr_t)frame)) {
+        if (UNLIKELY(mtlab_cfg.unwind_check)) mtlab_check_repeat();
+        return mtlab_tls.memo.code;
+    }
+    return mtlab_stack_code(mtlab_stack_id(b, frame));
 }
 HIDDEN void mtlab_stack_table_init(void);
 HIDDEN void mtlab_stack_thread_exit(void); /* releases the thread's recent-stack ids */
@@ -440,18 +470,25 @@ static inline uint8_t *mtlab_put_ptr(struct mtlab_buf *b, uint8_t *p, uint64_t p
     return mtlab_put_svarint(p, d);
 }
 
-/* Writes an event's common fields; the caller made room for it. */
-static inline uint8_t *mtlab_begin_event(struct mtlab_buf *b, unsigned kind, unsigned flags, uint64_t tsc,
-                                         uint64_t cycles, uint32_t stack) {
+/* Writes an event's common fields, the stack id as mtlab_stack_code gives
+ * it; the caller made room for the event. */
+static inline uint8_t *mtlab_begin_event_code(struct mtlab_buf *b, unsigned kind, unsigned flags, uint64_t tsc,
+                                              uint64_t cycles, uint32_t stack_code) {
     if (tsc < b->prev_tsc) tsc = b->prev_tsc; /* per-thread time never goes back */
     if (b->n_events == 0) b->first_tsc = b->prev_tsc = tsc;
     uint8_t *p = b->data + MTLAB_BUF_HEAD + atomic_load_explicit(&b->len, memory_order_relaxed);
     *p++ = (uint8_t)(kind | flags);
     p = mtlab_put_varint(p, tsc - b->prev_tsc);
     p = mtlab_put_varint(p, cycles);
-    p = mtlab_put_varint(p, stack);
+    __builtin_memcpy(p, &stack_code, 4);
+    p += stack_code >> 24;
     b->prev_tsc = tsc;
     return p;
+}
+/* Writes an event's common fields; the caller made room for it. */
+static inline uint8_t *mtlab_begin_event(struct mtlab_buf *b, unsigned kind, unsigned flags, uint64_t tsc,
+                                         uint64_t cycles, uint32_t stack) {
+    return mtlab_begin_event_code(b, kind, flags, tsc, cycles, mtlab_stack_code(stack));
 }
 
 static inline void mtlab_commit_event(struct mtlab_buf *b, uint8_t *p) {

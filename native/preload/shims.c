@@ -58,9 +58,9 @@ static inline __attribute__((always_inline)) uint8_t *begin(struct mtlab_buf **b
     atomic_thread_fence(memory_order_release);
     if (UNLIKELY(atomic_load_explicit(&b->len, memory_order_relaxed) + MTLAB_MAX_EVENT_BYTES > MTLAB_BUF_CAP))
         mtlab_flush_buf(b);
-    uint32_t stack = mtlab_cfg.stacks && frame ? mtlab_stack_id_at(b, frame) : 0;
+    uint32_t stack = mtlab_cfg.stacks && frame ? mtlab_stack_code_at(b, frame) : mtlab_stack_code(0);
     *bp = b;
-    return mtlab_begin_event(b, kind, flags, tsc, cycles, stack);
+    return mtlab_begin_event_code(b, kind, flags, tsc, cycles, stack);
 }
 
 static inline void commit(struct mtlab_buf *b, uint8_t *p) {

@@ -157,14 +157,34 @@ static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max
         if (next <= fp) break;
         fp = next;
     }
-    if (memo_out) memo_out->levels = levels; /* > MEMO_LEVELS: too deep to memoize */
+    if (memo_out) {
+        memo_out->levels = levels; /* > MEMO_LEVELS: too deep to memoize */
+        mtlab_memo_pad(memo_out);
+    }
     return n;
+}
+
+const uintptr_t mtlab_memo_zero[2] __attribute__((aligned(16))) = {0, 0};
+
+/* Rounds the memo's levels up to a whole number of the check's steps: the
+ * added levels read mtlab_memo_zero and expect its zeros (a memo too deep to
+ * be used is left as it is). */
+void mtlab_memo_pad(struct mtlab_stack_memo *m) {
+    _Static_assert(MTLAB_MEMO_LEVELS % MTLAB_MEMO_STEP == 0, "whole steps");
+    uint32_t i = m->levels;
+    if (i > MTLAB_MEMO_LEVELS) return;
+    for (; i % MTLAB_MEMO_STEP; i++) {
+        m->fp[i] = (uintptr_t)mtlab_memo_zero;
+        m->words[2 * i] = m->words[2 * i + 1] = 0;
+    }
+    m->levels = i;
 }
 
 #define RECENT_BYTES (MTLAB_RECENT_STACKS * sizeof(struct mtlab_recent_stack))
 #define TABLE_BITS 20
 #define ID_BITS 21 /* ids are 1..TABLE_SLOTS */
 #define TABLE_SLOTS (1u << TABLE_BITS)
+_Static_assert(TABLE_SLOTS < (1u << 21), "stack ids fit mtlab_stack_code's 3 bytes");
 #define MAX_PROBE 64
 
 static _Atomic uint64_t *table;
@@ -232,6 +252,7 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
             int pairs = mtlab_cfi_last_pairs(m->fp, m->words, MTLAB_MEMO_LEVELS);
             m->levels = pairs > 0 ? (uint32_t)pairs : 0;
             m->fp[0] = pairs > 0 ? m->fp[0] : 0;
+            mtlab_memo_pad(m);
             return m->id;
         } else if (UNLIKELY(mtlab_cfg.unwind_check) && gcc_backtrace) {
             check_against_libgcc(pcs, n, mtlab_cfg.max_depth);
@@ -299,6 +320,7 @@ uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
     if (fp) {
         m->gen = gen;
         m->id = m->levels <= MTLAB_MEMO_LEVELS ? id : 0;
+        m->code = mtlab_stack_code(m->id);
         return id;
     }
     /* The DWARF walk keeps its own record of the last walk (cfi.c) and says
@@ -308,5 +330,6 @@ uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
     if (id != m->id || m->gen != gen) m->fp[0] = 0; /* never a hit of the inline check */
     m->gen = gen;
     m->id = id;
+    m->code = mtlab_stack_code(id);
     return id;
 }
