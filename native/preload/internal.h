@@ -117,7 +117,7 @@ struct mtlab_buf {
     _Atomic int closed;     /* set by the exit flush: drop later appends */
     uint32_t tid;
     uint32_t n_events;
-    uint64_t first_tsc, last_tsc, prev_tsc;
+    uint64_t first_tsc, prev_tsc; /* the chunk's last_tsc is prev_tsc (0 while it has no event) */
     int64_t prev_ptr;
     _Atomic uint32_t len; /* bytes of events after the headers */
     _Atomic int lock;     /* sampling mode: MTLAB_LOCK_* while appending or flushing, else 0 */
@@ -452,6 +452,17 @@ static inline uint64_t mtlab_tsc(void) {
 #endif
 }
 
+/* Adds `d` to a counter only the calling thread writes (a buffer's busy and
+ * gen), which other threads read: one read-modify-write instruction, not
+ * atomic (nobody else writes it), ordered after every store before it. */
+static inline __attribute__((always_inline)) void mtlab_owner_add(_Atomic uint32_t *c, int32_t d) {
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ __volatile__("addl %1, %0" : "+m"(*(uint32_t *)c) : "ri"(d) : "memory");
+#else
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + (uint32_t)d, memory_order_release);
+#endif
+}
+
 /* ---- encoding (inline: the hot path) ---- */
 static inline uint8_t *mtlab_put_varint(uint8_t *p, uint64_t v) {
     while (v >= 0x80) {
@@ -493,7 +504,6 @@ static inline uint8_t *mtlab_begin_event(struct mtlab_buf *b, unsigned kind, uns
 
 static inline void mtlab_commit_event(struct mtlab_buf *b, uint8_t *p) {
     b->n_events++;
-    b->last_tsc = b->prev_tsc;
     atomic_store_explicit(&b->len, (uint32_t)(p - (b->data + MTLAB_BUF_HEAD)), memory_order_release);
 }
 

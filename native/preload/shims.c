@@ -53,10 +53,10 @@ static inline __attribute__((always_inline)) uint8_t *begin(struct mtlab_buf **b
         atomic_fetch_add(&mtlab_counters.events_dropped, 1);
         return NULL;
     }
-    /* Owner-only counter: plain store; the fence orders it before the data. */
-    atomic_store_explicit(&b->busy, atomic_load_explicit(&b->busy, memory_order_relaxed) + 1, memory_order_relaxed);
+    /* Owner-only counter: a plain increment; the fence orders it before the data. */
+    mtlab_owner_add(&b->busy, 1);
     atomic_thread_fence(memory_order_release);
-    if (UNLIKELY(atomic_load_explicit(&b->len, memory_order_relaxed) + MTLAB_MAX_EVENT_BYTES > MTLAB_BUF_CAP))
+    if (UNLIKELY(atomic_load_explicit(&b->len, memory_order_relaxed) > MTLAB_BUF_CAP - MTLAB_MAX_EVENT_BYTES))
         mtlab_flush_buf(b);
     uint32_t stack = mtlab_cfg.stacks && frame ? mtlab_stack_code_at(b, frame) : mtlab_stack_code(0);
     *bp = b;
@@ -65,8 +65,8 @@ static inline __attribute__((always_inline)) uint8_t *begin(struct mtlab_buf **b
 
 static inline void commit(struct mtlab_buf *b, uint8_t *p) {
     mtlab_commit_event(b, p);
-    atomic_store_explicit(&b->gen, atomic_load_explicit(&b->gen, memory_order_relaxed) + 1, memory_order_release);
-    atomic_store_explicit(&b->busy, atomic_load_explicit(&b->busy, memory_order_relaxed) - 1, memory_order_release);
+    mtlab_owner_add(&b->gen, 1);
+    mtlab_owner_add(&b->busy, -1);
     if (UNLIKELY(mtlab_tls.dead)) mtlab_release_dead_buf();
 }
 

@@ -29,7 +29,7 @@ static inline void put_u16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
  * end (a free is stamped at its start, which can precede a nested event). */
 static void reset(struct mtlab_buf *b) {
     b->n_events = 0;
-    b->first_tsc = b->last_tsc = 0;
+    b->first_tsc = 0;
     b->prev_ptr = 0;
     atomic_store_explicit(&b->len, 0, memory_order_release);
 }
@@ -77,7 +77,7 @@ void mtlab_flush_buf(struct mtlab_buf *b) {
         uint32_t counted = atomic_exchange(&b->counted, 0);
         atomic_fetch_add(&mtlab_counters.events_dropped, b->n_events > counted ? b->n_events - counted : 0);
     } else {
-        put_headers(b->data, b->tid, b->n_events, b->first_tsc, b->last_tsc, len);
+        put_headers(b->data, b->tid, b->n_events, b->first_tsc, b->n_events ? b->prev_tsc : 0, len);
         write_counted(b->data, len, b->n_events);
     }
     reset(b);
@@ -261,7 +261,7 @@ static void flush_foreign(struct mtlab_buf *b) {
         if (busy) continue;
         if (len == 0) return;
         uint32_t n = b->n_events;
-        uint64_t first = b->first_tsc, last = b->last_tsc;
+        uint64_t first = b->first_tsc, last = n ? b->prev_tsc : 0;
         memcpy(exit_copy + MTLAB_BUF_HEAD, b->data + MTLAB_BUF_HEAD, len);
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load(&b->busy) || atomic_load(&b->gen) != gen) continue; /* torn: again */
