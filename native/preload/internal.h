@@ -225,6 +225,14 @@ extern HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model("init
     do {                                                                  \
         if ((t)->guard++ == 0) MTLAB_NOTE_FRAME((t)->guard_sp, (t)->guard_w); \
     } while (0)
+/* The same, in the frame that noted itself for in_alloc just before (a
+ * shim recording the allocator call it timed): guard_sp 0 says the guard's
+ * frame is that one, alloc_sp and alloc_w, which stay as they are while the
+ * guard is up (only a shim that may record notes them). */
+#define MTLAB_GUARD_ENTER_AFTER_ALLOC(t)            \
+    do {                                            \
+        if ((t)->guard++ == 0) (t)->guard_sp = 0;   \
+    } while (0)
 /* Called where the guard or in_alloc is found set at `here`: clears them if
  * they were left by a longjmp (the frame that set them is gone); returns 1
  * when the thread may record now. */

@@ -33,6 +33,16 @@ static inline __attribute__((always_inline)) int tracing(struct mtlab_tls *t) {
     return LIKELY(s == MTLAB_TRACING);
 }
 
+/* What an allocation shim does with this call: 1 record it, 0 pass it
+ * through, 2 call the exported function again (started_sampling). The
+ * usual answer, from one load of the state; the rest out of line. */
+__attribute__((noinline)) static int should_trace_slow(struct mtlab_tls *t);
+static inline __attribute__((always_inline)) int should_trace(struct mtlab_tls *t) {
+    if (LIKELY(atomic_load_explicit(&mtlab_state, memory_order_relaxed) == MTLAB_TRACING && !t->guard && !t->in_alloc))
+        return 1;
+    return should_trace_slow(t);
+}
+
 /* Did this call just start mtlab in sampling mode? It is then an allocation
  * by another library's constructor, made before mtlab's constructor ran;
  * the shim makes it again through the exported function, where it counts
@@ -42,6 +52,11 @@ static inline __attribute__((always_inline)) int started_sampling(struct mtlab_t
     if (t->guard || t->in_alloc) return 0;
     mtlab_start_early();
     return mtlab_ctl != NULL;
+}
+
+__attribute__((noinline)) static int should_trace_slow(struct mtlab_tls *t) {
+    if (started_sampling(t)) return 2;
+    return tracing(t);
 }
 
 /* Starts an event: returns the write position or NULL (event dropped).
@@ -160,7 +175,7 @@ static inline uint64_t usable_extra(void *ptr, size_t requested, unsigned flags)
 static inline __attribute__((always_inline)) void record_alloc(unsigned kind, uint64_t t0, uint64_t t1, const void *frame, uint64_t old, uint64_t a,
                          uint64_t b2, uint64_t size, void *result, int ret) {
     struct mtlab_tls *t = &mtlab_tls;
-    MTLAB_GUARD_ENTER(t);
+    MTLAB_GUARD_ENTER_AFTER_ALLOC(t);
     struct mtlab_buf *b;
     unsigned flags = heap_facts(result, &b, t1);
     /* Read before begin(): its stores would make the compiler read the header again. */
@@ -216,8 +231,9 @@ __attribute__((noinline)) static void *malloc_full(size_t n) {
         if (t->guard) return mtlab_bootstrap_alloc(n);
         mtlab_resolve();
     }
-    if (UNLIKELY(started_sampling(t))) return malloc(n);
-    if (!tracing(t)) return mtlab_real.malloc(n);
+    int what = should_trace(t);
+    if (UNLIKELY(what == 2)) return malloc(n);
+    if (!what) return mtlab_real.malloc(n);
     uint64_t t1, t0 = ENTER_ALLOC(t);
     void *r = mtlab_real.malloc(n);
     LEAVE_ALLOC(t, t1);
@@ -237,8 +253,9 @@ __attribute__((noinline)) static void *calloc_full(size_t nmemb, size_t size) {
         if (t->guard) return mtlab_bootstrap_alloc(nmemb * size); /* pool memory is zeroed */
         mtlab_resolve();
     }
-    if (UNLIKELY(started_sampling(t))) return calloc(nmemb, size);
-    if (!tracing(t)) return mtlab_real.calloc(nmemb, size);
+    int what = should_trace(t);
+    if (UNLIKELY(what == 2)) return calloc(nmemb, size);
+    if (!what) return mtlab_real.calloc(nmemb, size);
     uint64_t t1, t0 = ENTER_ALLOC(t);
     void *r = mtlab_real.calloc(nmemb, size);
     LEAVE_ALLOC(t, t1);
@@ -264,7 +281,7 @@ __attribute__((noinline)) static void free_full(void *p) {
     uint64_t t1, t0 = ENTER_ALLOC(t);
     mtlab_real.free(p);
     LEAVE_ALLOC(t, t1);
-    MTLAB_GUARD_ENTER(t);
+    MTLAB_GUARD_ENTER_AFTER_ALLOC(t);
     struct mtlab_buf *b;
     uint8_t *w = begin(&b, MTLAB_EV_FREE, 0, t0, t1 - t0, mtlab_cfg.free_stacks ? __builtin_frame_address(0) : NULL);
     if (w) commit(b, mtlab_put_ptr(b, w, (uint64_t)p));

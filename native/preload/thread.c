@@ -331,7 +331,8 @@ int mtlab_guard_stale(struct mtlab_tls *t, uintptr_t here) {
     if (!t->stack_hi) stack_bounds(&t->stack_lo, &t->stack_hi); /* before the thread's first event */
     if (!t->stack_hi || here < t->stack_lo || here >= t->stack_hi) return !t->guard && !t->in_alloc;
     int reset = 0;
-    if (t->guard && frame_gone(t, t->guard_sp, t->guard_w, here)) {
+    if (t->guard && (t->guard_sp ? frame_gone(t, t->guard_sp, t->guard_w, here)
+                                 : frame_gone(t, t->alloc_sp, t->alloc_w, here))) {
         t->guard = 0;
         /* An append cut short left its buffer marked busy: only this thread raises it. */
         if (t->buf) atomic_store(&t->buf->busy, 0);
