@@ -362,10 +362,11 @@ static void write_header(void) {
     memcpy(fixed, MTLAB_TRACE_MAGIC, 8);
     memcpy(fixed + 8, &version, 4);
     memcpy(fixed + 12, &text_len, 4);
-    /* The header may use the tail room; without all of it nothing follows. */
+    /* The header may use the tail room; without all of it nothing follows.
+     * One reservation for both parts: a file-size limit between the fixed
+     * part and the text would leave half a header, which reads as damage. */
     writing_header = 1;
-    if (reserve_and_write_at(fixed, sizeof fixed, NULL, 0, 1) == 0 && reserve_and_write_at(text, text_len, NULL, 0, 1) == 0)
-        atomic_store(&header_ok, 1);
+    if (reserve_and_write_at(fixed, sizeof fixed, text, text_len, 1) == 0) atomic_store(&header_ok, 1);
     writing_header = 0;
 }
 

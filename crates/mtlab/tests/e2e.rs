@@ -1620,6 +1620,29 @@ fn a_file_size_limit_lowered_by_the_program_is_kept() {
     assert!(u(&r["events_dropped"]) > 0);
 }
 
+/// A file size limit below a trace header's size, set before a fork: the
+/// child's header cannot be written, and must then not be written in part
+/// (a 16-byte stub read as a damaged trace). The child ends as untraced
+/// (exit 7), and its lost trace is named for what it is.
+#[test]
+fn a_file_size_limit_below_a_header_set_before_a_fork_leaves_the_child_alone() {
+    let lab = Lab::new();
+    let prog = lab.compile("fsize_fork");
+    let untraced = lab.command(&prog).args(["200", "1000"]).output().unwrap();
+    assert_eq!(untraced.status.code(), Some(7));
+    for (trace, extra) in [("t.mtl", &[][..])] {
+        let o = lab.record_cmd(trace, extra, &prog, &["200", "1000"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(7), "{extra:?}: the child ends as untraced (107+ is a signal): {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(!err.contains("damaged header"), "{extra:?}: no half-written header: {err}");
+        assert!(err.contains("could not write even its header"), "{extra:?}: the child's lost trace is named: {err}");
+        assert!(err.contains("file size limit"), "{extra:?}: {err}");
+        assert_eq!(lab.files_with_prefix(&format!("{trace}.")), Vec::<String>::new(), "{extra:?}: no stub left");
+        let r = lab.report(trace);
+        assert_eq!(r["exit"], "exit code 7");
+    }
+}
+
 /// A 1 MiB tmpfs mounted in the lab, unmounted when dropped; None (and a
 /// note on stderr) where this process may not mount: only root may, and not
 /// in a container without CAP_SYS_ADMIN.
