@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -455,10 +456,18 @@ void mtlab_sampler_init(uint64_t interval, int active, int sig) {
      * data, so the shims find the state at a fixed address. */
     struct mtlab_ctl_page *page = &mtlab_ctl_area;
     int shared = 0;
-    int fd = mtlab_sys_open(shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* Sizing the file past RLIMIT_FSIZE (the program may have set it below a
+     * page before a fork) would raise SIGXFSZ, which kills by default: the
+     * private page instead. */
+    struct rlimit rl;
+    int fits = mtlab_sys_getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= MTLAB_CTL_SIZE;
+    int fd = fits ? mtlab_sys_open(shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
     if (fd >= 0 && ftruncate(fd, MTLAB_CTL_SIZE) == 0 && mtlab_real.mmap)
         shared = mtlab_real.mmap(page, MTLAB_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED;
-    if (fd >= 0) mtlab_sys_close(fd);
+    if (fd >= 0) {
+        if (!shared) mtlab_sys_unlink(shm_path);
+        mtlab_sys_close(fd);
+    }
     if (!shared) {
         /* Only the signal controls the sampler then. (A fork child's page may
          * still be its parent's shared one: it must not be written.) */
