@@ -433,6 +433,7 @@ struct rlimit;
 HIDDEN int mtlab_sys_fcntl(int fd, int cmd, long arg);
 HIDDEN int mtlab_sys_fstat(int fd, struct stat *st);
 HIDDEN int mtlab_sys_getrlimit(int resource, struct rlimit *rl);
+HIDDEN int mtlab_sys_setrlimit(int resource, const struct rlimit *rl);
 HIDDEN void *mtlab_sys_mmap(size_t len);
 HIDDEN void *mtlab_sys_mmap_shared(size_t len, int fd);
 HIDDEN void mtlab_sys_munmap(void *p, size_t len);

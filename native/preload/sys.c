@@ -52,6 +52,7 @@ uint64_t mtlab_sys_max_rss_kib(void) {
 int mtlab_sys_fcntl(int fd, int cmd, long arg) { return (int)raw6(SYS_fcntl, fd, cmd, arg, 0, 0, 0); }
 int mtlab_sys_fstat(int fd, struct stat *st) { return (int)raw6(SYS_fstat, fd, (long)st, 0, 0, 0, 0); }
 int mtlab_sys_getrlimit(int res, struct rlimit *rl) { return (int)raw6(SYS_prlimit64, 0, res, 0, (long)rl, 0, 0); }
+int mtlab_sys_setrlimit(int res, const struct rlimit *rl) { return (int)raw6(SYS_prlimit64, 0, res, (long)rl, 0, 0, 0); }
 void *mtlab_sys_mmap(size_t len) {
     long r = raw6(SYS_mmap, 0, (long)len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return (r < 0 && r > -4096) ? NULL : (void *)r;

@@ -196,26 +196,66 @@ static int fd_still_ours(void) {
 static _Atomic uint64_t reopens;
 static _Atomic int reopen_gave_up;
 
+/* The trace's descriptor lives at 900 or above, out of the way of the
+ * program's own numbers. A program may have lowered RLIMIT_NOFILE below
+ * that (before a fork or an exec): then no new descriptor may be numbered
+ * there, and a trace at the lowest free number would take one of the few the
+ * program counts on (its next open gets 4, not 3; at its limit, one open
+ * fails). While the hard limit allows, the soft limit is raised for the
+ * moment of the open and put back (a fork child and a new image do this
+ * before the program's code runs again); a descriptor above the soft limit
+ * stays valid. Otherwise the trace takes the highest free number below the
+ * limit, where a program counting up from 3 meets it last. */
+struct nofile_raise {
+    struct rlimit was;
+    int raised;
+};
+#define FD_HIGH 900
+
+static void nofile_raise(struct nofile_raise *r) {
+    r->raised = 0;
+    if (mtlab_sys_getrlimit(RLIMIT_NOFILE, &r->was) != 0 || r->was.rlim_cur == RLIM_INFINITY || r->was.rlim_cur > FD_HIGH)
+        return;
+    if (r->was.rlim_max != RLIM_INFINITY && r->was.rlim_max <= FD_HIGH) return;
+    struct rlimit up = {FD_HIGH + 1, r->was.rlim_max};
+    r->raised = mtlab_sys_setrlimit(RLIMIT_NOFILE, &up) == 0;
+}
+
+static void nofile_restore(const struct nofile_raise *r) {
+    if (r->raised) mtlab_sys_setrlimit(RLIMIT_NOFILE, &r->was);
+}
+
+/* `f` moved to a high number (see above); `f` itself when none is free. */
+static int move_high(int f) {
+    int high = mtlab_sys_fcntl(f, F_DUPFD_CLOEXEC, FD_HIGH);
+    if (high < 0) {
+        struct rlimit rl;
+        if (mtlab_sys_getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur <= FD_HIGH)
+            for (long n = (long)rl.rlim_cur - 1; high < 0 && n > f; n--) high = mtlab_sys_fcntl(f, F_DUPFD_CLOEXEC, n);
+    }
+    if (high < 0) return f;
+    mtlab_sys_close(f);
+    return high;
+}
+
 static int reopen_trace(void) {
     int expected = 0;
     if (!path[0] || atomic_load(&reopen_gave_up) || !atomic_compare_exchange_strong(&reopening, &expected, 1)) return 0;
     int ok = 0;
+    struct nofile_raise raise;
+    nofile_raise(&raise);
     int f = mtlab_sys_open(path, O_WRONLY | O_CLOEXEC, 0);
     if (f >= 0) {
         struct stat st;
         if (mtlab_sys_fstat(f, &st) == 0 && (uint64_t)st.st_dev == file_dev && (uint64_t)st.st_ino == file_ino) {
-            int high = mtlab_sys_fcntl(f, F_DUPFD_CLOEXEC, 900);
-            if (high >= 0) {
-                mtlab_sys_close(f);
-                f = high;
-            }
-            fd = f;
+            fd = move_high(f);
             ok = 1;
             atomic_fetch_add(&reopens, 1);
         } else {
             mtlab_sys_close(f);
         }
     }
+    nofile_restore(&raise);
     if (!ok) atomic_store(&reopen_gave_up, 1);
     atomic_store(&reopening, 0);
     return ok;
@@ -405,16 +445,16 @@ static int ensure_open(void) {
     int expected = 0;
     if (atomic_compare_exchange_strong(&file_state, &expected, 1)) {
         atomic_store(&opener, mtlab_gettid());
-        fd = open_path();
+        struct nofile_raise raise;
+        nofile_raise(&raise);
+        int f = open_path();
+        /* A high number: programs that reuse low descriptors rarely reach it. */
+        if (f >= 0) f = move_high(f);
+        nofile_restore(&raise);
+        fd = f;
         if (fd < 0) {
             atomic_store(&file_state, 3);
             return -1;
-        }
-        /* A high number: programs that reuse low descriptors rarely reach it. */
-        int high = mtlab_sys_fcntl(fd, F_DUPFD_CLOEXEC, 900);
-        if (high >= 0) {
-            mtlab_sys_close(fd);
-            fd = high;
         }
         struct stat st;
         if (mtlab_sys_fstat(fd, &st) == 0) {

@@ -1645,6 +1645,34 @@ fn a_file_size_limit_below_a_header_set_before_a_fork_leaves_the_child_alone() {
     }
 }
 
+/// A program that lowers its soft RLIMIT_NOFILE below 900 and then forks:
+/// the child's trace may not be numbered 900 or above, and used to take the
+/// lowest free number instead, so the child's first open got 4, not 3, and one
+/// open fewer succeeded. The soft limit is raised for the moment of the open
+/// (the hard limit allows it), so the child opens as many files as untraced.
+/// With the hard limit lowered too, one descriptor is the trace's: the
+/// highest free one, so the program's first open still gets 3.
+#[test]
+fn a_low_descriptor_limit_set_before_a_fork_is_left_to_the_program() {
+    let lab = Lab::new();
+    let prog = lab.compile("nofile_fork");
+    let untraced = lab.command(&prog).args(["8", "1000"]).output().unwrap();
+    assert_eq!(untraced.status.code(), Some(5), "5 opens from 3 to 7 untraced");
+    for extra in [&[][..], &["--sample", "4KiB"][..]] {
+        let trace = if extra.is_empty() { "t.mtl" } else { "s.mtl" };
+        let o = lab.record_cmd(trace, extra, &prog, &["8", "1000"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(5), "{extra:?}: as many opens as untraced, from 3: {}", stderr(&o));
+        let r = lab.report(trace);
+        let child = r["children"].as_array().unwrap().first().expect("the child's trace");
+        assert_eq!(child["clean_end"], true);
+        if extra.is_empty() {
+            assert!(calls(child, "malloc") >= 1000, "the child is traced");
+        }
+        let o = lab.record_cmd(&format!("h{trace}"), extra, &prog, &["8", "1000", "hard"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(4), "{extra:?}: the trace takes one descriptor, the highest: {}", stderr(&o));
+    }
+}
+
 /// A 1 MiB tmpfs mounted in the lab, unmounted when dropped; None (and a
 /// note on stderr) where this process may not mount: only root may, and not
 /// in a container without CAP_SYS_ADMIN.
