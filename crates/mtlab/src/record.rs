@@ -539,6 +539,24 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             cmd.env_remove("MTLAB_SAMPLE");
         }
     }
+    // A standard descriptor closed where mtlab was started is closed for the
+    // program too (Rust's runtime had put /dev/null there): untraced, its
+    // writes to a closed stdout fail, and they must under mtlab as well.
+    let closed = crate::platform::process::std_fds_closed_at_start();
+    if !closed.is_empty() {
+        // SAFETY: between fork and exec the closure makes only close calls,
+        // which are async-signal-safe, and allocates nothing (`closed` is
+        // moved in whole).
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                for &fd in &closed {
+                    libc::close(fd);
+                }
+                Ok(())
+            });
+        }
+    }
     // The root trace is rewritten while the program runs, as far as it is written.
     let mut live = crate::live_finish::LiveFinish::new(output.clone());
     if let Some(fd) = live.as_ref().and_then(|l| l.fd()) {

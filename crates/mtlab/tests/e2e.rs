@@ -1102,6 +1102,35 @@ fn exit_code_and_stdio_pass_through() {
 // Real programs.
 
 /// The real interpreter behind `python3` (not a pyenv-style wrapper script).
+/// Started with stdout and stdin closed (`>&- <&-`), a program finds them
+/// closed under `mtlab record` too: Rust's runtime had opened /dev/null at
+/// every closed standard descriptor of mtlab, which the program inherited, so
+/// its writes to a closed stdout succeeded (and its exit code changed).
+#[test]
+fn closed_standard_descriptors_stay_closed_for_the_program() {
+    let lab = Lab::new();
+    let prog = lab.compile("std_closed");
+    let prog = prog.to_str().unwrap();
+    let closed = |args: &[&str]| {
+        lab.command("sh").args(["-c", r#"exec "$@" >&- <&-"#, "sh"]).args(args).output().unwrap()
+    };
+    assert_eq!(closed(&[prog, "1000"]).status.code(), Some(3), "untraced: both closed");
+    for extra in [&[][..], &["--sample", "4KiB"][..]] {
+        let mut args = vec![MTLAB, "record"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["-o", "t.mtl", "--", prog, "1000"]);
+        let o = closed(&args);
+        assert_eq!(o.status.code(), Some(3), "{extra:?}: as untraced: {}", stderr(&o));
+        let r = lab.report("t.mtl");
+        assert_eq!(r["exit"], "exit code 3");
+        let _ = std::fs::remove_file(lab.path("t.mtl"));
+    }
+    // Open descriptors are the program's as ever.
+    let o = lab.record("o.mtl", prog, &["10"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(o.stdout, b"x");
+}
+
 fn python() -> Option<String> {
     let o = std::process::Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
     let p = String::from_utf8(o.stdout).ok()?.trim().to_string();
