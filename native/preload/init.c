@@ -269,3 +269,8 @@ void mtlab_finish_before_exit(void) {
     if (mtlab_tls.guard) return;
     mtlab_stop(NULL);
 }
+
+void mtlab_finish_now(void) {
+    if (mtlab_tls.guard) return;
+    mtlab_stop(NULL);
+}

@@ -29,6 +29,7 @@
 static _Atomic int file_state; /* 0 closed, 1 opening, 2 open, 3 failed */
 static _Atomic uint32_t opener;  /* the thread that set state 1 (see wait_for_opener) */
 static int fd = -1;
+int mtlab_trace_fd(void) { return fd; }
 static _Atomic uint64_t file_off;
 static int is_root;
 /* The watermark page (mtlab_trace.h): set in the root process when
@@ -558,6 +559,9 @@ void mtlab_write_stats(void) {
     p = mtlab_append(p, end, "\n");
     p = mtlab_append(p, end, "forked_without_handlers=");
     p = mtlab_append_u64(p, end, mtlab_forks_unseen());
+    p = mtlab_append(p, end, "\n");
+    p = mtlab_append(p, end, "stopped_by_seccomp=");
+    p = mtlab_append_u64(p, end, (uint64_t)mtlab_stopped_by_seccomp());
     p = mtlab_append(p, end, "\n");
     p = mtlab_append(p, end, "trace_reopened=");
     p = mtlab_append_u64(p, end, atomic_load(&reopens));

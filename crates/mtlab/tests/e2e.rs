@@ -1702,6 +1702,43 @@ fn a_low_descriptor_limit_set_before_a_fork_is_left_to_the_program() {
     }
 }
 
+/// A program that installs a seccomp filter allowing only the system calls
+/// it needs: mtlab's writes (pwrite64, fstat, prlimit64) after it would
+/// be killed (SIGSYS: the program died where untraced it ends with 0) or fail
+/// (the trace then ended with no event and the report blamed exit_group or a
+/// full disk). The trace is finished before the filter goes in, says why,
+/// and the program runs on as untraced; a filter that lets mtlab's calls
+/// through changes nothing.
+#[test]
+fn a_seccomp_filter_finishes_the_trace_before_it_and_leaves_the_program_alone() {
+    let lab = Lab::new();
+    let prog = lab.compile("seccomp_filter");
+    let n = 1000u64;
+    for mode in ["kill", "errno", "syscall", "lenient"] {
+        let untraced = lab.command(&prog).args([mode, &n.to_string()]).output().unwrap();
+        assert_eq!(untraced.status.code(), Some(0), "{mode}: untraced");
+        for extra in [&[][..], &["--sample", "4KiB"][..]] {
+            let trace = format!("{mode}{}.mtl", extra.len());
+            let o = lab.record_cmd(&trace, extra, &prog, &[mode, &n.to_string()]).output().unwrap();
+            assert_eq!(o.status.code(), Some(0), "{mode} {extra:?}: as untraced: {}", stderr(&o));
+            let r = lab.report(&trace);
+            assert_eq!(r["clean_end"], true, "{mode} {extra:?}");
+            let stopped = mode != "lenient";
+            assert_eq!(r["stopped_by_seccomp"], stopped, "{mode} {extra:?}");
+            if extra.is_empty() {
+                assert_eq!(site(&r, "before_filter"), site_of(n, n * 48, 0, 0), "{mode}");
+                let after = r["top_sites"]["by_calls"].as_array().unwrap().iter().any(|s| s["frames"][0]["function"] == "after_filter");
+                assert_eq!(after, !stopped, "{mode}: the calls after the filter are traced only when mtlab can go on");
+                if !stopped {
+                    assert_eq!(site(&r, "after_filter"), site_of(n, n * 48, 0, 0), "{mode}");
+                }
+            }
+            let text = String::from_utf8_lossy(&lab.command(MTLAB).args(["report", &trace]).output().unwrap().stdout).to_string();
+            assert_eq!(text.contains("seccomp filter"), stopped, "{mode} {extra:?}: {text}");
+        }
+    }
+}
+
 /// A 1 MiB tmpfs mounted in the lab, unmounted when dropped; None (and a
 /// note on stderr) where this process may not mount: only root may, and not
 /// in a container without CAP_SYS_ADMIN.

@@ -405,6 +405,11 @@ pub struct ProcessReport {
     /// no fork handler (STATS `forked_without_handlers`): the events of its
     /// first buffer were dropped (counted in `events_dropped`).
     pub forked_without_handlers: bool,
+    /// Tracing stopped, the trace finished, before the program installed a
+    /// seccomp filter that would have failed or killed mtlab's writes
+    /// (STATS `stopped_by_seccomp`): what the program did after it is not in
+    /// the trace.
+    pub stopped_by_seccomp: bool,
     /// Guards left raised by a longjmp out of mtlab's code or out of an
     /// allocator call, found and cleared (STATS `guards_reset`).
     pub guards_reset: u64,
@@ -1161,6 +1166,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         chunks_damaged: trace.records_damaged + items.chunks_damaged().0,
         trace_reopened: stat(keys::TRACE_REOPENED).unwrap_or(0),
         forked_without_handlers: stat(keys::FORKED_WITHOUT_HANDLERS).unwrap_or(0) > 0,
+        stopped_by_seccomp: stat(keys::STOPPED_BY_SECCOMP).unwrap_or(0) > 0,
         guards_reset: stat(keys::GUARDS_RESET).unwrap_or(0),
         allocator_stats: AllocatorStats::read(trace, &trace.header.allocator, &end),
         allocator_readings,

@@ -490,6 +490,14 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 p.guards_reset
             ));
         }
+        if p.stopped_by_seccomp {
+            note(
+                "tracing stopped when the program installed a seccomp filter under which mtlab could not go on writing \
+                 its trace (its writes would have failed or killed the program): the trace was finished there, and what \
+                 the program did after it is not in the trace"
+                    .to_string(),
+            );
+        }
         if p.forked_without_handlers {
             note(
                 "this process was made by a raw fork or clone system call, which runs no fork handler: mtlab noticed at \

@@ -64,6 +64,10 @@ pub const GUARDS_RESET: &str = "guards_reset";
 /// 1 when the process was made by a raw fork or clone system call (no fork
 /// handler ran): its events before its first flush were dropped.
 pub const FORKED_WITHOUT_HANDLERS: &str = "forked_without_handlers";
+/// 1 when tracing was stopped (and the trace finished) before the program
+/// installed a seccomp filter under which mtlab's library could not go on
+/// writing: the events after it are not in the trace.
+pub const STOPPED_BY_SECCOMP: &str = "stopped_by_seccomp";
 /// Where the heap manager's own figures below come from (`mallinfo2`,
 /// `jemalloc mallctl`, `tcmalloc MallocExtension`, `mimalloc mi_process_info`).
 pub const ALLOCATOR_STATS: &str = "allocator_stats";
