@@ -296,6 +296,61 @@ fn abandoned_temps(root: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The output's directory, held open while the program runs: the program
+/// may rename or remove it, and then its trace went with it. Without this,
+/// record found no file at the path and blamed a cleared LD_PRELOAD.
+struct HeldDir {
+    dir: PathBuf,
+    file: std::fs::File,
+    dev_ino: (u64, u64),
+}
+
+impl HeldDir {
+    fn open(output: &Path) -> Option<HeldDir> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let dir = output.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new(".")).to_path_buf();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(&dir)
+            .ok()?;
+        let m = file.metadata().ok()?;
+        Some(HeldDir { dir, file, dev_ino: (m.dev(), m.ino()) })
+    }
+
+    /// Why no trace is at `output` when its directory was renamed or removed
+    /// since the program started; None when it is still where it was.
+    fn moved(&self, output: &Path) -> Option<String> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        let same = std::fs::metadata(&self.dir).is_ok_and(|m| (m.dev(), m.ino()) == self.dev_ino);
+        if same {
+            return None;
+        }
+        let shown = self.dir.display();
+        let now = std::fs::read_link(format!("/proc/self/fd/{}", self.file.as_raw_fd())).ok()?;
+        let now_s = now.to_string_lossy();
+        if now_s.ends_with(" (deleted)") {
+            return Some(format!(
+                "its directory {shown} was removed while the program ran, and the trace with it"
+            ));
+        }
+        let name = output.file_name().map(|n| now.join(n)).unwrap_or_else(|| now.clone());
+        let moved_trace = name.exists().then(|| {
+            format!(
+                "; what was written is in {} (not finished: read it as written with `mtlab report {}`)",
+                name.display(),
+                crate::platform::process::shell_word(&name)
+            )
+        });
+        Some(format!(
+            "its directory {shown} was renamed to {} while the program ran{}",
+            now.display(),
+            moved_trace.unwrap_or_default()
+        ))
+    }
+}
+
 fn prepare_output(path: &Path) -> Result<(), RecordError> {
     // Also what a killed earlier run left: its traces (the next run writes
     // the same names) and its half-written temporary files.
@@ -479,6 +534,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let output = std::path::absolute(&cfg.output).map_err(|source| RecordError::Unwritable { path: cfg.output.clone(), source })?;
     crate::trace::rewrite::check_trace_output(&output).map_err(RecordError::Output)?;
     prepare_output(&output)?;
+    let out_dir = HeldDir::open(&output);
     let preload = native::path(Part::Preload)?;
 
     // The untraced run's output goes nowhere: the program's output is the
@@ -606,6 +662,9 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         }
         false
     });
+    if traces.is_empty() && root_unwritten.is_none() {
+        root_unwritten = out_dir.and_then(|d| d.moved(&output));
+    }
     if cfg.sample.is_some() {
         // A process killed outright (SIGKILL) cannot remove its control page.
         crate::ctl::remove_abandoned_pages(&traces);

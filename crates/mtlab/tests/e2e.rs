@@ -1131,6 +1131,30 @@ fn closed_standard_descriptors_stay_closed_for_the_program() {
     assert_eq!(o.stdout, b"x");
 }
 
+/// The program renames or removes the directory its trace is written in:
+/// what was written went with the directory, and record says where, instead
+/// of "no trace was written ... cleared LD_PRELOAD".
+#[test]
+fn a_trace_directory_moved_or_removed_by_the_program_is_named() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    let prog = prog.to_str().unwrap();
+    std::fs::create_dir(lab.path("d")).unwrap();
+    let o = lab.record("d/t.mtl", "sh", &["-c", r#"mv d d.moved && "$0" 1000 48 0"#, prog]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    let moved = lab.path("d.moved").join("t.mtl");
+    assert!(err.contains(&format!("was renamed to {}", lab.path("d.moved").display())), "{err}");
+    assert!(err.contains(&moved.display().to_string()), "{err}");
+    assert!(!err.contains("LD_PRELOAD"), "{err}");
+    assert!(moved.exists());
+    std::fs::create_dir(lab.path("e")).unwrap();
+    let o = lab.record("e/t.mtl", "sh", &["-c", r#"rm -r e && "$0" 1000 48 0"#, prog]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&format!("its directory {} was removed while the program ran", lab.path("e").display())), "{err}");
+}
+
 fn python() -> Option<String> {
     let o = std::process::Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
     let p = String::from_utf8(o.stdout).ok()?.trim().to_string();
