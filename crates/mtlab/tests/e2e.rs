@@ -1155,6 +1155,31 @@ fn a_trace_directory_moved_or_removed_by_the_program_is_named() {
     assert!(err.contains(&format!("its directory {} was removed while the program ran", lab.path("e").display())), "{err}");
 }
 
+/// 4^LEVELS call stacks that differ only in which of a few return
+/// addresses sits at which depth: each must keep its own id. The stack hash
+/// summed position-weighted addresses, a linear function under which such
+/// stacks collide (4^5 stacks got 669 ids), and the table takes equal hashes
+/// for one stack, so allocations were charged to other stacks than theirs.
+#[test]
+fn stacks_differing_only_in_the_order_of_their_frames_keep_their_own_ids() {
+    let lab = Lab::new();
+    let prog = lab.compile("many_stacks");
+    let levels = 6u32;
+    let paths = 4u64.pow(levels);
+    for unwind in ["dwarf", "fp"] {
+        let trace = format!("{unwind}.mtl");
+        let o = lab.record_cmd(&trace, &["--unwind", unwind], &prog, &[&levels.to_string()]).output().unwrap();
+        assert_success(&o, "many_stacks");
+        let out = lab.path(&format!("{unwind}.txt"));
+        let o = lab.command(MTLAB).args(["report", &trace, "--collapsed"]).arg(&out).output().unwrap();
+        assert_success(&o, "report --collapsed");
+        let text = std::fs::read_to_string(&out).unwrap();
+        let leaf: Vec<&str> = text.lines().filter(|l| l.contains(";leaf;malloc") || l.contains(";leaf ")).collect();
+        assert_eq!(leaf.len() as u64, paths, "{unwind}: one stack per path");
+        assert!(leaf.iter().all(|l| l.ends_with(" 16")), "{unwind}: one malloc(16) per stack: {:?}", leaf.iter().find(|l| !l.ends_with(" 16")));
+    }
+}
+
 fn python() -> Option<String> {
     let o = std::process::Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
     let p = String::from_utf8(o.stdout).ok()?.trim().to_string();
