@@ -1180,6 +1180,23 @@ fn stacks_differing_only_in_the_order_of_their_frames_keep_their_own_ids() {
     }
 }
 
+/// More distinct stacks than mtlab's stack table holds (2^20): the calls
+/// that got none are counted under "(no stack recorded)", and the text
+/// report says why instead of leaving that row unexplained.
+#[test]
+fn a_full_stack_table_is_told_in_the_report() {
+    let lab = Lab::new();
+    let prog = lab.compile("many_stacks");
+    lab.record_ok("t.mtl", &prog, &["10"]);
+    let r = lab.report("t.mtl");
+    let overflowed = u(&r["stacks_overflowed"]);
+    assert!(overflowed > 0, "4^10 stacks and the program's own overflow a table of 2^20");
+    let o = lab.command(MTLAB).args(["report", "t.mtl"]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("(no stack recorded)"));
+    assert!(text.contains(&format!("{overflowed} call(s) got no stack: mtlab's table of distinct stacks")), "{text}");
+}
+
 fn python() -> Option<String> {
     let o = std::process::Command::new("python3").args(["-c", "import sys; print(sys.executable)"]).output().ok()?;
     let p = String::from_utf8(o.stdout).ok()?.trim().to_string();

@@ -476,6 +476,13 @@ pub fn views(run: &RunReport) -> Vec<View> {
             let at = r.at_ns.map(|ns| format!(" at {:.3} s", ns as f64 / 1e9)).unwrap_or_default();
             note(format!("dump {}{at}: {}", r.dump, allocator_reading_text(r, &p.allocator).replace('\n', "; ")));
         }
+        if let Some(n) = p.stacks_overflowed.filter(|&n| n > 0) {
+            note(format!(
+                "{n} call(s) got no stack: mtlab's table of distinct stacks (2^20 per process) was full, so they are \
+                 counted under \"(no stack recorded)\" in the site tables; --depth N with a smaller N makes fewer \
+                 distinct stacks"
+            ));
+        }
         if p.trace_reopened > 0 {
             note(format!(
                 "the program closed or replaced mtlab's trace descriptor: the trace was opened again by path {} time(s) \
