@@ -55,6 +55,35 @@ pub fn holds_open(pid: u32, path: &std::path::Path) -> bool {
     fds.flatten().any(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == want))
 }
 
+/// Which of the standard descriptors 0, 1, 2 were closed when mtlab started
+/// (bit N for descriptor N). Rust's runtime opens /dev/null at every closed
+/// one before `main`, so a program `mtlab record` runs would inherit
+/// /dev/null where, run from the same shell without mtlab, it finds nothing:
+/// its writes to a closed stdout would succeed instead of failing with
+/// EBADF. Read before that, from `.init_array`.
+static STD_FDS_CLOSED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+extern "C" fn note_closed_std_fds() {
+    let mut mask = 0u8;
+    for fd in 0..3 {
+        // SAFETY: F_GETFD only asks whether the descriptor is open.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            mask |= 1 << fd;
+        }
+    }
+    STD_FDS_CLOSED.store(mask, std::sync::atomic::Ordering::Relaxed);
+}
+
+#[used]
+#[link_section = ".init_array"]
+static NOTE_CLOSED_STD_FDS: extern "C" fn() = note_closed_std_fds;
+
+/// The standard descriptors (0, 1, 2) that were closed when mtlab started.
+pub fn std_fds_closed_at_start() -> Vec<i32> {
+    let mask = STD_FDS_CLOSED.load(std::sync::atomic::Ordering::Relaxed);
+    (0..3).filter(|fd| mask & (1 << fd) != 0).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,33 +116,4 @@ mod tests {
         assert!(find_in_path("sh").is_some_and(|p| p.is_file()));
         assert!(find_in_path("surely-no-such-program-mtlab").is_none());
     }
-}
-
-/// Which of the standard descriptors 0, 1, 2 were closed when mtlab started
-/// (bit N for descriptor N). Rust's runtime opens /dev/null at every closed
-/// one before `main`, so a program `mtlab record` runs would inherit
-/// /dev/null where, run from the same shell without mtlab, it finds nothing:
-/// its writes to a closed stdout would succeed instead of failing with
-/// EBADF. Read before that, from `.init_array`.
-static STD_FDS_CLOSED: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-extern "C" fn note_closed_std_fds() {
-    let mut mask = 0u8;
-    for fd in 0..3 {
-        // SAFETY: F_GETFD only asks whether the descriptor is open.
-        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
-            mask |= 1 << fd;
-        }
-    }
-    STD_FDS_CLOSED.store(mask, std::sync::atomic::Ordering::Relaxed);
-}
-
-#[used]
-#[link_section = ".init_array"]
-static NOTE_CLOSED_STD_FDS: extern "C" fn() = note_closed_std_fds;
-
-/// The standard descriptors (0, 1, 2) that were closed when mtlab started.
-pub fn std_fds_closed_at_start() -> Vec<i32> {
-    let mask = STD_FDS_CLOSED.load(std::sync::atomic::Ordering::Relaxed);
-    (0..3).filter(|fd| mask & (1 << fd) != 0).collect()
 }
