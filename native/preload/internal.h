@@ -103,6 +103,8 @@ struct mtlab_real {
     void (*abort)(void) __attribute__((noreturn));
     int (*pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
     int (*dlclose)(void *);
+    int (*prctl)(int, ...);
+    long (*syscall)(long, ...);
     void **curbrk; /* glibc's cached program break, read instead of calling sbrk(0) */
 };
 extern HIDDEN struct mtlab_real mtlab_real;

@@ -63,6 +63,8 @@ void mtlab_resolve(void) {
     RESOLVE(abort);
     RESOLVE(pthread_create);
     RESOLVE(dlclose);
+    RESOLVE(prctl);
+    RESOLVE(syscall);
     mtlab_real.curbrk = (void **)dlsym(RTLD_DEFAULT, "__curbrk");
     mtlab_tls.guard--;
     atomic_store(&resolved, 2);
