@@ -262,20 +262,17 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
         n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
         errno = saved;
     }
-    /* Each frame mixed with its depth on its own, then summed: independent
-     * multiplies, so the hash costs little more than the loads. The mix must
-     * not be linear: a sum of position-weighted addresses gave equal hashes
-     * to stacks that differ only in which of a few return addresses sits at
-     * which depth (recursion through several functions), and the table takes
-     * an equal hash for the same stack. */
+    /* Each frame multiplied by its depth's odd constant, folded, then
+     * summed: independent multiplies, so the hash costs little more than the
+     * loads. The fold (high bits into low) keeps the sum from being linear:
+     * a plain sum of position-weighted addresses gave equal hashes to stacks
+     * that differ only in which of a few return addresses sits at which
+     * depth (recursion through several functions), and the table takes an
+     * equal hash for the same stack. */
     uint64_t h = 0x243f6a8885a308d3ull ^ (uint64_t)n;
     for (int i = 0; i < n; i++) {
-        uint64_t x = (uint64_t)pcs[i] + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ull;
-        x ^= x >> 30;
-        x *= 0xbf58476d1ce4e5b9ull;
-        x ^= x >> 27;
-        x *= 0x94d049bb133111ebull;
-        h += x ^ (x >> 31);
+        uint64_t x = (uint64_t)pcs[i] * (0x9e3779b97f4a7c15ull + 2 * (uint64_t)i);
+        h += x ^ (x >> 29);
     }
     h ^= h >> 29;
     h *= 0xbf58476d1ce4e5b9ull;
