@@ -7,6 +7,11 @@
 //! mtlab_trace.h): its writer publishes the file offset below which every
 //! reserved byte is written, and a low-priority thread here rewrites the
 //! records below it as the program goes. What is left is done at the end.
+//!
+//! `MTLAB_LIVE_FINISH` chooses when: `idle` (the default) rewrites only
+//! after a poll in which some CPU sat idle, `always` at every poll (a
+//! shorter wait at the end, some CPU taken from a program that keeps every
+//! CPU busy), `off` never (all of it at the end).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -18,6 +23,35 @@ use std::time::Duration;
 use crate::trace::format::{WATERMARK_MAGIC, WATERMARK_OFF_MAGIC, WATERMARK_SIZE};
 use crate::platform::shared_page::SharedPage;
 use crate::trace::Finisher;
+
+/// When the thread rewrites (`MTLAB_LIVE_FINISH`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum When {
+    Idle,
+    Always,
+    Off,
+}
+
+impl When {
+    fn from_env() -> When {
+        match std::env::var("MTLAB_LIVE_FINISH") {
+            Err(_) => When::Idle,
+            Ok(v) => When::parse(&v).unwrap_or_else(|| {
+                say!("mtlab: MTLAB_LIVE_FINISH={v:?} is not idle, always or off; using idle");
+                When::Idle
+            }),
+        }
+    }
+
+    fn parse(v: &str) -> Option<When> {
+        match v {
+            "idle" | "" => Some(When::Idle),
+            "always" => Some(When::Always),
+            "off" => Some(When::Off),
+            _ => None,
+        }
+    }
+}
 
 /// The watermark memfd (until the program is spawned) and the thread.
 pub struct LiveFinish {
@@ -31,6 +65,10 @@ impl LiveFinish {
     /// at `root` to appear. None when the system offers no memfd: then the
     /// whole rewrite happens at the end, as before.
     pub fn new(root: PathBuf) -> Option<LiveFinish> {
+        let when = When::from_env();
+        if when == When::Off {
+            return None;
+        }
         // SAFETY: memfd_create with a valid name; the descriptor is owned
         // below. Not close-on-exec: the traced program inherits it.
         let raw = unsafe { libc::memfd_create(c"mtlab-watermark".as_ptr(), 0) };
@@ -50,7 +88,7 @@ impl LiveFinish {
             let (page, stop) = (Arc::clone(&page), Arc::clone(&stop));
             std::thread::Builder::new()
                 .name("mtlab-finish".into())
-                .spawn(move || rewrite_while_running(root, &page, &stop))
+                .spawn(move || rewrite_while_running(root, &page, &stop, when))
                 .ok()?
         };
         Some(LiveFinish { fd: Some(fd), stop, thread: Some(thread) })
@@ -74,7 +112,7 @@ impl LiveFinish {
     }
 }
 
-fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool) -> Option<Finisher> {
+fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool, when: When) -> Option<Finisher> {
     // The program's threads come first: this thread only uses idle time.
     // SCHED_IDLE never preempts them on wake-up, which nice 19 still does;
     // nice 19 is the fallback where the policy is refused.
@@ -95,7 +133,7 @@ fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool) ->
         // then, taken from the program (2 threads on 2 CPUs: ~4 cycles of
         // malloc-test's ~130 per call). So it works only after a poll
         // interval in which some CPU sat idle; what it leaves, the end does.
-        if !idle.was_idle() {
+        if !idle.was_idle() && when == When::Idle {
             continue;
         }
         let written = page.u64_at(0).load(Ordering::Acquire);
@@ -156,7 +194,16 @@ fn parse_idle_ticks(stat: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_idle_ticks;
+    use super::{parse_idle_ticks, When};
+
+    #[test]
+    fn live_finish_modes_parse() {
+        assert_eq!(When::parse("idle"), Some(When::Idle));
+        assert_eq!(When::parse(""), Some(When::Idle));
+        assert_eq!(When::parse("always"), Some(When::Always));
+        assert_eq!(When::parse("off"), Some(When::Off));
+        assert_eq!(When::parse("sometimes"), None);
+    }
 
     #[test]
     fn idle_ticks_are_idle_plus_iowait_of_the_cpu_line() {

@@ -1545,7 +1545,10 @@ fn the_trace_is_rewritten_while_the_program_runs() {
     let prog = lab.compile("phased_mallocs");
     let (phases, n) = (5u64, 20_000u64);
     lab.record_ok("base.mtl", &prog, &["1", "1"]);
-    lab.record_ok("t.mtl", &prog, &[&phases.to_string(), &n.to_string()]);
+    // `always`: by default the rewrite waits for an idle CPU, which tests
+    // running beside this one may leave none of.
+    let o = lab.record_cmd("t.mtl", &[], &prog, &[&phases.to_string(), &n.to_string()]).env("MTLAB_LIVE_FINISH", "always").output().unwrap();
+    assert_success(&o, "mtlab record");
     let base = lab.report("base.mtl");
     let r = lab.report("t.mtl");
     strict(&r);
