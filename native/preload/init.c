@@ -261,15 +261,11 @@ static void mtlab_stop(void *unused) {
     mtlab_tls.guard--;
 }
 
-/* _exit and _Exit leave without exit handlers: the trace is finished here,
- * or the events still in the buffers would be lost. Not from a vfork child
- * (its pid is not ours; the memory is its parent's) nor from inside
- * mtlab's own code (a signal handler that interrupted it). */
-void mtlab_finish_before_exit(void) {
-    if (mtlab_tls.guard) return;
-    mtlab_stop(NULL);
-}
-
+/* Finishes the trace now and stops tracing, where the process is about to
+ * end without exit handlers (_exit, _Exit: the events still in the buffers
+ * would be lost) or to lose the system calls the writer needs (a seccomp
+ * filter). Not from inside mtlab's own code (a signal handler that
+ * interrupted it); mtlab_stop leaves a vfork child alone. */
 void mtlab_finish_now(void) {
     if (mtlab_tls.guard) return;
     mtlab_stop(NULL);

@@ -71,8 +71,7 @@ HIDDEN void mtlab_fork_child(void);
  * given its own trace (returns 1), a vfork child is left alone (0). */
 HIDDEN int mtlab_check_forked(uint32_t pid_now);
 HIDDEN uint64_t mtlab_forks_unseen(void);
-HIDDEN void mtlab_finish_before_exit(void);
-/* Finishes the trace now and stops tracing (a seccomp filter is coming). */
+/* Finishes the trace now and stops tracing (_exit; a seccomp filter coming). */
 HIDDEN void mtlab_finish_now(void);
 HIDDEN int mtlab_stopped_by_seccomp(void);
 HIDDEN int mtlab_trace_fd(void);

@@ -635,12 +635,12 @@ void mtlab_catch_abort(void) {
 
 /* _exit and _Exit run no exit handler: the trace is finished first. */
 EXPORT __attribute__((noreturn)) void _exit(int status) {
-    mtlab_finish_before_exit();
+    mtlab_finish_now();
     for (;;) syscall(SYS_exit_group, status);
 }
 
 EXPORT __attribute__((noreturn)) void _Exit(int status) {
-    mtlab_finish_before_exit();
+    mtlab_finish_now();
     for (;;) syscall(SYS_exit_group, status);
 }
 
