@@ -103,6 +103,9 @@ fn frag_fixed(span: u64, live: u64) -> u64 {
     (span.saturating_sub(live) as i64 as f64 / span as i64 as f64 * FRAG_ONE) as i64 as u64
 }
 
+/// Slab slots (1 MiB) from which the slab is kept in huge pages.
+const LARGE_BLOCKS: usize = 1 << 16;
+
 /// Fragmentation 1.0 in the fixed-point form of `frag_fixed`.
 const FRAG_ONE: f64 = (1u64 << 52) as f64;
 
@@ -380,15 +383,43 @@ impl ShadowHeap {
     #[inline(always)]
     fn new_slot(&mut self) -> u32 {
         self.free_slots.pop().unwrap_or_else(|| {
+            if self.blocks.len() == self.blocks.capacity() && self.blocks.len() >= LARGE_BLOCKS {
+                self.grow_blocks();
+            }
             self.blocks.push(Block::default());
             (self.blocks.len() - 1) as u32
         })
+    }
+
+    /// Doubles a large slab into memory advised for huge pages (a free
+    /// reads its entry at a random slot: with 4 KiB pages, a TLB miss too).
+    /// A copy, not `realloc`: that moves the old 4 KiB pages as they are.
+    #[inline(never)]
+    fn grow_blocks(&mut self) {
+        let mut bigger = Vec::with_capacity(2 * self.blocks.capacity());
+        crate::platform::huge_pages::advise(bigger.spare_capacity_mut());
+        bigger.extend_from_slice(&self.blocks);
+        self.blocks = bigger;
     }
 
     /// Starts loading what an allocation or free of `addr` will read.
     #[inline(always)]
     pub fn prefetch(&self, addr: u64) {
         self.objects.prefetch(addr);
+    }
+
+    /// Starts loading the slab entry of the live block at `addr` and returns
+    /// its site: a free reads the table slot, then the slab entry it names,
+    /// two misses one after the other unless this runs once the slot is
+    /// cached (`prefetch` some events before) and the entry's miss overlaps
+    /// the replay of the events in between.
+    #[inline(always)]
+    pub fn prefetch_block(&self, addr: u64) -> Option<u32> {
+        let e = Entry::unpacked(self.objects.get(addr)?);
+        if let Some(b) = self.blocks.get(e.slot as usize) {
+            super::prefetch::prefetch(b);
+        }
+        Some(e.stack)
     }
 
     /// Makes the slot's heap entries stale.

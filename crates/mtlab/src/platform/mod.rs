@@ -1,6 +1,7 @@
 //! What mtlab needs from Linux beyond the standard library, behind small
 //! safe functions: processes, shared pages, the cycle counter.
 
+pub mod huge_pages;
 pub mod interrupt;
 pub mod process;
 pub mod shared_page;
