@@ -25,7 +25,6 @@
 
 use std::collections::{BTreeMap, BinaryHeap};
 
-use rustc_hash::FxHashSet;
 
 use super::live::LiveMap;
 
@@ -102,6 +101,9 @@ fn frag_fixed(span: u64, live: u64) -> u64 {
     // (spans are far below 2^63, the result at most 2^52).
     (span.saturating_sub(live) as i64 as f64 / span as i64 as f64 * FRAG_ONE) as i64 as u64
 }
+
+/// `ShadowHeap::last_region`'s index for a gap between regions.
+const NO_REGION: u32 = u32::MAX;
 
 /// Slab slots (1 MiB) from which the slab is kept in huge pages.
 const LARGE_BLOCKS: usize = 1 << 16;
@@ -249,8 +251,16 @@ pub struct ShadowHeap {
     /// Live blocks' details by slot, and the slots free for reuse.
     blocks: Vec<Block>,
     free_slots: Vec<u32>,
-    /// Live objects in no known region.
-    unplaced: FxHashSet<u64>,
+    /// Live blocks in no known region, for `map` to take in when their
+    /// region appears: (address, slab slot, generation), stale once the
+    /// slot's generation has moved on (the block freed or taken into a
+    /// region); stale entries are dropped when they outnumber the live
+    /// ones. A set by address cost a free of such a block a hash lookup,
+    /// most often a miss (jemalloc maps its first chunk before tracing
+    /// starts: an eighth of its blocks are here).
+    unplaced: Vec<(u64, u32, u32)>,
+    /// Live entries of `unplaced`.
+    unplaced_live: usize,
     /// Regions by start: their index in `slab`, where they live so that a
     /// lookup's result (`last_region`) leads to the region itself without
     /// a second search of the tree.
@@ -296,16 +306,22 @@ impl ShadowHeap {
     fn region_at(&self, addr: u64) -> Option<u32> {
         let (start, end, i) = self.last_region.get();
         if addr >= start && addr < end {
-            return Some(i);
+            return (i != NO_REGION).then_some(i);
         }
-        let (&start, &i) = self.regions.range(..=addr).next_back()?;
-        let r = &self.slab[i as usize];
-        if addr < r.end {
-            self.last_region.set((start, r.end, i));
-            Some(i)
-        } else {
-            None
+        let before = self.regions.range(..=addr).next_back();
+        if let Some((&start, &i)) = before {
+            let end = self.slab[i as usize].end;
+            if addr < end {
+                self.last_region.set((start, end, i));
+                return Some(i);
+            }
         }
+        // In no region: the gap around `addr` is remembered too, so that
+        // the blocks of a chunk mapped before tracing are not each a search.
+        let gap_start = before.map_or(0, |(_, &i)| self.slab[i as usize].end);
+        let gap_end = self.regions.range(addr..).next().map_or(u64::MAX, |(&s, _)| s);
+        self.last_region.set((gap_start, gap_end, NO_REGION));
+        None
     }
 
     /// The region starting at `start`.
@@ -315,6 +331,7 @@ impl ShadowHeap {
 
     /// Puts `r` in a free slot of the slab and indexes it by its start.
     fn insert_region(&mut self, r: Region) {
+        self.last_region.set((0, 0, 0));
         let start = r.start;
         let i = match self.free_regions.pop() {
             Some(i) => {
@@ -458,10 +475,7 @@ impl ShadowHeap {
             Some(i) => {
                 self.update_region(i, |r, blocks| place(r, addr, size, slot, blocks));
             }
-            None => {
-                self.unplaced.insert(addr);
-                self.unplaced_bytes += size;
-            }
+            None => self.add_unplaced(addr, slot),
         }
         replaced
     }
@@ -495,8 +509,13 @@ impl ShadowHeap {
                 }
             });
         } else {
-            self.unplaced.remove(&addr);
+            // Its entry in `unplaced` went stale with the slot's bump above.
+            self.unplaced_live = self.unplaced_live.saturating_sub(1);
             self.unplaced_bytes = self.unplaced_bytes.saturating_sub(obj.size);
+            if self.unplaced.len() > 2 * self.unplaced_live + 1024 {
+                let blocks = &self.blocks;
+                self.unplaced.retain(|&(_, slot, gen)| blocks[slot as usize].gen == gen);
+            }
         }
         Some((obj, held))
     }
@@ -505,6 +524,41 @@ impl ShadowHeap {
     pub fn region_of(&self, addr: u64) -> Option<(u64, RegionKind)> {
         let r = &self.slab[self.region_at(addr)? as usize];
         Some((r.start, r.kind))
+    }
+
+    /// Files the live block at `addr` (slab `slot`) as in no known region.
+    fn add_unplaced(&mut self, addr: u64, slot: u32) {
+        let b = self.blocks[slot as usize];
+        self.unplaced.push((addr, slot, b.gen));
+        self.unplaced_live += 1;
+        self.unplaced_bytes += b.size;
+    }
+
+    /// Takes the unplaced live blocks in [start, end) out of `unplaced`
+    /// (dropping the stale entries on the way): (address, slot) of each.
+    fn take_unplaced(&mut self, start: u64, end: u64) -> Vec<(u64, u32)> {
+        let mut taken = Vec::new();
+        let blocks = &self.blocks;
+        self.unplaced.retain(|&(a, slot, gen)| {
+            let b = blocks[slot as usize];
+            if b.gen != gen {
+                return false;
+            }
+            if a < start || a >= end {
+                return true;
+            }
+            taken.push((a, slot, b.size));
+            false
+        });
+        self.unplaced_live -= taken.len();
+        self.unplaced_bytes -= taken.iter().map(|t| t.2).sum::<u64>();
+        taken.into_iter().map(|(a, slot, _)| (a, slot)).collect()
+    }
+
+    /// The addresses of the live blocks in no known region.
+    #[cfg(test)]
+    fn unplaced_addrs(&self) -> Vec<u64> {
+        self.unplaced.iter().filter(|&&(_, slot, gen)| self.blocks[slot as usize].gen == gen).map(|t| t.0).collect()
     }
 
     pub fn count_unknown_free(&mut self) {
@@ -535,12 +589,8 @@ impl ShadowHeap {
         self.unmap(start, end);
         let mut region = Region { start, end, kind, last_end: start, ..Region::vacant() };
         // Objects seen before their region was known are taken in now.
-        let inside: Vec<u64> = self.unplaced.iter().copied().filter(|&a| a >= start && a < end).collect();
-        for a in inside {
-            self.unplaced.remove(&a);
-            let o = self.get(a).expect("unplaced objects are live");
-            self.unplaced_bytes = self.unplaced_bytes.saturating_sub(o.size);
-            place(&mut region, a, o.size, o.slot, &self.blocks);
+        for (a, slot) in self.take_unplaced(start, end) {
+            place(&mut region, a, self.blocks[slot as usize].size, slot, &self.blocks);
         }
         self.mapped_bytes += end - start;
         if kind == RegionKind::Brk {
@@ -573,12 +623,8 @@ impl ShadowHeap {
             self.brk_bytes += grow;
         }
         // Objects seen in the grown part before the growth was are taken in.
-        let inside: Vec<u64> = self.unplaced.iter().copied().filter(|&a| a >= old_end && a < end).collect();
-        for a in inside {
-            self.unplaced.remove(&a);
-            let o = self.get(a).expect("unplaced objects are live");
-            let (size, slot) = (o.size, o.slot);
-            self.unplaced_bytes = self.unplaced_bytes.saturating_sub(size);
+        for (a, slot) in self.take_unplaced(old_end, end) {
+            let size = self.blocks[slot as usize].size;
             self.update_region(i, |r, blocks| place(r, a, size, slot, blocks));
         }
     }
@@ -606,9 +652,9 @@ impl ShadowHeap {
             for e in r.ends.iter().chain(&r.pending) {
                 if is_valid(e, &self.blocks) {
                     let size = self.blocks[e.slot as usize].size;
-                    self.unplaced_bytes += size;
-                    self.unplaced.insert(e.end - size);
+                    // Bumped first: the unplaced entry takes the new generation.
                     self.bump(e.slot);
+                    self.add_unplaced(e.end - size, e.slot);
                 }
             }
             // Pieces outside the unmapped range survive as regions of the same kind.
@@ -863,7 +909,7 @@ mod tests {
         h.free(0x10200);
         h.unmap(0x10000, 0x20000);
         assert_eq!(h.snapshot().unplaced_bytes, 100);
-        assert_eq!(h.unplaced.iter().copied().collect::<Vec<_>>(), vec![0x10100]);
+        assert_eq!(h.unplaced_addrs(), vec![0x10100]);
         h.map(0x10000, 0x11000, RegionKind::Mmap);
         assert_eq!(h.snapshot().unplaced_bytes, 0);
         let r = &h.region(0x10000).unwrap();
@@ -888,6 +934,44 @@ mod tests {
         assert_eq!(h.snapshot().live_objects, 2);
         assert_eq!(h.free(0).map(|o| o.size), Some(5));
         assert_eq!(h.snapshot().live_objects, 1);
+    }
+
+    #[test]
+    fn blocks_outside_every_region_are_kept_exactly() {
+        // Regions come and go under live blocks: the unplaced ones (and
+        // their bytes) must always be the live blocks in no region.
+        let mut h = ShadowHeap::new(0);
+        let mut live: std::collections::HashMap<u64, u64> = std::collections::HashMap::new();
+        let mut x = 11u64;
+        for i in 0..20_000u64 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let page = 0x40_0000 + (x >> 33) % 64 * 0x1000;
+            match (x >> 20) % 16 {
+                0 => h.map(page, page + 0x1000 * (1 + (x >> 50) % 4), RegionKind::Mmap),
+                1 => h.unmap(page, page + 0x1000 * (1 + (x >> 50) % 4)),
+                2..=8 => {
+                    let a = page + (x >> 8) % 256 * 16;
+                    if !live.contains_key(&a) {
+                        let size = 1 + (x >> 40) % 16;
+                        h.alloc(a, size, 16, 0);
+                        live.insert(a, size);
+                    }
+                }
+                _ => {
+                    let a = page + (x >> 8) % 256 * 16;
+                    assert_eq!(h.free(a).map(|o| o.size), live.remove(&a), "free {a:#x} at step {i}");
+                }
+            }
+            let in_region = |a: u64| h.regions.range(..=a).next_back().is_some_and(|(_, &r)| a < h.slab[r as usize].end);
+            let mut want: Vec<u64> = live.keys().copied().filter(|&a| !in_region(a)).collect();
+            let mut got = h.unplaced_addrs();
+            want.sort();
+            got.sort();
+            assert_eq!(got, want, "step {i}");
+            assert_eq!(h.unplaced_live, want.len(), "step {i}");
+            assert_eq!(h.unplaced_bytes, want.iter().map(|a| live[a]).sum::<u64>(), "step {i}");
+            assert!(h.unplaced.len() <= 2 * h.unplaced_live + 1024 + 1, "stale entries dropped");
+        }
     }
 
     #[test]
