@@ -261,6 +261,10 @@ pub struct ShadowHeap {
     unplaced: Vec<(u64, u32, u32)>,
     /// Live entries of `unplaced`.
     unplaced_live: usize,
+    /// Every entry of `unplaced` has its address in [lo, hi]: a new region
+    /// elsewhere (most, in a program whose allocator mapped one chunk before
+    /// tracing) need not scan the list.
+    unplaced_span: (u64, u64),
     /// Regions by start: their index in `slab`, where they live so that a
     /// lookup's result (`last_region`) leads to the region itself without
     /// a second search of the tree.
@@ -529,6 +533,10 @@ impl ShadowHeap {
     /// Files the live block at `addr` (slab `slot`) as in no known region.
     fn add_unplaced(&mut self, addr: u64, slot: u32) {
         let b = self.blocks[slot as usize];
+        if self.unplaced.is_empty() {
+            self.unplaced_span = (addr, addr);
+        }
+        self.unplaced_span = (self.unplaced_span.0.min(addr), self.unplaced_span.1.max(addr));
         self.unplaced.push((addr, slot, b.gen));
         self.unplaced_live += 1;
         self.unplaced_bytes += b.size;
@@ -537,6 +545,10 @@ impl ShadowHeap {
     /// Takes the unplaced live blocks in [start, end) out of `unplaced`
     /// (dropping the stale entries on the way): (address, slot) of each.
     fn take_unplaced(&mut self, start: u64, end: u64) -> Vec<(u64, u32)> {
+        let (lo, hi) = self.unplaced_span;
+        if self.unplaced.is_empty() || end <= lo || start > hi {
+            return Vec::new();
+        }
         let mut taken = Vec::new();
         let blocks = &self.blocks;
         self.unplaced.retain(|&(a, slot, gen)| {
@@ -550,6 +562,7 @@ impl ShadowHeap {
             taken.push((a, slot, b.size));
             false
         });
+        self.unplaced_span = self.unplaced.iter().fold((u64::MAX, 0), |(lo, hi), e| (lo.min(e.0), hi.max(e.0)));
         self.unplaced_live -= taken.len();
         self.unplaced_bytes -= taken.iter().map(|t| t.2).sum::<u64>();
         taken.into_iter().map(|(a, slot, _)| (a, slot)).collect()
@@ -973,6 +986,7 @@ mod tests {
             assert_eq!(h.unplaced_live, want.len(), "step {i}");
             assert_eq!(h.unplaced_bytes, want.iter().map(|a| live[a]).sum::<u64>(), "step {i}");
             assert!(h.unplaced.len() <= 2 * h.unplaced_live + 1024 + 1, "stale entries dropped");
+            assert!(h.unplaced.iter().all(|e| e.0 >= h.unplaced_span.0 && e.0 <= h.unplaced_span.1), "step {i}");
         }
     }
 
