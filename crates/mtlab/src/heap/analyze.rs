@@ -578,6 +578,30 @@ impl Sites {
         idx
     }
 
+    /// The site of `stack` if it has one, without adding it.
+    #[inline(always)]
+    fn get(&self, stack: u32) -> Option<u32> {
+        let mask = self.table.len() - 1;
+        let mut i = self.home(stack);
+        loop {
+            let (id, idx) = self.table[i];
+            if idx == Self::NONE {
+                return None;
+            }
+            if id == stack {
+                return Some(idx);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Whether the sites' tables have outgrown a last-level cache (a program
+    /// allocating from millions of distinct stacks), where each allocation's
+    /// site is worth prefetching.
+    fn is_large(&self) -> bool {
+        std::mem::size_of_val(self.table.as_slice()) + std::mem::size_of_val(self.acc.as_slice()) >= 8 << 20
+    }
+
     /// (stack id, accumulator) of every site.
     fn iter(&self) -> impl Iterator<Item = (u32, &SiteAcc)> {
         self.stacks.iter().copied().zip(&self.acc)
@@ -716,11 +740,16 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// Starts loading what a free in `ev` reads through its table slot,
-    /// which `prefetch(ev)` has loaded by now: the block's slab entry and
-    /// its site's counters.
+    /// Starts loading what `ev` reads through the table slots that
+    /// `prefetch(ev)` has loaded by now: an allocation's site counters; a
+    /// free's slab entry and its site's counters.
     #[inline(always)]
     fn prefetch_blocks(&self, ev: &Event) {
+        if matches!(ev.kind, EventKind::Alloc { .. } | EventKind::Realloc { .. }) {
+            if let Some(site) = self.sites.get(ev.stack).and_then(|s| self.sites.acc.get(s as usize)) {
+                super::prefetch::prefetch(site);
+            }
+        }
         let addr = match ev.kind {
             EventKind::Free { ptr } => ptr,
             EventKind::Realloc { old, .. } => old,
@@ -934,7 +963,7 @@ fn feed(items: &mut Items, pass: &mut Pass<'_>, code: &CodeRanges, last_tsc: &mu
             }
             ItemRef::Event(ev) if !large => {
                 replay(ev, pass);
-                large = pass.heap.is_large();
+                large = pass.heap.is_large() || pass.sites.is_large();
             }
             ItemRef::Event(ev) => {
                 pass.prefetch(ev);
