@@ -176,8 +176,10 @@ static int filter_lets_mtlab_run(const struct sock_fprog *f) {
 }
 
 /* Before a filter (or strict mode) is installed: finish the trace if the
- * library could not go on under it. */
-static void before_seccomp(int strict, const struct sock_fprog *f) {
+ * library could not go on under it. Each of the three ways in numbers the
+ * modes its own way; the callers say which one is asked for, if any. */
+static void before_seccomp(int strict, int filter, const struct sock_fprog *f) {
+    if ((!strict && !filter) || mtlab_tls.guard) return;
     if (atomic_load(&mtlab_state) != MTLAB_TRACING) return;
     if (!strict && filter_lets_mtlab_run(f)) return;
     atomic_store(&stopped_by_seccomp, 1);
@@ -190,10 +192,8 @@ EXPORT int prctl(int option, ...) {
     unsigned long a2 = va_arg(ap, unsigned long), a3 = va_arg(ap, unsigned long), a4 = va_arg(ap, unsigned long),
                   a5 = va_arg(ap, unsigned long);
     va_end(ap);
-    if (option == PR_SET_SECCOMP && !mtlab_tls.guard) {
-        if (a2 == SECCOMP_MODE_STRICT) before_seccomp(1, NULL);
-        else if (a2 == SECCOMP_MODE_FILTER) before_seccomp(0, (const struct sock_fprog *)a3);
-    }
+    if (option == PR_SET_SECCOMP)
+        before_seccomp(a2 == SECCOMP_MODE_STRICT, a2 == SECCOMP_MODE_FILTER, (const struct sock_fprog *)a3);
     /* Resolved with the others (dlsym here could run in a signal handler). */
     if (UNLIKELY(!mtlab_real.prctl)) mtlab_resolve();
     return mtlab_real.prctl(option, a2, a3, a4, a5);
@@ -205,13 +205,10 @@ EXPORT long syscall(long nr, ...) {
     long a[6];
     for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long);
     va_end(ap);
-    if (nr == SYS_seccomp && !mtlab_tls.guard) {
-        if (a[0] == SECCOMP_SET_MODE_STRICT) before_seccomp(1, NULL);
-        else if (a[0] == SECCOMP_SET_MODE_FILTER) before_seccomp(0, (const struct sock_fprog *)a[2]);
-    } else if (nr == SYS_prctl && a[0] == PR_SET_SECCOMP && !mtlab_tls.guard) {
-        if (a[1] == SECCOMP_MODE_STRICT) before_seccomp(1, NULL);
-        else if (a[1] == SECCOMP_MODE_FILTER) before_seccomp(0, (const struct sock_fprog *)a[2]);
-    }
+    if (nr == SYS_seccomp)
+        before_seccomp(a[0] == SECCOMP_SET_MODE_STRICT, a[0] == SECCOMP_SET_MODE_FILTER, (const struct sock_fprog *)a[2]);
+    else if (nr == SYS_prctl && a[0] == PR_SET_SECCOMP)
+        before_seccomp(a[1] == SECCOMP_MODE_STRICT, a[1] == SECCOMP_MODE_FILTER, (const struct sock_fprog *)a[2]);
     if (UNLIKELY(!mtlab_real.syscall)) mtlab_resolve();
     return mtlab_real.syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }

@@ -95,6 +95,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run a program with the heap tracer and write a trace file.
+    #[command(after_long_help = RECORD_ENVIRONMENT)]
     Record(RecordArgs),
     /// Analyse a trace: per-function costs, heap shape, fragmentation, top sites, leaks.
     Report(ReportArgs),
@@ -245,6 +246,18 @@ enum ProfileCommand {
     /// allocated bytes do the stacks they find cover, at each sampling interval?
     Simulate(profile::SimulateArgs),
 }
+
+/// The environment variables `record` reads (the program's own environment
+/// passes through untouched otherwise).
+const RECORD_ENVIRONMENT: &str = "Environment:\n  \
+MTLAB_LIVE_FINISH=idle|always|off  when the trace is rewritten (joined, put in columns, compressed) while the \
+program runs: idle (the default) only while some CPU sits idle, so the rewrite never takes a CPU the program \
+could use; always at every 20 ms poll; off only after the program exits\n  \
+MTLAB_CTL_THREAD=0  with --sample, no control thread in the program: `mtlab ctl` then signals it, and its \
+system calls may see EINTR (for a program that must stay single-threaded, e.g. to call \
+unshare(CLONE_NEWUSER))\n  \
+MTLAB_GOT=0  with --sample, leave the program's PLT slots alone: while sampling is off its allocation \
+calls still pass through mtlab's shims (a little slower, never wrong)";
 
 #[derive(Args, Debug)]
 struct RecordArgs {
