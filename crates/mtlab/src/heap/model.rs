@@ -335,8 +335,7 @@ impl ShadowHeap {
 
     /// Puts `r` in a free slot of the slab and indexes it by its start.
     fn insert_region(&mut self, r: Region) {
-        self.last_region.set((0, 0, 0));
-        let start = r.start;
+        let (start, end) = (r.start, r.end);
         let i = match self.free_regions.pop() {
             Some(i) => {
                 self.slab[i as usize] = r;
@@ -348,6 +347,9 @@ impl ShadowHeap {
             }
         };
         self.regions.insert(start, i);
+        // The next lookup is most likely of a block in it (an mmapped chunk
+        // is mapped, then allocated in); a cached gap it overlaps is gone.
+        self.last_region.set((start, end, i));
     }
 
     /// Takes the region starting at `start` out of the index and the slab.
@@ -592,8 +594,8 @@ impl ShadowHeap {
         }
         self.last_region.set((0, 0, 0));
         let resizable = matches!(kind, RegionKind::Brk | RegionKind::Arena);
-        if let Some(r) = self.region(start) {
-            if resizable && r.kind == kind {
+        if let Some(r) = self.region(start).filter(|_| resizable) {
+            if r.kind == kind {
                 let old_end = r.end;
                 self.set_region_end(start, end, old_end);
                 return;
