@@ -12,7 +12,7 @@ use super::stats::{CycleSummary, FuncStats};
 use crate::profile::sampled::{Estimate, SampledPass, SampledTotals};
 use crate::symbolize::{parse_all_maps, CodeRanges, Mapping, Symbolizer};
 use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
-use crate::trace::{keys, Event, EventKind, Func, Item, ItemRef, Items, TraceError, TraceFile};
+use crate::trace::{keys, Event, EventKind, Func, Item, ItemRef, Items, StackTable, TraceError, TraceFile};
 
 const MAP_ANONYMOUS: u64 = 0x20;
 /// glibc: a block's chunk starts this many bytes before it.
@@ -613,7 +613,7 @@ struct Pass<'a> {
     heap: ShadowHeap,
     funcs: Vec<FuncStats>,
     sites: Sites,
-    stacks: HashMap<u32, Vec<u64>>,
+    stacks: StackTable,
     peak: PeakState,
     /// The peak measured before the trace was compacted (its own replay
     /// order can move the peak): reported instead of `peak`.
@@ -959,7 +959,7 @@ fn feed(items: &mut Items, pass: &mut Pass<'_>, code: &CodeRanges, last_tsc: &mu
     while let Some(item) = items.next_ref() {
         match item {
             ItemRef::Stack { id, pcs } => {
-                pass.stacks.insert(id, code.cut(pcs));
+                pass.stacks.insert(id, &code.cut(pcs));
             }
             ItemRef::Event(ev) if !large => {
                 replay(ev, pass);
@@ -1013,7 +1013,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         },
         funcs: Func::ALL.iter().map(|_| FuncStats::default()).collect(),
         sites: Sites::new(),
-        stacks: HashMap::default(),
+        stacks: StackTable::default(),
         peak: PeakState::default(),
         peak_given: None,
         peak_gen: 0,
@@ -1074,7 +1074,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
     let mut symbols = Symbols::new(&maps, recorded_until(trace, last_tsc));
     let top = opts.top;
     let gen = pass.peak_gen;
-    let site_report = |id: u32, acc: &SiteAcc, symbols: &mut Symbols, stacks: &HashMap<u32, Vec<u64>>| SiteReport {
+    let site_report = |id: u32, acc: &SiteAcc, symbols: &mut Symbols, stacks: &StackTable| SiteReport {
         stack_id: id,
         calls: acc.calls,
         bytes: acc.bytes,
@@ -1083,7 +1083,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         peak_live_objects: compact_quantum.is_none().then(|| acc.at_peak(gen).0),
         peak_live_bytes: compact_quantum.is_none().then(|| acc.at_peak(gen).1),
         temporary: acc.temporary,
-        frames: stacks.get(&id).map(|pcs| symbols.site_frames(id, pcs)).unwrap_or_default(),
+        frames: stacks.get(id).map(|pcs| symbols.site_frames(id, pcs)).unwrap_or_default(),
     };
     let sites: Vec<(u32, SiteAcc)> = pass.sites.iter().map(|(k, &v)| (k, v)).collect();
     let report = |i: usize, symbols: &mut Symbols| site_report(sites[i].0, &sites[i].1, symbols, &pass.stacks);
@@ -1098,7 +1098,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         top_by(&sites, top, |a| a.temporary > 0, |a| a.temporary).into_iter().map(|i| report(i, &mut symbols)).collect();
     let callers = if opts.callers {
         let list: Vec<(&[u64], u64, u64)> =
-            pass.sites.iter().filter_map(|(id, a)| pass.stacks.get(&id).map(|pcs| (&pcs[..], a.calls, a.bytes))).collect();
+            pass.sites.iter().filter_map(|(id, a)| pass.stacks.get(id).map(|pcs| (pcs, a.calls, a.bytes))).collect();
         callers(&list, &mut symbols, top)
     } else {
         Vec::new()
@@ -1143,7 +1143,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         Some(p) => stack_quality(trace, p.stacks.iter().map(|s| (&s.pcs[..], s.samples)), distinct, "sampled allocations", &mut symbols),
         None => stack_quality(
             trace,
-            pass.sites.iter().filter_map(|(id, acc)| pass.stacks.get(&id).map(|pcs| (&pcs[..], acc.calls))),
+            pass.sites.iter().filter_map(|(id, acc)| pass.stacks.get(id).map(|pcs| (pcs, acc.calls))),
             distinct,
             "allocation calls",
             &mut symbols,
@@ -1271,13 +1271,13 @@ fn recorded_until(trace: &TraceFile, last_tsc: u64) -> u64 {
 pub fn stack_quality_of(trace: &TraceFile) -> Result<StackQuality, TraceError> {
     let maps = parse_all_maps(&trace.maps);
     let code = CodeRanges::new(&maps);
-    let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
+    let mut stacks = StackTable::default();
     let mut calls: HashMap<u32, u64> = HashMap::default();
     let mut last_tsc = 0;
     for item in trace.items()? {
         match item {
             Item::Stack { id, pcs } => {
-                stacks.insert(id, code.cut(pcs));
+                stacks.insert(id, &code.cut(pcs));
             }
             Item::Event(ev) => {
                 last_tsc = last_tsc.max(ev.tsc);
@@ -1288,7 +1288,7 @@ pub fn stack_quality_of(trace: &TraceFile) -> Result<StackQuality, TraceError> {
         }
     }
     let mut symbols = Symbols::new(&maps, recorded_until(trace, last_tsc));
-    let weighted = calls.iter().filter_map(|(id, &n)| stacks.get(id).map(|pcs| (&pcs[..], n)));
+    let weighted = calls.iter().filter_map(|(&id, &n)| stacks.get(id).map(|pcs| (pcs, n)));
     Ok(stack_quality(trace, weighted, stacks.len() as u64, "allocation calls", &mut symbols))
 }
 

@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::data::{Bounds, ProfileData, StackSample};
 use super::interval::gamma_interval;
 use crate::symbolize::{parse_all_maps, CodeRanges, Mapping};
-use crate::trace::{Event, EventKind, Item, TraceError, TraceFile};
+use crate::trace::{Event, EventKind, Item, StackTable, TraceError, TraceFile};
 
 /// Probability that an allocation of `size` bytes is sampled at mean interval `interval`.
 pub fn sample_probability(size: u64, interval: u64) -> f64 {
@@ -276,7 +276,7 @@ impl SampledPass {
 
     /// The profile, once every event of `trace` has been fed; `stacks` are
     /// the trace's stack definitions, `maps` its mappings (`parse_all_maps`).
-    pub fn finish(mut self, trace: &TraceFile, stacks: &HashMap<u32, Vec<u64>>, maps: Vec<Mapping>) -> SampledProfile {
+    pub fn finish(mut self, trace: &TraceFile, stacks: &StackTable, maps: Vec<Mapping>) -> SampledProfile {
         self.take_checkpoints_before(u64::MAX);
         let SampledPass { mut per, live, intervals, samples, frees, mut total, first_tsc, last_tsc, checkpoints: _, inuse_at } = self;
         for l in live.values() {
@@ -292,7 +292,7 @@ impl SampledPass {
         let mut list: Vec<SampledStack> = per
             .into_values()
             .map(|mut s| {
-                s.pcs = stacks.get(&s.stack_id).cloned().unwrap_or_default();
+                s.pcs = stacks.get(s.stack_id).map(<[u64]>::to_vec).unwrap_or_default();
                 close_stack(&mut s, interval, interval);
                 s
             })
@@ -334,14 +334,14 @@ impl SampledPass {
 
 /// The sampled profile of `trace`, with the in-use estimate at each of `checkpoints` (TSC).
 pub fn read_sampled(trace: &TraceFile, checkpoints: Vec<u64>) -> Result<SampledProfile, TraceError> {
-    let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
+    let mut stacks = StackTable::default();
     let mut pass = SampledPass::with_checkpoints(checkpoints);
     let maps = parse_all_maps(&trace.maps);
     let code = CodeRanges::new(&maps);
     for item in trace.items()? {
         match item {
             Item::Stack { id, pcs } => {
-                stacks.insert(id, code.cut(pcs));
+                stacks.insert(id, &code.cut(pcs));
             }
             Item::Event(ev) => pass.event(&ev),
         }
@@ -351,7 +351,7 @@ pub fn read_sampled(trace: &TraceFile, checkpoints: Vec<u64>) -> Result<SampledP
 
 /// Exact profile of a full trace: every allocation counted, nothing estimated.
 pub fn full_profile(trace: &TraceFile) -> Result<ProfileData, TraceError> {
-    let mut stacks: HashMap<u32, Vec<u64>> = HashMap::default();
+    let mut stacks = StackTable::default();
     let mut per: HashMap<u32, StackSample> = HashMap::default();
     let mut live: HashMap<u64, (u32, u64)> = HashMap::default();
     let mut last_tsc = 0;
@@ -368,7 +368,7 @@ pub fn full_profile(trace: &TraceFile) -> Result<ProfileData, TraceError> {
     for item in trace.items()? {
         match item {
             Item::Stack { id, pcs } => {
-                stacks.insert(id, code.cut(pcs));
+                stacks.insert(id, &code.cut(pcs));
             }
             Item::Event(ev) => {
                 last_tsc = ev.tsc;
@@ -395,7 +395,7 @@ pub fn full_profile(trace: &TraceFile) -> Result<ProfileData, TraceError> {
     let mut samples: Vec<StackSample> = per
         .into_iter()
         .map(|(id, mut s)| {
-            s.pcs = stacks.get(&id).cloned().unwrap_or_default();
+            s.pcs = stacks.get(id).map(<[u64]>::to_vec).unwrap_or_default();
             s
         })
         .collect();

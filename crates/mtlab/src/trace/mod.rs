@@ -4,7 +4,7 @@
 //! `format`, `event`, `error`, `kv`, `keys`, `family`, `fields` → `varint`, `records`
 //! (the primitives readers and writers share) → `columns` → `decode`; then
 //! the writer and the rewrites built on them: `encode`, `rewrite`, `finish`,
-//! `compact`.
+//! `compact`; `stacks` (the table of stacks a report keeps) on none.
 
 pub mod columns;
 pub mod compact;
@@ -21,6 +21,7 @@ pub mod kv;
 pub mod records;
 mod resync;
 pub mod rewrite;
+pub mod stacks;
 pub mod varint;
 
 pub use decode::{read_header, Header, ItemRef, Items, TraceFile};
@@ -29,3 +30,4 @@ pub use error::TraceError;
 pub use event::{Event, EventKind, Func, Item};
 pub use finish::{finish_trace, FinishStats, Finisher};
 pub use records::{ChunkInfo, EndRecord};
+pub use stacks::StackTable;
