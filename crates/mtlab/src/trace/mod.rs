@@ -30,4 +30,4 @@ pub use error::TraceError;
 pub use event::{Event, EventKind, Func, Item};
 pub use finish::{finish_trace, FinishStats, Finisher};
 pub use records::{ChunkInfo, EndRecord};
-pub use stacks::StackTable;
+pub use stacks::{StackRef, StackTable};

@@ -9,22 +9,49 @@ use rustc_hash::FxHashMap;
 /// looking stacks up in it).
 #[derive(Default, Debug)]
 pub struct StackTable {
-    /// id → (start in `pcs`, frames).
-    index: FxHashMap<u32, (usize, u32)>,
+    /// id → where its frames are.
+    index: FxHashMap<u32, StackRef>,
     pcs: Vec<u64>,
+    /// Whether some id was defined twice (a `StackRef` taken before the
+    /// second definition then names the first).
+    redefined: bool,
+}
+
+/// Where one stack's frames are in its table: kept by whoever meets the
+/// stack when its definition is still in the cache, to read it later in
+/// the table's order, not the map's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StackRef {
+    start: usize,
+    len: u32,
 }
 
 impl StackTable {
     /// Defines stack `id` (a later definition of the same id replaces it).
     pub fn insert(&mut self, id: u32, pcs: &[u64]) {
-        let start = self.pcs.len();
+        let r = StackRef { start: self.pcs.len(), len: pcs.len() as u32 };
         self.pcs.extend_from_slice(pcs);
-        self.index.insert(id, (start, pcs.len() as u32));
+        self.redefined |= self.index.insert(id, r).is_some();
     }
 
     /// The frames of stack `id`, innermost first.
     pub fn get(&self, id: u32) -> Option<&[u64]> {
-        self.index.get(&id).map(|&(start, n)| &self.pcs[start..start + n as usize])
+        self.find(id).map(|r| self.frames(r))
+    }
+
+    /// Where the frames of stack `id` are.
+    pub fn find(&self, id: u32) -> Option<StackRef> {
+        self.index.get(&id).copied()
+    }
+
+    /// The frames at `r`, a `find` of this table.
+    pub fn frames(&self, r: StackRef) -> &[u64] {
+        &self.pcs[r.start..r.start + r.len as usize]
+    }
+
+    /// Whether an id was defined more than once: a `StackRef` may be stale.
+    pub fn redefined(&self) -> bool {
+        self.redefined
     }
 
     /// Distinct stack ids defined.
@@ -51,8 +78,12 @@ mod tests {
         assert_eq!(t.get(9), Some(&[][..]));
         assert_eq!(t.get(8), Some(&[4u64, 5][..]));
         assert_eq!(t.get(1), None);
+        let old = t.find(7).unwrap();
+        assert!(!t.redefined());
         t.insert(7, &[6]);
         assert_eq!(t.get(7), Some(&[6u64][..]));
+        assert_eq!(t.frames(old), &[1, 2, 3], "a reference names what it was taken of");
+        assert!(t.redefined());
         assert_eq!(t.len(), 3);
     }
 }
