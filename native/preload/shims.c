@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>

@@ -9,17 +9,22 @@
 /// happens where transparent huge pages are off, or the range holds no
 /// aligned 2 MiB). Call it before the pages are first touched.
 pub fn advise<T>(table: &mut [T]) {
-    const PAGE: usize = 4096;
+    // SAFETY: sysconf has no preconditions.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as usize,
+        _ => return,
+    };
     let start = table.as_mut_ptr() as usize;
     let end = start + std::mem::size_of_val(table);
-    let first = start.next_multiple_of(PAGE);
-    if end <= first {
+    // The whole pages inside the slice (madvise rounds a length up).
+    let (first, last) = (start.next_multiple_of(page), end / page * page);
+    if last <= first {
         return;
     }
-    // SAFETY: the range lies inside memory this slice owns, page-aligned
-    // at its start; MADV_HUGEPAGE changes how it is backed, never its
-    // contents, and its failure (EINVAL without THP) is harmless.
+    // SAFETY: [first, last) is whole pages of memory this slice owns;
+    // MADV_HUGEPAGE changes how it is backed, never its contents, and its
+    // failure (EINVAL without transparent huge pages) is harmless.
     unsafe {
-        libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_HUGEPAGE);
+        libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_HUGEPAGE);
     }
 }
