@@ -954,7 +954,8 @@ const AHEAD: usize = 16;
 const DEEP: usize = 8;
 
 /// Feeds every item of the trace to the heap pass, and each event to `also`.
-/// Once the live-block table has outgrown the caches, events are replayed
+/// Once the live-block table or the site tables have outgrown a last-level
+/// cache (`ShadowHeap::is_large`, `Sites::is_large`), events are replayed
 /// `AHEAD` behind the decoder (in their order): each decoded event's table
 /// slots are prefetched while earlier ones replay. Before that, each is
 /// replayed as it comes: with everything cached the ring and the prefetches
