@@ -971,10 +971,10 @@ mod tests {
                 1 => h.unmap(page, page + 0x1000 * (1 + (x >> 50) % 4)),
                 2..=8 => {
                     let a = page + (x >> 8) % 256 * 16;
-                    if !live.contains_key(&a) {
+                    if let std::collections::hash_map::Entry::Vacant(e) = live.entry(a) {
                         let size = 1 + (x >> 40) % 16;
                         h.alloc(a, size, 16, 0);
-                        live.insert(a, size);
+                        e.insert(size);
                     }
                 }
                 _ => {
