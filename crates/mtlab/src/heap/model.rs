@@ -656,6 +656,9 @@ impl ShadowHeap {
         let first = self.regions.range(..start).next_back().filter(|(_, &i)| self.slab[i as usize].end > start).map(|(&s, _)| s);
         let touched: Vec<u64> = first.into_iter().chain(self.regions.range(start..end).map(|(&s, _)| s)).collect();
         for s in touched {
+            if s < start && self.cut_free_tail(s, start, end) {
+                continue;
+            }
             // An earlier step of this loop may have removed it already.
             let Some(r) = self.remove_region(s) else { continue };
             self.sum_span -= r.span(s);
@@ -683,6 +686,27 @@ impl ShadowHeap {
                 self.map(end, r.end, r.kind);
             }
         }
+    }
+
+    /// Cuts [start, end) off the region at `s` in place when that is its
+    /// tail and no live block reaches into it — glibc trimming the free top
+    /// of its heap, the usual shrink. Its span and live bytes stay as they
+    /// were. Otherwise (false) `unmap` takes the region out and maps the
+    /// piece that is left, moving every live block out and back in: with a
+    /// million of them, 12 ms a trim.
+    fn cut_free_tail(&mut self, s: u64, start: u64, end: u64) -> bool {
+        let Some(&i) = self.regions.get(&s) else { return false };
+        let r = &mut self.slab[i as usize];
+        if r.end > end || r.last_end > start {
+            return false;
+        }
+        let cut = r.end - start;
+        r.end = start;
+        self.mapped_bytes -= cut;
+        if r.kind == RegionKind::Brk {
+            self.brk_bytes -= cut;
+        }
+        true
     }
 
     /// The brk heap now ends at `brk`.
