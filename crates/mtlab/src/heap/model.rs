@@ -597,12 +597,11 @@ impl ShadowHeap {
         }
         self.last_region.set((0, 0, 0));
         let resizable = matches!(kind, RegionKind::Brk | RegionKind::Arena);
-        if let Some(r) = self.region(start).filter(|_| resizable) {
-            if r.kind == kind {
-                let old_end = r.end;
-                self.set_region_end(start, end, old_end);
-                return;
-            }
+        // Searched for only when it could be resized (an mmapped chunk is not).
+        let same = if resizable { self.region(start).filter(|r| r.kind == kind).map(|r| r.end) } else { None };
+        if let Some(old_end) = same {
+            self.set_region_end(start, end, old_end);
+            return;
         }
         self.unmap(start, end);
         let mut region = Region { start, end, kind, last_end: start, ..Region::vacant() };
