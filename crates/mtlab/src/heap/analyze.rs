@@ -546,15 +546,24 @@ impl Sites {
 
     #[inline(always)]
     fn index_of(&mut self, stack: u32, stacks: &StackTable) -> u32 {
+        match self.find(stack) {
+            Ok(idx) => idx,
+            Err(slot) => self.add(stack, slot, stacks),
+        }
+    }
+
+    /// The site of `stack` (Ok), or the empty slot where it would go (Err).
+    #[inline(always)]
+    fn find(&self, stack: u32) -> Result<u32, usize> {
         let mask = self.table.len() - 1;
         let mut i = self.home(stack);
         loop {
             let (id, idx) = self.table[i];
             if idx == Self::NONE {
-                return self.add(stack, i, stacks);
+                return Err(i);
             }
             if id == stack {
-                return idx;
+                return Ok(idx);
             }
             i = (i + 1) & mask;
         }
@@ -582,23 +591,6 @@ impl Sites {
             self.shift = t.shift;
         }
         idx
-    }
-
-    /// The site of `stack` if it has one, without adding it.
-    #[inline(always)]
-    fn get(&self, stack: u32) -> Option<u32> {
-        let mask = self.table.len() - 1;
-        let mut i = self.home(stack);
-        loop {
-            let (id, idx) = self.table[i];
-            if idx == Self::NONE {
-                return None;
-            }
-            if id == stack {
-                return Some(idx);
-            }
-            i = (i + 1) & mask;
-        }
     }
 
     /// Whether the sites' tables have outgrown a last-level cache (a program
@@ -761,7 +753,7 @@ impl<'a> Pass<'a> {
     #[inline(always)]
     fn prefetch_blocks(&self, ev: &Event) {
         if matches!(ev.kind, EventKind::Alloc { .. } | EventKind::Realloc { .. }) {
-            if let Some(site) = self.sites.get(ev.stack).and_then(|s| self.sites.acc.get(s as usize)) {
+            if let Some(site) = self.sites.find(ev.stack).ok().and_then(|s| self.sites.acc.get(s as usize)) {
                 super::prefetch::prefetch(site);
             }
         }
