@@ -654,7 +654,13 @@ impl ShadowHeap {
         if end <= start {
             return;
         }
+        // A freed chunk's mapping, just looked up by the free: no search.
+        let (cached_start, cached_end, cached) = self.last_region.get();
         self.last_region.set((0, 0, 0));
+        if (cached_start, cached_end) == (start, end) && cached != NO_REGION {
+            self.unmap_from(start, start, end);
+            return;
+        }
         // Regions are disjoint and sorted: the last one starting before
         // `end` overlaps the range unless it ends by `start`, and then no
         // other does (a new mapping, most often: one search, not two).
