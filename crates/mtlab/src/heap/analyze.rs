@@ -896,11 +896,21 @@ struct Symbols {
     sym: Symbolizer,
     /// Each site's frames once made: a site is in several top tables.
     sites: HashMap<u32, Vec<FrameReport>>,
+    /// Whether a pc's frames include a stack's first function
+    /// (`outermost_is_bottom`): asked of the last three pcs of every
+    /// distinct stack, where a copy of the symbolizer's frames each time
+    /// (names, files) was a twentieth of the report of a program with
+    /// millions of call paths.
+    bottom: HashMap<u64, bool>,
 }
 
 impl Symbols {
     fn new(maps: &[Mapping], recorded_until_ns: u64) -> Self {
-        Symbols { sym: Symbolizer::new(maps).recorded_until(recorded_until_ns), sites: HashMap::default() }
+        Symbols {
+            sym: Symbolizer::new(maps).recorded_until(recorded_until_ns),
+            sites: HashMap::default(),
+            bottom: HashMap::default(),
+        }
     }
 
     /// `frames(pcs)` of stack `id`.
@@ -931,7 +941,16 @@ impl Symbols {
     /// last three frames are looked at: in a stripped program `_start` (and
     /// even `main`) have no name, but the libc frames above them do.
     fn outermost_is_bottom(&mut self, pcs: &[u64]) -> bool {
-        pcs.iter().rev().take(3).any(|&pc| self.sym.symbolize(pc).iter().any(|f| f.function.as_deref().is_some_and(is_bottom)))
+        pcs.iter().rev().take(3).any(|&pc| self.is_bottom(pc))
+    }
+
+    fn is_bottom(&mut self, pc: u64) -> bool {
+        if let Some(&b) = self.bottom.get(&pc) {
+            return b;
+        }
+        let b = self.sym.symbolize(pc).iter().any(|f| f.function.as_deref().is_some_and(is_bottom));
+        self.bottom.insert(pc, b);
+        b
     }
 }
 
