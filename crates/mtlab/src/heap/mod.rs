@@ -1,6 +1,7 @@
 //! The heap study's analysis: a shadow heap replayed from a trace.
 
 pub mod analyze;
+mod dheap;
 pub(crate) mod live;
 pub mod model;
 mod prefetch;

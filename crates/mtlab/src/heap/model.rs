@@ -23,9 +23,10 @@
 //! the table held everything: python3's 4.9 M live blocks took 532 MiB of
 //! tables, each page of which the report faulted in.
 
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 
 
+use super::dheap::DHeap;
 use super::live::LiveMap;
 
 use serde::{Deserialize, Serialize};
@@ -54,7 +55,7 @@ struct Region {
     last_end: u64,
     /// Objects placed here, by end; entries of freed objects stay until they
     /// reach the top or the heap is compacted.
-    ends: BinaryHeap<End>,
+    ends: DHeap<End>,
     /// Entries not yet in `ends` (moved there when the last object is freed).
     pending: Vec<End>,
     /// `frag_fixed(start)` as last counted in `ShadowHeap::sum_frag`.
@@ -73,7 +74,7 @@ impl Region {
             live_bytes: 0,
             live_count: 0,
             last_end: 0,
-            ends: BinaryHeap::new(),
+            ends: DHeap::new(),
             pending: Vec::new(),
             frag: 0,
             dirty: false,
@@ -849,7 +850,7 @@ fn compact(r: &mut Region, blocks: &[Block]) {
     let mut live = std::mem::take(&mut r.ends).into_vec();
     live.append(&mut r.pending);
     live.retain(|e| is_valid(e, blocks));
-    r.ends = BinaryHeap::from(live);
+    r.ends = DHeap::from_vec(live);
 }
 
 /// End of the last live object of `r`, dropping stale entries on the way.
@@ -861,16 +862,9 @@ fn top_end(r: &mut Region, blocks: &[Block]) -> u64 {
         // merge and a pop (malloc-test: every free; 200 instructions each).
         r.pending.retain(|e| is_valid(e, blocks));
     }
-    if !r.pending.is_empty() {
-        // Heap-building a batch is linear; pushing each one may sift it to the top.
-        let mut batch = BinaryHeap::from(std::mem::take(&mut r.pending));
-        r.ends.append(&mut batch);
-        // `append` leaves one of the two buffers empty with its capacity:
-        // kept as the next batch's, not allocated anew for every last-object
-        // free (malloc-test: an allocation and a free for every free).
-        r.pending = batch.into_vec();
-        r.pending.clear();
-    }
+    // `pending` keeps its buffer for the next batch: not allocated anew
+    // for every last-object free (malloc-test: one for every free).
+    r.ends.append(&mut r.pending);
     while let Some(e) = r.ends.peek() {
         if is_valid(e, blocks) {
             return e.end;
