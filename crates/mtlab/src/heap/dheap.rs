@@ -52,6 +52,11 @@ impl<T: Ord + Copy> DHeap<T> {
         self.v.first()
     }
 
+    /// The entries that can be the top after a `pop`: the top's children.
+    pub fn next_tops(&self) -> &[T] {
+        &self.v[1.min(self.v.len())..(D + 1).min(self.v.len())]
+    }
+
     /// The entries in no particular order.
     pub fn iter(&self) -> std::slice::Iter<'_, T> {
         self.v.iter()
