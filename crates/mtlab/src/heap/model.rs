@@ -110,9 +110,6 @@ const NO_REGION: u32 = u32::MAX;
 const SPARE_BUFFERS: usize = 64;
 const SPARE_CAPACITY: usize = 64;
 
-/// Slab slots (1 MiB) from which the slab is kept in huge pages.
-const LARGE_BLOCKS: usize = 1 << 16;
-
 /// Fragmentation 1.0 in the fixed-point form of `frag_fixed`.
 const FRAG_ONE: f64 = (1u64 << 52) as f64;
 
@@ -410,23 +407,12 @@ impl ShadowHeap {
     #[inline(always)]
     fn new_slot(&mut self) -> u32 {
         self.free_slots.pop().unwrap_or_else(|| {
-            if self.blocks.len() == self.blocks.capacity() && self.blocks.len() >= LARGE_BLOCKS {
-                self.grow_blocks();
-            }
+            // A free reads its entry at a random slot: in 4 KiB pages, a TLB
+            // miss too.
+            crate::platform::huge_pages::reserve(&mut self.blocks, 1);
             self.blocks.push(Block::default());
             (self.blocks.len() - 1) as u32
         })
-    }
-
-    /// Doubles a large slab into memory advised for huge pages (a free
-    /// reads its entry at a random slot: with 4 KiB pages, a TLB miss too).
-    /// A copy, not `realloc`: that moves the old 4 KiB pages as they are.
-    #[inline(never)]
-    fn grow_blocks(&mut self) {
-        let mut bigger = Vec::with_capacity(2 * self.blocks.capacity());
-        crate::platform::huge_pages::advise(bigger.spare_capacity_mut());
-        bigger.extend_from_slice(&self.blocks);
-        self.blocks = bigger;
     }
 
     /// Starts loading what an allocation or free of `addr` will read.

@@ -5,6 +5,35 @@
 //! and in a virtual machine a page walk goes through two sets of tables. The
 //! host's transparent huge pages are often `madvise` only, so a table asks.
 
+/// Bytes of a vector from which `reserve` grows it into huge pages.
+const LARGE_BYTES: usize = 1 << 20;
+
+/// Makes room for `additional` more entries in `v`. Once it holds a MiB or
+/// more, a full vector doubles into memory advised for huge pages: the
+/// replay reads its large vectors at random (the slab of blocks) or fills
+/// them by the hundred MiB (a program's millions of call paths: 40 K page
+/// faults for its sites' counters alone). The entries are moved, not
+/// `realloc`ed: that would keep the old 4 KiB pages.
+#[inline]
+pub fn reserve<T>(v: &mut Vec<T>, additional: usize) {
+    if v.capacity() - v.len() >= additional {
+        return;
+    }
+    if std::mem::size_of_val(v.as_slice()) < LARGE_BYTES {
+        v.reserve(additional);
+        return;
+    }
+    grow(v, additional);
+}
+
+#[inline(never)]
+fn grow<T>(v: &mut Vec<T>, additional: usize) {
+    let mut bigger = Vec::with_capacity((2 * v.capacity()).max(v.len() + additional));
+    advise(bigger.spare_capacity_mut());
+    bigger.append(v);
+    *v = bigger;
+}
+
 /// Advises huge pages for the memory of `table` (best effort: nothing
 /// happens where transparent huge pages are off, or the range holds no
 /// aligned 2 MiB). Call it before the pages are first touched.
