@@ -110,6 +110,9 @@ const NO_REGION: u32 = u32::MAX;
 const SPARE_BUFFERS: usize = 64;
 const SPARE_CAPACITY: usize = 64;
 
+/// Slab bytes (64 K blocks) from which the slab is kept in huge pages.
+const LARGE_SLAB: usize = 1 << 20;
+
 /// Fragmentation 1.0 in the fixed-point form of `frag_fixed`.
 const FRAG_ONE: f64 = (1u64 << 52) as f64;
 
@@ -409,7 +412,7 @@ impl ShadowHeap {
         self.free_slots.pop().unwrap_or_else(|| {
             // A free reads its entry at a random slot: in 4 KiB pages, a TLB
             // miss too.
-            crate::platform::huge_pages::reserve(&mut self.blocks, 1);
+            crate::platform::huge_pages::reserve(&mut self.blocks, 1, LARGE_SLAB);
             self.blocks.push(Block::default());
             (self.blocks.len() - 1) as u32
         })

@@ -62,7 +62,8 @@ impl StackTable {
     /// Defines stack `id` (a later definition of the same id replaces it).
     pub fn insert(&mut self, id: u32, pcs: &[u64]) {
         let r = StackRef { start: self.pcs.len(), len: pcs.len() as u32 };
-        crate::platform::huge_pages::reserve(&mut self.pcs, pcs.len());
+        use crate::platform::huge_pages::{reserve, FILLED_FROM};
+        reserve(&mut self.pcs, pcs.len(), FILLED_FROM);
         self.pcs.extend_from_slice(pcs);
         let old = self.put(id, r);
         self.redefined |= old.is_some();
