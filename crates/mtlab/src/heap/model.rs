@@ -103,6 +103,9 @@ fn frag_fixed(span: u64, live: u64) -> u64 {
     (span.saturating_sub(live) as i64 as f64 / span as i64 as f64 * FRAG_ONE) as i64 as u64
 }
 
+/// Entries of `ShadowHeap::region_cache`.
+const REGION_CACHE: usize = 1024;
+
 /// `ShadowHeap::last_region`'s index for a gap between regions.
 const NO_REGION: u32 = u32::MAX;
 
@@ -306,11 +309,23 @@ pub struct ShadowHeap {
     /// The region found by the last lookup (start, end, index in `slab`);
     /// (0, 0, _) when none.
     last_region: std::cell::Cell<(u64, u64, u32)>,
+    /// Regions found by lookups, (start, end, index in `slab`), by the
+    /// address's 128 KiB window (`cache_slot`): right while that slab slot
+    /// still holds a region of that start and end (checked on each use, so
+    /// never invalidated). Lookups that alternate between regions — the
+    /// arenas of a multithreaded program, blocks that are their own
+    /// mappings — each searched the tree.
+    region_cache: Vec<std::cell::Cell<(u64, u64, u32)>>,
 }
 
 impl ShadowHeap {
     pub fn new(brk_start: u64) -> Self {
-        ShadowHeap { brk_start, ..Default::default() }
+        ShadowHeap { brk_start, region_cache: vec![Default::default(); REGION_CACHE], ..Default::default() }
+    }
+
+    #[inline(always)]
+    fn cache_slot(addr: u64) -> usize {
+        (addr >> 17) as usize & (REGION_CACHE - 1)
     }
 
     #[inline(always)]
@@ -319,11 +334,21 @@ impl ShadowHeap {
         if addr >= start && addr < end {
             return (i != NO_REGION).then_some(i);
         }
+        let cached = self.region_cache.get(Self::cache_slot(addr));
+        if let Some((start, end, i)) = cached.map(|c| c.get()) {
+            if addr >= start && addr < end && self.slab.get(i as usize).is_some_and(|r| (r.start, r.end) == (start, end)) {
+                self.last_region.set((start, end, i));
+                return Some(i);
+            }
+        }
         let before = self.regions.range(..=addr).next_back();
         if let Some((&start, &i)) = before {
             let end = self.slab[i as usize].end;
             if addr < end {
                 self.last_region.set((start, end, i));
+                if let Some(c) = cached {
+                    c.set((start, end, i));
+                }
                 return Some(i);
             }
         }
@@ -357,6 +382,10 @@ impl ShadowHeap {
         // The next lookup is most likely of a block in it (an mmapped chunk
         // is mapped, then allocated in); a cached gap it overlaps is gone.
         self.last_region.set((start, end, i));
+        // And a later one of a block at its start (that chunk's free).
+        if let Some(c) = self.region_cache.get(Self::cache_slot(start)) {
+            c.set((start, end, i));
+        }
     }
 
     /// Takes the region starting at `start` out of the index and the slab.
