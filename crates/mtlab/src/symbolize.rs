@@ -189,17 +189,39 @@ impl CodeRanges {
     }
 
     pub fn contains(&self, pc: u64) -> bool {
+        self.range_of(pc).is_some()
+    }
+
+    /// The range holding `pc`.
+    fn range_of(&self, pc: u64) -> Option<(u64, u64)> {
         let i = self.ranges.partition_point(|&(_, hi)| hi <= pc);
-        self.ranges.get(i).is_some_and(|&(lo, _)| lo <= pc)
+        self.ranges.get(i).copied().filter(|&(lo, _)| lo <= pc)
     }
 
     /// `pcs` up to (not including) the first that is not in code; unchanged
     /// when the trace recorded no maps (nothing to check against).
     pub fn cut(&self, mut pcs: Vec<u64>) -> Vec<u64> {
-        if !self.ranges.is_empty() {
-            if let Some(i) = pcs.iter().position(|&pc| !self.contains(pc)) {
-                pcs.truncate(i);
+        if self.ranges.is_empty() {
+            return pcs;
+        }
+        // Most frames are in the module of the frame before: its range is
+        // tried first (a search per frame was 8 % of the report of a
+        // program allocating from half a million call paths).
+        let mut last = (0, 0);
+        let end = pcs.iter().position(|&pc| {
+            if (last.0..last.1).contains(&pc) {
+                return false;
             }
+            match self.range_of(pc) {
+                Some(r) => {
+                    last = r;
+                    false
+                }
+                None => true,
+            }
+        });
+        if let Some(i) = end {
+            pcs.truncate(i);
         }
         pcs
     }
@@ -1069,6 +1091,9 @@ zzzz-1000 r-xp 00000000 00:00 0 /bad/hex
         assert!(code.contains(0x400000) && code.contains(0x400fff) && !code.contains(0x401000));
         assert_eq!(code.cut(vec![0x400010, 0x7f0000000100, 0x500010, 0x400020]), vec![0x400010, 0x7f0000000100]);
         assert_eq!(code.cut(vec![0x324f2d006363672f]), Vec::<u64>::new(), "text read as an address");
+        // Frames in the module of the frame before, then one just past it.
+        assert_eq!(code.cut(vec![0x400010, 0x400ff0, 0x400000, 0x401000, 0x400020]), vec![0x400010, 0x400ff0, 0x400000]);
+        assert_eq!(code.cut(vec![0x7f0000000fff, 0x7f0000001000]), vec![0x7f0000000fff]);
         assert_eq!(CodeRanges::default().cut(vec![1, 2]), vec![1, 2], "no maps: nothing to check");
     }
 
