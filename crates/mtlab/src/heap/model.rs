@@ -23,10 +23,10 @@
 //! the table held everything: python3's 4.9 M live blocks took 532 MiB of
 //! tables, each page of which the report faulted in.
 
-use std::collections::BTreeMap;
 
 
 use super::dheap::DHeap;
+use super::region_index::RegionIndex;
 use super::live::LiveMap;
 
 use serde::{Deserialize, Serialize};
@@ -276,7 +276,7 @@ pub struct ShadowHeap {
     /// Regions by start: their index in `slab`, where they live so that a
     /// lookup's result (`last_region`) leads to the region itself without
     /// a second search of the tree.
-    regions: BTreeMap<u64, u32>,
+    regions: RegionIndex,
     slab: Vec<Region>,
     free_regions: Vec<u32>,
     /// Emptied buffers of regions that are gone, for new ones' `pending`.
@@ -341,8 +341,8 @@ impl ShadowHeap {
                 return Some(i);
             }
         }
-        let before = self.regions.range(..=addr).next_back();
-        if let Some((&start, &i)) = before {
+        let before = self.regions.at_or_before(addr);
+        if let Some((start, i)) = before {
             let end = self.slab[i as usize].end;
             if addr < end {
                 self.last_region.set((start, end, i));
@@ -354,15 +354,15 @@ impl ShadowHeap {
         }
         // In no region: the gap around `addr` is remembered too, so that
         // the blocks of a chunk mapped before tracing are not each a search.
-        let gap_start = before.map_or(0, |(_, &i)| self.slab[i as usize].end);
-        let gap_end = self.regions.range(addr..).next().map_or(u64::MAX, |(&s, _)| s);
+        let gap_start = before.map_or(0, |(_, i)| self.slab[i as usize].end);
+        let gap_end = self.regions.at_or_after(addr).map_or(u64::MAX, |(s, _)| s);
         self.last_region.set((gap_start, gap_end, NO_REGION));
         None
     }
 
     /// The region starting at `start`.
     fn region(&self, start: u64) -> Option<&Region> {
-        self.regions.get(&start).map(|&i| &self.slab[i as usize])
+        self.regions.get(start).map(|i| &self.slab[i as usize])
     }
 
     /// Puts `r` in a free slot of the slab and indexes it by its start.
@@ -390,7 +390,7 @@ impl ShadowHeap {
 
     /// Takes the region starting at `start` out of the index and the slab.
     fn remove_region(&mut self, start: u64) -> Option<Region> {
-        let i = self.regions.remove(&start)?;
+        let i = self.regions.remove(start)?;
         self.free_regions.push(i);
         // The vacant slot is not dirty: `settle_frag` skips it.
         Some(std::mem::replace(&mut self.slab[i as usize], Region::vacant()))
@@ -653,7 +653,7 @@ impl ShadowHeap {
         // Whatever the grown part overlaps is replaced, as the kernel would.
         self.unmap(old_end, end);
         let grow = end - old_end;
-        let Some(&i) = self.regions.get(&start) else { return };
+        let Some(i) = self.regions.get(start) else { return };
         let r = &mut self.slab[i as usize];
         r.end = end;
         let kind = r.kind;
@@ -683,16 +683,16 @@ impl ShadowHeap {
         // Regions are disjoint and sorted: the last one starting before
         // `end` overlaps the range unless it ends by `start`, and then no
         // other does (a new mapping, most often: one search, not two).
-        let last = self.regions.range(..end).next_back();
-        let Some(last_start) = last.filter(|(_, &i)| self.slab[i as usize].end > start).map(|(&s, _)| s) else { return };
+        let last = self.regions.before(end);
+        let Some(last_start) = last.filter(|&(_, i)| self.slab[i as usize].end > start).map(|(s, _)| s) else { return };
         if last_start == start {
             // The only region touched (none before it reaches `start`): a
             // freed chunk's own mapping, most often.
             self.unmap_from(start, start, end);
             return;
         }
-        let first = self.regions.range(..start).next_back().filter(|(_, &i)| self.slab[i as usize].end > start).map(|(&s, _)| s);
-        let touched: Vec<u64> = first.into_iter().chain(self.regions.range(start..end).map(|(&s, _)| s)).collect();
+        let first = self.regions.before(start).filter(|&(_, i)| self.slab[i as usize].end > start).map(|(s, _)| s);
+        let touched: Vec<u64> = first.into_iter().chain(self.regions.starts_in(start, end)).collect();
         for s in touched {
             self.unmap_from(s, start, end);
         }
@@ -752,7 +752,7 @@ impl ShadowHeap {
     /// piece that is left, moving every live block out and back in: with a
     /// million of them, 12 ms a trim.
     fn cut_free_tail(&mut self, s: u64, start: u64, end: u64) -> bool {
-        let Some(&i) = self.regions.get(&s) else { return false };
+        let Some(i) = self.regions.get(s) else { return false };
         let r = &mut self.slab[i as usize];
         if r.end > end || r.last_end > start {
             return false;
@@ -808,7 +808,7 @@ impl ShadowHeap {
 
     /// Snapshot with mean fragmentation recomputed region by region.
     pub fn exact_snapshot(&self) -> HeapSnapshot {
-        let sum: u128 = self.regions.values().map(|&i| &self.slab[i as usize]).map(|r| r.frag_fixed(r.start) as u128).sum();
+        let sum: u128 = self.regions.iter().map(|(_, i)| &self.slab[i as usize]).map(|r| r.frag_fixed(r.start) as u128).sum();
         self.build(sum)
     }
 
@@ -1066,7 +1066,7 @@ mod tests {
                     assert_eq!(h.free(a).map(|o| o.size), live.remove(&a), "free {a:#x} at step {i}");
                 }
             }
-            let in_region = |a: u64| h.regions.range(..=a).next_back().is_some_and(|(_, &r)| a < h.slab[r as usize].end);
+            let in_region = |a: u64| h.regions.at_or_before(a).is_some_and(|(_, r)| a < h.slab[r as usize].end);
             let mut want: Vec<u64> = live.keys().copied().filter(|&a| !in_region(a)).collect();
             let mut got = h.unplaced_addrs();
             want.sort();
@@ -1109,12 +1109,12 @@ mod tests {
                 continue;
             }
             h.settle_frag();
-            for (&s, &i) in &h.regions {
+            for (s, i) in h.regions.iter() {
                 let r = &h.slab[i as usize];
                 assert!(!r.dirty);
                 assert_eq!(r.frag, r.frag_fixed(s), "region {s:#x} after event {i}");
             }
-            let fresh: u128 = h.regions.values().map(|&i| &h.slab[i as usize]).map(|r| r.frag_fixed(r.start) as u128).sum();
+            let fresh: u128 = h.regions.iter().map(|(_, i)| &h.slab[i as usize]).map(|r| r.frag_fixed(r.start) as u128).sum();
             assert_eq!(h.sum_frag, fresh, "after event {i}");
             assert_eq!(h.snapshot().fragmentation, h.exact_snapshot().fragmentation, "after event {i}");
         }
@@ -1207,7 +1207,7 @@ mod tests {
                     }
                 }
                 // regions equal
-                let got_regs: Vec<(u64, u64, RegionKind)> = h.regions.iter().map(|(&s, &i)| { let r = &h.slab[i as usize]; assert_eq!(r.start, s); (s, r.end, r.kind) }).collect();
+                let got_regs: Vec<(u64, u64, RegionKind)> = h.regions.iter().map(|(s, i)| { let r = &h.slab[i as usize]; assert_eq!(r.start, s); (s, r.end, r.kind) }).collect();
                 let want_regs: Vec<(u64, u64, RegionKind)> = regs.iter().map(|(&s, &(e, k))| (s, e, k)).collect();
                 assert_eq!(got_regs, want_regs, "seed {seed} step {step} regions");
                 // region_of via cache, probing several addresses
@@ -1226,7 +1226,7 @@ mod tests {
                     }
                 }
                 let (mut span, mut rlive) = (0u64, 0u64);
-                for (&s, &i) in &h.regions {
+                for (s, i) in h.regions.iter() {
                     let r = &h.slab[i as usize];
                     let w = per.get(&s).copied().unwrap_or((0, 0, s));
                     assert_eq!((r.live_bytes, r.live_count, r.last_end), w, "seed {seed} step {step} region {s:#x}");
