@@ -604,13 +604,24 @@ impl Sites {
         std::mem::size_of_val(self.table.as_slice()) + std::mem::size_of_val(self.acc.as_slice()) >= 8 << 20
     }
 
-    /// (accumulator, frames) of every site whose stack is defined.
+    /// (accumulator, frames) of every site whose stack was defined when the
+    /// site was met (by id when an id was defined twice).
     fn with_frames<'s>(&'s self, stacks: &'s StackTable) -> impl Iterator<Item = (&'s SiteAcc, &'s [u64])> {
         let by_ref = !stacks.redefined();
         self.stacks.iter().zip(&self.acc).zip(&self.frames).filter_map(move |((&id, acc), r)| {
             let frames = if by_ref { r.map(|r| stacks.frames(r)) } else { stacks.get(id) };
             frames.map(|f| (acc, f))
         })
+    }
+
+    /// The frames of site `i`: through the reference it kept, else by id
+    /// (an id defined twice, or defined after the site was met — another
+    /// thread's definition merged later).
+    fn frames_of<'s>(&'s self, i: usize, stacks: &'s StackTable) -> Option<&'s [u64]> {
+        match self.frames[i] {
+            Some(r) if !stacks.redefined() => Some(stacks.frames(r)),
+            _ => stacks.get(self.stacks[i]),
+        }
     }
 
     /// (stack id, accumulator) of every site.
@@ -980,11 +991,14 @@ const DEEP: usize = 8;
 fn feed(items: &mut Items, pass: &mut Pass<'_>, code: &CodeRanges, last_tsc: &mut u64, mut also: impl FnMut(&Event)) {
     let mut ahead: [Option<Event>; AHEAD] = Default::default();
     let mut next = 0;
-    let mut replay = |ev: &Event, pass: &mut Pass<'_>| {
+    // A function, not a closure: a closure's inlining is LLVM's choice,
+    // and a call per event cost eight threads' report 15 %.
+    #[inline(always)]
+    fn replay_one(ev: &Event, pass: &mut Pass<'_>, last_tsc: &mut u64, also: &mut impl FnMut(&Event)) {
         *last_tsc = ev.tsc;
         pass.event(ev);
         also(ev);
-    };
+    }
     // The table never shrinks: once large, always large.
     let mut large = false;
     while let Some(item) = items.next_ref() {
@@ -993,14 +1007,14 @@ fn feed(items: &mut Items, pass: &mut Pass<'_>, code: &CodeRanges, last_tsc: &mu
                 pass.stacks.insert(id, &code.cut(pcs));
             }
             ItemRef::Event(ev) if !large => {
-                replay(ev, pass);
+                replay_one(ev, pass, last_tsc, &mut also);
                 large = pass.heap.is_large() || pass.sites.is_large();
             }
             ItemRef::Event(ev) => {
                 pass.prefetch(ev);
                 let slot = &mut ahead[next];
                 if let Some(old) = slot {
-                    replay(old, pass);
+                    replay_one(old, pass, last_tsc, &mut also);
                 }
                 *slot = Some(ev.clone());
                 if let Some(deep) = &ahead[(next + DEEP) % AHEAD] {
@@ -1012,7 +1026,7 @@ fn feed(items: &mut Items, pass: &mut Pass<'_>, code: &CodeRanges, last_tsc: &mu
     }
     for i in 0..AHEAD {
         if let Some(ev) = &ahead[(next + i) % AHEAD] {
-            replay(ev, pass);
+            replay_one(ev, pass, last_tsc, &mut also);
         }
     }
 }
@@ -1105,7 +1119,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
     let mut symbols = Symbols::new(&maps, recorded_until(trace, last_tsc));
     let top = opts.top;
     let gen = pass.peak_gen;
-    let site_report = |id: u32, acc: &SiteAcc, symbols: &mut Symbols, stacks: &StackTable| SiteReport {
+    let site_report = |i: usize, id: u32, acc: &SiteAcc, symbols: &mut Symbols, pass: &Pass| SiteReport {
         stack_id: id,
         calls: acc.calls,
         bytes: acc.bytes,
@@ -1114,10 +1128,10 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         peak_live_objects: compact_quantum.is_none().then(|| acc.at_peak(gen).0),
         peak_live_bytes: compact_quantum.is_none().then(|| acc.at_peak(gen).1),
         temporary: acc.temporary,
-        frames: stacks.get(id).map(|pcs| symbols.site_frames(id, pcs)).unwrap_or_default(),
+        frames: pass.sites.frames_of(i, &pass.stacks).map(|pcs| symbols.site_frames(id, pcs)).unwrap_or_default(),
     };
     let sites: Vec<(u32, SiteAcc)> = pass.sites.iter().map(|(k, &v)| (k, v)).collect();
-    let report = |i: usize, symbols: &mut Symbols| site_report(sites[i].0, &sites[i].1, symbols, &pass.stacks);
+    let report = |i: usize, symbols: &mut Symbols| site_report(i, sites[i].0, &sites[i].1, symbols, &pass);
     let by_bytes = top_by(&sites, top, |_| true, |a| a.bytes).into_iter().map(|i| report(i, &mut symbols)).collect();
     let by_calls = top_by(&sites, top, |_| true, |a| a.calls).into_iter().map(|i| report(i, &mut symbols)).collect();
     let at_peak = if compact_quantum.is_some() {

@@ -1,40 +1,65 @@
 //! The call stacks a trace defines, by id, as a report keeps them.
 
-use rustc_hash::FxHashMap;
+use std::cell::{RefCell, RefMut};
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 /// Stacks by id, their frames end to end in one vector: a vector of its own
 /// per stack cost an allocation and 40 bytes of bookkeeping each, and made
 /// the table by id four times larger (a program allocating from half a
 /// million distinct call paths: a fifth of its report's time went to
 /// looking stacks up in it).
+///
+/// Definitions are appended in order and the index by id is built only when
+/// a lookup needs it: a replay looks up a stack when a new site meets it,
+/// just after its definition (found among the last few), and a report reads
+/// its sites' stacks through the `StackRef`s they kept. Indexing every
+/// definition as it came — a random write into a map or an array of 2^22
+/// per stack — was 12 % of the report of a program with half a million.
 #[derive(Default, Debug)]
 pub struct StackTable {
+    pcs: Vec<u64>,
+    /// Every definition, in order.
+    defs: Vec<(u32, StackRef)>,
+    /// Ids below `DENSE_IDS` defined so far, a bit each (512 KiB at most:
+    /// the caches hold it, where they do not hold an index by id).
+    seen: Vec<u64>,
+    /// Larger ids defined so far (traces of other makers).
+    seen_sparse: FxHashSet<u32>,
+    /// Ids defined.
+    len: usize,
+    /// Whether some id was defined twice (a `StackRef` taken before the
+    /// second definition then names the first).
+    redefined: bool,
+    index: RefCell<Index>,
+}
+
+/// Where the frames of each id are, built from `StackTable::defs`.
+#[derive(Default, Debug)]
+struct Index {
+    /// Definitions taken in so far.
+    done: usize,
     /// id → where its frames are: all while they are few, then those that
     /// `dense` cannot hold.
     map: FxHashMap<u32, StackRef>,
     /// From `DENSE_FROM` stacks on, where the frames of each id below
     /// `DENSE_IDS` are, by id (`pack`ed, 0 where none). mtlab's tracer
-    /// numbers stacks by their slot in a table of 2^21: a program allocating
-    /// from millions of call paths spent 8 % of its report inserting them
-    /// into the map. Not from the start: the ids are spread over the whole
-    /// range, so a few thousand of them touch every page of it (cc1's
-    /// report: 15 MiB more).
+    /// numbers stacks by their slot in a table of 2^21. Not from the start:
+    /// the ids are spread over the whole range, so a few thousand of them
+    /// touch every page of it (cc1's report: 15 MiB more).
     dense: Vec<u64>,
-    /// Ids defined.
-    len: usize,
-    pcs: Vec<u64>,
-    /// Whether some id was defined twice (a `StackRef` taken before the
-    /// second definition then names the first).
-    redefined: bool,
 }
 
-/// Stacks from which `StackTable` keeps them by id in `dense` (a map of this
+/// Stacks from which `Index` keeps them by id in `dense` (a map of this
 /// many takes about as much memory as the array).
 const DENSE_FROM: usize = 1 << 18;
 
-/// Ids below this go in `StackTable::dense` (32 MiB of address space,
-/// pages touched as ids fall in them).
+/// Ids below this go in `Index::dense` (32 MiB of address space, pages
+/// touched as ids fall in them) and in `StackTable::seen`.
 const DENSE_IDS: usize = 1 << 22;
+
+/// Definitions a lookup looks back through before it asks the index.
+const RECENT: usize = 8;
 
 /// Where one stack's frames are in its table: kept by whoever meets the
 /// stack when its definition is still in the cache, to read it later in
@@ -65,39 +90,31 @@ impl StackTable {
         use crate::platform::huge_pages::{reserve, FILLED_FROM};
         reserve(&mut self.pcs, pcs.len(), FILLED_FROM);
         self.pcs.extend_from_slice(pcs);
-        let old = self.put(id, r);
-        self.redefined |= old.is_some();
-        self.len += old.is_none() as usize;
-        if self.dense.is_empty() && self.len >= DENSE_FROM {
-            self.densify();
-        }
-    }
-
-    /// Files `r` as the frames of `id`; returns what it replaces.
-    fn put(&mut self, id: u32, r: StackRef) -> Option<StackRef> {
-        let Some(slot) = self.dense.get_mut(id as usize) else { return self.map.insert(id, r) };
-        let old = StackRef::unpack(std::mem::take(slot));
-        match r.pack() {
-            Some(v) => *slot = v,
-            // Frames past 2^32: the map holds it.
-            None => return self.map.insert(id, r).or(old),
-        }
-        old.or_else(|| self.map.remove(&id))
-    }
-
-    /// Moves the stacks whose ids `dense` takes there from the map.
-    #[cold]
-    fn densify(&mut self) {
-        // Zeroed memory: pages no id falls in are never touched.
-        let mut dense = vec![0u64; DENSE_IDS];
-        self.map.retain(|&id, r| match (dense.get_mut(id as usize), r.pack()) {
-            (Some(slot), Some(v)) => {
-                *slot = v;
-                false
+        self.defs.push((id, r));
+        let new = if (id as usize) < DENSE_IDS {
+            if self.seen.is_empty() {
+                // Zeroed memory: pages no id falls in are never touched.
+                self.seen = vec![0; DENSE_IDS / 64];
             }
-            _ => true,
-        });
-        self.dense = dense;
+            let (word, bit) = (id as usize / 64, 1u64 << (id % 64));
+            let new = self.seen[word] & bit == 0;
+            self.seen[word] |= bit;
+            new
+        } else {
+            self.seen_sparse.insert(id)
+        };
+        self.redefined |= !new;
+        self.len += new as usize;
+    }
+
+    /// The index, with every definition taken in.
+    fn index(&self) -> RefMut<'_, Index> {
+        let mut index = self.index.borrow_mut();
+        for &(id, r) in &self.defs[index.done..] {
+            index.put(id, r);
+        }
+        index.done = self.defs.len();
+        index
     }
 
     /// The frames of stack `id`, innermost first.
@@ -107,10 +124,12 @@ impl StackTable {
 
     /// Where the frames of stack `id` are.
     pub fn find(&self, id: u32) -> Option<StackRef> {
-        match self.dense.get(id as usize) {
-            Some(&v) if v != 0 => StackRef::unpack(v),
-            _ => self.map.get(&id).copied(),
+        // The latest definitions first: a new site's stack was most often
+        // defined just before the allocation that made it.
+        if let Some(&(_, r)) = self.defs.iter().rev().take(RECENT).find(|d| d.0 == id) {
+            return Some(r);
         }
+        self.index().find(id)
     }
 
     /// The frames at `r`, a `find` of this table.
@@ -130,6 +149,55 @@ impl StackTable {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+}
+
+impl Index {
+    /// Files `r` as the frames of `id`, replacing what was there.
+    fn put(&mut self, id: u32, r: StackRef) {
+        if self.dense.is_empty() && self.map.len() >= DENSE_FROM {
+            self.densify();
+        }
+        let Some(slot) = self.dense.get_mut(id as usize) else {
+            self.map.insert(id, r);
+            return;
+        };
+        match r.pack() {
+            Some(v) => {
+                *slot = v;
+                // An earlier definition whose frames were past 2^32.
+                if !self.map.is_empty() {
+                    self.map.remove(&id);
+                }
+            }
+            // Frames past 2^32: the map holds it.
+            None => {
+                *slot = 0;
+                self.map.insert(id, r);
+            }
+        }
+    }
+
+    /// Moves the stacks whose ids `dense` takes there from the map.
+    #[cold]
+    fn densify(&mut self) {
+        // Zeroed memory: pages no id falls in are never touched.
+        let mut dense = vec![0u64; DENSE_IDS];
+        self.map.retain(|&id, r| match (dense.get_mut(id as usize), r.pack()) {
+            (Some(slot), Some(v)) => {
+                *slot = v;
+                false
+            }
+            _ => true,
+        });
+        self.dense = dense;
+    }
+
+    fn find(&self, id: u32) -> Option<StackRef> {
+        match self.dense.get(id as usize) {
+            Some(&v) if v != 0 => StackRef::unpack(v),
+            _ => self.map.get(&id).copied(),
+        }
     }
 }
 
@@ -171,8 +239,15 @@ mod tests {
             let pcs: Vec<u64> = (0..x % 5).map(|k| n * 8 + k).collect();
             t.insert(id, &pcs);
             model.insert(id, pcs);
+            // Lookups between definitions: of the latest (found among the
+            // recent ones), and of any id (the index catches up).
+            assert_eq!(t.get(id), model.get(&id).map(|v| &v[..]));
+            if n % 1000 == 0 {
+                let any = (x >> 20) as u32 % (1 << 21);
+                assert_eq!(t.get(any), model.get(&any).map(|v| &v[..]), "id {any} after {n} definitions");
+            }
         }
-        assert!(!t.dense.is_empty(), "switched to the dense index");
+        assert!(!t.index.borrow().dense.is_empty(), "switched to the dense index");
         assert_eq!(t.len(), model.len());
         assert!(t.redefined());
         for (&id, pcs) in &model {
