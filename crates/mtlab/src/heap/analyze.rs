@@ -573,10 +573,6 @@ impl Sites {
     #[inline(never)]
     fn add(&mut self, stack: u32, slot: usize, stacks: &StackTable) -> u32 {
         let idx = self.acc.len() as u32;
-        use crate::platform::huge_pages::{reserve, FILLED_FROM};
-        reserve(&mut self.stacks, 1, FILLED_FROM);
-        reserve(&mut self.frames, 1, FILLED_FROM);
-        reserve(&mut self.acc, 1, FILLED_FROM);
         self.stacks.push(stack);
         self.frames.push(stacks.find(stack));
         self.acc.push(SiteAcc::default());

@@ -5,18 +5,11 @@
 //! and in a virtual machine a page walk goes through two sets of tables. The
 //! host's transparent huge pages are often `madvise` only, so a table asks.
 
-/// Vectors filled once from end to end, by the hundred MiB (the sites of a
-/// program with millions of call paths): `reserve` grows them into huge
-/// pages from this size. Below, the rounding up to 2 MiB pages costs more
-/// memory than the faults it saves (cc1's report: +3.5 MiB from 1 MiB on).
-pub const FILLED_FROM: usize = 8 << 20;
-
-/// Makes room for `additional` more entries in `v`. Once it holds
-/// `from_bytes` or more, a full vector doubles into memory advised for
-/// huge pages: the replay reads some large vectors at random (the slab of
-/// blocks) and fills others by the hundred MiB (40 K page faults for the
-/// site counters of a program with millions of call paths). The entries
-/// are moved, not `realloc`ed: that would keep the old 4 KiB pages.
+/// Makes room for `additional` more entries in `v`, a vector read at
+/// random (the slab of blocks). Once it holds `from_bytes` or more, a full
+/// vector doubles into memory advised for huge pages, every page of it:
+/// the entries are moved, not `realloc`ed, which would keep the old 4 KiB
+/// pages. The move holds both copies for a moment.
 #[inline]
 pub fn reserve<T>(v: &mut Vec<T>, additional: usize, from_bytes: usize) {
     if v.capacity() - v.len() >= additional {
