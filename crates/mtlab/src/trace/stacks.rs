@@ -115,7 +115,7 @@ pub struct StackRef {
 }
 
 impl StackRef {
-    /// As `StackTable::dense` holds it: never 0.
+    /// As `Index::dense` holds it: never 0.
     fn pack(self) -> Option<u64> {
         let start = u32::try_from(self.start).ok()?;
         let len = self.len.checked_add(1)?;
