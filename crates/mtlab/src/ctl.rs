@@ -297,7 +297,7 @@ pub fn traced_pid(pid: u32) -> u32 {
 
 /// Where `ctl dump` writes by default.
 pub fn default_dump_path(pid: u32) -> PathBuf {
-    PathBuf::from(format!("mtlab.{pid}.heap.pb.gz"))
+    crate::platform::names::default_dump(pid)
 }
 
 /// How long `ctl dump` waits for the heap manager's figures after the flush:

@@ -3,6 +3,8 @@
 
 pub mod huge_pages;
 pub mod interrupt;
+pub mod names;
 pub mod process;
+pub mod safe_fs;
 pub mod shared_page;
 pub mod tsc;

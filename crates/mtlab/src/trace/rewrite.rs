@@ -18,14 +18,13 @@ pub(crate) struct TempGuard(pub(crate) Option<PathBuf>);
 /// renamed over it: `.NAME.WHAT-PID` in the same directory (so the rename
 /// stays within one file system), removed again unless the guard is disarmed.
 pub(crate) fn temp_beside(dst: &Path, what: &str) -> Result<(File, PathBuf, TempGuard), TraceError> {
-    let dir = match dst.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
-    let tmp_path = dir.join(format!(".{name}.{what}-{}", std::process::id()));
-    let _ = fs::remove_file(&tmp_path);
-    let tmp = OpenOptions::new().write(true).create_new(true).open(&tmp_path).map_err(TraceError::io(&tmp_path))?;
+    let tmp_path = crate::platform::names::temp_beside(dst, what, std::process::id());
+    // Our own leftover of an earlier call only (a pid is reused): another
+    // user's file or link at this name makes the create below fail.
+    if crate::platform::safe_fs::open_owned_regular(&tmp_path, false).is_ok() {
+        let _ = fs::remove_file(&tmp_path);
+    }
+    let tmp = crate::platform::safe_fs::create_new(&tmp_path, 0o600).map_err(TraceError::io(&tmp_path))?;
     let guard = TempGuard(Some(tmp_path.clone()));
     Ok((tmp, tmp_path, guard))
 }

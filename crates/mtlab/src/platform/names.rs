@@ -1,0 +1,68 @@
+//! Every name mtlab creates or reads that another local user can predict,
+//! in one place: the code builds its names here, and the hostile-user test
+//! (`tests/hostile.rs`) plants files, FIFOs and symlinks at each of them.
+//! Keep the list complete: a new predictable name goes here first.
+
+use std::path::{Path, PathBuf};
+
+/// Where the preload library keeps a sampled process's control page
+/// (the C side builds the same name in `native/preload/sampler.c`).
+pub const CTL_PAGE_DIR: &str = "/dev/shm";
+/// The prefix of a control page's file name; the pid follows.
+pub const CTL_PAGE_PREFIX: &str = "mtlab-";
+
+/// `/dev/shm/mtlab-PID`: the sampler's control page of process `pid`.
+pub fn ctl_page(pid: u32) -> PathBuf {
+    Path::new(CTL_PAGE_DIR).join(format!("{CTL_PAGE_PREFIX}{pid}"))
+}
+
+/// `mtlab.PID.heap.pb.gz` in the current directory: where `ctl dump`
+/// writes when no `-o` is given.
+pub fn default_dump(pid: u32) -> PathBuf {
+    PathBuf::from(format!("mtlab.{pid}.heap.pb.gz"))
+}
+
+/// The directory of the affinity study's journals (a tmpfs, cleared at boot).
+pub const AFFINITY_JOURNALS: &str = "/run/mtlab/affinity";
+
+/// `DIR/PID.json`: the affinity journal of run `pid`.
+pub fn affinity_journal(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(format!("{pid}.json"))
+}
+
+/// `ROOT.PID` (`.N` for the N-th image of one pid): the trace of a process
+/// the traced program started, beside the root trace (the C side builds the
+/// same names in `native/preload/writer.c`).
+pub fn child_trace(root: &Path, pid: u32, generation: u32) -> PathBuf {
+    let mut name = root.as_os_str().to_owned();
+    name.push(format!(".{pid}"));
+    if generation > 0 {
+        name.push(format!(".{generation}"));
+    }
+    PathBuf::from(name)
+}
+
+/// `.NAME.WHAT-PID` beside `dst`: a temporary file mtlab process `pid`
+/// writes before renaming it to `dst` (finishing, compacting a trace).
+pub fn temp_beside(dst: &Path, what: &str, pid: u32) -> PathBuf {
+    let dir = match dst.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "trace".into());
+    dir.join(format!(".{name}.{what}-{pid}"))
+}
+
+/// Every predictable name a run of `mtlab record -o ROOT` by process
+/// `mtlab_pid` of program `program_pid` may touch, for the hostile-user test.
+pub fn record_names(root: &Path, mtlab_pid: u32, program_pid: u32) -> Vec<PathBuf> {
+    vec![
+        root.to_path_buf(),
+        child_trace(root, program_pid, 0),
+        child_trace(root, program_pid + 1, 0),
+        child_trace(root, program_pid + 1, 1),
+        temp_beside(root, "finish", mtlab_pid),
+        temp_beside(root, "compact", mtlab_pid),
+        ctl_page(program_pid),
+    ]
+}
