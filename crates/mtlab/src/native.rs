@@ -5,7 +5,10 @@
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use crate::platform::safe_fs;
 
 static PRELOAD: &[u8] = include_bytes!(env!("MTLAB_PRELOAD_SO"));
 static MALLOC_TEST: &[u8] = include_bytes!(env!("MTLAB_MALLOC_TEST"));
@@ -152,46 +155,65 @@ fn fnv1a(data: &[u8]) -> u64 {
     data.iter().fold(0xcbf29ce484222325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100000001b3))
 }
 
-fn cache_root() -> PathBuf {
-    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir).join("mtlab");
+/// Where the native parts are unpacked: `$XDG_CACHE_HOME/mtlab`, else
+/// `~/.cache/mtlab` with the home directory from `$HOME` or, when that is
+/// unset (a systemd unit, a cron job), from the password database. Never a
+/// shared directory such as /tmp: mtlab runs what it finds there, often as
+/// root.
+fn cache_root() -> Result<PathBuf, UnpackError> {
+    let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
+    if let Some(dir) = std::env::var_os("XDG_CACHE_HOME").and_then(absolute) {
+        return Ok(dir.join("mtlab"));
     }
-    if let Some(home) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(home).join(".cache/mtlab");
-    }
-    // Shared /tmp: only a directory we own and nobody else can write is used
-    // (checked in path()), so no other user can plant a library in it.
-    std::env::temp_dir().join(format!("mtlab-{}", current_uid()))
+    let home = std::env::var_os("HOME").and_then(absolute).or_else(passwd_home);
+    home.map(|h| h.join(".cache/mtlab")).ok_or_else(|| UnpackError {
+        dir: PathBuf::from("~/.cache/mtlab"),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "neither HOME nor XDG_CACHE_HOME is set and this user has no home directory",
+        ),
+    })
 }
 
-/// Creates `dir` (mode 0700 when new) and refuses one another user could write to.
-fn private_dir(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
-    let m = std::fs::metadata(dir)?;
-    if m.uid() != current_uid() || m.mode() & 0o022 != 0 {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            "the directory belongs to another user or others can write to it",
-        ));
+/// The caller's home directory from the password database.
+fn passwd_home() -> Option<PathBuf> {
+    let mut buf = vec![0 as libc::c_char; 16384];
+    let mut pw = std::mem::MaybeUninit::<libc::passwd>::uninit();
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call and buf's length is passed;
+    // on success `out` points into `pw`, whose strings live in `buf`.
+    let rc = unsafe { libc::getpwuid_r(libc::geteuid(), pw.as_mut_ptr(), buf.as_mut_ptr(), buf.len(), &mut out) };
+    if rc != 0 || out.is_null() {
+        return None;
     }
-    Ok(())
+    // SAFETY: getpwuid_r succeeded, so pw_dir is a NUL-terminated string in buf.
+    let dir = unsafe { std::ffi::CStr::from_ptr((*out).pw_dir) };
+    let dir = PathBuf::from(std::ffi::OsStr::from_bytes(dir.to_bytes()));
+    Some(dir).filter(|d| d.is_absolute())
 }
 
-fn current_uid() -> u32 {
-    // SAFETY: getuid has no preconditions and cannot fail.
-    unsafe { libc::getuid() }
+/// The cache directory `name` under the cache root, created 0700 when new,
+/// and checked on every use: each component of it owned by root or the
+/// caller and writable by no one else (`safe_fs::trusted_dir`), so no other
+/// user can swap what the loader opens after the check. Its canonical path.
+fn cache_dir(name: &str) -> Result<PathBuf, UnpackError> {
+    let dir = cache_root()?.join(name);
+    safe_fs::private_dir(&dir).map_err(|source| UnpackError { dir, source })
+}
+
+/// Does `target` hold exactly `bytes`, as a regular file of the caller's?
+fn holds(target: &Path, bytes: &[u8]) -> bool {
+    safe_fs::read_owned_regular(target, bytes.len() as u64 + 1).is_ok_and(|b| b == bytes)
 }
 
 /// Path of `part` on disk, writing it there first if needed.
 pub fn path(part: Part) -> Result<PathBuf, UnpackError> {
     let bytes = part.bytes();
-    let dir = cache_root().join(format!("{}-{:016x}", env!("CARGO_PKG_VERSION"), fnv1a(bytes)));
+    let dir = cache_dir(&format!("{}-{:016x}", env!("CARGO_PKG_VERSION"), fnv1a(bytes)))?;
     let target = dir.join(part.file_name());
-    private_dir(&dir).map_err(|source| UnpackError { dir: dir.clone(), source })?;
     // The whole content is compared, not just the length: a cached copy is
     // used only if it is exactly what this binary carries.
-    if std::fs::read(&target).map(|b| b == bytes).unwrap_or(false) {
+    if holds(&target, bytes) {
         return Ok(target);
     }
     write_atomically(&dir, &target, bytes).map_err(|source| UnpackError { dir: dir.clone(), source })?;
@@ -236,15 +258,14 @@ pub fn build_with(compiler: &Path, part: Part) -> Result<PathBuf, BuildError> {
         key.extend_from_slice(name.as_bytes());
         key.extend_from_slice(text.as_bytes());
     }
-    let dir = cache_root().join(format!("{}-build-{:016x}", env!("CARGO_PKG_VERSION"), fnv1a(&key)));
+    let dir = cache_dir(&format!("{}-build-{:016x}", env!("CARGO_PKG_VERSION"), fnv1a(&key)))?;
     let target = dir.join(part.file_name());
-    if target.exists() {
+    // Only this user could have put it there (cache_dir checked the whole path).
+    if safe_fs::open_owned_regular(&target, false).is_ok() {
         return Ok(target);
     }
     let unpack = |source| UnpackError { dir: dir.clone(), source };
-    private_dir(&dir).map_err(unpack)?;
-    let src = dir.join("src");
-    private_dir(&src).map_err(unpack)?;
+    let src = safe_fs::private_dir(&dir.join("src")).map_err(unpack)?;
     for (name, text) in THREADS_SOURCES {
         std::fs::write(src.join(name), text).map_err(unpack)?;
     }
@@ -279,7 +300,7 @@ fn write_atomically(dir: &Path, target: &Path, bytes: &[u8]) -> std::io::Result<
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(".{}.{}.{n}", target.file_name().unwrap().to_string_lossy(), std::process::id()));
-    let mut f = std::fs::File::create(&tmp)?;
+    let mut f = safe_fs::create_new(&tmp, 0o700)?;
     f.write_all(bytes)?;
     f.set_permissions(std::fs::Permissions::from_mode(0o755))?;
     drop(f);

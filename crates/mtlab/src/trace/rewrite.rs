@@ -2,7 +2,7 @@
 //! beside the trace, the header at this version, verbatim record copies, and
 //! the install over the original.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
