@@ -430,6 +430,9 @@ HIDDEN int mtlab_sys_ftruncate(int fd, uint64_t len);
 HIDDEN long mtlab_sys_read(int fd, void *p, size_t n);
 HIDDEN void mtlab_sys_close(int fd);
 HIDDEN int mtlab_sys_unlink(const char *path);
+/* Every blockable signal blocked, the old mask saved: 1 when done. */
+HIDDEN int mtlab_sys_block_signals(uint64_t *old);
+HIDDEN void mtlab_sys_restore_signals(const uint64_t *old);
 HIDDEN int mtlab_sys_tgkill(uint32_t pid, uint32_t tid, int sig);
 HIDDEN void mtlab_sys_sleep_ns(uint64_t ns); /* never fails the caller; EINTR ends it early */
 HIDDEN uint64_t mtlab_sys_max_rss_kib(void); /* this process's peak RSS so far */

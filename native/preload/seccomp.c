@@ -18,6 +18,7 @@
 #include "internal.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -138,6 +139,7 @@ static int filter_lets_mtlab_run(const struct sock_fprog *f) {
     uint64_t ufd = (uint64_t)(fd < 0 ? 900 : fd);
     const struct call calls[] = {
         {SYS_pwrite64, 1, {ufd, 0, 0, 0}},
+        {SYS_rt_sigprocmask, 0, {SIG_SETMASK, 0, 0, 8}},
         {SYS_fstat, 1, {ufd, 0}},
         {SYS_prlimit64, 1, {0, RLIMIT_FSIZE, 0, 0}},
         {SYS_getpid, 1, {0}},

@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -41,6 +42,13 @@ void mtlab_sys_sleep_ns(uint64_t ns) {
     struct timespec ts = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
     raw6(SYS_nanosleep, (long)&ts, 0, 0, 0, 0, 0);
 }
+int mtlab_sys_block_signals(uint64_t *old) {
+    /* The system call, not glibc's sigprocmask, which keeps its cancel and
+     * set-id signals deliverable: an asynchronous cancel is what must wait. */
+    uint64_t all = ~0ull;
+    return raw6(SYS_rt_sigprocmask, SIG_SETMASK, (long)&all, (long)old, 8, 0, 0) == 0;
+}
+void mtlab_sys_restore_signals(const uint64_t *old) { raw6(SYS_rt_sigprocmask, SIG_SETMASK, (long)old, 0, 8, 0, 0); }
 int mtlab_sys_tgkill(uint32_t pid, uint32_t tid, int sig) { return (int)raw6(SYS_tgkill, pid, tid, sig, 0, 0, 0); }
 int mtlab_sys_unlink(const char *path) { return (int)raw6(SYS_unlinkat, AT_FDCWD, (long)path, 0, 0, 0, 0); }
 void mtlab_sys_close(int fd) { raw6(SYS_close, fd, 0, 0, 0, 0, 0); }

@@ -70,6 +70,13 @@ void mtlab_flush_buf(struct mtlab_buf *b) {
     uint32_t pid = mtlab_sys_getpid();
     if (UNLIKELY(pid != mtlab_pid) && mtlab_check_forked(pid)) return;
     int saved = errno; /* the shims leave errno to the slow paths */
+    /* From the write to the emptied buffer, no signal handler may run: one
+     * that exits or jumps out, or an asynchronous cancel, would leave the
+     * events written and still in the buffer, for the next flush (the exit
+     * flush, the thread-exit flush) to write again. Two system calls per
+     * 64 KiB chunk; a signal waits for one write. */
+    uint64_t mask;
+    int blocked = mtlab_sys_block_signals(&mask);
     atomic_fetch_add_explicit(&b->busy, 1, memory_order_relaxed);
     /* Pairs with the exit flusher's fence: either it sees us busy, or we see it closed. */
     atomic_thread_fence(memory_order_seq_cst);
@@ -83,6 +90,7 @@ void mtlab_flush_buf(struct mtlab_buf *b) {
     reset(b);
     atomic_fetch_add_explicit(&b->gen, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&b->busy, 1, memory_order_release);
+    if (blocked) mtlab_sys_restore_signals(&mask);
     errno = saved;
 }
 

@@ -19,7 +19,7 @@ use super::fields::{DecErr, Field, Fields};
 use super::format::*;
 use super::kv::parse_kv_text;
 use super::records::{
-    check_framing, next_record, parse_chunk_header, read_file_header, ChunkInfo, Damage, EndRecord, RecHdr, MAX_PAYLOAD,
+    check_framing, next_record, parse_chunk_header, read_file_header, ChunkInfo, Damage, EndRecord, RecHdr, RepeatedChunks, MAX_PAYLOAD,
 };
 use super::resync::next_intact_record;
 use super::varint::{varint, zigzag};
@@ -207,6 +207,7 @@ struct Scratch {
     plain: Vec<u8>,
     /// MAPS records are checked (they decompress) but not kept.
     skip_maps: bool,
+    repeated: RepeatedChunks,
 }
 
 impl Drop for Scratch {
@@ -314,6 +315,7 @@ impl TraceFile {
                 }
             };
         }
+        tf.warnings.extend(scratch.repeated.warning());
         Ok(tf)
     }
 
@@ -343,6 +345,7 @@ impl TraceFile {
                     None
                 };
                 match parse_chunk_header(rec, &head[..n]) {
+                    Ok(info) if s.repeated.is_repeat(&info) => {}
                     Ok(info) => self.chunks.push(ChunkInfo { body_crc: crc, ..info }),
                     Err(d) => return Ok(Err(d)),
                 }
@@ -1767,6 +1770,36 @@ pub(crate) mod tests {
         let kept = tf.runinfo_get("finish_warning").unwrap_or_default();
         assert!(kept.contains(&format!("at byte {}", offs[1])), "{kept}");
         assert_eq!(tf.items().unwrap().count(), 100);
+    }
+
+    /// A chunk the writer wrote twice (a flush stopped after its write by a
+    /// handler that exited) is read once, and said; so is it when finished.
+    #[test]
+    fn a_repeated_chunk_is_read_once_and_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("twice.mtlab");
+        let mut w = TraceWriter::create(&path, header_pairs()).unwrap();
+        let chunk = |c: u64| -> Vec<Item> {
+            (0..100u64).map(|i| ev(1, c * 1000 + i + 1, 0, alloc(Func::Malloc, 64, 0, 0x1000 + (c * 100 + i) * 64, 8))).collect()
+        };
+        for c in [0, 1, 1, 2] {
+            w.events_chunk(1, &chunk(c)).unwrap();
+        }
+        // Another thread's chunk with the same time stamps is no repeat.
+        w.events_chunk(2, &chunk(1)).unwrap();
+        w.finish().unwrap();
+        let tf = TraceFile::open(&path).unwrap();
+        assert_eq!(tf.chunks.len(), 4);
+        assert_eq!(tf.warnings.len(), 1, "{:?}", tf.warnings);
+        assert!(tf.warnings[0].starts_with("1 chunk of events appeared twice"), "{:?}", tf.warnings);
+        assert_eq!(tf.items().unwrap().filter(|i| matches!(i, Item::Event(_))).count(), 400);
+
+        let stats = finish_trace(&path, &[]).unwrap();
+        assert_eq!(stats.warnings.len(), 1, "{:?}", stats.warnings);
+        let tf = TraceFile::open(&path).unwrap();
+        assert!(tf.warnings.is_empty(), "{:?}", tf.warnings);
+        assert_eq!(tf.items().unwrap().filter(|i| matches!(i, Item::Event(_))).count(), 400);
+        assert!(tf.runinfo_get("finish_warning").unwrap_or_default().contains("appeared twice"));
     }
 
     #[test]

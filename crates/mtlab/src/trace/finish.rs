@@ -12,7 +12,7 @@ use super::error::TraceError;
 use super::format::*;
 use super::keys;
 use super::kv::kv_text;
-use super::records::{next_record, parse_chunk_header, read_file_header, write_checked_events, write_record, Damage};
+use super::records::{next_record, parse_chunk_header, read_file_header, write_checked_events, write_record, Damage, RepeatedChunks};
 use super::rewrite::{copy_record, header_at_this_version, temp_beside, TempGuard};
 
 /// zstd level `finish_trace` compresses EVENTS payloads with.
@@ -226,6 +226,7 @@ pub struct Finisher {
     batch: Vec<(ChunkHead, Vec<u8>)>,
     batch_bytes: usize,
     n_chunks: usize,
+    repeated: RepeatedChunks,
     /// Where the next record starts in the source.
     off: u64,
     /// Where the records start, and where `advance` had got to when
@@ -264,6 +265,7 @@ impl Finisher {
             batch: Vec::new(),
             batch_bytes: 0,
             n_chunks: 0,
+            repeated: RepeatedChunks::default(),
             off: header_end,
             header_end,
             advanced_to: header_end,
@@ -299,6 +301,10 @@ impl Finisher {
                     Ok(info) => info,
                     Err(d) => return Ok(Next::Stop(d)),
                 };
+                if self.repeated.is_repeat(&info) {
+                    self.off = rec.end();
+                    continue;
+                }
                 self.n_chunks += 1;
                 self.batch_bytes += payload.len();
                 let head = ChunkHead {
@@ -350,6 +356,7 @@ impl Finisher {
         if let Next::Stop(d) = self.run(meta.len())? {
             self.stats.warnings.push(d.message(self.n_chunks));
         }
+        self.stats.warnings.extend(self.repeated.warning());
         self.flush_batch()?;
 
         // RUNINFO, with the damage found here: the records after it are gone

@@ -89,6 +89,46 @@ impl ChunkInfo {
     }
 }
 
+/// Finds EVENTS chunks the writer wrote twice. A signal handler that exits
+/// or jumps out, or an asynchronous cancel, can stop the writer's flush just
+/// after its write and before it empties the buffer; the writer then notices
+/// (STATS `flushes_resumed`) except in a window of a few instructions, where
+/// the next flush writes the same chunk again. A repeat has the same thread,
+/// event count, first and last time stamps and length as a chunk before it
+/// (a thread's time stamps only grow, so two real chunks never share them);
+/// it is read once. Only the writer's plain chunks are checked: mtlab's own
+/// rewrites are made from chunks already checked.
+#[derive(Debug, Default)]
+pub(crate) struct RepeatedChunks {
+    seen: rustc_hash::FxHashSet<(u32, u32, u64, u64, u32)>,
+    pub repeats: u64,
+}
+
+impl RepeatedChunks {
+    /// True when `c` repeats a chunk seen before (and counts it).
+    pub fn is_repeat(&mut self, c: &ChunkInfo) -> bool {
+        if c.compressed || c.n_events == 0 || c.first_tsc == 0 {
+            return false;
+        }
+        let repeat = !self.seen.insert((c.tid, c.n_events, c.first_tsc, c.last_tsc, c.payload_len));
+        self.repeats += repeat as u64;
+        repeat
+    }
+
+    /// What the reader says of the repeats it dropped, if any.
+    pub fn warning(&self) -> Option<String> {
+        (self.repeats > 0).then(|| {
+            format!(
+                "{} chunk{} of events appeared twice in the file (a flush stopped by a signal handler that exited or \
+                 jumped out, or by a cancellation, after its write) and {} read once",
+                self.repeats,
+                if self.repeats == 1 { "" } else { "s" },
+                if self.repeats == 1 { "was" } else { "were" }
+            )
+        })
+    }
+}
+
 /// A record header found at `offset`.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RecHdr {
