@@ -855,7 +855,10 @@ fn insert_mapping(tree: &mut BTreeMap<u64, Mapping>, m: Mapping) {
 
 impl Symbolizer {
     /// Builds a symbolizer for the given mappings. They may be the concatenation of several
-    /// snapshots of the same process: where two overlap, the later one wins.
+    /// snapshots of the same process: where two overlap, an executable mapping wins over
+    /// one that is not (a return address lies in code: a library unloaded and loaded
+    /// elsewhere leaves its old range to anonymous memory in later snapshots), and among
+    /// mappings of one kind the later one wins.
     /// Separate debug files are searched under `/usr/lib/debug`.
     pub fn new(maps: &[Mapping]) -> Self {
         Self::with_debug_dirs(maps, vec![PathBuf::from("/usr/lib/debug")])
@@ -867,7 +870,8 @@ impl Symbolizer {
     /// debuginfod cache are still used).
     pub fn with_debug_dirs(maps: &[Mapping], debug_dirs: Vec<PathBuf>) -> Self {
         let mut tree = BTreeMap::new();
-        for m in maps {
+        let (code, data): (Vec<&Mapping>, Vec<&Mapping>) = maps.iter().partition(|m| m.is_executable());
+        for m in data.into_iter().chain(code) {
             insert_mapping(&mut tree, m.clone());
         }
         Symbolizer {

@@ -373,3 +373,30 @@ fn simulate_withholds_its_recommendation_when_stacks_are_truncated() {
         }
     }
 }
+
+/// A library loaded, used and unloaded 200 times: its range is given to
+/// anonymous memory between loads, and later maps snapshots say so. Every
+/// one of its 20 000 allocations is still named (the default unwinder once
+/// left 99 % of them `[anon]+0x129`), with each unwinder.
+#[test]
+fn a_library_reloaded_many_times_keeps_its_names() {
+    let lab = Lab::new();
+    let flags = ["-O2", "-g", "-fomit-frame-pointer"];
+    let plugin = build(&lab, "cc", &["u_plugin.c"], "u_plugin.so", &[&flags[..], &["-fPIC", "-shared"]].concat());
+    let prog = build(&lab, "cc", &["u_reload.c"], "u_reload", &["-O0", "-g", "-ldl"]);
+    for unwind in ["dwarf", "fp", "libgcc"] {
+        let trace = format!("reload-{unwind}.mtl");
+        let o = lab.record_cmd(&trace, &["--unwind", unwind], &prog, &[plugin.to_str().unwrap(), "200"]).output().unwrap();
+        assert_success(&o, "mtlab record -- u_reload");
+        let v = lab.report(&trace);
+        let p = &processes(&v)[0];
+        let named: u64 = p["top_sites"]["by_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["frames"][0]["function"].as_str() == Some("plugin_inner"))
+            .map(|s| u(&s["calls"]))
+            .sum();
+        assert_eq!(named, 20_000, "--unwind {unwind}: allocations named plugin_inner");
+    }
+}
