@@ -440,6 +440,8 @@ struct stat;
 struct rlimit;
 HIDDEN int mtlab_sys_fcntl(int fd, int cmd, long arg);
 HIDDEN int mtlab_sys_fstat(int fd, struct stat *st);
+HIDDEN int mtlab_sys_lstat(const char *path, struct stat *st); /* the name itself, not a link's target */
+HIDDEN uint32_t mtlab_sys_geteuid(void);
 HIDDEN int mtlab_sys_getrlimit(int resource, struct rlimit *rl);
 HIDDEN int mtlab_sys_setrlimit(int resource, const struct rlimit *rl);
 HIDDEN void *mtlab_sys_mmap(size_t len);

@@ -28,6 +28,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -440,14 +441,45 @@ static void on_signal(int sig, siginfo_t *info, void *uctx) {
     errno = saved;
 }
 
-/* Sets up the control page; falls back to private memory when /dev/shm is
- * unusable (then only the signal controls the sampler). */
 /* Puts a fresh private zero page at the control page's place. */
 static int area_private(void) {
     return mtlab_real.mmap && mtlab_real.mmap(&mtlab_ctl_area, MTLAB_CTL_SIZE, PROT_READ | PROT_WRITE,
                                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED;
 }
 
+/* 1: the page's name was taken by something that is not a stale page of
+ * this user's (another user's file, a link, a FIFO), so this process keeps a
+ * private page and only the signal controls it (STATS ctl_page_refused=1). */
+static int page_refused;
+
+/* Creates the control page's file new, or returns -1. Whatever another user
+ * put at the name first is never opened (O_EXCL|O_NOFOLLOW): a followed link
+ * would overwrite its target, and a file someone else owns would let them
+ * change this process's sampling. A regular file of this euid there is a
+ * stale page: left by a process that had this pid and died, or by this
+ * process before an exec. It is removed and the file created once more
+ * (others cannot put anything back meanwhile: /dev/shm is sticky). */
+static int create_page_file(void) {
+    const int flags = O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    uint32_t euid = mtlab_sys_geteuid();
+    struct stat st;
+    int fd = mtlab_sys_open(shm_path, flags, 0600);
+    if (fd == -EEXIST && mtlab_sys_lstat(shm_path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == euid &&
+        mtlab_sys_unlink(shm_path) == 0)
+        fd = mtlab_sys_open(shm_path, flags, 0600);
+    if (fd == -EEXIST) page_refused = 1;
+    if (fd < 0) return -1;
+    if (mtlab_sys_fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != euid || st.st_size != 0) {
+        /* (cannot happen after an exclusive create; not ours to remove then) */
+        mtlab_sys_close(fd);
+        page_refused = 1;
+        return -1;
+    }
+    return fd;
+}
+
+/* Sets up the control page; falls back to private memory when /dev/shm is
+ * unusable or the name is taken (then only the signal controls the sampler). */
 void mtlab_sampler_init(uint64_t interval, int active, int sig) {
     char *p = mtlab_append(shm_path, shm_path + sizeof shm_path - 1, "/dev/shm/mtlab-");
     p = mtlab_append_u64(p, shm_path + sizeof shm_path - 1, (uint64_t)getpid());
@@ -461,7 +493,8 @@ void mtlab_sampler_init(uint64_t interval, int active, int sig) {
      * private page instead. */
     struct rlimit rl;
     int fits = mtlab_sys_getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= MTLAB_CTL_SIZE;
-    int fd = fits ? mtlab_sys_open(shm_path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+    page_refused = 0;
+    int fd = fits ? create_page_file() : -1;
     if (fd >= 0 && ftruncate(fd, MTLAB_CTL_SIZE) == 0 && mtlab_real.mmap)
         shared = mtlab_real.mmap(page, MTLAB_CTL_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) != MAP_FAILED;
     if (fd >= 0) {
@@ -550,5 +583,6 @@ char *mtlab_sampler_stats(char *p, const char *end) {
     p = mtlab_append_u64(p, end, atomic_load(&threads_unnamed));
     p = mtlab_append(p, end, "\nsamples=");
     p = mtlab_append_u64(p, end, mtlab_ctl ? __atomic_load_n(&mtlab_ctl->samples, __ATOMIC_RELAXED) : 0);
+    if (page_refused) p = mtlab_append(p, end, "\nctl_page_refused=1");
     return mtlab_append(p, end, "\n");
 }

@@ -59,6 +59,10 @@ uint64_t mtlab_sys_max_rss_kib(void) {
 }
 int mtlab_sys_fcntl(int fd, int cmd, long arg) { return (int)raw6(SYS_fcntl, fd, cmd, arg, 0, 0, 0); }
 int mtlab_sys_fstat(int fd, struct stat *st) { return (int)raw6(SYS_fstat, fd, (long)st, 0, 0, 0, 0); }
+int mtlab_sys_lstat(const char *path, struct stat *st) {
+    return (int)raw6(SYS_newfstatat, AT_FDCWD, (long)path, (long)st, AT_SYMLINK_NOFOLLOW, 0, 0);
+}
+uint32_t mtlab_sys_geteuid(void) { return (uint32_t)raw6(SYS_geteuid, 0, 0, 0, 0, 0, 0); }
 int mtlab_sys_getrlimit(int res, struct rlimit *rl) { return (int)raw6(SYS_prlimit64, 0, res, 0, (long)rl, 0, 0); }
 int mtlab_sys_setrlimit(int res, const struct rlimit *rl) { return (int)raw6(SYS_prlimit64, 0, res, (long)rl, 0, 0, 0); }
 void *mtlab_sys_mmap(size_t len) {

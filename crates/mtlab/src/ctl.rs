@@ -1,12 +1,17 @@
 //! `mtlab ctl PID ...`: switch a running process's sampler on and off,
 //! change its interval, or dump its profile, through the control page the
 //! preload library shares at /dev/shm/mtlab-PID (layout: mtlab_trace.h).
+//!
+//! The page's name is predictable and /dev/shm is writable by everyone: a
+//! page is used only if the process maps that very file (device and inode,
+//! not name), and nothing read from it is trusted to name a file.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::heap::analyze::AllocatorReading;
+use crate::platform::names;
 use crate::platform::process::pid_alive;
 use crate::profile::export::{export_data, ExportRequest, ProfileExportError};
 use crate::trace::decode::TraceFile;
@@ -21,6 +26,10 @@ pub enum CtlError {
     NoSampler(u32, PathBuf),
     #[error("process {0} is not the process that created {1} (it has ended; delete the file)")]
     Ended(u32, PathBuf),
+    #[error("{path} is not the control page of process {pid}: {why}. A sampled process that finds at that name something it did not create keeps its page private (its trace's STATS say ctl_page_refused=1); only its signal reaches its sampler then: `kill -s RTMIN+7 {pid}` (or the MTLAB_SIGNAL it was started with) toggles sampling")]
+    NotItsPage { pid: u32, path: PathBuf, why: String },
+    #[error("process {pid} has no trace file open that its control page names ({hint}): {why}")]
+    NoTrace { pid: u32, hint: PathBuf, why: String },
     #[error("cannot use {path}: {source} (run mtlab ctl as the user who runs the program)")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{0} is not an mtlab control page (wrong magic or version)")]
@@ -35,12 +44,44 @@ pub enum CtlError {
 pub struct CtlPage {
     page: SharedPage,
     pub path: PathBuf,
+    /// The page file's owner: the user of the process that created it.
+    owner: u32,
 }
 
-/// Does process `pid` have `path` mapped (is it the page's owner)?
-fn maps_page(pid: u32, path: &std::path::Path) -> bool {
-    let needle = path.to_string_lossy();
-    std::fs::read_to_string(format!("/proc/{pid}/maps")).map(|m| m.lines().any(|l| l.ends_with(needle.as_ref()))).unwrap_or(false)
+/// A file as the kernel names the files a process maps: device (major,
+/// minor) and inode. Names are not compared: a name may be a link to, or
+/// merely end like, another process's page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileId {
+    major: u64,
+    minor: u64,
+    ino: u64,
+}
+
+impl FileId {
+    fn of(m: &std::fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        // glibc's encoding of dev_t (gnu_dev_major/minor).
+        let dev = m.dev();
+        FileId { major: ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff), minor: (dev & 0xff) | ((dev >> 12) & !0xff), ino: m.ino() }
+    }
+
+    /// The device and inode fields of a /proc/PID/maps line.
+    fn of_maps_line(line: &str) -> Option<FileId> {
+        let mut f = line.split_ascii_whitespace().skip(3);
+        let (major, minor) = f.next()?.split_once(':')?;
+        let ino = f.next()?.parse().ok()?;
+        Some(FileId { major: u64::from_str_radix(major, 16).ok()?, minor: u64::from_str_radix(minor, 16).ok()?, ino })
+    }
+}
+
+/// Does process `pid` map the file `id`? From /proc/PID/maps, which any
+/// user who may control the process can read (/proc/PID/map_files needs
+/// CAP_CHECKPOINT_RESTORE to follow), and which names the same device and inode.
+fn maps_file(pid: u32, id: FileId) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .map(|m| m.lines().any(|l| FileId::of_maps_line(l) == Some(id)))
+        .unwrap_or(false)
 }
 
 fn is_ctl_header(magic: u64, version: u32) -> bool {
@@ -53,59 +94,104 @@ fn nul_terminated_path(field: &[u8]) -> PathBuf {
     PathBuf::from(String::from_utf8_lossy(&field[..end]).to_string())
 }
 
+/// Opens `path` for reading (and writing with `write`) without following a
+/// symlink and without blocking on a FIFO.
+fn open_no_follow(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+}
+
+/// The control page of an abandoned process that `remove_abandoned_pages`
+/// may remove: this user's regular file of exactly a page (no link, FIFO or
+/// device is opened, and nothing past a page is read), of one of `traces`,
+/// that no live process `pid` maps.
+fn abandoned_page(path: &Path, pid: u32, traces: &[PathBuf]) -> bool {
+    use std::io::Read;
+    let Ok(file) = crate::platform::safe_fs::open_owned_regular(path, false) else { return false };
+    let Ok(m) = file.metadata() else { return false };
+    let mut bytes = vec![0u8; CTL_SIZE as usize];
+    if m.len() != CTL_SIZE as u64 || (&file).read_exact(&mut bytes).is_err() {
+        return false;
+    }
+    let header = (u64::from_le_bytes(bytes[0..8].try_into().unwrap()), u32::from_le_bytes(bytes[8..12].try_into().unwrap()));
+    if !is_ctl_header(header.0, header.1) {
+        return false;
+    }
+    let trace = nul_terminated_path(&bytes[CTL_OFF_PATH as usize..]);
+    traces.contains(&trace) && !(pid_alive(pid) && maps_file(pid, FileId::of(&m)))
+}
+
 /// Removes the control pages (`/dev/shm/mtlab-PID`) that processes of one
 /// recording left behind by dying without their exit code running (SIGKILL):
 /// pages whose trace path is one of `traces` and whose process no longer maps
-/// them. A page of a process still running, or of another recording, stays.
-/// Returns how many were removed.
+/// them. A page of a process still running, or of another recording, stays,
+/// and so does anything another user put there. Returns how many were removed.
 pub fn remove_abandoned_pages(traces: &[PathBuf]) -> usize {
-    let Ok(dir) = std::fs::read_dir("/dev/shm") else { return 0 };
+    let Ok(dir) = std::fs::read_dir(names::CTL_PAGE_DIR) else { return 0 };
     let mut removed = 0;
     for entry in dir.flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("mtlab-")).and_then(|p| p.parse::<u32>().ok()) else {
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(names::CTL_PAGE_PREFIX)).and_then(|p| p.parse::<u32>().ok())
+        else {
             continue;
         };
+        // (Only this user's files pass: in the sticky directory, no one else
+        // can put another file at the name between the check and the removal.)
         let path = entry.path();
-        let Ok(bytes) = std::fs::read(&path) else { continue };
-        if bytes.len() < CTL_SIZE as usize
-            || !is_ctl_header(
-                u64::from_le_bytes(bytes[0..8].try_into().unwrap()),
-                u32::from_le_bytes(bytes[8..12].try_into().unwrap()),
-            )
-        {
-            continue;
+        if path != names::ctl_page(pid) {
+            continue; // ("mtlab-007": no process's page)
         }
-        let trace = nul_terminated_path(&bytes[CTL_OFF_PATH as usize..CTL_SIZE as usize]);
-        if traces.contains(&trace) && !(pid_alive(pid) && maps_page(pid, &path)) && std::fs::remove_file(&path).is_ok() {
+        if abandoned_page(&path, pid, traces) && std::fs::remove_file(&path).is_ok() {
             removed += 1;
         }
     }
     removed
 }
 
+/// The control page file of process `pid`, checked to be the one it maps.
+fn page_file_of(pid: u32) -> Result<(std::fs::File, std::fs::Metadata, PathBuf), CtlError> {
+    let path = names::ctl_page(pid);
+    if !pid_alive(pid) && std::fs::symlink_metadata(&path).is_err() {
+        return Err(CtlError::NoProcess(pid));
+    }
+    let not_its = |path: PathBuf, why: String| CtlError::NotItsPage { pid, path, why };
+    let file = match open_no_follow(&path, true) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(CtlError::NoSampler(pid, path)),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(not_its(path, "it is a symbolic link".into())),
+        Err(source) => return Err(CtlError::Io { path, source }),
+    };
+    let m = file.metadata().map_err(|source| CtlError::Io { path: path.clone(), source })?;
+    if !m.file_type().is_file() {
+        return Err(not_its(path, "it is not a regular file".into()));
+    }
+    // A page left by a process that died (and whose pid was reused), or a
+    // file someone else put at the name, must not make us act on or signal
+    // an unrelated process: the live process must map this very file.
+    if !pid_alive(pid) {
+        return Err(CtlError::Ended(pid, path));
+    }
+    if !maps_file(pid, FileId::of(&m)) {
+        use std::os::unix::fs::MetadataExt;
+        let why = format!("process {pid} does not map it (the file belongs to user {})", m.uid());
+        return Err(not_its(path, why));
+    }
+    Ok((file, m, path))
+}
+
 impl CtlPage {
     pub fn open(pid: u32) -> Result<CtlPage, CtlError> {
-        let path = PathBuf::from(format!("/dev/shm/mtlab-{pid}"));
-        if !pid_alive(pid) && !path.exists() {
-            return Err(CtlError::NoProcess(pid));
-        }
-        let file = match std::fs::OpenOptions::new().read(true).write(true).open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(CtlError::NoSampler(pid, path)),
-            Err(source) => return Err(CtlError::Io { path, source }),
-        };
-        // A page left by a process that died (and whose pid was reused) must
-        // not make us signal an unrelated process: the live process must map it.
-        if !pid_alive(pid) || !maps_page(pid, &path) {
-            return Err(CtlError::Ended(pid, path));
-        }
-        let len = file.metadata().map_err(|source| CtlError::Io { path: path.clone(), source })?.len();
-        if len < CTL_SIZE as u64 {
+        use std::os::unix::fs::MetadataExt;
+        let (file, m, path) = page_file_of(pid)?;
+        if m.len() < CTL_SIZE as u64 {
             return Err(CtlError::BadPage(path));
         }
         let page = match SharedPage::map(&file, CTL_SIZE as usize) {
-            Ok(page) => CtlPage { page, path },
+            Ok(page) => CtlPage { page, path, owner: m.uid() },
             Err(source) => return Err(CtlError::Io { path, source }),
         };
         if !is_ctl_header(page.u64_at(0).load(Ordering::Relaxed), page.u32_at(8).load(Ordering::Relaxed)) {
@@ -222,8 +308,35 @@ impl CtlPage {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
-    pub fn trace_path(&self) -> PathBuf {
+    /// The trace path the page names: written by the process, so only a
+    /// hint (`trace_of` finds the file among the process's descriptors).
+    fn trace_hint(&self) -> PathBuf {
         nul_terminated_path(self.page.bytes_from(CTL_OFF_PATH))
+    }
+
+    /// The trace file process `pid` writes, never taken on the page's word
+    /// (whoever can write the page could name any file): one of the
+    /// process's open descriptors, a regular file owned by the page's owner,
+    /// the very file the page's path names. Returned pinned (an `O_PATH`
+    /// descriptor, so nothing is opened that could act on a device or FIFO)
+    /// with the name the kernel gives it.
+    pub fn trace_of(&self, pid: u32) -> Result<Trace, CtlError> {
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let hint = self.trace_hint();
+        let no_trace = |why: String| CtlError::NoTrace { pid, hint: hint.clone(), why };
+        let named = std::fs::metadata(&hint).map_err(|e| no_trace(format!("cannot look at it: {e}")))?;
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_err(|e| no_trace(format!("cannot list its descriptors: {e}")))?;
+        for fd in fds.flatten() {
+            let Ok(pinned) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(fd.path()) else {
+                continue;
+            };
+            let Ok(m) = pinned.metadata() else { continue };
+            if m.file_type().is_file() && m.uid() == self.owner && FileId::of(&m) == FileId::of(&named) {
+                let name = std::fs::read_link(fd.path()).unwrap_or(hint.clone());
+                return Ok(Trace { name, pinned });
+            }
+        }
+        Err(no_trace(format!("none of its open files is that file owned by user {}", self.owner)))
     }
 
     /// Asks the process to flush all its buffers; waits until it has.
@@ -262,13 +375,32 @@ impl CtlPage {
     }
 }
 
+/// A trace file a process has open, pinned by an `O_PATH` descriptor.
+pub struct Trace {
+    /// The file's name (as the kernel gives it), for messages.
+    pub name: PathBuf,
+    pinned: std::fs::File,
+}
+
+impl Trace {
+    /// A path that opens this very file as long as `self` lives, whatever
+    /// is done to its name meanwhile.
+    fn path(&self) -> PathBuf {
+        use std::os::fd::AsRawFd;
+        PathBuf::from(format!("/proc/self/fd/{}", self.pinned.as_raw_fd()))
+    }
+}
+
 pub fn status_line(pid: u32, page: &CtlPage) -> String {
+    let trace = match page.trace_of(pid) {
+        Ok(t) => t.name.display().to_string(),
+        Err(_) => "not open yet".to_string(),
+    };
     format!(
-        "process {pid}: sampling {}, interval {}, {} samples so far, trace {} (signal {} toggles)",
+        "process {pid}: sampling {}, interval {}, {} samples so far, trace {trace} (signal {} toggles)",
         if page.active() { "on" } else { "off" },
         crate::units::format_size(page.interval()),
         page.samples(),
-        page.trace_path().display(),
         page.signal()
     )
 }
@@ -277,7 +409,7 @@ pub fn status_line(pid: u32, page: &CtlPage) -> String {
 /// page; otherwise, when PID is a `mtlab record` (what `$!` gives after
 /// `mtlab record … &`), the one child of it that has one.
 pub fn traced_pid(pid: u32) -> u32 {
-    let has_page = |p: u32| std::path::Path::new(&format!("/dev/shm/mtlab-{p}")).exists();
+    let has_page = |p: u32| page_file_of(p).is_ok();
     if has_page(pid) {
         return pid;
     }
@@ -327,8 +459,8 @@ pub fn dump(pid: u32, pprof: &Path, timeout: Duration) -> Result<Dump, DumpError
     let page = CtlPage::open(pid)?;
     let seq = page.request_dump(pid, timeout)?;
     let read = page.wait_allocator_reading(seq, READING_WAIT.min(timeout));
-    let path = page.trace_path();
-    let trace = TraceFile::open(&path).map_err(ProfileExportError::from)?;
+    let file = page.trace_of(pid)?;
+    let trace = TraceFile::open(file.path()).map_err(ProfileExportError::from)?;
     let readings = AllocatorReading::all_of(&trace);
     let profile = crate::profile::sampled::read_sampled(&trace, AllocatorReading::tscs(&readings)).map_err(ProfileExportError::from)?;
     let req = ExportRequest { pprof: Some(pprof.to_path_buf()), ..Default::default() };
@@ -338,7 +470,7 @@ pub fn dump(pid: u32, pprof: &Path, timeout: Duration) -> Result<Dump, DumpError
     } else {
         None
     };
-    Ok(Dump { trace: path, reading, allocator: trace.header.allocator.clone() })
+    Ok(Dump { trace: file.name, reading, allocator: trace.header.allocator.clone() })
 }
 
 /// The lines `ctl dump` prints about the heap manager's own figures.
@@ -356,8 +488,12 @@ pub fn reading_lines(d: &Dump) -> String {
 mod tests {
     use super::*;
 
+    /// Held by the tests that look at (or make) this test process's page.
+    static OWN_PID_PAGE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn a_missing_process_and_an_unsampled_one_are_told_apart() {
+        let _own = OWN_PID_PAGE.lock().unwrap_or_else(|e| e.into_inner());
         // Above the largest pid_max Linux allows: no such process.
         let e = CtlPage::open(4_194_305).err().unwrap();
         assert!(matches!(e, CtlError::NoProcess(4_194_305)), "{e}");
@@ -365,5 +501,86 @@ mod tests {
         // This test process exists but was not started by `mtlab record --sample`.
         let e = CtlPage::open(std::process::id()).err().unwrap();
         assert!(matches!(e, CtlError::NoSampler(..)), "{e}");
+    }
+
+    #[test]
+    fn a_mapped_file_is_known_by_device_and_inode_not_by_name() {
+        let d = tempfile::tempdir().unwrap();
+        let mapped = d.path().join("dev/shm/mtlab-1");
+        std::fs::create_dir_all(mapped.parent().unwrap()).unwrap();
+        std::fs::write(&mapped, vec![0u8; 4096]).unwrap();
+        let other = d.path().join("mtlab-1");
+        std::fs::write(&other, vec![0u8; 4096]).unwrap();
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&mapped).unwrap();
+        let _page = SharedPage::map(&file, 4096).unwrap();
+        let me = std::process::id();
+        assert!(maps_file(me, FileId::of(&std::fs::metadata(&mapped).unwrap())));
+        // Its name ends like this file's: not the same file.
+        assert!(!maps_file(me, FileId::of(&std::fs::metadata(&other).unwrap())));
+        let line = "7f00-7f01 rw-s 00000000 00:1a 12345    /dev/shm/mtlab-9 (deleted)";
+        assert_eq!(FileId::of_maps_line(line), Some(FileId { major: 0, minor: 0x1a, ino: 12345 }));
+    }
+
+    /// A control page of this test process at its real name (the pid is
+    /// ours alone), naming `trace`; removed on drop.
+    struct OwnPage {
+        path: PathBuf,
+        _map: SharedPage,
+    }
+
+    impl OwnPage {
+        fn new(trace: &Path) -> OwnPage {
+            let path = names::ctl_page(std::process::id());
+            let mut bytes = vec![0u8; CTL_SIZE as usize];
+            bytes[0..8].copy_from_slice(&CTL_MAGIC.to_le_bytes());
+            bytes[8..12].copy_from_slice(&CTL_VERSION.to_le_bytes());
+            let name = trace.as_os_str().as_encoded_bytes();
+            bytes[CTL_OFF_PATH as usize..][..name.len()].copy_from_slice(name);
+            use std::os::unix::fs::OpenOptionsExt;
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+                .unwrap();
+            std::io::Write::write_all(&mut &file, &bytes).unwrap();
+            OwnPage { _map: SharedPage::map(&file, CTL_SIZE as usize).unwrap(), path }
+        }
+    }
+
+    impl Drop for OwnPage {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    #[test]
+    fn the_trace_is_a_file_the_process_has_open_never_just_a_name_on_the_page() {
+        let d = tempfile::tempdir().unwrap();
+        let trace = d.path().join("t.mtl");
+        std::fs::write(&trace, b"MTLABTR\0").unwrap();
+        let _own_pid = OWN_PID_PAGE.lock().unwrap_or_else(|e| e.into_inner());
+        let own = OwnPage::new(&trace);
+        let me = std::process::id();
+        let page = CtlPage::open(me).unwrap();
+        assert_eq!(traced_pid(me), me);
+        // The page names the file, but the process does not have it open:
+        // whoever wrote the page could have named any file.
+        let e = page.trace_of(me).err().unwrap();
+        assert!(matches!(e, CtlError::NoTrace { .. }), "{e}");
+        let held = std::fs::File::open(&trace).unwrap();
+        let t = page.trace_of(me).unwrap();
+        assert_eq!(t.name, trace.canonicalize().unwrap());
+        assert_eq!(std::fs::read(t.path()).unwrap(), b"MTLABTR\0");
+        // Open, but another user's file (not the page owner's): refused.
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(&trace, Some(65534), None).unwrap();
+            assert!(page.trace_of(me).is_err(), "a file of user 65534 is not the trace of root's process");
+        }
+        drop(held);
+        drop(own);
     }
 }

@@ -410,6 +410,10 @@ pub struct ProcessReport {
     /// (STATS `stopped_by_seccomp`): what the program did after it is not in
     /// the trace.
     pub stopped_by_seccomp: bool,
+    /// Something the process did not create was at its control page's name
+    /// (STATS `ctl_page_refused`): it kept its page private, so `mtlab ctl`
+    /// could not reach it (only its signal could).
+    pub ctl_page_refused: bool,
     /// Guards left raised by a longjmp out of mtlab's code or out of an
     /// allocator call, found and cleared (STATS `guards_reset`).
     pub guards_reset: u64,
@@ -1260,6 +1264,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         trace_reopened: stat(keys::TRACE_REOPENED).unwrap_or(0),
         forked_without_handlers: stat(keys::FORKED_WITHOUT_HANDLERS).unwrap_or(0) > 0,
         stopped_by_seccomp: stat(keys::STOPPED_BY_SECCOMP).unwrap_or(0) > 0,
+        ctl_page_refused: stat(keys::CTL_PAGE_REFUSED).unwrap_or(0) > 0,
         guards_reset: stat(keys::GUARDS_RESET).unwrap_or(0),
         allocator_stats: AllocatorStats::read(trace, &trace.header.allocator, &end),
         allocator_readings,

@@ -505,6 +505,13 @@ pub fn views(run: &RunReport) -> Vec<View> {
                     .to_string(),
             );
         }
+        if p.ctl_page_refused {
+            note(format!(
+                "something this process did not create (another user's file, a link) was at its control page's name \
+                 {}: it kept its page private, so `mtlab ctl` could not reach it, only its signal",
+                crate::platform::names::ctl_page(p.pid).display()
+            ));
+        }
         if p.forked_without_handlers {
             note(
                 "this process was made by a raw fork or clone system call, which runs no fork handler: mtlab noticed at \

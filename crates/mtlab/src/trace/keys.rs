@@ -68,6 +68,10 @@ pub const FORKED_WITHOUT_HANDLERS: &str = "forked_without_handlers";
 /// installed a seccomp filter under which mtlab's library could not go on
 /// writing: the events after it are not in the trace.
 pub const STOPPED_BY_SECCOMP: &str = "stopped_by_seccomp";
+/// 1 when something the process did not create (another user's file, a
+/// link, a FIFO) was at its control page's name (`/dev/shm/mtlab-PID`): it
+/// kept its page private, and only its signal reached its sampler.
+pub const CTL_PAGE_REFUSED: &str = "ctl_page_refused";
 /// Where the heap manager's own figures below come from (`mallinfo2`,
 /// `jemalloc mallctl`, `tcmalloc MallocExtension`, `mimalloc mi_process_info`).
 pub const ALLOCATOR_STATS: &str = "allocator_stats";
