@@ -153,7 +153,9 @@ static void mtlab_start(void) {
     if (!atomic_compare_exchange_strong(&once, &expected, 1)) return;
     MTLAB_GUARD_ENTER(&mtlab_tls);
     mtlab_resolve();
-    const char *out = getenv("MTLAB_OUT");
+    /* A path: not taken from the environment of a set-id program, whose
+     * user did not choose where its privileged process writes. */
+    const char *out = secure_getenv("MTLAB_OUT");
     if (!out || !*out) {
         mtlab_state = MTLAB_OFF;
         mtlab_tls.guard--;

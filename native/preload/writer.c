@@ -336,13 +336,16 @@ void mtlab_writer_path(char *out, size_t cap) {
     out[n] = 0;
 }
 
+/* Created new (nothing planted at the name is followed or truncated) and
+ * private: a trace holds addresses (they undo ASLR), command lines and paths,
+ * so it is 0600 as perf record's perf.data is. */
 static int open_path(void) {
     char *end = path + sizeof path - 1;
-    int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC;
+    int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
     if (is_root) {
         char *p = mtlab_append(path, end, mtlab_cfg.out_path);
         *p = 0;
-        int f = mtlab_sys_open(path, flags, 0644);
+        int f = mtlab_sys_open(path, flags, 0600);
         if (f >= 0) {
             owns_root_file = 1;
             return f;
@@ -358,7 +361,7 @@ static int open_path(void) {
             p = mtlab_append_u64(p, end, k);
         }
         *p = 0;
-        int f = mtlab_sys_open(path, flags, 0644);
+        int f = mtlab_sys_open(path, flags, 0600);
         if (f != -17 /* EEXIST */) return f;
     }
     return -1;

@@ -242,6 +242,13 @@ pub fn resolve_program(program: &OsString) -> Result<PathBuf, RecordError> {
 /// Trace files written by a run whose root trace is `root`: the root first,
 /// then `ROOT.PID` and `ROOT.PID.N` in pid order (docs/trace-format.md).
 pub fn trace_family(root: &Path) -> Vec<PathBuf> {
+    family_of(root, true)
+}
+
+/// `trace_family`; with `regular_only` false, also the entries of the
+/// children's names that are no regular files (links, FIFOs), which the
+/// library never writes.
+fn family_of(root: &Path, regular_only: bool) -> Vec<PathBuf> {
     let mut out = Vec::new();
     if root.exists() {
         out.push(root.to_path_buf());
@@ -263,6 +270,11 @@ pub fn trace_family(root: &Path) -> Vec<PathBuf> {
                 None => 0,
             };
             if parts.next().is_some() {
+                return None;
+            }
+            // A link, FIFO or directory is no trace the library wrote (it
+            // creates regular files only); following one reads what it points at.
+            if regular_only && !e.file_type().is_ok_and(|t| t.is_file()) {
                 return None;
             }
             Some((pid, gen, e.path()))
@@ -290,7 +302,8 @@ fn abandoned_temps(root: &Path) -> Vec<PathBuf> {
                 return false;
             }
             let writer = file.rsplit_once('-').and_then(|(_, pid)| pid.parse::<u32>().ok());
-            writer.is_some_and(|pid| !crate::platform::process::pid_alive(pid))
+            // Only our own: another user's file of this shape is theirs to keep.
+            writer.is_some_and(|pid| !crate::platform::process::pid_alive(pid)) && not_ours(&e.path(), None).is_none()
         })
         .map(|e| e.path())
         .collect()
@@ -351,16 +364,89 @@ impl HeldDir {
     }
 }
 
-fn prepare_output(path: &Path) -> Result<(), RecordError> {
+/// When a run's traces began, by the file system's own clock: the change
+/// time of a file created then, so every file the run creates later has one
+/// no earlier (the system clock can be a tick ahead of the file system's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct RunStart(i64, i64);
+
+/// Why the entry at `p` is not a file of this user's run, if it is not: it
+/// must be a regular file (no link followed), owned by this user, with no
+/// other name (a hard link to a private file is owned by its owner), and —
+/// given `since` — changed no earlier than the run's start.
+fn not_ours(p: &Path, since: Option<RunStart>) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = match std::fs::symlink_metadata(p) {
+        Ok(m) => m,
+        Err(e) => return Some(format!("cannot look at it: {e}")),
+    };
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !m.file_type().is_file() {
+        return Some("not a regular file (a link, FIFO or directory)".into());
+    }
+    if m.uid() != me {
+        return Some(format!("it belongs to user {}, not to this user ({me})", m.uid()));
+    }
+    if m.nlink() != 1 {
+        return Some(format!("it has {} names (a hard link)", m.nlink()));
+    }
+    if since.is_some_and(|s| RunStart(m.ctime(), m.ctime_nsec()) < s) {
+        return Some("it was there before this run started".into());
+    }
+    None
+}
+
+/// Clears what an earlier run left at `path` and checks that a file can be
+/// created there; returns when this run started. Names are never created
+/// or truncated here: the library creates the trace itself (`O_EXCL`), and
+/// whatever is left at a name another user can foresee is only removed when
+/// it is this user's own regular file.
+fn prepare_output(path: &Path) -> Result<RunStart, RecordError> {
+    use std::os::unix::fs::MetadataExt;
+    if let Some(why) = std::fs::symlink_metadata(path).ok().and_then(|_| not_ours(path, None)) {
+        return Err(RecordError::Output(format!(
+            "{} is already there and is not this user's trace to replace: {why}; remove it or choose another name with -o",
+            path.display()
+        )));
+    }
     // Also what a killed earlier run left: its traces (the next run writes
     // the same names) and its half-written temporary files.
     for old in trace_family(path).into_iter().chain(abandoned_temps(path)) {
-        let _ = std::fs::remove_file(old);
+        if not_ours(&old, None).is_none() {
+            let _ = std::fs::remove_file(old);
+        }
     }
     let unwritable = |source| RecordError::Unwritable { path: path.to_path_buf(), source };
-    std::fs::File::create(path).map_err(unwritable)?;
-    // The preload creates the file itself (O_EXCL): leave no placeholder.
-    std::fs::remove_file(path).map_err(unwritable)
+    let probe = crate::platform::names::temp_beside(path, "probe", std::process::id());
+    if not_ours(&probe, None).is_none() {
+        let _ = std::fs::remove_file(&probe);
+    }
+    let made = crate::platform::safe_fs::create_new(&probe, 0o600).map_err(unwritable)?;
+    let m = made.metadata();
+    let _ = std::fs::remove_file(&probe);
+    let m = m.map_err(unwritable)?;
+    Ok(RunStart(m.ctime(), m.ctime_nsec()))
+}
+
+/// The trace files of this run (`trace_family`), and a warning for each file
+/// of that shape that is not one: another user's (planted there, or written
+/// by a traced program that changed its user), a link, or older than the run.
+fn run_family(root: &Path, start: RunStart) -> (Vec<PathBuf>, Vec<String>) {
+    let mut warnings = Vec::new();
+    let mut found = family_of(root, false);
+    // A link at the root's name to nothing is no less planted.
+    if std::fs::symlink_metadata(root).is_ok() && found.first().map(PathBuf::as_path) != Some(root) {
+        found.insert(0, root.to_path_buf());
+    }
+    found.retain(|t| match not_ours(t, Some(start)) {
+        None => true,
+        Some(why) => {
+            warnings.push(format!("{}: not taken as a trace of this run (not finished, listed or reported): {why}", t.display()));
+            false
+        }
+    });
+    (found, warnings)
 }
 
 /// TSC ticks per second, measured against the monotonic clock.
@@ -533,7 +619,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let shown = cfg.program.to_string_lossy().to_string();
     let output = std::path::absolute(&cfg.output).map_err(|source| RecordError::Unwritable { path: cfg.output.clone(), source })?;
     crate::trace::rewrite::check_trace_output(&output).map_err(RecordError::Output)?;
-    prepare_output(&output)?;
+    let run_start = prepare_output(&output)?;
     let out_dir = HeldDir::open(&output);
     let preload = native::path(Part::Preload)?;
 
@@ -569,6 +655,15 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     // A program the library cannot be loaded into (a 32-bit one) runs without
     // it: the loader would print its refusal on the program's own stderr.
     let foreign = foreign_program(&program).is_some();
+    if !foreign && preload.to_string_lossy().contains([' ', ':', '\t', '\n']) {
+        // The loader splits LD_PRELOAD at spaces and colons: the program
+        // would run untraced and its missing trace be blamed on it.
+        return Err(RecordError::Output(format!(
+            "mtlab's library is unpacked at {}, whose path has a space or colon that LD_PRELOAD cannot carry; \
+             point XDG_CACHE_HOME at a directory of your own whose path has neither",
+            preload.display()
+        )));
+    }
     if !foreign {
         let mut ld_preload = preload.as_os_str().to_owned();
         if let Some(existing) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
@@ -639,10 +734,9 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let mut root_finisher = live.and_then(|l| l.stop());
     let (status, wall) = ran?;
 
-    let mut traces = trace_family(&output);
+    let (mut traces, mut warnings) = run_family(&output, run_start);
     // A file the library created but could not write even the header to (a
     // full disk) is no trace: readers would call it "not an mtlab trace".
-    let mut warnings = Vec::new();
     let mut root_unwritten = None;
     traces.retain(|t| {
         let empty = std::fs::metadata(t).is_ok_and(|m| m.len() == 0);

@@ -73,7 +73,7 @@ pub(crate) fn emit(doc: &Document, json: bool, csv: Option<&PathBuf>, svg: Optio
 /// Writes `doc` as one self-contained HTML page (`--html FILE`).
 pub(crate) fn write_html(doc: &Document, path: &std::path::Path, title: &str, images: &[export::html::Image]) -> Result<(), CliError> {
     let html = export::html::page(title, &doc.views, images)?;
-    std::fs::write(path, html).map_err(|source| export::ExportError::Write { path: path.to_path_buf(), source })?;
+    crate::platform::safe_fs::write_replacing(path, html.as_bytes(), 0o666).map_err(|source| export::ExportError::Write { path: path.to_path_buf(), source })?;
     say!("mtlab: wrote {} (a self-contained page: open it in a browser)", path.display());
     Ok(())
 }

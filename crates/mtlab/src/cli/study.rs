@@ -62,7 +62,11 @@ impl StorePath {
 
     /// Opens the store, creating it if needed (a study storing its run).
     fn create(&self) -> Result<Store, CliError> {
-        Ok(Store::open(&self.path())?)
+        let p = self.path();
+        if self.store.is_none() && Store::is_default_location() {
+            Store::create_default_dir(&p)?;
+        }
+        Ok(Store::open(&p)?)
     }
 
     /// Opens an existing store (commands that only read).

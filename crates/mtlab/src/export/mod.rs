@@ -42,7 +42,7 @@ pub fn write_files(exporter: &dyn Exporter, doc: &Document, dir: &Path) -> Resul
     let mut written = Vec::new();
     for o in exporter.render(doc)? {
         let path = dir.join(o.file.as_deref().unwrap_or("output"));
-        std::fs::write(&path, &o.bytes).map_err(|source| ExportError::Write { path: path.clone(), source })?;
+        crate::platform::safe_fs::write_replacing(&path, &o.bytes, 0o666).map_err(|source| ExportError::Write { path: path.clone(), source })?;
         written.push(path);
     }
     Ok(written)

@@ -43,7 +43,9 @@ pub fn child_trace(root: &Path, pid: u32, generation: u32) -> PathBuf {
 }
 
 /// `.NAME.WHAT-PID` beside `dst`: a temporary file mtlab process `pid`
-/// writes before renaming it to `dst` (finishing, compacting a trace).
+/// writes before renaming it to `dst` (WHAT: `finish`, `compact` a trace;
+/// `out0`…`out7` an output file, `safe_fs::replace`), or `probe`, the file
+/// `record` creates and removes to learn that it can write there.
 pub fn temp_beside(dst: &Path, what: &str, pid: u32) -> PathBuf {
     let dir = match dst.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -63,6 +65,7 @@ pub fn record_names(root: &Path, mtlab_pid: u32, program_pid: u32) -> Vec<PathBu
         child_trace(root, program_pid + 1, 1),
         temp_beside(root, "finish", mtlab_pid),
         temp_beside(root, "compact", mtlab_pid),
+        temp_beside(root, "probe", mtlab_pid),
         ctl_page(program_pid),
     ]
 }

@@ -116,6 +116,132 @@ pub fn private_dir(dir: &Path) -> io::Result<PathBuf> {
     trusted_dir(dir)
 }
 
+/// Whether the kernel's `fs.protected_symlinks`/`protected_fifos` rule
+/// would let the caller use the entry `m` in the directory `dir` (many
+/// containers switch those checks off): an entry in a sticky directory every
+/// user can write (`/tmp`) only if it is the caller's or the directory
+/// owner's.
+fn usable_in(dir: &Path, m: &std::fs::Metadata) -> bool {
+    let Ok(d) = std::fs::metadata(dir) else { return false };
+    let shared = d.mode() & libc::S_ISVTX != 0 && d.mode() & 0o002 != 0;
+    !shared || m.uid() == euid() || m.uid() == d.uid()
+}
+
+fn parent_of(path: &Path) -> &Path {
+    path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
+/// A file the user named, being written: a new file beside it (created new,
+/// see `create_new`) that `commit` renames over the name. So a symlink or a
+/// hard link someone left at the name is replaced, never written through,
+/// and a reader never sees half a file. A device or FIFO at the name
+/// (`/dev/null`, `/dev/stdout`) is written in place instead.
+pub struct Replacement {
+    file: File,
+    /// The temp file and the name it is renamed to; None when written in place.
+    rename: Option<(PathBuf, PathBuf)>,
+}
+
+/// Starts writing `dst` (see `Replacement`); a new file gets `mode` (masked
+/// by the umask). A symlink or FIFO another user owns in a shared sticky
+/// directory is refused rather than followed.
+pub fn replace(dst: &Path, mode: u32) -> io::Result<Replacement> {
+    replace_at(dst, mode, 8)
+}
+
+fn replace_at(dst: &Path, mode: u32, links_left: u32) -> io::Result<Replacement> {
+    let m = match std::fs::symlink_metadata(dst) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return replacement_beside(dst, mode),
+        Err(e) => return Err(e),
+        Ok(m) => m,
+    };
+    let ft = m.file_type();
+    if ft.is_file() {
+        return replacement_beside(dst, mode);
+    }
+    if ft.is_dir() {
+        return Err(io::Error::new(io::ErrorKind::IsADirectory, format!("{} is a directory", dst.display())));
+    }
+    if !usable_in(parent_of(dst), &m) {
+        let what = if ft.is_symlink() { "a symbolic link" } else { "a special file" };
+        return Err(denied(format!(
+            "{} is {what} of user {} in a directory every user can write: not used (someone may have planted it); \
+             remove it or give another name",
+            dst.display(),
+            m.uid()
+        )));
+    }
+    if ft.is_symlink() {
+        if links_left == 0 {
+            return Err(io::Error::from_raw_os_error(libc::ELOOP));
+        }
+        let target = std::fs::read_link(dst)?;
+        return replace_at(&parent_of(dst).join(target), mode, links_left - 1);
+    }
+    let file = OpenOptions::new().write(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(dst)?;
+    Ok(Replacement { file, rename: None })
+}
+
+fn replacement_beside(dst: &Path, mode: u32) -> io::Result<Replacement> {
+    let pid = std::process::id();
+    let mut last = None;
+    // Another user may have taken a predictable name: try a few.
+    for k in 0..8 {
+        let tmp = crate::platform::names::temp_beside(dst, &format!("out{k}"), pid);
+        if open_owned_regular(&tmp, false).is_ok() {
+            let _ = std::fs::remove_file(&tmp); // our own, left by a killed run of this pid
+        }
+        match create_new(&tmp, mode) {
+            Ok(file) => return Ok(Replacement { file, rename: Some((tmp, dst.to_path_buf())) }),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.expect("tried at least once"))
+}
+
+impl Replacement {
+    /// The file being written.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Puts the written file in place.
+    pub fn commit(mut self) -> io::Result<()> {
+        match self.rename.take() {
+            Some((tmp, dst)) => std::fs::rename(&tmp, &dst).inspect_err(|_| {
+                let _ = std::fs::remove_file(&tmp);
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl io::Write for Replacement {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.file.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl Drop for Replacement {
+    fn drop(&mut self) {
+        if let Some((tmp, _)) = self.rename.take() {
+            let _ = std::fs::remove_file(tmp);
+        }
+    }
+}
+
+/// Writes `bytes` to `dst` whole (see `Replacement`).
+pub fn write_replacing(dst: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    use std::io::Write;
+    let mut r = replace(dst, mode)?;
+    r.write_all(bytes)?;
+    r.commit()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,6 +276,42 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         // Would block forever without O_NONBLOCK (no writer).
         assert!(read_owned_regular(&fifo, 10).is_err());
+    }
+
+    #[test]
+    fn a_replacement_never_writes_through_a_planted_name() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let victim = d.path().join("victim");
+        std::fs::write(&victim, b"keep").unwrap();
+        // A hard link at the name: replaced, the other name keeps its bytes.
+        let hard = d.path().join("hard");
+        std::fs::hard_link(&victim, &hard).unwrap();
+        write_replacing(&hard, b"new", 0o600).unwrap();
+        assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        assert_eq!(std::fs::read(&hard).unwrap(), b"new");
+        assert_eq!(std::fs::metadata(&hard).unwrap().mode() & 0o777, 0o600);
+        // Our own link is followed: its target is what the user meant.
+        let mine = d.path().join("mine");
+        std::os::unix::fs::symlink("hard", &mine).unwrap();
+        write_replacing(&mine, b"again", 0o600).unwrap();
+        assert_eq!(std::fs::read(&hard).unwrap(), b"again");
+        assert!(std::fs::symlink_metadata(&mine).unwrap().file_type().is_symlink());
+        // A device is written in place.
+        write_replacing(Path::new("/dev/null"), b"x", 0o600).unwrap();
+        assert!(!std::fs::symlink_metadata("/dev/null").unwrap().is_file());
+        // Another user's link in a sticky directory everyone can write: refused.
+        if euid() == 0 {
+            let planted = d.path().join("planted");
+            std::os::unix::fs::symlink(&victim, &planted).unwrap();
+            std::os::unix::fs::lchown(&planted, Some(65534), Some(65534)).unwrap();
+            let err = write_replacing(&planted, b"evil", 0o600).unwrap_err();
+            assert!(err.to_string().contains("someone may have planted it"), "{err}");
+            assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+        }
+        let left: Vec<_> = std::fs::read_dir(d.path()).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with('.')).collect();
+        assert!(left.is_empty(), "no temp file left: {left:?}");
     }
 
     #[test]

@@ -7,7 +7,6 @@
 //! like [`Frame::display`]; `;` inside a name becomes `,` and line breaks become spaces,
 //! so that names never break the format. Identical stacks are added up.
 
-use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
@@ -137,14 +136,15 @@ pub fn collapsed_text(folded: &[(String, u64)]) -> String {
 }
 
 fn write_file(out: &Path, bytes: &[u8]) -> Result<(), ExportError> {
-    let file = File::create(out).map_err(|e| ExportError::create(out, e))?;
+    // Written beside and renamed: a link left at the name is not followed.
+    let file = crate::platform::safe_fs::replace(out, 0o666).map_err(|e| ExportError::create(out, e))?;
     let mut w = BufWriter::new(file);
     w.write_all(bytes).map_err(|e| ExportError::write(out, e))?;
     let file = w
         .into_inner()
         .map_err(|e| ExportError::write(out, e.into_error()))?;
-    file.sync_all().map_err(|e| ExportError::write(out, e))?;
-    Ok(())
+    file.file().sync_all().map_err(|e| ExportError::write(out, e))?;
+    file.commit().map_err(|e| ExportError::write(out, e))
 }
 
 /// Writes the folded stacks of `profile` counting `value` to `out`, one `stack count` per

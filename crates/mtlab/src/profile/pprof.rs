@@ -20,7 +20,6 @@
 //! `protoc` or build script is needed.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
@@ -447,7 +446,10 @@ pub fn write_pprof(
     out: &Path,
 ) -> Result<(), ExportError> {
     let bytes = to_pprof_bytes(profile, symbolizer);
-    let file = File::create(out).map_err(|e| ExportError::create(out, e))?;
+    // Private, as the trace it comes from (its mappings' addresses undo
+    // ASLR); written beside and renamed, so a link left at the name (`ctl
+    // dump`'s default name is predictable) is not followed.
+    let file = crate::platform::safe_fs::replace(out, 0o600).map_err(|e| ExportError::create(out, e))?;
     let mut gz = GzEncoder::new(BufWriter::new(file), Compression::default());
     gz.write_all(&bytes)
         .map_err(|e| ExportError::write(out, e))?;
@@ -456,8 +458,8 @@ pub fn write_pprof(
         .map_err(|e| ExportError::write(out, e))?
         .into_inner()
         .map_err(|e| ExportError::write(out, e.into_error()))?;
-    file.sync_all().map_err(|e| ExportError::write(out, e))?;
-    Ok(())
+    file.file().sync_all().map_err(|e| ExportError::write(out, e))?;
+    file.commit().map_err(|e| ExportError::write(out, e))
 }
 
 #[cfg(test)]
@@ -625,7 +627,7 @@ pub(crate) mod tests {
         let path = dir.path().join("heap.pb.gz");
         write_pprof(&profile, &mut sym, &path).unwrap();
         let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(File::open(&path).unwrap())
+        flate2::read::GzDecoder::new(std::fs::File::open(&path).unwrap())
             .read_to_end(&mut raw)
             .unwrap();
         assert_eq!(raw, bytes);

@@ -102,5 +102,5 @@ pub fn document(profile: &ProfileData, symbolizer: &mut Symbolizer, name: &str) 
 pub fn write_speedscope(profile: &ProfileData, symbolizer: &mut Symbolizer, name: &str, out: &Path) -> Result<(), ExportError> {
     let doc = document(profile, symbolizer, name);
     let bytes = serde_json::to_vec(&doc).map_err(|e| ExportError::write(out, std::io::Error::other(e)))?;
-    std::fs::write(out, bytes).map_err(|e| ExportError::write(out, e))
+    crate::platform::safe_fs::write_replacing(out, &bytes, 0o666).map_err(|e| ExportError::write(out, e))
 }

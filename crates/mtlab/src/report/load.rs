@@ -89,7 +89,18 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     };
     if children {
         let found: Vec<PathBuf> = crate::record::trace_family(file).into_iter().skip(1).collect();
+        let owner = std::fs::metadata(file).ok().map(|m| std::os::unix::fs::MetadataExt::uid(&m));
         for f in &found {
+            if let Some(reason) = not_of_this_run(f, owner, listed.as_deref(), suffix(f).as_deref()) {
+                let s = suffix(f);
+                missing.push(MissingTrace {
+                    file: f.display().to_string(),
+                    pid: s.as_deref().and_then(family::suffix_pid),
+                    command: None,
+                    reason,
+                });
+                continue;
+            }
             // Without their maps (most of a small process's metadata): only
             // the processes reported in detail read them, when analysed.
             match TraceFile::open_without_maps(f) {
@@ -189,6 +200,26 @@ fn planned_row(t: &TraceFile) -> IndexRow {
         reported: true,
         selected: true,
     }
+}
+
+/// Why the file `f` beside the root trace is not read as one of its run's
+/// child traces, if it is not: it belongs to another user than the root
+/// trace (`owner`), or the root trace lists its children (`listed`) and
+/// not this one. A file someone else put there would add a forged process.
+fn not_of_this_run(f: &Path, owner: Option<u32>, listed: Option<&[family::ListedTrace]>, suffix: Option<&str>) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::symlink_metadata(f).ok()?.uid();
+    if owner.is_some_and(|o| o != uid) {
+        return Some(format!(
+            "it belongs to user {uid} and the root trace to user {}: not read (written by someone else, or by a \
+             traced program that changed its user)",
+            owner.unwrap_or_default()
+        ));
+    }
+    if listed.is_some_and(|l| !l.iter().any(|l| Some(l.suffix.as_str()) == suffix)) {
+        return Some("mtlab record did not list it when the run ended (it was written later, or by someone else): not read".into());
+    }
+    None
 }
 
 /// `PID[.N]` of a child trace `ROOT.PID[.N]`.

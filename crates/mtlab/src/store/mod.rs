@@ -67,6 +67,12 @@ pub enum StoreError {
     #[error("cannot create the directory {dir} for the results store {path}: {source}; pass --store PATH to keep runs elsewhere, or --no-store to not keep them")]
     CreateDir { path: PathBuf, dir: PathBuf, source: std::io::Error },
 
+    #[error("the directory {dir} of the results store {path} does not exist; create it first (mtlab creates only the default store's directory, not one named by --store or $MTLAB_STORE), or pass another --store PATH")]
+    NoDir { path: PathBuf, dir: PathBuf },
+
+    #[error("cannot create the results store {path}: {source}; check that its directory is writable and that nothing but a store is at that name, or pass --store PATH to keep runs elsewhere")]
+    Create { path: PathBuf, source: std::io::Error },
+
     #[error("cannot open the results store {path}: {source}; check that the file and its directory are readable and writable, or pass --store PATH to keep runs elsewhere")]
     CannotOpen { path: PathBuf, source: rusqlite::Error },
 
@@ -127,19 +133,28 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Opens the store at `path`, creating its directory, the file and the
-    /// schema if needed, and migrating a store written by an older mtlab.
+    /// Opens the store at `path`, creating the file and the schema if
+    /// needed, and migrating a store written by an older mtlab. Its
+    /// directory must exist: a mistyped `--store` (as root, anywhere) made
+    /// directories nobody asked for (`create_default_dir` makes the
+    /// default store's). A new store is private (0600): runs hold command
+    /// lines, paths and host details.
     ///
     /// Refuses (without modifying it) a file that is not an SQLite database,
     /// an SQLite database that is not an mtlab store, and a store written by
     /// a newer mtlab.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
-                path: path.to_path_buf(),
-                dir: dir.to_path_buf(),
-                source,
-            })?;
+            if !dir.is_dir() {
+                return Err(StoreError::NoDir { path: path.to_path_buf(), dir: dir.to_path_buf() });
+            }
+        }
+        // SQLite would create it 0644; an empty file is a new database to it,
+        // and its -wal and -shm files take the database file's mode.
+        match crate::platform::safe_fs::create_new(path, 0o600) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(source) => return Err(StoreError::Create { path: path.to_path_buf(), source }),
         }
         // No SQLITE_OPEN_URI: a file named `file:...` is a file, not a URI.
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
@@ -173,6 +188,25 @@ impl Store {
     /// else (no `$HOME`) `mtlab-runs.sqlite` in the current directory.
     pub fn default_path() -> PathBuf {
         default_path_from(|name| std::env::var_os(name))
+    }
+
+    /// Creates the directory of the default store `path` (`default_path`),
+    /// private to this user where it is new.
+    pub fn create_default_dir(path: &Path) -> Result<(), StoreError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) else { return Ok(()) };
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|source| StoreError::CreateDir {
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Whether the store is the default one (`default_path` from `HOME` or
+    /// `XDG_DATA_HOME`), whose directory mtlab may create; `$MTLAB_STORE`
+    /// names a store as `--store` does.
+    pub fn is_default_location() -> bool {
+        std::env::var_os("MTLAB_STORE").is_none_or(|v| v.is_empty())
     }
 
     /// The file this store lives in.

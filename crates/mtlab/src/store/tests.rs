@@ -55,9 +55,23 @@ fn run(study: &str, title: &str, started: &str) -> Run {
 
 fn temp_store() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("temp dir");
-    // A directory that does not exist yet: open must create it.
     let path = dir.path().join("nested/dir/runs.sqlite");
+    Store::create_default_dir(&path).expect("the default store's directory");
     (dir, path)
+}
+
+#[test]
+fn store_is_private_and_needs_its_directory() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("missing/runs.sqlite");
+    let err = Store::open(&path).expect_err("a missing directory");
+    assert!(err.to_string().contains("does not exist; create it first"), "{err}");
+    assert!(!dir.path().join("missing").exists(), "no directory made");
+    Store::create_default_dir(&path).expect("create");
+    assert_eq!(std::fs::metadata(dir.path().join("missing")).unwrap().permissions().mode() & 0o777, 0o700);
+    drop(Store::open(&path).expect("open"));
+    assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600, "a new store is 0600");
 }
 
 #[test]

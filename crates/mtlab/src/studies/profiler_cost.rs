@@ -347,6 +347,9 @@ fn validate(cfg: &ProfilerCostConfig) -> Result<(), StudyError> {
                 allocators::package(a).unwrap_or("its package")
             )));
         }
+        if let Some(l) = allocator_library(a) {
+            allocators::preloadable(&l)?;
+        }
     }
     if cfg.threads.is_empty() || cfg.threads.contains(&0) {
         return Err(StudyError::Config("--threads needs one or more thread counts above 0".into()));

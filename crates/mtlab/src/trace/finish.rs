@@ -208,7 +208,7 @@ fn write_compressed_batch(
 /// record with `runinfo`. The rewrite goes to a temp file in the same
 /// directory that then replaces `path`.
 pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishStats, TraceError> {
-    let file_len = fs::metadata(path).map_err(TraceError::io(path))?.len();
+    let file_len = fs::symlink_metadata(path).map_err(TraceError::io(path))?.len();
     Finisher::start(path, file_len)?.finish(runinfo)
 }
 
@@ -247,7 +247,10 @@ impl Finisher {
     /// Starts rewriting `path`, whose first `available` bytes are written
     /// (the whole file once the program has ended).
     pub fn start(path: &Path, available: u64) -> Result<Finisher, TraceError> {
-        let src = File::open(path).map_err(TraceError::io(path))?;
+        // No link followed, and only this user's file: the rewrite is
+        // renamed over `path`, so reading a file that a link planted there
+        // points at would copy it to where the link was.
+        let src = crate::platform::safe_fs::open_owned_regular(path, false).map_err(TraceError::io(path))?;
         let (_version, _text, header_end) = read_file_header(&src, path, available)?;
         let (tmp, tmp_path, guard) = temp_beside(path, "finish")?;
         let mut out = BufWriter::with_capacity(1 << 20, tmp);

@@ -92,7 +92,8 @@ pub(crate) fn copy_record(
 
 impl TempGuard {
     /// Replaces `dst` with the finished rewrite in `out` (this guard's temp
-    /// file): flushed, given `perms`, synced to disk when `durable`, renamed.
+    /// file): flushed, given the read and write bits of `perms`, synced to
+    /// disk when `durable`, renamed.
     pub(crate) fn install(
         mut self,
         out: BufWriter<File>,
@@ -103,7 +104,10 @@ impl TempGuard {
         let tmp_path = self.0.clone().expect("an armed guard");
         let file = out.into_inner().map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e.into_error() })?;
         if let Some(p) = perms {
-            let _ = file.set_permissions(p);
+            // The original's read and write bits only: no set-id, sticky or
+            // execute bit is carried over to a file this process owns.
+            use std::os::unix::fs::PermissionsExt;
+            let _ = file.set_permissions(fs::Permissions::from_mode(p.mode() & 0o666));
         }
         if durable {
             file.sync_data().map_err(TraceError::io(&tmp_path))?;

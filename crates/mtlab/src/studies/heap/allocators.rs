@@ -71,8 +71,33 @@ pub fn library(name: &str) -> Option<PathBuf> {
     })
 }
 
+/// Refuses a library path that `LD_PRELOAD` cannot carry: the loader splits
+/// its value at spaces and colons, looks for each piece, and runs the
+/// program without the allocator — whose failure was then blamed on the
+/// program.
+pub fn preloadable(lib: &Path) -> Result<(), StudyError> {
+    let shown = lib.display().to_string();
+    let Some(c) = shown.chars().find(|c| matches!(c, ' ' | ':' | '\t' | '\n')) else { return Ok(()) };
+    let what = if c == ':' { "a colon" } else { "a space" };
+    let name = lib.file_name().map(|n| n.to_string_lossy().replace([' ', ':', '\t', '\n'], "_")).unwrap_or_else(|| "lib.so".into());
+    Err(StudyError::Config(format!(
+        "the allocator library path `{shown}` contains {what}, which LD_PRELOAD cannot carry (it splits its list at spaces \
+         and colons, and the program would run without the allocator); make a symlink or copy at a path without spaces \
+         or colons, e.g. `ln -s {} /usr/local/lib/{name}`, and give that path",
+        crate::platform::process::shell_word(lib)
+    )))
+}
+
 /// Resolves a `--allocators` entry: a known name, or a path to a `.so`.
 pub fn resolve(entry: &str) -> Result<Allocator, StudyError> {
+    let a = resolve_entry(entry)?;
+    if let Some(lib) = &a.library {
+        preloadable(lib)?;
+    }
+    Ok(a)
+}
+
+fn resolve_entry(entry: &str) -> Result<Allocator, StudyError> {
     if entry == "glibc" {
         return Ok(Allocator { name: entry.into(), library: None });
     }
@@ -156,6 +181,15 @@ mod tests {
         let g = Allocator { name: "glibc".into(), library: None };
         assert!(g.matches("glibc", "/lib/x86_64-linux-gnu/libc.so.6"));
         assert!(!g.matches("jemalloc", "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"));
+        let dir = tempfile::tempdir().unwrap();
+        let spaced = dir.path().join("my libs");
+        std::fs::create_dir(&spaced).unwrap();
+        let lib = spaced.join("libc.so.6");
+        std::fs::copy("/lib/x86_64-linux-gnu/libc.so.6", &lib).or_else(|_| std::fs::copy("/lib64/libc.so.6", &lib)).unwrap();
+        let e = resolve(lib.to_str().unwrap()).unwrap_err().to_string();
+        assert!(e.contains("contains a space, which LD_PRELOAD cannot carry") && e.contains("ln -s"), "{e}");
+        let e = preloadable(Path::new("/opt/a:b/libx.so")).unwrap_err().to_string();
+        assert!(e.contains("contains a colon"), "{e}");
         let j = Allocator { name: "jemalloc".into(), library: Some("/nonexistent/libjemalloc.so.2".into()) };
         assert!(j.matches("jemalloc", "/elsewhere/libjemalloc.so.2"));
         assert!(!j.matches("glibc", "/lib/x86_64-linux-gnu/libc.so.6"));

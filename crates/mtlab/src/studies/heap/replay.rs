@@ -116,7 +116,7 @@ pub fn write_ops(trace: &TraceFile, out: &Path) -> Result<OpsSummary, StudyError
             b.event(&ev);
         }
     }
-    let mut w = BufWriter::new(std::fs::File::create(out).map_err(io)?);
+    let mut w = BufWriter::new(crate::platform::safe_fs::replace(out, 0o666).map_err(io)?);
     w.write_all(b"MTLABRP1").map_err(io)?;
     w.write_all(&(b.first_seen.len() as u32).to_le_bytes()).map_err(io)?;
     w.write_all(&0u32.to_le_bytes()).map_err(io)?;
@@ -130,7 +130,7 @@ pub fn write_ops(trace: &TraceFile, out: &Path) -> Result<OpsSummary, StudyError
             }
         }
     }
-    w.flush().map_err(io)?;
+    w.into_inner().map_err(|e| io(e.into_error()))?.commit().map_err(io)?;
     b.summary.threads = b.first_seen.len();
     Ok(b.summary)
 }
