@@ -30,6 +30,42 @@ pub fn affinity_journal(dir: &Path, pid: u32) -> PathBuf {
     dir.join(format!("{pid}.json"))
 }
 
+/// `DIR/PID.tmp`: run `pid`'s next journal, before it replaces the last.
+pub fn affinity_journal_temp(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(format!("{pid}.tmp"))
+}
+
+/// The pid of a journal or journal temp's file name (`PID.json`, `PID.tmp`),
+/// with whether it is the journal; None for any other name.
+pub fn affinity_journal_pid(file_name: &str) -> Option<(u32, bool)> {
+    let (stem, ext) = file_name.split_once('.')?;
+    let pid = canonical_number(stem)?;
+    match ext {
+        "json" => Some((pid, true)),
+        "tmp" => Some((pid, false)),
+        _ => None,
+    }
+}
+
+/// The prefix of the affinity study's network namespaces (in /run/netns).
+pub const AFFINITY_NETNS_PREFIX: &str = "mtlab-aff-";
+
+/// `mtlab-aff-PID`: the network namespace of affinity run `pid`.
+pub fn affinity_netns(pid: u32) -> String {
+    format!("{AFFINITY_NETNS_PREFIX}{pid}")
+}
+
+/// The pid of a namespace the affinity study named, None for any other name.
+pub fn affinity_netns_pid(name: &str) -> Option<u32> {
+    canonical_number(name.strip_prefix(AFFINITY_NETNS_PREFIX)?)
+}
+
+/// A decimal number written as mtlab writes one (no sign, no leading zero).
+fn canonical_number(s: &str) -> Option<u32> {
+    let n: u32 = s.parse().ok()?;
+    (n.to_string() == s).then_some(n)
+}
+
 /// `ROOT.PID` (`.N` for the N-th image of one pid): the trace of a process
 /// the traced program started, beside the root trace (the C side builds the
 /// same names in `native/preload/writer.c`).

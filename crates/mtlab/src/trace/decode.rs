@@ -18,14 +18,21 @@ use super::event::{Event, EventKind, Func, Item};
 use super::fields::{DecErr, Field, Fields};
 use super::format::*;
 use super::kv::parse_kv_text;
+use super::maps::MapsKept;
 use super::records::{
-    check_framing, next_record, parse_chunk_header, read_file_header, ChunkInfo, Damage, EndRecord, RecHdr, RepeatedChunks, MAX_PAYLOAD,
+    check_framing, next_record, parse_chunk_header, read_file_header, size_words, stored_limit, text_limit, ChunkInfo, Damage,
+    EndRecord, RecHdr, RepeatedChunks, MAX_PAYLOAD,
 };
-use super::resync::next_intact_record;
+use super::resync::Resync;
 use super::varint::{varint, zigzag};
 
-/// Largest decompressed MAPS / END / RUNINFO payload accepted.
-const MAX_TEXT_PAYLOAD: u64 = 1 << 30;
+/// The most text the compressed records other than EVENTS of one trace may
+/// decompress to, all together. mtlab never compresses them; a crafted trace
+/// of small frames that each inflate to their type's limit is stopped here.
+const MAX_INFLATED_TEXT: u64 = 64 << 20;
+
+/// Damaged records described one by one in the warnings; the rest are counted.
+const MAX_DAMAGE_WARNINGS: u64 = 20;
 
 /// The file header's `key=value` text, parsed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -208,6 +215,11 @@ struct Scratch {
     /// MAPS records are checked (they decompress) but not kept.
     skip_maps: bool,
     repeated: RepeatedChunks,
+    maps: MapsKept,
+    /// Bytes the compressed text records decompressed to so far.
+    inflated: u64,
+    /// Made on the first damage met.
+    resync: Option<Resync>,
 }
 
 impl Drop for Scratch {
@@ -223,7 +235,9 @@ pub struct TraceFile {
     pub header: Header,
     /// EVENTS records in file order.
     pub chunks: Vec<ChunkInfo>,
-    /// Every MAPS text in file order.
+    /// The MAPS texts, as many as the mappings need: the first whole, then
+    /// the distinct lines of the later ones, each where it last appeared
+    /// (see `trace::maps`; `symbolize::parse_all_maps` reads them).
     pub maps: Vec<String>,
     pub end: Option<EndRecord>,
     pub runinfo: Vec<(String, String)>,
@@ -299,11 +313,14 @@ impl TraceFile {
                     // Damage is skipped: reading resumes at the next intact record.
                     let at = d.offset();
                     tf.records_damaged += 1;
-                    let next = next_intact_record(&file, at + 1, file_len).map_err(TraceError::io(path))?;
-                    tf.warnings.push(match next {
-                        Some(n) => format!("damaged record at byte {at}: {}; skipped to the next intact record, at byte {n}", d.reason()),
-                        None => format!("damaged record at byte {at}: {}; no intact record after it", d.reason()),
-                    });
+                    let next = scratch.resync.get_or_insert_with(Resync::new).next_intact_record(&file, at + 1, file_len);
+                    let next = next.map_err(TraceError::io(path))?;
+                    if tf.records_damaged <= MAX_DAMAGE_WARNINGS {
+                        tf.warnings.push(match next {
+                            Some(n) => format!("damaged record at byte {at}: {}; skipped to the next intact record, at byte {n}", d.reason()),
+                            None => format!("damaged record at byte {at}: {}; no intact record after it", d.reason()),
+                        });
+                    }
                     match next {
                         Some(n) => n,
                         None => break,
@@ -316,6 +333,16 @@ impl TraceFile {
             };
         }
         tf.warnings.extend(scratch.repeated.warning());
+        if let Some(passed) = scratch.resync.as_ref().map(|r| r.work.passed_over).filter(|&n| n > 0) {
+            tf.warnings.push(format!(
+                "the search for intact records after damage passed over {passed} candidates it had no budget left to check: \
+                 intact records among them were skipped (the damaged part looks crafted)"
+            ));
+        }
+        if tf.records_damaged > MAX_DAMAGE_WARNINGS {
+            tf.warnings.push(format!("{} more damaged records skipped", tf.records_damaged - MAX_DAMAGE_WARNINGS));
+        }
+        tf.maps = std::mem::take(&mut scratch.maps).into_texts();
         Ok(tf)
     }
 
@@ -356,23 +383,39 @@ impl TraceFile {
                 return Ok(bad(format!("{} record with flags {:#x} only EVENTS records have", record_name(rec.ty), rec.flags)));
             }
             REC_MAPS | REC_END | REC_RUNINFO | REC_STATS | REC_ALLOCSTATS => {
+                let name = record_name(rec.ty);
+                let compressed = rec.flags & RECORD_FLAG_ZSTD != 0;
+                if rec.payload_len as u64 > stored_limit(rec.ty, compressed) {
+                    let limit = size_words(text_limit(rec.ty));
+                    return Ok(bad(format!("{name} record of {} bytes: mtlab's writers put at most {limit} in one", rec.payload_len)));
+                }
                 s.buf.resize(rec.payload_len as usize, 0);
                 file.read_exact_at(&mut s.buf, rec.payload_offset()).map_err(io)?;
-                let payload: &[u8] = if rec.flags & RECORD_FLAG_ZSTD != 0 {
+                let payload: &[u8] = if compressed {
                     let d = match &mut s.dctx {
                         Some(d) => d,
                         None => s.dctx.insert(take_dctx().map_err(TraceError::io(&path))?),
                     };
-                    if let Err(e) = zstd_decompress_into(d, &s.buf, &mut s.plain, MAX_TEXT_PAYLOAD) {
-                        return Ok(bad(format!("{} record does not decompress ({e})", record_name(rec.ty))));
+                    let left = MAX_INFLATED_TEXT.saturating_sub(s.inflated);
+                    let limit = text_limit(rec.ty).min(left);
+                    if let Err(e) = zstd_decompress_into(d, &s.buf, &mut s.plain, limit) {
+                        return Ok(bad(if limit < text_limit(rec.ty) {
+                            format!(
+                                "compressed {name} record: the trace's compressed text records decompress to more than {} in all, which mtlab never writes",
+                                size_words(MAX_INFLATED_TEXT)
+                            )
+                        } else {
+                            format!("{name} record does not decompress to at most {} ({e})", size_words(limit))
+                        }));
                     }
+                    s.inflated += s.plain.len() as u64;
                     &s.plain
                 } else {
                     &s.buf
                 };
                 match rec.ty {
                     REC_MAPS if s.skip_maps => {}
-                    REC_MAPS => self.maps.push(String::from_utf8_lossy(payload).into_owned()),
+                    REC_MAPS => s.maps.add(payload),
                     REC_RUNINFO => self.runinfo.extend(parse_kv_text(&String::from_utf8_lossy(payload))),
                     REC_STATS => self.stats.extend(parse_kv_text(&String::from_utf8_lossy(payload))),
                     REC_ALLOCSTATS => self.allocator_readings.push(parse_kv_text(&String::from_utf8_lossy(payload))),
@@ -1724,6 +1767,101 @@ pub(crate) mod tests {
         offsets.push(w.bytes_written());
         w.finish().unwrap();
         offsets
+    }
+
+    /// A version 3 trace (damage is skipped) of the records `write` adds, then an END.
+    fn checked_trace(dir: &Path, write: impl FnOnce(&mut TraceWriter<std::io::BufWriter<File>>)) -> PathBuf {
+        let path = dir.join("t.mtl");
+        let out = std::io::BufWriter::new(File::create(&path).unwrap());
+        let mut w = TraceWriter::with_version(out, TRACE_VERSION, header_pairs()).unwrap();
+        write(&mut w);
+        w.end(&EndRecord::default()).unwrap();
+        w.finish().unwrap();
+        path
+    }
+
+    const PROG_MAPS: &str = "00400000-00401000 r-xp 00000000 08:01 1 /usr/bin/prog\n";
+
+    #[test]
+    fn maps_records_bigger_than_the_writer_makes_are_refused() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        // 2 MiB of text, over the writer's 1 MiB buffer: a frame that says
+        // its size, a stream that does not, and the text as it is.
+        let big = PROG_MAPS.repeat((2 << 20) / PROG_MAPS.len() + 1);
+        let path = checked_trace(dir.path(), |w| {
+            w.maps(PROG_MAPS).unwrap();
+            w.record(REC_MAPS, RECORD_FLAG_ZSTD, &zstd::bulk::compress(big.as_bytes(), 3).unwrap()).unwrap();
+            let mut stream = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+            stream.write_all(big.as_bytes()).unwrap();
+            w.record(REC_MAPS, RECORD_FLAG_ZSTD, &stream.finish().unwrap()).unwrap();
+            w.maps(&big).unwrap();
+        });
+        let tf = TraceFile::open(&path).unwrap();
+        assert_eq!(tf.records_damaged, 3, "{:?}", tf.warnings);
+        assert!(tf.warnings[0].contains("MAPS record does not decompress to at most 1 MiB"), "{:?}", tf.warnings);
+        assert!(tf.warnings[1].contains("MAPS record does not decompress to at most 1 MiB"), "{:?}", tf.warnings);
+        assert!(tf.warnings[2].contains("MAPS record of 2097") && tf.warnings[2].contains("at most 1 MiB"), "{:?}", tf.warnings);
+        assert_eq!(tf.maps, vec![PROG_MAPS.to_string()]);
+        assert_eq!(tf.end, Some(EndRecord::default()), "the records after are read");
+    }
+
+    #[test]
+    fn a_frame_that_claims_too_much_is_refused_before_any_allocation() {
+        // A zstd frame header alone claiming 512 MiB: magic, single segment
+        // with an 8-byte content size, then an empty last raw block.
+        let mut frame = vec![0x28, 0xb5, 0x2f, 0xfd, 0xe0];
+        frame.extend((512u64 << 20).to_le_bytes());
+        frame.extend([1, 0, 0]);
+        let mut d = zstd::bulk::Decompressor::new().unwrap();
+        let mut out = Vec::new();
+        let e = zstd_decompress_into(&mut d, &frame, &mut out, text_limit(REC_MAPS)).unwrap_err();
+        assert!(e.to_string().contains("536870912 bytes"), "{e}");
+        assert_eq!(out.capacity(), 0);
+    }
+
+    #[test]
+    fn compressed_text_records_inflate_to_a_bounded_total() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = PROG_MAPS.repeat((1 << 20) / PROG_MAPS.len());
+        let frame = zstd::bulk::compress(text.as_bytes(), 3).unwrap();
+        let n = (MAX_INFLATED_TEXT / text.len() as u64) as usize + 3;
+        let path = checked_trace(dir.path(), |w| {
+            for _ in 0..n {
+                w.record(REC_MAPS, RECORD_FLAG_ZSTD, &frame).unwrap();
+            }
+        });
+        let tf = TraceFile::open(&path).unwrap();
+        assert_eq!(tf.records_damaged, 3, "{:?}", tf.warnings);
+        assert!(tf.warnings[0].contains("decompress to more than 64 MiB in all"), "{:?}", tf.warnings);
+        assert_eq!(tf.maps, vec![text], "identical snapshots are kept once");
+    }
+
+    #[test]
+    fn identical_maps_records_are_kept_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = checked_trace(dir.path(), |w| {
+            for _ in 0..3000 {
+                w.maps(PROG_MAPS).unwrap();
+            }
+        });
+        let tf = TraceFile::open(&path).unwrap();
+        assert!(tf.warnings.is_empty(), "{:?}", tf.warnings);
+        assert_eq!(tf.maps, vec![PROG_MAPS.to_string()]);
+    }
+
+    #[test]
+    fn many_damaged_records_make_a_few_warnings() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = checked_trace(dir.path(), |w| {
+            for _ in 0..60 {
+                w.record(REC_END, 0, b"short").unwrap();
+            }
+        });
+        let tf = TraceFile::open(&path).unwrap();
+        assert_eq!(tf.records_damaged, 60);
+        assert_eq!(tf.warnings.len(), MAX_DAMAGE_WARNINGS as usize + 1, "{:?}", tf.warnings);
+        assert!(tf.warnings.last().unwrap().contains("40 more damaged records skipped"), "{:?}", tf.warnings);
     }
 
     #[test]

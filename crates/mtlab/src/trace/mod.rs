@@ -2,7 +2,7 @@
 //!
 //! Modules depend on modules above them in this list only (tests aside):
 //! `format`, `event`, `error`, `kv`, `keys`, `family`, `fields` → `varint`, `records`
-//! (the primitives readers and writers share) → `columns` → `decode`; then
+//! (the primitives readers and writers share) → `columns`, `maps`, `resync` → `decode`; then
 //! the writer and the rewrites built on them: `encode`, `rewrite`, `finish`,
 //! `compact`; `stacks` (the table of stacks a report keeps) on none.
 
@@ -18,6 +18,7 @@ pub mod finish;
 pub mod format;
 pub mod keys;
 pub mod kv;
+mod maps;
 pub mod records;
 mod resync;
 pub mod rewrite;

@@ -13,6 +13,45 @@ use super::format::*;
 /// Records larger than this are taken as damage: mtlab never writes one.
 pub(crate) const MAX_PAYLOAD: u32 = 1 << 30;
 
+/// The most text a MAPS record holds: the preload library reads
+/// /proc/self/maps into a buffer of this size (`maps` in
+/// native/preload/writer.c; the test `maps_limit_is_the_writers_buffer`
+/// checks that they agree).
+pub(crate) const MAX_MAPS_TEXT: u64 = 1 << 20;
+
+/// The most text (decompressed) a record other than EVENTS may hold: what
+/// its writer can produce, with room. MAPS: the preload library's buffer;
+/// END, STATS, ALLOCSTATS: its 48-byte totals and 1 KiB and 768-byte
+/// buffers; RUNINFO: mtlab's own `key=value` pairs, the longest being the
+/// names of a process tree's child traces.
+pub(crate) fn text_limit(ty: u16) -> u64 {
+    match ty {
+        REC_MAPS => MAX_MAPS_TEXT,
+        REC_RUNINFO => 16 << 20,
+        _ => 64 << 10,
+    }
+}
+
+/// The most bytes a record of type `ty` may take in the file: its text
+/// limit, or what zstd may make of that much text when compressed.
+pub(crate) fn stored_limit(ty: u16, compressed: bool) -> u64 {
+    let limit = text_limit(ty);
+    if compressed {
+        zstd::zstd_safe::compress_bound(limit as usize) as u64
+    } else {
+        limit
+    }
+}
+
+/// "1 MiB", "64 KiB": a limit for a message.
+pub(crate) fn size_words(n: u64) -> String {
+    match n {
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{} MiB", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{} KiB", n >> 10),
+        n => format!("{n} bytes"),
+    }
+}
+
 /// The END record's totals.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EndRecord {
@@ -368,4 +407,24 @@ pub(crate) fn write_record(out: &mut impl Write, ty: u16, flags: u16, parts: &[&
         out.write_all(p)?;
     }
     Ok(RECORD_HEADER as u64 + len as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_limit_is_the_writers_buffer() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../native/preload/writer.c");
+        let src = std::fs::read_to_string(path).unwrap();
+        let decl = src.lines().find_map(|l| l.trim().strip_prefix("static char maps[")).expect("writer.c declares its maps buffer");
+        let size = decl.split(']').next().unwrap().trim();
+        let bytes = match size.split_once("<<") {
+            Some((a, b)) => a.trim().parse::<u64>().unwrap() << b.trim().parse::<u32>().unwrap(),
+            None => size.parse().unwrap(),
+        };
+        assert_eq!(bytes, MAX_MAPS_TEXT, "writer.c's maps buffer is {size}");
+        assert_eq!(size_words(MAX_MAPS_TEXT), "1 MiB");
+        assert_eq!(size_words(48), "48 bytes");
+    }
 }

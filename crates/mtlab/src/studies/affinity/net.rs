@@ -11,10 +11,8 @@ use std::os::fd::AsRawFd;
 use std::process::Command;
 
 use super::journal::{Journal, Undo};
+use crate::platform::names;
 use crate::studies::StudyError;
-
-/// Names of namespaces this study makes: the prefix, then the owning pid.
-const NETNS_PREFIX: &str = "mtlab-aff-";
 
 pub struct Netns {
     pub name: String,
@@ -50,7 +48,7 @@ pub fn mtlab_namespaces() -> Vec<(String, u32)> {
     let Ok(rd) = std::fs::read_dir("/run/netns") else { return Vec::new() };
     rd.flatten()
         .filter_map(|e| e.file_name().to_str().map(str::to_string))
-        .filter_map(|n| n.strip_prefix(NETNS_PREFIX).and_then(|p| p.parse().ok()).map(|pid| (n.clone(), pid)))
+        .filter_map(|n| names::affinity_netns_pid(&n).map(|pid| (n, pid)))
         .collect()
 }
 
@@ -66,7 +64,7 @@ impl Netns {
     /// Creates the namespace and the veth pair, noting them in the journal first.
     pub fn create(journal: &Journal) -> Result<Netns, StudyError> {
         let pid = std::process::id();
-        let name = format!("{NETNS_PREFIX}{pid}");
+        let name = names::affinity_netns(pid);
         let (host_if, ns_if) = (format!("mtaf{pid}h"), format!("mtaf{pid}n"));
         let (host_addr, ns_addr) = addresses(pid);
         journal.note(Undo::Netns { name: name.clone() })?;
