@@ -1343,6 +1343,30 @@ fn missing_program_exits_127_naming_it() {
     assert!(lab.files_with_prefix("t.mtl").is_empty());
 }
 
+/// A mistyped option before `--` is an error that names it and the option
+/// meant, not a program name (it was: "cannot find program `--stack`"); the
+/// program's own options after its name still pass through.
+#[test]
+fn a_mistyped_option_is_named_with_the_one_meant() {
+    let lab = Lab::new();
+    for (args, typo, meant) in [
+        (&["record", "--stack", "none", "--", "true"][..], "--stack", "--stacks"),
+        (&["record", "--ouput", "x.mtl", "--", "true"], "--ouput", "--output"),
+        (&["heap", "compare", "--alocators", "glibc", "--", "true"], "--alocators", "--allocators"),
+        (&["bench", "program", "--rep", "3", "--", "true"], "--rep", "--reps"),
+    ] {
+        let o = lab.command(MTLAB).args(args).output().unwrap();
+        assert_eq!(o.status.code(), Some(2), "mtlab {}: {}", args.join(" "), stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains(&format!("unexpected argument '{typo}'")), "{err}");
+        assert!(err.contains(&format!("'{meant}'")), "{err}");
+        assert!(!err.contains("cannot find program"), "{err}");
+    }
+    let o = lab.command(MTLAB).args(["record", "-o", "ls.mtl", "ls", "-d", "/"]).output().unwrap();
+    assert_success(&o, "mtlab record ls -d / (no --)");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "/\n");
+}
+
 #[test]
 fn unwritable_output_is_refused() {
     let lab = Lab::new();

@@ -79,7 +79,7 @@ pub struct Target {
     workload: Option<String>,
     /// The program to run, then its arguments. Each run gets an empty stdin (every repetition must do the same
     /// work) and its output is kept for mtlab: give input as a file argument, not through a pipe or `<`.
-    #[arg(required_unless_present = "workload", trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
+    #[arg(required_unless_present = "workload", trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
 }
 

@@ -297,7 +297,7 @@ struct RecordArgs {
     #[arg(long)]
     compact: bool,
     /// The program to run, then its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
 }
 

@@ -167,7 +167,7 @@ pub struct ProgramArgs {
     common: TracerCommon,
     /// The program to run, then its arguments. Each run gets an empty stdin (every repetition must do the same
     /// work) and its output is kept for mtlab: give input as a file argument, not through a pipe or `<`.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM [ARGS]...")]
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
 }
 
