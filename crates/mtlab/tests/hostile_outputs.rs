@@ -304,3 +304,42 @@ fn traces_and_the_store_are_private_and_unusable_paths_are_refused() {
     let e = stderr(&o);
     assert!(e.contains(&lib.display().to_string()) && e.contains("LD_PRELOAD cannot carry") && e.contains("ln -s"), "{e}");
 }
+
+/// Every predictable name a `record` of a forking program may touch in the
+/// output's directory (`names::record_names`, the list the code builds its
+/// names from), planted by nobody as a link to a root-only file for the
+/// next 300 pids before the run: nothing is written through any of them,
+/// none is removed, and the run still writes its own traces.
+#[test]
+fn links_at_every_predictable_name_of_a_record_are_never_followed() {
+    if !is_root() {
+        return skip("the hostile-user tests run as root (CI does)");
+    }
+    let lab = Lab::new();
+    let prog = lab.compile("fork");
+    let shared = shared_dir();
+    let d = shared.path();
+    let out = d.join("t.mtl");
+    let v = victim(&lab);
+    let first = std::process::id();
+    let mut names: Vec<PathBuf> = Vec::new();
+    for pid in first..first + 300 {
+        // The control page lives in the machine's /dev/shm: tests/hostile_ctlpage.rs plants there, in a namespace.
+        let page = mtlab::platform::names::ctl_page(pid);
+        names.extend(mtlab::platform::names::record_names(&out, pid, pid).into_iter().filter(|n| *n != out && *n != page));
+    }
+    names.sort();
+    names.dedup();
+    let script: String = names.iter().map(|n| format!("ln -s {} {}\n", q(&v), q(n))).collect();
+    as_nobody(&script);
+    let o = lab.command(MTLAB).arg("record").arg("-o").arg(&out).arg("--").arg(&prog).args(["3", "4"]).output().unwrap();
+    assert_success(&o, "record of a forking program among planted links");
+    assert_untouched(&v);
+    for n in &names {
+        let m = std::fs::symlink_metadata(n).unwrap_or_else(|e| panic!("{} was removed: {e}", n.display()));
+        assert!(m.file_type().is_symlink() && m.uid() == NOBODY, "{} was replaced", n.display());
+    }
+    assert_eq!(owner_mode(&out), (0, 0o600));
+    let r = lab.report_path(&out);
+    assert!(u(&r["events"]) > 0, "the root trace was written");
+}

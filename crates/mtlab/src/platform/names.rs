@@ -1,6 +1,6 @@
 //! Every name mtlab creates or reads that another local user can predict,
 //! in one place: the code builds its names here, and the hostile-user test
-//! (`tests/hostile.rs`) plants files, FIFOs and symlinks at each of them.
+//! (`tests/hostile_*.rs`) plant files, FIFOs and symlinks at them.
 //! Keep the list complete: a new predictable name goes here first.
 
 use std::path::{Path, PathBuf};
