@@ -1483,6 +1483,38 @@ fn report_of_a_missing_file() {
     assert!(stderr(&o).contains("nowhere.mtl") && stderr(&o).contains("does not exist"), "{}", stderr(&o));
 }
 
+/// A directory given as the trace names the traces in it; an export into a
+/// directory that is not there fails before the report is printed (it was
+/// printed whole first); a terminal that reports 0 columns gets tables of
+/// the default width, not one-character columns (1 330 lines for a 109-line
+/// report).
+#[test]
+fn report_refuses_a_directory_and_a_missing_output_directory_up_front() {
+    let lab = Lab::new();
+    let prog = lab.compile("calloc_once");
+    lab.record_ok("t.mtl", &prog, &[]);
+    let o = lab.command(MTLAB).args(["report"]).arg(lab.dir.path()).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("is a directory, not a trace file (the traces in it: t.mtl)"), "{}", stderr(&o));
+    let o = lab.command(MTLAB).args(["report", "--html", "/missing-dir-mtlab/x.html", "t.mtl"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(o.stdout.is_empty(), "nothing printed before the refusal: {}", String::from_utf8_lossy(&o.stdout));
+    assert!(stderr(&o).contains("its directory /missing-dir-mtlab does not exist"), "{}", stderr(&o));
+    let plain = lab.command(MTLAB).args(["report", "t.mtl"]).output().unwrap();
+    let lines = String::from_utf8_lossy(&plain.stdout).lines().count();
+    let pty = lab
+        .command("script")
+        .arg("-qc")
+        .arg(format!("stty cols 0; {MTLAB} report t.mtl"))
+        .arg("/dev/null")
+        .env_remove("COLUMNS")
+        .output()
+        .unwrap();
+    assert_success(&pty, "mtlab report on a terminal of 0 columns");
+    let on_pty = String::from_utf8_lossy(&pty.stdout).lines().count();
+    assert!(on_pty <= lines + 5, "{on_pty} lines on a 0-column terminal, {lines} on a pipe");
+}
+
 /// Full traces work over every installed heap manager, not only glibc's: the
 /// allocator is named, the program's calls are counted exactly, and nothing
 /// hangs (the first event of a thread can come from inside the allocator,

@@ -104,6 +104,9 @@ fn compare_refuses_missing_allocators_and_programs_that_cannot_use_them() {
     assert!(stderr(&o).contains("/nonexistent/libfoo.so does not exist"), "{}", stderr(&o));
     let o = run(&["--allocators", "hoard", "--", prog.to_str().unwrap()]);
     assert!(!o.status.success() && stderr(&o).contains("unknown allocator `hoard`"), "{}", stderr(&o));
+    // Neither a program nor a workload: both choices are named.
+    let o = run(&[]);
+    assert!(!o.status.success() && stderr(&o).contains("--workload") && stderr(&o).contains("PROGRAM"), "{}", stderr(&o));
     let o = run(&["--allocators", "glibc", "--", "/nonexistent/program"]);
     assert!(!o.status.success() && stderr(&o).contains("cannot find program"), "{}", stderr(&o));
 

@@ -29,6 +29,10 @@ fn recorded_machines_get_their_classes() {
     assert_eq!(class(&v, 1, 5), "smt");
     let v = lab.mtlab_json(&["topo", "--sysfs", &fixture("amd-2ccx")]);
     assert_eq!(class(&v, 3, 4), "package");
+    // Sizes as everywhere else in mtlab (sysfs says "32K").
+    let text = lab.command(MTLAB).args(["topo", "--sysfs", &fixture("2s-6c")]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("KiB") && !text.contains("K ("), "{text}");
     let v = lab.mtlab_json(&["topo", "--sysfs", &fixture("1cpu")]);
     assert_eq!(v["cpus"].as_array().unwrap().len(), 1);
     assert!(v["caches"].as_array().unwrap().is_empty());

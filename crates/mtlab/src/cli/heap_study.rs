@@ -71,15 +71,17 @@ pub struct SweepArgs {
     common: CommonArgs,
 }
 
-/// What runs: a built-in workload, or a program.
+/// What runs: a built-in workload, or a program (one of them: a missing
+/// one is named with both choices).
 #[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
 pub struct Target {
     /// A built-in workload instead of a program: small, xthread, threshold or phases, with an optional scale (phases:2).
-    #[arg(long, value_name = "NAME[:SCALE]", conflicts_with = "command")]
+    #[arg(long, value_name = "NAME[:SCALE]")]
     workload: Option<String>,
     /// The program to run, then its arguments. Each run gets an empty stdin (every repetition must do the same
     /// work) and its output is kept for mtlab: give input as a file argument, not through a pipe or `<`.
-    #[arg(required_unless_present = "workload", trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
+    #[arg(trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
 }
 

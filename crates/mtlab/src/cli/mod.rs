@@ -624,7 +624,38 @@ pub fn load_reports(
     Ok(run)
 }
 
+/// Refuses, before any work, what would fail after it: a directory given as
+/// the trace (naming the traces in it), or an output file whose directory is
+/// not there (the whole report was printed before that failed).
+fn check_report_paths(a: &ReportArgs) -> Result<(), CliError> {
+    if a.file.is_dir() {
+        let mut traces: Vec<String> = std::fs::read_dir(&a.file)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_file() && crate::trace::read_header(&e.path()).is_ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        traces.sort();
+        let found = match traces.len() {
+            0 => "it holds no trace".to_string(),
+            n if n <= 5 => format!("the traces in it: {}", traces.join(", ")),
+            n => format!("it holds {n} traces, e.g. {}", traces[..5].join(", ")),
+        };
+        return Err(CliError::Other(format!("{} is a directory, not a trace file ({found}); give one of its traces", a.file.display())));
+    }
+    let outputs = [&a.pprof, &a.html, &a.flamegraph, &a.collapsed, &a.speedscope];
+    for out in outputs.into_iter().flatten() {
+        let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+        if !dir.is_dir() {
+            return Err(CliError::Other(format!("cannot write {}: its directory {} does not exist", out.display(), dir.display())));
+        }
+    }
+    Ok(())
+}
+
 fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
+    check_report_paths(&a)?;
     let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some() };
     let sel = report::select::Selection { pids: a.pid.clone(), comms: a.comm.clone(), all_processes: a.all_processes };
     let mut run = load_reports(&a.file, !a.no_children, &opts, &sel)?;

@@ -33,12 +33,25 @@ pub fn cell_text(c: &Cell) -> String {
     }
 }
 
+/// The terminal's width in columns (`COLUMNS`, else what the terminal
+/// says), if it is one a table can be fitted to: a terminal that reports 0
+/// columns (some serial consoles and containers) once gave tables of
+/// one-character columns, 1 339 lines long.
+pub fn terminal_columns() -> Option<usize> {
+    const NARROWEST: usize = 40;
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse::<usize>().ok())
+        .filter(|&c| c >= NARROWEST)
+        .or_else(|| comfy_table::Table::new().width().map(usize::from).filter(|&c| c >= NARROWEST))
+}
+
 /// A table as comfy-table draws it, fitted to the terminal when there is one.
 pub fn render_table(t: &Table) -> String {
     let mut ct = comfy_table::Table::new();
     ct.load_style(UTF8_FULL_CONDENSED).set_header(t.columns.clone());
-    if std::io::stdout().is_terminal() {
-        ct.set_content_arrangement(ContentArrangement::Dynamic);
+    if let Some(width) = terminal_columns().filter(|_| std::io::stdout().is_terminal()) {
+        ct.set_content_arrangement(ContentArrangement::Dynamic).set_width(width as u16);
     }
     for row in &t.rows {
         ct.add_row(row.iter().map(cell_text).collect::<Vec<_>>());

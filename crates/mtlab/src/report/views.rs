@@ -98,11 +98,7 @@ fn frame_line(s: &SiteReport, depth: usize, width: usize) -> String {
 
 /// Columns the stack column may take: the terminal's width less the others.
 fn stack_width(other_columns: usize) -> usize {
-    let cols = std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse::<usize>().ok())
-        .or_else(|| comfy_table::Table::new().width().map(usize::from))
-        .unwrap_or(160);
+    let cols = crate::export::text::terminal_columns().unwrap_or(160);
     cols.saturating_sub(other_columns).max(40)
 }
 

@@ -164,7 +164,8 @@ impl Topology {
                 let cache = Cache {
                     level: number(&idx.join("level"))?.unwrap_or(0),
                     kind: read_opt(&idx.join("type")).unwrap_or_else(|| "Unified".into()),
-                    size: read_opt(&idx.join("size")),
+                    // sysfs says "32K": shown as every other size is ("32KiB").
+                    size: read_opt(&idx.join("size")).map(|s| crate::units::parse_size(&s).map(crate::units::format_size).unwrap_or(s)),
                     shared_by: list(&shared_path, &shared)?,
                 };
                 if !caches.contains(&cache) {
