@@ -243,8 +243,16 @@ void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame)
     if (!frame) frame = __builtin_frame_address(0);
     struct mtlab_tls *t = &mtlab_tls;
     if (t->guard && !mtlab_guard_stale(t, (uintptr_t)__builtin_frame_address(0))) {
-        /* mtlab's own allocation: move the sample point on, without drawing */
-        t->countdown = (int64_t)__atomic_load_n(&mtlab_ctl->interval, __ATOMIC_RELAXED);
+        /* mtlab's own allocation: its bytes are not the program's, so the
+         * shim's subtraction is undone and the sample point stays where it
+         * was, with no draw spent (a fixed seed's stream does not depend on
+         * mtlab's own allocations). Setting the count to the interval here
+         * instead left the program's first INTERVAL bytes on the initial
+         * thread never sampled: mtlab's start creates its control thread
+         * (calloc inside pthread_create) before the program runs. A thread
+         * never drawn for keeps its count at 0, so its first allocation of
+         * the program's still draws the distance from that block's start. */
+        t->countdown += (int64_t)size;
         return r;
     }
     if (!r || !(__atomic_load_n(&mtlab_ctl->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE)) {

@@ -22,6 +22,9 @@ pub struct Bounds {
     pub low: f64,
     pub high: f64,
     pub samples: u64,
+    /// An object count on a stack whose samples mix block sizes: the
+    /// interval is not trustworthy (`Estimate::mixed_sizes`).
+    pub unreliable: bool,
 }
 
 /// A heap profile of one process.

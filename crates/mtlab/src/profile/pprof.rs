@@ -235,7 +235,9 @@ fn round_i64(x: f64) -> i64 {
 /// A sampled stack's 95 % intervals as numeric labels (`alloc_space_low`,
 /// `alloc_space_high`, …, shown by `pprof -tags`), and `inuse: not sampled`
 /// when none of the stack's live blocks was sampled: its in-use values are
-/// then 0 but could be up to the `_high` labels.
+/// then 0 but could be up to the `_high` labels. `objects: interval
+/// unreliable (mixed block sizes)` when the stack's samples mix block sizes,
+/// so its `*_objects_*` labels are not to be trusted (its bytes are).
 fn bound_labels(bounds: Option<&[Bounds; 4]>, strings: &mut Strings) -> Vec<proto::Label> {
     let Some(bounds) = bounds else { return Vec::new() };
     let mut out = Vec::new();
@@ -250,8 +252,15 @@ fn bound_labels(bounds: Option<&[Bounds; 4]>, strings: &mut Strings) -> Vec<prot
         let (key, str) = (strings.intern("inuse"), strings.intern("not sampled"));
         out.push(proto::Label { key, str, num: 0, num_unit: 0 });
     }
+    if bounds.iter().any(|b| b.unreliable) {
+        let (key, str) = (strings.intern("objects"), strings.intern(MIXED_SIZES_LABEL));
+        out.push(proto::Label { key, str, num: 0, num_unit: 0 });
+    }
     out
 }
+
+/// The `objects` label of a stack whose object intervals are not trustworthy.
+pub const MIXED_SIZES_LABEL: &str = "interval unreliable (mixed block sizes)";
 
 /// The string table under construction: "" is index 0.
 struct Strings {
@@ -514,10 +523,10 @@ pub(crate) mod tests {
                     inuse_objects: 0.4,
                     inuse_bytes: 0.0,
                     bounds: Some([
-                        Bounds { low: 0.2, high: 5.1, samples: 1 },
-                        Bounds { low: 20000.0, high: 4e6, samples: 1 },
-                        Bounds { low: 0.0, high: 3.5, samples: 0 },
-                        Bounds { low: 0.0, high: 1.9e6, samples: 0 },
+                        Bounds { low: 0.2, high: 5.1, samples: 1, unreliable: true },
+                        Bounds { low: 20000.0, high: 4e6, samples: 1, unreliable: false },
+                        Bounds { low: 0.0, high: 3.5, samples: 0, unreliable: true },
+                        Bounds { low: 0.0, high: 1.9e6, samples: 0, unreliable: false },
                     ]),
                 },
             ],
@@ -579,7 +588,9 @@ pub(crate) mod tests {
             .iter()
             .map(|l| (st[l.key as usize].clone(), st[l.str as usize].clone(), l.num, st[l.num_unit as usize].clone()))
             .collect();
-        assert_eq!(labels.len(), 9, "{labels:?}");
+        assert_eq!(labels.len(), 10, "{labels:?}");
+        // Object intervals on a stack of mixed block sizes say they are not to be trusted.
+        assert!(labels.contains(&("objects".into(), MIXED_SIZES_LABEL.into(), 0, "".into())), "{labels:?}");
         assert!(labels.contains(&("alloc_space_low".into(), "".into(), 20000, "bytes".into())), "{labels:?}");
         assert!(labels.contains(&("inuse_space_high".into(), "".into(), 1_900_000, "bytes".into())), "{labels:?}");
         assert!(labels.contains(&("inuse_objects_high".into(), "".into(), 4, "count".into())), "{labels:?}");

@@ -27,7 +27,10 @@
 //! Differences from the preload, all negligible: failed allocations (ptr 0) are
 //! ignored (the preload subtracts their size without sampling, so the next
 //! successful allocation of that thread is sampled); allocations the preload
-//! makes for itself are not in the trace; a thread id reused by the kernel
+//! makes for itself are not in the trace, and the preload gives their bytes
+//! back to the countdown (they move no sample point and spend no draw, so a
+//! thread's first allocation of the program's, the initial thread's included,
+//! draws its distance from its own start as here); a thread id reused by the kernel
 //! continues the old thread's countdowns. Each sampler draws from its own
 //! xorshift64* generator (the preload's), seeded from the seed, the interval
 //! value and the run index, so the row of an interval does not depend on which

@@ -171,15 +171,28 @@ fn sites(name: &str, title: &str, sites: &[SiteReport], count: SiteCount, depth:
 }
 
 /// An estimate with its 95 % interval: "66.0 KiB [12.0 KiB, 310.4 KiB]", or
-/// "not sampled (< 1.8 MiB)" when no sample stands behind it.
+/// "not sampled (< 1.8 MiB)" when no sample stands behind it; an object
+/// count whose interval is not trustworthy (mixed block sizes) is marked
+/// with [`UNRELIABLE_MARK`].
 pub fn estimate(e: &crate::profile::sampled::Estimate, bytes: bool) -> String {
     let f = |x: f64| if bytes { human_bytes(x.round() as u64) } else { format!("{:.0}", x) };
+    let mark = if e.mixed_sizes { UNRELIABLE_MARK } else { "" };
     if e.not_sampled() {
-        format!("not sampled (< {})", f(e.high))
+        format!("not sampled (< {}){mark}", f(e.high))
     } else {
-        format!("{} [{}, {}]", f(e.value), f(e.low), f(e.high))
+        format!("{} [{}, {}]{mark}", f(e.value), f(e.low), f(e.high))
     }
 }
+
+/// Marks an object count whose interval is not trustworthy; [`UNRELIABLE_NOTE`] says why.
+pub const UNRELIABLE_MARK: &str = " †";
+pub const UNRELIABLE_NOTE: &str = "† the samples behind this object count mix block sizes (the largest more than twice the \
+     smallest): smaller blocks may have gone unsampled behind them, so its interval is not trustworthy (in \
+     simulations of such stacks it covered the truth in 83-99 % of runs, not 95 %); the bytes beside it are";
+/// Said under sampled rows of few samples, whose low ends are conditioned on being listed.
+pub const SHOWN_NOTE: &str = "a stack is listed because it was sampled, so each row's low end is conditioned on \
+     that: a row of one sample starts at what that sample holds (a block sampled once says nothing more; \
+     unconditioned, an 8 KiB block sampled once at 512 KiB got a low end of 14 KiB)";
 
 fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<View> {
     let width = stack_width(80);
@@ -199,15 +212,17 @@ fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<
             summary.unwind
         ))];
     }
+    let unreliable = p.alloc_objects.mixed_sizes || p.inuse_objects.mixed_sizes;
     let mut out = vec![View::Note(format!(
         "sampled profile: {} samples at mean interval {} (unwinder {}), {} sampled blocks freed\n\
-         estimated allocated: {} in {} objects; in use at the end: {inuse} ([low, high]: 95 % interval)",
+         estimated allocated: {} in {} objects; in use at the end: {inuse} ([low, high]: 95 % interval){}",
         p.samples,
         if intervals.is_empty() { "-".to_string() } else { intervals.join(", ") },
         summary.unwind,
         p.sample_frees,
         estimate(&p.alloc_bytes, true),
         estimate(&p.alloc_objects, false),
+        if unreliable { format!("\n{UNRELIABLE_NOTE}") } else { String::new() },
     ))];
     // Stacks whose shown frames are equal share a row, as in a full trace's
     // site tables: their estimates add (`Estimate::plus`).
@@ -274,6 +289,12 @@ fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<
     out.push(View::Table(t));
     if merged {
         out.push(merged_rows_note(summary.top.len(), " (their estimates add; the interval is the sum's)"));
+    }
+    if rows.iter().any(|r| r.alloc_objects.mixed_sizes) && !unreliable {
+        out.push(View::Note(UNRELIABLE_NOTE.to_string()));
+    }
+    if rows.iter().any(|r| r.samples <= 5) {
+        out.push(View::Note(SHOWN_NOTE.to_string()));
     }
     out
 }
