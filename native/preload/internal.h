@@ -259,6 +259,8 @@ HIDDEN struct mtlab_buf *mtlab_first_buf(void);
 HIDDEN int mtlab_write_record(uint16_t type, const void *payload, uint32_t len);
 HIDDEN int mtlab_write_raw(const void *data, size_t len); /* whole record(s) */
 HIDDEN void mtlab_write_maps(void);
+HIDDEN void mtlab_proc_open(void);               /* /proc held open: read after a chroot too */
+HIDDEN int mtlab_open_self(const char *name);    /* /proc/self/NAME, read-only */
 /* The mapping named `name` ("[heap]", "[stack]") in /proc/self/maps: 0 if found. */
 HIDDEN int mtlab_find_mapping(const char *name, uint64_t *lo, uint64_t *hi);
 HIDDEN void mtlab_writer_closing(void); /* no new records but END; waits for writes in flight */
@@ -269,6 +271,10 @@ HIDDEN void mtlab_set_root(int is_root);
 HIDDEN void mtlab_watermark_attach(long fd); /* root process: MTLAB_WATERMARK_FD */
 HIDDEN void mtlab_writer_path(char *out, size_t cap); /* the file this process writes */
 HIDDEN void mtlab_write_stats(void);
+/* `mtlab record` makes the trace file of a process that cannot (broker.c). */
+HIDDEN void mtlab_broker_init(const char *fd_value, uint32_t record_pid);
+HIDDEN int mtlab_broker_preferred(void); /* a file of its own would be another user's */
+HIDDEN int mtlab_broker_open(int own_error, char *path, size_t cap);
 
 struct mtlab_counters {
     _Atomic uint64_t events_written;
@@ -423,6 +429,7 @@ HIDDEN void mtlab_stack_thread_exit(void); /* releases the thread's recent-stack
 HIDDEN void mtlab_stack_table_reset(void);
 
 /* ---- raw syscalls and small helpers (sys.c): no libc state, no malloc ---- */
+HIDDEN long mtlab_sys6(long n, long a, long b, long c, long d, long e, long f); /* any call, -errno */
 HIDDEN long mtlab_sys_write(int fd, const void *p, size_t n);
 HIDDEN long mtlab_sys_pwrite(int fd, const void *p, size_t n, uint64_t off);
 HIDDEN int mtlab_sys_open(const char *path, int flags, int mode);

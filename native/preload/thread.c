@@ -190,7 +190,7 @@ static void stack_bounds(uintptr_t *lo, uintptr_t *hi) {
         *hi = main_hi;
         return;
     }
-    int fd = mtlab_sys_open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
+    int fd = mtlab_open_self("maps");
     if (fd < 0) return;
     char buf[4096];
     size_t have = 0;

@@ -713,6 +713,14 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     if let Some(fd) = live.as_ref().and_then(|l| l.fd()) {
         cmd.env("MTLAB_WATERMARK_FD", fd.to_string());
     }
+    // Trace files for the processes that cannot make their own (a daemon's
+    // workers after setuid or chroot): made here, named if they cannot be.
+    let broker = if cfg.follow && !foreign { crate::broker::Broker::start(&output).ok() } else { None };
+    if let Some(b) = &broker {
+        cmd.env("MTLAB_BROKER_FD", b.fd().to_string());
+    } else {
+        cmd.env_remove("MTLAB_BROKER_FD");
+    }
     // `mtlab ctl` wants the program's pid; a shell's `$!` is this process's.
     // Said before the program runs: written while it runs, the line landed
     // inside a line of the program's own stderr (tests/corpus.rs).
@@ -732,6 +740,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         l.spawned();
     }
     let mut root_finisher = live.and_then(|l| l.stop());
+    let served = broker.map(|b| b.stop()).unwrap_or_default();
     let (status, wall) = ran?;
 
     let (mut traces, mut warnings) = run_family(&output, run_start);
@@ -780,6 +789,11 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     }
     if cfg.follow {
         runinfo.push((keys::CHILD_TRACES.into(), child_traces(&output, &traces)));
+    }
+    if served.untraced_count > 0 {
+        runinfo.push((keys::UNTRACED_COUNT.into(), served.untraced_count.to_string()));
+        runinfo.push((keys::UNTRACED.into(), crate::broker::encode(&served.untraced)));
+        warnings.push(crate::broker::summary(&served.untraced, served.untraced_count));
     }
     let mut bytes = 0;
     for (i, t) in traces.iter().enumerate() {

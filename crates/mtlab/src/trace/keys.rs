@@ -22,6 +22,11 @@ pub const BASELINE_STDIN_EMPTY: &str = "baseline_stdin_empty";
 /// command (`trace::family`): a report can then tell a deleted child trace
 /// from a child that never wrote one.
 pub const CHILD_TRACES: &str = "child_traces";
+/// How many processes of the run got no trace file (`mtlab record` could not
+/// make one for them either: `broker`); absent when none.
+pub const UNTRACED_COUNT: &str = "untraced_count";
+/// The first 100 of them, `PID:ERRNO:COMMAND` separated by `/` (`broker::encode`).
+pub const UNTRACED: &str = "untraced";
 
 // ---------------------------------------------------------------------------
 // RUNINFO: written by the rewrites (`trace::finish`, `trace::compact`).
