@@ -193,6 +193,12 @@ struct mtlab_tls {
              * then (saved frame pointer, return address): see mtlab_guard_stale. */
             uintptr_t guard_sp, guard_w[2], alloc_sp, alloc_w[2];
             int dead;     /* buffer released by the thread-exit destructor */
+            /* A signal handler's call, traced while the allocator call it
+             * interrupted was being timed: that call's in_alloc and frame,
+             * put back when the handler's call is recorded
+             * (mtlab_resume_interrupted). */
+            int resume, saved_in_alloc;
+            uintptr_t saved_alloc_sp, saved_alloc_w[2];
             struct mtlab_buf *buf;
             uintptr_t stack_lo, stack_hi; /* this thread's stack: frame walks stay inside */
             uint64_t arena_base, arena_size; /* last glibc arena heap extent reported */
@@ -243,6 +249,20 @@ extern HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model("init
  * when the thread may record now. */
 HIDDEN int mtlab_guard_stale(struct mtlab_tls *t, uintptr_t here);
 HIDDEN uint64_t mtlab_guards_reset(void);
+/* Allocator calls of signal handlers that interrupted mtlab's own code, passed
+ * through untraced (recording one there would corrupt the event being written). */
+HIDDEN uint64_t mtlab_signal_calls_untraced(void);
+/* At the end of a traced call: a handler's call is done, the allocator call it
+ * interrupted is timed again. */
+static inline void mtlab_resume_interrupted(struct mtlab_tls *t) {
+    if (__builtin_expect(t->resume, 0)) {
+        t->in_alloc = t->saved_in_alloc;
+        t->alloc_sp = t->saved_alloc_sp;
+        t->alloc_w[0] = t->saved_alloc_w[0];
+        t->alloc_w[1] = t->saved_alloc_w[1];
+        t->resume = 0;
+    }
+}
 
 HIDDEN struct mtlab_buf *mtlab_thread_buf(void); /* guard must be set */
 HIDDEN void mtlab_release_dead_buf(void);        /* after an event of an exited thread */

@@ -629,6 +629,9 @@ void mtlab_write_stats(void) {
     p = mtlab_append(p, end, "guards_reset=");
     p = mtlab_append_u64(p, end, mtlab_guards_reset());
     p = mtlab_append(p, end, "\n");
+    p = mtlab_append(p, end, "signal_calls_untraced=");
+    p = mtlab_append_u64(p, end, mtlab_signal_calls_untraced());
+    p = mtlab_append(p, end, "\n");
     p = mtlab_append(p, end, "forked_without_handlers=");
     p = mtlab_append_u64(p, end, mtlab_forks_unseen());
     p = mtlab_append(p, end, "\n");

@@ -104,3 +104,28 @@ fn processes_that_get_no_trace_file_are_counted_and_named() {
     let named = pids.iter().filter(|p| line.contains(&format!(" {p} (fork_many)"))).count();
     assert_eq!(named, 10, "the first ten are named in the line: {line}");
 }
+
+/// A SIGPROF handler that allocates while the traced loop runs: every one of
+/// its mallocs is either in the trace or counted as untraced (it interrupted
+/// mtlab's own code), so together they are the handler's own count — before,
+/// most were missing and nothing said so. Its calls that interrupted the heap
+/// manager's call mtlab was timing are traced.
+#[test]
+fn a_signal_handlers_allocations_are_traced_or_counted() {
+    let lab = Lab::new();
+    let prog = lab.compile_linked("sig_alloc", "sig_hook");
+    // Depth 1: the handler's site is one, whatever it interrupted.
+    let o = lab.record_cmd("s.mtl", &["--depth", "1"], &prog, &["200000"]).output().unwrap();
+    assert_success(&o, "sig_alloc");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let made: u64 = text.trim().strip_prefix("handler mallocs ").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{text}"));
+    let r = lab.report("s.mtl");
+    let traced = site(&r, "in_handler").calls;
+    let untraced = u(&r["signal_calls_untraced"]);
+    assert_eq!(untraced % 2, 0, "a handler's malloc and free share their fate");
+    assert_eq!(traced + untraced / 2, made, "traced {traced}, untraced {untraced}, made {made}");
+    assert!(traced > made / 2, "most of the handler's calls interrupted the heap manager and are traced: {traced} of {made}");
+    assert!(untraced > 0, "some interrupted mtlab's own code: {made} handler calls");
+    let text = lab.command(MTLAB).args(["report", "s.mtl"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("allocator call(s) made by signal handlers are not in the trace"));
+}

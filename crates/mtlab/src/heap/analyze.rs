@@ -417,6 +417,9 @@ pub struct ProcessReport {
     /// Guards left raised by a longjmp out of mtlab's code or out of an
     /// allocator call, found and cleared (STATS `guards_reset`).
     pub guards_reset: u64,
+    /// Allocator calls of signal handlers that interrupted mtlab's own code,
+    /// not in the trace (STATS `signal_calls_untraced`; 0 when unknown).
+    pub signal_calls_untraced: u64,
     /// The heap manager's own figures at exit, where it has them.
     pub allocator_stats: Option<AllocatorStats>,
     /// Its figures read after each `mtlab ctl dump` (sampled traces).
@@ -1266,6 +1269,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         stopped_by_seccomp: stat(keys::STOPPED_BY_SECCOMP).unwrap_or(0) > 0,
         ctl_page_refused: stat(keys::CTL_PAGE_REFUSED).unwrap_or(0) > 0,
         guards_reset: stat(keys::GUARDS_RESET).unwrap_or(0),
+        signal_calls_untraced: stat(keys::SIGNAL_CALLS_UNTRACED).unwrap_or(0),
         allocator_stats: AllocatorStats::read(trace, &trace.header.allocator, &end),
         allocator_readings,
         stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),

@@ -66,6 +66,11 @@ pub const TRACE_REOPENED: &str = "trace_reopened";
 /// code or out of an allocator call (a signal handler jumping out), and
 /// cleared at the thread's next allocator call, which is traced again.
 pub const GUARDS_RESET: &str = "guards_reset";
+/// Allocator calls made by signal handlers that interrupted mtlab's own code
+/// (an event being written, a buffer being flushed): passed through untraced,
+/// since recording one there would corrupt the interrupted event. Calls of
+/// handlers that interrupted the program or the allocator are traced.
+pub const SIGNAL_CALLS_UNTRACED: &str = "signal_calls_untraced";
 /// 1 when the process was made by a raw fork or clone system call (no fork
 /// handler ran): its events before its first flush were dropped.
 pub const FORKED_WITHOUT_HANDLERS: &str = "forked_without_handlers";
