@@ -620,6 +620,8 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let output = std::path::absolute(&cfg.output).map_err(|source| RecordError::Unwritable { path: cfg.output.clone(), source })?;
     crate::trace::rewrite::check_trace_output(&output).map_err(RecordError::Output)?;
     let run_start = prepare_output(&output)?;
+    // Control pages left by a sampled run killed together with its record.
+    crate::ctl::remove_dead_pages();
     let out_dir = HeldDir::open(&output);
     let preload = native::path(Part::Preload)?;
 
@@ -822,8 +824,17 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
                 }
             }
             Err(e) => {
+                // No room for the rewrite (a full disk): the run's facts —
+                // exit status, child list, untraced processes — still go
+                // into the trace as written, one small record at its end.
+                let kept = if info.is_empty() { String::new() } else {
+                    match trace::append_runinfo(t, info) {
+                        Ok(()) => "; the exit status and run facts were added to it".to_string(),
+                        Err(e2) => format!("; nor could the exit status be added: {e2}"),
+                    }
+                };
                 bytes += std::fs::metadata(t).map(|m| m.len()).unwrap_or(0);
-                warnings.push(format!("{}: not finished (left as written): {e}", t.display()));
+                warnings.push(format!("{}: not finished (left as written{kept}): {e}", t.display()));
             }
         }
     }

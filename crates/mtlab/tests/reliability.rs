@@ -129,3 +129,95 @@ fn a_signal_handlers_allocations_are_traced_or_counted() {
     let text = lab.command(MTLAB).args(["report", "s.mtl"]).output().unwrap();
     assert!(String::from_utf8_lossy(&text.stdout).contains("allocator call(s) made by signal handlers are not in the trace"));
 }
+
+/// Waits (up to 20 s) until no process runs `prog`.
+fn wait_gone(prog: &std::path::Path) {
+    for _ in 0..2000 {
+        let running = std::fs::read_dir("/proc").unwrap().flatten().any(|e| std::fs::read_link(e.path().join("exe")).is_ok_and(|x| x == prog));
+        if !running {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{} still runs", prog.display());
+}
+
+/// `mtlab record` killed (SIGKILL) while it rewrote the trace during the run:
+/// the program runs on to its end; nothing hidden is left beside the trace
+/// (the rewrite's file had no name), and a report of the trace as the
+/// library wrote it says its figures are unverified.
+#[test]
+fn a_killed_record_leaves_no_hidden_file_and_its_raw_trace_is_called_unverified() {
+    let lab = Lab::new();
+    let prog = lab.compile("phased_mallocs");
+    let mut rec = lab.record_cmd("k.mtl", &[], &prog, &["10", "20000"]).env("MTLAB_LIVE_FINISH", "always").spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    rec.kill().unwrap();
+    rec.wait().unwrap();
+    wait_gone(&prog);
+    let hidden = lab.files_with_prefix(".k.mtl");
+    assert_eq!(hidden, Vec::<String>::new(), "left beside the trace");
+    let r = lab.report("k.mtl");
+    assert_eq!(r["clean_end"], true, "the program ran to its end");
+    assert_eq!(calls(&r, "malloc"), 200_000);
+    let w = r["warnings"].to_string();
+    assert!(w.contains("never finished by `mtlab record`") && w.contains("unverified"), "{w}");
+    // A finished trace says nothing of the kind.
+    lab.record_ok("f.mtl", &prog, &["1", "10"]);
+    assert!(!lab.report("f.mtl")["warnings"].to_string().contains("unverified"));
+}
+
+/// A sampled run killed together with its `mtlab record` (both SIGKILL) left
+/// its control page in /dev/shm for good: only a later run of the same
+/// recording removed it. Now the next `mtlab record` of the user does. In a
+/// private /dev/shm.
+#[test]
+fn a_control_page_left_by_a_killed_run_is_reclaimed_by_the_next_record() {
+    let lab = Lab::new();
+    let prog = lab.compile("phased_mallocs");
+    let script = format!(
+        "mount -t tmpfs -o mode=1777 tmpfs /dev/shm\n\
+         \"$MTLAB\" record --sample 4KiB -o a.mtl -- {prog} 20 10000 2> /dev/null &\n\
+         rec=$!\n\
+         for i in $(seq 100); do ls /dev/shm | grep -q mtlab- && break; sleep 0.02; done\n\
+         page=$(ls /dev/shm | grep mtlab-)\n\
+         kill -9 $rec ${{page#mtlab-}}\n\
+         wait $rec || true\n\
+         sleep 0.1\n\
+         ls /dev/shm > before\n\
+         \"$MTLAB\" record --sample 4KiB -o b.mtl -- /bin/true 2> /dev/null\n\
+         ls /dev/shm > after\n",
+        prog = prog.display()
+    );
+    let Some(o) = in_private_mounts(&lab, &script) else { return };
+    assert_success(&o, "unshare + two records");
+    let before = std::fs::read_to_string(lab.path("before")).unwrap();
+    let after = std::fs::read_to_string(lab.path("after")).unwrap();
+    assert!(before.contains("mtlab-"), "the killed run's page: {before:?}");
+    assert_eq!(after.trim(), "", "reclaimed by the next record");
+}
+
+/// A trace cut by a full disk, with no room left for record's rewrite
+/// (another file holds part of the disk; no rewrite while the program runs):
+/// its report still says how the program ended (the run's facts are added
+/// to the trace as written).
+#[test]
+fn a_trace_cut_by_a_full_disk_keeps_the_exit_status() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    std::fs::create_dir(lab.path("d")).unwrap();
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs d\nhead -c 100000 /dev/zero > d/fill\n\
+         MTLAB_LIVE_FINISH=off \"$MTLAB\" record -o d/t.mtl -- {} 200000 48 0 2> err\n\
+         \"$MTLAB\" report --json d/t.mtl > report.json\n",
+        prog.display()
+    );
+    let Some(o) = in_private_mounts(&lab, &script) else { return };
+    assert_success(&o, "unshare + record on a full disk");
+    let err = std::fs::read_to_string(lab.path("err")).unwrap();
+    assert!(err.contains("not finished (left as written; the exit status and run facts were added to it)"), "{err}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(lab.path("report.json")).unwrap()).unwrap();
+    assert_eq!(r["exit"], "exit code 0", "{err}");
+    assert_eq!(r["clean_end"], true);
+    assert!(r["warnings"].to_string().contains("unverified"));
+}

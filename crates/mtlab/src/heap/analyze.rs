@@ -1101,6 +1101,9 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         }
     }
     let mut warnings = trace.warnings.clone();
+    if trace.header.version < crate::trace::format::TRACE_VERSION {
+        warnings.push(RAW_TRACE.to_string());
+    }
     // Damage that `mtlab record` found (and cut off) when it finished the file.
     warnings.extend(
         trace.runinfo.iter().filter(|(k, _)| k == keys::FINISH_WARNING).map(|(_, v)| format!("when recorded: {v}")),
@@ -1286,6 +1289,12 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         warnings,
     })
 }
+
+/// What a trace not finished by `mtlab record` lacks (version 2: as the
+/// preload library writes it).
+pub const RAW_TRACE: &str = "this trace is as the preload library wrote it, never finished by `mtlab record` (record was \
+     killed, the disk had no room for the rewrite, or it is still being written): its events carry no checksums, so \
+     damage to them cannot be found — the figures above are unverified";
 
 /// Indices of the `top` sites with the largest `key` (equal keys: the lower
 /// stack id first) among those `keep` accepts. A partial selection, not a
