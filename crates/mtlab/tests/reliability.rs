@@ -221,3 +221,43 @@ fn a_trace_cut_by_a_full_disk_keeps_the_exit_status() {
     assert_eq!(r["clean_end"], true);
     assert!(r["warnings"].to_string().contains("unverified"));
 }
+
+/// A compact trace cut short (a full disk, a partial copy) lost its last
+/// record, RUNINFO, which marked it compact: it read as exact and was
+/// compacted again. The header says so too now.
+#[test]
+fn a_truncated_compact_trace_stays_compact() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    lab.record_ok("t.mtl", &prog, &["20000", "32", "0"]);
+    let o = lab.command(MTLAB).args(["compact", "t.mtl", "-o", "c.mtl"]).output().unwrap();
+    assert_success(&o, "mtlab compact");
+    let c = lab.path("c.mtl");
+    let len = std::fs::metadata(&c).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&c).unwrap().set_len(len * 3 / 4).unwrap();
+    let o = lab.command(MTLAB).args(["compact", "c.mtl"]).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("compact already"), "{}", stderr(&o));
+    let r = lab.report("c.mtl");
+    assert!(r["compact_quantum_ticks"].as_u64().is_some(), "reported as compact");
+}
+
+/// The results store on a read-only file system can still be listed (it is
+/// opened read-only for reading), and a full disk is named as such, not as
+/// "disk I/O error". In a private mount namespace.
+#[test]
+fn the_store_reads_from_a_read_only_file_system_and_names_a_full_disk() {
+    let lab = Lab::new();
+    let script = "mkdir s f\n\
+         \"$MTLAB\" bench program --reps 1 --no-heaptrack -q --store s/runs.sqlite -- true > /dev/null 2>&1\n\
+         mount --bind s s\nmount -o remount,bind,ro s s\n\
+         \"$MTLAB\" runs --store s/runs.sqlite --json > list.json 2> list.err || true\n\
+         mount -t tmpfs -o size=64k tmpfs f\nhead -c 40000 /dev/zero > f/fill\n\
+         \"$MTLAB\" bench program --reps 1 --no-heaptrack -q --store f/runs.sqlite -- true > /dev/null 2> full.err || true\n";
+    let Some(o) = in_private_mounts(&lab, script) else { return };
+    assert_success(&o, "unshare + store on a read-only and a full file system");
+    let err = std::fs::read_to_string(lab.path("list.err")).unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&std::fs::read(lab.path("list.json")).unwrap()).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list} {err}");
+    let full = std::fs::read_to_string(lab.path("full.err")).unwrap();
+    assert!(full.contains("is full") && !full.contains("disk I/O error"), "{full}");
+}

@@ -1049,7 +1049,7 @@ pub fn analyze_for_index(trace: &TraceFile) -> Result<ProcessReport, TraceError>
 }
 
 fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Result<ProcessReport, TraceError> {
-    let compact_quantum = trace.runinfo_get(keys::COMPACT_QUANTUM).and_then(|q| q.parse::<u64>().ok());
+    let compact_quantum = trace.compact_quantum().and_then(|q| q.parse::<u64>().ok());
     let total: u64 = trace.chunks.iter().map(|c| c.n_events as u64).sum();
     let every = total.div_ceil(opts.max_points.max(1) as u64).max(1);
     let mut pass = Pass {
