@@ -6,6 +6,8 @@
  *   MTLAB_OUT     trace path; without it the library stays inactive
  *   MTLAB_PARENT  pid of `mtlab record`: its direct child writes MTLAB_OUT
  *   MTLAB_WATERMARK_FD  (root only) memfd of the watermark page, see mtlab_trace.h
+ *   MTLAB_BROKER_FD  socket to `mtlab record`, which makes trace files for
+ *                 processes that cannot (broker.c)
  *   MTLAB_STACKS  fp (default) | none
  *   MTLAB_DEPTH   frames per stack (default 64, at most 256)
  *   MTLAB_FOLLOW  1 (default): children are traced too; 0: only this process
@@ -163,6 +165,7 @@ static void mtlab_start(void) {
     }
     copy(mtlab_cfg.out_path, sizeof mtlab_cfg.out_path, out);
     mtlab_pid = mtlab_sys_getpid();
+    mtlab_proc_open();
     const char *stacks = getenv("MTLAB_STACKS");
     mtlab_cfg.stacks = !(stacks && strcmp(stacks, "none") == 0);
     uint64_t depth = env_u64("MTLAB_DEPTH", 64);
@@ -181,7 +184,9 @@ static void mtlab_start(void) {
     mtlab_cfg.sample_seed = env_u64("MTLAB_SAMPLE_SEED", 0);
     mtlab_cfg.ctl_thread = env_u64("MTLAB_CTL_THREAD", 1) != 0;
     mtlab_cfg.tsc_hz = env_u64("MTLAB_TSC_HZ", 0);
-    int root = env_u64("MTLAB_PARENT", 0) == (uint64_t)getppid();
+    uint64_t record_pid = env_u64("MTLAB_PARENT", 0);
+    int root = record_pid == (uint64_t)getppid();
+    if (mtlab_cfg.follow) mtlab_broker_init(getenv("MTLAB_BROKER_FD"), (uint32_t)record_pid);
     mtlab_set_root(root);
     if (getenv("MTLAB_WATERMARK_FD")) {
         if (root) mtlab_watermark_attach((long)env_u64("MTLAB_WATERMARK_FD", 0));

@@ -193,6 +193,12 @@ struct mtlab_tls {
              * then (saved frame pointer, return address): see mtlab_guard_stale. */
             uintptr_t guard_sp, guard_w[2], alloc_sp, alloc_w[2];
             int dead;     /* buffer released by the thread-exit destructor */
+            /* A signal handler's call, traced while the allocator call it
+             * interrupted was being timed: that call's in_alloc and frame,
+             * put back when the handler's call is recorded
+             * (mtlab_resume_interrupted). */
+            int resume, saved_in_alloc;
+            uintptr_t saved_alloc_sp, saved_alloc_w[2];
             struct mtlab_buf *buf;
             uintptr_t stack_lo, stack_hi; /* this thread's stack: frame walks stay inside */
             uint64_t arena_base, arena_size; /* last glibc arena heap extent reported */
@@ -243,6 +249,20 @@ extern HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model("init
  * when the thread may record now. */
 HIDDEN int mtlab_guard_stale(struct mtlab_tls *t, uintptr_t here);
 HIDDEN uint64_t mtlab_guards_reset(void);
+/* Allocator calls of signal handlers that interrupted mtlab's own code, passed
+ * through untraced (recording one there would corrupt the event being written). */
+HIDDEN uint64_t mtlab_signal_calls_untraced(void);
+/* At the end of a traced call: a handler's call is done, the allocator call it
+ * interrupted is timed again. */
+static inline void mtlab_resume_interrupted(struct mtlab_tls *t) {
+    if (__builtin_expect(t->resume, 0)) {
+        t->in_alloc = t->saved_in_alloc;
+        t->alloc_sp = t->saved_alloc_sp;
+        t->alloc_w[0] = t->saved_alloc_w[0];
+        t->alloc_w[1] = t->saved_alloc_w[1];
+        t->resume = 0;
+    }
+}
 
 HIDDEN struct mtlab_buf *mtlab_thread_buf(void); /* guard must be set */
 HIDDEN void mtlab_release_dead_buf(void);        /* after an event of an exited thread */
@@ -259,6 +279,8 @@ HIDDEN struct mtlab_buf *mtlab_first_buf(void);
 HIDDEN int mtlab_write_record(uint16_t type, const void *payload, uint32_t len);
 HIDDEN int mtlab_write_raw(const void *data, size_t len); /* whole record(s) */
 HIDDEN void mtlab_write_maps(void);
+HIDDEN void mtlab_proc_open(void);               /* /proc held open: read after a chroot too */
+HIDDEN int mtlab_open_self(const char *name);    /* /proc/self/NAME, read-only */
 /* The mapping named `name` ("[heap]", "[stack]") in /proc/self/maps: 0 if found. */
 HIDDEN int mtlab_find_mapping(const char *name, uint64_t *lo, uint64_t *hi);
 HIDDEN void mtlab_writer_closing(void); /* no new records but END; waits for writes in flight */
@@ -269,6 +291,10 @@ HIDDEN void mtlab_set_root(int is_root);
 HIDDEN void mtlab_watermark_attach(long fd); /* root process: MTLAB_WATERMARK_FD */
 HIDDEN void mtlab_writer_path(char *out, size_t cap); /* the file this process writes */
 HIDDEN void mtlab_write_stats(void);
+/* `mtlab record` makes the trace file of a process that cannot (broker.c). */
+HIDDEN void mtlab_broker_init(const char *fd_value, uint32_t record_pid);
+HIDDEN int mtlab_broker_preferred(void); /* a file of its own would be another user's */
+HIDDEN int mtlab_broker_open(int own_error, char *path, size_t cap);
 
 struct mtlab_counters {
     _Atomic uint64_t events_written;
@@ -423,6 +449,7 @@ HIDDEN void mtlab_stack_thread_exit(void); /* releases the thread's recent-stack
 HIDDEN void mtlab_stack_table_reset(void);
 
 /* ---- raw syscalls and small helpers (sys.c): no libc state, no malloc ---- */
+HIDDEN long mtlab_sys6(long n, long a, long b, long c, long d, long e, long f); /* any call, -errno */
 HIDDEN long mtlab_sys_write(int fd, const void *p, size_t n);
 HIDDEN long mtlab_sys_pwrite(int fd, const void *p, size_t n, uint64_t off);
 HIDDEN int mtlab_sys_open(const char *path, int flags, int mode);

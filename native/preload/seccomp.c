@@ -28,6 +28,7 @@
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 
 #define EXPORT __attribute__((visibility("default")))
@@ -161,6 +162,13 @@ static int filter_lets_mtlab_run(const struct sock_fprog *f) {
         {SYS_unlinkat, 0, {(uint64_t)(int64_t)AT_FDCWD, 0, 0}},
         {SYS_clock_gettime, 0, {0}},
         {SYS_readlink, 0, {0}},
+        {SYS_openat, 0, {0, 0, O_RDONLY | O_CLOEXEC, 0}}, /* through the /proc descriptor */
+        {SYS_readlinkat, 0, {0}},
+        /* a fork child's file made by `mtlab record` (broker.c) */
+        {SYS_socketpair, 0, {AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, 0}},
+        {SYS_sendmsg, 0, {0, 0, MSG_NOSIGNAL}},
+        {SYS_recvmsg, 0, {0, 0, MSG_CMSG_CLOEXEC | MSG_DONTWAIT}},
+        {SYS_ppoll, 0, {0, 1, 0, 0, 8}},
     };
     for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
         struct seccomp_data d;

@@ -210,6 +210,7 @@ static inline __attribute__((always_inline)) void record_alloc(unsigned kind, ui
         commit(b, p);
     }
     t->guard--;
+    mtlab_resume_interrupted(t);
 }
 
 static inline __attribute__((always_inline)) uint64_t enter_alloc(struct mtlab_tls *t) {
@@ -287,6 +288,7 @@ __attribute__((noinline)) static void free_full(void *p) {
     uint8_t *w = begin(&b, MTLAB_EV_FREE, 0, t0, t1 - t0, mtlab_cfg.free_stacks ? __builtin_frame_address(0) : NULL);
     if (w) commit(b, mtlab_put_ptr(b, w, (uint64_t)p));
     t->guard--;
+    mtlab_resume_interrupted(t);
 }
 
 EXPORT void free(void *p) {
@@ -712,6 +714,7 @@ EXPORT int dlclose(void *handle) {
         MTLAB_GUARD_ENTER(t);
         mtlab_write_maps();
         t->guard--;
+        mtlab_resume_interrupted(t);
         errno = saved;
     }
     int r = mtlab_real.dlclose(handle);

@@ -29,6 +29,7 @@ static inline long raw6(long n, long a, long b, long c, long d, long e, long f) 
 }
 
 /* Raw calls return -errno on failure and never touch the caller's errno. */
+long mtlab_sys6(long n, long a, long b, long c, long d, long e, long f) { return raw6(n, a, b, c, d, e, f); }
 long mtlab_sys_write(int fd, const void *p, size_t n) { return raw6(SYS_write, fd, (long)p, (long)n, 0, 0, 0); }
 long mtlab_sys_pwrite(int fd, const void *p, size_t n, uint64_t off) {
     return raw6(SYS_pwrite64, fd, (long)p, (long)n, (long)off, 0, 0);

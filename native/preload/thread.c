@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -190,7 +191,7 @@ static void stack_bounds(uintptr_t *lo, uintptr_t *hi) {
         *hi = main_hi;
         return;
     }
-    int fd = mtlab_sys_open("/proc/self/maps", O_RDONLY | O_CLOEXEC, 0);
+    int fd = mtlab_open_self("maps");
     if (fd < 0) return;
     char buf[4096];
     size_t have = 0;
@@ -335,9 +336,91 @@ static int frame_gone(struct mtlab_tls *t, uintptr_t sp, const uintptr_t w[2], u
     return at[0] != w[0] || at[1] != w[1];
 }
 
+/* Signal handlers that call the allocator while the thread is inside mtlab.
+ *
+ * A handler that interrupted mtlab's own code (an event half-written, a
+ * buffer being flushed, a stack being walked) cannot be recorded: its call
+ * passes through, and is counted. One that interrupted the real allocator
+ * call a shim was timing (the program's malloc, most of a traced loop's time
+ * with a slow allocator) is recorded: no buffer is in use then, so the
+ * interrupted call's timing state is set aside for the handler's call and
+ * put back after it (mtlab_resume_interrupted).
+ *
+ * A handler is told from mtlab's own nested calls (and the allocator's) by
+ * the signal frame between the current call and the frame that raised the
+ * flag: on x86-64 the kernel puts the handler's return address, the
+ * sigaction's restorer, at its base. On an alternate signal stack, by that
+ * stack (sigaltstack says the thread is on it) not holding the flag's frame.
+ * Elsewhere nothing is decided: the call passes through, as before. */
+static _Atomic uint64_t signal_untraced;
+static _Atomic uintptr_t restorer;
+
+uint64_t mtlab_signal_calls_untraced(void) { return atomic_load(&signal_untraced); }
+
+/* The restorer of an installed handler (glibc's __restore_rt): every handler
+ * installed through the C library has the same one. 0: no handler at all. */
+static uintptr_t find_restorer(void) {
+#if defined(__x86_64__)
+    uintptr_t r = atomic_load_explicit(&restorer, memory_order_relaxed);
+    if (r) return r;
+    struct {
+        uintptr_t handler;
+        unsigned long flags;
+        uintptr_t restorer;
+        uint64_t mask;
+    } k;
+    for (long sig = 1; sig <= 64; sig++) {
+        if (mtlab_sys6(SYS_rt_sigaction, sig, 0, (long)&k, 8, 0, 0) != 0) continue;
+        if (k.handler > 1 /* not SIG_DFL, SIG_IGN */ && (k.flags & 0x04000000 /* SA_RESTORER */) && k.restorer) {
+            atomic_store_explicit(&restorer, k.restorer, memory_order_relaxed);
+            return k.restorer;
+        }
+    }
+#endif
+    return 0;
+}
+
+#define SIGNAL_SCAN_BYTES (256u << 10)
+
+static int in_handler_since(struct mtlab_tls *t, uintptr_t here, uintptr_t flag_sp) {
+    if (!flag_sp || flag_sp == UINTPTR_MAX) return 0; /* unknown, or held across fork */
+    if (t->stack_hi && here >= t->stack_lo && here < t->stack_hi) {
+        uintptr_t r = find_restorer();
+        if (!r || flag_sp <= here) return 0;
+        uintptr_t hi = flag_sp < t->stack_hi ? flag_sp : t->stack_hi;
+        if (hi - here > SIGNAL_SCAN_BYTES) hi = here + SIGNAL_SCAN_BYTES;
+        for (const uintptr_t *w = (const uintptr_t *)(here & ~(uintptr_t)7); (uintptr_t)w < hi; w++)
+            if (*w == r) return 1;
+        return 0;
+    }
+    stack_t ss;
+    if (mtlab_sys6(SYS_sigaltstack, 0, (long)&ss, 0, 0, 0, 0) != 0 || !(ss.ss_flags & SS_ONSTACK)) return 0;
+    uintptr_t lo = (uintptr_t)ss.ss_sp;
+    return flag_sp < lo || flag_sp >= lo + ss.ss_size;
+}
+
+/* The flags are up and not stale at `here`: 1 when this call is a signal
+ * handler's that may be recorded (the interrupted allocator call set aside). */
+static int handler_call(struct mtlab_tls *t, uintptr_t here) {
+    if (atomic_load_explicit(&mtlab_state, memory_order_relaxed) != MTLAB_TRACING) return 0;
+    uintptr_t flag_sp = t->guard ? (t->guard_sp ? t->guard_sp : t->alloc_sp) : t->alloc_sp;
+    if (!in_handler_since(t, here, flag_sp)) return 0;
+    if (t->guard || t->resume) { /* mtlab's code, or a handler's call already set aside */
+        atomic_fetch_add_explicit(&signal_untraced, 1, memory_order_relaxed);
+        return 0;
+    }
+    t->saved_in_alloc = t->in_alloc;
+    t->saved_alloc_sp = t->alloc_sp;
+    t->saved_alloc_w[0] = t->alloc_w[0];
+    t->saved_alloc_w[1] = t->alloc_w[1];
+    t->in_alloc = 0;
+    t->resume = 1;
+    return 1;
+}
+
 int mtlab_guard_stale(struct mtlab_tls *t, uintptr_t here) {
     if (!t->stack_hi) stack_bounds(&t->stack_lo, &t->stack_hi); /* before the thread's first event */
-    if (!t->stack_hi || here < t->stack_lo || here >= t->stack_hi) return !t->guard && !t->in_alloc;
+    if (!t->stack_hi || here < t->stack_lo || here >= t->stack_hi) return handler_call(t, here);
     int reset = 0;
     if (t->guard && (t->guard_sp ? frame_gone(t, t->guard_sp, t->guard_w, here)
                                  : frame_gone(t, t->alloc_sp, t->alloc_w, here))) {
@@ -351,7 +434,8 @@ int mtlab_guard_stale(struct mtlab_tls *t, uintptr_t here) {
         reset = 1;
     }
     if (reset) atomic_fetch_add(&guards_reset, 1);
-    return !t->guard && !t->in_alloc;
+    if (!t->guard && !t->in_alloc) return 1;
+    return handler_call(t, here);
 }
 
 uint64_t mtlab_guards_reset(void) { return atomic_load(&guards_reset); }

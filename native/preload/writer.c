@@ -88,8 +88,62 @@ static char *kv_str(char *p, const char *end, const char *key, const char *v) {
     return mtlab_append(p, end, "\n");
 }
 
-static size_t read_file(const char *path, char *buf, size_t cap) {
-    int f = mtlab_sys_open(path, O_RDONLY | O_CLOEXEC, 0);
+/* /proc, opened when tracing starts: a process that chroots (a daemon, or
+ * the workers it forks) still reads its own maps, command line and
+ * executable through it — "self" is looked up per caller — and its trace
+ * keeps its frames' names. */
+static int proc_fd = -1;
+static int move_high(int f);
+
+/* At 898, below the broker's 899 (`mtlab record` puts it there) and the
+ * trace's 900 and above, where a program that lowered its descriptor limit
+ * has exactly room for the trace. */
+#define PROC_FD 898
+
+void mtlab_proc_open(void) {
+    int f = mtlab_sys_open("/proc", O_PATH | O_DIRECTORY | O_CLOEXEC, 0);
+    if (f < 0) return;
+    if (mtlab_sys_fcntl(PROC_FD, F_GETFD, 0) == -9 /* EBADF: free */ &&
+        mtlab_sys6(SYS_dup3, f, PROC_FD, O_CLOEXEC, 0, 0, 0) == PROC_FD) {
+        mtlab_sys_close(f);
+        f = PROC_FD;
+    } else {
+        f = move_high(f);
+    }
+    proc_fd = f;
+}
+
+int mtlab_open_self(const char *name) {
+    char rel[64] = "self/";
+    char *p = mtlab_append(rel + 5, rel + sizeof rel - 1, name);
+    *p = 0;
+    if (proc_fd >= 0) {
+        int f = (int)mtlab_sys6(SYS_openat, proc_fd, (long)rel, O_RDONLY | O_CLOEXEC, 0, 0, 0);
+        if (f >= 0) return f;
+    }
+    char abs[64] = "/proc/";
+    p = mtlab_append(abs + 6, abs + sizeof abs - 1, rel);
+    *p = 0;
+    return mtlab_sys_open(abs, O_RDONLY | O_CLOEXEC, 0);
+}
+
+static long readlink_self(const char *name, char *buf, size_t cap) {
+    char rel[64] = "self/";
+    char *p = mtlab_append(rel + 5, rel + sizeof rel - 1, name);
+    *p = 0;
+    long r = proc_fd >= 0 ? mtlab_sys6(SYS_readlinkat, proc_fd, (long)rel, (long)buf, (long)cap, 0, 0) : -1;
+    if (r < 0) {
+        char abs[64] = "/proc/";
+        p = mtlab_append(abs + 6, abs + sizeof abs - 1, rel);
+        *p = 0;
+        r = readlink(abs, buf, cap);
+    }
+    return r;
+}
+
+/* /proc/self/NAME read whole (up to `cap` bytes). */
+static size_t read_self(const char *name, char *buf, size_t cap) {
+    int f = mtlab_open_self(name);
     if (f < 0) return 0;
     size_t n = 0;
     long r;
@@ -351,7 +405,14 @@ static int open_path(void) {
             return f;
         }
     }
+    /* A process that changed its user (a daemon's worker) would make a file
+     * `record` refuses as another user's: `record` makes it instead. */
+    if (mtlab_broker_preferred()) {
+        int f = mtlab_broker_open(0, path, sizeof path);
+        if (f >= 0) return f;
+    }
     uint32_t pid = (uint32_t)getpid();
+    int err = -17 /* EEXIST: every name taken */;
     for (uint64_t k = 0; k < 1000; k++) {
         char *p = mtlab_append(path, end, mtlab_cfg.out_path);
         p = mtlab_append(p, end, ".");
@@ -362,9 +423,17 @@ static int open_path(void) {
         }
         *p = 0;
         int f = mtlab_sys_open(path, flags, 0600);
-        if (f != -17 /* EEXIST */) return f;
+        if (f >= 0) return f;
+        if (f != -17) {
+            err = f;
+            break;
+        }
     }
-    return -1;
+    /* Not allowed to (privileges dropped), no such directory (chroot), no
+     * room: `record` makes the file, or at least names this process as
+     * untraced. */
+    int f = mtlab_broker_open(-err, path, sizeof path);
+    return f >= 0 ? f : err;
 }
 
 static void write_header(void) {
@@ -373,12 +442,12 @@ static void write_header(void) {
     char *p = text, *end = text + sizeof text - 1;
     p = kv_u64(p, end, "pid", (uint64_t)getpid());
     p = kv_u64(p, end, "ppid", (uint64_t)getppid());
-    size_t n = read_file("/proc/self/cmdline", raw, sizeof raw);
+    size_t n = read_self("cmdline", raw, sizeof raw);
     if (n && raw[n - 1] == 0) n--;
     p = mtlab_append(p, end, "cmdline=");
     p = escape_into(p, end, raw, n, 0, "\x1f");
     p = mtlab_append(p, end, "\n");
-    long r = readlink("/proc/self/exe", raw, sizeof raw - 1);
+    long r = readlink_self("exe", raw, sizeof raw - 1);
     raw[r > 0 ? r : 0] = 0;
     p = kv_str(p, end, "exe", raw);
     /* The file is opened at the first flush; events before it count from
@@ -502,7 +571,7 @@ void mtlab_write_maps(void) {
     static _Atomic int busy;
     int expected = 0;
     if (!atomic_compare_exchange_strong(&busy, &expected, 1)) return;
-    size_t n = read_file("/proc/self/maps", maps, sizeof maps);
+    size_t n = read_self("maps", maps, sizeof maps);
     if (n) mtlab_write_record(MTLAB_REC_MAPS, maps, (uint32_t)n);
     atomic_store(&busy, 0);
 }
@@ -520,7 +589,7 @@ static uint64_t parse_hex(const char *p, const char **end) {
 }
 
 int mtlab_find_mapping(const char *name, uint64_t *lo, uint64_t *hi) {
-    size_t n = read_file("/proc/self/maps", maps, sizeof maps - 1);
+    size_t n = read_self("maps", maps, sizeof maps - 1);
     maps[n] = 0;
     size_t nl = mtlab_strlen(name);
     for (const char *line = maps; *line;) {
@@ -559,6 +628,9 @@ void mtlab_write_stats(void) {
     p = mtlab_unwind_stats(p, end);
     p = mtlab_append(p, end, "guards_reset=");
     p = mtlab_append_u64(p, end, mtlab_guards_reset());
+    p = mtlab_append(p, end, "\n");
+    p = mtlab_append(p, end, "signal_calls_untraced=");
+    p = mtlab_append_u64(p, end, mtlab_signal_calls_untraced());
     p = mtlab_append(p, end, "\n");
     p = mtlab_append(p, end, "forked_without_handlers=");
     p = mtlab_append_u64(p, end, mtlab_forks_unseen());

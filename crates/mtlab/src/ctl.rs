@@ -109,7 +109,7 @@ fn open_no_follow(path: &Path, write: bool) -> std::io::Result<std::fs::File> {
 /// may remove: this user's regular file of exactly a page (no link, FIFO or
 /// device is opened, and nothing past a page is read), of one of `traces`,
 /// that no live process `pid` maps.
-fn abandoned_page(path: &Path, pid: u32, traces: &[PathBuf]) -> bool {
+fn abandoned_page(path: &Path, pid: u32, traces: Option<&[PathBuf]>) -> bool {
     use std::io::Read;
     let Ok(file) = crate::platform::safe_fs::open_owned_regular(path, false) else { return false };
     let Ok(m) = file.metadata() else { return false };
@@ -122,7 +122,7 @@ fn abandoned_page(path: &Path, pid: u32, traces: &[PathBuf]) -> bool {
         return false;
     }
     let trace = nul_terminated_path(&bytes[CTL_OFF_PATH as usize..]);
-    traces.contains(&trace) && !(pid_alive(pid) && maps_file(pid, FileId::of(&m)))
+    traces.is_none_or(|t| t.contains(&trace)) && !(pid_alive(pid) && maps_file(pid, FileId::of(&m)))
 }
 
 /// Removes the control pages (`/dev/shm/mtlab-PID`) that processes of one
@@ -131,6 +131,19 @@ fn abandoned_page(path: &Path, pid: u32, traces: &[PathBuf]) -> bool {
 /// them. A page of a process still running, or of another recording, stays,
 /// and so does anything another user put there. Returns how many were removed.
 pub fn remove_abandoned_pages(traces: &[PathBuf]) -> usize {
+    remove_pages(Some(traces))
+}
+
+/// Removes the control pages of this user that no live process maps, of any
+/// recording: those a run left when it and its `mtlab record` were both
+/// killed (SIGKILL), which no later run of that recording would remove.
+/// Called when `mtlab record` starts. Pages of other users, and anything
+/// that is not a control page, stay.
+pub fn remove_dead_pages() -> usize {
+    remove_pages(None)
+}
+
+fn remove_pages(traces: Option<&[PathBuf]>) -> usize {
     let Ok(dir) = std::fs::read_dir(names::CTL_PAGE_DIR) else { return 0 };
     let mut removed = 0;
     for entry in dir.flatten() {

@@ -620,6 +620,8 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let output = std::path::absolute(&cfg.output).map_err(|source| RecordError::Unwritable { path: cfg.output.clone(), source })?;
     crate::trace::rewrite::check_trace_output(&output).map_err(RecordError::Output)?;
     let run_start = prepare_output(&output)?;
+    // Control pages left by a sampled run killed together with its record.
+    crate::ctl::remove_dead_pages();
     let out_dir = HeldDir::open(&output);
     let preload = native::path(Part::Preload)?;
 
@@ -713,6 +715,14 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     if let Some(fd) = live.as_ref().and_then(|l| l.fd()) {
         cmd.env("MTLAB_WATERMARK_FD", fd.to_string());
     }
+    // Trace files for the processes that cannot make their own (a daemon's
+    // workers after setuid or chroot): made here, named if they cannot be.
+    let broker = if cfg.follow && !foreign { crate::broker::Broker::start(&output).ok() } else { None };
+    if let Some(b) = &broker {
+        cmd.env("MTLAB_BROKER_FD", b.fd().to_string());
+    } else {
+        cmd.env_remove("MTLAB_BROKER_FD");
+    }
     // `mtlab ctl` wants the program's pid; a shell's `$!` is this process's.
     // Said before the program runs: written while it runs, the line landed
     // inside a line of the program's own stderr (tests/corpus.rs).
@@ -732,6 +742,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         l.spawned();
     }
     let mut root_finisher = live.and_then(|l| l.stop());
+    let served = broker.map(|b| b.stop()).unwrap_or_default();
     let (status, wall) = ran?;
 
     let (mut traces, mut warnings) = run_family(&output, run_start);
@@ -781,6 +792,11 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     if cfg.follow {
         runinfo.push((keys::CHILD_TRACES.into(), child_traces(&output, &traces)));
     }
+    if served.untraced_count > 0 {
+        runinfo.push((keys::UNTRACED_COUNT.into(), served.untraced_count.to_string()));
+        runinfo.push((keys::UNTRACED.into(), crate::broker::encode(&served.untraced)));
+        warnings.push(crate::broker::summary(&served.untraced, served.untraced_count));
+    }
     let mut bytes = 0;
     for (i, t) in traces.iter().enumerate() {
         let root = i == 0 && *t == output;
@@ -808,8 +824,17 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
                 }
             }
             Err(e) => {
+                // No room for the rewrite (a full disk): the run's facts —
+                // exit status, child list, untraced processes — still go
+                // into the trace as written, one small record at its end.
+                let kept = if info.is_empty() { String::new() } else {
+                    match trace::append_runinfo(t, info) {
+                        Ok(()) => "; the exit status and run facts were added to it".to_string(),
+                        Err(e2) => format!("; nor could the exit status be added: {e2}"),
+                    }
+                };
                 bytes += std::fs::metadata(t).map(|m| m.len()).unwrap_or(0);
-                warnings.push(format!("{}: not finished (left as written): {e}", t.display()));
+                warnings.push(format!("{}: not finished (left as written{kept}): {e}", t.display()));
             }
         }
     }

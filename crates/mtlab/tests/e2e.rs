@@ -1900,7 +1900,11 @@ fn full_disk_keeps_count(lab: &Lab, disk: &SmallDisk, name: &str, prog: &std::pa
     assert_success(&o, &format!("{name}: a traced program whose trace fills the disk"));
     let v = lab.report_path(&trace);
     assert_eq!(v["clean_end"], true, "{name}: END is written");
-    assert_eq!(v["warnings"], serde_json::json!([]), "{name}: the file reads to its end without damage");
+    // (Left as written when the disk had no room for record's rewrite, it is
+    // called unverified: that is no damage.)
+    let damage: Vec<&serde_json::Value> =
+        v["warnings"].as_array().unwrap().iter().filter(|w| !w.as_str().unwrap().contains("never finished by `mtlab record`")).collect();
+    assert!(damage.is_empty(), "{name}: the file reads to its end without damage: {damage:?}");
     let free = format!("{name}.free.mtl");
     lab.record_ok(&free, prog, args);
     let all = u(&lab.report(&free)["events"]);

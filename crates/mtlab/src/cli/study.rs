@@ -69,7 +69,7 @@ impl StorePath {
         Ok(Store::open(&p)?)
     }
 
-    /// Opens an existing store (commands that only read).
+    /// Opens an existing store for reading (commands that only read).
     fn existing(&self) -> Result<Store, CliError> {
         let p = self.path();
         if !p.exists() {
@@ -78,7 +78,7 @@ impl StorePath {
                 p.display()
             )));
         }
-        Ok(Store::open(&p)?)
+        Ok(Store::open_read_only(&p)?)
     }
 }
 

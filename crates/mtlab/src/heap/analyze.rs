@@ -417,6 +417,9 @@ pub struct ProcessReport {
     /// Guards left raised by a longjmp out of mtlab's code or out of an
     /// allocator call, found and cleared (STATS `guards_reset`).
     pub guards_reset: u64,
+    /// Allocator calls of signal handlers that interrupted mtlab's own code,
+    /// not in the trace (STATS `signal_calls_untraced`; 0 when unknown).
+    pub signal_calls_untraced: u64,
     /// The heap manager's own figures at exit, where it has them.
     pub allocator_stats: Option<AllocatorStats>,
     /// Its figures read after each `mtlab ctl dump` (sampled traces).
@@ -1046,7 +1049,7 @@ pub fn analyze_for_index(trace: &TraceFile) -> Result<ProcessReport, TraceError>
 }
 
 fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Result<ProcessReport, TraceError> {
-    let compact_quantum = trace.runinfo_get(keys::COMPACT_QUANTUM).and_then(|q| q.parse::<u64>().ok());
+    let compact_quantum = trace.compact_quantum().and_then(|q| q.parse::<u64>().ok());
     let total: u64 = trace.chunks.iter().map(|c| c.n_events as u64).sum();
     let every = total.div_ceil(opts.max_points.max(1) as u64).max(1);
     let mut pass = Pass {
@@ -1098,6 +1101,9 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         }
     }
     let mut warnings = trace.warnings.clone();
+    if trace.header.version < crate::trace::format::TRACE_VERSION {
+        warnings.push(RAW_TRACE.to_string());
+    }
     // Damage that `mtlab record` found (and cut off) when it finished the file.
     warnings.extend(
         trace.runinfo.iter().filter(|(k, _)| k == keys::FINISH_WARNING).map(|(_, v)| format!("when recorded: {v}")),
@@ -1266,6 +1272,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         stopped_by_seccomp: stat(keys::STOPPED_BY_SECCOMP).unwrap_or(0) > 0,
         ctl_page_refused: stat(keys::CTL_PAGE_REFUSED).unwrap_or(0) > 0,
         guards_reset: stat(keys::GUARDS_RESET).unwrap_or(0),
+        signal_calls_untraced: stat(keys::SIGNAL_CALLS_UNTRACED).unwrap_or(0),
         allocator_stats: AllocatorStats::read(trace, &trace.header.allocator, &end),
         allocator_readings,
         stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),
@@ -1282,6 +1289,12 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         warnings,
     })
 }
+
+/// What a trace not finished by `mtlab record` lacks (version 2: as the
+/// preload library writes it).
+pub const RAW_TRACE: &str = "this trace is as the preload library wrote it, never finished by `mtlab record` (record was \
+     killed, the disk had no room for the rewrite, or it is still being written): its events carry no checksums, so \
+     damage to them cannot be found — the figures above are unverified";
 
 /// Indices of the `top` sites with the largest `key` (equal keys: the lower
 /// stack id first) among those `keep` accepts. A partial selection, not a

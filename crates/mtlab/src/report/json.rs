@@ -2,7 +2,8 @@
 //! (the root, unless `--pid`/`--comm` left it out; the keys of
 //! docs/metrics.md), the other reported processes under `children`, every
 //! traced process under `processes_index` and the child traces that could not
-//! be read under `missing_traces`.
+//! be read under `missing_traces`, the processes that got no trace file under
+//! `untraced_processes`.
 
 use serde_json::Value;
 
@@ -18,5 +19,6 @@ pub fn to_json(run: &RunReport) -> Value {
     root["children"] = Value::Array(children);
     root["processes_index"] = serde_json::to_value(&run.index).expect("index rows serialize");
     root["missing_traces"] = serde_json::to_value(&run.missing).expect("missing traces serialize");
+    root["untraced_processes"] = run.untraced.as_ref().map_or(serde_json::json!({"count": 0, "named": []}), |u| u.to_json());
     root
 }

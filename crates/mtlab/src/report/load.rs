@@ -70,6 +70,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     }
     let root = TraceFile::open(file)?;
     let listed = root.runinfo_get(keys::CHILD_TRACES).map(family::decode);
+    let untraced = Untraced::of(&root);
     let mut traces = vec![root];
     let mut missing = Vec::new();
     let suffix = |f: &Path| child_suffix(file, f);
@@ -168,7 +169,38 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
             p.exit = row.ending.exit_text();
         }
     }
-    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, frames: 0, execd_root_ended })
+    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, untraced, frames: 0, execd_root_ended })
+}
+
+/// The processes of the run that got no trace file at all (RUNINFO
+/// `untraced_count`, `untraced`: `mtlab record` could not make one for them).
+#[derive(Debug, Clone)]
+pub struct Untraced {
+    pub count: u64,
+    /// The first of them (at most `broker::MAX_NAMED`).
+    pub named: Vec<crate::broker::Untraced>,
+}
+
+impl Untraced {
+    fn of(root: &TraceFile) -> Option<Untraced> {
+        let count = root.runinfo_get(keys::UNTRACED_COUNT)?.parse().ok().filter(|&c: &u64| c > 0)?;
+        let named = root.runinfo_get(keys::UNTRACED).map(crate::broker::decode).unwrap_or_default();
+        Some(Untraced { count, named })
+    }
+
+    /// One line for the text report.
+    pub fn message(&self) -> String {
+        crate::broker::summary(&self.named, self.count)
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        let named: Vec<serde_json::Value> = self
+            .named
+            .iter()
+            .map(|u| serde_json::json!({"pid": u.pid, "command": u.command, "reason": u.reason()}))
+            .collect();
+        serde_json::json!({"count": self.count, "named": named})
+    }
 }
 
 /// Makes the detailed reports those of the rows reported: `detail` analyses

@@ -48,9 +48,10 @@ impl Parts {
 pub fn document_of(run: &RunReport, parts: Parts) -> Document {
     let mut views = Vec::new();
     if parts.screen {
-        if run.index.len() > 1 || !run.missing.is_empty() {
+        if run.index.len() > 1 || !run.missing.is_empty() || run.untraced.is_some() {
             views.extend(index::views(&run.index));
             views.extend(run.missing.iter().map(|m| View::Note(format!("warning: {}", m.message()))));
+            views.extend(run.untraced.iter().map(|u| View::Note(format!("warning: {}", u.message()))));
             views.push(View::Note(String::new()));
         }
         views.extend(views::views(run));
@@ -80,6 +81,8 @@ pub struct RunReport {
     pub index: Vec<index::IndexRow>,
     /// Child traces that could not be read, or that are gone.
     pub missing: Vec<load::MissingTrace>,
+    /// Processes that got no trace file at all, when the root trace says so.
+    pub untraced: Option<load::Untraced>,
     /// Frames shown per stack in the screen's site tables (0: as many as fit
     /// the terminal); sites whose shown frames are equal share a row.
     pub frames: usize,

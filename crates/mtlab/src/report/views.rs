@@ -514,6 +514,14 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 p.guards_reset
             ));
         }
+        if p.signal_calls_untraced > 0 {
+            note(format!(
+                "{} allocator call(s) made by signal handlers are not in the trace: each interrupted mtlab's own code \
+                 (an event being written, a buffer being flushed), where recording it would have corrupted the \
+                 interrupted event; handlers' calls that interrupted the program or the heap manager are traced",
+                p.signal_calls_untraced
+            ));
+        }
         if p.stopped_by_seccomp {
             note(
                 "tracing stopped when the program installed a seccomp filter under which mtlab could not go on writing \

@@ -94,6 +94,9 @@ pub enum StoreError {
     #[error("the results store {path} is read-only ({doing}); make it writable, pass --store PATH to keep runs elsewhere, or --no-store to not keep them")]
     ReadOnly { path: PathBuf, doing: &'static str },
 
+    #[error("the file system holding the results store {path} is full ({doing}); free some space, pass --store PATH to keep runs elsewhere, or --no-store to not keep them")]
+    Full { path: PathBuf, doing: &'static str },
+
     #[error("the results store {path} is damaged ({what}); `sqlite3 {path} .recover` may save its runs, or pass --store PATH to start a new store")]
     Corrupt { path: PathBuf, what: String },
 
@@ -114,9 +117,38 @@ fn sql_err<'a>(path: &'a Path, doing: &'static str) -> impl Fn(rusqlite::Error) 
             Some(ErrorCode::ReadOnly) => StoreError::ReadOnly { path, doing },
             Some(ErrorCode::DatabaseCorrupt) => StoreError::Corrupt { path, what: e.to_string() },
             Some(ErrorCode::CannotOpen) => StoreError::CannotOpen { path, source: e },
+            Some(ErrorCode::DiskFull) => StoreError::Full { path, doing },
+            // A write that failed for want of space (the -shm or -wal file
+            // could not grow) comes back as a generic I/O error.
+            Some(ErrorCode::SystemIoFailure) if dir_full(&path) => StoreError::Full { path, doing },
             _ => StoreError::Sqlite { path, doing, source: e },
         }
     }
+}
+
+fn dir_of(path: &Path) -> &Path {
+    path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."))
+}
+
+/// statvfs of the directory holding `path`.
+fn statvfs_of(path: &Path) -> Option<libc::statvfs> {
+    let c = std::ffi::CString::new(dir_of(path).as_os_str().as_encoded_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: c is a valid NUL-terminated path and st writable memory of the right type.
+    (unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) } == 0).then(|| {
+        // SAFETY: statvfs succeeded and filled st.
+        unsafe { st.assume_init() }
+    })
+}
+
+/// Whether the file system holding `path` has no block left for this user.
+fn dir_full(path: &Path) -> bool {
+    statvfs_of(path).is_some_and(|st| st.f_bavail == 0)
+}
+
+/// Whether the file system holding `path` is mounted read-only.
+fn dir_read_only(path: &Path) -> bool {
+    statvfs_of(path).is_some_and(|st| st.f_flag & libc::ST_RDONLY != 0)
 }
 
 /// An open results store: one SQLite connection. Open one per thread or
@@ -180,6 +212,57 @@ impl Store {
         conn.pragma_update(None, "foreign_keys", true).map_err(sql_err(path, "enabling foreign keys"))?;
         schema::migrate(&mut conn, path)?;
         Ok(Store { conn, path: path.to_path_buf() })
+    }
+
+    /// Opens an existing store for reading only (`mtlab runs`, `diff`): no
+    /// write lock, no file created, so a store on a read-only file system
+    /// (a mounted snapshot, a backup) can be listed and shown. A store of an
+    /// older schema, or anything that is not a store of this version, goes
+    /// through [`Store::open`], which migrates or refuses it.
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        match Self::try_read_only(path, false) {
+            Ok(Some(store)) => return Ok(store),
+            Ok(None) => return Store::open(path),
+            // A WAL store needs its -shm file, which a read-only file system
+            // cannot hold: nothing can change the file there, so it is read
+            // as immutable.
+            Err(_) if dir_read_only(path) => {
+                if let Ok(Some(store)) = Self::try_read_only(path, true) {
+                    return Ok(store);
+                }
+            }
+            Err(_) => {}
+        }
+        Store::open(path)
+    }
+
+    /// The store at `path` opened read-only, if it has this schema version.
+    fn try_read_only(path: &Path, immutable: bool) -> Result<Option<Store>, StoreError> {
+        let mut flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = if immutable {
+            // Only this URI's own characters are special: the path is
+            // percent-encoded whole.
+            flags |= OpenFlags::SQLITE_OPEN_URI;
+            let abs = std::path::absolute(path).map_err(|source| StoreError::Create { path: path.to_path_buf(), source })?;
+            let mut uri = String::from("file:");
+            for b in abs.as_os_str().as_encoded_bytes() {
+                match b {
+                    b'/' | b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'.' | b'-' | b'_' => uri.push(*b as char),
+                    _ => uri.push_str(&format!("%{b:02X}")),
+                }
+            }
+            uri.push_str("?immutable=1");
+            Connection::open_with_flags(uri, flags)
+        } else {
+            Connection::open_with_flags(path, flags)
+        }
+        .map_err(sql_err(path, "opening"))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(sql_err(path, "setting the busy timeout"))?;
+        let found = schema::user_version(&conn).map_err(sql_err(path, "reading the schema version"))?;
+        if found != SCHEMA_VERSION {
+            return Ok(None);
+        }
+        Ok(Some(Store { conn, path: path.to_path_buf() }))
     }
 
     /// Where runs are kept unless `--store` says otherwise: `$MTLAB_STORE`

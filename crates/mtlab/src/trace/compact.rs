@@ -299,7 +299,7 @@ impl Writer {
 /// Refuses a trace that is compact already: it has no per-call timing left
 /// to drop.
 pub fn refuse_compact(tf: &TraceFile) -> Result<(), CompactError> {
-    match tf.runinfo_get(COMPACT_QUANTUM) {
+    match tf.compact_quantum() {
         Some(q) => Err(CompactError::AlreadyCompact { path: tf.path.clone(), quantum: q.to_string() }),
         None => Ok(()),
     }
@@ -328,9 +328,16 @@ pub fn compact(tf: &TraceFile, dst: &Path, quantum: u64, extra: &[(String, Strin
         written: 0,
     };
 
-    let head = header_at_this_version(&source, src, header_end)?;
+    // The quantum in the header too: RUNINFO is the file's last record, and
+    // a copy cut short (a full disk, a partial transfer) lost it — then it
+    // read as an exact trace and was compacted again.
+    let mut head = header_at_this_version(&source, src, header_end)?;
+    let line = format!("{COMPACT_QUANTUM}={quantum}\n");
+    let text_len = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")) + line.len() as u32;
+    head[12..16].copy_from_slice(&text_len.to_le_bytes());
+    head.extend_from_slice(line.as_bytes());
     w.out.write_all(&head).map_err(w.io())?;
-    w.written = header_end;
+    w.written = head.len() as u64;
 
     let damage = tf.warnings.get(header_warnings..).unwrap_or_default().to_vec();
     let mut stats = CompactStats { bytes_before: tf.file_len, warnings: damage, ..Default::default() };

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use super::columns::ColumnFields;
 use super::error::TraceError;
+use super::keys;
 use super::event::{Event, EventKind, Func, Item};
 use super::fields::{DecErr, Field, Fields};
 use super::format::*;
@@ -443,6 +444,13 @@ impl TraceFile {
     }
 
     /// Looks up a RUNINFO value.
+    /// The time quantum of a compact trace (`keys::COMPACT_QUANTUM`), from
+    /// RUNINFO or, where that was cut off, from the header; None: exact.
+    pub fn compact_quantum(&self) -> Option<&str> {
+        self.runinfo_get(keys::COMPACT_QUANTUM)
+            .or_else(|| self.header.raw.iter().find(|(k, _)| k == keys::COMPACT_QUANTUM).map(|(_, v)| v.as_str()))
+    }
+
     pub fn runinfo_get(&self, key: &str) -> Option<&str> {
         self.runinfo
             .iter()

@@ -204,6 +204,19 @@ fn write_compressed_batch(
 /// Rewrites the trace at `path` after the traced program has ended: joins
 /// consecutive EVENTS chunks of each thread, rewrites them in columns and
 /// compresses them (zstd level 3; see `columns`), copies other records
+/// Appends a RUNINFO record with `runinfo` to the trace `path` as it is, not
+/// rewritten: where the rewrite could not be made (no room for it), the run's
+/// facts are kept. Only this user's regular file; nothing else is changed.
+pub fn append_runinfo(path: &Path, runinfo: &[(String, String)]) -> Result<(), TraceError> {
+    use std::io::Seek;
+    let mut f = crate::platform::safe_fs::open_owned_regular(path, true).map_err(TraceError::io(path))?;
+    f.seek(std::io::SeekFrom::End(0)).map_err(TraceError::io(path))?;
+    let text = kv_text(runinfo.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let mut rec = Vec::with_capacity(text.len() + 8);
+    write_record(&mut rec, REC_RUNINFO, 0, &[text.as_bytes()]).map_err(TraceError::io(path))?;
+    f.write_all(&rec).map_err(TraceError::io(path))
+}
+
 /// verbatim, stops at the first damaged record, and appends a RUNINFO
 /// record with `runinfo`. The rewrite goes to a temp file in the same
 /// directory that then replaces `path`.

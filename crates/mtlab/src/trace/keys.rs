@@ -22,6 +22,11 @@ pub const BASELINE_STDIN_EMPTY: &str = "baseline_stdin_empty";
 /// command (`trace::family`): a report can then tell a deleted child trace
 /// from a child that never wrote one.
 pub const CHILD_TRACES: &str = "child_traces";
+/// How many processes of the run got no trace file (`mtlab record` could not
+/// make one for them either: `broker`); absent when none.
+pub const UNTRACED_COUNT: &str = "untraced_count";
+/// The first 100 of them, `PID:ERRNO:COMMAND` separated by `/` (`broker::encode`).
+pub const UNTRACED: &str = "untraced";
 
 // ---------------------------------------------------------------------------
 // RUNINFO: written by the rewrites (`trace::finish`, `trace::compact`).
@@ -61,6 +66,11 @@ pub const TRACE_REOPENED: &str = "trace_reopened";
 /// code or out of an allocator call (a signal handler jumping out), and
 /// cleared at the thread's next allocator call, which is traced again.
 pub const GUARDS_RESET: &str = "guards_reset";
+/// Allocator calls made by signal handlers that interrupted mtlab's own code
+/// (an event being written, a buffer being flushed): passed through untraced,
+/// since recording one there would corrupt the interrupted event. Calls of
+/// handlers that interrupted the program or the allocator are traced.
+pub const SIGNAL_CALLS_UNTRACED: &str = "signal_calls_untraced";
 /// 1 when the process was made by a raw fork or clone system call (no fork
 /// handler ran): its events before its first flush were dropped.
 pub const FORKED_WITHOUT_HANDLERS: &str = "forked_without_handlers";

@@ -11,12 +11,17 @@ use super::error::TraceError;
 use super::format::*;
 use super::records::RecHdr;
 
-/// Removes the temp file unless disarmed.
-pub(crate) struct TempGuard(pub(crate) Option<PathBuf>);
+/// Removes the temp file unless disarmed; `unnamed`: it has no name yet
+/// (`O_TMPFILE`), and gets `.0` only at the install.
+pub(crate) struct TempGuard(pub(crate) Option<PathBuf>, bool);
 
 /// Creates the temp file a rewrite of `dst` is written to before it is
-/// renamed over it: `.NAME.WHAT-PID` in the same directory (so the rename
-/// stays within one file system), removed again unless the guard is disarmed.
+/// renamed over it, in the same directory (so the rename stays within one
+/// file system): unnamed (`O_TMPFILE`) where the file system allows it, so
+/// that a killed mtlab leaves nothing behind — the live rewrite of a long
+/// run's trace takes as long as the run —, else `.NAME.WHAT-PID`, removed
+/// again unless the guard is disarmed. The path returned is that name either
+/// way (where the file gets its name at the install).
 pub(crate) fn temp_beside(dst: &Path, what: &str) -> Result<(File, PathBuf, TempGuard), TraceError> {
     let tmp_path = crate::platform::names::temp_beside(dst, what, std::process::id());
     // Our own leftover of an earlier call only (a pid is reused): another
@@ -24,9 +29,41 @@ pub(crate) fn temp_beside(dst: &Path, what: &str) -> Result<(File, PathBuf, Temp
     if crate::platform::safe_fs::open_owned_regular(&tmp_path, false).is_ok() {
         let _ = fs::remove_file(&tmp_path);
     }
+    if let Some(tmp) = unnamed_beside(dst) {
+        return Ok((tmp, tmp_path.clone(), TempGuard(Some(tmp_path), true)));
+    }
     let tmp = crate::platform::safe_fs::create_new(&tmp_path, 0o600).map_err(TraceError::io(&tmp_path))?;
-    let guard = TempGuard(Some(tmp_path.clone()));
+    let guard = TempGuard(Some(tmp_path.clone()), false);
     Ok((tmp, tmp_path, guard))
+}
+
+/// An unnamed file (`O_TMPFILE`, 0600) in `dst`'s directory; None where the
+/// kernel or file system has none.
+fn unnamed_beside(dst: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = dst.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE | libc::O_CLOEXEC)
+        .open(dir)
+        .ok()
+}
+
+/// Gives the unnamed `file` the name `path` (new: nothing there is replaced
+/// or followed).
+fn link_unnamed(file: &File, path: &Path) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let from = std::ffi::CString::new(format!("/proc/self/fd/{}", file.as_raw_fd())).expect("no NUL");
+    let to = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: two NUL-terminated paths that live through the call.
+    let r = unsafe { libc::linkat(libc::AT_FDCWD, from.as_ptr(), libc::AT_FDCWD, to.as_ptr(), libc::AT_SYMLINK_FOLLOW) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Checks that a trace can be written at `path`: nothing there, or a
@@ -112,6 +149,13 @@ impl TempGuard {
         if durable {
             file.sync_data().map_err(TraceError::io(&tmp_path))?;
         }
+        if self.1 {
+            // Named only now, for the rename: for microseconds, not the run.
+            if crate::platform::safe_fs::open_owned_regular(&tmp_path, false).is_ok() {
+                let _ = fs::remove_file(&tmp_path);
+            }
+            link_unnamed(&file, &tmp_path).map_err(TraceError::io(&tmp_path))?;
+        }
         drop(file);
         fs::rename(&tmp_path, dst).map_err(TraceError::io(dst))?;
         self.0 = None;
@@ -121,8 +165,12 @@ impl TempGuard {
 
 impl Drop for TempGuard {
     fn drop(&mut self) {
+        // An unnamed file goes with its last descriptor; after a failed
+        // install its name may exist (linked, not renamed).
         if let Some(p) = self.0.take() {
-            let _ = fs::remove_file(p);
+            if !self.1 || crate::platform::safe_fs::open_owned_regular(&p, false).is_ok() {
+                let _ = fs::remove_file(p);
+            }
         }
     }
 }

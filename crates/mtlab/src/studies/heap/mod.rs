@@ -448,7 +448,7 @@ pub fn replay(cfg: &HeapReplayConfig, progress: &Progress) -> Result<Run, StudyE
             cfg.trace.display()
         )));
     }
-    if tf.runinfo_get(keys::COMPACT_QUANTUM).is_some() {
+    if tf.compact_quantum().is_some() {
         return Err(StudyError::Config(format!(
             "{} is compact: its calls are in a coarser order across threads than they ran; replay the trace before `mtlab compact`",
             cfg.trace.display()

@@ -1,0 +1,263 @@
+//! Reliability of the tracer where processes change under it (issue #32):
+//! daemons that drop privileges before forking their workers, signal
+//! handlers that interrupt mtlab's own code, records killed half-way, full
+//! disks, and the smaller corners.
+
+mod util;
+
+use util::*;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// "worker PID mallocs M" from the program's stdout.
+fn worker_line(stdout: &[u8]) -> (u64, u64) {
+    let text = String::from_utf8_lossy(stdout);
+    let line = text.lines().find(|l| l.starts_with("worker ")).unwrap_or_else(|| panic!("no worker line in {text:?}"));
+    let w: Vec<&str> = line.split(' ').collect();
+    (w[1].parse().unwrap(), w[3].parse().unwrap())
+}
+
+/// The daemon pattern: drop privileges (or chroot), then fork a worker. The
+/// worker can no longer create its trace beside the root's (user nobody may
+/// not write in the 0700 lab directory; inside the jail the path is gone), so
+/// `mtlab record` makes it: the worker's calls are all there, as many as it
+/// counted itself, in a file of mtlab's user that joins the run's family.
+#[test]
+fn workers_forked_after_setuid_or_chroot_are_traced() {
+    if !is_root() {
+        return skip("dropping privileges needs root (CI runs as root)");
+    }
+    let lab = Lab::new();
+    let prog = lab.compile("drop_priv");
+    let jail = lab.path("jail");
+    std::fs::create_dir(&jail).unwrap();
+    let n = 100_000u64;
+    for mode in ["setuid", "chroot"] {
+        let trace = format!("{mode}.mtl");
+        let o = lab.record_cmd(&trace, &[], &prog, &[mode, &n.to_string(), "fork"]).env("DROP_ROOT", &jail).output().unwrap();
+        assert_success(&o, &format!("drop_priv {mode} fork"));
+        let (pid, made) = worker_line(&o.stdout);
+        assert_eq!(made, n, "{mode}: the worker's own count");
+        assert!(stderr(&o).contains("(2 trace files"), "{mode}: {}", stderr(&o));
+        assert!(!stderr(&o).contains("not traced"), "{mode}: {}", stderr(&o));
+        let child = lab.path(&format!("{trace}.{pid}"));
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(&child).unwrap_or_else(|e| panic!("{mode}: {}: {e}", child.display()));
+        assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o600), "{mode}: mtlab's user's, private");
+        let r = lab.report(&trace);
+        let w = processes(&r).into_iter().find(|p| u(&p["pid"]) == pid).unwrap_or_else(|| panic!("{mode}: worker {pid} in {r}"));
+        strict(w);
+        assert_eq!(w["clean_end"], true, "{mode}");
+        assert_eq!(site(w, "after_drop").calls, made, "{mode}: every malloc the worker made");
+        assert_eq!(calls(w, "free"), made, "{mode}");
+    }
+}
+
+/// Runs `script` as root in a private mount namespace (`unshare -m`), where
+/// it may mount a tmpfs that no other process sees; None (skipped) where
+/// that is not possible. `$MTLAB` is mtlab, the working directory the lab.
+fn in_private_mounts(lab: &Lab, script: &str) -> Option<std::process::Output> {
+    if !is_root() {
+        skip("a private tmpfs needs root and unshare -m");
+        return None;
+    }
+    let full = format!("set -e\n{script}");
+    match lab.command("unshare").args(["-m", "sh", "-c", &full]).env("MTLAB", MTLAB).output() {
+        Ok(o) if !stderr(&o).contains("unshare:") => Some(o),
+        other => {
+            skip(&format!("no unshare -m here: {other:?}"));
+            None
+        }
+    }
+}
+
+/// Pids a fork_many run printed ("child PID I").
+fn forked_pids(stdout: &[u8]) -> Vec<u64> {
+    String::from_utf8_lossy(stdout).lines().filter_map(|l| l.strip_prefix("child ")?.split(' ').next()?.parse().ok()).collect()
+}
+
+/// Where no trace file can be made for a process — here the file system has
+/// no inodes left once the root trace and the first child's exist — the
+/// processes that got none are counted and named, not passed over.
+#[test]
+fn processes_that_get_no_trace_file_are_counted_and_named() {
+    let lab = Lab::new();
+    let prog = lab.compile("fork_many");
+    std::fs::create_dir(lab.path("d")).unwrap();
+    let script = format!(
+        "mount -t tmpfs -o size=4m,nr_inodes=3 tmpfs d\n\"$MTLAB\" record -o d/f.mtl -- {} 20 10 > out 2> err || true\n",
+        prog.display()
+    );
+    let Some(o) = in_private_mounts(&lab, &script) else { return };
+    assert_success(&o, "unshare + record");
+    let out = std::fs::read(lab.path("out")).unwrap();
+    let err = std::fs::read_to_string(lab.path("err")).unwrap();
+    let pids = forked_pids(&out);
+    assert_eq!(pids.len(), 20, "{err}");
+    let line = err.lines().find(|l| l.contains("were not traced")).unwrap_or_else(|| panic!("no untraced warning: {err}"));
+    // The root's trace and one child's fit: the other 19 children have none.
+    assert!(line.contains("19 process(es) of the run were not traced"), "{line}");
+    assert!(line.contains("No space left on device"), "{line}");
+    let named = pids.iter().filter(|p| line.contains(&format!(" {p} (fork_many)"))).count();
+    assert_eq!(named, 10, "the first ten are named in the line: {line}");
+}
+
+/// A SIGPROF handler that allocates while the traced loop runs: every one of
+/// its mallocs is either in the trace or counted as untraced (it interrupted
+/// mtlab's own code), so together they are the handler's own count — before,
+/// most were missing and nothing said so. Its calls that interrupted the heap
+/// manager's call mtlab was timing are traced.
+#[test]
+fn a_signal_handlers_allocations_are_traced_or_counted() {
+    let lab = Lab::new();
+    let prog = lab.compile_linked("sig_alloc", "sig_hook");
+    // Depth 1: the handler's site is one, whatever it interrupted.
+    let o = lab.record_cmd("s.mtl", &["--depth", "1"], &prog, &["200000"]).output().unwrap();
+    assert_success(&o, "sig_alloc");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let made: u64 = text.trim().strip_prefix("handler mallocs ").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{text}"));
+    let r = lab.report("s.mtl");
+    let traced = site(&r, "in_handler").calls;
+    let untraced = u(&r["signal_calls_untraced"]);
+    assert_eq!(untraced % 2, 0, "a handler's malloc and free share their fate");
+    assert_eq!(traced + untraced / 2, made, "traced {traced}, untraced {untraced}, made {made}");
+    assert!(traced > made / 2, "most of the handler's calls interrupted the heap manager and are traced: {traced} of {made}");
+    assert!(untraced > 0, "some interrupted mtlab's own code: {made} handler calls");
+    let text = lab.command(MTLAB).args(["report", "s.mtl"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("allocator call(s) made by signal handlers are not in the trace"));
+}
+
+/// Waits (up to 20 s) until no process runs `prog`.
+fn wait_gone(prog: &std::path::Path) {
+    for _ in 0..2000 {
+        let running = std::fs::read_dir("/proc").unwrap().flatten().any(|e| std::fs::read_link(e.path().join("exe")).is_ok_and(|x| x == prog));
+        if !running {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("{} still runs", prog.display());
+}
+
+/// `mtlab record` killed (SIGKILL) while it rewrote the trace during the run:
+/// the program runs on to its end; nothing hidden is left beside the trace
+/// (the rewrite's file had no name), and a report of the trace as the
+/// library wrote it says its figures are unverified.
+#[test]
+fn a_killed_record_leaves_no_hidden_file_and_its_raw_trace_is_called_unverified() {
+    let lab = Lab::new();
+    let prog = lab.compile("phased_mallocs");
+    let mut rec = lab.record_cmd("k.mtl", &[], &prog, &["10", "20000"]).env("MTLAB_LIVE_FINISH", "always").spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    rec.kill().unwrap();
+    rec.wait().unwrap();
+    wait_gone(&prog);
+    let hidden = lab.files_with_prefix(".k.mtl");
+    assert_eq!(hidden, Vec::<String>::new(), "left beside the trace");
+    let r = lab.report("k.mtl");
+    assert_eq!(r["clean_end"], true, "the program ran to its end");
+    assert_eq!(calls(&r, "malloc"), 200_000);
+    let w = r["warnings"].to_string();
+    assert!(w.contains("never finished by `mtlab record`") && w.contains("unverified"), "{w}");
+    // A finished trace says nothing of the kind.
+    lab.record_ok("f.mtl", &prog, &["1", "10"]);
+    assert!(!lab.report("f.mtl")["warnings"].to_string().contains("unverified"));
+}
+
+/// A sampled run killed together with its `mtlab record` (both SIGKILL) left
+/// its control page in /dev/shm for good: only a later run of the same
+/// recording removed it. Now the next `mtlab record` of the user does. In a
+/// private /dev/shm.
+#[test]
+fn a_control_page_left_by_a_killed_run_is_reclaimed_by_the_next_record() {
+    let lab = Lab::new();
+    let prog = lab.compile("phased_mallocs");
+    let script = format!(
+        "mount -t tmpfs -o mode=1777 tmpfs /dev/shm\n\
+         \"$MTLAB\" record --sample 4KiB -o a.mtl -- {prog} 20 10000 2> /dev/null &\n\
+         rec=$!\n\
+         for i in $(seq 100); do ls /dev/shm | grep -q mtlab- && break; sleep 0.02; done\n\
+         page=$(ls /dev/shm | grep mtlab-)\n\
+         kill -9 $rec ${{page#mtlab-}}\n\
+         wait $rec || true\n\
+         sleep 0.1\n\
+         ls /dev/shm > before\n\
+         \"$MTLAB\" record --sample 4KiB -o b.mtl -- /bin/true 2> /dev/null\n\
+         ls /dev/shm > after\n",
+        prog = prog.display()
+    );
+    let Some(o) = in_private_mounts(&lab, &script) else { return };
+    assert_success(&o, "unshare + two records");
+    let before = std::fs::read_to_string(lab.path("before")).unwrap();
+    let after = std::fs::read_to_string(lab.path("after")).unwrap();
+    assert!(before.contains("mtlab-"), "the killed run's page: {before:?}");
+    assert_eq!(after.trim(), "", "reclaimed by the next record");
+}
+
+/// A trace cut by a full disk, with no room left for record's rewrite
+/// (another file holds part of the disk; no rewrite while the program runs):
+/// its report still says how the program ended (the run's facts are added
+/// to the trace as written).
+#[test]
+fn a_trace_cut_by_a_full_disk_keeps_the_exit_status() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    std::fs::create_dir(lab.path("d")).unwrap();
+    let script = format!(
+        "mount -t tmpfs -o size=1m tmpfs d\nhead -c 100000 /dev/zero > d/fill\n\
+         MTLAB_LIVE_FINISH=off \"$MTLAB\" record -o d/t.mtl -- {} 200000 48 0 2> err\n\
+         \"$MTLAB\" report --json d/t.mtl > report.json\n",
+        prog.display()
+    );
+    let Some(o) = in_private_mounts(&lab, &script) else { return };
+    assert_success(&o, "unshare + record on a full disk");
+    let err = std::fs::read_to_string(lab.path("err")).unwrap();
+    assert!(err.contains("not finished (left as written; the exit status and run facts were added to it)"), "{err}");
+    let r: serde_json::Value = serde_json::from_slice(&std::fs::read(lab.path("report.json")).unwrap()).unwrap();
+    assert_eq!(r["exit"], "exit code 0", "{err}");
+    assert_eq!(r["clean_end"], true);
+    assert!(r["warnings"].to_string().contains("unverified"));
+}
+
+/// A compact trace cut short (a full disk, a partial copy) lost its last
+/// record, RUNINFO, which marked it compact: it read as exact and was
+/// compacted again. The header says so too now.
+#[test]
+fn a_truncated_compact_trace_stays_compact() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    lab.record_ok("t.mtl", &prog, &["20000", "32", "0"]);
+    let o = lab.command(MTLAB).args(["compact", "t.mtl", "-o", "c.mtl"]).output().unwrap();
+    assert_success(&o, "mtlab compact");
+    let c = lab.path("c.mtl");
+    let len = std::fs::metadata(&c).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&c).unwrap().set_len(len * 3 / 4).unwrap();
+    let o = lab.command(MTLAB).args(["compact", "c.mtl"]).output().unwrap();
+    assert!(!o.status.success() && stderr(&o).contains("compact already"), "{}", stderr(&o));
+    let r = lab.report("c.mtl");
+    assert!(r["compact_quantum_ticks"].as_u64().is_some(), "reported as compact");
+}
+
+/// The results store on a read-only file system can still be listed (it is
+/// opened read-only for reading), and a full disk is named as such, not as
+/// "disk I/O error". In a private mount namespace.
+#[test]
+fn the_store_reads_from_a_read_only_file_system_and_names_a_full_disk() {
+    let lab = Lab::new();
+    let script = "mkdir s f\n\
+         \"$MTLAB\" bench program --reps 1 --no-heaptrack -q --store s/runs.sqlite -- true > /dev/null 2>&1\n\
+         mount --bind s s\nmount -o remount,bind,ro s s\n\
+         \"$MTLAB\" runs --store s/runs.sqlite --json > list.json 2> list.err || true\n\
+         mount -t tmpfs -o size=64k tmpfs f\nhead -c 40000 /dev/zero > f/fill\n\
+         \"$MTLAB\" bench program --reps 1 --no-heaptrack -q --store f/runs.sqlite -- true > /dev/null 2> full.err || true\n";
+    let Some(o) = in_private_mounts(&lab, script) else { return };
+    assert_success(&o, "unshare + store on a read-only and a full file system");
+    let err = std::fs::read_to_string(lab.path("list.err")).unwrap();
+    let list: serde_json::Value = serde_json::from_slice(&std::fs::read(lab.path("list.json")).unwrap()).unwrap_or_else(|e| panic!("{e}: {err}"));
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "{list} {err}");
+    let full = std::fs::read_to_string(lab.path("full.err")).unwrap();
+    assert!(full.contains("is full") && !full.contains("disk I/O error"), "{full}");
+}
