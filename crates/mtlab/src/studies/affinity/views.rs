@@ -228,12 +228,12 @@ pub fn best_pair(run: &Run) -> Option<BestPair> {
     let cs = cells(run);
     let main = generators(&cs).first().copied()?;
     let b = best(run, &cs, main)?;
-    let clear = b.others.iter().all(|(_, v)| stats::independent_ratio(&b.values, v).interval.is_some_and(|i| i.low > 1.0));
+    let clear = b.others.iter().all(|(_, v)| stats::independent_ratio(&b.values, v).interval.is_some_and(|i| i.conclusive() && i.low > 1.0));
     Some(BestPair { flow: b.pair.flow, app: b.pair.app, clear })
 }
 
 /// The best class, how it compares with each other class (ratio of medians,
-/// with the 95 % interval of the ratio), and the CPU time behind it.
+/// with the interval of the ratio, labelled with its true level), and the CPU time behind it.
 fn recommendation(run: &Run, cs: &[MatrixCell], generator: &str) -> Vec<String> {
     let Some(b) = best(run, cs, generator) else { return Vec::new() };
     let desc = Placement::parse(b.class).map_or("", |p| p.describe());
@@ -246,9 +246,9 @@ fn recommendation(run: &Run, cs: &[MatrixCell], generator: &str) -> Vec<String> 
     let (mut apart, mut close) = (Vec::new(), Vec::new());
     for (class, v) in &b.others {
         let r = stats::independent_ratio(&b.values, v);
-        let iv = r.interval.map_or(String::new(), |i| format!(" (95 % interval {:.2}–{:.2})", i.low, i.high));
+        let iv = r.interval.map_or(" (too few repetitions for an interval)".to_string(), |i| format!(" ({} interval {:.2}–{:.2})", i.label(), i.low, i.high));
         let text = format!("{:.2}× {class} ({:.1} Gb/s){iv}", stats::median(&b.values) / stats::median(v), stats::median(v));
-        if r.interval.is_some_and(|i| i.low > 1.0) {
+        if r.interval.is_some_and(|i| i.conclusive() && i.low > 1.0) {
             apart.push(text);
         } else {
             close.push(text);
@@ -289,9 +289,14 @@ fn generator_table(run: &Run, cs: &[MatrixCell]) -> Option<Table> {
     if pairs.is_empty() {
         return None;
     }
+    let ratios: Vec<_> = pairs.iter().filter_map(|c| summary::ratio(run, &c.conf.name, "gbps", c.conf.baseline.as_deref()?, "gbps")).collect();
+    let levels = stats::labels(ratios.iter().filter_map(|r| r.interval.as_ref()));
     let mut t = Table::new(
         "generators",
-        "Built-in flow against iperf3 at the same pinning (ratio of paired repetitions, 95 % interval)",
+        format!(
+            "Built-in flow against iperf3 at the same pinning (ratio of paired repetitions{})",
+            if levels.is_empty() { String::new() } else { format!(", {levels} interval") }
+        ),
         &["flow core", "app core", "class", "built-in Gb/s", "iperf3 Gb/s", "built-in / iperf3"],
         3,
     );
@@ -409,6 +414,23 @@ mod tests {
         assert!(rec[0].starts_with("no placement class is faster beyond the spread; the highest median is llc"), "{rec:?}");
         assert!(rec[1].contains("not told apart"), "{rec:?}");
         assert!(!best_pair(&r).unwrap().clear);
+    }
+
+    #[test]
+    fn intervals_are_labelled_with_the_level_they_have() {
+        let mut r = run();
+        // iperf3 beside the built-in flow at one pinning, 3 paired rounds.
+        r.configurations[1] = r.configurations[1].clone().baseline("iperf 0 1");
+        r.configurations.push(Configuration::new("iperf 0 1").param("flow_cpu", 0).param("app_cpu", 1).param("class", "llc").param("generator", "iperf3"));
+        r.measurements.push(Measurement { configuration: "iperf 0 1".into(), metric: "gbps".into(), unit: "Gb/s".into(), lower_is_better: false, values: vec![14.0, 14.4, 13.9] });
+        let cs = cells(&r);
+        let t = generator_table(&r, &cs).unwrap();
+        // 3 rounds: a t interval at 95 %, said so (it was min..max, 75 %, titled "95 %").
+        assert!(t.title.contains("95 % t interval"), "{}", t.title);
+        // The recommendation names each interval's own level.
+        let rec = recommendation(&r, &cs, "builtin").join("\n");
+        assert!(!rec.contains("(95 % interval"), "{rec}");
+        assert!(rec.contains("too few repetitions for an interval") || rec.contains("% interval "), "{rec}");
     }
 
     #[test]

@@ -452,21 +452,24 @@ fn findings(run: &Run) -> Vec<View> {
                 && ["libc", "wait", "stack_kib", "preempt"].iter().all(|k| m.get(k) == one.get(k))
         }) {
             if let Some(r) = summary::ratio(run, &one.name, "create_join_us", &many.name, "create_join_us") {
-                // Judged by the interval, not the point: a ratio whose interval holds 1 is no finding.
-                let verdict = match r.interval {
-                    Some(i) if i.high < 1.0 => "faster on one CPU, as the source found",
-                    Some(i) if i.low > 1.0 => "slower on one CPU, unlike the source",
-                    Some(_) => "no clear difference at this many repetitions",
-                    None => "too few repetitions to tell",
+                // Judged by the interval, not the point: a ratio whose interval holds 1,
+                // or whose level is under 90 %, is no finding.
+                let (finding, verdict) = match r.interval {
+                    Some(i) if !i.conclusive() => (false, "too few repetitions for a 90 % interval"),
+                    Some(i) if i.high < 1.0 => (true, "faster on one CPU, as the source found"),
+                    Some(i) if i.low > 1.0 => (true, "slower on one CPU, unlike the source"),
+                    Some(_) => (false, "no clear difference at this many repetitions"),
+                    None => (false, "too few repetitions to tell"),
                 };
                 out.push(View::Note(format!(
-                    "finding: {} create+{} on CPU {} costs {:.2}× its cost on CPUs {}{} ({verdict})",
+                    "{}: {} create+{} on CPU {} costs {:.2}× its cost on CPUs {}{} ({verdict})",
+                    if finding { "finding" } else { "no finding" },
                     p(one, "libc"),
                     p(one, "wait"),
                     p(one, "cpus"),
                     r.ratio,
                     p(many, "cpus"),
-                    r.interval.map(|i| format!(" [{:.2}, {:.2}]", i.low, i.high)).unwrap_or_default(),
+                    r.interval.map(|i| format!(" [{:.2}, {:.2}] ({} interval)", i.low, i.high, i.label())).unwrap_or_default(),
                 )));
             }
         }
@@ -475,17 +478,29 @@ fn findings(run: &Run) -> Vec<View> {
     let ctxs = of(run, "ctx");
     let cells = dedup(ctxs.iter().map(|c| format!("{}|{}|{}|{}|{}", p(c, "libc"), where_(c), p(c, "transport"), p(c, "threads"), p(c, "preempt"))));
     for cell in cells {
-        let mut members: Vec<(f64, f64)> = ctxs
+        let mut members: Vec<(f64, f64, &str)> = ctxs
             .iter()
             .filter(|c| format!("{}|{}|{}|{}|{}", p(c, "libc"), where_(c), p(c, "transport"), p(c, "threads"), p(c, "preempt")) == cell)
-            .filter_map(|c| Some((p(c, "ws_kib").parse().ok()?, summary::median(run, &c.name, "switch_ns")?)))
+            .filter_map(|c| Some((p(c, "ws_kib").parse().ok()?, summary::median(run, &c.name, "switch_ns")?, c.name.as_str())))
             .collect();
         members.sort_by(|a, b| a.0.total_cmp(&b.0));
         if let (Some(lo), Some(hi)) = (members.first(), members.last()) {
             if members.len() > 1 && hi.0 > lo.0 {
                 let parts: Vec<&str> = cell.split('|').collect();
+                // A finding only when the larger working set's switch is dearer beyond
+                // an interval of at least 90 % (paired rounds); else the figures, unjudged.
+                let r = summary::ratio(run, hi.2, "switch_ns", lo.2, "switch_ns");
+                let iv = r.and_then(|r| r.interval);
+                let (head, tail) = match iv {
+                    Some(i) if i.conclusive() && (i.low > 1.0 || i.high < 1.0) => {
+                        ("finding", format!(", ratio [{:.2}, {:.2}] ({} interval)", i.low, i.high, i.label()))
+                    }
+                    Some(i) if i.conclusive() => ("no finding", format!("; the ratio's interval [{:.2}, {:.2}] ({}) holds 1", i.low, i.high, i.label())),
+                    Some(i) => ("no finding", format!("; only a {} interval at this many repetitions", i.label())),
+                    None => ("no finding", "; too few repetitions for an interval".to_string()),
+                };
                 out.push(View::Note(format!(
-                    "finding: {} {} {} threads on {}: a switch costs {:.0} ns with {:.0} KiB working sets and {:.0} ns with {:.0} KiB ({:+.1} ns per KiB)",
+                    "{head}: {} {} {} threads on {}: a switch costs {:.0} ns with {:.0} KiB working sets and {:.0} ns with {:.0} KiB ({:+.1} ns per KiB{tail})",
                     parts[0],
                     parts[2],
                     parts[3],
@@ -500,4 +515,37 @@ fn findings(run: &Run) -> Vec<View> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::study::Measurement;
+
+    fn create_run(one: [f64; 3], many: [f64; 3]) -> Run {
+        let mut r = Run::new(super::super::STUDY, "test");
+        for (name, cpus, n, v) in [("one", "0", "1", one), ("many", "0-1", "2", many)] {
+            r.configurations.push(
+                Configuration::new(name).param("workload", "create").param("libc", "glibc").param("wait", "join").param("cpus", cpus).param("cpu_count", n),
+            );
+            r.measurements.push(Measurement { configuration: name.into(), metric: "create_join_us".into(), unit: "µs".into(), lower_is_better: true, values: v.to_vec() });
+        }
+        r
+    }
+
+    fn notes(run: &Run) -> Vec<String> {
+        findings(run).into_iter().filter_map(|v| if let View::Note(n) = v { Some(n) } else { None }).collect()
+    }
+
+    #[test]
+    fn a_finding_needs_an_interval_of_90_percent_that_excludes_no_change() {
+        // Round ratios 0.80, 0.85, 0.98: min..max (75 %) excluded 1 and made a "finding";
+        // the 95 % t interval holds 1.
+        let n = notes(&create_run([8.0, 8.5, 9.8], [10.0, 10.0, 10.0]));
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert!(n[0].starts_with("no finding:") && n[0].contains("95 % t interval"), "{n:?}");
+        // A clear, steady difference is a finding, with its level.
+        let n = notes(&create_run([5.0, 5.1, 4.9], [10.0, 10.0, 10.0]));
+        assert!(n[0].starts_with("finding:") && n[0].contains("faster on one CPU") && n[0].contains("(95 % t interval)"), "{n:?}");
+    }
 }
