@@ -311,3 +311,26 @@ fn irq_steering_takes_a_remote_sender_and_puts_the_interrupts_back() {
     assert!(stderr(&o).contains(&format!("--send-to {addr}:{port}")), "{}", stderr(&o));
     assert_eq!(affinities(), before, "interrupt affinities were not put back");
 }
+
+/// Per-CPU counters count every process on the CPU: with another process
+/// spinning on the flow and application core, busy ms per GB would be its
+/// work. The study measures that load before each flow and refuses the
+/// counter view rather than show it as the flow's cost.
+#[test]
+fn counters_per_gb_are_refused_when_other_work_keeps_the_cpu_busy() {
+    let lab = Lab::new();
+    let cpu = allowed()[0].to_string();
+    let mut spinner = Command::new("taskset").args(["-c", &cpu, "sh", "-c", "while :; do :; done"]).spawn().unwrap();
+    let o = lab
+        .command(MTLAB)
+        .args(["affinity", "--steer", "none", "--flow-cpus", &cpu, "--app-cpus", &cpu, "--reps", "2", "--seconds", "0.5", "--no-store"])
+        .output()
+        .unwrap();
+    spinner.kill().unwrap();
+    spinner.wait().unwrap();
+    assert_success(&o, "mtlab affinity");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("counters per GB are not shown"), "{text}");
+    assert!(text.contains("busy while no flow ran"), "{text}");
+    assert!(!text.contains("CPU time per GB"), "{text}");
+}

@@ -269,3 +269,26 @@ fn all_runs_every_workload_in_one_stored_run() {
         assert!(text.contains(title), "{title} missing from:\n{text}");
     }
 }
+
+/// The chat's clock is the clients' own (first send to last receipt): a main
+/// thread that wakes from the start barrier late must not shorten it. Before,
+/// the clock started when main woke, and a 150 ms late main made 300 ms of
+/// traffic look like 150 ms (twice the rate).
+#[test]
+fn chat_times_the_clients_not_a_late_main_thread() {
+    let cpu = first_cpu();
+    for mode in ["threads", "epoll"] {
+        let o = std::process::Command::new(env!("MTLAB_THREADS_CHAT"))
+            .args(["--rooms", "2", "--users", "3", "--messages", "5", "--ms", "300", "--main-delay", "150", "--cpus", &cpu, "--mode", mode])
+            .output()
+            .unwrap();
+        assert_success(&o, "chat");
+        let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let (seconds, late) = (f(&v["seconds"]), f(&v["main_late_ms"]));
+        assert!(late >= 140.0, "{mode}: main was {late} ms late, asked for 150");
+        // The clients sent for --ms (300 ms) from the start barrier.
+        assert!(seconds >= 0.27, "{mode}: {seconds} s measured for 300 ms of traffic");
+        let rate = f(&v["delivered"]) / seconds;
+        assert!((f(&v["msgs_per_s"]) / rate - 1.0).abs() < 1e-3, "{mode}: {v}");
+    }
+}

@@ -135,10 +135,12 @@ sharing an L2), llc (different cores sharing the last-level cache), package (sam
     Runs(study::RunsArgs),
     /// Compare two stored runs of one study, measurement by measurement.
     #[command(long_about = "Compare two stored runs of one study, measurement by measurement.\n\n\
-The change of each measurement is the Hodges–Lehmann ratio of run B to run A with its 95 % Mann–Whitney \
-interval, computed from the repetitions. A change is flagged (faster/slower, better/worse) when that \
+The change of each measurement is the Hodges–Lehmann ratio of run B to run A with its Mann–Whitney \
+interval (95 % or more), computed from the repetitions. A change is flagged (faster/slower, better/worse) when that \
 interval excludes \"no change\" and the change is at least --threshold; otherwise it is within noise. \
-Settings or machines that differ between the runs are named.")]
+Settings or machines that differ between the runs are named. The two runs were not interleaved, so the \
+intervals do not hold how the host changed between them: flagged changes of times and rates are marked \
+\"(between runs)\".")]
     Diff(study::DiffArgs),
     /// Heap profiles: simulate a sampling profiler on a full trace.
     #[command(subcommand)]

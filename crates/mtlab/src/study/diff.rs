@@ -4,6 +4,13 @@
 //! interval (`stats::independent_ratio`). A change is flagged when its
 //! interval excludes "no change" **and** the estimate moved by at least the
 //! threshold (default 2 %): significant and large enough to matter.
+//!
+//! Within a run, configurations are measured round by round, interleaved, so
+//! a change of the host hits them all alike; two runs are not interleaved.
+//! Their intervals hold each run's own spread, not how the host changed
+//! between them (mtlab's own timings moved 30–37 % between identical runs
+//! minutes apart on a shared host). So every flagged change of a time or a
+//! rate is marked as such (`between_runs`) and the diff says why.
 
 use serde::Serialize;
 use serde_json::json;
@@ -33,12 +40,20 @@ pub struct Change {
     /// B over A.
     pub ratio: Ratio,
     pub verdict: Verdict,
+    /// A flagged change of a time or rate: the host may have changed between
+    /// the two runs, which their intervals do not hold.
+    pub between_runs: bool,
+}
+
+/// Times and rates: what a change of the host (load, frequency) moves.
+fn is_timed(unit: &str) -> bool {
+    matches!(unit, "s" | "ms" | "us" | "µs" | "ns" | "cycles") || unit.ends_with("/s")
 }
 
 impl Change {
     /// How the verdict reads for this unit: faster/slower for times and rates.
     pub fn word(&self) -> &'static str {
-        let timed = matches!(self.unit.as_str(), "s" | "ms" | "us" | "µs" | "ns" | "cycles") || self.unit.ends_with("/s");
+        let timed = is_timed(&self.unit);
         match (self.verdict, timed) {
             (Verdict::Better, true) => "faster",
             (Verdict::Worse, true) => "slower",
@@ -55,6 +70,8 @@ pub struct Diff {
     pub study: String,
     pub run_a: Option<i64>,
     pub run_b: Option<i64>,
+    pub started_a: String,
+    pub started_b: String,
     pub threshold: f64,
     pub changes: Vec<Change>,
     /// Configuration/metric pairs measured in one run only.
@@ -119,6 +136,7 @@ pub fn diff(a: &Run, b: &Run, threshold: f64) -> Result<Diff, DiffError> {
             lower_is_better: ma.lower_is_better,
             median_a,
             median_b,
+            between_runs: matches!(verdict, Verdict::Better | Verdict::Worse) && is_timed(&ma.unit),
             verdict,
             ratio,
         });
@@ -151,7 +169,36 @@ pub fn diff(a: &Run, b: &Run, threshold: f64) -> Result<Diff, DiffError> {
             warnings.push(format!("{what} differs: {x} in run {} vs {y} in run {}", id(a), id(b)));
         }
     }
-    Ok(Diff { study: a.study.clone(), run_a: a.id, run_b: b.id, threshold, changes, only_in_a, only_in_b, warnings })
+    Ok(Diff {
+        study: a.study.clone(),
+        run_a: a.id,
+        run_b: b.id,
+        started_a: a.started.clone(),
+        started_b: b.started.clone(),
+        threshold,
+        changes,
+        only_in_a,
+        only_in_b,
+        warnings,
+    })
+}
+
+/// Minutes from one RFC 3339 UTC time to another (`2026-11-23T21:30:00Z`), if both parse.
+fn minutes_between(a: &str, b: &str) -> Option<f64> {
+    let secs = |t: &str| -> Option<f64> {
+        let (date, time) = t.trim_end_matches('Z').split_once('T')?;
+        let d: Vec<i64> = date.split('-').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+        let h: Vec<f64> = time.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+        let (&[y, m, day], &[hh, mm, ss]) = (d.as_slice(), h.as_slice()) else { return None };
+        // Days from the civil date (Howard Hinnant's algorithm).
+        let y = if m <= 2 { y - 1 } else { y };
+        let era = y.div_euclid(400);
+        let yoe = y - era * 400;
+        let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
+        let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy;
+        Some(days as f64 * 86_400.0 + hh * 3600.0 + mm * 60.0 + ss)
+    };
+    Some((secs(b)? - secs(a)?) / 60.0)
 }
 
 /// The diff for the exporters: one table, warnings and a verdict count.
@@ -159,10 +206,19 @@ pub fn document(d: &Diff) -> Document {
     let a = d.run_a.map(|i| i.to_string()).unwrap_or_else(|| "A".into());
     let b = d.run_b.map(|i| i.to_string()).unwrap_or_else(|| "B".into());
     let mut views = vec![View::Note(format!(
-        "{} runs {a} → {b}: change = Hodges–Lehmann ratio {b}/{a} with its 95 % Mann–Whitney interval; flagged when the interval excludes no change and the change is at least {:.1} %",
+        "{} runs {a} → {b}: change = Hodges–Lehmann ratio {b}/{a} with its Mann–Whitney interval (95 % or more; \
+         none below 3 repetitions a side); flagged when the interval excludes no change and the change is at least {:.1} %",
         d.study,
         d.threshold * 100.0
     ))];
+    let gap = minutes_between(&d.started_a, &d.started_b).map(|m| format!(", {:.0} min apart", m.abs())).unwrap_or_default();
+    views.push(View::Note(format!(
+        "note: runs {a} and {b} are two separate runs (started {} and {}{gap}), not interleaved: the intervals hold each run's own spread, \
+         not how the host changed between them, so a change of a time or rate may be the host's (other load, CPU frequency) — \
+         those are marked \"between runs\"; confirm one by running both sides again, in the other order, or compare ratios to a \
+         baseline measured in the same run",
+        d.started_a, d.started_b
+    )));
     let mut t = Table::new(
         "diff",
         "",
@@ -184,15 +240,22 @@ pub fn document(d: &Diff) -> Document {
                 Some(i) => Cell::text(format!("{:+.1} % [{:+.1}, {:+.1}]", pct(c.ratio.ratio), pct(i.low), pct(i.high))),
                 None => Cell::text(format!("{:+.1} %", pct(c.ratio.ratio))),
             },
-            Cell::text(c.word()),
+            Cell::text(if c.between_runs { format!("{} (between runs)", c.word()) } else { c.word().to_string() }),
         ]);
     }
     views.push(View::Table(t));
     let count = |v: Verdict| d.changes.iter().filter(|c| c.verdict == v).count();
+    let timed = |v: Verdict| d.changes.iter().filter(|c| c.verdict == v && c.between_runs).count();
+    let of_which = |v: Verdict| match timed(v) {
+        0 => String::new(),
+        n => format!(" ({n} of them times or rates, which the host may have moved)"),
+    };
     views.push(View::Note(format!(
-        "{} better, {} worse, {} within noise, {} with too few repetitions to judge",
+        "{} better{}, {} worse{}, {} within noise, {} with too few repetitions to judge",
         count(Verdict::Better),
+        of_which(Verdict::Better),
         count(Verdict::Worse),
+        of_which(Verdict::Worse),
         count(Verdict::WithinNoise),
         count(Verdict::TooFewValues)
     )));
@@ -241,6 +304,32 @@ mod tests {
         assert_eq!(d.changes[0].verdict, Verdict::WithinNoise);
         let d = diff(&slow, &a, 0.02).unwrap();
         assert_eq!(d.changes[0].word(), "faster");
+    }
+
+    #[test]
+    fn changes_of_times_between_separate_runs_are_marked_as_such() {
+        // Identical runs minutes apart; mtlab's report took 30 % less in the second.
+        let mut a = run(1, &[0.100, 0.101, 0.099, 0.102, 0.100]);
+        let mut b = run(2, &[0.070, 0.071, 0.069, 0.072, 0.070]);
+        a.started = "2026-11-25T10:00:00Z".into();
+        b.started = "2026-11-25T10:07:30Z".into();
+        for (r, n) in [(&mut a, 1000.0), (&mut b, 1100.0)] {
+            r.measurements.push(Measurement { configuration: "untraced".into(), metric: "bytes".into(), unit: "B".into(), lower_is_better: true, values: vec![n; 5] });
+        }
+        let d = diff(&a, &b, 0.02).unwrap();
+        assert_eq!(d.changes[0].verdict, Verdict::Better);
+        assert!(d.changes[0].between_runs);
+        // A count is no time: the host does not move it.
+        assert_eq!(d.changes[1].verdict, Verdict::Worse);
+        assert!(!d.changes[1].between_runs);
+        let doc = document(&d);
+        let notes: Vec<&String> = doc.views.iter().filter_map(|v| if let View::Note(n) = v { Some(n) } else { None }).collect();
+        assert!(notes.iter().any(|n| n.contains("not interleaved") && n.contains("8 min apart")), "{notes:?}");
+        assert!(notes.iter().any(|n| n.contains("1 better (1 of them times or rates")), "{notes:?}");
+        let View::Table(t) = doc.views.iter().find(|v| matches!(v, View::Table(_))).unwrap() else { unreachable!() };
+        assert_eq!(t.rows[0][6], Cell::text("faster (between runs)"));
+        assert_eq!(t.rows[1][6], Cell::text("worse"));
+        assert_eq!(minutes_between("2026-12-31T23:59:00Z", "2027-01-01T00:01:00Z"), Some(2.0));
     }
 
     #[test]

@@ -11,7 +11,13 @@
 //!   and its true level is reported, never rounded up.
 //! - The ratio of two configurations measured in the same rounds (paired) is
 //!   the median of the per-round ratios, with the same order-statistic
-//!   interval.
+//!   interval when that reaches [`FINDING_LEVEL`] (5 rounds or more); with
+//!   fewer (3 rounds give min..max, 75 %), a Student t interval of the log
+//!   ratios at [`LEVEL`], its critical value computed for n − 1 degrees of
+//!   freedom (it assumes roughly log-normal round ratios).
+//! - Every interval carries its level and method, and is labelled with them
+//!   (`Interval::label`): "75 %", "95 % t". A finding is stated only from an
+//!   interval of at least [`FINDING_LEVEL`].
 //! - The ratio of two independent samples (two runs, `mtlab diff`) is the
 //!   Hodges–Lehmann estimate on the log scale: the median of all pairwise
 //!   log(a_i / b_j), with the exact Mann–Whitney interval. It is
@@ -24,6 +30,9 @@ use serde::Serialize;
 
 /// The level confidence intervals aim at.
 pub const LEVEL: f64 = 0.95;
+
+/// The least level an interval needs before a view states a finding from it.
+pub const FINDING_LEVEL: f64 = 0.90;
 
 /// Sorted copy without NaNs.
 fn sorted(values: &[f64]) -> Vec<f64> {
@@ -119,6 +128,16 @@ pub fn median(values: &[f64]) -> f64 {
     quantile(values, 0.5)
 }
 
+/// How an interval was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Method {
+    /// Order statistics (binomial) or Mann–Whitney: distribution-free, level exact.
+    OrderStatistics,
+    /// Student t on the values (or their logs): level as computed for n − 1 degrees of freedom.
+    StudentT,
+}
+
 /// A confidence interval and the level it truly has.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Interval {
@@ -126,12 +145,133 @@ pub struct Interval {
     pub high: f64,
     /// The interval's coverage probability (≥ [`LEVEL`] when enough values).
     pub level: f64,
+    pub method: Method,
 }
 
 impl Interval {
     pub fn contains(&self, x: f64) -> bool {
         self.low <= x && x <= self.high
     }
+
+    /// Its level as a reader should see it: "75 %", "93.8 %", "95 % t".
+    pub fn label(&self) -> String {
+        let pct = self.level * 100.0;
+        let num = if (pct - pct.round()).abs() < 0.05 { format!("{pct:.0}") } else { format!("{pct:.1}") };
+        match self.method {
+            Method::OrderStatistics => format!("{num} %"),
+            Method::StudentT => format!("{num} % t"),
+        }
+    }
+
+    /// Whether a finding may rest on it: level at least [`FINDING_LEVEL`].
+    pub fn conclusive(&self) -> bool {
+        self.level >= FINDING_LEVEL - 1e-12
+    }
+}
+
+/// The distinct labels of some intervals, for a table's title ("75 %; 95 % t").
+pub fn labels<'a>(intervals: impl IntoIterator<Item = &'a Interval>) -> String {
+    let mut v: Vec<String> = intervals.into_iter().map(Interval::label).collect();
+    v.sort();
+    v.dedup();
+    v.join("; ")
+}
+
+/// ln Γ(x) for x > 0 (Lanczos, g = 7, 9 terms: ~15 digits).
+fn ln_gamma(x: f64) -> f64 {
+    const C: [f64; 9] = [
+        0.999_999_999_999_809_9,
+        676.520_368_121_885_1,
+        -1_259.139_216_722_402_8,
+        771.323_428_777_653_1,
+        -176.615_029_162_140_6,
+        12.507_343_278_686_905,
+        -0.138_571_095_265_720_12,
+        9.984_369_578_019_572e-6,
+        1.505_632_735_149_311_6e-7,
+    ];
+    if x < 0.5 {
+        let pi = std::f64::consts::PI;
+        return (pi / (pi * x).sin()).ln() - ln_gamma(1.0 - x);
+    }
+    let x = x - 1.0;
+    let t = x + 7.5;
+    let a = C.iter().enumerate().skip(1).fold(C[0], |a, (i, c)| a + c / (x + i as f64));
+    0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + a.ln()
+}
+
+/// The regularized incomplete beta function I_x(a, b) (continued fraction, Lentz).
+fn inc_beta(x: f64, a: f64, b: f64) -> f64 {
+    if x <= 0.0 {
+        return 0.0;
+    }
+    if x >= 1.0 {
+        return 1.0;
+    }
+    // The fraction converges fast below (a + 1) / (a + b + 2); above, by symmetry.
+    if x > (a + 1.0) / (a + b + 2.0) {
+        return 1.0 - inc_beta(1.0 - x, b, a);
+    }
+    let front = (ln_gamma(a + b) - ln_gamma(a) - ln_gamma(b) + a * x.ln() + b * (1.0 - x).ln()).exp() / a;
+    let tiny = 1e-300;
+    let (mut c, mut d) = (1.0, 1.0 - (a + b) * x / (a + 1.0));
+    d = if d.abs() < tiny { tiny } else { d };
+    d = 1.0 / d;
+    let mut f = d;
+    for m in 1..300 {
+        let m = m as f64;
+        for num in [m * (b - m) * x / ((a + 2.0 * m - 1.0) * (a + 2.0 * m)), -(a + m) * (a + b + m) * x / ((a + 2.0 * m) * (a + 2.0 * m + 1.0))] {
+            d = 1.0 + num * d;
+            d = if d.abs() < tiny { tiny } else { d };
+            c = 1.0 + num / c;
+            c = if c.abs() < tiny { tiny } else { c };
+            d = 1.0 / d;
+            f *= c * d;
+        }
+        if (c * d - 1.0).abs() < 1e-15 {
+            break;
+        }
+    }
+    front * f
+}
+
+/// P(T ≤ t) for Student's t with `df` degrees of freedom.
+fn t_cdf(t: f64, df: f64) -> f64 {
+    let tail = 0.5 * inc_beta(df / (df + t * t), df / 2.0, 0.5);
+    if t >= 0.0 {
+        1.0 - tail
+    } else {
+        tail
+    }
+}
+
+/// The `p` quantile of Student's t with `df` degrees of freedom (p in (½, 1)).
+pub fn t_quantile(p: f64, df: f64) -> f64 {
+    let (mut lo, mut hi) = (0.0, 1.0);
+    while t_cdf(hi, df) < p {
+        hi *= 2.0;
+    }
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if t_cdf(mid, df) < p {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// Student t interval of the mean of `values` at `level`; None below two values.
+pub fn t_interval(values: &[f64], level: f64) -> Option<Interval> {
+    let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.len() < 2 {
+        return None;
+    }
+    let n = v.len() as f64;
+    let half = t_quantile(0.5 + level / 2.0, n - 1.0) * stddev(&v) / n.sqrt();
+    let m = mean(&v);
+    Some(Interval { low: m - half, high: m + half, level, method: Method::StudentT })
 }
 
 /// log of the binomial coefficient, exact enough for n up to thousands.
@@ -159,7 +299,7 @@ pub fn median_interval(values: &[f64]) -> Option<Interval> {
         k += 1;
     }
     let level = 1.0 - 2.0 * binom_half_cdf(n, k);
-    Some(Interval { low: v[k as usize], high: v[(n - 1 - k) as usize], level })
+    Some(Interval { low: v[k as usize], high: v[(n - 1 - k) as usize], level, method: Method::OrderStatistics })
 }
 
 /// Summary of one measurement's repetitions.
@@ -227,10 +367,20 @@ pub struct Ratio {
     pub interval: Option<Interval>,
 }
 
-/// Ratio of paired repetitions (same rounds): the median of a_i / b_i.
+/// Ratio of paired repetitions (same rounds): the median of a_i / b_i, with
+/// the order-statistic interval when it reaches [`FINDING_LEVEL`], else a t
+/// interval of the log ratios at [`LEVEL`] (too few rounds for the first).
 pub fn paired_ratio(a: &[f64], b: &[f64]) -> Ratio {
     let r: Vec<f64> = a.iter().zip(b).filter(|(_, b)| **b != 0.0).map(|(a, b)| a / b).collect();
-    Ratio { ratio: median(&r), interval: median_interval(&r) }
+    let interval = match median_interval(&r) {
+        Some(i) if i.conclusive() => Some(i),
+        _ if r.iter().all(|x| *x > 0.0) => {
+            let logs: Vec<f64> = r.iter().map(|x| x.ln()).collect();
+            t_interval(&logs, LEVEL).map(|i| Interval { low: i.low.exp(), high: i.high.exp(), ..i })
+        }
+        other => other,
+    };
+    Ratio { ratio: median(&r), interval }
 }
 
 /// Number of (a_i, b_j) pairs with a_i < b_j counted by the Mann–Whitney
@@ -302,7 +452,7 @@ pub fn independent_ratio(a: &[f64], b: &[f64]) -> Ratio {
     let ratio = quantile_sorted(&d, 0.5).exp();
     let (k, level) = mann_whitney_k(la.len(), lb.len());
     // k = 0 means even the extremes do not reach the level: no interval.
-    let interval = (k > 0).then(|| Interval { low: d[k - 1].exp(), high: d[d.len() - k].exp(), level });
+    let interval = (k > 0).then(|| Interval { low: d[k - 1].exp(), high: d[d.len() - k].exp(), level, method: Method::OrderStatistics });
     Ratio { ratio, interval }
 }
 
@@ -398,7 +548,59 @@ mod tests {
         let r = paired_ratio(&[25.0, 12.0, 30.0], &[20.0, 10.0, 20.0]);
         assert!(close(r.ratio, 1.25));
         let i = r.interval.unwrap();
-        assert_eq!((i.low, i.high), (1.2, 1.5));
+        // Three rounds: a t interval of the logs, not min..max (75 %).
+        assert_eq!(i.method, Method::StudentT);
+        assert!(i.low < 1.2 && i.high > 1.5, "{i:?}");
+    }
+
+    #[test]
+    fn t_quantiles_match_the_tables() {
+        for (p, df, want) in [(0.975, 1.0, 12.706205), (0.975, 2.0, 4.302653), (0.975, 4.0, 2.776445), (0.95, 10.0, 1.812461), (0.975, 100.0, 1.983972)] {
+            let t = t_quantile(p, df);
+            assert!((t - want).abs() < 1e-5, "t({p}, {df}) = {t}, tables say {want}");
+        }
+    }
+
+    #[test]
+    fn three_rounds_give_a_labelled_t_interval_not_a_75_percent_min_max() {
+        // Before: min..max of 3 ratios, 75 % (then shown as "95 %").
+        let r = paired_ratio(&[1.10, 1.20, 1.15], &[1.0, 1.0, 1.0]);
+        let i = r.interval.unwrap();
+        assert_eq!(i.method, Method::StudentT);
+        assert!(close(i.level, LEVEL));
+        assert_eq!(i.label(), "95 % t");
+        assert!(i.conclusive());
+        // Wider than min..max, centred on the geometric mean of the ratios.
+        assert!(i.low < 1.10 && i.high > 1.20, "{i:?}");
+        let gm = ((1.10f64.ln() + 1.20f64.ln() + 1.15f64.ln()) / 3.0).exp();
+        assert!(close(i.low * i.high, gm * gm));
+        // Five rounds: the order-statistic interval, 93.75 %, labelled so.
+        let r = paired_ratio(&[1.1, 1.2, 1.15, 1.3, 1.0], &[1.0; 5]);
+        let i = r.interval.unwrap();
+        assert_eq!((i.method, i.label()), (Method::OrderStatistics, "93.8 %".to_string()));
+        let three = median_interval(&[1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(three.label(), "75 %");
+        assert!(!three.conclusive());
+        assert_eq!(labels([&three, &i, &three]), "75 %; 93.8 %");
+    }
+
+    #[test]
+    fn t_intervals_cover_at_their_level_in_simulation() {
+        // Normal samples (Box–Muller) of 3: coverage near 95 %.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut uniform = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            ((seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+        };
+        let (mut hit, trials) = (0, 4000);
+        for _ in 0..trials {
+            let v: Vec<f64> = (0..3).map(|_| (-2.0 * uniform().ln()).sqrt() * (2.0 * std::f64::consts::PI * uniform()).cos()).collect();
+            hit += t_interval(&v, LEVEL).unwrap().contains(0.0) as u32;
+        }
+        let cov = hit as f64 / trials as f64;
+        assert!((cov - LEVEL).abs() < 0.02, "coverage {cov}");
     }
 
     #[test]

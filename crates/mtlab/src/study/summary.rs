@@ -166,13 +166,19 @@ pub fn level_notes(run: &Run) -> Vec<View> {
                 .into(),
         )];
     }
-    match stats::median_interval(&vec![0.0; n]) {
-        Some(i) if i.level < stats::LEVEL => vec![View::Note(format!(
-            "note: with {n} repetitions an interval of a median is min..max and covers it with probability {:.1} % only; 6 or more repetitions give 95 %",
-            i.level * 100.0
-        ))],
-        _ => Vec::new(),
+    let mut out = Vec::new();
+    if let Some(i) = stats::median_interval(&vec![0.0; n]).filter(|i| i.level < stats::LEVEL) {
+        out.push(View::Note(format!(
+            "note: with {n} repetitions an interval of a median is min..max and covers it with probability {} only; 6 or more repetitions give 95 %",
+            i.label()
+        )));
+        if !i.conclusive() && run.configurations.iter().any(|c| c.baseline.is_some()) {
+            out.push(View::Note(
+                "note: so the intervals of ratios to a baseline are Student t intervals of the per-round log ratios at 95 % (they assume those are roughly normal); 5 or more repetitions give distribution-free ones".into(),
+            ));
+        }
     }
+    out
 }
 
 /// Notes about outliers, so a reader knows which medians rest on disturbed
@@ -230,7 +236,7 @@ pub fn data(run: &Run) -> serde_json::Value {
                 "stddev": "sample (n - 1)",
                 "quantiles": "linear interpolation (type 7)",
                 "median_interval": "order statistics (binomial), level as achieved",
-                "ratio_to_baseline": "median of per-round ratios, order-statistic interval",
+                "ratio_to_baseline": "median of per-round ratios; order-statistic interval when it reaches 90 % (5 rounds or more), else a Student t interval of the log ratios at 95 %; each interval carries its level and method",
                 "outliers": "modified z-score > 3.5",
                 "level": stats::LEVEL,
             }),

@@ -199,6 +199,17 @@ fn proc_snapshot(cpus: &[usize]) -> Result<Snapshot, StudyError> {
     Ok(s)
 }
 
+/// How busy each CPU is with work that is not the study's: /proc busy time
+/// over `quiet` while no flow runs, as a fraction of that time (0..1).
+pub fn background_busy(cpus: &[usize], quiet: std::time::Duration) -> Result<BTreeMap<usize, f64>, StudyError> {
+    let (a, t0) = (proc_snapshot(cpus)?, std::time::Instant::now());
+    std::thread::sleep(quiet);
+    let (b, t1) = (proc_snapshot(cpus)?, std::time::Instant::now());
+    let wall_ms = (t1 - t0).as_secs_f64() * 1000.0;
+    let d = delta(&a, &b);
+    Ok(cpus.iter().map(|&c| (c, (d.get(&(c, "busy_ms")).copied().unwrap_or(0.0) / wall_ms).clamp(0.0, 1.0))).collect())
+}
+
 fn clock_ticks() -> f64 {
     // SAFETY: sysconf has no memory effects.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -291,6 +302,24 @@ mod tests {
         let d = delta(&a, &b);
         assert_eq!(d[&(0, "net_rx")], 15.0);
         assert_eq!(d[&(1, "net_rx")], 0.0);
+    }
+
+    #[test]
+    fn a_busy_loop_on_a_cpu_is_seen_as_background_load() {
+        let cpu = crate::study::env::allowed_cpus()[0];
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let s2 = stop.clone();
+        let spin = std::thread::spawn(move || {
+            crate::studies::child::pin_thread(&[cpu]).unwrap();
+            while !s2.load(std::sync::atomic::Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let bg = background_busy(&[cpu], std::time::Duration::from_millis(300)).unwrap();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        spin.join().unwrap();
+        // /proc/stat counts in ticks of 10 ms; other tests share the CPU with the loop.
+        assert!(bg[&cpu] > 0.4, "{bg:?}");
     }
 
     #[test]

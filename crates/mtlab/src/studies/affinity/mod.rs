@@ -187,6 +187,12 @@ const PRIMER_SECONDS: f64 = 0.5;
 /// Gigabytes as the per-GB counters use them (10^9 bytes).
 const GB: f64 = 1e9;
 
+/// How long the host's own load is watched before each flow (with counters):
+/// per-CPU counters count every process on the CPU, so busy time per GB is
+/// only the flow's when the CPU is otherwise idle. /proc/stat counts in 10 ms
+/// ticks: 200 ms tells load to 5 %.
+const QUIET: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// How the flow reaches the receiver.
 enum Wire {
     Loopback,
@@ -249,12 +255,22 @@ impl Lab<'_> {
 
     fn trial(&mut self, c: &Cell) -> Result<Vec<Sample>, StudyError> {
         self.steer(c.flow)?;
+        // Before (so between) flows: what else keeps these CPUs busy.
+        let background = match self.counters {
+            Some(_) => Some(counters::background_busy(&[c.flow, c.app], QUIET)?),
+            None => None,
+        };
         let before = match &mut self.counters {
             Some(k) => Some(k.snapshot()?),
             None => None,
         };
         let got = self.flow(c)?;
         let mut s = vec![Sample::gain("gbps", "Gb/s", got.gbps())];
+        if let Some(bg) = &background {
+            for (role, cpu) in [("flow", c.flow), ("app", c.app)] {
+                s.push(Sample::cost(&format!("{role}_background_busy_pct"), "%", bg[&cpu] * 100.0));
+            }
+        }
         if let (Some(k), Some(before)) = (&mut self.counters, before) {
             let d = counters::delta(&before, &k.snapshot()?);
             let gb = (got.bytes as f64 / GB).max(f64::MIN_POSITIVE);

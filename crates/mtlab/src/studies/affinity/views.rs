@@ -136,9 +136,76 @@ fn matrix_table(run: &Run, cs: &[MatrixCell], generator: &str) -> Table {
     t
 }
 
-/// Counter metrics of the run (`flow_busy_ms_per_gb`, ...), in first-seen order.
+/// Counter metrics of the run (`flow_busy_ms_per_gb`, ...), in first-seen
+/// order; none when the host's background load would dominate them.
 fn counter_metrics(run: &Run) -> Vec<&str> {
+    if background(run).is_some_and(|b| b.share >= DOMINATES) {
+        return Vec::new();
+    }
     run.metrics().into_iter().filter(|m| m.ends_with("_per_gb")).collect()
+}
+
+/// Above this share of a cell's busy time per GB, the host's background load
+/// dominates the counters and their view is refused; above [`WARN_SHARE`] it is named.
+const DOMINATES: f64 = 0.5;
+const WARN_SHARE: f64 = 0.1;
+
+/// The worst cell for background load: how much of its busy time per GB
+/// the host's other work could account for.
+struct Background {
+    /// Up to this share of the busy ms per GB may be other work (at most 1).
+    share: f64,
+    cell: String,
+    role: &'static str,
+    /// How busy that CPU was with other work while no flow ran (%).
+    pct: f64,
+}
+
+/// Other work that kept a CPU busy `pct` % of the time would add up to
+/// pct/100 × 1000 ms per second of flow, and a second of flow at `gbps`
+/// carries gbps / 8 GB: an upper bound (the flow takes some of that time).
+fn background(run: &Run) -> Option<Background> {
+    let mut worst: Option<Background> = None;
+    for c in cells(run) {
+        for role in ["flow", "app"] {
+            let (Some(pct), Some(gbps), Some(busy)) = (
+                summary::median(run, &c.conf.name, &format!("{role}_background_busy_pct")),
+                summary::median(run, &c.conf.name, "gbps"),
+                summary::median(run, &c.conf.name, &format!("{role}_busy_ms_per_gb")),
+            ) else {
+                continue;
+            };
+            if gbps <= 0.0 || busy <= 0.0 {
+                continue;
+            }
+            let share = (pct / 100.0 * 1000.0 / (gbps / 8.0) / busy).min(1.0);
+            if worst.as_ref().is_none_or(|w| share > w.share) {
+                worst = Some(Background { share, cell: c.conf.name.clone(), role, pct });
+            }
+        }
+    }
+    worst
+}
+
+/// What the host's own load does to the counters, in words.
+fn background_notes(run: &Run) -> Vec<String> {
+    let Some(b) = background(run) else { return Vec::new() };
+    let what = format!(
+        "the host's other work kept the {} core of `{}` {:.0} % busy while no flow ran (median of the checks before each flow): up to {:.0} % of its busy ms per GB may be that work, not the flow",
+        b.role,
+        b.cell,
+        b.pct,
+        b.share * 100.0
+    );
+    if b.share >= DOMINATES {
+        vec![format!(
+            "warning: counters per GB are not shown: {what}. Per-CPU counters count every process on the CPU; run the study on an idle host (or idle CPUs: --flow-cpus, --app-cpus)"
+        )]
+    } else if b.share >= WARN_SHARE {
+        vec![format!("warning: {what}; the counters per GB overstate the flow's cost by as much")]
+    } else {
+        Vec::new()
+    }
 }
 
 /// `flow_busy_ms_per_gb` → `busy ms per GB on the flow core`.
@@ -228,12 +295,12 @@ pub fn best_pair(run: &Run) -> Option<BestPair> {
     let cs = cells(run);
     let main = generators(&cs).first().copied()?;
     let b = best(run, &cs, main)?;
-    let clear = b.others.iter().all(|(_, v)| stats::independent_ratio(&b.values, v).interval.is_some_and(|i| i.low > 1.0));
+    let clear = b.others.iter().all(|(_, v)| stats::independent_ratio(&b.values, v).interval.is_some_and(|i| i.conclusive() && i.low > 1.0));
     Some(BestPair { flow: b.pair.flow, app: b.pair.app, clear })
 }
 
 /// The best class, how it compares with each other class (ratio of medians,
-/// with the 95 % interval of the ratio), and the CPU time behind it.
+/// with the interval of the ratio, labelled with its true level), and the CPU time behind it.
 fn recommendation(run: &Run, cs: &[MatrixCell], generator: &str) -> Vec<String> {
     let Some(b) = best(run, cs, generator) else { return Vec::new() };
     let desc = Placement::parse(b.class).map_or("", |p| p.describe());
@@ -246,9 +313,9 @@ fn recommendation(run: &Run, cs: &[MatrixCell], generator: &str) -> Vec<String> 
     let (mut apart, mut close) = (Vec::new(), Vec::new());
     for (class, v) in &b.others {
         let r = stats::independent_ratio(&b.values, v);
-        let iv = r.interval.map_or(String::new(), |i| format!(" (95 % interval {:.2}–{:.2})", i.low, i.high));
+        let iv = r.interval.map_or(" (too few repetitions for an interval)".to_string(), |i| format!(" ({} interval {:.2}–{:.2})", i.label(), i.low, i.high));
         let text = format!("{:.2}× {class} ({:.1} Gb/s){iv}", stats::median(&b.values) / stats::median(v), stats::median(v));
-        if r.interval.is_some_and(|i| i.low > 1.0) {
+        if r.interval.is_some_and(|i| i.conclusive() && i.low > 1.0) {
             apart.push(text);
         } else {
             close.push(text);
@@ -289,9 +356,14 @@ fn generator_table(run: &Run, cs: &[MatrixCell]) -> Option<Table> {
     if pairs.is_empty() {
         return None;
     }
+    let ratios: Vec<_> = pairs.iter().filter_map(|c| summary::ratio(run, &c.conf.name, "gbps", c.conf.baseline.as_deref()?, "gbps")).collect();
+    let levels = stats::labels(ratios.iter().filter_map(|r| r.interval.as_ref()));
     let mut t = Table::new(
         "generators",
-        "Built-in flow against iperf3 at the same pinning (ratio of paired repetitions, 95 % interval)",
+        format!(
+            "Built-in flow against iperf3 at the same pinning (ratio of paired repetitions{})",
+            if levels.is_empty() { String::new() } else { format!(", {levels} interval") }
+        ),
         &["flow core", "app core", "class", "built-in Gb/s", "iperf3 Gb/s", "built-in / iperf3"],
         3,
     );
@@ -340,6 +412,7 @@ pub fn views(run: &Run) -> Vec<View> {
         v.push(View::Table(t));
     }
     v.extend(recommendation(run, &cs, main).into_iter().map(View::Note));
+    v.extend(background_notes(run).into_iter().map(View::Note));
     v.push(View::Table(cells_table(run, &cs)));
     for g in &gens {
         let title = format!("Throughput (Gb/s){}", if *g == "builtin" { String::new() } else { format!(", {g}") });
@@ -371,11 +444,18 @@ mod tests {
             let gbps = vec![base, base + 0.2, base - 0.2];
             r.measurements.push(Measurement { configuration: name.clone(), metric: "gbps".into(), unit: "Gb/s".into(), lower_is_better: false, values: gbps });
             r.measurements.push(Measurement {
-                configuration: name,
+                configuration: name.clone(),
                 metric: "flow_busy_ms_per_gb".into(),
                 unit: "ms/GB".into(),
                 lower_is_better: true,
                 values: vec![100.0 / base; 3],
+            });
+            r.measurements.push(Measurement {
+                configuration: name,
+                metric: "flow_background_busy_pct".into(),
+                unit: "%".into(),
+                lower_is_better: true,
+                values: vec![0.0; 3],
             });
         }
         r
@@ -409,6 +489,48 @@ mod tests {
         assert!(rec[0].starts_with("no placement class is faster beyond the spread; the highest median is llc"), "{rec:?}");
         assert!(rec[1].contains("not told apart"), "{rec:?}");
         assert!(!best_pair(&r).unwrap().clear);
+    }
+
+    #[test]
+    fn intervals_are_labelled_with_the_level_they_have() {
+        let mut r = run();
+        // iperf3 beside the built-in flow at one pinning, 3 paired rounds.
+        r.configurations[1] = r.configurations[1].clone().baseline("iperf 0 1");
+        r.configurations.push(Configuration::new("iperf 0 1").param("flow_cpu", 0).param("app_cpu", 1).param("class", "llc").param("generator", "iperf3"));
+        r.measurements.push(Measurement { configuration: "iperf 0 1".into(), metric: "gbps".into(), unit: "Gb/s".into(), lower_is_better: false, values: vec![14.0, 14.4, 13.9] });
+        let cs = cells(&r);
+        let t = generator_table(&r, &cs).unwrap();
+        // 3 rounds: a t interval at 95 %, said so (it was min..max, 75 %, titled "95 %").
+        assert!(t.title.contains("95 % t interval"), "{}", t.title);
+        // The recommendation names each interval's own level.
+        let rec = recommendation(&r, &cs, "builtin").join("\n");
+        assert!(!rec.contains("(95 % interval"), "{rec}");
+        assert!(rec.contains("too few repetitions for an interval") || rec.contains("% interval "), "{rec}");
+    }
+
+    #[test]
+    fn background_load_that_would_dominate_the_counters_refuses_their_view() {
+        let mut r = run();
+        assert!(background_notes(&r).is_empty());
+        assert!(counter_metrics(&r).contains(&"flow_busy_ms_per_gb"));
+        // 15 Gb/s = 1.875 GB/s; 10 ms/GB of flow work. 1 % background: 5.3 ms/GB, over half.
+        // A CPU 100 % busy with others' work: all of it.
+        let set = |r: &mut Run, pct: f64| {
+            for m in r.measurements.iter_mut().filter(|m| m.metric == "flow_background_busy_pct") {
+                m.values = vec![pct; 3];
+            }
+        };
+        set(&mut r, 100.0);
+        let n = background_notes(&r);
+        assert!(n[0].starts_with("warning: counters per GB are not shown") && n[0].contains("100 % busy"), "{n:?}");
+        assert!(counter_metrics(&r).is_empty());
+        let rec = recommendation(&r, &cells(&r), "builtin").join("\n");
+        assert!(!rec.contains("CPU time per GB"), "{rec}");
+        // A little load is named, and the counters stay.
+        set(&mut r, 0.3);
+        let n = background_notes(&r);
+        assert!(n.len() == 1 && n[0].starts_with("warning: the host's other work") && n[0].contains("overstate"), "{n:?}");
+        assert!(!counter_metrics(&r).is_empty());
     }
 
     #[test]

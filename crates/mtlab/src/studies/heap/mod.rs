@@ -24,6 +24,7 @@ pub use allocators::{resolve, Allocator};
 use super::child::{self, measure};
 use super::StudyError;
 use crate::study::progress::Progress;
+use crate::units::human_bytes;
 use crate::study::runner::{self, RunnerOptions, Sample};
 use crate::study::{Configuration, Run};
 use crate::trace::{keys, TraceFile};
@@ -255,21 +256,29 @@ impl Lab {
         if cfg.name == untraced(&v.name) {
             let floor = child::own_rss_kib();
             let m = measure(self.command(v, None), &cfg.name)?;
+            let replay = replay_line(&m.stdout);
             let mut out = vec![
                 Sample::cost("wall_s", "s", m.wall.as_secs_f64()),
-                bytes("peak_rss", m.max_rss_kib * 1024),
+                bytes("peak_rss", heap_rss_kib(m.max_rss_kib, replay.as_ref()) * 1024),
                 bytes("rss_floor", floor * 1024),
             ];
-            // The replay program's own rate of replayed calls.
-            let rate = m.stdout.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok());
-            if let Some(r) = rate.and_then(|v| v["events_per_s"].as_f64()) {
-                out.push(Sample::gain("events_per_s", "events/s", r));
+            // The replay program's own figures: its rate, its peak of live bytes, its ops and tables.
+            if let Some(r) = replay {
+                if let Some(rate) = r["events_per_s"].as_f64() {
+                    out.push(Sample::gain("events_per_s", "events/s", rate));
+                }
+                if let Some(p) = r["peak_live_bytes"].as_u64() {
+                    out.push(bytes("replay_peak_live_bytes", p));
+                }
+                if let Some(k) = r["own_rss_kib"].as_u64() {
+                    out.push(bytes("replay_own_rss", k * 1024));
+                }
             }
             return Ok(out);
         }
         let trace = self.dir.join(format!("{}.mtl", file_stem(&v.name)));
         let _ = std::fs::remove_file(&trace);
-        measure(self.command(v, Some(&trace)), &cfg.name)?;
+        let recorded = measure(self.command(v, Some(&trace)), &cfg.name)?;
         if !trace.exists() {
             return Err(StudyError::Output(format!(
                 "{}: the program made no traced call (statically linked, or it clears LD_PRELOAD): it keeps its own \
@@ -302,11 +311,36 @@ impl Lab {
         let rss = tf.stats.iter().find(|(k, _)| k == keys::MAX_RSS_KIB).and_then(|(_, v)| v.parse::<u64>().ok());
         let mut out = traced_samples(r, wall / 1e9, &cfg.name)?;
         if let Some(kib) = rss {
-            out.push(bytes("peak_rss", kib * 1024));
+            out.push(bytes("peak_rss", heap_rss_kib(kib, replay_line(&recorded.stdout).as_ref()) * 1024));
         }
         self.series.borrow_mut().insert(v.name.clone(), series_of(r));
         Ok(out)
     }
+}
+
+/// The replay program's result line, if the program was the replay.
+fn replay_line(stdout: &str) -> Option<serde_json::Value> {
+    stdout.lines().rev().find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).filter(|v| v.get("events").is_some())
+}
+
+/// A peak RSS less the replay's own ops file and tables (resident before its
+/// first replayed call; ~760 MiB on cfrac's trace): the heap's part. Any
+/// other program's peak RSS as it is.
+fn heap_rss_kib(max_rss_kib: u64, replay: Option<&serde_json::Value>) -> u64 {
+    let own = replay.and_then(|r| r["own_rss_kib"].as_u64()).unwrap_or(0);
+    max_rss_kib.saturating_sub(own)
+}
+
+/// How close the replays' peak of live bytes stayed to the recording's: the
+/// largest deviation of any repetition, as a fraction; None without figures.
+fn peak_live_deviation(run: &Run, recorded: u64) -> Option<(f64, f64, f64)> {
+    let v: Vec<f64> = run.measurements.iter().filter(|m| m.metric == "replay_peak_live_bytes").flat_map(|m| m.values.iter().copied()).collect();
+    if v.is_empty() || recorded == 0 {
+        return None;
+    }
+    let (lo, hi) = v.iter().fold((f64::MAX, 0.0f64), |(l, h), x| (l.min(*x), h.max(*x)));
+    let worst = v.iter().map(|x| (x / recorded as f64 - 1.0).abs()).fold(0.0, f64::max);
+    Some((lo, hi, worst))
 }
 
 /// The traced process (or exec'd image) whose heap is the program's: the
@@ -462,6 +496,8 @@ pub fn replay(cfg: &HeapReplayConfig, progress: &Progress) -> Result<Run, StudyE
     run.settings.insert("trace".into(), cfg.trace.display().to_string());
     run.settings.insert("replayed calls".into(), summary.ops.to_string());
     run.settings.insert("threads".into(), summary.threads.to_string());
+    run.settings.insert("replay window (ops)".into(), REPLAY_WINDOW.to_string());
+    run.settings.insert("recorded peak live bytes".into(), summary.peak_live.to_string());
     if summary.unknown > 0 {
         run.notes.push(format!(
             "{} frees or reallocs were of blocks allocated before tracing began: frees skipped, reallocs replayed as mallocs",
@@ -469,21 +505,51 @@ pub fn replay(cfg: &HeapReplayConfig, progress: &Progress) -> Result<Run, StudyE
         ));
     }
     run.notes.push(format!(
-        "replayed {} calls of {} thread(s) in each thread's recorded order; {} frees of another thread's block wait for its allocation",
-        summary.ops, summary.threads, summary.cross_thread
+        "replayed {} calls of {} thread(s) in each thread's recorded order; {} frees of another thread's block wait for its allocation{}",
+        summary.ops,
+        summary.threads,
+        summary.cross_thread,
+        if summary.threads > 1 {
+            format!(", and no call runs until all but {REPLAY_WINDOW} of the calls recorded before it (in any thread) have run")
+        } else {
+            String::new()
+        }
     ));
     if summary.threads > 1 {
         run.notes.push(
             "the replay starts a thread per recorded thread, and the thread library allocates for each (glibc: its TLS \
-             vector): the traced replay has those calls too, and threads interleave as they run here, not as they did"
+             vector): the traced replay has those calls too"
                 .into(),
         );
     }
+    run.notes.push("peak RSS of the replay is its heap's: the replay's own ops file and tables (resident before its first call) are taken off".into());
     let variants: Vec<Variant> =
         cfg.allocators.iter().map(|a| Variant { name: a.name.clone(), allocator: a.clone(), env: Vec::new() }).collect();
-    let argv = vec![exe.into_os_string(), ops.into_os_string()];
-    run_variants(run, &variants, &argv, &cfg.runner, Some(&dir), progress)
+    let argv = vec![exe.into_os_string(), ops.into_os_string(), REPLAY_WINDOW.to_string().into()];
+    let mut run = run_variants(run, &variants, &argv, &cfg.runner, Some(&dir), progress)?;
+    if let Some((lo, hi, worst)) = peak_live_deviation(&run, summary.peak_live) {
+        let (lo, hi) = (human_bytes(lo as u64), human_bytes(hi as u64));
+        let span = if lo == hi { lo } else { format!("{lo}–{hi}") };
+        run.notes.push(format!(
+            "{}peak live bytes in the replays: {span} against {} recorded (within {:.1} %{})",
+            if worst > PEAK_LIVE_TOLERANCE { "warning: " } else { "" },
+            human_bytes(summary.peak_live),
+            worst * 100.0,
+            if worst > PEAK_LIVE_TOLERANCE {
+                "; the threads' order drifted from the recording's, so the heap managers were not given the same heap"
+            } else {
+                ""
+            }
+        ));
+    }
+    Ok(run)
 }
+
+/// How many ops a replay thread may run ahead of the recorded order of all threads.
+const REPLAY_WINDOW: u64 = 64;
+
+/// Peak live bytes the replay may miss the recording's by before the run warns.
+const PEAK_LIVE_TOLERANCE: f64 = 0.05;
 
 
 #[cfg(test)]

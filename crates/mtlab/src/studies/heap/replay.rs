@@ -1,7 +1,9 @@
 //! `mtlab heap replay`: a recorded trace's heap calls turned into the ops
 //! file the replay program (`native/heap/replay.c`) re-executes — each
 //! thread's calls in its own order, every block numbered so that a free in
-//! one thread of a block from another can wait for its allocation. Run under
+//! one thread of a block from another can wait for its allocation, and every
+//! op carries its place in the recorded order of all threads, so that no
+//! thread runs more than a window of ops ahead of it. Run under
 //! each allocator like any program (`heap compare`), it answers "what if"
 //! without the original program.
 
@@ -29,37 +31,47 @@ pub struct OpsSummary {
     pub unknown: u64,
     /// Frees whose block another thread allocated.
     pub cross_thread: u64,
+    /// The peak of live bytes (sizes asked for) over the replayed calls in
+    /// their recorded order: what a faithful replay reaches too.
+    pub peak_live: u64,
 }
 
 #[derive(Default)]
 struct Builder {
-    per_thread: BTreeMap<u32, Vec<[u64; 4]>>,
+    per_thread: BTreeMap<u32, Vec<[u64; 5]>>,
     first_seen: Vec<u32>,
-    ids: HashMap<u64, (u64, u32)>,
+    /// Address → (block id, allocating thread, size).
+    ids: HashMap<u64, (u64, u32, u64)>,
     next_id: u64,
+    live: u64,
     summary: OpsSummary,
 }
 
 impl Builder {
+    /// One op, numbered by its place among all threads' ops (the trace is read in time order).
     fn push(&mut self, tid: u32, kind: u32, align: u64, size: u64, id: u64, old: u64) {
         if !self.per_thread.contains_key(&tid) {
             self.first_seen.push(tid);
         }
-        self.per_thread.entry(tid).or_default().push([kind as u64 | (align << 32), size, id, old]);
+        let seq = self.summary.ops;
+        self.per_thread.entry(tid).or_default().push([kind as u64 | (align << 32), size, id, old, seq]);
         self.summary.ops += 1;
     }
 
-    fn new_id(&mut self, ptr: u64, tid: u32) -> u64 {
+    fn new_id(&mut self, ptr: u64, tid: u32, size: u64) -> u64 {
         self.next_id += 1;
-        self.ids.insert(ptr, (self.next_id, tid));
+        self.ids.insert(ptr, (self.next_id, tid, size));
+        self.live += size;
+        self.summary.peak_live = self.summary.peak_live.max(self.live);
         self.next_id
     }
 
     fn take(&mut self, ptr: u64, tid: u32) -> Option<u64> {
-        let (id, owner) = self.ids.remove(&ptr)?;
+        let (id, owner, size) = self.ids.remove(&ptr)?;
         if owner != tid {
             self.summary.cross_thread += 1;
         }
+        self.live -= size;
         Some(id)
     }
 
@@ -73,7 +85,7 @@ impl Builder {
                     Func::Valloc | Func::Pvalloc => (ALIGNED, 4096),
                     _ => (ALIGNED, align),
                 };
-                let id = self.new_id(ptr, tid);
+                let id = self.new_id(ptr, tid, size);
                 self.push(tid, kind, align, size, id, 0);
             }
             // A failed realloc left its block where it was: nothing to replay.
@@ -85,13 +97,13 @@ impl Builder {
                     (Some(o), 0) if o != 0 => self.push(tid, FREE, 0, 0, o, 0),
                     (Some(_), 0) => {} // realloc(NULL, 0) that returned NULL
                     (Some(o), p) => {
-                        let id = self.new_id(p, tid);
+                        let id = self.new_id(p, tid, size);
                         self.push(tid, REALLOC, 0, size, id, o);
                     }
                     // The block predates tracing: its replay starts as a new block.
                     (None, p) if p != 0 => {
                         self.summary.unknown += 1;
-                        let id = self.new_id(p, tid);
+                        let id = self.new_id(p, tid, size);
                         self.push(tid, MALLOC, 0, size, id, 0);
                     }
                     (None, _) => self.summary.unknown += 1,
@@ -117,7 +129,7 @@ pub fn write_ops(trace: &TraceFile, out: &Path) -> Result<OpsSummary, StudyError
         }
     }
     let mut w = BufWriter::new(crate::platform::safe_fs::replace(out, 0o666).map_err(io)?);
-    w.write_all(b"MTLABRP1").map_err(io)?;
+    w.write_all(b"MTLABRP2").map_err(io)?;
     w.write_all(&(b.first_seen.len() as u32).to_le_bytes()).map_err(io)?;
     w.write_all(&0u32.to_le_bytes()).map_err(io)?;
     w.write_all(&b.next_id.to_le_bytes()).map_err(io)?;
@@ -166,8 +178,10 @@ mod tests {
             b.event(&e);
         }
         assert_eq!(b.first_seen, vec![1, 2]);
-        assert_eq!(b.per_thread[&1], vec![[MALLOC as u64, 100, 1, 0], [REALLOC as u64, 200, 3, 1]]);
-        assert_eq!(b.per_thread[&2], vec![[MALLOC as u64, 50, 2, 0], [FREE as u64, 0, 3, 0], [FREE as u64, 0, 2, 0]]);
-        assert_eq!(b.summary, OpsSummary { threads: 0, ops: 5, unknown: 1, cross_thread: 1 });
+        // The last column: each op's place in the order of all threads.
+        assert_eq!(b.per_thread[&1], vec![[MALLOC as u64, 100, 1, 0, 0], [REALLOC as u64, 200, 3, 1, 2]]);
+        assert_eq!(b.per_thread[&2], vec![[MALLOC as u64, 50, 2, 0, 1], [FREE as u64, 0, 3, 0, 3], [FREE as u64, 0, 2, 0, 4]]);
+        // Live: 100, 150, 250 (realloc 100 → 200), then frees.
+        assert_eq!(b.summary, OpsSummary { threads: 0, ops: 5, unknown: 1, cross_thread: 1, peak_live: 250 });
     }
 }

@@ -302,6 +302,7 @@ fn fidelity_views(run: &Run) -> Vec<View> {
         &["CPUs", "libc", "mtlab µs", "perf µs", "mtlab / perf [interval]", "agrees"],
         2,
     );
+    let (mut noisy, mut levels) = (false, Vec::new());
     for pc in &perfs {
         for c in of(run, "ctx").into_iter().filter(|c| {
             p(c, "cpus") == p(pc, "cpus")
@@ -312,24 +313,75 @@ fn fidelity_views(run: &Run) -> Vec<View> {
                 && c.get("preempt") == pc.get("preempt")
         }) {
             let (Some(a), Some(b)) = (summary::median(run, &c.name, "loop_ns"), summary::median(run, &pc.name, "loop_ns")) else { continue };
-            let r = summary::ratio(run, &c.name, "loop_ns", &pc.name, "loop_ns");
+            let paired = summary::ratio(run, &c.name, "loop_ns", &pc.name, "loop_ns");
+            let iv = paired.and_then(|r| r.interval);
+            let verdict = agreement(a / b, paired);
+            noisy |= verdict == Agreement::TooNoisy;
             t.push(vec![
                 Cell::text(where_(c)),
                 Cell::text(p(c, "libc")),
                 Cell::Num(2.0 * a / 1000.0, 2),
                 Cell::Num(2.0 * b / 1000.0, 2),
-                r.as_ref()
-                    .map(|r| Cell::Estimate { value: r.ratio, low: r.interval.map(|i| i.low), high: r.interval.map(|i| i.high), decimals: 3 })
-                    .unwrap_or(Cell::Empty),
-                Cell::text(match r {
-                    Some(r) if (r.ratio - 1.0).abs() <= FIDELITY => "yes",
-                    Some(_) => "no",
-                    None => "",
-                }),
+                // The ratio of the two medians printed beside it; the interval is the paired rounds'.
+                Cell::Estimate { value: a / b, low: iv.map(|i| i.low), high: iv.map(|i| i.high), decimals: 3 },
+                Cell::text(verdict.word()),
             ]);
+            levels.extend(iv);
         }
     }
-    vec![View::Table(t.text_column(5))]
+    if !levels.is_empty() {
+        t.title = format!("{}; intervals: {}", t.title, stats::labels(&levels));
+    }
+    let mut out = vec![View::Table(t.text_column(5))];
+    if noisy {
+        out.push(View::Note(format!(
+            "note: agreement with perf bench is not judged where the host was too noisy: the rounds' ratios disagree with the ratio of the medians by more than {0:.0} %, \
+             or their interval is wider than the ±{0:.0} % band; run on an idle host, or with more --reps",
+            FIDELITY * 100.0
+        )));
+    }
+    out
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agreement {
+    Yes,
+    No,
+    TooNoisy,
+}
+
+impl Agreement {
+    fn word(self) -> &'static str {
+        match self {
+            Agreement::Yes => "yes",
+            Agreement::No => "no",
+            Agreement::TooNoisy => "too noisy to judge",
+        }
+    }
+}
+
+/// Whether mtlab agrees with perf within ±FIDELITY, judged on the ratio of
+/// the medians the table prints; unless the rounds say the host was too noisy
+/// for that ratio to mean anything: no interval, an interval wider than the
+/// band, or round ratios whose median is far from the medians' ratio. An
+/// interval wholly outside the band is a "no" however noisy.
+fn agreement(of_medians: f64, paired: Option<stats::Ratio>) -> Agreement {
+    let band = (1.0 - FIDELITY, 1.0 + FIDELITY);
+    let Some(r) = paired else { return Agreement::TooNoisy };
+    if let Some(i) = r.interval {
+        if i.conclusive() && (i.low > band.1 || i.high < band.0) {
+            return Agreement::No;
+        }
+    }
+    let wide = r.interval.is_none_or(|i| i.high / i.low > band.1 / band.0);
+    let inconsistent = (r.ratio / of_medians - 1.0).abs() > FIDELITY;
+    if wide || inconsistent {
+        Agreement::TooNoisy
+    } else if (of_medians - 1.0).abs() <= FIDELITY {
+        Agreement::Yes
+    } else {
+        Agreement::No
+    }
 }
 
 fn chat_views(run: &Run, sweep: bool) -> Vec<View> {
@@ -452,21 +504,24 @@ fn findings(run: &Run) -> Vec<View> {
                 && ["libc", "wait", "stack_kib", "preempt"].iter().all(|k| m.get(k) == one.get(k))
         }) {
             if let Some(r) = summary::ratio(run, &one.name, "create_join_us", &many.name, "create_join_us") {
-                // Judged by the interval, not the point: a ratio whose interval holds 1 is no finding.
-                let verdict = match r.interval {
-                    Some(i) if i.high < 1.0 => "faster on one CPU, as the source found",
-                    Some(i) if i.low > 1.0 => "slower on one CPU, unlike the source",
-                    Some(_) => "no clear difference at this many repetitions",
-                    None => "too few repetitions to tell",
+                // Judged by the interval, not the point: a ratio whose interval holds 1,
+                // or whose level is under 90 %, is no finding.
+                let (finding, verdict) = match r.interval {
+                    Some(i) if !i.conclusive() => (false, "too few repetitions for a 90 % interval"),
+                    Some(i) if i.high < 1.0 => (true, "faster on one CPU, as the source found"),
+                    Some(i) if i.low > 1.0 => (true, "slower on one CPU, unlike the source"),
+                    Some(_) => (false, "no clear difference at this many repetitions"),
+                    None => (false, "too few repetitions to tell"),
                 };
                 out.push(View::Note(format!(
-                    "finding: {} create+{} on CPU {} costs {:.2}× its cost on CPUs {}{} ({verdict})",
+                    "{}: {} create+{} on CPU {} costs {:.2}× its cost on CPUs {}{} ({verdict})",
+                    if finding { "finding" } else { "no finding" },
                     p(one, "libc"),
                     p(one, "wait"),
                     p(one, "cpus"),
                     r.ratio,
                     p(many, "cpus"),
-                    r.interval.map(|i| format!(" [{:.2}, {:.2}]", i.low, i.high)).unwrap_or_default(),
+                    r.interval.map(|i| format!(" [{:.2}, {:.2}] ({} interval)", i.low, i.high, i.label())).unwrap_or_default(),
                 )));
             }
         }
@@ -475,17 +530,29 @@ fn findings(run: &Run) -> Vec<View> {
     let ctxs = of(run, "ctx");
     let cells = dedup(ctxs.iter().map(|c| format!("{}|{}|{}|{}|{}", p(c, "libc"), where_(c), p(c, "transport"), p(c, "threads"), p(c, "preempt"))));
     for cell in cells {
-        let mut members: Vec<(f64, f64)> = ctxs
+        let mut members: Vec<(f64, f64, &str)> = ctxs
             .iter()
             .filter(|c| format!("{}|{}|{}|{}|{}", p(c, "libc"), where_(c), p(c, "transport"), p(c, "threads"), p(c, "preempt")) == cell)
-            .filter_map(|c| Some((p(c, "ws_kib").parse().ok()?, summary::median(run, &c.name, "switch_ns")?)))
+            .filter_map(|c| Some((p(c, "ws_kib").parse().ok()?, summary::median(run, &c.name, "switch_ns")?, c.name.as_str())))
             .collect();
         members.sort_by(|a, b| a.0.total_cmp(&b.0));
         if let (Some(lo), Some(hi)) = (members.first(), members.last()) {
             if members.len() > 1 && hi.0 > lo.0 {
                 let parts: Vec<&str> = cell.split('|').collect();
+                // A finding only when the larger working set's switch is dearer beyond
+                // an interval of at least 90 % (paired rounds); else the figures, unjudged.
+                let r = summary::ratio(run, hi.2, "switch_ns", lo.2, "switch_ns");
+                let iv = r.and_then(|r| r.interval);
+                let (head, tail) = match iv {
+                    Some(i) if i.conclusive() && (i.low > 1.0 || i.high < 1.0) => {
+                        ("finding", format!(", ratio [{:.2}, {:.2}] ({} interval)", i.low, i.high, i.label()))
+                    }
+                    Some(i) if i.conclusive() => ("no finding", format!("; the ratio's interval [{:.2}, {:.2}] ({}) holds 1", i.low, i.high, i.label())),
+                    Some(i) => ("no finding", format!("; only a {} interval at this many repetitions", i.label())),
+                    None => ("no finding", "; too few repetitions for an interval".to_string()),
+                };
                 out.push(View::Note(format!(
-                    "finding: {} {} {} threads on {}: a switch costs {:.0} ns with {:.0} KiB working sets and {:.0} ns with {:.0} KiB ({:+.1} ns per KiB)",
+                    "{head}: {} {} {} threads on {}: a switch costs {:.0} ns with {:.0} KiB working sets and {:.0} ns with {:.0} KiB ({:+.1} ns per KiB{tail})",
                     parts[0],
                     parts[2],
                     parts[3],
@@ -500,4 +567,78 @@ fn findings(run: &Run) -> Vec<View> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::study::Measurement;
+
+    fn create_run(one: [f64; 3], many: [f64; 3]) -> Run {
+        let mut r = Run::new(super::super::STUDY, "test");
+        for (name, cpus, n, v) in [("one", "0", "1", one), ("many", "0-1", "2", many)] {
+            r.configurations.push(
+                Configuration::new(name).param("workload", "create").param("libc", "glibc").param("wait", "join").param("cpus", cpus).param("cpu_count", n),
+            );
+            r.measurements.push(Measurement { configuration: name.into(), metric: "create_join_us".into(), unit: "µs".into(), lower_is_better: true, values: v.to_vec() });
+        }
+        r
+    }
+
+    fn notes(run: &Run) -> Vec<String> {
+        findings(run).into_iter().filter_map(|v| if let View::Note(n) = v { Some(n) } else { None }).collect()
+    }
+
+    fn fidelity_run(ours: [f64; 3], perf: [f64; 3]) -> Run {
+        let mut r = Run::new(super::super::STUDY, "test");
+        for (name, workload, v) in [("ctx", "ctx", ours), ("perf", "perf", perf)] {
+            r.configurations.push(
+                Configuration::new(name)
+                    .param("workload", workload)
+                    .param("libc", "glibc")
+                    .param("cpus", "0")
+                    .param("transport", "pipe")
+                    .param("threads", 2)
+                    .param("ws_kib", 0),
+            );
+            r.measurements.push(Measurement { configuration: name.into(), metric: "loop_ns".into(), unit: "ns".into(), lower_is_better: true, values: v.to_vec() });
+        }
+        r
+    }
+
+    fn fidelity_row(run: &Run) -> (Vec<Cell>, Vec<View>) {
+        let v = fidelity_views(run);
+        let View::Table(t) = &v[0] else { panic!() };
+        (t.rows[0].clone(), v)
+    }
+
+    #[test]
+    fn agreement_with_perf_is_judged_on_the_figures_printed_beside_it() {
+        // The issue's row: medians 14.02 vs 17.83 µs, but round ratios 0.79, 1.01, 1.01
+        // (median 1.012): it said "1.012, yes".
+        let (row, v) = fidelity_row(&fidelity_run([7010.0, 5000.0, 9000.0], [8915.0, 4940.0, 8893.0]));
+        assert_eq!(row[2], Cell::Num(14.02, 2));
+        let Cell::Estimate { value, .. } = row[4] else { panic!("{row:?}") };
+        assert!((value - 7010.0 / 8893.0).abs() < 1e-9, "{value}");
+        assert_eq!(row[5], Cell::text("too noisy to judge"));
+        assert!(v.iter().any(|x| matches!(x, View::Note(n) if n.contains("too noisy"))));
+        // Steady rounds 3 % apart: yes; 30 % apart: no.
+        let (row, v) = fidelity_row(&fidelity_run([3090.0, 3100.0, 3110.0], [3000.0, 3010.0, 3020.0]));
+        assert_eq!(row[5], Cell::text("yes"));
+        assert_eq!(v.len(), 1);
+        let (row, _) = fidelity_row(&fidelity_run([3900.0, 3910.0, 3920.0], [3000.0, 3010.0, 3020.0]));
+        assert_eq!(row[5], Cell::text("no"));
+    }
+
+    #[test]
+    fn a_finding_needs_an_interval_of_90_percent_that_excludes_no_change() {
+        // Round ratios 0.80, 0.85, 0.98: min..max (75 %) excluded 1 and made a "finding";
+        // the 95 % t interval holds 1.
+        let n = notes(&create_run([8.0, 8.5, 9.8], [10.0, 10.0, 10.0]));
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert!(n[0].starts_with("no finding:") && n[0].contains("95 % t interval"), "{n:?}");
+        // A clear, steady difference is a finding, with its level.
+        let n = notes(&create_run([5.0, 5.1, 4.9], [10.0, 10.0, 10.0]));
+        assert!(n[0].starts_with("finding:") && n[0].contains("faster on one CPU") && n[0].contains("(95 % t interval)"), "{n:?}");
+    }
 }
