@@ -513,7 +513,15 @@ static void new_unwound(struct new_call *c) {
         if (mtlab_ctl) {                                                                                      \
             /* The C++ runtime's operator calls malloc, which samples it. */                                  \
             if (atomic_load_explicit(&mtlab_cxx.new_via_malloc[FORM], memory_order_relaxed)) return real ARGS; \
-            SAMPLING_ALLOC(MTLAB_EV_NEW | (FORM) << 5, real ARGS, n);                                        \
+            if (!(__atomic_load_n(&mtlab_ctl_area.state, __ATOMIC_ACQUIRE) & MTLAB_CTL_ACTIVE)) return real ARGS; \
+            /* A heap manager's operator may call its exported aligned_alloc (jemalloc's aligned     \
+             * forms do): nested, not sampled (mtlab_sample_alloc), and its bytes are this call's. */       \
+            int64_t left_ = t->countdown;                                                                     \
+            if (t->in_alloc++ == 0) MTLAB_NOTE_FRAME(t->alloc_sp, t->alloc_w);                                \
+            void *r_ = real ARGS;                                                                             \
+            t->in_alloc--;                                                                                    \
+            if (LIKELY((t->countdown = left_ - (int64_t)n) > 0)) return r_;                                   \
+            return mtlab_sample_alloc(MTLAB_EV_NEW | (FORM) << 5, r_, n, NULL);                               \
         }                                                                                                     \
         if (!tracing(t)) return real ARGS;                                                                    \
         struct new_call c __attribute__((cleanup(new_unwound))) = {                                           \

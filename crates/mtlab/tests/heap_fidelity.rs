@@ -165,3 +165,30 @@ fn free_null_sbrk_0_and_malloc_usable_size_are_counted() {
     assert_eq!(mean_size(&r, "sbrk"), 0.0);
     assert_eq!(failed(&r, "sbrk") + failed(&r, "free") + failed(&r, "malloc_usable_size"), 0);
 }
+
+/// Sampling every byte (`--sample 1`), each operator new is one sample under
+/// every heap manager: a heap manager's own operator is sampled in its shim,
+/// once — jemalloc's aligned forms call its exported aligned allocation
+/// inside, which is not sampled again — and libstdc++'s through its malloc.
+#[test]
+fn sampling_takes_each_operator_new_once_under_every_heap_manager() {
+    let lab = Lab::new();
+    let Some(prog) = compile_cxx(&lab, "cxx_new") else { return };
+    let samples = |trace: &str, lib: Option<&Path>, args: &[&str]| -> u64 {
+        let mut c = lab.record_cmd(trace, &["--sample", "1"], &prog, args);
+        match lib {
+            Some(l) => c.env("LD_PRELOAD", l),
+            None => c.env_remove("LD_PRELOAD"),
+        };
+        assert_success(&c.output().unwrap(), &format!("mtlab record --sample 1 {trace}"));
+        u(&lab.report(trace)["profile"]["samples"])
+    };
+    for (name, lib) in heap_managers() {
+        let base = samples(&format!("{name}-base.mtl"), lib.as_deref(), &["baseline"]);
+        let all = samples(&format!("{name}.mtl"), lib.as_deref(), &[]);
+        // 118 blocks; under glibc one more: libstdc++'s nothrow new that
+        // fails catches a std::bad_alloc it allocated.
+        let expected = if name == "glibc" { 119 } else { 118 };
+        assert_eq!(all - base, expected, "{name}: samples");
+    }
+}
