@@ -32,8 +32,21 @@ pub const STUDY: &str = "heap-compare";
 pub const SWEEP: &str = "heap-sweep";
 pub const REPLAY: &str = "heap-replay";
 
-/// The allocator functions whose cycles the comparison tables show.
-pub const FUNCTIONS: [&str; 4] = ["malloc", "free", "calloc", "realloc"];
+/// The allocator functions whose cycles the comparison tables show (a
+/// function never called has no row): C's, and C++'s operators in their
+/// common forms, which jemalloc, tcmalloc and mimalloc serve without malloc.
+pub const FUNCTIONS: [&str; 10] = [
+    "malloc",
+    "free",
+    "calloc",
+    "realloc",
+    "operator new",
+    "operator new[]",
+    "operator delete",
+    "operator delete(size)",
+    "operator delete[]",
+    "operator delete[](size)",
+];
 
 #[derive(Debug, Clone)]
 pub struct HeapCompareConfig {
