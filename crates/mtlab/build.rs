@@ -44,7 +44,9 @@ fn main() {
     cc(
         &preload,
         &c_files(&native.join("preload")),
-        &["-fPIC", "-shared", "-fvisibility=hidden", "-ftls-model=initial-exec"],
+        // -fexceptions: a C++ operator new that throws unwinds through its
+        // shim, whose cleanup records the failed call (shims.c).
+        &["-fPIC", "-shared", "-fvisibility=hidden", "-ftls-model=initial-exec", "-fexceptions"],
         &["-ldl", "-lm"],
     );
     let malloc_test = out.join("mtlab-malloc-test");

@@ -59,7 +59,7 @@ enum mtlab_record_type {
 enum mtlab_event_kind {
     MTLAB_EV_STACK_DEF = 0,      /* varint id, varint depth, depth x svarint pc delta (no ts/cycles/stack) */
     MTLAB_EV_MALLOC = 1,         /* varint size, ptr result, varint usable_extra */
-    MTLAB_EV_FREE = 2,           /* ptr */
+    MTLAB_EV_FREE = 2,           /* ptr (0: free(NULL), counted as a call) */
     MTLAB_EV_CALLOC = 3,         /* varint nmemb, varint size, ptr result, varint usable_extra */
     MTLAB_EV_REALLOC = 4,        /* ptr old, varint size, ptr result, varint usable_extra */
     MTLAB_EV_REALLOCARRAY = 5,   /* ptr old, varint nmemb, varint size, ptr result, varint usable_extra */
@@ -73,13 +73,29 @@ enum mtlab_event_kind {
     MTLAB_EV_MUNMAP = 13,        /* ptr addr, varint len, svarint ret */
     MTLAB_EV_MREMAP = 14,        /* ptr old, varint old_len, varint new_len, varint flags, ptr result */
     MTLAB_EV_BRK = 15,           /* ptr addr, svarint ret, ptr break_after */
-    MTLAB_EV_SBRK = 16,          /* svarint increment, ptr result, ptr break_after */
+    MTLAB_EV_SBRK = 16,          /* svarint increment, ptr result, ptr break_after (increment 0: sbrk(0), counted as a call) */
     MTLAB_EV_BRK_SEEN = 17,      /* ptr break: the allocator moved the break (seen by polling) */
     MTLAB_EV_ARENA_HEAP = 18,    /* ptr base, varint size: a glibc non-main-arena heap's mapped extent */
-    MTLAB_EV_SAMPLE = 19,        /* varint func (an MTLAB_EV_* allocation kind), varint size, ptr result, varint interval */
+    MTLAB_EV_SAMPLE = 19,        /* varint func (an MTLAB_EV_* allocation kind; for EV_NEW: | form << 5), varint size, ptr result, varint interval */
     MTLAB_EV_SAMPLE_FREE = 20,   /* ptr: a sampled block was freed (or moved by realloc) */
-    MTLAB_EV_KIND_COUNT = 21,
+    MTLAB_EV_NEW = 21,           /* varint form, varint align, varint size, ptr result, varint usable_extra:
+                                    C++ operator new in one of its forms (MTLAB_NEW_*); align 0 where the form takes none */
+    MTLAB_EV_DELETE = 22,        /* varint form, ptr: C++ operator delete in one of its forms (MTLAB_DELETE_*) */
+    MTLAB_EV_USABLE_SIZE = 23,   /* ptr, varint result: malloc_usable_size (a call that changes nothing) */
+    MTLAB_EV_KIND_COUNT = 24,
 };
+
+/* Forms of operator new (EV_NEW's form; a SAMPLE of one carries
+ * MTLAB_EV_NEW | form << 5 as its func). Bit 0: array; bit 1: nothrow;
+ * bit 2: aligned. */
+#define MTLAB_NEW_ARRAY 0x1u
+#define MTLAB_NEW_NOTHROW 0x2u
+#define MTLAB_NEW_ALIGNED 0x4u
+#define MTLAB_NEW_FORMS 8u
+/* Forms of operator delete (EV_DELETE's form): the same bits, and bit 3:
+ * sized. (mangled: _ZdlPv, _ZdaPv, _ZdlPvRKSt9nothrow_t, ..., _ZdlPvmSt11align_val_t) */
+#define MTLAB_DELETE_SIZED 0x8u
+#define MTLAB_DELETE_FORMS 16u /* of which 12 exist: sized is never nothrow */
 
 /* usable_extra = malloc_usable_size(result) - requested bytes (0 on failure). */
 

@@ -108,6 +108,19 @@ struct mtlab_real {
 };
 extern HIDDEN struct mtlab_real mtlab_real;
 HIDDEN void mtlab_resolve(void);
+/* C++ operator new and delete behind the shims, by form (MTLAB_NEW_*,
+ * MTLAB_DELETE_*): the next definition (a heap manager's own, or the C++
+ * runtime's, which calls malloc), found when first needed — a C program
+ * may load a C++ library later. `via_malloc`: that definition is the C++
+ * runtime's, whose malloc or free call the shims see too. */
+struct mtlab_cxx {
+    void *_Atomic new_fn[MTLAB_NEW_FORMS];
+    void *_Atomic delete_fn[MTLAB_DELETE_FORMS];
+    _Atomic unsigned char new_via_malloc[MTLAB_NEW_FORMS];
+    _Atomic unsigned char delete_via_malloc[MTLAB_DELETE_FORMS];
+};
+extern HIDDEN struct mtlab_cxx mtlab_cxx;
+HIDDEN void *mtlab_cxx_resolve(int is_delete, unsigned form);
 extern HIDDEN unsigned char mtlab_pool[64 * 1024];
 static inline int mtlab_in_bootstrap(const void *p) {
     return (const unsigned char *)p >= mtlab_pool && (const unsigned char *)p < mtlab_pool + sizeof mtlab_pool;

@@ -69,3 +69,66 @@ void mtlab_resolve(void) {
     mtlab_tls.guard--;
     atomic_store(&resolved, 2);
 }
+
+/* ---- C++ operator new and delete ---- */
+
+HIDDEN struct mtlab_cxx mtlab_cxx;
+
+/* Mangled names by form (MTLAB_NEW_* bits: array, nothrow, aligned;
+ * MTLAB_DELETE_SIZED besides for delete). NULL: no such form. */
+static const char *const new_names[MTLAB_NEW_FORMS] = {
+    "_Znwm", "_Znam", "_ZnwmRKSt9nothrow_t", "_ZnamRKSt9nothrow_t",
+    "_ZnwmSt11align_val_t", "_ZnamSt11align_val_t",
+    "_ZnwmSt11align_val_tRKSt9nothrow_t", "_ZnamSt11align_val_tRKSt9nothrow_t",
+};
+static const char *const delete_names[MTLAB_DELETE_FORMS] = {
+    "_ZdlPv", "_ZdaPv", "_ZdlPvRKSt9nothrow_t", "_ZdaPvRKSt9nothrow_t",
+    "_ZdlPvSt11align_val_t", "_ZdaPvSt11align_val_t",
+    "_ZdlPvSt11align_val_tRKSt9nothrow_t", "_ZdaPvSt11align_val_tRKSt9nothrow_t",
+    "_ZdlPvm", "_ZdaPvm", NULL, NULL, "_ZdlPvmSt11align_val_t", "_ZdaPvmSt11align_val_t",
+    NULL, NULL,
+};
+
+/* Where nothing after mtlab defines the operator: a C++ library loaded
+ * with RTLD_LOCAL brings its runtime into its own scope only, yet binds its
+ * operator calls to mtlab's (the global scope comes first). */
+static void *in_runtime(const char *name) {
+    static const char *const runtimes[] = {"libstdc++.so.6", "libc++.so.1"};
+    for (unsigned i = 0; i < sizeof runtimes / sizeof *runtimes; i++) {
+        void *h = dlopen(runtimes[i], RTLD_LAZY | RTLD_NOLOAD);
+        if (!h) continue;
+        void *f = dlsym(h, name);
+        dlclose(h);
+        if (f) return f;
+    }
+    return NULL;
+}
+
+static int is_runtime(void *f) {
+    Dl_info info;
+    if (!dladdr(f, &info) || !info.dli_fname) return 0;
+    return strstr(info.dli_fname, "libstdc++") != NULL || strstr(info.dli_fname, "libc++") != NULL;
+}
+
+/* Found at a form's first call, not at start: most traced programs are C,
+ * where every look-up would fail after walking every loaded object. Returns
+ * NULL where no definition exists anywhere (the shim then uses malloc or
+ * free); the next call looks again. */
+void *mtlab_cxx_resolve(int is_delete, unsigned form) {
+    const char *name = is_delete ? delete_names[form] : new_names[form];
+    if (!name) return NULL;
+    void *_Atomic *slot = is_delete ? &mtlab_cxx.delete_fn[form] : &mtlab_cxx.new_fn[form];
+    void *f = atomic_load_explicit(slot, memory_order_acquire);
+    if (f) return f;
+    MTLAB_GUARD_ENTER(&mtlab_tls);
+    f = dlsym(RTLD_NEXT, name);
+    if (!f) f = in_runtime(name);
+    if (f) {
+        unsigned char via = (unsigned char)is_runtime(f);
+        if (is_delete) atomic_store(&mtlab_cxx.delete_via_malloc[form], via);
+        else atomic_store(&mtlab_cxx.new_via_malloc[form], via);
+        atomic_store_explicit(slot, f, memory_order_release);
+    }
+    mtlab_tls.guard--;
+    return f;
+}

@@ -255,6 +255,9 @@ void *mtlab_sample_alloc(unsigned kind, void *r, size_t size, const void *frame)
         t->countdown += (int64_t)size;
         return r;
     }
+    /* Inside a heap manager's operator new, whose shim samples the call (its
+     * count is put back there): nothing here. */
+    if (UNLIKELY(t->in_alloc) && !mtlab_guard_stale(t, (uintptr_t)__builtin_frame_address(0))) return r;
     if (!r || !(__atomic_load_n(&mtlab_ctl->state, __ATOMIC_RELAXED) & MTLAB_CTL_ACTIVE)) {
         /* The point fell in bytes never allocated, or sampling was switched
          * off since the shim looked: draw the next point, sample nothing. */

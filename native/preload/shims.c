@@ -127,15 +127,19 @@ __attribute__((noinline)) static uint64_t brk_by_call(void) {
     return now;
 }
 
-/* Extra events telling where an allocator's memory lives (glibc only). */
-static inline __attribute__((always_inline)) unsigned heap_facts(void *ptr, struct mtlab_buf **bp, uint64_t tsc) {
-    if (!mtlab_cfg.is_glibc || !ptr) return 0;
-    uint64_t brk_now = mtlab_real.curbrk ? (uint64_t)*mtlab_real.curbrk : brk_by_call();
+/* A BRK_SEEN event if the break is not where the trace last put it. */
+static inline __attribute__((always_inline)) void note_break(uint64_t brk_now, struct mtlab_buf **bp, uint64_t tsc) {
     uint64_t seen = atomic_load_explicit(&last_brk, memory_order_relaxed);
     if (UNLIKELY(brk_now != seen) && atomic_compare_exchange_strong(&last_brk, &seen, brk_now)) {
         uint8_t *p = begin(bp, MTLAB_EV_BRK_SEEN, 0, tsc, 0, NULL);
         if (p) commit(*bp, mtlab_put_ptr(*bp, p, brk_now));
     }
+}
+
+/* Extra events telling where an allocator's memory lives (glibc only). */
+static inline __attribute__((always_inline)) unsigned heap_facts(void *ptr, struct mtlab_buf **bp, uint64_t tsc) {
+    if (!mtlab_cfg.is_glibc || !ptr) return 0;
+    note_break(mtlab_real.curbrk ? (uint64_t)*mtlab_real.curbrk : brk_by_call(), bp, tsc);
     size_t word = ((const size_t *)ptr)[-1];
     if (word & GLIBC_IS_MMAPPED) return MTLAB_EVF_CHUNK_MMAPPED;
     if ((word & GLIBC_NON_MAIN_ARENA) && !mtlab_cfg.no_arena_heaps) {
@@ -200,6 +204,11 @@ static inline __attribute__((always_inline)) void record_alloc(unsigned kind, ui
         case MTLAB_EV_MEMALIGN:
             p = mtlab_put_varint(p, a);
             p = mtlab_put_varint(p, b2);
+            break;
+        case MTLAB_EV_NEW: /* a: the form, b2: the alignment */
+            p = mtlab_put_varint(p, a);
+            p = mtlab_put_varint(p, b2);
+            p = mtlab_put_varint(p, size);
             break;
         default: /* malloc, valloc, pvalloc */
             p = mtlab_put_varint(p, a);
@@ -272,23 +281,40 @@ EXPORT void *calloc(size_t nmemb, size_t size) {
     return calloc_full(nmemb, size);
 }
 
-/* free is stamped at its start: the block is gone as soon as free begins. */
+/* One release event (free: form ~0u; an operator delete: its form), after
+ * the real call timed [t0, t1]. A free is stamped at its start: the block
+ * is gone as soon as free begins. glibc gives memory back to the system
+ * inside free (the top of the brk heap, past M_TRIM_THRESHOLD), with its
+ * internal brk that no shim sees: the break is read after each free — one
+ * load of glibc's cached break, which the allocations read too — so that
+ * the trace's mapped bytes follow it. */
+static inline __attribute__((always_inline)) void record_release(unsigned kind, unsigned form, void *p, uint64_t t0,
+                                                                 uint64_t t1, const void *frame) {
+    struct mtlab_tls *t = &mtlab_tls;
+    MTLAB_GUARD_ENTER_AFTER_ALLOC(t);
+    struct mtlab_buf *b;
+    uint8_t *w = begin(&b, kind, 0, t0, t1 - t0, mtlab_cfg.free_stacks ? frame : NULL);
+    if (w) {
+        if (kind == MTLAB_EV_DELETE) w = mtlab_put_varint(w, form);
+        commit(b, mtlab_put_ptr(b, w, (uint64_t)p));
+    }
+    if (mtlab_cfg.is_glibc && mtlab_real.curbrk && p) note_break((uint64_t)*mtlab_real.curbrk, &b, t1);
+    t->guard--;
+    mtlab_resume_interrupted(t);
+}
+
+/* free(NULL) is recorded too: a call the program made (ptr 0). */
 __attribute__((noinline)) static void free_full(void *p) {
     struct mtlab_tls *t = &mtlab_tls;
     ensure_real();
-    if (!p || !tracing(t)) {
+    if (!tracing(t)) {
         mtlab_real.free(p);
         return;
     }
     uint64_t t1, t0 = ENTER_ALLOC(t);
     mtlab_real.free(p);
     LEAVE_ALLOC(t, t1);
-    MTLAB_GUARD_ENTER_AFTER_ALLOC(t);
-    struct mtlab_buf *b;
-    uint8_t *w = begin(&b, MTLAB_EV_FREE, 0, t0, t1 - t0, mtlab_cfg.free_stacks ? __builtin_frame_address(0) : NULL);
-    if (w) commit(b, mtlab_put_ptr(b, w, (uint64_t)p));
-    t->guard--;
-    mtlab_resume_interrupted(t);
+    record_release(MTLAB_EV_FREE, ~0u, p, t0, t1, __builtin_frame_address(0));
 }
 
 EXPORT void free(void *p) {
@@ -408,6 +434,217 @@ ALIGNED_SHIM(memalign, MTLAB_EV_MEMALIGN)
     }
 PAGE_SHIM(valloc, MTLAB_EV_VALLOC)
 PAGE_SHIM(pvalloc, MTLAB_EV_PVALLOC)
+
+/* A call that changes nothing, counted all the same. */
+EXPORT size_t malloc_usable_size(void *p) {
+    struct mtlab_tls *t = &mtlab_tls;
+    if (UNLIKELY(mtlab_in_bootstrap(p))) return ((const size_t *)p)[-2];
+    ensure_real();
+    if (UNLIKELY(!mtlab_real.malloc_usable_size)) return 0;
+    if (mtlab_ctl || !tracing(t)) return mtlab_real.malloc_usable_size(p);
+    uint64_t t0 = mtlab_tsc();
+    size_t r = mtlab_real.malloc_usable_size(p);
+    uint64_t t1 = mtlab_tsc();
+    MTLAB_GUARD_ENTER(t);
+    struct mtlab_buf *b;
+    uint8_t *w = begin(&b, MTLAB_EV_USABLE_SIZE, 0, t1, t1 - t0, mtlab_cfg.free_stacks ? __builtin_frame_address(0) : NULL);
+    if (w) {
+        w = mtlab_put_ptr(b, w, (uint64_t)p);
+        commit(b, mtlab_put_varint(w, r));
+    }
+    t->guard--;
+    return r;
+}
+
+/* ---- C++ operator new and delete ----
+ *
+ * jemalloc, tcmalloc and mimalloc define the operators themselves, so a C++
+ * program's allocations under them never reached malloc's shim. Each form
+ * is traced as its own function (EV_NEW, EV_DELETE), under every heap
+ * manager; the C++ runtime's own operators call malloc and free, which
+ * then pass through as the allocator's inner calls (in_alloc), counted once.
+ * A nothrow_t is passed by reference, an align_val_t as a size_t. */
+
+/* Where no definition is found anywhere (a C program has no C++ runtime,
+ * yet something bound to these names): served by the C functions. The
+ * throwing forms cannot throw from here: they return NULL on failure. */
+static void *cxx_new_fallback(unsigned form, size_t n, size_t align) {
+    if (!(form & MTLAB_NEW_ALIGNED)) return mtlab_real.malloc(n ? n : 1);
+    void *r = NULL;
+    return mtlab_real.posix_memalign(&r, align < sizeof(void *) ? sizeof(void *) : align, n ? n : 1) == 0 ? r : NULL;
+}
+
+static inline void *cxx_new_fn(unsigned form) {
+    void *f = atomic_load_explicit(&mtlab_cxx.new_fn[form], memory_order_acquire);
+    return LIKELY(f != NULL) ? f : mtlab_cxx_resolve(0, form);
+}
+
+static inline void *cxx_delete_fn(unsigned form) {
+    void *f = atomic_load_explicit(&mtlab_cxx.delete_fn[form], memory_order_acquire);
+    return LIKELY(f != NULL) ? f : mtlab_cxx_resolve(1, form);
+}
+
+/* A throwing operator new in flight: if it throws (std::bad_alloc, or a
+ * new_handler's exception), the unwinder runs new_unwound in the shim's
+ * frame (the library is built with -fexceptions), which records the call
+ * as failed and leaves the allocator call. */
+struct new_call {
+    struct mtlab_tls *t;
+    uint64_t t0;
+    size_t n, align;
+    unsigned form;
+    int in_flight;
+    const void *frame;
+};
+
+static void new_unwound(struct new_call *c) {
+    if (LIKELY(!c->in_flight)) return;
+    uint64_t t1;
+    LEAVE_ALLOC(c->t, t1);
+    record_alloc(MTLAB_EV_NEW, c->t0, t1, c->frame, 0, c->form, c->align, c->n, NULL, 0);
+}
+
+#define NEW_SHIM(sym, FORM, PARAMS, ARGS, ALIGN)                                                              \
+    EXPORT void *sym PARAMS {                                                                                 \
+        typedef void *(*fn_t) PARAMS;                                                                         \
+        struct mtlab_tls *t = &mtlab_tls;                                                                     \
+        ensure_real();                                                                                        \
+        fn_t real = (fn_t)cxx_new_fn(FORM);                                                                   \
+        if (UNLIKELY(!real)) return cxx_new_fallback(FORM, n, ALIGN);                                         \
+        if (UNLIKELY(started_sampling(t))) return sym ARGS;                                                   \
+        if (mtlab_ctl) {                                                                                      \
+            /* The C++ runtime's operator calls malloc, which samples it. */                                  \
+            if (atomic_load_explicit(&mtlab_cxx.new_via_malloc[FORM], memory_order_relaxed)) return real ARGS; \
+            if (!(__atomic_load_n(&mtlab_ctl_area.state, __ATOMIC_ACQUIRE) & MTLAB_CTL_ACTIVE)) return real ARGS; \
+            /* A heap manager's operator may call its exported aligned_alloc (jemalloc's aligned     \
+             * forms do): nested, not sampled (mtlab_sample_alloc), and its bytes are this call's. */       \
+            int64_t left_ = t->countdown;                                                                     \
+            if (t->in_alloc++ == 0) MTLAB_NOTE_FRAME(t->alloc_sp, t->alloc_w);                                \
+            void *r_ = real ARGS;                                                                             \
+            t->in_alloc--;                                                                                    \
+            if (LIKELY((t->countdown = left_ - (int64_t)n) > 0)) return r_;                                   \
+            return mtlab_sample_alloc(MTLAB_EV_NEW | (FORM) << 5, r_, n, NULL);                               \
+        }                                                                                                     \
+        if (!tracing(t)) return real ARGS;                                                                    \
+        struct new_call c __attribute__((cleanup(new_unwound))) = {                                           \
+            .t = t, .n = n, .align = ALIGN, .form = FORM, .in_flight = 1, .frame = __builtin_frame_address(0)}; \
+        uint64_t t1;                                                                                          \
+        c.t0 = ENTER_ALLOC(t);                                                                                \
+        void *r = real ARGS;                                                                                  \
+        LEAVE_ALLOC(t, t1);                                                                                   \
+        c.in_flight = 0;                                                                                      \
+        record_alloc(MTLAB_EV_NEW, c.t0, t1, __builtin_frame_address(0), 0, FORM, ALIGN, n, r, 0);            \
+        return r;                                                                                             \
+    }
+
+NEW_SHIM(_Znwm, 0, (size_t n), (n), 0)
+NEW_SHIM(_Znam, MTLAB_NEW_ARRAY, (size_t n), (n), 0)
+NEW_SHIM(_ZnwmRKSt9nothrow_t, MTLAB_NEW_NOTHROW, (size_t n, const void *nt), (n, nt), 0)
+NEW_SHIM(_ZnamRKSt9nothrow_t, MTLAB_NEW_ARRAY | MTLAB_NEW_NOTHROW, (size_t n, const void *nt), (n, nt), 0)
+NEW_SHIM(_ZnwmSt11align_val_t, MTLAB_NEW_ALIGNED, (size_t n, size_t al), (n, al), al)
+NEW_SHIM(_ZnamSt11align_val_t, MTLAB_NEW_ARRAY | MTLAB_NEW_ALIGNED, (size_t n, size_t al), (n, al), al)
+NEW_SHIM(_ZnwmSt11align_val_tRKSt9nothrow_t, MTLAB_NEW_ALIGNED | MTLAB_NEW_NOTHROW, (size_t n, size_t al, const void *nt),
+         (n, al, nt), al)
+NEW_SHIM(_ZnamSt11align_val_tRKSt9nothrow_t, MTLAB_NEW_ARRAY | MTLAB_NEW_ALIGNED | MTLAB_NEW_NOTHROW,
+         (size_t n, size_t al, const void *nt), (n, al, nt), al)
+
+#define DELETE_SHIM(sym, FORM, PARAMS, ARGS)                                                                  \
+    EXPORT void sym PARAMS {                                                                                  \
+        typedef void (*fn_t) PARAMS;                                                                          \
+        struct mtlab_tls *t = &mtlab_tls;                                                                     \
+        if (UNLIKELY(mtlab_in_bootstrap(p))) return;                                                          \
+        ensure_real();                                                                                        \
+        fn_t real = (fn_t)cxx_delete_fn(FORM);                                                                \
+        if (UNLIKELY(!real)) {                                                                                \
+            free(p);                                                                                          \
+            return;                                                                                           \
+        }                                                                                                     \
+        if (mtlab_ctl) {                                                                                      \
+            if (!atomic_load_explicit(&mtlab_cxx.delete_via_malloc[FORM], memory_order_relaxed))              \
+                sampling_release(p);                                                                          \
+            real ARGS;                                                                                        \
+            return;                                                                                           \
+        }                                                                                                     \
+        if (!tracing(t)) {                                                                                    \
+            real ARGS;                                                                                        \
+            return;                                                                                           \
+        }                                                                                                     \
+        uint64_t t1, t0 = ENTER_ALLOC(t);                                                                     \
+        real ARGS;                                                                                            \
+        LEAVE_ALLOC(t, t1);                                                                                   \
+        record_release(MTLAB_EV_DELETE, FORM, p, t0, t1, __builtin_frame_address(0));                         \
+    }
+
+/* A throwing operator new that fails allocates its std::bad_alloc with
+ * malloc while its own call is in flight, where the shims pass nested calls
+ * through: the exception's free, after the catch, was of a block never
+ * seen (and libstdc++'s nothrow new catches that exception inside its own
+ * call: its free is nested too). An exception's allocation and release
+ * belong to the program: both are traced as such, wherever they happen. */
+static void *cxx_runtime_fn(void *_Atomic *slot, const char *name) {
+    void *f = atomic_load_explicit(slot, memory_order_relaxed);
+    if (LIKELY(f != NULL)) return f;
+    struct mtlab_tls *t = &mtlab_tls;
+    MTLAB_GUARD_ENTER(t);
+    f = dlsym(RTLD_NEXT, name);
+    t->guard--;
+    if (f) atomic_store_explicit(slot, f, memory_order_relaxed);
+    return f;
+}
+
+/* Runs CALL outside the allocator call in flight, if any, with that call's
+ * frame notes kept for it. */
+#define OUTSIDE_ALLOC(t, CALL)                                                                                \
+    do {                                                                                                      \
+        int in_alloc_ = (t)->in_alloc;                                                                        \
+        uintptr_t sp_ = (t)->alloc_sp, w0_ = (t)->alloc_w[0], w1_ = (t)->alloc_w[1];                          \
+        (t)->in_alloc = 0;                                                                                    \
+        CALL;                                                                                                 \
+        (t)->in_alloc = in_alloc_;                                                                            \
+        (t)->alloc_sp = sp_;                                                                                  \
+        (t)->alloc_w[0] = w0_;                                                                                \
+        (t)->alloc_w[1] = w1_;                                                                                \
+    } while (0)
+
+EXPORT void *__cxa_allocate_exception(size_t n) {
+    static void *_Atomic slot;
+    void *(*f)(size_t) = (void *(*)(size_t))cxx_runtime_fn(&slot, "__cxa_allocate_exception");
+    if (UNLIKELY(!f)) abort(); /* only a C++ runtime calls it, and it defines it */
+    struct mtlab_tls *t = &mtlab_tls;
+    if (!t->in_alloc || t->guard) return f(n);
+    void *r;
+    OUTSIDE_ALLOC(t, r = f(n));
+    return r;
+}
+
+EXPORT void __cxa_free_exception(void *p) {
+    static void *_Atomic slot;
+    void (*f)(void *) = (void (*)(void *))cxx_runtime_fn(&slot, "__cxa_free_exception");
+    if (UNLIKELY(!f)) abort();
+    struct mtlab_tls *t = &mtlab_tls;
+    if (!t->in_alloc || t->guard) {
+        f(p);
+        return;
+    }
+    OUTSIDE_ALLOC(t, f(p));
+}
+
+#define D_A MTLAB_NEW_ARRAY
+#define D_N MTLAB_NEW_NOTHROW
+#define D_AL MTLAB_NEW_ALIGNED
+#define D_S MTLAB_DELETE_SIZED
+DELETE_SHIM(_ZdlPv, 0, (void *p), (p))
+DELETE_SHIM(_ZdaPv, D_A, (void *p), (p))
+DELETE_SHIM(_ZdlPvRKSt9nothrow_t, D_N, (void *p, const void *nt), (p, nt))
+DELETE_SHIM(_ZdaPvRKSt9nothrow_t, D_A | D_N, (void *p, const void *nt), (p, nt))
+DELETE_SHIM(_ZdlPvSt11align_val_t, D_AL, (void *p, size_t al), (p, al))
+DELETE_SHIM(_ZdaPvSt11align_val_t, D_A | D_AL, (void *p, size_t al), (p, al))
+DELETE_SHIM(_ZdlPvSt11align_val_tRKSt9nothrow_t, D_AL | D_N, (void *p, size_t al, const void *nt), (p, al, nt))
+DELETE_SHIM(_ZdaPvSt11align_val_tRKSt9nothrow_t, D_A | D_AL | D_N, (void *p, size_t al, const void *nt), (p, al, nt))
+DELETE_SHIM(_ZdlPvm, D_S, (void *p, size_t n), (p, n))
+DELETE_SHIM(_ZdaPvm, D_A | D_S, (void *p, size_t n), (p, n))
+DELETE_SHIM(_ZdlPvmSt11align_val_t, D_S | D_AL, (void *p, size_t n, size_t al), (p, n, al))
+DELETE_SHIM(_ZdaPvmSt11align_val_t, D_A | D_S | D_AL, (void *p, size_t n, size_t al), (p, n, al))
 
 /* ---- the mmap family: recorded from the program and from allocators ---- */
 
@@ -543,7 +780,7 @@ EXPORT int brk(void *addr) {
 EXPORT void *sbrk(intptr_t inc) {
     struct mtlab_tls *t = &mtlab_tls;
     ensure_real();
-    if (!tracing_map(t) || inc == 0) return mtlab_real.sbrk(inc);
+    if (!tracing_map(t)) return mtlab_real.sbrk(inc);
     unsigned evf = t->in_alloc ? MTLAB_EVF_IN_ALLOCATOR : 0;
     uint64_t t0 = mtlab_tsc();
     void *r = mtlab_real.sbrk(inc);
@@ -551,7 +788,8 @@ EXPORT void *sbrk(intptr_t inc) {
     int saved = errno;
     if (r == (void *)-1) evf |= MTLAB_EVF_FAILED;
     MTLAB_GUARD_ENTER(t);
-    uint64_t after = (uint64_t)mtlab_real.sbrk(0);
+    /* sbrk(0) too is a call the program made: recorded, its result the break. */
+    uint64_t after = inc == 0 && r != (void *)-1 ? (uint64_t)r : (uint64_t)mtlab_real.sbrk(0);
     atomic_store(&last_brk, after);
     struct mtlab_buf *b;
     uint8_t *p = begin(&b, MTLAB_EV_SBRK, evf, t1, t1 - t0, __builtin_frame_address(0));

@@ -63,8 +63,17 @@ fn compare_gives_exact_live_bytes_under_every_allocator_and_agrees_with_their_ow
         }
         assert_eq!(median(&run, &t, "peak_live_bytes"), Some(10_485_760.0 + extra), "{a}");
         assert_eq!(median(&run, &t, "free.calls"), Some(10.0), "{a}");
-        let bytes = 10.0 * 1048576.0 + 500_000.0 + 1_500_000.0 + extra;
-        assert_eq!(median(&run, &t, "malloc.mean_size"), Some(bytes / calls), "{a}");
+        let program = 10.0 * 1048576.0 + 500_000.0 + 1_500_000.0;
+        let malloc_bytes = (median(&run, &t, "malloc.mean_size").unwrap() * calls).round();
+        if calls == 5510.0 {
+            assert_eq!(malloc_bytes, program, "{a}");
+        } else {
+            // The pool is malloc's; tcmalloc's constructor also keeps a small
+            // block of its own from operator new (a function of its own now).
+            let pool = malloc_bytes - program;
+            assert!((1024.0..131_072.0).contains(&pool), "{a}: the pool {pool}");
+            assert!(extra >= pool && extra - pool < 1024.0, "{a}: live at exit besides the pool: {}", extra - pool);
+        }
         // What the allocator holds covers what it handed out.
         let mapped = median(&run, &t, "end_mapped_bytes").unwrap();
         assert!(mapped >= 2_000_000.0, "{a}: {mapped} mapped at exit");
@@ -189,7 +198,8 @@ fn built_in_workloads_run_under_compare_with_their_exact_call_counts() {
     let lab = Lab::new();
     // The workloads are deterministic: the same calls under every allocator.
     // Each also makes one malloc (and no free) for printf's output buffer.
-    for (workload, mallocs, frees) in [("threshold", 20_001.0, 20_000.0), ("phases", 1_046_101.0, 1_046_100.0)] {
+    // threshold's churn frees the 64 empty slots of its window first: free(NULL), a call too.
+    for (workload, mallocs, frees) in [("threshold", 20_001.0, 20_064.0), ("phases", 1_046_101.0, 1_046_100.0)] {
         let run = lab.mtlab_json(&["heap", "compare", "--workload", workload, "--allocators", "glibc", "--reps", "1", "--warmup", "0", "-q", "--no-store"]);
         assert_eq!(median(&run, "glibc traced", "malloc.calls"), Some(mallocs), "{workload}");
         assert_eq!(median(&run, "glibc traced", "free.calls"), Some(frees), "{workload}");

@@ -755,7 +755,7 @@ impl<'a> Pass<'a> {
                 self.heap.prefetch(ptr);
                 self.sites.prefetch(ev.stack);
             }
-            EventKind::Free { ptr } => self.heap.prefetch(ptr),
+            EventKind::Free { ptr, .. } => self.heap.prefetch(ptr),
             EventKind::Realloc { old, ptr, .. } => {
                 self.heap.prefetch(old);
                 self.heap.prefetch(ptr);
@@ -776,7 +776,7 @@ impl<'a> Pass<'a> {
             }
         }
         let addr = match ev.kind {
-            EventKind::Free { ptr } => ptr,
+            EventKind::Free { ptr, .. } => ptr,
             EventKind::Realloc { old, .. } => old,
             _ => return,
         };
@@ -804,15 +804,18 @@ impl<'a> Pass<'a> {
                     self.last_alloc[slot].1 = ptr;
                 }
             }
-            EventKind::Free { ptr } => {
+            // free(NULL), `delete nullptr`: a call, and nothing freed.
+            EventKind::Free { func, ptr: 0 } => self.funcs[func.index()].add(ev.cycles, None, false),
+            EventKind::Free { func, ptr } => {
                 let slot = self.thread_slot(ev.tid);
-                let temporary = ptr != 0 && self.last_alloc[slot].1 == ptr;
+                let temporary = self.last_alloc[slot].1 == ptr;
                 if temporary {
                     self.last_alloc[slot].1 = 0;
                 }
                 let size = self.released_temporary(ptr, temporary);
-                self.funcs[Func::Free.index()].add(ev.cycles, size, false);
+                self.funcs[func.index()].add(ev.cycles, size, false);
             }
+            EventKind::UsableSize { .. } => self.funcs[Func::MallocUsableSize.index()].add(ev.cycles, None, false),
             EventKind::Realloc { func, old, size, ptr, usable } => {
                 self.funcs[func.index()].add(ev.cycles, Some(size), failed);
                 if ptr != 0 || size == 0 {
@@ -829,14 +832,14 @@ impl<'a> Pass<'a> {
             }
             EventKind::Mmap { func, len, flags, result, .. } => {
                 self.funcs[func.index()].add(ev.cycles, Some(len), failed);
-                if failed {
-                    return;
-                }
-                if ev.flags & FLAG_IN_ALLOCATOR != 0 && flags & MAP_ANONYMOUS != 0 {
-                    self.heap.map(result, result + round(len), RegionKind::Mmap);
-                } else {
-                    self.program_maps.calls += 1;
-                    self.program_maps.bytes += len;
+                // No early return: a failed call is an event all the same.
+                if !failed {
+                    if ev.flags & FLAG_IN_ALLOCATOR != 0 && flags & MAP_ANONYMOUS != 0 {
+                        self.heap.map(result, result + round(len), RegionKind::Mmap);
+                    } else {
+                        self.program_maps.calls += 1;
+                        self.program_maps.bytes += len;
+                    }
                 }
             }
             EventKind::Munmap { addr, len, ret } => {
@@ -847,12 +850,9 @@ impl<'a> Pass<'a> {
             }
             EventKind::Mremap { old, old_len, new_len, result, .. } => {
                 self.funcs[Func::Mremap.index()].add(ev.cycles, Some(new_len), failed);
-                if failed {
-                    return;
-                }
                 let kind = self.heap.region_of(old).map(|(_, k)| k);
                 let kind = kind.or((ev.flags & FLAG_IN_ALLOCATOR != 0).then_some(RegionKind::Mmap));
-                if let Some(kind) = kind {
+                if let Some(kind) = kind.filter(|_| !failed) {
                     self.heap.unmap(old, old + round(old_len));
                     self.heap.map(result, result + round(new_len), kind);
                 }
@@ -862,7 +862,9 @@ impl<'a> Pass<'a> {
                 self.heap.set_break(brk_after);
             }
             EventKind::Sbrk { increment, brk_after, .. } => {
-                self.funcs[Func::Sbrk.index()].add(ev.cycles, Some(increment.unsigned_abs()), failed);
+                // sbrk(0) asks where the break is: no size to average.
+                let size = (increment != 0).then(|| increment.unsigned_abs());
+                self.funcs[Func::Sbrk.index()].add(ev.cycles, size, failed);
                 self.heap.set_break(brk_after);
             }
             EventKind::BrkSeen { brk } => self.heap.set_break(brk),

@@ -427,7 +427,7 @@ pub fn full_profile(trace: &TraceFile) -> Result<ProfileData, TraceError> {
                 let (old, size, ptr) = match ev.kind {
                     EventKind::Alloc { size, ptr, .. } => (0, size, ptr),
                     EventKind::Realloc { old, size, ptr, .. } if ptr != 0 || size == 0 => (old, size, ptr),
-                    EventKind::Free { ptr } => (ptr, 0, 0),
+                    EventKind::Free { ptr, .. } => (ptr, 0, 0),
                     _ => continue,
                 };
                 if old != 0 {

@@ -570,7 +570,7 @@ mod tests {
             };
             c.event(&Event { tid, tsc: 1000 + i as u64 * 10, cycles: 5, stack, flags: 0, kind });
             // A free in between must not count.
-            c.event(&Event { tid, tsc: 1001 + i as u64 * 10, cycles: 5, stack: 0, flags: 0, kind: EventKind::Free { ptr } });
+            c.event(&Event { tid, tsc: 1001 + i as u64 * 10, cycles: 5, stack: 0, flags: 0, kind: EventKind::Free { func: Func::Free, ptr } });
         }
         for c in &chunks {
             w.chunk(c).unwrap();

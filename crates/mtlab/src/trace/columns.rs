@@ -83,6 +83,9 @@ fn fields(kind: u8) -> Option<&'static [Field]> {
         EV_SBRK => &[Misc, Addr, Addr],
         EV_ARENA_HEAP => &[Addr, Size],
         EV_SAMPLE => &[Misc, Size, NewPtr, Misc],
+        EV_NEW => &[Misc, Misc, Size, NewPtr, Extra],
+        EV_DELETE => &[Misc, OldPtr],
+        EV_USABLE_SIZE => &[Addr, Size],
         _ => return None,
     })
 }
@@ -392,9 +395,19 @@ fn walk_rows(chunks: &[RowChunk], mut on: impl FnMut(Token) -> bool) -> Result<(
                     }
                     _ => r.v()?,
                 };
-                // SAMPLE's first field names the sampled call's kind.
-                if kind == EV_SAMPLE && n == 0 && u8::try_from(v).ok().and_then(crate::trace::Func::from_alloc_kind).is_none() {
-                    return Err(ColumnError::Undecodable("a SAMPLE names no allocation function"));
+                // The first field of these names the call: the decoder refuses what names none.
+                use crate::trace::Func;
+                match kind {
+                    EV_SAMPLE if n == 0 && Func::from_sample_func(v).is_none() => {
+                        return Err(ColumnError::Undecodable("a SAMPLE names no allocation function"));
+                    }
+                    EV_NEW if n == 0 && Func::from_new_form(v).is_none() => {
+                        return Err(ColumnError::Undecodable("a NEW names no form of operator new"));
+                    }
+                    EV_DELETE if n == 0 && Func::from_delete_form(v).is_none() => {
+                        return Err(ColumnError::Undecodable("a DELETE names no form of operator delete"));
+                    }
+                    _ => {}
                 }
                 emit!(Token::Value(f, v));
             }
@@ -615,7 +628,7 @@ mod tests {
     }
 
     fn free(tsc: u64, ptr: u64) -> Event {
-        Event { tid: 1, tsc, cycles: 26, stack: 2, flags: 0, kind: EventKind::Free { ptr } }
+        Event { tid: 1, tsc, cycles: 26, stack: 2, flags: 0, kind: EventKind::Free { func: Func::Free, ptr } }
     }
 
     #[test]
@@ -783,7 +796,7 @@ mod tests {
                         e.stack = rnd(30) as u32;
                         match &mut e.kind {
                             EventKind::Alloc { ptr, .. } => *ptr = pool(rnd(64)),
-                            EventKind::Free { ptr } | EventKind::SampleFree { ptr } => *ptr = pool(rnd(64)),
+                            EventKind::Free { ptr, .. } | EventKind::SampleFree { ptr } => *ptr = pool(rnd(64)),
                             EventKind::Realloc { old, ptr, .. } => {
                                 *old = pool(rnd(64));
                                 *ptr = if rnd(3) == 0 { *old } else { pool(rnd(64)) };

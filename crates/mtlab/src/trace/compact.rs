@@ -93,7 +93,9 @@ fn touches(ev: &Event) -> [Touch; 2] {
     let region = |a: u64, len: u64| if len == 0 || failed { Touch::None } else { Touch::Region(a, a.saturating_add(len)) };
     match ev.kind {
         EventKind::Alloc { ptr, .. } | EventKind::Sample { ptr, .. } => [block(ptr), Touch::None],
-        EventKind::Free { ptr } | EventKind::SampleFree { ptr } => [block(ptr), Touch::None],
+        EventKind::Free { ptr, .. } | EventKind::SampleFree { ptr } | EventKind::UsableSize { ptr, .. } => {
+            [block(ptr), Touch::None]
+        }
         EventKind::Realloc { old, ptr, .. } => [block(old), block(ptr)],
         EventKind::Mmap { result, len, .. } => [region(result, len), Touch::None],
         EventKind::Munmap { addr, len, .. } => [region(addr, len), Touch::None],
@@ -151,7 +153,7 @@ impl Stamper {
     fn chunk_touches(&mut self, ev: &Event) -> [Touch; 2] {
         let failed = ev.flags & FLAG_FAILED != 0;
         let (released, made) = match ev.kind {
-            EventKind::Free { ptr } => (ptr, None),
+            EventKind::Free { ptr, .. } => (ptr, None),
             // A failed realloc leaves the old block where it was.
             EventKind::Realloc { old, ptr, usable, .. } => (if failed { 0 } else { old }, Some((ptr, usable))),
             EventKind::Alloc { ptr, usable, .. } => (0, Some((ptr, usable))),
@@ -428,7 +430,7 @@ mod tests {
         ev(tid, tsc, 26, EventKind::Alloc { func: Func::Malloc, size: 16, align: 0, ptr, usable: 24 })
     }
     fn free(tid: u32, tsc: u64, ptr: u64) -> Event {
-        ev(tid, tsc, 26, EventKind::Free { ptr })
+        ev(tid, tsc, 26, EventKind::Free { func: Func::Free, ptr })
     }
 
     #[test]
@@ -551,7 +553,7 @@ mod tests {
         for e in &got {
             match e.kind {
                 EventKind::Alloc { ptr, .. } => assert!(is_live.insert(ptr), "{ptr:#x} allocated while live"),
-                EventKind::Free { ptr } => assert!(is_live.remove(&ptr), "{ptr:#x} freed while dead"),
+                EventKind::Free { ptr, .. } => assert!(is_live.remove(&ptr), "{ptr:#x} freed while dead"),
                 _ => unreachable!(),
             }
         }
@@ -588,7 +590,7 @@ mod tests {
             for e in events {
                 match e.kind {
                     EventKind::Alloc { ptr, .. } => h.entry(ptr).or_default().push((e.tid, true)),
-                    EventKind::Free { ptr } => h.entry(ptr).or_default().push((e.tid, false)),
+                    EventKind::Free { ptr, .. } => h.entry(ptr).or_default().push((e.tid, false)),
                     _ => unreachable!(),
                 }
             }

@@ -582,7 +582,7 @@ impl ChunkCursor {
 pub(crate) fn decode_chunk<F: Fields>(mut f: F, buf: &[u8], first_tsc: u64, tid: u32) -> Result<Vec<Item>, DecErr> {
     let mut tsc = first_tsc;
     let mut out = Vec::new();
-    let mut ev = Event { tid, tsc: 0, cycles: 0, stack: 0, flags: 0, kind: EventKind::Free { ptr: 0 } };
+    let mut ev = Event { tid, tsc: 0, cycles: 0, stack: 0, flags: 0, kind: EventKind::Free { func: Func::Free, ptr: 0 } };
     while let Some(step) = step_with(&mut f, buf, &mut tsc, tid, &mut ev)? {
         out.push(match step {
             Step::Event => Item::Event(ev.clone()),
@@ -646,7 +646,33 @@ fn step_with<F: Fields>(
                 usable: usable(flags, size, res, extra),
             }
         }
-        EV_FREE => EventKind::Free { ptr: f.value(buf, Field::OldPtr)? },
+        EV_FREE => EventKind::Free { func: Func::Free, ptr: f.value(buf, Field::OldPtr)? },
+        EV_NEW => {
+            let form = f.value(buf, Field::Misc)?;
+            let align = f.value(buf, Field::Misc)?;
+            let size = f.value(buf, Field::Size)?;
+            let res = f.value(buf, Field::NewPtr)?;
+            let extra = f.value(buf, Field::Extra)?;
+            let func = Func::from_new_form(form).ok_or(DecErr::UnknownKind(kind))?;
+            EventKind::Alloc {
+                func,
+                size,
+                align,
+                ptr: res,
+                usable: usable(flags, size, res, extra),
+            }
+        }
+        EV_DELETE => {
+            let form = f.value(buf, Field::Misc)?;
+            let ptr = f.value(buf, Field::OldPtr)?;
+            let func = Func::from_delete_form(form).ok_or(DecErr::UnknownKind(kind))?;
+            EventKind::Free { func, ptr }
+        }
+        EV_USABLE_SIZE => {
+            let ptr = f.value(buf, Field::Addr)?;
+            let usable = f.value(buf, Field::Size)?;
+            EventKind::UsableSize { ptr, usable }
+        }
         EV_CALLOC => {
             let nmemb = f.value(buf, Field::Size)?;
             let sz = f.value(buf, Field::Size)?;
@@ -788,7 +814,7 @@ fn step_with<F: Fields>(
             let size = f.value(buf, Field::Size)?;
             let res = f.value(buf, Field::NewPtr)?;
             let interval = f.value(buf, Field::Misc)?;
-            let func = u8::try_from(fk).ok().and_then(Func::from_alloc_kind).ok_or(DecErr::UnknownKind(kind))?;
+            let func = Func::from_sample_func(fk).ok_or(DecErr::UnknownKind(kind))?;
             EventKind::Sample { func, size, ptr: res, interval }
         }
         EV_SAMPLE_FREE => EventKind::SampleFree { ptr: f.value(buf, Field::OldPtr)? },
@@ -993,7 +1019,7 @@ impl Items {
                 cycles: 0,
                 stack: 0,
                 flags: 0,
-                kind: EventKind::Free { ptr: 0 },
+                kind: EventKind::Free { func: Func::Free, ptr: 0 },
             },
         };
         Some(match self.free_slots.pop() {
@@ -1252,8 +1278,16 @@ pub(crate) mod tests {
         let kinds = vec![
             alloc(Func::Malloc, 24, 0, 0x5555_5555_9000, 40),
             alloc(Func::Malloc, 1 << 40, 0, 0, 0),
-            EventKind::Free { ptr: 0x5555_5555_9000 },
-            EventKind::Free { ptr: 0 },
+            EventKind::Free { func: Func::Free, ptr: 0x5555_5555_9000 },
+            EventKind::Free { func: Func::Free, ptr: 0 },
+            alloc(Func::New, 24, 0, 0x5555_5555_a000, 40),
+            alloc(Func::NewArrayAlignedNothrow, 1 << 40, 128, 0, 0),
+            alloc(Func::NewAligned, 64, 64, 0x5555_5555_b000, 64),
+            EventKind::Free { func: Func::DeleteArraySizedAligned, ptr: 0x5555_5555_b000 },
+            EventKind::Free { func: Func::Delete, ptr: 0 },
+            EventKind::Free { func: Func::DeleteNothrow, ptr: 0x5555_5555_a000 },
+            EventKind::UsableSize { ptr: 0x5555_5555_a000, usable: 40 },
+            EventKind::UsableSize { ptr: 1, usable: 0 },
             alloc(Func::Calloc, 800, 0, 0x7fff_f000_0010, 808),
             EventKind::Realloc {
                 func: Func::Realloc,
@@ -1337,6 +1371,7 @@ pub(crate) mod tests {
                 size: 64 << 20,
             },
             EventKind::Sample { func: Func::Calloc, size: 4096, ptr: 0x7ff0_0000_1000, interval: 512 << 10 },
+            EventKind::Sample { func: Func::NewArrayAligned, size: 4096, ptr: 0x7ff0_0000_2000, interval: 512 << 10 },
             EventKind::SampleFree { ptr: 0x7ff0_0000_1000 },
         ];
         let mut out = vec![Item::Stack {
@@ -1367,7 +1402,7 @@ pub(crate) mod tests {
             tid,
             t + (1u64 << 62),
             FLAG_IN_ALLOCATOR,
-            EventKind::Free { ptr: 0x42 },
+            EventKind::Free { func: Func::Free, ptr: 0x42 },
         ));
         out
     }
@@ -1478,7 +1513,7 @@ pub(crate) mod tests {
         let p = 0x7000_0000u64;
         let mut w = TraceWriter::create(&path, header_pairs()).unwrap();
         w.events_chunk(1, &[ev(1, 100, 0, alloc(Func::Malloc, 8, 0, p, 8))]).unwrap();
-        w.events_chunk(2, &[ev(2, 600, 0, EventKind::Free { ptr: p })]).unwrap();
+        w.events_chunk(2, &[ev(2, 600, 0, EventKind::Free { func: Func::Free, ptr: p })]).unwrap();
         let mut a2 = vec![ev(1, 600, 0, alloc(Func::Malloc, 8, 0, p, 8))];
         a2.extend(mallocs(1, 700, 500, 0x8000_0000));
         w.events_chunk(1, &a2).unwrap();
@@ -1670,6 +1705,7 @@ pub(crate) mod tests {
                         t,
                         0,
                         EventKind::Free {
+                            func: Func::Free,
                             ptr: (tid as u64) << 32 | t,
                         },
                     )
@@ -1734,7 +1770,7 @@ pub(crate) mod tests {
         for step in 0..20_000u64 {
             let t = (rng.next() % 6) as usize;
             clocks[t] += rng.next() % 20;
-            pending[t].push(ev(t as u32, clocks[t], 0, EventKind::Free { ptr: step }));
+            pending[t].push(ev(t as u32, clocks[t], 0, EventKind::Free { func: Func::Free, ptr: step }));
             if rng.next().is_multiple_of(50) {
                 for i in &pending[t] {
                     if let Item::Event(e) = i {
@@ -2035,16 +2071,16 @@ pub(crate) mod tests {
             let off_bad = w.bytes_written();
             let mut c = ChunkEncoder::new(5);
             c.item(&ev(5, 10, 0, alloc(Func::Malloc, 8, 0, 0x100, 8)));
-            c.item(&ev(5, 12, 0, EventKind::Free { ptr: 0x100 }));
+            c.item(&ev(5, 12, 0, EventKind::Free { func: Func::Free, ptr: 0x100 }));
             c.raw_bytes(&[0x1f, 0, 0, 0]);
-            c.item(&ev(5, 14, 0, EventKind::Free { ptr: 0x200 }));
+            c.item(&ev(5, 14, 0, EventKind::Free { func: Func::Free, ptr: 0x200 }));
             w.chunk(&c).unwrap();
             let other: Vec<Item> = (0..5u64)
-                .map(|i| ev(6, 11 + i, 0, EventKind::Free { ptr: i }))
+                .map(|i| ev(6, 11 + i, 0, EventKind::Free { func: Func::Free, ptr: i }))
                 .collect();
             w.events_chunk(6, &other).unwrap();
             let mut t = ChunkEncoder::new(7);
-            t.item(&ev(7, 100, 0, EventKind::Free { ptr: 1 }));
+            t.item(&ev(7, 100, 0, EventKind::Free { func: Func::Free, ptr: 1 }));
             t.raw_bytes(&[EV_MALLOC, 0x80]); // runs out of bytes
             w.chunk(&t).unwrap();
             w.finish().unwrap();
@@ -2104,7 +2140,7 @@ pub(crate) mod tests {
                         let e = if i % 2 == 0 {
                             ev(t + 1, tsc, 0, alloc(Func::Malloc, 16 + (i % 48), 0, p, 24 + (i % 48)))
                         } else {
-                            ev(t + 1, tsc, 0, EventKind::Free { ptr: p })
+                            ev(t + 1, tsc, 0, EventKind::Free { func: Func::Free, ptr: p })
                         };
                         enc.item(&e);
                         n += 1;

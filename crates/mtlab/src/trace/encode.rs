@@ -146,11 +146,30 @@ impl ChunkEncoder {
                     self.ptr(ptr);
                     self.v(extra(size, usable));
                 }
-                f => panic!("EventKind::Alloc cannot carry {}", f.name()),
+                f => {
+                    let form = f.new_form().unwrap_or_else(|| panic!("EventKind::Alloc cannot carry {}", f.name()));
+                    self.common(EV_NEW, fl, tsc, cyc, st);
+                    self.v(form);
+                    self.v(align);
+                    self.v(size);
+                    self.ptr(ptr);
+                    self.v(extra(size, usable));
+                }
             },
-            EventKind::Free { ptr } => {
+            EventKind::Free { func: Func::Free, ptr } => {
                 self.common(EV_FREE, fl, tsc, cyc, st);
                 self.ptr(ptr);
+            }
+            EventKind::Free { func, ptr } => {
+                let form = func.delete_form().unwrap_or_else(|| panic!("EventKind::Free cannot carry {}", func.name()));
+                self.common(EV_DELETE, fl, tsc, cyc, st);
+                self.v(form);
+                self.ptr(ptr);
+            }
+            EventKind::UsableSize { ptr, usable } => {
+                self.common(EV_USABLE_SIZE, fl, tsc, cyc, st);
+                self.ptr(ptr);
+                self.v(usable);
             }
             EventKind::Realloc {
                 func,
@@ -240,7 +259,7 @@ impl ChunkEncoder {
             }
             EventKind::Sample { func, size, ptr, interval } => {
                 self.common(EV_SAMPLE, fl, tsc, cyc, st);
-                self.v(func.alloc_kind().expect("samples come from allocation functions") as u64);
+                self.v(func.sample_func().expect("samples come from allocation functions"));
                 self.v(size);
                 self.ptr(ptr);
                 self.v(interval);

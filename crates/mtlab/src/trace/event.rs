@@ -19,10 +19,67 @@ pub enum Func {
     Mremap,
     Brk,
     Sbrk,
+    MallocUsableSize,
+    // C++ operator new, in the order of its forms (format::NEW_* bits).
+    New,
+    NewArray,
+    NewNothrow,
+    NewArrayNothrow,
+    NewAligned,
+    NewArrayAligned,
+    NewAlignedNothrow,
+    NewArrayAlignedNothrow,
+    // C++ operator delete, in the order of its forms (format::DELETE_* bits;
+    // the sized forms take no nothrow).
+    Delete,
+    DeleteArray,
+    DeleteNothrow,
+    DeleteArrayNothrow,
+    DeleteAligned,
+    DeleteArrayAligned,
+    DeleteAlignedNothrow,
+    DeleteArrayAlignedNothrow,
+    DeleteSized,
+    DeleteArraySized,
+    DeleteSizedAligned,
+    DeleteArraySizedAligned,
 }
 
+/// operator new's forms, indexed by the trace's form (bits: array, nothrow, aligned).
+const NEW_FORMS: [Func; 8] = [
+    Func::New,
+    Func::NewArray,
+    Func::NewNothrow,
+    Func::NewArrayNothrow,
+    Func::NewAligned,
+    Func::NewArrayAligned,
+    Func::NewAlignedNothrow,
+    Func::NewArrayAlignedNothrow,
+];
+
+/// operator delete's forms, indexed by the trace's form (bits: array,
+/// nothrow, aligned, sized); `None` where C++ has no such form.
+const DELETE_FORMS: [Option<Func>; 16] = [
+    Some(Func::Delete),
+    Some(Func::DeleteArray),
+    Some(Func::DeleteNothrow),
+    Some(Func::DeleteArrayNothrow),
+    Some(Func::DeleteAligned),
+    Some(Func::DeleteArrayAligned),
+    Some(Func::DeleteAlignedNothrow),
+    Some(Func::DeleteArrayAlignedNothrow),
+    Some(Func::DeleteSized),
+    Some(Func::DeleteArraySized),
+    None,
+    None,
+    Some(Func::DeleteSizedAligned),
+    Some(Func::DeleteArraySizedAligned),
+    None,
+    None,
+];
+
 impl Func {
-    pub const ALL: [Func; 16] = [
+    pub const ALL: [Func; 37] = [
         Func::Malloc,
         Func::Free,
         Func::Calloc,
@@ -39,6 +96,27 @@ impl Func {
         Func::Mremap,
         Func::Brk,
         Func::Sbrk,
+        Func::MallocUsableSize,
+        Func::New,
+        Func::NewArray,
+        Func::NewNothrow,
+        Func::NewArrayNothrow,
+        Func::NewAligned,
+        Func::NewArrayAligned,
+        Func::NewAlignedNothrow,
+        Func::NewArrayAlignedNothrow,
+        Func::Delete,
+        Func::DeleteArray,
+        Func::DeleteNothrow,
+        Func::DeleteArrayNothrow,
+        Func::DeleteAligned,
+        Func::DeleteArrayAligned,
+        Func::DeleteAlignedNothrow,
+        Func::DeleteArrayAlignedNothrow,
+        Func::DeleteSized,
+        Func::DeleteArraySized,
+        Func::DeleteSizedAligned,
+        Func::DeleteArraySizedAligned,
     ];
 
     pub fn name(self) -> &'static str {
@@ -59,6 +137,66 @@ impl Func {
             Func::Mremap => "mremap",
             Func::Brk => "brk",
             Func::Sbrk => "sbrk",
+            Func::MallocUsableSize => "malloc_usable_size",
+            Func::New => "operator new",
+            Func::NewArray => "operator new[]",
+            Func::NewNothrow => "operator new(nothrow)",
+            Func::NewArrayNothrow => "operator new[](nothrow)",
+            Func::NewAligned => "operator new(align)",
+            Func::NewArrayAligned => "operator new[](align)",
+            Func::NewAlignedNothrow => "operator new(align nothrow)",
+            Func::NewArrayAlignedNothrow => "operator new[](align nothrow)",
+            Func::Delete => "operator delete",
+            Func::DeleteArray => "operator delete[]",
+            Func::DeleteNothrow => "operator delete(nothrow)",
+            Func::DeleteArrayNothrow => "operator delete[](nothrow)",
+            Func::DeleteAligned => "operator delete(align)",
+            Func::DeleteArrayAligned => "operator delete[](align)",
+            Func::DeleteAlignedNothrow => "operator delete(align nothrow)",
+            Func::DeleteArrayAlignedNothrow => "operator delete[](align nothrow)",
+            Func::DeleteSized => "operator delete(size)",
+            Func::DeleteArraySized => "operator delete[](size)",
+            Func::DeleteSizedAligned => "operator delete(size align)",
+            Func::DeleteArraySizedAligned => "operator delete[](size align)",
+        }
+    }
+
+    /// The operator new of the trace's form number.
+    pub fn from_new_form(form: u64) -> Option<Func> {
+        NEW_FORMS.get(usize::try_from(form).ok()?).copied()
+    }
+
+    /// The trace's form number of an operator new.
+    pub fn new_form(self) -> Option<u64> {
+        NEW_FORMS.iter().position(|&f| f == self).map(|i| i as u64)
+    }
+
+    /// The operator delete of the trace's form number.
+    pub fn from_delete_form(form: u64) -> Option<Func> {
+        DELETE_FORMS.get(usize::try_from(form).ok()?).copied().flatten()
+    }
+
+    /// The trace's form number of an operator delete.
+    pub fn delete_form(self) -> Option<u64> {
+        DELETE_FORMS.iter().position(|&f| f == Some(self)).map(|i| i as u64)
+    }
+
+    /// The function a SAMPLE event's `func` value stands for: an allocation
+    /// kind, or EV_NEW with the form above the kind bits.
+    pub fn from_sample_func(v: u64) -> Option<Func> {
+        use super::format::*;
+        if v & u64::from(KIND_MASK) == u64::from(EV_NEW) {
+            return Func::from_new_form(v >> 5);
+        }
+        u8::try_from(v).ok().and_then(Func::from_alloc_kind)
+    }
+
+    /// A SAMPLE event's `func` value for this function (an allocation one).
+    pub fn sample_func(self) -> Option<u64> {
+        use super::format::*;
+        match self.new_form() {
+            Some(form) => Some(u64::from(EV_NEW) | form << 5),
+            None => self.alloc_kind().map(u64::from),
         }
     }
 
@@ -123,11 +261,16 @@ pub struct Event {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventKind {
-    /// malloc, calloc, posix_memalign, aligned_alloc, memalign, valloc, pvalloc.
+    /// malloc, calloc, posix_memalign, aligned_alloc, memalign, valloc,
+    /// pvalloc, and C++'s operator new in its forms.
     /// `size` is the requested byte count (nmemb*size for calloc); `align` is 0
     /// where the function takes none; `ptr` is 0 on failure.
     Alloc { func: Func, size: u64, align: u64, ptr: u64, usable: u64 },
-    Free { ptr: u64 },
+    /// free, or an operator delete (`func`); `ptr` 0: free(NULL) or
+    /// `delete nullptr`, a call that frees nothing.
+    Free { func: Func, ptr: u64 },
+    /// malloc_usable_size(ptr) returned `usable`: a call that changes nothing.
+    UsableSize { ptr: u64, usable: u64 },
     /// realloc and reallocarray (`size` = nmemb*size).
     Realloc { func: Func, old: u64, size: u64, ptr: u64, usable: u64 },
     /// mmap and mmap64.
@@ -152,7 +295,8 @@ impl EventKind {
     pub fn func(&self) -> Option<Func> {
         match *self {
             EventKind::Alloc { func, .. } | EventKind::Realloc { func, .. } | EventKind::Mmap { func, .. } => Some(func),
-            EventKind::Free { .. } => Some(Func::Free),
+            EventKind::Free { func, .. } => Some(func),
+            EventKind::UsableSize { .. } => Some(Func::MallocUsableSize),
             EventKind::Munmap { .. } => Some(Func::Munmap),
             EventKind::Mremap { .. } => Some(Func::Mremap),
             EventKind::Brk { .. } => Some(Func::Brk),

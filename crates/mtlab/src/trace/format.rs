@@ -70,7 +70,18 @@ pub const EV_BRK_SEEN: u8 = 17;
 pub const EV_ARENA_HEAP: u8 = 18;
 pub const EV_SAMPLE: u8 = 19;
 pub const EV_SAMPLE_FREE: u8 = 20;
-pub const EV_KIND_COUNT: u8 = 21;
+pub const EV_NEW: u8 = 21;
+pub const EV_DELETE: u8 = 22;
+pub const EV_USABLE_SIZE: u8 = 23;
+pub const EV_KIND_COUNT: u8 = 24;
+
+/// Bits of operator new's and delete's forms (EV_NEW, EV_DELETE).
+pub const NEW_ARRAY: u64 = 0x1;
+pub const NEW_NOTHROW: u64 = 0x2;
+pub const NEW_ALIGNED: u64 = 0x4;
+pub const NEW_FORMS: u64 = 8;
+pub const DELETE_SIZED: u64 = 0x8;
+pub const DELETE_FORMS: u64 = 16;
 
 pub const EVF_CHUNK_MMAPPED: u8 = 0x20;
 pub const EVF_IN_ALLOCATOR: u8 = 0x40;
@@ -130,6 +141,9 @@ pub fn kind_name(kind: u8) -> &'static str {
         EV_ARENA_HEAP => "ARENA_HEAP",
         EV_SAMPLE => "SAMPLE",
         EV_SAMPLE_FREE => "SAMPLE_FREE",
+        EV_NEW => "NEW",
+        EV_DELETE => "DELETE",
+        EV_USABLE_SIZE => "USABLE_SIZE",
         _ => "unknown",
     }
 }
@@ -178,7 +192,16 @@ mod tests {
             ("EV_ARENA_HEAP", EV_ARENA_HEAP as u64),
             ("EV_SAMPLE", EV_SAMPLE as u64),
             ("EV_SAMPLE_FREE", EV_SAMPLE_FREE as u64),
+            ("EV_NEW", EV_NEW as u64),
+            ("EV_DELETE", EV_DELETE as u64),
+            ("EV_USABLE_SIZE", EV_USABLE_SIZE as u64),
             ("EV_KIND_COUNT", EV_KIND_COUNT as u64),
+            ("NEW_ARRAY", NEW_ARRAY),
+            ("NEW_NOTHROW", NEW_NOTHROW),
+            ("NEW_ALIGNED", NEW_ALIGNED),
+            ("NEW_FORMS", NEW_FORMS),
+            ("DELETE_SIZED", DELETE_SIZED),
+            ("DELETE_FORMS", DELETE_FORMS),
             ("REC_STATS", REC_STATS as u64),
             ("REC_ALLOCSTATS", REC_ALLOCSTATS as u64),
             ("CTL_MAGIC", CTL_MAGIC),

@@ -33,8 +33,21 @@ pub const STUDY: &str = "heap-compare";
 pub const SWEEP: &str = "heap-sweep";
 pub const REPLAY: &str = "heap-replay";
 
-/// The allocator functions whose cycles the comparison tables show.
-pub const FUNCTIONS: [&str; 4] = ["malloc", "free", "calloc", "realloc"];
+/// The allocator functions whose cycles the comparison tables show (a
+/// function never called has no row): C's, and C++'s operators in their
+/// common forms, which jemalloc, tcmalloc and mimalloc serve without malloc.
+pub const FUNCTIONS: [&str; 10] = [
+    "malloc",
+    "free",
+    "calloc",
+    "realloc",
+    "operator new",
+    "operator new[]",
+    "operator delete",
+    "operator delete(size)",
+    "operator delete[]",
+    "operator delete[](size)",
+];
 
 #[derive(Debug, Clone)]
 pub struct HeapCompareConfig {
@@ -143,6 +156,34 @@ struct Lab {
     series: RefCell<BTreeMap<String, Vec<SeriesPoint>>>,
     /// Per variant: the traced process measured, when not the root process.
     measured: RefCell<BTreeMap<String, String>>,
+    /// Per variant: the most frees of unknown blocks in one traced run, and
+    /// that run's frees.
+    unknown_frees: RefCell<BTreeMap<String, (u64, u64)>>,
+}
+
+/// Frees of blocks never seen allocated, past which a run's figures are
+/// not to be trusted: at least this many, and at least 1 % of the frees.
+const UNKNOWN_FREES_WARN: u64 = 100;
+
+/// The warning for a traced run with `unknown` frees of blocks the trace
+/// never saw allocated, out of `frees`: its allocations went around the
+/// tracer (a heap manager's own entry points that mtlab does not trace),
+/// so live, peak and mapped figures are short of the truth.
+fn unknown_frees_warning(variant: &str, unknown: u64, frees: u64) -> Option<String> {
+    (unknown >= UNKNOWN_FREES_WARN && unknown.saturating_mul(100) >= frees).then(|| {
+        format!(
+            "warning: {variant}: {unknown} of {frees} frees were of blocks the trace never saw allocated — its \
+             allocations went around the tracer, so its live, peak and mapped figures are short of the truth"
+        )
+    })
+}
+
+/// A report's frees: free and every form of operator delete.
+fn frees_of(r: &serde_json::Value) -> u64 {
+    let funcs = r["functions"].as_object();
+    funcs
+        .map(|f| f.iter().filter(|(k, _)| *k == "free" || k.starts_with("operator delete")).filter_map(|(_, v)| v["calls"].as_u64()).sum())
+        .unwrap_or(0)
 }
 
 fn bytes(metric: &str, v: u64) -> Sample {
@@ -309,6 +350,13 @@ impl Lab {
             .and_then(|v| v.parse::<f64>().ok())
             .ok_or_else(|| StudyError::Output(format!("{}: the trace has no wall_ns in RUNINFO", cfg.name)))?;
         let rss = tf.stats.iter().find(|(k, _)| k == keys::MAX_RSS_KIB).and_then(|(_, v)| v.parse::<u64>().ok());
+        let unknown = r["unknown_frees"].as_u64().unwrap_or(0);
+        let mut worst = self.unknown_frees.borrow_mut();
+        let seen = worst.entry(v.name.clone()).or_insert((0, 0));
+        if unknown >= seen.0 {
+            *seen = (unknown, frees_of(r));
+        }
+        drop(worst);
         let mut out = traced_samples(r, wall / 1e9, &cfg.name)?;
         if let Some(kib) = rss {
             out.push(bytes("peak_rss", heap_rss_kib(kib, replay_line(&recorded.stdout).as_ref()) * 1024));
@@ -403,9 +451,19 @@ fn run_variants(mut run: Run, variants: &[Variant], argv: &[OsString], runner_op
             run.environment.software.insert(a.name.clone(), ver);
         }
     }
-    let lab = Lab { dir, mtlab, argv: argv.to_vec(), series: RefCell::new(BTreeMap::new()), measured: RefCell::new(BTreeMap::new()) };
+    let lab = Lab {
+        dir,
+        mtlab,
+        argv: argv.to_vec(),
+        series: RefCell::new(BTreeMap::new()),
+        measured: RefCell::new(BTreeMap::new()),
+        unknown_frees: RefCell::new(BTreeMap::new()),
+    };
     progress.inc_length(((runner_opts.warmup + runner_opts.reps) as usize * configs.len()) as u64);
     runner::run_all(&mut run, &configs, runner_opts, progress, |c, _| lab.trial(c, variants))?;
+    for (variant, (unknown, frees)) in lab.unknown_frees.into_inner() {
+        run.notes.extend(unknown_frees_warning(&variant, unknown, frees));
+    }
     let details = Details { series: lab.series.into_inner() };
     let mut measured: Vec<String> = lab.measured.into_inner().into_values().collect();
     measured.sort();
@@ -564,6 +622,22 @@ mod tests {
             "peak": {"live_bytes": peak_live},
             "children": children,
         })
+    }
+
+    #[test]
+    fn many_frees_of_unknown_blocks_make_a_warning() {
+        // larson under jemalloc before operator new was traced.
+        let w = unknown_frees_warning("jemalloc", 3_512_671, 3_512_674).expect("a warning");
+        assert!(w.contains("jemalloc") && w.contains("3512671 of 3512674"), "{w}");
+        // A few blocks from before tracing began: no warning.
+        assert_eq!(unknown_frees_warning("glibc", 3, 649_380), None);
+        assert_eq!(unknown_frees_warning("glibc", 99, 100), None, "too few to matter");
+        assert_eq!(unknown_frees_warning("glibc", 1_000, 1_000_000), None, "0.1 % of the frees");
+        assert!(unknown_frees_warning("glibc", 10_000, 1_000_000).is_some(), "1 %");
+        // The frees counted are free's and every operator delete's.
+        let r = json!({"functions": {"free": {"calls": 5}, "operator delete": {"calls": 7},
+                                     "operator delete[](size)": {"calls": 1}, "malloc": {"calls": 100}}});
+        assert_eq!(frees_of(&r), 13);
     }
 
     #[test]

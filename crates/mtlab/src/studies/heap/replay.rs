@@ -83,6 +83,8 @@ impl Builder {
                     Func::Malloc => (MALLOC, 0),
                     Func::Calloc => (CALLOC, 0),
                     Func::Valloc | Func::Pvalloc => (ALIGNED, 4096),
+                    // C++'s operator new, replayed as the C call its heap manager serves it with.
+                    _ if align == 0 => (MALLOC, 0),
                     _ => (ALIGNED, align),
                 };
                 let id = self.new_id(ptr, tid, size);
@@ -109,7 +111,7 @@ impl Builder {
                     (None, _) => self.summary.unknown += 1,
                 }
             }
-            EventKind::Free { ptr } if ptr != 0 => match self.take(ptr, tid) {
+            EventKind::Free { ptr, .. } if ptr != 0 => match self.take(ptr, tid) {
                 Some(id) => self.push(tid, FREE, 0, 0, id, 0),
                 None => self.summary.unknown += 1,
             },
@@ -171,9 +173,9 @@ mod tests {
             alloc(2, 50, 0x20),
             realloc(1, 0x10, 200, 0x30),     // block 1 moves: block 3
             realloc(1, 0x30, 1 << 40, 0),    // fails: block 3 stays
-            ev(2, EventKind::Free { ptr: 0x30 }), // thread 2 frees thread 1's block
+            ev(2, EventKind::Free { func: Func::Free, ptr: 0x30 }), // thread 2 frees thread 1's block
             realloc(2, 0x20, 0, 0),          // realloc(p, 0) frees block 2
-            ev(1, EventKind::Free { ptr: 0x99 }), // from before tracing
+            ev(1, EventKind::Free { func: Func::Free, ptr: 0x99 }), // from before tracing
         ] {
             b.event(&e);
         }
