@@ -12,8 +12,6 @@ use std::time::Duration;
 
 use util::*;
 
-const NOBODY: u32 = 65534;
-
 /// Runs `script` with sh in a new mount and pid namespace whose /dev/shm is
 /// a private tmpfs (mode 1777, as the real one), with `$MTLAB` and `$LAB`
 /// set; everything in it is killed after `limit`. None (said, skipped) where

@@ -14,13 +14,6 @@ use std::time::Duration;
 
 use util::*;
 
-const NOBODY: u32 = 65534;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// A directory like /tmp: root's, mode 1777.
 fn shared_dir() -> tempfile::TempDir {
     let d = tempfile::Builder::new().prefix("mtlab-hostile-").tempdir().unwrap();

@@ -7,11 +7,6 @@ mod util;
 
 use util::*;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// "worker PID mallocs M" from the program's stdout.
 fn worker_line(stdout: &[u8]) -> (u64, u64) {
     let text = String::from_utf8_lossy(stdout);

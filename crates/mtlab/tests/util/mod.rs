@@ -408,3 +408,12 @@ pub fn raw_records(bytes: &[u8]) -> Vec<RawRecord> {
     }
     out
 }
+
+/// The other local user of the hostile-user tests (`tests/hostile_*.rs`).
+pub const NOBODY: u32 = 65534;
+
+/// Whether the tests run as root (the hostile-user tests need it; CI does).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
