@@ -11,6 +11,7 @@ macro_rules! say {
     }};
 }
 
+pub mod analysis;
 pub mod cli;
 pub mod compact;
 pub mod ctl;
