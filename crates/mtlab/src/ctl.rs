@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::heap::analyze::AllocatorReading;
+use crate::analysis::model::AllocatorReading;
 use crate::platform::names;
 use crate::platform::process::pid_alive;
 use crate::profile::export::{export_data, ExportRequest, ProfileExportError};

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::heap::model::HeapSnapshot;
-use crate::heap::stats::CycleSummary;
+use super::functions::CycleSummary;
 use crate::profile::sampled::{Estimate, SampledTotals};
 use crate::trace::{keys, TraceFile};
 
@@ -369,6 +369,11 @@ pub struct ProcessReport {
     pub exit: Option<String>,
     /// Present for sampled traces (`record --sample`): the estimates.
     pub profile: Option<SampledSummary>,
+    /// The whole profile, for the exports (`report --pprof`, `--flamegraph`,
+    /// …) without decoding the trace again: a sampled trace's estimates, or
+    /// a full trace's exact figures when `AnalyzeOptions::profile` asked.
+    #[serde(skip)]
+    pub profile_data: Option<crate::profile::ProfileData>,
     pub warnings: Vec<String>,
 }
 
@@ -393,10 +398,6 @@ pub struct SampledSummary {
     /// it was on, if ever, the trace does not say).
     pub started_inactive: bool,
     pub top: Vec<SampledSite>,
-    /// The whole estimated profile, for `report --pprof/--flamegraph`
-    /// without decoding the trace again.
-    #[serde(skip)]
-    pub data: crate::profile::ProfileData,
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::export::{self, csv::CsvExporter, json::JsonExporter, svg::SvgExporter, text::TextExporter, Document, Exporter};
-use crate::heap::AnalyzeOptions;
+use crate::analysis::AnalyzeOptions;
 use crate::record::{self, RecordConfig, RecordError, SampleConfig, Stacks, Unwind};
 use crate::report::{self, RunReport};
 use crate::trace::TraceError;
@@ -616,8 +616,9 @@ pub fn load_reports(
     children: bool,
     opts: &AnalyzeOptions,
     sel: &report::select::Selection,
+    merge: bool,
 ) -> Result<RunReport, CliError> {
-    let run = report::load::load(file, children, opts, sel)?;
+    let run = report::load::load(file, children, opts, sel, merge)?;
     for m in &run.missing {
         say!("mtlab: warning: {}", m.message());
     }
@@ -625,10 +626,6 @@ pub fn load_reports(
 }
 
 fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
-    let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some() };
-    let sel = report::select::Selection { pids: a.pid.clone(), comms: a.comm.clone(), all_processes: a.all_processes };
-    let mut run = load_reports(&a.file, !a.no_children, &opts, &sel)?;
-    run.frames = a.frames;
     let req = crate::profile::export::ExportRequest {
         pprof: a.pprof.clone(),
         flamegraph: a.flamegraph.clone(),
@@ -636,8 +633,13 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
         speedscope: a.speedscope.clone(),
         value: Some(a.flame_value),
     };
-    // The exports and the page's flame graph share one profile.
-    let profile = if !req.is_empty() || a.html.is_some() { report::exports::profile(&run, a.merge)? } else { None };
+    // The exports and the page's flame graph share one profile, made in the analysis's pass.
+    let exports = !req.is_empty() || a.html.is_some();
+    let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some(), profile: exports };
+    let sel = report::select::Selection { pids: a.pid.clone(), comms: a.comm.clone(), all_processes: a.all_processes };
+    let mut run = load_reports(&a.file, !a.no_children, &opts, &sel, a.merge)?;
+    run.frames = a.frames;
+    let profile = if exports { report::exports::profile(&mut run, a.merge)? } else { None };
     if !req.is_empty() {
         if let Some((pick, data)) = &profile {
             say!("mtlab: {}", pick.message);
@@ -759,7 +761,8 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     if !outcome.status.success() {
         return Err(CliError::Other(format!("the demo workload failed: {}", outcome.status)));
     }
-    let full = load_reports(&a.output, true, &AnalyzeOptions::default(), &Default::default())?;
+    let with_profile = AnalyzeOptions { profile: true, ..AnalyzeOptions::default() };
+    let full = load_reports(&a.output, true, &with_profile, &Default::default(), false)?;
     emit(&report::document(&full), false, None, None)?;
     let compact_out = a.output.with_extension("compact.mtl");
     let c = crate::compact::compact_trace(&a.output, &compact_out, crate::trace::compact::DEFAULT_QUANTUM)?;
@@ -779,7 +782,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         ..cfg
     };
     record::record(&cfg)?;
-    let sampled = load_reports(&sampled_out, true, &AnalyzeOptions::default(), &Default::default())?;
+    let sampled = load_reports(&sampled_out, true, &with_profile, &Default::default(), false)?;
     emit(&report::document(&sampled), false, None, None)?;
     let truth: f64 = full.processes.first().map(|p| p.functions["malloc"].mean_size * p.functions["malloc"].calls as f64).unwrap_or(0.0);
     if let Some(est) = sampled.processes.first().and_then(|p| p.profile.as_ref()).map(|p| &p.totals) {

@@ -145,7 +145,7 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
     }
     // Truncated stacks merge distinct sites, so few samples find "all" of
     // them: coverage is overstated and an interval from it is too coarse.
-    let quality = crate::heap::analyze::stack_quality_of(&trace)?;
+    let quality = crate::analysis::stack_quality_of(&trace)?;
     let truncated = quality.note.is_some();
     let trusted = !truncated || a.allow_truncated;
     let (recommended, recommended_safe) = recommendations(&sim, threshold, trusted);

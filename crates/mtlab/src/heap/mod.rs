@@ -1,11 +1,8 @@
-//! The heap study's analysis: a shadow heap replayed from a trace.
+//! The shadow heap: live blocks by address, mapped regions, fragmentation
+//! (`model`), replayed from a trace by `analysis::replay`.
 
-pub mod analyze;
 mod dheap;
 pub(crate) mod live;
 pub mod model;
-mod prefetch;
+pub(crate) mod prefetch;
 mod region_index;
-pub mod stats;
-
-pub use analyze::{analyze, analyze_for_index, AnalyzeOptions, ProcessReport};

@@ -13,7 +13,7 @@ pub mod select;
 pub mod views;
 
 use crate::export::{Document, View};
-use crate::heap::ProcessReport;
+use crate::analysis::ProcessReport;
 
 /// The report of a run for the exporters: every part.
 pub fn document(run: &RunReport) -> Document {
@@ -86,6 +86,10 @@ pub struct RunReport {
     /// How the root pid ended, when its last image is not in this report
     /// (`--no-children` after an exec): the root trace's RUNINFO says so.
     pub execd_root_ended: Option<String>,
+    /// The whole profiles (file, profile) of the processes the exports take
+    /// that are not reported in detail (a detailed one keeps its own in
+    /// `ProcessReport::profile_data`).
+    pub profiles: Vec<(String, crate::profile::ProfileData)>,
 }
 
 impl RunReport {
