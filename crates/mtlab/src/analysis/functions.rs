@@ -6,8 +6,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::replay::Step;
-use crate::trace::event::FLAG_FAILED;
-use crate::trace::{Event, EventKind, Func};
+use crate::trace::{Event, Func};
 
 /// Every function's statistics, fed each event.
 pub struct Functions {
@@ -21,23 +20,12 @@ impl Default for Functions {
 }
 
 impl Functions {
-    /// Counts `ev`'s call; `step` says what the shadow heap made of it (a
-    /// free's size is the freed block's).
+    /// Counts `ev`'s call, as the replay read it (`Step::call`).
     #[inline(always)]
     pub fn on_event(&mut self, ev: &Event, step: &Step) {
-        let failed = ev.flags & FLAG_FAILED != 0;
-        let (func, size, failed) = match ev.kind {
-            EventKind::Alloc { func, size, ptr, .. } => (func, Some(size), failed || ptr == 0),
-            EventKind::Free { .. } => (Func::Free, step.freed.map(|b| b.size), false),
-            EventKind::Realloc { func, size, .. } => (func, Some(size), failed),
-            EventKind::Mmap { func, len, .. } => (func, Some(len), failed),
-            EventKind::Munmap { len, ret, .. } => (Func::Munmap, Some(len), failed || ret != 0),
-            EventKind::Mremap { new_len, .. } => (Func::Mremap, Some(new_len), failed),
-            EventKind::Brk { ret, .. } => (Func::Brk, None, failed || ret != 0),
-            EventKind::Sbrk { increment, .. } => (Func::Sbrk, Some(increment.unsigned_abs()), failed),
-            EventKind::BrkSeen { .. } | EventKind::ArenaHeap { .. } | EventKind::Sample { .. } | EventKind::SampleFree { .. } => return,
-        };
-        self.stats[func.index()].add(ev.cycles, size, failed);
+        if let Some(c) = step.call {
+            self.stats[c.func.index()].add(ev.cycles, c.size, c.failed);
+        }
     }
 
     /// The statistics of `func`.
@@ -179,18 +167,26 @@ impl FuncStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::replay::Block;
 
     #[test]
     fn each_call_counts_for_its_function_and_a_free_for_the_size_it_freed() {
+        use crate::analysis::replay::Replay;
+        use crate::trace::event::FLAG_FAILED;
+        use crate::trace::{EventKind, Header, StackTable};
         let ev = |kind, cycles, flags| Event { tsc: 0, tid: 1, cycles, stack: 0, flags, kind };
+        let mut replay = Replay::new(&Header { page_size: 4096, ..Header::default() });
         let mut f = Functions::default();
-        let freed = Step { freed: Some(Block { site: 0, size: 48, addr: 0x1000 }), ..Step::default() };
-        f.on_event(&ev(EventKind::Alloc { func: Func::Malloc, size: 48, ptr: 0x1000, usable: 56, align: 0 }, 30, 0), &Step::default());
-        f.on_event(&ev(EventKind::Alloc { func: Func::Malloc, size: 1 << 40, ptr: 0, usable: 0, align: 0 }, 90, FLAG_FAILED), &Step::default());
-        f.on_event(&ev(EventKind::Free { ptr: 0x1000 }, 20, 0), &freed);
-        f.on_event(&ev(EventKind::Free { ptr: 0x2000 }, 10, 0), &Step::default());
-        f.on_event(&ev(EventKind::BrkSeen { brk: 0x5000 }, 0, 0), &Step::default());
+        let events = [
+            ev(EventKind::Alloc { func: Func::Malloc, size: 48, ptr: 0x1000, usable: 56, align: 0 }, 30, 0),
+            ev(EventKind::Alloc { func: Func::Malloc, size: 1 << 40, ptr: 0, usable: 0, align: 0 }, 90, FLAG_FAILED),
+            ev(EventKind::Free { ptr: 0x1000 }, 20, 0),
+            ev(EventKind::Free { ptr: 0x2000 }, 10, 0),
+            ev(EventKind::BrkSeen { brk: 0x5000 }, 0, 0),
+        ];
+        for e in &events {
+            let step = replay.event(e, &StackTable::default(), 0);
+            f.on_event(e, &step);
+        }
         let m = f.of(Func::Malloc);
         assert_eq!((m.calls, m.failed, m.mean_size()), (2, 1, 48.0));
         let free = f.of(Func::Free);

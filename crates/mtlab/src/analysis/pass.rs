@@ -57,7 +57,7 @@ impl Pass {
         let step = self.replay.event(ev, &self.stacks, self.events);
         self.functions.on_event(ev, &step);
         self.sites.on_event(ev, &step);
-        self.series.on_event(ev);
+        self.series.on_event(ev, &step);
         if step.counted {
             self.events += 1;
             if self.series.tick() {

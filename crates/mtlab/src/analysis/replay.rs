@@ -10,7 +10,7 @@ use super::model::{PeakReport, ProgramMappings};
 use super::sites::SiteIndex;
 use crate::heap::model::{HeapSnapshot, RawSnapshot, RegionKind, ShadowHeap};
 use crate::trace::event::{FLAG_CHUNK_MMAPPED, FLAG_FAILED, FLAG_IN_ALLOCATOR};
-use crate::trace::{Event, EventKind, StackTable, Header};
+use crate::trace::{Event, EventKind, Func, Header, StackTable};
 
 const MAP_ANONYMOUS: u64 = 0x20;
 /// glibc: a block's chunk starts this many bytes before it.
@@ -25,11 +25,26 @@ pub struct Block {
     pub addr: u64,
 }
 
-/// What one event did to the shadow heap, in the order it happened: the
-/// block it freed, a live block its allocation replaced, the block it
-/// allocated, and whether live bytes reached a new peak with it.
+/// An event as a call of an intercepted function.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Call {
+    pub func: Func,
+    /// Bytes asked for (allocations), mapped or unmapped (the mmap family),
+    /// moved (sbrk) or freed (a free of a live block; None for a free of
+    /// nothing live, and for brk).
+    pub size: Option<u64>,
+    pub failed: bool,
+}
+
+/// What one event was (`call`) and did to the shadow heap, in the order it
+/// happened: the block it freed, a live block its allocation replaced, the
+/// block it allocated, and whether live bytes reached a new peak with it.
+/// The aggregators read the event through it, so that its kind is matched
+/// once (a match per aggregator cost the pass 3 % more instructions).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Step {
+    /// None: no call (BRK_SEEN, ARENA_HEAP, a sample).
+    pub call: Option<Call>,
     /// The live block a free (or a realloc, of its old block) ended.
     pub freed: Option<Block>,
     /// A live block at the address an allocation returned: its free was
@@ -83,15 +98,25 @@ impl Replay {
         let failed = ev.flags & FLAG_FAILED != 0;
         let page = self.page;
         let round = |len: u64| len.div_ceil(page) * page;
-        let mut step = Step { counted: ev.kind.func().is_some(), ..Step::default() };
+        let mut step = Step::default();
+        let mut call = |func: Func, size: Option<u64>, failed: bool| {
+            step.call = Some(Call { func, size, failed });
+            step.counted = true;
+        };
         match ev.kind {
-            EventKind::Alloc { size, ptr, usable, .. } => {
+            EventKind::Alloc { func, size, ptr, usable, .. } => {
+                call(func, Some(size), failed || ptr == 0);
                 if ptr != 0 {
                     self.allocated(&mut step, ptr, size, usable, ev, stacks, at_event);
                 }
             }
-            EventKind::Free { ptr } => step.freed = self.released(ptr),
-            EventKind::Realloc { old, size, ptr, usable, .. } => {
+            EventKind::Free { ptr } => {
+                let freed = self.released(ptr);
+                call(Func::Free, freed.map(|b| b.size), false);
+                step.freed = freed;
+            }
+            EventKind::Realloc { func, old, size, ptr, usable } => {
+                call(func, Some(size), failed);
                 if ptr != 0 || size == 0 {
                     // Success, or realloc(p, 0) which frees p.
                     if old != 0 {
@@ -102,7 +127,8 @@ impl Replay {
                     }
                 }
             }
-            EventKind::Mmap { len, flags, result, .. } => {
+            EventKind::Mmap { func, len, flags, result, .. } => {
+                call(func, Some(len), failed);
                 if failed {
                     step.counted = false;
                 } else if ev.flags & FLAG_IN_ALLOCATOR != 0 && flags & MAP_ANONYMOUS != 0 {
@@ -113,11 +139,13 @@ impl Replay {
                 }
             }
             EventKind::Munmap { addr, len, ret } => {
+                call(Func::Munmap, Some(len), failed || ret != 0);
                 if ret == 0 {
                     self.heap.unmap(addr, addr + round(len));
                 }
             }
             EventKind::Mremap { old, old_len, new_len, result, .. } => {
+                call(Func::Mremap, Some(new_len), failed);
                 if failed {
                     step.counted = false;
                 } else {
@@ -129,7 +157,14 @@ impl Replay {
                     }
                 }
             }
-            EventKind::Brk { brk_after, .. } | EventKind::Sbrk { brk_after, .. } => self.heap.set_break(brk_after),
+            EventKind::Brk { ret, brk_after, .. } => {
+                call(Func::Brk, None, failed || ret != 0);
+                self.heap.set_break(brk_after);
+            }
+            EventKind::Sbrk { increment, brk_after, .. } => {
+                call(Func::Sbrk, Some(increment.unsigned_abs()), failed);
+                self.heap.set_break(brk_after);
+            }
             EventKind::BrkSeen { brk } => self.heap.set_break(brk),
             EventKind::ArenaHeap { base, size } => self.heap.map(base, base + size, RegionKind::Arena),
             // Sampled traces are read by profile::sampled, not replayed here.
@@ -204,7 +239,6 @@ impl Replay {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::Func;
 
     fn header() -> Header {
         Header { page_size: 4096, ..Header::default() }

@@ -3,8 +3,9 @@
 //! cycles of the malloc calls in between.
 
 use super::model::{SeriesPoint, SpaceSplit};
+use super::replay::Step;
 use crate::heap::model::ShadowHeap;
-use crate::trace::{Event, EventKind, Func};
+use crate::trace::{Event, Func};
 
 pub struct Series {
     points: Vec<SeriesPoint>,
@@ -27,10 +28,10 @@ impl Series {
         Series { points: Vec::new(), every, to_point: every, window_cycles: 0, window_mallocs: 0, compact, header_bytes }
     }
 
-    /// Notes `ev`'s cycles when it is a malloc call.
+    /// Notes `ev`'s cycles when it is a malloc call (`step.call`).
     #[inline(always)]
-    pub fn on_event(&mut self, ev: &Event) {
-        if let EventKind::Alloc { func: Func::Malloc, .. } = ev.kind {
+    pub fn on_event(&mut self, ev: &Event, step: &Step) {
+        if step.call.is_some_and(|c| c.func == Func::Malloc) {
             self.window_cycles += ev.cycles;
             self.window_mallocs += 1;
         }
@@ -82,6 +83,8 @@ impl Series {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::analysis::replay::Call;
+    use crate::trace::EventKind;
 
     #[test]
     fn a_point_every_n_calls_with_the_mean_malloc_cycles_between() {
@@ -97,8 +100,12 @@ mod tests {
         };
         let free = Event { kind: EventKind::Free { ptr: 0 }, ..malloc(1000) };
         let mut events = 0;
+        let step = |ev: &Event| {
+            let func = if matches!(ev.kind, EventKind::Free { .. }) { Func::Free } else { Func::Malloc };
+            Step { call: Some(Call { func, size: None, failed: false }), counted: true, ..Step::default() }
+        };
         for ev in [malloc(10), malloc(30), free.clone(), malloc(50), free] {
-            s.on_event(&ev);
+            s.on_event(&ev, &step(&ev));
             events += 1;
             if s.tick() {
                 s.point(&mut heap, events, Some(events * 100));
@@ -112,7 +119,7 @@ mod tests {
         assert!(!s.wants_last(4));
         // A compact trace's cycles are not its calls' own: none shown.
         let mut c = Series::new(1, true, 0);
-        c.on_event(&malloc(10));
+        c.on_event(&malloc(10), &step(&malloc(10)));
         c.point(&mut heap, 1, None);
         assert_eq!(c.points()[0].malloc_mean_cycles, None);
     }
