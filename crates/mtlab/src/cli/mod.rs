@@ -506,7 +506,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
             continue;
         }
         let family =
-            if a.no_children || a.output.is_some() { vec![file.clone()] } else { record::trace_family(file) };
+            if a.no_children || a.output.is_some() { vec![file.clone()] } else { crate::platform::names::trace_family(file) };
         for src in &family {
             let dst = a.output.clone().unwrap_or_else(|| src.clone());
             match crate::compact::compact_trace(src, &dst, a.quantum) {
@@ -692,6 +692,17 @@ fn root_flame_image(run: &RunReport, value: crate::profile::flame::FlameValue) -
     }
 }
 
+/// The lines `ctl dump` prints about the heap manager's own figures.
+fn reading_lines(d: &crate::ctl::Dump) -> String {
+    let Some(r) = &d.reading else {
+        return format!(
+            "the heap manager's own figures were not read within {} s: they are read at the program's next sampled allocation, and `mtlab report` shows them",
+            crate::ctl::READING_WAIT.as_secs()
+        );
+    };
+    report::views::allocator_reading_text(r, &d.allocator)
+}
+
 fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
     use crate::ctl::{self, CtlPage};
     let pid = ctl::traced_pid(a.pid);
@@ -700,7 +711,7 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
             let out = output.unwrap_or_else(|| ctl::default_dump_path(pid));
             let d = ctl::dump(pid, &out, std::time::Duration::from_secs(timeout))?;
             say!("mtlab: wrote {} (profile of process {} so far, from {})", out.display(), pid, d.trace.display());
-            for line in ctl::reading_lines(&d).lines() {
+            for line in reading_lines(&d).lines() {
                 say!("mtlab: {line}");
             }
         }

@@ -13,6 +13,7 @@ use super::select::{export_pick, SelectError, Selection};
 use super::RunReport;
 use crate::analysis::{self, AnalyzeOptions, ProcessReport};
 use crate::trace::{family, keys, TraceError, TraceFile};
+use crate::platform::names;
 use crate::platform::process::shell_word;
 
 /// A child trace the report could not use.
@@ -67,7 +68,7 @@ pub enum LoadError {
 /// profile, made in the same pass (`RunReport::profile_of`).
 pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection, merge: bool) -> Result<RunReport, LoadError> {
     if !file.exists() {
-        let children = crate::record::trace_family(file);
+        let children = names::trace_family(file);
         if children.is_empty() {
             return Err(LoadError::NoTrace(file.to_path_buf()));
         }
@@ -77,7 +78,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection,
     let listed = root.runinfo_get(keys::CHILD_TRACES).map(family::decode);
     let mut traces = vec![root];
     let mut missing = Vec::new();
-    let suffix = |f: &Path| child_suffix(file, f);
+    let suffix = |f: &Path| names::child_trace_suffix(file, f);
     let command_of = |s: Option<&str>| {
         let s = s?;
         listed.as_ref()?.iter().find(|l| l.suffix == s).map(|l| l.command.clone())
@@ -93,7 +94,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection,
         }
     };
     if children {
-        let found: Vec<PathBuf> = crate::record::trace_family(file).into_iter().skip(1).collect();
+        let found: Vec<PathBuf> = names::trace_family(file).into_iter().skip(1).collect();
         let owner = std::fs::metadata(file).ok().map(|m| std::os::unix::fs::MetadataExt::uid(&m));
         for f in &found {
             if let Some(reason) = not_of_this_run(f, owner, listed.as_deref(), suffix(f).as_deref()) {
@@ -121,7 +122,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection,
                 continue;
             }
             missing.push(MissingTrace {
-                file: sibling(file, &l.suffix).display().to_string(),
+                file: names::child_trace_at(file, &l.suffix).display().to_string(),
                 pid: Some(l.pid),
                 command: Some(l.command.clone()),
                 reason: "mtlab record found it beside the root trace when the run ended; it is not there now (deleted or moved)"
@@ -253,24 +254,6 @@ fn not_of_this_run(f: &Path, owner: Option<u32>, listed: Option<&[family::Listed
     None
 }
 
-/// `PID[.N]` of a child trace `ROOT.PID[.N]`.
-fn child_suffix(root: &Path, child: &Path) -> Option<String> {
-    let prefix = format!("{}.", root.file_name()?.to_string_lossy());
-    child.file_name()?.to_string_lossy().strip_prefix(&prefix).map(str::to_string)
-}
-
-/// `ROOT.SUFFIX` beside `root`, spelt as `record::trace_family` spells the
-/// files it finds (`./` for a root without a directory).
-fn sibling(root: &Path, suffix: &str) -> PathBuf {
-    let mut name = root.file_name().unwrap_or_default().to_os_string();
-    name.push(".");
-    name.push(suffix);
-    match root.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.join(name),
-        _ => Path::new(".").join(name),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,12 +301,7 @@ mod tests {
     }
 
     #[test]
-    fn a_child_trace_is_named_by_its_suffix() {
-        let root = Path::new("/tmp/x/t.mtl");
-        assert_eq!(child_suffix(root, Path::new("/tmp/x/t.mtl.42.1")).as_deref(), Some("42.1"));
-        assert_eq!(child_suffix(root, Path::new("/tmp/x/u.mtl.42")), None);
-        assert_eq!(sibling(root, "42.1"), Path::new("/tmp/x/t.mtl.42.1"));
-        assert_eq!(sibling(Path::new("t.mtl"), "42"), Path::new("./t.mtl.42"));
+    fn a_missing_trace_says_whose_it_was() {
         let m = MissingTrace { file: "t.mtl.42".into(), pid: Some(42), command: Some("cc1".into()), reason: "gone".into() };
         assert_eq!(m.message(), "trace of child 42 (cc1) is missing: t.mtl.42: gone");
     }
