@@ -6,6 +6,8 @@
 //! one quantum replay in an order of their own, which can move the moment
 //! and height of the live-bytes peak. So the peak is measured on the exact
 //! trace first and stored with the compact one; `mtlab report` shows it.
+//!
+//! A trace still being written is refused.
 
 use std::path::Path;
 

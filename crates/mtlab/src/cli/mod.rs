@@ -1,4 +1,11 @@
 //! Command-line parsing into validated configs, then one call into a study.
+//!
+//! - `mod.rs`: the command list, errors and exit codes, `emit` to the
+//!   exporters; record, report, demo, ctl, compact.
+//! - `study.rs`: `bench …`, `runs`, `diff`: the shared `--reps/--warmup/--min-
+//!   time` and `--json/--csv/--svg/-q/--store/--no-store`.
+//! - `profile.rs`: `profile simulate`; `threads.rs`: `mtlab threads …`;
+//!   `affinity.rs`: `mtlab affinity`; `heap_study.rs`: `mtlab heap compare`.
 
 mod affinity;
 mod heap_study;

@@ -3,6 +3,27 @@
 //! docs/metrics.md (`json`), handed to the exporters as one document; which
 //! processes are reported (`select`), the traces read (`load`) and the
 //! profile exports of the chosen processes (`exports`).
+//!
+//! Only the parts its outputs read are made (`Parts`: screen views, the raw CSV
+//! tables, the JSON value): a tree of hundreds of processes paid more for an
+//! unread JSON value than for its analysis.
+//!
+//! - `load.rs`: the root trace and the child traces beside it — opened without
+//!   their memory maps, which only the processes analysed in detail (or whose
+//!   profile is exported) read again —, each analysed in detail or for the
+//!   index only as `select` plans before decoding and checks after; unreadable
+//!   and deleted child traces named.
+//! - `index.rs`: the process index: one row per traced process, cut on screen
+//!   to the busiest.
+//! - `select.rs`: `--pid`/`--comm`/`--all-processes`, the default for a tree of
+//!   more than 20 processes — the root and the busiest in detail, the rest in
+//!   the index only, analysed without symbols by `analysis::analyze_for_index`
+//!   — and which processes the profile exports take.
+//! - `exports.rs`: the profile of that pick, made in each process's analysis
+//!   pass, merged with `--merge`.
+//! - `views.rs`: screen tables and notes per process; `csv_out.rs`: the raw
+//!   tables (functions, heap, time series, sites and callers of a full trace;
+//!   the estimates of a sampled one); `json.rs`: the shape of docs/metrics.md.
 
 pub mod csv_out;
 pub mod exports;
