@@ -3,9 +3,9 @@
 //! (mean, standard deviation, percentiles).
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
 
-use super::replay::Step;
+use super::model::CycleSummary;
+use super::step::Step;
 use crate::trace::{Event, Func};
 
 /// Every function's statistics, fed each event.
@@ -52,16 +52,6 @@ pub struct FuncStats {
 }
 
 const SMALL: usize = 1024;
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct CycleSummary {
-    pub total: u64,
-    pub mean: f64,
-    pub stddev: f64,
-    pub p50: u64,
-    pub p99: u64,
-    pub max: u64,
-}
 
 impl Default for FuncStats {
     fn default() -> Self {

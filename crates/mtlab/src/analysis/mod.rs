@@ -14,7 +14,8 @@
 //!   utilization, the peak — a new peak keeps the heap's raw counters,
 //!   divided out when the report is made); each allocation's stack gets its
 //!   site, which the heap keeps with the block; what the event did reaches
-//!   the others as a `Step` (the block freed, replaced, allocated, by site).
+//!   the others as a `Step` (`step`: the call, and the block freed,
+//!   replaced, allocated, by site).
 //! - `functions`: per-function calls, failures, sizes and cycle percentiles.
 //! - `sites`: calls, bytes, live blocks now and at the peak, temporary
 //!   allocations, by site (an open-addressing table of (stack id, index)
@@ -24,6 +25,9 @@
 //! - `series`: the time series.
 //! - `symbols`: frames of the sites shown, how whole the stacks are.
 //! - `finish`: the `ProcessReport` made of the aggregators.
+//!
+//! Files depend on those before them only: `model` → `step` → `symbols` →
+//! `sites` → `replay` → `functions`, `series` → `pass` → `finish`.
 //!
 //! A sampled trace's estimates (`profile::sampled::SampledPass`) are made in
 //! the same decode pass. A report asks only for what its outputs need:
@@ -37,6 +41,7 @@ pub mod pass;
 pub mod replay;
 pub mod series;
 pub mod sites;
+pub mod step;
 pub mod symbols;
 
 pub use model::ProcessReport;

@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 
 use crate::heap::model::HeapSnapshot;
-use super::functions::CycleSummary;
 use crate::profile::sampled::{Estimate, SampledTotals};
 use crate::trace::{keys, TraceFile};
 
@@ -23,6 +22,17 @@ pub struct CallerReport {
     pub total_calls: u64,
     pub total_bytes: u64,
 }
+/// The cycles of a function's calls (`analysis::functions`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CycleSummary {
+    pub total: u64,
+    pub mean: f64,
+    pub stddev: f64,
+    pub p50: u64,
+    pub p99: u64,
+    pub max: u64,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct FunctionReport {
     pub calls: u64,

@@ -3,7 +3,7 @@
 //! cycles of the malloc calls in between.
 
 use super::model::{SeriesPoint, SpaceSplit};
-use super::replay::Step;
+use super::step::Step;
 use crate::heap::model::ShadowHeap;
 use crate::trace::{Event, Func};
 
@@ -83,7 +83,7 @@ impl Series {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::analysis::replay::Call;
+    use crate::analysis::step::Call;
     use crate::trace::EventKind;
 
     #[test]

@@ -8,7 +8,7 @@
 use rustc_hash::FxHashMap as HashMap;
 
 use super::model::CallerReport;
-use super::replay::{Block, Step};
+use super::step::{Block, Step};
 use super::symbols::Symbols;
 use crate::heap::prefetch::prefetch;
 use crate::profile::StackSample;
