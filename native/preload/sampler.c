@@ -15,6 +15,11 @@
  * their system calls is interrupted. The signal in page->signal (a manual
  * `kill`, or ctl when the thread could not start) toggles sampling, or
  * dumps when queued with MTLAB_CTL_DUMP_VALUE.
+ *
+ * A sampled block is remembered in a lock-free address set behind a 16 KiB
+ * counting filter. With --sample-seed, each thread's seed comes from its
+ * place in the creation tree (pthread_create passes it on through a
+ * trampoline), so a run's samples repeat.
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -8,6 +8,14 @@
  * early instead of faulting. The table is open addressing over 64-bit hashes
  * claimed by compare-and-swap: the slot index is the id, and the thread that
  * claims a slot writes the stack's definition into its own buffer, once.
+ * Each thread caches the ids of its recent stacks in front of the table.
+ *
+ * The default walk is mtlab's own DWARF unwinder (cfi.c); the frame-pointer
+ * walk serves `--unwind fp`, and libgcc's or libunwind's unwinder, loaded
+ * with dlopen, `--unwind libgcc|libunwind`. A thread memoizes its last walk:
+ * a repeat of the same frames is re-checked with independent loads (the hit
+ * test is inline in internal.h) instead of walked. MTLAB_UNWIND_CHECK=1
+ * compares every dwarf stack with libgcc's in the process (a test).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

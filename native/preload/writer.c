@@ -390,15 +390,33 @@ void mtlab_writer_path(char *out, size_t cap) {
     out[n] = 0;
 }
 
+/* The trace family's names, the only place the C side spells them (the
+ * Rust side's are in crates/mtlab/src/platform/names.rs, `child_trace`):
+ * ROOT for the root process, ROOT.PID for another, ROOT.PID.K (K >= 1) for
+ * a later image of a pid whose ROOT.PID is taken. Written into `out`,
+ * NUL-terminated. */
+static void trace_name(char *out, char *end, uint32_t pid, uint64_t k, int root) {
+    char *p = mtlab_append(out, end, mtlab_cfg.out_path);
+    if (!root) {
+        p = mtlab_append(p, end, ".");
+        p = mtlab_append_u64(p, end, pid);
+        if (k) {
+            p = mtlab_append(p, end, ".");
+            p = mtlab_append_u64(p, end, k);
+        }
+    }
+    *p = 0;
+}
+
 /* Created new (nothing planted at the name is followed or truncated) and
  * private: a trace holds addresses (they undo ASLR), command lines and paths,
  * so it is 0600 as perf record's perf.data is. */
 static int open_path(void) {
     char *end = path + sizeof path - 1;
     int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC;
+    uint32_t pid = (uint32_t)getpid();
     if (is_root) {
-        char *p = mtlab_append(path, end, mtlab_cfg.out_path);
-        *p = 0;
+        trace_name(path, end, pid, 0, 1);
         int f = mtlab_sys_open(path, flags, 0600);
         if (f >= 0) {
             owns_root_file = 1;
@@ -411,17 +429,9 @@ static int open_path(void) {
         int f = mtlab_broker_open(0, path, sizeof path);
         if (f >= 0) return f;
     }
-    uint32_t pid = (uint32_t)getpid();
     int err = -17 /* EEXIST: every name taken */;
     for (uint64_t k = 0; k < 1000; k++) {
-        char *p = mtlab_append(path, end, mtlab_cfg.out_path);
-        p = mtlab_append(p, end, ".");
-        p = mtlab_append_u64(p, end, pid);
-        if (k) {
-            p = mtlab_append(p, end, ".");
-            p = mtlab_append_u64(p, end, k);
-        }
-        *p = 0;
+        trace_name(path, end, pid, k, 0);
         int f = mtlab_sys_open(path, flags, 0600);
         if (f >= 0) return f;
         if (f != -17) {

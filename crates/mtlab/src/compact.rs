@@ -6,10 +6,12 @@
 //! one quantum replay in an order of their own, which can move the moment
 //! and height of the live-bytes peak. So the peak is measured on the exact
 //! trace first and stored with the compact one; `mtlab report` shows it.
+//!
+//! A trace still being written is refused.
 
 use std::path::Path;
 
-use crate::heap::{self, AnalyzeOptions};
+use crate::analysis::{self, AnalyzeOptions};
 use crate::platform::process::holds_open;
 use crate::trace::compact::{compact, refuse_compact, CompactError, CompactStats};
 use crate::trace::keys::{CHILD_TRACES, COMPACT_PEAK};
@@ -25,7 +27,7 @@ pub fn compact_trace(src: &Path, dst: &Path, quantum: u64) -> Result<CompactStat
         return Err(CompactError::StillWriting { path: src.to_path_buf(), pid });
     }
     refuse_compact(&trace)?;
-    let exact = heap::analyze(&trace, &AnalyzeOptions { max_points: 1, top: 0, callers: false })?;
+    let exact = analysis::analyze(&trace, &AnalyzeOptions::for_index())?;
     let mut extra = vec![(COMPACT_PEAK.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes"))];
     // A copy elsewhere (-o) holds the root alone: listing no child traces,
     // or its report would call every child missing, "deleted or moved".

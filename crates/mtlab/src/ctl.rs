@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::heap::analyze::AllocatorReading;
+use crate::analysis::model::AllocatorReading;
 use crate::platform::names;
 use crate::platform::process::pid_alive;
 use crate::profile::export::{export_data, ExportRequest, ProfileExportError};
@@ -447,7 +447,7 @@ pub fn default_dump_path(pid: u32) -> PathBuf {
 
 /// How long `ctl dump` waits for the heap manager's figures after the flush:
 /// a program that allocates nothing meanwhile (idle) should not hold it up.
-const READING_WAIT: Duration = Duration::from_secs(2);
+pub const READING_WAIT: Duration = Duration::from_secs(2);
 
 /// What `mtlab ctl dump` found.
 pub struct Dump {
@@ -486,16 +486,6 @@ pub fn dump(pid: u32, pprof: &Path, timeout: Duration) -> Result<Dump, DumpError
     Ok(Dump { trace: file.name, reading, allocator: trace.header.allocator.clone() })
 }
 
-/// The lines `ctl dump` prints about the heap manager's own figures.
-pub fn reading_lines(d: &Dump) -> String {
-    let Some(r) = &d.reading else {
-        return format!(
-            "the heap manager's own figures were not read within {} s: they are read at the program's next sampled allocation, and `mtlab report` shows them",
-            READING_WAIT.as_secs()
-        );
-    };
-    crate::report::views::allocator_reading_text(r, &d.allocator)
-}
 
 #[cfg(test)]
 mod tests {

@@ -11,6 +11,7 @@ macro_rules! say {
     }};
 }
 
+pub mod analysis;
 pub mod broker;
 pub mod cli;
 pub mod compact;

@@ -2,6 +2,13 @@
 //! and embedded in the binary, so `mtlab` works from any directory with no
 //! install step. On first use they are written to a per-version cache
 //! directory, named by a hash of their bytes so stale copies are never used.
+//!
+//! The cache is `$XDG_CACHE_HOME/mtlab/VERSION-HASH/` (or `~/.cache/mtlab/…`,
+//! the home directory from the password database when `HOME` is unset; never a
+//! shared directory), its whole path checked on every use
+//! (`platform::safe_fs`). The threads workloads' sources are embedded too,
+//! built with another libc's compiler wrapper on demand (`build_with`, cached
+//! by a hash of sources and compiler).
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

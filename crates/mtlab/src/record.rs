@@ -9,6 +9,7 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use crate::native::{self, Part};
+use crate::platform::names;
 use crate::platform::process::{find_in_path, holds_open};
 use crate::trace::{self, keys, TraceError};
 
@@ -198,22 +199,18 @@ impl RecordOutcome {
     }
 }
 
-/// Is the process that writes `t` (named ROOT.PID[.N], see trace_family) still alive and writing it?
+/// Is the process that writes `t` (named ROOT.PID[.N], see `names::trace_family`) still alive and writing it?
 fn still_running(root: &Path, t: &Path) -> bool {
-    let prefix = format!("{}.", root.file_name().unwrap_or_default().to_string_lossy());
-    let name = t.file_name().unwrap_or_default().to_string_lossy().to_string();
-    let pid = name.strip_prefix(&prefix).and_then(|rest| rest.split('.').next()).and_then(|p| p.parse::<u32>().ok());
+    let pid = names::child_trace_suffix(root, t).and_then(|s| names::parse_child_suffix(&s)).and_then(|(pid, _)| u32::try_from(pid).ok());
     pid.is_some_and(|pid| holds_open(pid, t))
 }
 
 /// The RUNINFO list of the child traces beside `root` (`trace::family`).
 fn child_traces(root: &Path, traces: &[PathBuf]) -> String {
-    let prefix = format!("{}.", root.file_name().unwrap_or_default().to_string_lossy());
     let entries: Vec<(String, String)> = traces
         .iter()
         .filter_map(|t| {
-            let name = t.file_name()?.to_string_lossy().to_string();
-            let suffix = name.strip_prefix(&prefix)?.to_string();
+            let suffix = names::child_trace_suffix(root, t)?;
             // A file whose header cannot be read is still listed: it was there.
             let command = trace::read_header(t).map(|h| trace::family::command_name(&h.cmdline, &h.exe)).unwrap_or_default();
             Some((suffix, command))
@@ -237,52 +234,6 @@ pub fn resolve_program(program: &OsString) -> Result<PathBuf, RecordError> {
         return Err(RecordError::NotExecutable(shown));
     }
     Ok(found)
-}
-
-/// Trace files written by a run whose root trace is `root`: the root first,
-/// then `ROOT.PID` and `ROOT.PID.N` in pid order (docs/trace-format.md).
-pub fn trace_family(root: &Path) -> Vec<PathBuf> {
-    family_of(root, true)
-}
-
-/// `trace_family`; with `regular_only` false, also the entries of the
-/// children's names that are no regular files (links, FIFOs), which the
-/// library never writes.
-fn family_of(root: &Path, regular_only: bool) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    if root.exists() {
-        out.push(root.to_path_buf());
-    }
-    let (Some(dir), Some(name)) = (root.parent(), root.file_name()) else { return out };
-    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-    let prefix = format!("{}.", name.to_string_lossy());
-    let mut children: Vec<(u64, u64, PathBuf)> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let file = e.file_name().to_string_lossy().to_string();
-            let rest = file.strip_prefix(&prefix)?;
-            let mut parts = rest.split('.');
-            let pid: u64 = parts.next()?.parse().ok()?;
-            let gen: u64 = match parts.next() {
-                Some(g) => g.parse().ok()?,
-                None => 0,
-            };
-            if parts.next().is_some() {
-                return None;
-            }
-            // A link, FIFO or directory is no trace the library wrote (it
-            // creates regular files only); following one reads what it points at.
-            if regular_only && !e.file_type().is_ok_and(|t| t.is_file()) {
-                return None;
-            }
-            Some((pid, gen, e.path()))
-        })
-        .collect();
-    children.sort();
-    out.extend(children.into_iter().map(|(_, _, p)| p));
-    out
 }
 
 /// Temporary files (`.NAME.WHAT-PID`, see trace::rewrite::temp_beside) that
@@ -412,7 +363,7 @@ fn prepare_output(path: &Path) -> Result<RunStart, RecordError> {
     }
     // Also what a killed earlier run left: its traces (the next run writes
     // the same names) and its half-written temporary files.
-    for old in trace_family(path).into_iter().chain(abandoned_temps(path)) {
+    for old in names::trace_family(path).into_iter().chain(abandoned_temps(path)) {
         if not_ours(&old, None).is_none() {
             let _ = std::fs::remove_file(old);
         }
@@ -429,12 +380,12 @@ fn prepare_output(path: &Path) -> Result<RunStart, RecordError> {
     Ok(RunStart(m.ctime(), m.ctime_nsec()))
 }
 
-/// The trace files of this run (`trace_family`), and a warning for each file
+/// The trace files of this run (`names::trace_family`), and a warning for each file
 /// of that shape that is not one: another user's (planted there, or written
 /// by a traced program that changed its user), a link, or older than the run.
 fn run_family(root: &Path, start: RunStart) -> (Vec<PathBuf>, Vec<String>) {
     let mut warnings = Vec::new();
-    let mut found = family_of(root, false);
+    let mut found = names::family_of(root, false);
     // A link at the root's name to nothing is no less planted.
     if std::fs::symlink_metadata(root).is_ok() && found.first().map(PathBuf::as_path) != Some(root) {
         found.insert(0, root.to_path_buf());
@@ -901,7 +852,7 @@ mod tests {
             std::fs::write(dir.path().join(name), b"").unwrap();
         }
         let names: Vec<String> =
-            trace_family(&root).iter().map(|p| p.file_name().unwrap().to_string_lossy().to_string()).collect();
+            names::trace_family(&root).iter().map(|p| p.file_name().unwrap().to_string_lossy().to_string()).collect();
         assert_eq!(names, ["t.mtl", "t.mtl.3", "t.mtl.3.1", "t.mtl.20"]);
     }
 

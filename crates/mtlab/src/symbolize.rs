@@ -20,6 +20,15 @@
 //! be read is remembered as failed and yields `module+0xoffset` frames. Results are cached
 //! per pc. Nothing here panics or returns an error on bad input: the worst case is a frame
 //! without a function name.
+//!
+//! A module is loaded once per thread and memoizes its lookups by address, so
+//! the processes of a tree share both. A module file replaced since it was
+//! mapped (another inode on the device the maps name, or modified after the
+//! recording ended — a rebuild in place keeps the inode; a plugin built and
+//! dlopen'd during the run does not count) names no frame, in the tables and
+//! the exports alike: its frames stay `module+OFFSET` and the report warns.
+//! Separate debug files are found by build-id or debuglink; ELF headers and
+//! notes are read with `object`.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};

@@ -1,4 +1,11 @@
 //! Command-line parsing into validated configs, then one call into a study.
+//!
+//! - `mod.rs`: the command list, errors and exit codes, `emit` to the
+//!   exporters; record, report, demo, ctl, compact.
+//! - `study.rs`: `bench …`, `runs`, `diff`: the shared `--reps/--warmup/--min-
+//!   time` and `--json/--csv/--svg/-q/--store/--no-store`.
+//! - `profile.rs`: `profile simulate`; `threads.rs`: `mtlab threads …`;
+//!   `affinity.rs`: `mtlab affinity`; `heap_study.rs`: `mtlab heap compare`.
 
 mod affinity;
 mod heap_study;
@@ -13,7 +20,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 use crate::export::{self, csv::CsvExporter, json::JsonExporter, svg::SvgExporter, text::TextExporter, Document, Exporter};
-use crate::heap::AnalyzeOptions;
+use crate::analysis::AnalyzeOptions;
 use crate::record::{self, RecordConfig, RecordError, SampleConfig, Stacks, Unwind};
 use crate::report::{self, RunReport};
 use crate::trace::TraceError;
@@ -508,7 +515,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
             continue;
         }
         let family =
-            if a.no_children || a.output.is_some() { vec![file.clone()] } else { record::trace_family(file) };
+            if a.no_children || a.output.is_some() { vec![file.clone()] } else { crate::platform::names::trace_family(file) };
         for src in &family {
             let dst = a.output.clone().unwrap_or_else(|| src.clone());
             match crate::compact::compact_trace(src, &dst, a.quantum) {
@@ -618,8 +625,9 @@ pub fn load_reports(
     children: bool,
     opts: &AnalyzeOptions,
     sel: &report::select::Selection,
+    merge: bool,
 ) -> Result<RunReport, CliError> {
-    let run = report::load::load(file, children, opts, sel)?;
+    let run = report::load::load(file, children, opts, sel, merge)?;
     for m in &run.missing {
         say!("mtlab: warning: {}", m.message());
     }
@@ -658,10 +666,6 @@ fn check_report_paths(a: &ReportArgs) -> Result<(), CliError> {
 
 fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     check_report_paths(&a)?;
-    let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some() };
-    let sel = report::select::Selection { pids: a.pid.clone(), comms: a.comm.clone(), all_processes: a.all_processes };
-    let mut run = load_reports(&a.file, !a.no_children, &opts, &sel)?;
-    run.frames = a.frames;
     let req = crate::profile::export::ExportRequest {
         pprof: a.pprof.clone(),
         flamegraph: a.flamegraph.clone(),
@@ -669,8 +673,13 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
         speedscope: a.speedscope.clone(),
         value: Some(a.flame_value),
     };
-    // The exports and the page's flame graph share one profile.
-    let profile = if !req.is_empty() || a.html.is_some() { report::exports::profile(&run, a.merge)? } else { None };
+    // The exports and the page's flame graph share one profile, made in the analysis's pass.
+    let exports = !req.is_empty() || a.html.is_some();
+    let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some(), profile: exports };
+    let sel = report::select::Selection { pids: a.pid.clone(), comms: a.comm.clone(), all_processes: a.all_processes };
+    let mut run = load_reports(&a.file, !a.no_children, &opts, &sel, a.merge)?;
+    run.frames = a.frames;
+    let profile = if exports { report::exports::profile(&mut run, a.merge)? } else { None };
     if !req.is_empty() {
         if let Some((pick, data)) = &profile {
             say!("mtlab: {}", pick.message);
@@ -723,6 +732,17 @@ fn root_flame_image(run: &RunReport, value: crate::profile::flame::FlameValue) -
     }
 }
 
+/// The lines `ctl dump` prints about the heap manager's own figures.
+fn reading_lines(d: &crate::ctl::Dump) -> String {
+    let Some(r) = &d.reading else {
+        return format!(
+            "the heap manager's own figures were not read within {} s: they are read at the program's next sampled allocation, and `mtlab report` shows them",
+            crate::ctl::READING_WAIT.as_secs()
+        );
+    };
+    report::views::allocator_reading_text(r, &d.allocator)
+}
+
 fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
     use crate::ctl::{self, CtlPage};
     let pid = ctl::traced_pid(a.pid);
@@ -731,7 +751,7 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
             let out = output.unwrap_or_else(|| ctl::default_dump_path(pid));
             let d = ctl::dump(pid, &out, std::time::Duration::from_secs(timeout))?;
             say!("mtlab: wrote {} (profile of process {} so far, from {})", out.display(), pid, d.trace.display());
-            for line in ctl::reading_lines(&d).lines() {
+            for line in reading_lines(&d).lines() {
                 say!("mtlab: {line}");
             }
         }
@@ -792,7 +812,8 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     if !outcome.status.success() {
         return Err(CliError::Other(format!("the demo workload failed: {}", outcome.status)));
     }
-    let full = load_reports(&a.output, true, &AnalyzeOptions::default(), &Default::default())?;
+    let with_profile = AnalyzeOptions { profile: true, ..AnalyzeOptions::default() };
+    let full = load_reports(&a.output, true, &with_profile, &Default::default(), false)?;
     emit(&report::document(&full), false, None, None)?;
     let compact_out = a.output.with_extension("compact.mtl");
     let c = crate::compact::compact_trace(&a.output, &compact_out, crate::trace::compact::DEFAULT_QUANTUM)?;
@@ -812,7 +833,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         ..cfg
     };
     record::record(&cfg)?;
-    let sampled = load_reports(&sampled_out, true, &AnalyzeOptions::default(), &Default::default())?;
+    let sampled = load_reports(&sampled_out, true, &with_profile, &Default::default(), false)?;
     emit(&report::document(&sampled), false, None, None)?;
     let truth: f64 = full.processes.first().map(|p| p.functions["malloc"].mean_size * p.functions["malloc"].calls as f64).unwrap_or(0.0);
     if let Some(est) = sampled.processes.first().and_then(|p| p.profile.as_ref()).map(|p| &p.totals) {

@@ -10,7 +10,6 @@ use serde_json::json;
 use super::{emit, parse_percent, parse_size_arg, CliError};
 use crate::export::{human_bytes, Cell, Document, Table, View};
 use crate::profile::simulate;
-use crate::record;
 use crate::study::progress::Progress;
 use crate::trace::TraceFile;
 use crate::units::format_size;
@@ -58,7 +57,7 @@ pub struct SimulateArgs {
 fn trace_of_pid(file: &std::path::Path, pid: u32) -> Result<TraceFile, CliError> {
     let mut seen = Vec::new();
     let mut matches = Vec::new();
-    for f in record::trace_family(file) {
+    for f in crate::platform::names::trace_family(file) {
         match TraceFile::open(&f) {
             Ok(t) if t.header.pid == pid => matches.push(t),
             Ok(t) => {
@@ -102,7 +101,7 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
         Some(pid) => trace_of_pid(&a.file, pid)?,
         None => {
             let t = TraceFile::open(&a.file)?;
-            let others = record::trace_family(&a.file).len().saturating_sub(1);
+            let others = crate::platform::names::trace_family(&a.file).len().saturating_sub(1);
             if others > 0 {
                 say!(
                     "mtlab: simulating {} (process {}) only; {} more trace{} beside it (children, exec'd programs): \
@@ -145,7 +144,7 @@ pub fn simulate(a: SimulateArgs) -> Result<ExitCode, CliError> {
     }
     // Truncated stacks merge distinct sites, so few samples find "all" of
     // them: coverage is overstated and an interval from it is too coarse.
-    let quality = crate::heap::analyze::stack_quality_of(&trace)?;
+    let quality = crate::analysis::stack_quality_of(&trace)?;
     let truncated = quality.note.is_some();
     let trusted = !truncated || a.allow_truncated;
     let (recommended, recommended_safe) = recommendations(&sim, threshold, trusted);

@@ -1,6 +1,12 @@
 //! Exporters: one per output format behind one trait. Every study and
 //! `mtlab report` build a [`Document`] (views for people, data for programs)
 //! and hand it to these; nothing else formats results.
+//!
+//! - `view.rs`: tables of typed cells, plots, notes.
+//! - `text.rs`: the terminal, fitted to its width; `json.rs`; `csv.rs`.
+//! - `svg.rs`: line with error bars, grouped bars, heat map (plotters).
+//! - `html.rs`: one self-contained page: notes, sortable tables, plots as
+//!   inline SVG, a flame graph as an image (`--html FILE`).
 
 pub mod csv;
 pub mod html;

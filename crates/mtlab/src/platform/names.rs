@@ -68,7 +68,9 @@ fn canonical_number(s: &str) -> Option<u32> {
 
 /// `ROOT.PID` (`.N` for the N-th image of one pid): the trace of a process
 /// the traced program started, beside the root trace (the C side builds the
-/// same names in `native/preload/writer.c`).
+/// same names in `native/preload/writer.c`, `trace_name`). Below: the
+/// same family read back (`child_trace_suffix`, `parse_child_suffix`,
+/// `trace_family`).
 pub fn child_trace(root: &Path, pid: u32, generation: u32) -> PathBuf {
     let mut name = root.as_os_str().to_owned();
     name.push(format!(".{pid}"));
@@ -76,6 +78,72 @@ pub fn child_trace(root: &Path, pid: u32, generation: u32) -> PathBuf {
         name.push(format!(".{generation}"));
     }
     PathBuf::from(name)
+}
+
+/// The `PID[.N]` of a child trace's name (`ROOT.PID[.N]` beside `root`),
+/// as it stands, if the name starts as one does.
+pub fn child_trace_suffix(root: &Path, child: &Path) -> Option<String> {
+    let prefix = format!("{}.", root.file_name()?.to_string_lossy());
+    child.file_name()?.to_string_lossy().strip_prefix(&prefix).map(str::to_string)
+}
+
+/// (pid, N) of a child trace's suffix `PID` or `PID.N` (N 0 for `PID`):
+/// None when it is not one.
+pub fn parse_child_suffix(suffix: &str) -> Option<(u64, u64)> {
+    let mut parts = suffix.split('.');
+    let pid: u64 = parts.next()?.parse().ok()?;
+    let generation: u64 = match parts.next() {
+        Some(g) => g.parse().ok()?,
+        None => 0,
+    };
+    parts.next().is_none().then_some((pid, generation))
+}
+
+/// `ROOT.SUFFIX` beside `root`, spelt as `trace_family` spells the files it
+/// finds (`./` before a root without a directory).
+pub fn child_trace_at(root: &Path, suffix: &str) -> PathBuf {
+    let mut name = root.file_name().unwrap_or_default().to_os_string();
+    name.push(".");
+    name.push(suffix);
+    match root.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.join(name),
+        _ => Path::new(".").join(name),
+    }
+}
+
+/// Trace files written by a run whose root trace is `root`: the root first,
+/// then `ROOT.PID` and `ROOT.PID.N` in pid order (docs/trace-format.md).
+pub fn trace_family(root: &Path) -> Vec<PathBuf> {
+    family_of(root, true)
+}
+
+/// `trace_family`; with `regular_only` false, also the entries of the
+/// children's names that are no regular files (links, FIFOs), which the
+/// library never writes.
+pub fn family_of(root: &Path, regular_only: bool) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if root.exists() {
+        out.push(root.to_path_buf());
+    }
+    let (Some(dir), Some(_)) = (root.parent(), root.file_name()) else { return out };
+    let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+    let mut children: Vec<(u64, u64, PathBuf)> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let (pid, generation) = parse_child_suffix(&child_trace_suffix(root, Path::new(&e.file_name()))?)?;
+            // A link, FIFO or directory is no trace the library wrote (it
+            // creates regular files only); following one reads what it points at.
+            if regular_only && !e.file_type().is_ok_and(|t| t.is_file()) {
+                return None;
+            }
+            Some((pid, generation, e.path()))
+        })
+        .collect();
+    children.sort();
+    out.extend(children.into_iter().map(|(_, _, p)| p));
+    out
 }
 
 /// `.NAME.WHAT-PID` beside `dst`: a temporary file mtlab process `pid`
@@ -104,4 +172,25 @@ pub fn record_names(root: &Path, mtlab_pid: u32, program_pid: u32) -> Vec<PathBu
         temp_beside(root, "probe", mtlab_pid),
         ctl_page(program_pid),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_child_trace_is_named_and_read_back_by_its_suffix() {
+        let root = Path::new("/tmp/x/t.mtl");
+        assert_eq!(child_trace(root, 42, 0), Path::new("/tmp/x/t.mtl.42"));
+        assert_eq!(child_trace(root, 42, 1), Path::new("/tmp/x/t.mtl.42.1"));
+        assert_eq!(child_trace_suffix(root, &child_trace(root, 42, 1)).as_deref(), Some("42.1"));
+        assert_eq!(child_trace_suffix(root, Path::new("/tmp/x/u.mtl.42")), None);
+        assert_eq!(parse_child_suffix("42.1"), Some((42, 1)));
+        assert_eq!(parse_child_suffix("42"), Some((42, 0)));
+        for bad in ["", "x", "42.", "42.x", "42.1.2", "-1"] {
+            assert_eq!(parse_child_suffix(bad), None, "{bad}");
+        }
+        assert_eq!(child_trace_at(root, "42.1"), Path::new("/tmp/x/t.mtl.42.1"));
+        assert_eq!(child_trace_at(Path::new("t.mtl"), "42"), Path::new("./t.mtl.42"));
+    }
 }

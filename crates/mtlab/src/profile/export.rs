@@ -1,11 +1,11 @@
-//! `mtlab report --pprof/--flamegraph/--collapsed`: one process's profile,
+//! `mtlab report --pprof/--flamegraph/--collapsed/--speedscope`: a profile,
 //! estimated (sampled trace) or exact (full trace), written out.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::flame::{self, FlameValue};
-use super::{pprof, sampled, ExportError, ProfileData};
-use crate::trace::{TraceError, TraceFile};
+use super::{pprof, ExportError, ProfileData};
+use crate::trace::TraceError;
 
 #[derive(Debug, Default, Clone)]
 pub struct ExportRequest {
@@ -29,21 +29,6 @@ pub enum ProfileExportError {
     Trace(#[from] TraceError),
     #[error(transparent)]
     Export(#[from] ExportError),
-}
-
-/// The profile of the process traced in `file`.
-pub fn profile_of(file: &Path) -> Result<ProfileData, TraceError> {
-    let trace = TraceFile::open(file)?;
-    if trace.header.sample_interval > 0 {
-        Ok(sampled::read_sampled(&trace, Vec::new())?.data)
-    } else {
-        sampled::full_profile(&trace)
-    }
-}
-
-/// Writes every requested export of the process traced in `file`; returns the files written.
-pub fn export(file: &Path, req: &ExportRequest) -> Result<Vec<PathBuf>, ProfileExportError> {
-    Ok(export_data(&profile_of(file)?, req)?)
 }
 
 /// Writes every requested export of a profile already read.

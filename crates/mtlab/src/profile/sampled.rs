@@ -401,66 +401,6 @@ pub fn read_sampled(trace: &TraceFile, checkpoints: Vec<u64>) -> Result<SampledP
     Ok(pass.finish(trace, &stacks, maps))
 }
 
-/// Exact profile of a full trace: every allocation counted, nothing estimated.
-pub fn full_profile(trace: &TraceFile) -> Result<ProfileData, TraceError> {
-    let mut stacks = StackTable::default();
-    let mut per: HashMap<u32, StackSample> = HashMap::default();
-    let mut live: HashMap<u64, (u32, u64)> = HashMap::default();
-    let mut last_tsc = 0;
-    let maps = parse_all_maps(&trace.maps);
-    let code = CodeRanges::new(&maps);
-    let release = |live: &mut HashMap<u64, (u32, u64)>, per: &mut HashMap<u32, StackSample>, ptr: u64| {
-        if let Some((stack, size)) = live.remove(&ptr) {
-            if let Some(s) = per.get_mut(&stack) {
-                s.inuse_objects -= 1.0;
-                s.inuse_bytes -= size as f64;
-            }
-        }
-    };
-    for item in trace.items()? {
-        match item {
-            Item::Stack { id, pcs } => {
-                stacks.insert(id, &code.cut(pcs));
-            }
-            Item::Event(ev) => {
-                last_tsc = ev.tsc;
-                let (old, size, ptr) = match ev.kind {
-                    EventKind::Alloc { size, ptr, .. } => (0, size, ptr),
-                    EventKind::Realloc { old, size, ptr, .. } if ptr != 0 || size == 0 => (old, size, ptr),
-                    EventKind::Free { ptr, .. } => (ptr, 0, 0),
-                    _ => continue,
-                };
-                if old != 0 {
-                    release(&mut live, &mut per, old);
-                }
-                if ptr != 0 {
-                    let s = per.entry(ev.stack).or_default();
-                    s.alloc_objects += 1.0;
-                    s.alloc_bytes += size as f64;
-                    s.inuse_objects += 1.0;
-                    s.inuse_bytes += size as f64;
-                    live.insert(ptr, (ev.stack, size));
-                }
-            }
-        }
-    }
-    let mut samples: Vec<StackSample> = per
-        .into_iter()
-        .map(|(id, mut s)| {
-            s.pcs = stacks.get(id).map(<[u64]>::to_vec).unwrap_or_default();
-            s
-        })
-        .collect();
-    samples.sort_by(|a, b| b.alloc_bytes.total_cmp(&a.alloc_bytes));
-    Ok(ProfileData {
-        samples,
-        maps,
-        period_bytes: 0,
-        start_ns: trace.header.start_ns,
-        duration_ns: trace.header.ns_since_start(last_tsc).unwrap_or(0),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

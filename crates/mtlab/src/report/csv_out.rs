@@ -6,9 +6,9 @@
 
 use super::RunReport;
 use crate::export::{Cell, Table};
-use crate::heap::analyze::{FrameReport, SampledSummary, SiteReport};
+use crate::analysis::model::{FrameReport, SampledSummary, SiteReport};
 use crate::heap::model::HeapSnapshot;
-use crate::heap::ProcessReport;
+use crate::analysis::ProcessReport;
 use crate::profile::sampled::Estimate;
 
 fn int(v: u64) -> Cell {

@@ -2,15 +2,16 @@
 //! `--collapsed`, `--speedscope`, the HTML page's flame graph): one selected
 //! process's, or with `--merge` the sum of all selected processes' — every
 //! process without `--pid`/`--comm`, reported in detail or in the index only
-//! (`select::export_pick` chooses and says which).
+//! (`select::export_pick` chooses and says which). Each was made in its
+//! process's one analysis pass (`load` asks for it), not read again.
 
 use super::select::{export_pick, ExportPick};
 use super::RunReport;
-use crate::heap::ProcessReport;
+use crate::analysis::{self, ProcessReport};
 use crate::profile::export::ProfileExportError;
 use crate::profile::merge::MergeError;
 use crate::profile::ProfileData;
-use crate::trace::TraceError;
+use crate::trace::{TraceError, TraceFile};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportsError {
@@ -22,27 +23,38 @@ pub enum ExportsError {
     Export(#[from] ProfileExportError),
 }
 
-/// A process's profile: estimated in the report's own decode pass (sampled
-/// trace), or exact from a pass of its own over a full trace.
+/// A process's profile: the one its analysis made, else (a report made
+/// without `AnalyzeOptions::profile`) one analysis of its trace for it.
 pub fn profile_of(p: &ProcessReport) -> Result<ProfileData, TraceError> {
-    match &p.profile {
-        Some(s) => Ok(s.data.clone()),
-        None => crate::profile::export::profile_of(std::path::Path::new(&p.file)),
+    match &p.profile_data {
+        Some(d) => Ok(d.clone()),
+        None => profile_of_file(&p.file),
     }
 }
 
+/// The profile of the process traced in `file`, from an analysis of its own.
+fn profile_of_file(file: &str) -> Result<ProfileData, TraceError> {
+    let trace = TraceFile::open(std::path::Path::new(file))?;
+    Ok(analysis::analyze_for_index(&trace, true)?.profile_data.unwrap_or_default())
+}
+
 /// The processes the exports take, the sentence that says which, and their
-/// profile (summed when merged). None when no process is reported.
-pub fn profile(run: &RunReport, merge: bool) -> Result<Option<(ExportPick, ProfileData)>, ExportsError> {
+/// profile (summed when merged), taken out of `run`. None when no process is
+/// reported.
+pub fn profile(run: &mut RunReport, merge: bool) -> Result<Option<(ExportPick, ProfileData)>, ExportsError> {
     let pick = export_pick(&run.index, merge);
     let mut parts = Vec::new();
     for &i in &pick.rows {
         let row = &run.index[i];
-        // A process in the index only (a large tree's default report) has
-        // no report kept: its profile is read from its trace.
-        let data = match run.processes.iter().find(|p| p.file == row.file) {
-            Some(p) => profile_of(p)?,
-            None => crate::profile::export::profile_of(std::path::Path::new(&row.file))?,
+        let made = match run.processes.iter_mut().find(|p| p.file == row.file) {
+            Some(p) => p.profile_data.take(),
+            None => run.profiles.iter().position(|(f, _)| *f == row.file).map(|at| run.profiles.swap_remove(at).1),
+        };
+        // A process the plan did not foresee among the exported (a trace
+        // that failed to read moved the pick): its profile is read now.
+        let data = match made {
+            Some(d) => d,
+            None => profile_of_file(&row.file)?,
         };
         parts.push((row.pid, data));
     }

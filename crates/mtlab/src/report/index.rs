@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::human_bytes;
 use super::select::DETAILED;
 use crate::export::{Cell, Table, View};
-use crate::heap::ProcessReport;
+use crate::analysis::ProcessReport;
 use crate::trace::family::command_name;
 
 /// Rows shown on screen before the rest are counted instead.

@@ -3,15 +3,17 @@
 //! listed when the run ended but that is gone now, are named rather than
 //! passed over: a report that quietly misses a process looks complete.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use super::index::{self, Ending, Facts, IndexRow};
-use super::select::{SelectError, Selection};
+use super::select::{export_pick, SelectError, Selection};
 use super::RunReport;
-use crate::heap::{self, AnalyzeOptions, ProcessReport};
+use crate::analysis::{self, AnalyzeOptions, ProcessReport};
 use crate::trace::{family, keys, TraceError, TraceFile};
+use crate::platform::names;
 use crate::platform::process::shell_word;
 
 /// A child trace the report could not use.
@@ -60,9 +62,13 @@ pub enum LoadError {
 /// can fall short of (records that are no calls, damage, a sampled trace's
 /// frees) — and checked after: a process the exact counts put among the
 /// busiest that was only indexed is analysed again, in detail.
-pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection) -> Result<RunReport, LoadError> {
+///
+/// With `opts.profile` the processes the profile exports take (as
+/// `select::export_pick` would pick them with `merge`) keep their whole
+/// profile, made in the same pass (`RunReport::profile_of`).
+pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection, merge: bool) -> Result<RunReport, LoadError> {
     if !file.exists() {
-        let children = crate::record::trace_family(file);
+        let children = names::trace_family(file);
         if children.is_empty() {
             return Err(LoadError::NoTrace(file.to_path_buf()));
         }
@@ -73,7 +79,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     let untraced = Untraced::of(&root);
     let mut traces = vec![root];
     let mut missing = Vec::new();
-    let suffix = |f: &Path| child_suffix(file, f);
+    let suffix = |f: &Path| names::child_trace_suffix(file, f);
     let command_of = |s: Option<&str>| {
         let s = s?;
         listed.as_ref()?.iter().find(|l| l.suffix == s).map(|l| l.command.clone())
@@ -89,7 +95,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
         }
     };
     if children {
-        let found: Vec<PathBuf> = crate::record::trace_family(file).into_iter().skip(1).collect();
+        let found: Vec<PathBuf> = names::trace_family(file).into_iter().skip(1).collect();
         let owner = std::fs::metadata(file).ok().map(|m| std::os::unix::fs::MetadataExt::uid(&m));
         for f in &found {
             if let Some(reason) = not_of_this_run(f, owner, listed.as_deref(), suffix(f).as_deref()) {
@@ -117,7 +123,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
                 continue;
             }
             missing.push(MissingTrace {
-                file: sibling(file, &l.suffix).display().to_string(),
+                file: names::child_trace_at(file, &l.suffix).display().to_string(),
                 pid: Some(l.pid),
                 command: Some(l.command.clone()),
                 reason: "mtlab record found it beside the root trace when the run ended; it is not there now (deleted or moved)"
@@ -130,16 +136,32 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     let mut planned: Vec<IndexRow> = traces.iter().map(planned_row).collect();
     let file_name = file.display().to_string();
     sel.apply(&mut planned, &file_name)?;
+    // The processes whose profile the exports will want, by file.
+    let exported: HashSet<String> = match opts.profile {
+        true => export_pick(&planned, merge).rows.iter().map(|&i| planned[i].file.clone()).collect(),
+        false => HashSet::new(),
+    };
+    let opts_for = |file: &str| AnalyzeOptions { profile: exported.contains(file), ..opts.clone() };
     let mut analysed: Vec<(Facts, Option<ProcessReport>)> = Vec::with_capacity(traces.len());
+    let mut profiles = Vec::new();
     for (i, (t, plan)) in traces.into_iter().zip(&planned).enumerate() {
-        // The root was opened whole; a child reported in detail reads its maps now.
+        let o = opts_for(&plan.file);
+        // The root was opened whole; a child reported in detail, or whose
+        // profile is exported, reads its maps now.
         let report = match (plan.reported, i) {
-            (true, 0) => heap::analyze(&t, opts),
-            (true, _) => TraceFile::open(&t.path).and_then(|whole| heap::analyze(&whole, opts)),
-            (false, _) => heap::analyze_for_index(&t),
+            (true, 0) => analysis::analyze(&t, &o),
+            (true, _) => TraceFile::open(&t.path).and_then(|whole| analysis::analyze(&whole, &o)),
+            (false, 0) => analysis::analyze_for_index(&t, o.profile),
+            (false, _) if o.profile => TraceFile::open(&t.path).and_then(|whole| analysis::analyze_for_index(&whole, true)),
+            (false, _) => analysis::analyze_for_index(&t, false),
         };
         match report {
-            Ok(p) => analysed.push((Facts::of(&p), plan.reported.then_some(p))),
+            Ok(mut p) => {
+                if !plan.reported && o.profile {
+                    profiles.extend(p.profile_data.take().map(|d| (p.file.clone(), d)));
+                }
+                analysed.push((Facts::of(&p), plan.reported.then_some(p)))
+            }
             Err(e) if i == 0 => return Err(e.into()),
             Err(e) => missing.push(unreadable(&t.path, e)),
         }
@@ -159,7 +181,9 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
         }
     }
     sel.apply(&mut index, &file_name)?;
-    reconcile(&index, &mut reports, |row| heap::analyze(&TraceFile::open(&row.file)?, opts))?;
+    let mut dropped = Vec::new();
+    reconcile(&index, &mut reports, |row| analysis::analyze(&TraceFile::open(&row.file)?, &opts_for(&row.file)), |p| dropped.push(p))?;
+    profiles.extend(dropped.into_iter().filter_map(|mut p: ProcessReport| Some((p.file.clone(), p.profile_data.take()?))));
     // The root trace's RUNINFO holds how the root pid ended, so every
     // analysis of it gives the root trace that status; it belongs to the
     // pid's last image, the one that exited (the index's ending), and an
@@ -169,7 +193,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
             p.exit = row.ending.exit_text();
         }
     }
-    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, untraced, frames: 0, execd_root_ended })
+    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, untraced, frames: 0, execd_root_ended, profiles })
 }
 
 /// The processes of the run that got no trace file at all (RUNINFO
@@ -204,11 +228,19 @@ impl Untraced {
 }
 
 /// Makes the detailed reports those of the rows reported: `detail` analyses
-/// a row's process that was only indexed; a report no longer wanted is dropped.
-fn reconcile<T, E>(rows: &[IndexRow], reports: &mut [Option<T>], mut detail: impl FnMut(&IndexRow) -> Result<T, E>) -> Result<(), E> {
+/// a row's process that was only indexed; a report no longer wanted is
+/// handed to `dropped`.
+fn reconcile<T, E>(
+    rows: &[IndexRow],
+    reports: &mut [Option<T>],
+    mut detail: impl FnMut(&IndexRow) -> Result<T, E>,
+    mut dropped: impl FnMut(T),
+) -> Result<(), E> {
     for (row, report) in rows.iter().zip(reports.iter_mut()) {
         if !row.reported {
-            *report = None;
+            if let Some(r) = report.take() {
+                dropped(r);
+            }
         } else if report.is_none() {
             *report = Some(detail(row)?);
         }
@@ -254,24 +286,6 @@ fn not_of_this_run(f: &Path, owner: Option<u32>, listed: Option<&[family::Listed
     None
 }
 
-/// `PID[.N]` of a child trace `ROOT.PID[.N]`.
-fn child_suffix(root: &Path, child: &Path) -> Option<String> {
-    let prefix = format!("{}.", root.file_name()?.to_string_lossy());
-    child.file_name()?.to_string_lossy().strip_prefix(&prefix).map(str::to_string)
-}
-
-/// `ROOT.SUFFIX` beside `root`, spelt as `record::trace_family` spells the
-/// files it finds (`./` for a root without a directory).
-fn sibling(root: &Path, suffix: &str) -> PathBuf {
-    let mut name = root.file_name().unwrap_or_default().to_os_string();
-    name.push(".");
-    name.push(suffix);
-    match root.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.join(name),
-        _ => Path::new(".").join(name),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,22 +316,24 @@ mod tests {
         assert_eq!(rows.iter().map(|r| r.reported).collect::<Vec<_>>(), [true, false, true]);
         let mut reports = vec![Some("root"), Some("101 in detail"), None];
         let mut analysed = Vec::new();
-        reconcile(&rows, &mut reports, |r| {
-            analysed.push(r.pid);
-            Ok::<_, ()>("102 again, in detail")
-        })
+        let mut dropped = Vec::new();
+        reconcile(
+            &rows,
+            &mut reports,
+            |r| {
+                analysed.push(r.pid);
+                Ok::<_, ()>("102 again, in detail")
+            },
+            |r| dropped.push(r),
+        )
         .unwrap();
         assert_eq!(reports, [Some("root"), None, Some("102 again, in detail")]);
+        assert_eq!(dropped, ["101 in detail"]);
         assert_eq!(analysed, [102], "only the one missing is analysed again");
     }
 
     #[test]
-    fn a_child_trace_is_named_by_its_suffix() {
-        let root = Path::new("/tmp/x/t.mtl");
-        assert_eq!(child_suffix(root, Path::new("/tmp/x/t.mtl.42.1")).as_deref(), Some("42.1"));
-        assert_eq!(child_suffix(root, Path::new("/tmp/x/u.mtl.42")), None);
-        assert_eq!(sibling(root, "42.1"), Path::new("/tmp/x/t.mtl.42.1"));
-        assert_eq!(sibling(Path::new("t.mtl"), "42"), Path::new("./t.mtl.42"));
+    fn a_missing_trace_says_whose_it_was() {
         let m = MissingTrace { file: "t.mtl.42".into(), pid: Some(42), command: Some("cc1".into()), reason: "gone".into() };
         assert_eq!(m.message(), "trace of child 42 (cc1) is missing: t.mtl.42: gone");
     }

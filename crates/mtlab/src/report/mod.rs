@@ -3,6 +3,27 @@
 //! docs/metrics.md (`json`), handed to the exporters as one document; which
 //! processes are reported (`select`), the traces read (`load`) and the
 //! profile exports of the chosen processes (`exports`).
+//!
+//! Only the parts its outputs read are made (`Parts`: screen views, the raw CSV
+//! tables, the JSON value): a tree of hundreds of processes paid more for an
+//! unread JSON value than for its analysis.
+//!
+//! - `load.rs`: the root trace and the child traces beside it — opened without
+//!   their memory maps, which only the processes analysed in detail (or whose
+//!   profile is exported) read again —, each analysed in detail or for the
+//!   index only as `select` plans before decoding and checks after; unreadable
+//!   and deleted child traces named.
+//! - `index.rs`: the process index: one row per traced process, cut on screen
+//!   to the busiest.
+//! - `select.rs`: `--pid`/`--comm`/`--all-processes`, the default for a tree of
+//!   more than 20 processes — the root and the busiest in detail, the rest in
+//!   the index only, analysed without symbols by `analysis::analyze_for_index`
+//!   — and which processes the profile exports take.
+//! - `exports.rs`: the profile of that pick, made in each process's analysis
+//!   pass, merged with `--merge`.
+//! - `views.rs`: screen tables and notes per process; `csv_out.rs`: the raw
+//!   tables (functions, heap, time series, sites and callers of a full trace;
+//!   the estimates of a sampled one); `json.rs`: the shape of docs/metrics.md.
 
 pub mod csv_out;
 pub mod exports;
@@ -13,7 +34,7 @@ pub mod select;
 pub mod views;
 
 use crate::export::{Document, View};
-use crate::heap::ProcessReport;
+use crate::analysis::ProcessReport;
 
 /// The report of a run for the exporters: every part.
 pub fn document(run: &RunReport) -> Document {
@@ -89,6 +110,10 @@ pub struct RunReport {
     /// How the root pid ended, when its last image is not in this report
     /// (`--no-children` after an exec): the root trace's RUNINFO says so.
     pub execd_root_ended: Option<String>,
+    /// The whole profiles (file, profile) of the processes the exports take
+    /// that are not reported in detail (a detailed one keeps its own in
+    /// `ProcessReport::profile_data`).
+    pub profiles: Vec<(String, crate::profile::ProfileData)>,
 }
 
 impl RunReport {

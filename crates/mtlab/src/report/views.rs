@@ -3,9 +3,9 @@
 
 use super::{human_bytes, RunReport};
 use crate::export::{Cell, Table, View};
-use crate::heap::analyze::{AllocatorReading, SiteReport};
+use crate::analysis::model::{AllocatorReading, SiteReport};
 use crate::heap::model::HeapSnapshot;
-use crate::heap::ProcessReport;
+use crate::analysis::ProcessReport;
 
 /// A table for the screen: CSV gets the raw figures from `report::csv_out`.
 fn table(name: &str, title: &str, header: &[&str], numeric_from: usize) -> Table {
@@ -63,7 +63,7 @@ fn heap(peak: &HeapSnapshot, end: &HeapSnapshot) -> Table {
 
 /// One frame for the screen: `function (file.c:12)`, or `module+OFFSET`
 /// (what addr2line takes) for a frame without a symbol.
-fn frame_text(f: &crate::heap::analyze::FrameReport) -> String {
+fn frame_text(f: &crate::analysis::model::FrameReport) -> String {
     let name = f.function.clone().unwrap_or_else(|| format!("{}+{}", f.module, f.offset));
     match (&f.file, f.line) {
         (Some(file), Some(line)) => {
@@ -194,7 +194,7 @@ pub const SHOWN_NOTE: &str = "a stack is listed because it was sampled, so each 
      that: a row of one sample starts at what that sample holds (a block sampled once says nothing more; \
      unconditioned, an 8 KiB block sampled once at 512 KiB got a low end of 14 KiB)";
 
-fn sampled(summary: &crate::heap::analyze::SampledSummary, depth: usize) -> Vec<View> {
+fn sampled(summary: &crate::analysis::model::SampledSummary, depth: usize) -> Vec<View> {
     let width = stack_width(80);
     let p = &summary.totals;
     let intervals: Vec<String> = p.intervals.iter().map(|&i| crate::units::format_size(i)).collect();
@@ -349,7 +349,7 @@ pub fn views(run: &RunReport) -> Vec<View> {
             None => {
                 out.push(View::Table(functions(p)));
                 out.push(View::Table(heap(&p.peak.heap, &p.end)));
-                let split = |s: &crate::heap::analyze::SpaceSplit| {
+                let split = |s: &crate::analysis::model::SpaceSplit| {
                     format!(
                         "requested {}, allocator overhead {}, free {}",
                         human_bytes(s.requested_bytes),
@@ -649,9 +649,9 @@ pub fn memory_plot(p: &ProcessReport) -> Option<crate::export::Plot> {
         return None;
     }
     let timed = p.time_series.iter().all(|s| s.ns.is_some());
-    let x = |s: &crate::heap::analyze::SeriesPoint| if timed { s.ns.unwrap_or(0) as f64 / 1e9 } else { s.event as f64 };
+    let x = |s: &crate::analysis::model::SeriesPoint| if timed { s.ns.unwrap_or(0) as f64 / 1e9 } else { s.event as f64 };
     let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
-    let line = |name: &str, y: &dyn Fn(&crate::heap::analyze::SeriesPoint) -> f64| Series {
+    let line = |name: &str, y: &dyn Fn(&crate::analysis::model::SeriesPoint) -> f64| Series {
         name: name.to_string(),
         points: p.time_series.iter().map(|s| Point { x: x(s), y: y(s), low: None, high: None }).collect(),
     };

@@ -3,6 +3,36 @@
 //! run, fresh or read back from the store, is shown by [`document`].
 //!
 //! Adding a study: `docs/adding-a-study.md`.
+//!
+//! - `tracer_cost.rs`: `bench tracer`, `bench program`; `profiler_cost.rs`:
+//!   `bench malloc`.
+//! - `threads/`: `mtlab threads`: `mod.rs` the cells and trials, `views.rs` its
+//!   tables, plots, perf comparisons and findings, `libc.rs` glibc or a libc's
+//!   compiler wrapper, `preempt.rs` switching the preemption model and putting
+//!   it back.
+//! - `affinity/`: `mtlab affinity`: `mod.rs` the matrix's cells and trials,
+//!   `net.rs` the study's network namespace and veth pair and the RPS mask,
+//!   `irq.rs` a NIC's receive interrupts and address (`--steer irq`),
+//!   `apply.rs` making a placement stay (`--apply`), `journal.rs` every changed
+//!   setting written down first and put back on exit, failure, signal (through
+//!   `platform::interrupt`) or — after SIGKILL — by the next run, `flow.rs` the
+//!   built-in flow (a sendfile sender thread, a receiver process: mtlab's
+//!   hidden `__affinity-receiver` command) and the remote sender and receiver
+//!   of `--steer irq`, `iperf.rs` iperf3 as the generator, `counters.rs` per-
+//!   CPU perf and /proc counters, `preflight.rs` what on the host could spoil
+//!   the matrix, `views.rs` matrix, classes, recommendation, heat maps.
+//! - `heap/`: `mtlab heap compare`, `sweep` and `replay`: `mod.rs` the variants
+//!   (an allocator and its environment), their configurations and trials,
+//!   `tunables.rs` tunables by name, how each is set and whether the allocator
+//!   took a value, `replay.rs` a trace's heap calls as the replay program's ops
+//!   file (`heap replay`), `allocators.rs` heap managers by name (linker cache)
+//!   or path, and whether a trace shows one was used, `views.rs` the side-by-
+//!   side, per-function, space-split and validation tables, the best setting,
+//!   and the plots.
+//! - `child.rs`: one measured child process: output, wall time, peak RSS,
+//!   stopped if mtlab is interrupted; a run's work directory, removed on
+//!   interrupt too; pinning a child to CPUs.
+//! - `mod.rs`: maps a run's study to its views.
 
 pub mod affinity;
 pub mod child;

@@ -281,7 +281,7 @@ impl Lab {
         }
         if matches!(p.profiler, Profiler::Mtlab { .. }) {
             let (mut stacks, mut cycles) = (0u64, 0u64);
-            for t in crate::record::trace_family(&trace) {
+            for t in crate::platform::names::trace_family(&trace) {
                 let Ok(tf) = crate::trace::TraceFile::open(&t) else { continue };
                 let get = |k: &str| tf.stats.iter().find(|(key, _)| key == k).and_then(|(_, v)| v.parse::<u64>().ok());
                 stacks += get(keys::STACKS_CAPTURED).unwrap_or(0);

@@ -177,7 +177,7 @@ impl Lab {
                 }
                 c.arg("-o").arg(&trace).arg("--").args(&self.argv);
                 let m = measure(c, "mtlab record")?;
-                let family = crate::record::trace_family(&trace);
+                let family = crate::platform::names::trace_family(&trace);
                 let (program_rss, wall) = traced_facts(&family);
                 let mut out = vec![
                     self.main_sample(&m, name)?,

@@ -6,6 +6,10 @@
 //!
 //! Read from a root directory, so tests (and `mtlab topo --sysfs DIR`) can
 //! use the recorded trees of other machines.
+//!
+//! `mod.rs` reads the tree and classes the pairs; `view.rs` makes `mtlab
+//! topo`'s views. Recorded trees of other machines:
+//! `crates/mtlab/tests/fixtures/sysfs/`.
 
 mod view;
 

@@ -131,7 +131,7 @@ struct Stamper {
 }
 
 /// glibc: an mmap'd chunk starts this many bytes before its block (as
-/// `heap::analyze` maps it).
+/// `analysis::replay` maps it).
 const GLIBC_CHUNK_HEADER: u64 = 16;
 
 const BREAK_KEY: u64 = u64::MAX;
@@ -603,7 +603,7 @@ mod tests {
 
     /// Runs the exact and the compact trace of `chunks` through the report's
     /// analysis.
-    fn both_reports(chunks: &[(u32, Vec<Event>)]) -> (crate::heap::ProcessReport, crate::heap::ProcessReport) {
+    fn both_reports(chunks: &[(u32, Vec<Event>)]) -> (crate::analysis::ProcessReport, crate::analysis::ProcessReport) {
         let dir = tempfile::tempdir().unwrap();
         let (src, dst) = (dir.path().join("t.mtl"), dir.path().join("c.mtl"));
         let mut w = TraceWriter::create(&src, [("pid", "1"), ("tsc_hz", "1000000000"), ("page_size", "4096")]).unwrap();
@@ -613,9 +613,9 @@ mod tests {
         }
         w.finish().unwrap();
         compact(&TraceFile::open(&src).unwrap(), &dst, 4096, &[]).unwrap();
-        let o = crate::heap::AnalyzeOptions::default();
-        let exact = crate::heap::analyze(&TraceFile::open(&src).unwrap(), &o).unwrap();
-        let compacted = crate::heap::analyze(&TraceFile::open(&dst).unwrap(), &o).unwrap();
+        let o = crate::analysis::AnalyzeOptions::default();
+        let exact = crate::analysis::analyze(&TraceFile::open(&src).unwrap(), &o).unwrap();
+        let compacted = crate::analysis::analyze(&TraceFile::open(&dst).unwrap(), &o).unwrap();
         (exact, compacted)
     }
 

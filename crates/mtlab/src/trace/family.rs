@@ -41,15 +41,11 @@ pub fn decode(value: &str) -> Vec<ListedTrace> {
         .collect()
 }
 
-/// The pid of a child trace's suffix (`PID` or `PID.N`), if it is one.
+/// The pid of a child trace's suffix (`PID` or `PID.N`), if it is one
+/// (`platform::names` spells the family's names).
 pub fn suffix_pid(suffix: &str) -> Option<u32> {
-    let mut parts = suffix.split('.');
-    let pid = parts.next()?.parse().ok()?;
-    match parts.next() {
-        None => Some(pid),
-        Some(gen) if gen.parse::<u32>().is_ok() && parts.next().is_none() => Some(pid),
-        Some(_) => None,
-    }
+    let (pid, _) = crate::platform::names::parse_child_suffix(suffix)?;
+    u32::try_from(pid).ok()
 }
 
 /// The base name of a command's first argument (or of its executable when

@@ -40,7 +40,7 @@ pub const REWRITTEN_WHILE_RUNNING: &str = "rewritten_while_running";
 /// presence marks the trace as compact.
 pub const COMPACT_QUANTUM: &str = "compact_quantum";
 /// The heap's peak measured on the exact trace before compaction, as the
-/// JSON of a `heap::PeakReport` (written by `crate::compact`).
+/// JSON of an `analysis::model::PeakReport` (written by `mtlab compact`).
 pub const COMPACT_PEAK: &str = "compact_peak";
 
 // ---------------------------------------------------------------------------

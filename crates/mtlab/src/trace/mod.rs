@@ -5,6 +5,37 @@
 //! (the primitives readers and writers share) → `columns`, `maps`, `resync` → `decode`; then
 //! the writer and the rewrites built on them: `encode`, `rewrite`, `finish`,
 //! `compact`; `stacks` (the table of stacks a report keeps) on none.
+//!
+//! - `format.rs`: constants mirrored from the C header, checked by a test;
+//!   `event.rs`: decoded types; `error.rs`: `TraceError`.
+//! - `kv.rs`: the `key=value` text of header, RUNINFO and STATS; `keys.rs`:
+//!   every RUNINFO and STATS key: what it means, who writes it.
+//! - `fields.rs`: what an event's values mean; the `Fields` trait the decoder
+//!   reads rows and columns through.
+//! - `family.rs`: the list of child traces `mtlab record` keeps in the root's
+//!   RUNINFO (the names themselves: `platform::names`).
+//! - `varint.rs`: the varint codec; `records.rs`: record headers: scanning,
+//!   checking, writing; chunk header and its checksums; END.
+//! - `resync.rs`: after damage in a checksummed file: the next intact record.
+//! - `columns.rs`: the column layout of finished chunks: streams by field
+//!   meaning, TSC-step splitting, address ranks.
+//! - `decode.rs`: header, index pass, time-ordered merge of thread chunks in
+//!   bounded memory, damage handling; `Items::next_ref` lends each event where
+//!   it was decoded — the analysis pass reads it there, the `Iterator` copies
+//!   it out; zstd contexts are kept per thread across traces.
+//! - `encode.rs`: a Rust writer, for tests and `compact`; `rewrite.rs`: what
+//!   both rewrites share: the temp file beside the trace, `copy_record`,
+//!   `install` over it.
+//! - `finish.rs`: `finish_trace`/`Finisher`: the post-run join, column rewrite
+//!   and compression, on all cores.
+//! - `stacks.rs`: the stacks a report keeps: frames end to end in blocks of 8
+//!   MiB that never move (huge pages after the first), definitions appended;
+//!   distinct ids and redefinitions from a bitset; the index by id (a hash map,
+//!   from 256 K stacks an array) built only when a lookup misses the last 8
+//!   definitions.
+//! - `compact.rs`: compact traces: time stamps rounded to a quantum but kept in
+//!   cross-thread order where threads touch the same block, region or break;
+//!   cycles sorted per function within a chunk.
 
 pub mod columns;
 pub mod compact;

@@ -1,8 +1,38 @@
-//! Per-function call statistics: counts, sizes and the distribution of
-//! cycles spent in the real call (mean, standard deviation, percentiles).
+//! The per-function aggregator: for each intercepted function its calls,
+//! failures, sizes and the distribution of cycles spent in the real call
+//! (mean, standard deviation, percentiles).
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+
+use super::model::CycleSummary;
+use super::step::Step;
+use crate::trace::{Event, Func};
+
+/// Every function's statistics, fed each event.
+pub struct Functions {
+    stats: Vec<FuncStats>,
+}
+
+impl Default for Functions {
+    fn default() -> Self {
+        Functions { stats: Func::ALL.iter().map(|_| FuncStats::default()).collect() }
+    }
+}
+
+impl Functions {
+    /// Counts `ev`'s call, as the replay read it (`Step::call`).
+    #[inline(always)]
+    pub fn on_event(&mut self, ev: &Event, step: &Step) {
+        if let Some(c) = step.call {
+            self.stats[c.func.index()].add(ev.cycles, c.size, c.failed);
+        }
+    }
+
+    /// The statistics of `func`.
+    pub fn of(&self, func: Func) -> &FuncStats {
+        &self.stats[func.index()]
+    }
+}
 
 pub struct FuncStats {
     pub calls: u64,
@@ -22,16 +52,6 @@ pub struct FuncStats {
 }
 
 const SMALL: usize = 1024;
-
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct CycleSummary {
-    pub total: u64,
-    pub mean: f64,
-    pub stddev: f64,
-    pub p50: u64,
-    pub p99: u64,
-    pub max: u64,
-}
 
 impl Default for FuncStats {
     fn default() -> Self {
@@ -137,6 +157,32 @@ impl FuncStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_call_counts_for_its_function_and_a_free_for_the_size_it_freed() {
+        use crate::analysis::replay::Replay;
+        use crate::trace::event::FLAG_FAILED;
+        use crate::trace::{EventKind, Header, StackTable};
+        let ev = |kind, cycles, flags| Event { tsc: 0, tid: 1, cycles, stack: 0, flags, kind };
+        let mut replay = Replay::new(&Header { page_size: 4096, ..Header::default() });
+        let mut f = Functions::default();
+        let events = [
+            ev(EventKind::Alloc { func: Func::Malloc, size: 48, ptr: 0x1000, usable: 56, align: 0 }, 30, 0),
+            ev(EventKind::Alloc { func: Func::Malloc, size: 1 << 40, ptr: 0, usable: 0, align: 0 }, 90, FLAG_FAILED),
+            ev(EventKind::Free { func: Func::Free, ptr: 0x1000 }, 20, 0),
+            ev(EventKind::Free { func: Func::Free, ptr: 0x2000 }, 10, 0),
+            ev(EventKind::BrkSeen { brk: 0x5000 }, 0, 0),
+        ];
+        for e in &events {
+            let step = replay.event(e, &StackTable::default(), 0);
+            f.on_event(e, &step);
+        }
+        let m = f.of(Func::Malloc);
+        assert_eq!((m.calls, m.failed, m.mean_size()), (2, 1, 48.0));
+        let free = f.of(Func::Free);
+        assert_eq!((free.calls, free.failed, free.bytes), (2, 0, 48), "an unknown free is a call of no size");
+        assert_eq!(f.of(Func::Brk).calls, 0, "BRK_SEEN is no call");
+    }
 
     #[test]
     fn summary_of_known_values() {

@@ -1,0 +1,121 @@
+//! The analysis of a trace: one pass that decodes each event once and hands
+//! it to a set of aggregators, and the report's data model they fill
+//! (`model`: `ProcessReport`, docs/metrics.md).
+//!
+//! - `pass`: the pass (`Pass::stack`, `Pass::event`, fed item by item;
+//!   `feed` drives it over a whole trace, the decoder running `AHEAD`
+//!   events in front so that, once the live-block table or the site tables
+//!   outgrow a last-level cache (8 MiB), each event's table slots are
+//!   prefetched when it is decoded and, 8 events later, a free's slab entry
+//!   and site counters through its (by then cached) table slot, so that the
+//!   misses of several events overlap).
+//! - `replay`: the shadow heap aggregator, first: each event replayed into
+//!   `heap::model::ShadowHeap` (live and mapped bytes, fragmentation,
+//!   utilization, the peak — a new peak keeps the heap's raw counters,
+//!   divided out when the report is made); each allocation's stack gets its
+//!   site, which the heap keeps with the block; what the event did reaches
+//!   the others as a `Step` (`step`: the call, and the block freed,
+//!   replaced, allocated, by site).
+//! - `functions`: per-function calls, failures, sizes and cycle percentiles.
+//! - `sites`: calls, bytes, live blocks now and at the peak, temporary
+//!   allocations, by site (an open-addressing table of (stack id, index)
+//!   pairs; each ranking's top sites selected, not sorted); the callers and
+//!   the exact profile behind pprof, the flame graph and speedscope are
+//!   read from it, with no decode of their own.
+//! - `series`: the time series.
+//! - `symbols`: frames of the sites shown, how whole the stacks are.
+//! - `finish`: the `ProcessReport` made of the aggregators.
+//!
+//! Files depend on those before them only: `model` → `step` → `symbols` →
+//! `sites` → `replay` → `functions`, `series` → `pass` → `finish`.
+//!
+//! A sampled trace's estimates (`profile::sampled::SampledPass`) are made in
+//! the same decode pass. A report asks only for what its outputs need:
+//! callers with `callers`, the exact profile with `profile`, no symbols
+//! and one time-series point for a process in the index only.
+
+mod finish;
+pub mod functions;
+pub mod model;
+pub mod pass;
+pub mod replay;
+pub mod series;
+pub mod sites;
+pub mod step;
+pub mod symbols;
+
+pub use model::ProcessReport;
+pub use symbols::stack_quality_of;
+
+use crate::profile::sampled::SampledPass;
+use crate::symbolize::{parse_all_maps, CodeRanges};
+use crate::trace::{TraceError, TraceFile};
+use model::AllocatorReading;
+use pass::{feed, Pass};
+
+#[derive(Clone, Debug)]
+pub struct AnalyzeOptions {
+    /// Most points in the time series.
+    pub max_points: usize,
+    /// Sites listed in each top table.
+    pub top: usize,
+    /// Also the functions by allocation in them and below them (symbolizes
+    /// every stack, not only the top sites').
+    pub callers: bool,
+    /// Also the whole profile of a full trace (`ProcessReport::profile_data`),
+    /// for the exports; a sampled trace's estimated one is always made.
+    pub profile: bool,
+}
+
+impl Default for AnalyzeOptions {
+    fn default() -> Self {
+        AnalyzeOptions { max_points: 200, top: 10, callers: false, profile: false }
+    }
+}
+
+impl AnalyzeOptions {
+    /// What a process only listed in the index needs (`analyze_for_index`).
+    pub fn for_index() -> AnalyzeOptions {
+        AnalyzeOptions { max_points: 1, top: 0, callers: false, profile: false }
+    }
+}
+
+pub fn analyze(trace: &TraceFile, opts: &AnalyzeOptions) -> Result<ProcessReport, TraceError> {
+    analyze_with(trace, opts, true)
+}
+
+/// The same pass for a process only listed in `mtlab report`'s process
+/// index: events, peak, end, how it ended are whole; nothing is symbolized —
+/// no site tables, no stack quality (its `truncated_call_fraction` is 0), no
+/// per-function table, a time series of one point, no maps in a sampled
+/// profile unless `profile` asks for the profile. On a tree of hundreds of
+/// small processes the symbolizing and ranking of sites cost more than
+/// replaying their heaps.
+pub fn analyze_for_index(trace: &TraceFile, profile: bool) -> Result<ProcessReport, TraceError> {
+    analyze_with(trace, &AnalyzeOptions { profile, ..AnalyzeOptions::for_index() }, false)
+}
+
+fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Result<ProcessReport, TraceError> {
+    let compact = trace.compact_quantum().is_some_and(|q| q.parse::<u64>().is_ok());
+    let total: u64 = trace.chunks.iter().map(|c| c.n_events as u64).sum();
+    let every = total.div_ceil(opts.max_points.max(1) as u64).max(1);
+    let mut pass = Pass::new(&trace.header, every, compact);
+    // A sampled trace's profile is estimated in this same decode pass.
+    let readings = AllocatorReading::all_of(trace);
+    let mut sampled = (trace.header.sample_interval > 0).then(|| SampledPass::with_checkpoints(AllocatorReading::tscs(&readings)));
+    let mut items = trace.items()?;
+    // Without symbols or a profile no stack is shown: no maps to read (their
+    // parse cost an index-only process as much as its heap's replay), stacks
+    // kept whole.
+    let maps = if symbolize || opts.profile { parse_all_maps(&trace.maps) } else { Vec::new() };
+    let code = CodeRanges::new(&maps);
+    // Two monomorphized loops: a full trace's loop carries no test for the
+    // sampled pass (it cost ~20 instructions an event, 6 % of the report).
+    match &mut sampled {
+        Some(s) => feed(&mut items, &mut pass, &code, |ev| s.event(ev)),
+        None => feed(&mut items, &mut pass, &code, |_| {}),
+    }
+    pass.end_series();
+    let sampled = sampled.map(|s| s.finish(trace, &pass.stacks, maps.clone()));
+    Ok(finish::report(&pass, finish::Inputs { trace, opts, symbolize, maps, items: &items, sampled, readings }))
+}
