@@ -122,7 +122,7 @@ fn wilson_hilferty(mean: f64, shape: f64, q: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::profile::sampled::sample_probability;
 
@@ -176,10 +176,11 @@ mod tests {
         assert!((hi / y - 4.3836).abs() < 1e-3, "{hi} = {} y", hi / y);
     }
 
-    /// Splitmix64 then xorshift: the tests' own reproducible stream.
-    struct Rng(u64);
+    /// Splitmix64: the tests' own reproducible stream in [0, 1) (also the
+    /// estimator's calibration tests', in sampled.rs).
+    pub(crate) struct Rng(pub(crate) u64);
     impl Rng {
-        fn unit(&mut self) -> f64 {
+        pub(crate) fn unit(&mut self) -> f64 {
             self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
             let mut z = self.0;
             z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

@@ -473,17 +473,7 @@ mod calibration {
     //! least one sample) and of the totals.
     use super::*;
 
-    /// Splitmix64: the test's own reproducible stream in [0, 1).
-    struct Rng(u64);
-    impl Rng {
-        fn unit(&mut self) -> f64 {
-            self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-        }
-    }
+    use crate::profile::interval::tests::Rng;
 
     /// Blocks of one stack: (size, allocated, live at the end).
     type Stack = &'static [(u64, u64, u64)];
