@@ -90,6 +90,11 @@ pub const ALLOCATOR_STATS: &str = "allocator_stats";
 pub const ALLOCATOR_IN_USE_BYTES: &str = "allocator_in_use_bytes";
 /// Bytes the heap manager holds from the system at exit.
 pub const ALLOCATOR_MAPPED_BYTES: &str = "allocator_mapped_bytes";
+/// glibc only: the bytes of its blocks that are their own mmap'd chunks
+/// (`hblkhd`), part of `allocator_mapped_bytes`.
+pub const ALLOCATOR_MMAPPED_BYTES: &str = "allocator_mmapped_bytes";
+/// glibc only: free bytes held in its arenas (`fordblks`).
+pub const ALLOCATOR_FREE_BYTES: &str = "allocator_free_bytes";
 /// `allocator_in_use_bytes` when tracing started: what the loader and libc
 /// had allocated before mtlab could see anything.
 pub const ALLOCATOR_IN_USE_AT_START_BYTES: &str = "allocator_in_use_at_start_bytes";
@@ -99,5 +104,9 @@ pub const ALLOCATOR_MAPPED_AT_START_BYTES: &str = "allocator_mapped_at_start_byt
 /// the TSC when the figures were read, and the dump that asked for them.
 pub const READING_TSC: &str = "tsc";
 pub const READING_DUMP: &str = "dump";
+/// Only with `MTLAB_UNWIND_CHECK=1`: dwarf stacks also taken by libgcc's
+/// unwinder, and how many of them differed (`stack.c`).
+pub const UNWIND_CHECKED: &str = "unwind_checked";
+pub const UNWIND_MISMATCHED: &str = "unwind_mismatched";
 /// The process's peak resident set size, in KiB (`getrusage`).
 pub const MAX_RSS_KIB: &str = "max_rss_kib";
