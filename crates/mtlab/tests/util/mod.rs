@@ -118,8 +118,10 @@ impl Lab {
         let split = args.iter().position(|a| *a == "--").unwrap_or(args.len());
         let o = self.command(MTLAB).args(&args[..split]).arg("--json").args(&args[split..]).output().unwrap();
         assert_success(&o, &format!("mtlab {}", args.join(" ")));
-        serde_json::from_slice(&o.stdout)
-            .unwrap_or_else(|e| panic!("mtlab {} --json: {e}\n{}", args.join(" "), String::from_utf8_lossy(&o.stdout)))
+        let v: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("mtlab {} --json: {e}\n{}", args.join(" "), String::from_utf8_lossy(&o.stdout)));
+        assert_metrics_documented(&v);
+        v
     }
 
     /// `mtlab record [extra] -o TRACE -- PROGRAM ARGS...`
@@ -416,4 +418,18 @@ pub const NOBODY: u32 = 65534;
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
+}
+
+/// Every metric of a study run's JSON (`measurements[].metric`) is named in
+/// docs/metrics.md in backticks (per-function metrics of the heap study as
+/// `F.NAME`), so that the docs cannot fall behind the studies.
+pub fn assert_metrics_documented(v: &Value) {
+    let Some(measurements) = v["measurements"].as_array() else { return };
+    let doc = std::fs::read_to_string(repo_root().join("docs/metrics.md")).unwrap();
+    let spans: std::collections::BTreeSet<&str> = doc.split('`').skip(1).step_by(2).collect();
+    let documented = |m: &str| spans.contains(m) || m.rsplit_once('.').is_some_and(|(_, rest)| spans.contains(format!("F.{rest}").as_str()));
+    let mut missing: Vec<&str> = measurements.iter().filter_map(|m| m["metric"].as_str()).filter(|m| !documented(m)).collect();
+    missing.sort_unstable();
+    missing.dedup();
+    assert!(missing.is_empty(), "{} run: metrics not documented in docs/metrics.md: {missing:?}", v["study"]);
 }
