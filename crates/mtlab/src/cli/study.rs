@@ -334,7 +334,7 @@ pub fn finish_keep(mut run: Run, out: &OutputArgs) -> Result<Document, CliError>
     let doc = studies::document(&run);
     emit(&doc, out.json, out.csv.as_ref(), out.svg.as_ref())?;
     if let Some(path) = &out.html {
-        write_html(&doc, path, &run_title(&run), &[])?;
+        write_html(&doc, path, &run_title(&run), &Default::default())?;
     }
     match stored {
         Some(Ok((id, path))) => {
@@ -449,7 +449,7 @@ pub fn runs(a: RunsArgs) -> Result<ExitCode, CliError> {
             let doc = studies::document(&run);
             emit(&doc, s.json, s.csv.as_ref(), s.svg.as_ref())?;
             if let Some(path) = &s.html {
-                write_html(&doc, path, &run_title(&run), &[])?;
+                write_html(&doc, path, &run_title(&run), &Default::default())?;
             }
         }
         RunsAction::Export(e) => {
@@ -511,7 +511,7 @@ pub fn diff(a: DiffArgs) -> Result<ExitCode, CliError> {
     let doc = crate::study::diff::document(&d);
     emit(&doc, a.json, a.csv.as_ref(), None)?;
     if let Some(path) = &a.html {
-        write_html(&doc, path, &format!("mtlab diff {} {}: {}", a.run_a, a.run_b, ra.title), &[])?;
+        write_html(&doc, path, &format!("mtlab diff {} {}: {}", a.run_a, a.run_b, ra.title), &Default::default())?;
     }
     if a.fail_on_regression && d.regressions() > 0 {
         return Ok(ExitCode::from(3));

@@ -63,7 +63,7 @@ fn heap(peak: &HeapSnapshot, end: &HeapSnapshot) -> Table {
 
 /// One frame for the screen: `function (file.c:12)`, or `module+OFFSET`
 /// (what addr2line takes) for a frame without a symbol.
-fn frame_text(f: &crate::analysis::model::FrameReport) -> String {
+pub(super) fn frame_text(f: &crate::analysis::model::FrameReport) -> String {
     let name = f.function.clone().unwrap_or_else(|| format!("{}+{}", f.module, f.offset));
     match (&f.file, f.line) {
         (Some(file), Some(line)) => {
@@ -301,6 +301,12 @@ fn sampled(summary: &crate::analysis::model::SampledSummary, depth: usize) -> Ve
 
 /// Every process of the run, root first.
 pub fn views(run: &RunReport) -> Vec<View> {
+    views_for(run, false)
+}
+
+/// Each process's views; for a page (`page`), its memory plot ends them and
+/// no character sparkline stands beside it.
+pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
     let mut out: Vec<View> = Vec::new();
     for p in &run.processes {
         let mut note = |s: String| out.push(View::Note(s));
@@ -364,7 +370,7 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 )));
                 let live: Vec<u64> = p.time_series.iter().map(|t| t.live_bytes).collect();
                 let mapped: Vec<u64> = p.time_series.iter().map(|t| t.mapped_bytes).collect();
-                if live.len() >= 2 {
+                if live.len() >= 2 && !page {
                     let over = if p.time_series.iter().all(|t| t.ns.is_some()) { "time" } else { "heap events" };
                     let top = mapped.iter().chain(&live).copied().max().unwrap_or(0);
                     out.push(View::Note(format!(
@@ -584,7 +590,10 @@ pub fn views(run: &RunReport) -> Vec<View> {
         for w in &p.warnings {
             note(format!("warning: {w}"));
         }
-        note(String::new());
+        if page {
+            out.extend(memory_plot(p).map(View::Plot));
+        }
+        out.push(View::Note(String::new()));
     }
     out
 }
