@@ -103,13 +103,14 @@ fn sections(views: &[View]) -> Result<Vec<Section>, ExportError> {
         let hidden = matches!(v, View::Table(t) if t.show == Show::DataOnly);
         let body = &mut out.last_mut().expect("one section at least").body;
         if !plain_note && !hidden {
-            if !paragraph.is_empty() {
-                writeln!(body, "<div class=\"notes\">{}</div>", paragraph.join("<br>\n")).ok();
-                paragraph.clear();
-            }
+            // Notes before a heat map of the grid stay in the grid; anything else closes it.
             if in_grid && !is_heatmap {
                 body.push_str("</div>\n");
                 in_grid = false;
+            }
+            if !paragraph.is_empty() {
+                writeln!(body, "<div class=\"notes\">{}</div>", paragraph.join("<br>\n")).ok();
+                paragraph.clear();
             }
         }
         match v {
@@ -134,11 +135,11 @@ fn sections(views: &[View]) -> Result<Vec<Section>, ExportError> {
         }
     }
     let body = &mut out.last_mut().expect("one section at least").body;
-    if !paragraph.is_empty() {
-        writeln!(body, "<div class=\"notes\">{}</div>", paragraph.join("<br>\n")).ok();
-    }
     if in_grid {
         body.push_str("</div>\n");
+    }
+    if !paragraph.is_empty() {
+        writeln!(body, "<div class=\"notes\">{}</div>", paragraph.join("<br>\n")).ok();
     }
     Ok(out)
 }
@@ -254,7 +255,7 @@ figure{margin:1rem 0}figure svg{max-width:100%;height:auto}figcaption{font-weigh
 .heatgrid{display:grid;grid-template-columns:repeat(auto-fill,minmax(340px,1fr));gap:1rem}\
 table.heat td{text-align:center;min-width:2.6rem;border:1px solid #fff;font-variant-numeric:tabular-nums}\
 table.heat td.none{background:#e6e6e6}table.heat th{font-weight:500;font-size:.8rem;background:none}\
-table.heat caption{caption-side:bottom;font-size:.8rem;color:#555;text-align:left}\
+p.axes{font-size:.8rem;color:#555;margin:.2rem 0}\
 table.heat .strong{border-right:3px solid #000}table.heat tr.strong td,table.heat tr.strong th{border-bottom:3px solid #000}\
 table.heat .light{border-right:1px solid #666}table.heat tr.light td{border-bottom:1px solid #666}\
 .scale{display:flex;align-items:center;gap:.4rem;font-size:.8rem}.scale .bar{width:9rem;height:.8rem;border:1px solid #ccc}\

@@ -201,7 +201,7 @@ pub fn heatmap_figure(
     let line = |bs: &[Boundary], i: usize| bs.iter().find(|b| b.after == i).map(|b| if b.strong { " strong" } else { " light" }).unwrap_or("");
     let mut out = String::new();
     writeln!(out, "<figure class=\"plot heatmap\" id=\"plot-{}\"><figcaption>{}</figcaption>", escape(&plot.name), escape(&plot.title)).ok();
-    write!(out, "<table class=\"heat\"><caption>rows: {}; columns: {}</caption><thead><tr><th></th>", escape(&plot.y_label), escape(&plot.x_label)).ok();
+    write!(out, "<p class=\"axes\">rows: {}; columns: {}</p><table class=\"heat\"><thead><tr><th></th>", escape(&plot.y_label), escape(&plot.x_label)).ok();
     for (ci, c) in columns.iter().enumerate() {
         write!(out, "<th class=\"col{}\">{}</th>", line(column_bounds, ci), escape(c)).ok();
     }

@@ -16,10 +16,13 @@ pub fn summary(run: &RunReport) -> Option<Summary> {
     items.push(("peak live".into(), format!("{} in {} blocks", human_bytes(peak.live_bytes), peak.live_objects)));
     items.push(("mapped at that peak".into(), human_bytes(peak.mapped_bytes)));
     items.push(("leaked (live at the end)".into(), format!("{} in {} blocks", human_bytes(p.leaks.bytes), p.leaks.objects)));
-    let slowest = p.functions.iter().filter(|(_, f)| f.calls > 0).max_by(|a, b| a.1.cycles.mean.total_cmp(&b.1.cycles.mean));
+    // A mean of a few calls (a startup calloc) says little: among the
+    // functions called at least 1 % as often as the most called one.
+    let most = p.functions.values().map(|f| f.calls).max().unwrap_or(0);
+    let slowest = p.functions.iter().filter(|(_, f)| f.calls > 0 && f.calls * 100 >= most).max_by(|a, b| a.1.cycles.mean.total_cmp(&b.1.cycles.mean));
     if let Some((name, f)) = slowest.filter(|(_, f)| f.cycles.mean > 0.0) {
         let ns = if p.tsc_hz > 0 { format!(" ({:.0} ns)", f.cycles.mean * 1e9 / p.tsc_hz as f64) } else { String::new() };
-        items.push(("slowest function (mean)".into(), format!("{name}: {:.0} cycles{ns} over {} calls", f.cycles.mean, f.calls)));
+        items.push(("slowest function (mean cycles)".into(), format!("{name}: {:.0} cycles{ns} over {} calls", f.cycles.mean, f.calls)));
     }
     if let Some(site) = p.top_sites.by_bytes.first() {
         let at = site.frames.first().map(super::views::frame_text).unwrap_or_else(|| "(no stack recorded)".into());
