@@ -261,13 +261,3 @@ fn a_person_reads_the_summary_zooms_searches_and_sorts_the_report_in_chromium() 
     keep(&png);
 }
 
-/// Bytes as the page writes them (1024-based, one decimal).
-fn human(b: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let (mut v, mut u) = (b as f64, 0);
-    while v >= 1024.0 && u < units.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", units[u]) }
-}

@@ -106,7 +106,7 @@ enum Command {
     Record(RecordArgs),
     /// Analyse a trace: per-function costs, heap shape, fragmentation, top sites, leaks.
     Report(ReportArgs),
-    /// A tour on built-in workloads: a heap trace and a sampled profile, then each study in small (about 2 minutes); writes one HTML report.
+    /// A tour on built-in workloads: a heap trace and a sampled profile, then each study in small (about 25 s on 2 cores); writes one HTML report.
     Demo(DemoArgs),
     /// Control a running sampled process: start, stop, interval SIZE, dump, status.
     Ctl(CtlArgs),
@@ -120,7 +120,7 @@ enum Command {
     #[command(subcommand)]
     Heap(heap_study::HeapCommand),
     /// Affinity study: throughput of one TCP flow for every (flow core, application core) pair, counters per GB, a recommended placement.
-    #[command(long_about = affinity::LONG_ABOUT)]
+    #[command(long_about = affinity::LONG_ABOUT, mut_arg("reps", study::reps_help(3)))]
     Affinity(affinity::AffinityArgs),
     /// Run a built-in workload, or print its command (`--path`) to trace it; without NAME, list them.
     #[command(long_about = "Run one of mtlab's built-in workloads (the programs its studies and `mtlab demo` use), \
@@ -370,6 +370,10 @@ struct ReportArgs {
     /// selected process, equal stacks summed, instead of one process.
     #[arg(long)]
     merge: bool,
+    /// Exit with status 3 when the report has a warning (a damaged or missing trace, dropped events): the report
+    /// is printed all the same.
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Args, Debug)]
@@ -704,8 +708,16 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
         let extras = export::html::Extras { summary: report::summary::summary(&run), flames };
         write_html(&html_document(&mut run), path, &format!("mtlab report {}", a.file.display()), &extras)?;
     }
+    let warnings = report::warning_count(&run);
+    if a.strict && warnings > 0 {
+        say!("mtlab: {warnings} warning{} in this report (--strict)", if warnings == 1 { "" } else { "s" });
+        return Ok(ExitCode::from(STRICT_WARNINGS));
+    }
     Ok(ExitCode::SUCCESS)
 }
+
+/// `report --strict`'s exit status when the report has warnings.
+const STRICT_WARNINGS: u8 = 3;
 
 /// The report for a page: whole stacks in the site tables (a page scrolls;
 /// a terminal row does not), each process's plot in its section.
@@ -761,7 +773,15 @@ fn reading_lines(d: &crate::ctl::Dump) -> String {
 
 fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
     use crate::ctl::{self, CtlPage};
-    let pid = ctl::traced_pid(a.pid);
+    let (pid, waited) = ctl::traced_pid_waiting(a.pid, ctl::STARTING_WAIT);
+    // A process still starting: say what the wait was for, and that it was waited for when it failed.
+    if waited.as_millis() >= 20 {
+        if CtlPage::open(pid).is_ok() {
+            say!("mtlab: waited {:.1} s for process {pid} to start its sampler", waited.as_secs_f64());
+        } else {
+            say!("mtlab: waited {:.1} s for process {} (or a child of it) to make its sampler's control page", waited.as_secs_f64(), a.pid);
+        }
+    }
     match a.action {
         CtlAction::Dump { output, timeout } => {
             let out = output.unwrap_or_else(|| ctl::default_dump_path(pid));

@@ -53,7 +53,7 @@ fn role<'a>(panel: &str, name: &'a str) -> &'a str {
 
 /// About five round ticks between `lo` and `hi`.
 fn ticks(lo: f64, hi: f64) -> Vec<f64> {
-    if !(hi > lo) {
+    if hi.is_nan() || lo.is_nan() || hi <= lo {
         return vec![lo];
     }
     let raw = (hi - lo) / 5.0;
@@ -81,7 +81,7 @@ fn x_ticks(scale: Scale, lo: f64, hi: f64) -> Vec<f64> {
 
 fn y_label(v: f64) -> String {
     if v.abs() >= 1e6 {
-        format!("{:.3e}", v)
+        format!("{v:.3e}")
     } else {
         tick_label(Scale::Linear, v)
     }
@@ -154,7 +154,9 @@ pub fn line_figure(plot: &Plot, x_scale: Scale, series: &[Series]) -> Result<Str
             }
             let stride = s.points.len().div_ceil(HOVER_POINTS).max(1);
             let p: Vec<[f64; 3]> = s.points.iter().step_by(stride).map(|p| [axis_value(x_scale, p.x), p.x, p.y]).collect();
-            hover["s"].as_array_mut().map(|a| a.push(serde_json::json!({"n": s.name, "c": c, "p": p})));
+            if let Some(a) = hover["s"].as_array_mut() {
+                a.push(serde_json::json!({"n": s.name, "c": c, "p": p}));
+            }
         }
         svg.push_str("</svg>");
         let data = serde_json::to_string(&hover).map_err(|e| ExportError::Encode(e.to_string()))?;
@@ -168,15 +170,11 @@ pub fn line_figure(plot: &Plot, x_scale: Scale, series: &[Series]) -> Result<Str
     Ok(out)
 }
 
-/// White to dark blue as the value gets better.
-fn heat(t: f64) -> (u8, u8, u8) {
-    let t = t.clamp(0.0, 1.0);
-    let mix = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
-    (mix(250.0, 33.0), mix(245.0, 102.0), mix(240.0, 172.0))
-}
-
-fn rgb((r, g, b): (u8, u8, u8)) -> String {
-    format!("#{r:02x}{g:02x}{b:02x}")
+/// White to dark blue as the value gets better (`t` from worst 0 to best 1),
+/// as the SVG heat maps.
+fn heat(t: f64) -> String {
+    let c = super::svg::heat(t, true);
+    format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
 }
 
 /// A heat map as a table of coloured cells (the value in each, row and
@@ -217,7 +215,7 @@ pub fn heatmap_figure(
                     write!(
                         out,
                         "<td class=\"{class}\" data-v=\"{v}\" style=\"background:{};color:{ink}\" title=\"{} {} × {} {}: {}\">{}</td>",
-                        rgb(heat(t)),
+                        heat(t),
                         escape(&plot.y_label),
                         escape(name),
                         escape(&plot.x_label),
@@ -242,8 +240,8 @@ pub fn heatmap_figure(
             "<div class=\"scale\"><span>{} (worst)</span><span class=\"bar\" style=\"background:linear-gradient(to right,{},{})\"></span><span>{} (best)</span></div>\
              <p class=\"better\">darker is better: {} values are better here</p>",
             label(worst),
-            rgb(heat(0.0)),
-            rgb(heat(1.0)),
+            heat(0.0),
+            heat(1.0),
             label(best),
             if higher_is_better { "higher" } else { "lower" }
         )
@@ -298,7 +296,7 @@ mod tests {
         let html = heatmap_figure(&plot, &["0".into(), "1".into()], &["0".into(), "1".into()], &[vec![Some(10.0), Some(20.0)], vec![None, Some(40.0)]], false, (&[], &[]));
         assert!(html.contains("lower values are better"), "{html}");
         assert!(html.contains("40.0 (worst)") && html.contains("10.0 (best)"), "{html}");
-        assert!(html.contains(&format!("data-v=\"10\" style=\"background:{}", rgb(heat(1.0)))), "lowest is darkest: {html}");
+        assert!(html.contains(&format!("data-v=\"10\" style=\"background:{}", heat(1.0))), "lowest is darkest: {html}");
         assert!(html.contains("not measured"));
         assert_eq!(ticks(0.0, 10.0), [0.0, 2.0, 4.0, 6.0, 8.0, 10.0]);
     }

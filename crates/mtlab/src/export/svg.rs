@@ -194,7 +194,7 @@ fn draw_bars(plot: &Plot, groups: &[String], series: &[(String, Vec<Option<super
 }
 
 /// White to blue for better, white to red for worse: the eye finds the best cell.
-fn heat(t: f64, higher_is_better: bool) -> RGBColor {
+pub(super) fn heat(t: f64, higher_is_better: bool) -> RGBColor {
     let t = t.clamp(0.0, 1.0);
     let t = if higher_is_better { t } else { 1.0 - t };
     let mix = |a: f64, b: f64| (a + (b - a) * t).round() as u8;

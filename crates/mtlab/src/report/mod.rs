@@ -42,6 +42,12 @@ pub fn document(run: &RunReport) -> Document {
     document_of(run, Parts::ALL)
 }
 
+/// The warnings of a run: its missing and untraced processes' and every
+/// detailed process's (`report --strict` fails on any).
+pub fn warning_count(run: &RunReport) -> usize {
+    run.missing.len() + usize::from(run.untraced.is_some()) + run.processes.iter().map(|p| p.warnings.len()).sum::<usize>()
+}
+
 /// The run's index and its missing and untraced processes, when there is
 /// more than one process to tell of.
 fn run_views(run: &RunReport) -> Vec<View> {

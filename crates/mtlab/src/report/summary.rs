@@ -5,16 +5,24 @@
 use super::{human_bytes, RunReport};
 use crate::export::html::Summary;
 
-/// The summary of `run` (of its first detailed process, with the run's
-/// warnings); none without a process.
+/// The summary of `run`: of its detailed process with the highest peak of
+/// live bytes (a launcher's shim that exec'd the program is not the one a
+/// person asks about), with the whole run's warnings; none without a process.
 pub fn summary(run: &RunReport) -> Option<Summary> {
-    let p = run.processes.first()?;
+    let p = run.processes.iter().rev().max_by_key(|p| p.peak.heap.live_bytes)?;
     let mut items = Vec::new();
     let who = format!("process {} ({})", p.pid, p.cmdline.first().map(|c| c.rsplit('/').next().unwrap_or(c)).unwrap_or("?"));
-    items.push(("run".to_string(), if run.index.len() > 1 { format!("{who} and {} more traced processes", run.index.len() - 1) } else { who }));
+    items.push(if run.index.len() > 1 {
+        ("busiest process (highest peak live)".to_string(), format!("{who}, of {} traced processes", run.index.len()))
+    } else {
+        ("process".to_string(), who)
+    });
     let peak = &p.peak.heap;
     items.push(("peak live".into(), format!("{} in {} blocks", human_bytes(peak.live_bytes), peak.live_objects)));
     items.push(("mapped at that peak".into(), human_bytes(peak.mapped_bytes)));
+    if p.program_mappings.calls > 0 {
+        items.push(("the program's own mappings (beside the heap)".into(), format!("{} in {} mmap calls", human_bytes(p.program_mappings.bytes), p.program_mappings.calls)));
+    }
     items.push(("leaked (live at the end)".into(), format!("{} in {} blocks", human_bytes(p.leaks.bytes), p.leaks.objects)));
     // A mean of a few calls (a startup calloc) says little: among the
     // functions called at least 1 % as often as the most called one.

@@ -327,6 +327,10 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
             None => format!("events: {}", p.events),
         };
         note(format!("allocator: {} ({}), {count}, traced time: {dur}", p.allocator, p.allocator_path));
+        // First, before any figure they qualify (a damaged trace's figures stop at the damage).
+        for w in &p.warnings {
+            note(format!("warning: {w}"));
+        }
         let execd = run.ending(p) == Some(super::index::Ending::Execd);
         if p.running {
             note(format!("process {} is still running: every figure below is as far as its trace is written now", p.pid));
@@ -368,6 +372,16 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
                     split(&p.space_peak),
                     split(&p.space_end)
                 )));
+                if p.program_mappings.calls > 0 {
+                    // Not heap, but the program's memory all the same (python3's pymalloc arenas):
+                    // without this line the heap's peak reads as all the program used.
+                    out.push(View::Note(format!(
+                        "beside the heap: the program's own mappings (mmap outside the heap manager, e.g. python3's pymalloc arenas): \
+                         {} calls, {} mapped in all; not in the heap's live and mapped bytes above",
+                        p.program_mappings.calls,
+                        human_bytes(p.program_mappings.bytes)
+                    )));
+                }
                 let live: Vec<u64> = p.time_series.iter().map(|t| t.live_bytes).collect();
                 let mapped: Vec<u64> = p.time_series.iter().map(|t| t.mapped_bytes).collect();
                 if live.len() >= 2 && !page {
@@ -586,9 +600,6 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
         }
         if let Some(n) = &p.stacks.note {
             note(format!("note: {n}"));
-        }
-        for w in &p.warnings {
-            note(format!("warning: {w}"));
         }
         if page {
             out.extend(memory_plot(p).map(View::Plot));
