@@ -166,7 +166,7 @@ fn flame_html(out: &mut String, f: &FlameGraph, index: usize) -> Result<(), Expo
     if f.left_out > 0 {
         notes.push(format!("{} smaller frames left out to keep the page small; their values stay in their callers", f.left_out));
     }
-    write!(out, "<p class=\"fg-note\">{}</p><script type=\"application/json\" class=\"fg-data\">{data}</script></figure>\n", escape(&notes.join("; "))).ok();
+    writeln!(out, "<p class=\"fg-note\">{}</p><script type=\"application/json\" class=\"fg-data\">{data}</script></figure>", escape(&notes.join("; "))).ok();
     Ok(())
 }
 
@@ -214,7 +214,7 @@ pub fn page(title: &str, views: &[View], extras: &Extras) -> Result<String, Expo
     }
     for (i, s) in secs.iter().enumerate() {
         if let Some(h) = &s.heading {
-            write!(body, "<section class=\"part\"><h2 id=\"s{i}\">{}</h2>\n", escape(h)).ok();
+            writeln!(body, "<section class=\"part\"><h2 id=\"s{i}\">{}</h2>", escape(h)).ok();
         } else {
             body.push_str("<section class=\"part\">\n");
         }
