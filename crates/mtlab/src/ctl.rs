@@ -440,6 +440,24 @@ pub fn traced_pid(pid: u32) -> u32 {
     }
 }
 
+/// How long `mtlab ctl` waits for a process that is starting (`mtlab record
+/// --sample … &` run just before) to make its control page.
+pub const STARTING_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// [`traced_pid`], waiting up to `wait` while `pid` is alive and neither it
+/// nor a child of it has a control page yet (the sampler makes it when the
+/// program starts); with how long it waited.
+pub fn traced_pid_waiting(pid: u32, wait: std::time::Duration) -> (u32, std::time::Duration) {
+    let started = std::time::Instant::now();
+    loop {
+        let found = traced_pid(pid);
+        if page_file_of(found).is_ok() || !pid_alive(pid) || started.elapsed() >= wait {
+            return (found, started.elapsed());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Where `ctl dump` writes by default.
 pub fn default_dump_path(pid: u32) -> PathBuf {
     crate::platform::names::default_dump(pid)

@@ -247,7 +247,13 @@ fn maps_mmap_mremap_munmap_counts() {
     assert_eq!(u(&r["program_mappings"]["bytes"]) - u(&base["program_mappings"]["bytes"]), mib + (64 << 10));
     assert_eq!(u(&r["end"]["mmap_bytes"]), u(&base["end"]["mmap_bytes"]));
     assert_eq!(live_bytes_peak(&r), live_bytes_peak(&base));
+    // The text report shows them beside the heap.
+    let o = lab.command(MTLAB).args(["report", "t.mtl"]).output().unwrap();
+    assert_success(&o, "report");
+    let want = format!("{} calls, {} mapped in all; not in the heap's", u(&r["program_mappings"]["calls"]), human(u(&r["program_mappings"]["bytes"])));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&want), "{want:?} in the text report: {}", String::from_utf8_lossy(&o.stdout));
 }
+
 
 #[test]
 fn sbrk_and_brk_move_the_brk_heap() {
@@ -1438,6 +1444,16 @@ fn truncated_trace_is_read_up_to_the_damage() {
     assert_success(&o, "table report of a truncated trace");
     let all = format!("{}{}", String::from_utf8_lossy(&o.stdout), stderr(&o));
     assert!(all.contains(&needle), "{all}");
+    // Before the figures it qualifies, not after every table.
+    let out = String::from_utf8_lossy(&o.stdout);
+    let (warned, table) = (out.find(&needle), out.find("per function"));
+    assert!(warned.is_some() && table.is_some() && warned < table, "the warning comes first: {out}");
+    // --strict: the same report, and a non-zero exit; a clean trace passes.
+    let o = lab.command(MTLAB).args(["report", "--strict", "half.mtl"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "report --strict of a damaged trace: {}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&needle) && stderr(&o).contains("(--strict)"));
+    let o = lab.command(MTLAB).args(["report", "--strict", "clean.mtl"]).output().unwrap();
+    assert_success(&o, "report --strict of a clean trace");
 }
 
 #[test]

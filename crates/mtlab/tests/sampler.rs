@@ -1390,3 +1390,33 @@ fn sampled_rows_with_equal_shown_frames_merge_and_rank_by_their_sum() {
     assert!(rows[0][2].starts_with("80 B"), "the estimates add: {rows:?}");
     assert!(rows[1][6].contains("one_site") && rows[1][1] == "3" && rows[1][5] == "1", "{rows:?}");
 }
+
+#[test]
+fn ctl_waits_for_a_process_that_is_starting_and_says_what_it_waited_for() {
+    let lab = Lab::new();
+    // `mtlab record --sample … &` and `mtlab ctl $!` at once, as a pasted block runs them.
+    let mut rec = lab
+        .command(MTLAB)
+        .args(["record", "-o", "w.mtl", "--sample", "64KiB", "--", "sleep", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let o = ctl(&lab, rec.id(), &["status"]);
+    assert_success(&o, "mtlab ctl $! status right after the record started");
+    assert!(stdout(&o).contains(" samples so far"), "{}", stdout(&o));
+    assert!(rec.wait().unwrap().success());
+    // A process without a sampler: ctl waits its few seconds, says for what, and fails as before.
+    let mut plain = Command::new("sleep").arg("10").spawn().unwrap();
+    let started = std::time::Instant::now();
+    let o = ctl(&lab, plain.id(), &["status"]);
+    let took = started.elapsed();
+    plain.kill().unwrap();
+    plain.wait().unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("mtlab: waited 3."), "{err}");
+    assert!(err.contains(&format!(" s for process {} (or a child of it) to make its sampler's control page", plain.id())), "{err}");
+    assert!(err.contains("is not running under `mtlab record --sample`"), "{err}");
+    assert!(took.as_secs_f64() >= 3.0 && took.as_secs_f64() < 10.0, "{took:?}");
+}

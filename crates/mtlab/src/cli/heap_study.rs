@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
+use super::study::{finish, reps_help, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
 use crate::study::model::Run;
 use crate::studies::heap::{self, allocators, tunables, HeapCompareConfig, HeapReplayConfig, HeapSweepConfig, Objective};
@@ -15,6 +15,7 @@ use crate::studies::heap::{self, allocators, tunables, HeapCompareConfig, HeapRe
 #[derive(Subcommand, Debug)]
 pub enum HeapCommand {
     /// One program under several heap managers: time, peak RSS, live and mapped bytes, fragmentation, per-call cycles.
+    #[command(mut_arg("reps", reps_help(3)))]
     #[command(after_help = "\
 Each allocator runs the program untraced (wall time, peak RSS) and under `mtlab record` (everything else), \
 --reps times, interleaved round by round. Named allocators are found through the dynamic linker's cache \
@@ -23,6 +24,7 @@ the path of its .so. The program must be dynamically linked and use the system's
 its place. Results are stored; compare two runs with `mtlab diff`.")]
     Compare(CompareArgs),
     /// One tunable of one heap manager set to each of several values, the rest fixed: the same tables and plots, and the best value.
+    #[command(mut_arg("reps", reps_help(3)))]
     #[command(after_help = "\
 Tunables: glibc's by short name (GLIBC_TUNABLES glibc.malloc.NAME): top_pad, mmap_threshold, trim_threshold, \
 arena_max, arena_test, tcache_count; jemalloc.KEY (a MALLOC_CONF key: narenas, dirty_decay_ms, muzzy_decay_ms, \
@@ -33,6 +35,7 @@ The best value is the one with the least --objective (peak-mapped, end-mapped, p
 malloc p99 cycles are within 10 % of the best p99; --objective malloc-p99 takes the least p99.")]
     Sweep(SweepArgs),
     /// A recorded full trace's heap calls re-executed under each heap manager, without the original program.
+    #[command(mut_arg("reps", reps_help(3)))]
     #[command(after_help = "\
 Each traced thread's calls run in their recorded order on a thread of their own; a free of a block another \
 thread allocated waits until that allocation has been replayed. The replay program allocates nothing of its own, \

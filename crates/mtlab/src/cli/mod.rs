@@ -78,8 +78,8 @@ pub(crate) fn emit(doc: &Document, json: bool, csv: Option<&PathBuf>, svg: Optio
 }
 
 /// Writes `doc` as one self-contained HTML page (`--html FILE`).
-pub(crate) fn write_html(doc: &Document, path: &std::path::Path, title: &str, images: &[export::html::Image]) -> Result<(), CliError> {
-    let html = export::html::page(title, &doc.views, images)?;
+pub(crate) fn write_html(doc: &Document, path: &std::path::Path, title: &str, extras: &export::html::Extras) -> Result<(), CliError> {
+    let html = export::html::page(title, &doc.views, extras)?;
     crate::platform::safe_fs::write_replacing(path, html.as_bytes(), 0o666).map_err(|source| export::ExportError::Write { path: path.to_path_buf(), source })?;
     say!("mtlab: wrote {} (a self-contained page: open it in a browser)", path.display());
     Ok(())
@@ -106,7 +106,7 @@ enum Command {
     Record(RecordArgs),
     /// Analyse a trace: per-function costs, heap shape, fragmentation, top sites, leaks.
     Report(ReportArgs),
-    /// A tour on built-in workloads: a heap trace and a sampled profile, then each study in small (about 2 minutes); writes one HTML report.
+    /// A tour on built-in workloads: a heap trace and a sampled profile, then each study in small (about 25 s on 2 cores); writes one HTML report.
     Demo(DemoArgs),
     /// Control a running sampled process: start, stop, interval SIZE, dump, status.
     Ctl(CtlArgs),
@@ -120,7 +120,7 @@ enum Command {
     #[command(subcommand)]
     Heap(heap_study::HeapCommand),
     /// Affinity study: throughput of one TCP flow for every (flow core, application core) pair, counters per GB, a recommended placement.
-    #[command(long_about = affinity::LONG_ABOUT)]
+    #[command(long_about = affinity::LONG_ABOUT, mut_arg("reps", study::reps_help(3)))]
     Affinity(affinity::AffinityArgs),
     /// Run a built-in workload, or print its command (`--path`) to trace it; without NAME, list them.
     #[command(long_about = "Run one of mtlab's built-in workloads (the programs its studies and `mtlab demo` use), \
@@ -370,6 +370,10 @@ struct ReportArgs {
     /// selected process, equal stacks summed, instead of one process.
     #[arg(long)]
     merge: bool,
+    /// Exit with status 3 when the report has a warning (a damaged or missing trace, dropped events): the report
+    /// is printed all the same.
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Args, Debug)]
@@ -692,42 +696,66 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     let doc = report::document_of(&run, report::Parts::for_outputs(a.json, a.csv.is_some()));
     emit(&doc, a.json, a.csv.as_ref(), None)?;
     if let Some(path) = &a.html {
-        let images = profile.map(|(pick, data)| flame_image(&data, &pick.caption, a.flame_value)).unwrap_or_default();
-        write_html(&html_document(&mut run), path, &format!("mtlab report {}", a.file.display()), &images)?;
+        let flames = profile
+            .map(|(pick, data)| {
+                let section = match pick.rows.as_slice() {
+                    [one] => run.index.get(*one).map(|r| format!("process {} —", r.pid)),
+                    _ => None,
+                };
+                flame_graph(&data, &pick.caption, section, a.flame_value)
+            })
+            .unwrap_or_default();
+        let extras = export::html::Extras { summary: report::summary::summary(&run), flames };
+        write_html(&html_document(&mut run), path, &format!("mtlab report {}", a.file.display()), &extras)?;
+    }
+    let warnings = report::warning_count(&run);
+    if a.strict && warnings > 0 {
+        say!("mtlab: {warnings} warning{} in this report (--strict)", if warnings == 1 { "" } else { "s" });
+        return Ok(ExitCode::from(STRICT_WARNINGS));
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// `report --strict`'s exit status when the report has warnings.
+const STRICT_WARNINGS: u8 = 3;
+
 /// The report for a page: whole stacks in the site tables (a page scrolls;
-/// a terminal row does not).
+/// a terminal row does not), each process's plot in its section.
 fn html_document(run: &mut RunReport) -> Document {
     let shown = run.frames;
     run.frames = usize::MAX;
-    let doc = report::document(run);
+    let views = report::page_views(run);
     run.frames = shown;
-    doc
+    Document { views, data: serde_json::Value::Null }
 }
 
-/// The flame graph of a profile for the HTML report, titled by what it is
-/// of; none when it has no stacks.
-fn flame_image(data: &crate::profile::ProfileData, of: &str, value: crate::profile::flame::FlameValue) -> Vec<export::html::Image> {
-    use crate::profile::flame;
+/// Frames a page's flame graph keeps at most: a few hundred KiB of page.
+const FLAME_NODES: usize = 4000;
+
+/// The interactive flame graph of a profile for an HTML page, titled by what
+/// it is of and drawn in `section`; none when it has no stacks.
+fn flame_graph(data: &crate::profile::ProfileData, of: &str, section: Option<String>, value: crate::profile::flame::FlameValue) -> Vec<export::flame::FlameGraph> {
+    use crate::profile::flame::FlameValue;
     let mut sym = data.symbolizer();
-    let lines = flame::folded(data, &mut sym, value);
-    if lines.is_empty() {
+    let (root, left_out) = crate::profile::flame::tree(data, &mut sym, FLAME_NODES);
+    if root.children.is_empty() {
         return Vec::new();
     }
-    match flame::flamegraph_svg(&lines, value) {
-        Ok(svg) => vec![export::html::Image { title: format!("{of}: {}", value.title()), svg: String::from_utf8_lossy(&svg).into_owned() }],
-        Err(_) => Vec::new(),
-    }
+    let first_value = match value {
+        FlameValue::AllocBytes => 0,
+        FlameValue::AllocObjects => 1,
+        FlameValue::InuseBytes => 2,
+        FlameValue::InuseObjects => 3,
+    };
+    let estimated = data.samples.iter().any(|s| s.bounds.is_some());
+    vec![export::flame::FlameGraph { title: format!("flame graph of {of}"), section, root, left_out, first_value, estimated }]
 }
 
-/// The demo's flame graph: the root process's.
-fn root_flame_image(run: &RunReport, value: crate::profile::flame::FlameValue) -> Vec<export::html::Image> {
+/// The demo's flame graph: the root process's, in its section.
+fn root_flame_graph(run: &RunReport) -> Vec<export::flame::FlameGraph> {
     let Some(p) = run.processes.first() else { return Vec::new() };
     match report::exports::profile_of(p) {
-        Ok(data) => flame_image(&data, &format!("process {}", p.pid), value),
+        Ok(data) => flame_graph(&data, &format!("process {}", p.pid), Some(format!("process {} —", p.pid)), crate::profile::flame::FlameValue::AllocBytes),
         Err(_) => Vec::new(),
     }
 }
@@ -745,7 +773,15 @@ fn reading_lines(d: &crate::ctl::Dump) -> String {
 
 fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
     use crate::ctl::{self, CtlPage};
-    let pid = ctl::traced_pid(a.pid);
+    let (pid, waited) = ctl::traced_pid_waiting(a.pid, ctl::STARTING_WAIT);
+    // A process still starting: say what the wait was for, and that it was waited for when it failed.
+    if waited.as_millis() >= 20 {
+        if CtlPage::open(pid).is_ok() {
+            say!("mtlab: waited {:.1} s for process {pid} to start its sampler", waited.as_secs_f64());
+        } else {
+            say!("mtlab: waited {:.1} s for process {} (or a child of it) to make its sampler's control page", waited.as_secs_f64(), a.pid);
+        }
+    }
     match a.action {
         CtlAction::Dump { output, timeout } => {
             let out = output.unwrap_or_else(|| ctl::default_dump_path(pid));
@@ -868,8 +904,8 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         views.push(export::View::Note(format!("══ {title} ══")));
         views.extend(doc.views);
     }
-    let images = root_flame_image(&full, crate::profile::flame::FlameValue::AllocBytes);
-    write_html(&Document { views, data: serde_json::Value::Null }, &a.html, "mtlab demo: a tour on built-in workloads", &images)?;
+    let extras = export::html::Extras { summary: report::summary::summary(&full), flames: root_flame_graph(&full) };
+    write_html(&Document { views, data: serde_json::Value::Null }, &a.html, "mtlab demo: a tour on built-in workloads", &extras)?;
     say!("mtlab demo: done in {:.0} s; the tour's report: {}", started.elapsed().as_secs_f64(), a.html.display());
     Ok(ExitCode::SUCCESS)
 }

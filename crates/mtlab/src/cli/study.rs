@@ -94,7 +94,7 @@ pub struct StoreArgs {
 /// How configurations are repeated.
 #[derive(Args, Debug, Clone)]
 pub struct RepeatArgs {
-    /// Rounds measured; each round runs every configuration once, interleaved (default: bench tracer 5, program 3, malloc 3; threads 5, threads all 3; affinity 3; heap 3).
+    /// Rounds measured; each round runs every configuration once, interleaved (each command says its default).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub reps: Option<u32>,
     /// Rounds run first and discarded.
@@ -103,6 +103,12 @@ pub struct RepeatArgs {
     /// Seconds each measurement lasts at least: shorter trials are repeated and averaged.
     #[arg(long, value_name = "SECONDS", default_value = "0", value_parser = seconds_arg)]
     pub min_time: Duration,
+}
+
+/// `--reps`'s help for a command whose default is `default` rounds
+/// (`#[command(mut_arg("reps", reps_help(N)))]`): its own default, not every command's.
+pub(super) fn reps_help(default: u32) -> impl FnOnce(clap::Arg) -> clap::Arg {
+    move |a| a.help(format!("Rounds measured; each round runs every configuration once, interleaved [default: {default}]"))
 }
 
 impl RepeatArgs {
@@ -114,10 +120,13 @@ impl RepeatArgs {
 #[derive(Subcommand, Debug)]
 pub enum BenchCommand {
     /// Cost of tracing the malloc-test workload: untraced vs mtlab vs heaptrack.
+    #[command(mut_arg("reps", reps_help(5)))]
     Tracer(TracerArgs),
     /// Wall-time cost of tracing any program: untraced vs mtlab vs heaptrack.
+    #[command(mut_arg("reps", reps_help(3)))]
     Program(ProgramArgs),
     /// What heap profilers cost: mtlab's sampler, jemalloc's and tcmalloc's, by interval, threads and unwinder.
+    #[command(mut_arg("reps", reps_help(3)))]
     Malloc(MallocArgs),
 }
 
@@ -334,7 +343,7 @@ pub fn finish_keep(mut run: Run, out: &OutputArgs) -> Result<Document, CliError>
     let doc = studies::document(&run);
     emit(&doc, out.json, out.csv.as_ref(), out.svg.as_ref())?;
     if let Some(path) = &out.html {
-        write_html(&doc, path, &run_title(&run), &[])?;
+        write_html(&doc, path, &run_title(&run), &Default::default())?;
     }
     match stored {
         Some(Ok((id, path))) => {
@@ -449,7 +458,7 @@ pub fn runs(a: RunsArgs) -> Result<ExitCode, CliError> {
             let doc = studies::document(&run);
             emit(&doc, s.json, s.csv.as_ref(), s.svg.as_ref())?;
             if let Some(path) = &s.html {
-                write_html(&doc, path, &run_title(&run), &[])?;
+                write_html(&doc, path, &run_title(&run), &Default::default())?;
             }
         }
         RunsAction::Export(e) => {
@@ -511,10 +520,45 @@ pub fn diff(a: DiffArgs) -> Result<ExitCode, CliError> {
     let doc = crate::study::diff::document(&d);
     emit(&doc, a.json, a.csv.as_ref(), None)?;
     if let Some(path) = &a.html {
-        write_html(&doc, path, &format!("mtlab diff {} {}: {}", a.run_a, a.run_b, ra.title), &[])?;
+        write_html(&doc, path, &format!("mtlab diff {} {}: {}", a.run_a, a.run_b, ra.title), &Default::default())?;
     }
     if a.fail_on_regression && d.regressions() > 0 {
         return Ok(ExitCode::from(3));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// `--reps`'s help of the command at `path` (`["bench", "tracer"]`).
+    fn reps_help(path: &[&str]) -> String {
+        let mut cmd = super::super::Cli::command();
+        cmd.build();
+        let mut at = &cmd;
+        for name in path {
+            at = at.find_subcommand(name).unwrap_or_else(|| panic!("no subcommand {name}"));
+        }
+        let reps = at.get_arguments().find(|a| a.get_id() == "reps").expect("a --reps option");
+        reps.get_help().map(|h| h.to_string()).unwrap_or_default()
+    }
+
+    #[test]
+    fn reps_help_says_this_commands_default_only() {
+        for (path, default) in [
+            (&["bench", "tracer"][..], 5),
+            (&["bench", "program"], 3),
+            (&["bench", "malloc"], 3),
+            (&["threads", "create"], 5),
+            (&["threads", "all"], 3),
+            (&["affinity"], 3),
+            (&["heap", "compare"], 3),
+            (&["heap", "sweep"], 3),
+        ] {
+            let help = reps_help(path);
+            assert!(help.ends_with(&format!("[default: {default}]")), "{path:?}: {help}");
+            assert_eq!(help.matches("default").count(), 1, "{path:?}: one default, this command's: {help}");
+        }
+    }
 }

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
-use super::study::{finish, study_progress, OutputArgs, RepeatArgs};
+use super::study::{finish, reps_help, study_progress, OutputArgs, RepeatArgs};
 use super::CliError;
 use crate::study::model::Run;
 use crate::studies::threads::{self, preempt, ChatParams, CpuChoice, CreateParams, CtxParams, Libc, ThreadsConfig};
@@ -25,16 +25,16 @@ with every other cell. Results are stored; compare two runs with `mtlab diff`.";
 #[derive(Subcommand, Debug)]
 pub enum ThreadsCommand {
     /// Thread creation: pthread_create + join (or a barrier for detached threads), µs per thread.
-    #[command(after_help = AFTER_HELP)]
+    #[command(after_help = AFTER_HELP, mut_arg("reps", reps_help(5)))]
     Create(CreateArgs),
     /// Context switches: a token round a ring of N threads, each walking a working set (lmbench lat_ctx).
-    #[command(after_help = AFTER_HELP)]
+    #[command(after_help = AFTER_HELP, mut_arg("reps", reps_help(5)))]
     Ctx(CtxArgs),
     /// Message passing: a Volanomark-shaped chat server on loopback TCP, a thread per connection or one epoll thread a side.
-    #[command(after_help = AFTER_HELP)]
+    #[command(after_help = AFTER_HELP, mut_arg("reps", reps_help(5)))]
     Chat(ChatArgs),
     /// The quick set of every workload, in well under a minute on 2 cores.
-    #[command(after_help = AFTER_HELP)]
+    #[command(after_help = AFTER_HELP, mut_arg("reps", reps_help(3)))]
     All(AllArgs),
 }
 

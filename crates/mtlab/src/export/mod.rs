@@ -5,11 +5,15 @@
 //! - `view.rs`: tables of typed cells, plots, notes.
 //! - `text.rs`: the terminal, fitted to its width; `json.rs`; `csv.rs`.
 //! - `svg.rs`: line with error bars, grouped bars, heat map (plotters).
-//! - `html.rs`: one self-contained page: notes, sortable tables, plots as
-//!   inline SVG, a flame graph as an image (`--html FILE`).
+//! - `html.rs`: one self-contained page (`--html FILE`): a summary and
+//!   contents, notes, sortable tables, plots (`html_plot.rs`: small
+//!   multiples with hover values, heat maps with their colour scale) and
+//!   interactive flame graphs (`flame.rs`'s tree, drawn by the page's script).
 
 pub mod csv;
+pub mod flame;
 pub mod html;
+mod html_plot;
 pub mod json;
 pub mod svg;
 pub mod text;

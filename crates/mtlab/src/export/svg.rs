@@ -28,6 +28,12 @@ fn color(i: usize) -> RGBColor {
     COLORS[i % COLORS.len()]
 }
 
+/// Series `i`'s colour as CSS, for a legend drawn outside the SVG.
+pub(super) fn color_hex(i: usize) -> String {
+    let c = color(i);
+    format!("#{:02x}{:02x}{:02x}", c.0, c.1, c.2)
+}
+
 type DrawResult<T> = Result<T, String>;
 type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
@@ -64,7 +70,7 @@ fn e(x: impl std::fmt::Display) -> String {
 }
 
 /// Low and high of an axis with a margin; a flat range gets some height.
-fn span(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
+pub(super) fn span(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
     let (mut lo, mut hi) = values.filter(|v| v.is_finite()).fold((f64::MAX, f64::MIN), |(a, b), v| (a.min(v), b.max(v)));
     if lo > hi {
         return (0.0, 1.0);
@@ -77,14 +83,14 @@ fn span(values: impl Iterator<Item = f64>, from_zero: bool) -> (f64, f64) {
     (if from_zero && lo == 0.0 { 0.0 } else { lo - pad }, hi + pad)
 }
 
-fn axis_value(scale: Scale, x: f64) -> f64 {
+pub(super) fn axis_value(scale: Scale, x: f64) -> f64 {
     match scale {
         Scale::Linear => x,
         Scale::Log2 | Scale::Log2Bytes => x.max(f64::MIN_POSITIVE).log2(),
     }
 }
 
-fn tick_label(scale: Scale, v: f64) -> String {
+pub(super) fn tick_label(scale: Scale, v: f64) -> String {
     match scale {
         Scale::Linear => {
             if v.abs() >= 100.0 || v.fract() == 0.0 {
@@ -139,7 +145,7 @@ fn draw_line(plot: &Plot, x_scale: Scale, series: &[super::view::Series], svg: &
     root.present().map_err(e)
 }
 
-fn draw_bars(plot: &Plot, groups: &[String], series: &[(String, Vec<Option<super::view::Bar>>)], svg: &mut String) -> DrawResult<()> {
+fn draw_bars(plot: &Plot, groups: &[String], series: &[(String, Vec<Option<super::view::Bar>>)], with_legend: bool, svg: &mut String) -> DrawResult<()> {
     let root = SVGBackend::with_string(svg, (900, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(e)?;
     let ys = series.iter().flat_map(|(_, v)| v.iter().flatten().flat_map(|b| [Some(b.value), b.low, b.high]).flatten());
@@ -181,12 +187,14 @@ fn draw_bars(plot: &Plot, groups: &[String], series: &[(String, Vec<Option<super
         });
         chart.draw_series(whiskers).map_err(e)?;
     }
-    legend(&mut chart)?;
+    if with_legend {
+        legend(&mut chart)?;
+    }
     root.present().map_err(e)
 }
 
 /// White to blue for better, white to red for worse: the eye finds the best cell.
-fn heat(t: f64, higher_is_better: bool) -> RGBColor {
+pub(super) fn heat(t: f64, higher_is_better: bool) -> RGBColor {
     let t = t.clamp(0.0, 1.0);
     let t = if higher_is_better { t } else { 1.0 - t };
     let mix = |a: f64, b: f64| (a + (b - a) * t).round() as u8;
@@ -262,10 +270,19 @@ fn draw_heatmap(
 
 /// One plot as an SVG document.
 pub fn plot_svg(plot: &Plot) -> Result<String, ExportError> {
+    plot_svg_legend(plot, true)
+}
+
+/// A plot without its legend, for a page that draws the legend beside it.
+pub(super) fn plot_svg_without_legend(plot: &Plot) -> Result<String, ExportError> {
+    plot_svg_legend(plot, false)
+}
+
+fn plot_svg_legend(plot: &Plot, with_legend: bool) -> Result<String, ExportError> {
     let mut svg = String::new();
     let r = match &plot.kind {
         PlotKind::Line { x_scale, series } => draw_line(plot, *x_scale, series, &mut svg),
-        PlotKind::GroupedBars { groups, series } => draw_bars(plot, groups, series, &mut svg),
+        PlotKind::GroupedBars { groups, series } => draw_bars(plot, groups, series, with_legend, &mut svg),
         PlotKind::Heatmap { rows, columns, values, higher_is_better, row_boundaries, column_boundaries } => {
             draw_heatmap(plot, rows, columns, values, *higher_is_better, (row_boundaries, column_boundaries), &mut svg)
         }

@@ -14,6 +14,7 @@ use inferno::flamegraph::{self, color::BasicPalette, Options, Palette};
 
 use super::data::{ProfileData, StackSample};
 use super::pprof::ExportError;
+use crate::export::flame::FlameNode;
 use crate::symbolize::{Frame, Symbolizer};
 
 /// Which value of a profile a folded stack or flame graph counts.
@@ -88,25 +89,14 @@ pub fn folded(
     value: FlameValue,
 ) -> Vec<(String, u64)> {
     let mut totals: std::collections::HashMap<String, f64> = std::collections::HashMap::new();
-    let mut names: std::collections::HashMap<u64, Vec<String>> = std::collections::HashMap::new();
+    let mut names = NameCache::default();
     for s in &profile.samples {
         let v = value.of(s);
         // Skips zero, negative and NaN values.
         if v.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
             continue;
         }
-        let mut parts: Vec<&str> = Vec::new();
-        for &pc in &s.pcs {
-            names.entry(pc).or_insert_with(|| {
-                // Innermost first, like the pcs; reversed below as a whole.
-                symbolizer.symbolize(pc).iter().map(frame_name).collect()
-            });
-        }
-        for pc in s.pcs.iter().rev() {
-            for n in names[pc].iter().rev() {
-                parts.push(n);
-            }
-        }
+        let parts = names.stack(s, symbolizer);
         let stack = if parts.is_empty() {
             EMPTY_STACK.to_string()
         } else {
@@ -121,6 +111,88 @@ pub fn folded(
         .collect();
     out.sort();
     out
+}
+
+/// Each pc's frame names (innermost first, as the symbolizer gives them),
+/// symbolized once.
+#[derive(Default)]
+struct NameCache(std::collections::HashMap<u64, Vec<String>>);
+
+impl NameCache {
+    /// The frame names of `s`'s stack, outermost first (inlined frames expanded).
+    fn stack<'a>(&'a mut self, s: &StackSample, symbolizer: &mut Symbolizer) -> Vec<&'a str> {
+        for &pc in &s.pcs {
+            self.0.entry(pc).or_insert_with(|| symbolizer.symbolize(pc).iter().map(frame_name).collect());
+        }
+        let names = &self.0;
+        s.pcs.iter().rev().flat_map(|pc| names[pc].iter().rev().map(String::as_str)).collect()
+    }
+}
+
+/// A node of the tree while it is built: children by name.
+#[derive(Default)]
+struct Building {
+    values: [f64; 4],
+    children: std::collections::HashMap<String, Building>,
+}
+
+/// The call tree of `profile` for a page's interactive flame graph (root
+/// "all", callers above callees), with at most about `max_nodes` nodes: the
+/// frames below a share of every one of the four totals are left out (the
+/// share doubles from 0.1 % until the tree fits) and counted in
+/// `FlameGraph::left_out`; their values stay in their callers.
+pub fn tree(profile: &ProfileData, symbolizer: &mut Symbolizer, max_nodes: usize) -> (FlameNode, usize) {
+    let mut root = Building::default();
+    let mut names = NameCache::default();
+    for s in &profile.samples {
+        let v = [s.alloc_bytes, s.alloc_objects, s.inuse_bytes, s.inuse_objects].map(|x| if x.is_finite() && x > 0.0 { x } else { 0.0 });
+        if v.iter().all(|&x| x == 0.0) {
+            continue;
+        }
+        let mut node = &mut root;
+        add(&mut node.values, &v);
+        let parts = names.stack(s, symbolizer);
+        let parts = if parts.is_empty() { vec![EMPTY_STACK] } else { parts };
+        for name in parts {
+            node = node.children.entry(name.to_string()).or_default();
+            add(&mut node.values, &v);
+        }
+    }
+    let totals = root.values;
+    let all = count(&root);
+    let mut share = 0.001;
+    loop {
+        let min = totals.map(|t| t * share);
+        let kept = finish("all".to_string(), &root, &min);
+        let n = kept.count();
+        if n <= max_nodes.max(1) || share >= 1.0 {
+            return (kept, all - n);
+        }
+        share *= 2.0;
+    }
+}
+
+fn add(to: &mut [f64; 4], v: &[f64; 4]) {
+    for (t, x) in to.iter_mut().zip(v) {
+        *t += x;
+    }
+}
+
+fn count(b: &Building) -> usize {
+    1 + b.children.values().map(count).sum::<usize>()
+}
+
+/// The node of `b` and its children at or above `min` in some value, the
+/// largest allocated bytes first; values rounded to whole bytes and objects.
+fn finish(name: String, b: &Building, min: &[f64; 4]) -> FlameNode {
+    let mut children: Vec<FlameNode> = b
+        .children
+        .iter()
+        .filter(|(_, c)| c.values.iter().zip(min).any(|(v, m)| *v > 0.0 && v >= m))
+        .map(|(n, c)| finish(n.clone(), c, min))
+        .collect();
+    children.sort_by(|a, b| b.values[0].total_cmp(&a.values[0]).then_with(|| a.name.cmp(&b.name)));
+    FlameNode { name, values: b.values.map(f64::round), children }
 }
 
 /// The lines of `folded` in collapsed format: `stack count\n` each.
@@ -232,6 +304,31 @@ mod tests {
             start_ns: 0,
             duration_ns: 0,
         }
+    }
+
+    #[test]
+    fn the_tree_adds_each_stack_into_its_callers_and_leaves_out_the_smallest() {
+        let profile = two_stack_profile();
+        let mut sym = Symbolizer::new(&profile.maps);
+        let (tree, left_out) = super::tree(&profile, &mut sym, 100);
+        assert_eq!(left_out, 0);
+        assert_eq!(tree.name, "all");
+        // 1000.25 + 500 + 24.5 bytes, 4 objects; 64 bytes in one object in use.
+        assert_eq!(tree.values, [1525.0, 4.0, 64.0, 1.0]);
+        assert_eq!(tree.children.len(), 1, "one outermost function");
+        let root = &tree.children[0];
+        assert!(root.name.ends_with("mtlab_test_root_beta"), "{}", root.name);
+        assert_eq!(root.values, tree.values);
+        assert_eq!(root.children.len(), 1);
+        let leaf = &root.children[0];
+        assert!(leaf.name.ends_with("mtlab_test_leaf_alpha"), "{}", leaf.name);
+        assert_eq!(leaf.values, [1025.0, 3.0, 64.0, 1.0]);
+        // Two nodes allowed: frames go (the leaf holds all in-use bytes, so
+        // both go at once), their values stay in the root.
+        let (small, left_out) = super::tree(&profile, &mut sym, 2);
+        assert!(small.count() <= 2, "{small:?}");
+        assert_eq!(small.count() + left_out, 3);
+        assert_eq!(small.values, tree.values);
     }
 
     #[test]

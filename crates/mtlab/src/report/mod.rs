@@ -31,6 +31,7 @@ pub mod index;
 pub mod json;
 pub mod load;
 pub mod select;
+pub mod summary;
 pub mod views;
 
 use crate::export::{Document, View};
@@ -39,6 +40,34 @@ use crate::analysis::ProcessReport;
 /// The report of a run for the exporters: every part.
 pub fn document(run: &RunReport) -> Document {
     document_of(run, Parts::ALL)
+}
+
+/// The warnings of a run: its missing and untraced processes' and every
+/// detailed process's (`report --strict` fails on any).
+pub fn warning_count(run: &RunReport) -> usize {
+    run.missing.len() + usize::from(run.untraced.is_some()) + run.processes.iter().map(|p| p.warnings.len()).sum::<usize>()
+}
+
+/// The run's index and its missing and untraced processes, when there is
+/// more than one process to tell of.
+fn run_views(run: &RunReport) -> Vec<View> {
+    let mut views = Vec::new();
+    if run.index.len() > 1 || !run.missing.is_empty() || run.untraced.is_some() {
+        views.extend(index::views(&run.index));
+        views.extend(run.missing.iter().map(|m| View::Note(format!("warning: {}", m.message()))));
+        views.extend(run.untraced.iter().map(|u| View::Note(format!("warning: {}", u.message()))));
+        views.push(View::Note(String::new()));
+    }
+    views
+}
+
+/// The report's views for an HTML page: each process's memory plot in its
+/// own section, no character sparkline.
+pub fn page_views(run: &RunReport) -> Vec<View> {
+    let mut views = run_views(run);
+    views.extend(views::views_for(run, true));
+    views.extend(index::index_only_note(&run.index).map(View::Note));
+    views
 }
 
 /// Which parts of a report's document an output reads. The terminal reads
@@ -69,12 +98,7 @@ impl Parts {
 pub fn document_of(run: &RunReport, parts: Parts) -> Document {
     let mut views = Vec::new();
     if parts.screen {
-        if run.index.len() > 1 || !run.missing.is_empty() || run.untraced.is_some() {
-            views.extend(index::views(&run.index));
-            views.extend(run.missing.iter().map(|m| View::Note(format!("warning: {}", m.message()))));
-            views.extend(run.untraced.iter().map(|u| View::Note(format!("warning: {}", u.message()))));
-            views.push(View::Note(String::new()));
-        }
+        views.extend(run_views(run));
         views.extend(views::views(run));
         views.extend(run.processes.iter().filter_map(views::memory_plot).map(View::Plot));
         // Again at the end, where a terminal leaves the reader.

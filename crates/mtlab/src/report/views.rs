@@ -63,7 +63,7 @@ fn heap(peak: &HeapSnapshot, end: &HeapSnapshot) -> Table {
 
 /// One frame for the screen: `function (file.c:12)`, or `module+OFFSET`
 /// (what addr2line takes) for a frame without a symbol.
-fn frame_text(f: &crate::analysis::model::FrameReport) -> String {
+pub(super) fn frame_text(f: &crate::analysis::model::FrameReport) -> String {
     let name = f.function.clone().unwrap_or_else(|| format!("{}+{}", f.module, f.offset));
     match (&f.file, f.line) {
         (Some(file), Some(line)) => {
@@ -301,6 +301,12 @@ fn sampled(summary: &crate::analysis::model::SampledSummary, depth: usize) -> Ve
 
 /// Every process of the run, root first.
 pub fn views(run: &RunReport) -> Vec<View> {
+    views_for(run, false)
+}
+
+/// Each process's views; for a page (`page`), its memory plot ends them and
+/// no character sparkline stands beside it.
+pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
     let mut out: Vec<View> = Vec::new();
     for p in &run.processes {
         let mut note = |s: String| out.push(View::Note(s));
@@ -321,6 +327,10 @@ pub fn views(run: &RunReport) -> Vec<View> {
             None => format!("events: {}", p.events),
         };
         note(format!("allocator: {} ({}), {count}, traced time: {dur}", p.allocator, p.allocator_path));
+        // First, before any figure they qualify (a damaged trace's figures stop at the damage).
+        for w in &p.warnings {
+            note(format!("warning: {w}"));
+        }
         let execd = run.ending(p) == Some(super::index::Ending::Execd);
         if p.running {
             note(format!("process {} is still running: every figure below is as far as its trace is written now", p.pid));
@@ -362,9 +372,19 @@ pub fn views(run: &RunReport) -> Vec<View> {
                     split(&p.space_peak),
                     split(&p.space_end)
                 )));
+                if p.program_mappings.calls > 0 {
+                    // Not heap, but the program's memory all the same (python3's pymalloc arenas):
+                    // without this line the heap's peak reads as all the program used.
+                    out.push(View::Note(format!(
+                        "beside the heap: the program's own mappings (mmap outside the heap manager, e.g. python3's pymalloc arenas): \
+                         {} calls, {} mapped in all; not in the heap's live and mapped bytes above",
+                        p.program_mappings.calls,
+                        human_bytes(p.program_mappings.bytes)
+                    )));
+                }
                 let live: Vec<u64> = p.time_series.iter().map(|t| t.live_bytes).collect();
                 let mapped: Vec<u64> = p.time_series.iter().map(|t| t.mapped_bytes).collect();
-                if live.len() >= 2 {
+                if live.len() >= 2 && !page {
                     let over = if p.time_series.iter().all(|t| t.ns.is_some()) { "time" } else { "heap events" };
                     let top = mapped.iter().chain(&live).copied().max().unwrap_or(0);
                     out.push(View::Note(format!(
@@ -581,10 +601,10 @@ pub fn views(run: &RunReport) -> Vec<View> {
         if let Some(n) = &p.stacks.note {
             note(format!("note: {n}"));
         }
-        for w in &p.warnings {
-            note(format!("warning: {w}"));
+        if page {
+            out.extend(memory_plot(p).map(View::Plot));
         }
-        note(String::new());
+        out.push(View::Note(String::new()));
     }
     out
 }

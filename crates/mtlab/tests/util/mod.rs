@@ -16,11 +16,25 @@ pub const MTLAB: &str = env!("CARGO_BIN_EXE_mtlab");
 
 /// A part of a test that cannot run here. Under `CI=true` that is a failure
 /// (CI installs everything the tests need); elsewhere it is said and skipped.
+/// Said on stderr itself, not through `eprintln!`, which the test harness
+/// captures: a plain `cargo test` shows the line among the test names.
 pub fn skip(why: &str) {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("would be SKIPPED, but CI=true and CI installs what the tests need: {why}");
     }
-    eprintln!("SKIPPED {why}");
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {why}");
+}
+
+/// Bytes as mtlab's reports and pages round them (1024-based, one decimal):
+/// `human_bytes` in units.rs.
+pub fn human(b: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let (mut v, mut i) = (b as f64, 0);
+    while v >= 1024.0 && i < units.len() - 1 {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 { format!("{b} B") } else { format!("{v:.1} {}", units[i]) }
 }
 
 /// `--top` for every report: large enough that the site tables are complete
