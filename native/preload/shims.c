@@ -699,6 +699,7 @@ EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t o
 
 EXPORT int munmap(void *addr, size_t len) {
     struct mtlab_tls *t = &mtlab_tls;
+    atomic_fetch_add_explicit(&mtlab_unmap_gen, 1, memory_order_relaxed);
     ensure_real();
     if (!tracing_map(t)) return mtlab_real.munmap(addr, len);
     unsigned evf = t->in_alloc ? MTLAB_EVF_IN_ALLOCATOR : 0;
@@ -729,6 +730,7 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
         new_addr = va_arg(ap, void *);
         va_end(ap);
     }
+    atomic_fetch_add_explicit(&mtlab_unmap_gen, 1, memory_order_relaxed);
     ensure_real();
     if (!tracing_map(t)) return mtlab_real.mremap(old, old_len, new_len, flags, new_addr);
     unsigned evf = t->in_alloc ? MTLAB_EVF_IN_ALLOCATOR : 0;

@@ -496,6 +496,7 @@ pub fn sweep(cfg: &HeapSweepConfig, progress: &Progress) -> Result<Run, StudyErr
     let mut run = Run::new(SWEEP, format!("{} swept under {}", cfg.tunable_name, cfg.allocator.name));
     // The allocator as it comes, for reference: setting one glibc threshold
     // also turns off its dynamic mmap threshold, so "unset" is a value of its own.
+    cfg.tunable.check_name(&cfg.allocator)?;
     let mut variants =
         vec![Variant { name: format!("{} unset", cfg.tunable_name), allocator: cfg.allocator.clone(), env: Vec::new() }];
     for value in &cfg.values {
