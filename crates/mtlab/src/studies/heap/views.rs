@@ -126,13 +126,14 @@ const WORK_DIFFERS: f64 = 0.05;
 /// Per-operation figures beside the totals, and a warning when the variants
 /// made different numbers of allocation calls: then a total (peak RSS, wall
 /// time, cycles) compares different amounts of work, while a figure per call
-/// still compares the heap managers.
+/// still compares the heap managers. (Cycles per call are over every
+/// function of the table, frees included.)
 fn per_operation(run: &Run, names: &[String]) -> Vec<View> {
     let mut t = Table::new(
         "per-operation",
         "per allocation call (malloc, calloc, realloc, operator new and new[]), traced runs (medians): the figures to \
          compare when the allocators did different work",
-        &[label(run), "allocation calls", "wall ns per call", "allocator cycles per call", "peak live per 1000 calls"],
+        &[label(run), "allocation calls", "wall ns per call", "allocator cycles per call"],
         1,
     );
     let mut counts = Vec::new();
@@ -147,7 +148,6 @@ fn per_operation(run: &Run, names: &[String]) -> Vec<View> {
             Cell::Int(calls as i64),
             Cell::num(summary::median(run, &tr, "wall_s").map(|w| w * 1e9 / calls), 1),
             Cell::num((all > 0.0 && cycles > 0.0).then(|| cycles / all), 1),
-            Cell::num(summary::median(run, &tr, "peak_live_bytes").map(|b| b * 1000.0 / calls), 0),
         ]);
     }
     let mut out = vec![View::Table(t)];
