@@ -341,15 +341,17 @@ fn different_work_under_each_allocator_is_said_and_compared_per_call() {
     if !installed().contains(&"jemalloc") {
         return;
     }
-    let prog = lab.compile("h_work");
-    let o = lab
-        .command(MTLAB)
-        .args(["heap", "compare", "--allocators", "glibc,jemalloc", "--reps", "1", "--warmup", "0", "-q", "--no-store", "--"])
-        .arg(&prog)
-        .output()
-        .unwrap();
-    assert_success(&o, "heap compare");
-    let text = String::from_utf8_lossy(&o.stdout);
+    let compare = |prog: &std::path::Path| {
+        let o = lab
+            .command(MTLAB)
+            .args(["heap", "compare", "--allocators", "glibc,jemalloc", "--reps", "1", "--warmup", "0", "-q", "--no-store", "--"])
+            .arg(prog)
+            .output()
+            .unwrap();
+        assert_success(&o, "heap compare");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let text = compare(&lab.compile("h_work"));
     // 20 000 mallocs under glibc, 40 000 under jemalloc (plus at most the C++
     // runtime's one constructor block, which jemalloc's libstdc++ brings).
     let row = |a: &str| {
@@ -362,14 +364,6 @@ fn different_work_under_each_allocator_is_said_and_compared_per_call() {
     assert!((40_000..=40_001).contains(&row("jemalloc")), "{}", row("jemalloc"));
     assert!(text.contains("the program did different work under each allocator: 20000 allocation calls under glibc"), "{text}");
     // The same work under both: no warning.
-    let prog = lab.compile("h_known");
-    let o = lab
-        .command(MTLAB)
-        .args(["heap", "compare", "--allocators", "glibc,jemalloc", "--reps", "1", "--warmup", "0", "-q", "--no-store", "--"])
-        .arg(&prog)
-        .output()
-        .unwrap();
-    assert_success(&o, "heap compare");
-    let text = String::from_utf8_lossy(&o.stdout);
+    let text = compare(&lab.compile("h_known"));
     assert!(text.contains("per allocation call") && !text.contains("the program did different work"), "{text}");
 }
