@@ -158,7 +158,7 @@ struct Lab {
     measured: RefCell<BTreeMap<String, String>>,
     /// Per variant: its traced run's sites by live bytes at the peak (the
     /// last repetition's), and whether that list is complete.
-    sites: RefCell<BTreeMap<String, (BTreeMap<String, u64>, bool)>>,
+    sites: RefCell<BTreeMap<String, PeakSites>>,
     /// Per variant: the most frees of unknown blocks in one traced run, and
     /// that run's frees.
     unknown_frees: RefCell<BTreeMap<String, (u64, u64)>>,
@@ -373,6 +373,10 @@ impl Lab {
 /// Sites read from each traced run's report, by live bytes at the peak.
 const SITES_TOP: usize = 40;
 
+/// A traced run's sites (by `site_key`) with their live bytes at the peak,
+/// and whether that list is all of them.
+type PeakSites = (BTreeMap<String, u64>, bool);
+
 /// A site's name that holds across runs under different allocators: its
 /// innermost frames by function (module and offset where unnamed), since
 /// addresses move with the libraries loaded.
@@ -391,7 +395,7 @@ fn site_key(site: &serde_json::Value) -> String {
 
 /// A report's sites with live bytes at its peak, and whether the list is
 /// all of them (shorter than the --top it was asked with).
-fn sites_at_peak(r: &serde_json::Value) -> (BTreeMap<String, u64>, bool) {
+fn sites_at_peak(r: &serde_json::Value) -> PeakSites {
     let list = r["top_sites"]["at_peak"].as_array().map(Vec::as_slice).unwrap_or_default();
     let mut out = BTreeMap::new();
     for s in list {
@@ -409,7 +413,7 @@ fn sites_at_peak(r: &serde_json::Value) -> (BTreeMap<String, u64>, bool) {
 /// pool under jemalloc and tcmalloc, or a code path that depends on the
 /// allocator), so its live figures differ by those sites, not by the
 /// allocators' handling of the same requests.
-fn differing_sites(sites: &BTreeMap<String, (BTreeMap<String, u64>, bool)>) -> Option<String> {
+fn differing_sites(sites: &BTreeMap<String, PeakSites>) -> Option<String> {
     if sites.len() < 2 {
         return None;
     }
