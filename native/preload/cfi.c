@@ -757,14 +757,17 @@ static void keep_walk(struct walk *last, const struct walk *cur, int k, const ui
 }
 
 int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo, uintptr_t self_hi) {
-    uintptr_t lo = (uintptr_t)frame, hi = mtlab_tls.stack_hi;
-    int need_pcs = !*repeat;
+    uintptr_t lo = (uintptr_t)frame, hi, stack_lo;
+    int need_pcs = !*repeat, on_own;
     *repeat = 0;
-    if (lo < mtlab_tls.stack_lo || !readable(lo + 8, lo, hi)) return 0;
+    if (!mtlab_frame_bounds(lo, &stack_lo, &hi, &on_own) || lo < stack_lo || !readable(lo + 8, lo, hi)) return 0;
     struct cfi_thread *ts = thread_state();
     if (!ts) return 0;
     struct walk *prev = &ts->last;
-    int usable = last_walk(ts) != NULL && prev->levels > 0;
+    /* A foreign stack's walk (a thread sharing this block, a sigaltstack)
+     * neither uses the last walk nor is kept as it: the words it read may
+     * be gone by the next call. */
+    int usable = on_own && last_walk(ts) != NULL && prev->levels > 0;
     /* The last walk's first level in the same state (rbp only where the walk
      * reads it: without frame pointers it is an ordinary register) and every
      * word it read unchanged: the same stack (the caller keeps its id). */
@@ -875,6 +878,7 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
         whole = 1;
     }
     keep_walk(prev, cur, spliced, pcs, own, whole);
+    if (!on_own) prev->levels = WALK_LEVELS + 1; /* last_walk: none to reuse */
     return n;
 }
 

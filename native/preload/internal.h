@@ -230,6 +230,9 @@ struct mtlab_tls {
              * first use: the shared table is megabytes, and a probe of it
              * misses the caches. */
             struct mtlab_recent_stack *recent;
+            /* The last stack found outside this thread's own (mtlab_frame_bounds). */
+            uintptr_t foreign_lo, foreign_hi;
+            uint32_t foreign_tid, foreign_gen;
         };
         char page[MTLAB_TLS_BYTES];
     };
@@ -278,6 +281,11 @@ static inline void mtlab_resume_interrupted(struct mtlab_tls *t) {
 }
 
 HIDDEN struct mtlab_buf *mtlab_thread_buf(void); /* guard must be set */
+/* The stack a walk from `frame` may read: 1 with its bounds (*own: this
+ * thread's own stack), 0 if unknown (thread.c). */
+HIDDEN int mtlab_frame_bounds(uintptr_t frame, uintptr_t *lo, uintptr_t *hi, int *own);
+extern HIDDEN _Atomic uint32_t mtlab_unmap_gen;
+HIDDEN uint64_t mtlab_shared_tls_calls(void); /* calls of threads without thread storage of their own */
 HIDDEN void mtlab_release_dead_buf(void);        /* after an event of an exited thread */
 HIDDEN void mtlab_catch_abort(void);             /* SIGABRT from inside libc: the thread's buffer written */
 HIDDEN void mtlab_flush_own(void);               /* the calling thread's buffer, any mode */

@@ -159,6 +159,32 @@ static inline __attribute__((always_inline)) unsigned heap_facts(void *ptr, stru
     return 0;
 }
 
+/* The heap of a thread arena that `p` (about to be freed) lies in, when
+ * that heap is its arena's first: glibc may shrink it inside free
+ * (heap_trim), and never unmaps it, so its heap_info can be read after the
+ * free. 0 otherwise: not glibc, not a thread arena's block, or a later heap
+ * of the arena, which glibc may unmap whole inside free (with its own
+ * munmap, which no shim sees; then the trace keeps it mapped). */
+static inline uint64_t first_arena_heap(const void *p) {
+    if (!mtlab_cfg.is_glibc || !p || mtlab_cfg.no_arena_heaps) return 0;
+    size_t word = ((const size_t *)p)[-1];
+    if ((word & (GLIBC_NON_MAIN_ARENA | GLIBC_IS_MMAPPED)) != GLIBC_NON_MAIN_ARENA) return 0;
+    uint64_t base = (uint64_t)p & ~(GLIBC_HEAP_MAX - 1);
+    return ((const uint64_t *)base)[1] /* heap_info.prev */ == 0 ? base : 0;
+}
+
+/* After a free of a block of `heap` (first_arena_heap): its size, if not
+ * the one this thread last reported. */
+static inline void note_arena_shrink(uint64_t heap, struct mtlab_buf **bp, uint64_t tsc) {
+    uint64_t size = ((const uint64_t *)heap)[2]; /* heap_info.size */
+    struct mtlab_tls *t = &mtlab_tls;
+    if (heap == t->arena_base && size == t->arena_size) return;
+    t->arena_base = heap;
+    t->arena_size = size;
+    uint8_t *p = begin(bp, MTLAB_EV_ARENA_HEAP, 0, tsc, 0, NULL);
+    if (p) commit(*bp, mtlab_put_varint(mtlab_put_ptr(*bp, p, heap), size));
+}
+
 /* glibc's usable size is in the chunk header: no call needed. */
 static inline uint64_t usable_extra(void *ptr, size_t requested, unsigned flags) {
     if (!ptr) return 0;
@@ -289,7 +315,7 @@ EXPORT void *calloc(size_t nmemb, size_t size) {
  * load of glibc's cached break, which the allocations read too — so that
  * the trace's mapped bytes follow it. */
 static inline __attribute__((always_inline)) void record_release(unsigned kind, unsigned form, void *p, uint64_t t0,
-                                                                 uint64_t t1, const void *frame) {
+                                                                 uint64_t t1, const void *frame, uint64_t heap) {
     struct mtlab_tls *t = &mtlab_tls;
     MTLAB_GUARD_ENTER_AFTER_ALLOC(t);
     struct mtlab_buf *b;
@@ -299,6 +325,7 @@ static inline __attribute__((always_inline)) void record_release(unsigned kind, 
         commit(b, mtlab_put_ptr(b, w, (uint64_t)p));
     }
     if (mtlab_cfg.is_glibc && mtlab_real.curbrk && p) note_break((uint64_t)*mtlab_real.curbrk, &b, t1);
+    if (UNLIKELY(heap)) note_arena_shrink(heap, &b, t1);
     t->guard--;
     mtlab_resume_interrupted(t);
 }
@@ -311,10 +338,11 @@ __attribute__((noinline)) static void free_full(void *p) {
         mtlab_real.free(p);
         return;
     }
+    uint64_t heap = first_arena_heap(p);
     uint64_t t1, t0 = ENTER_ALLOC(t);
     mtlab_real.free(p);
     LEAVE_ALLOC(t, t1);
-    record_release(MTLAB_EV_FREE, ~0u, p, t0, t1, __builtin_frame_address(0));
+    record_release(MTLAB_EV_FREE, ~0u, p, t0, t1, __builtin_frame_address(0), heap);
 }
 
 EXPORT void free(void *p) {
@@ -569,10 +597,11 @@ NEW_SHIM(_ZnamSt11align_val_tRKSt9nothrow_t, MTLAB_NEW_ARRAY | MTLAB_NEW_ALIGNED
             real ARGS;                                                                                        \
             return;                                                                                           \
         }                                                                                                     \
+        uint64_t heap = first_arena_heap(p);                                                                  \
         uint64_t t1, t0 = ENTER_ALLOC(t);                                                                     \
         real ARGS;                                                                                            \
         LEAVE_ALLOC(t, t1);                                                                                   \
-        record_release(MTLAB_EV_DELETE, FORM, p, t0, t1, __builtin_frame_address(0));                         \
+        record_release(MTLAB_EV_DELETE, FORM, p, t0, t1, __builtin_frame_address(0), heap);                   \
     }
 
 /* A throwing operator new that fails allocates its std::bad_alloc with
@@ -699,6 +728,7 @@ EXPORT void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t o
 
 EXPORT int munmap(void *addr, size_t len) {
     struct mtlab_tls *t = &mtlab_tls;
+    atomic_fetch_add_explicit(&mtlab_unmap_gen, 1, memory_order_relaxed);
     ensure_real();
     if (!tracing_map(t)) return mtlab_real.munmap(addr, len);
     unsigned evf = t->in_alloc ? MTLAB_EVF_IN_ALLOCATOR : 0;
@@ -729,6 +759,7 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
         new_addr = va_arg(ap, void *);
         va_end(ap);
     }
+    atomic_fetch_add_explicit(&mtlab_unmap_gen, 1, memory_order_relaxed);
     ensure_real();
     if (!tracing_map(t)) return mtlab_real.mremap(old, old_len, new_len, flags, new_addr);
     unsigned evf = t->in_alloc ? MTLAB_EVF_IN_ALLOCATOR : 0;

@@ -145,10 +145,12 @@ static inline __attribute__((always_inline)) int capture(uintptr_t *pcs, int max
      * code built without them ends the walk instead of faulting. */
     int n = 0;
     uint32_t levels = 0;
-    uintptr_t fp = (uintptr_t)frame, hi = mtlab_tls.stack_hi - 16;
-    /* Only from a frame on this thread's own stack (not a sigaltstack, not
-     * a stack we could not find): then [frame, stack top) is all mapped. */
-    if (fp < mtlab_tls.stack_lo || fp >= mtlab_tls.stack_hi) return 0;
+    uintptr_t fp = (uintptr_t)frame, lo, hi;
+    int own;
+    /* Only from a frame on a known stack (this thread's, or the mapping
+     * found for a foreign one): then [frame, stack top) is all mapped. */
+    if (!mtlab_frame_bounds(fp, &lo, &hi, &own) || fp < lo) return 0;
+    hi -= 16;
     /* Invariant: frame <= fp <= hi and fp strictly grows, so every read lies
      * inside [frame, stack top): a garbage rbp ends the walk, never faults. */
     while (n < max && fp <= hi) {
@@ -267,6 +269,10 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
         }
     } else {
         int saved = errno;
+        /* libgcc and libunwind find their own way; a foreign stack is counted all the same. */
+        uintptr_t lo, hi;
+        int own;
+        (void)mtlab_frame_bounds((uintptr_t)frame, &lo, &hi, &own);
         n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
         errno = saved;
     }
@@ -334,9 +340,13 @@ uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
     int fp = mtlab_cfg.unwind == MTLAB_UNWIND_FP;
     uint32_t gen = atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
     uint32_t id = stack_id_walk(b, frame, fp ? m : NULL);
+    /* A walk on a foreign stack (mtlab_frame_bounds) is not kept: that
+     * stack may be gone by the next call. */
+    uintptr_t f = (uintptr_t)frame;
+    int own = f >= mtlab_tls.stack_lo && f < mtlab_tls.stack_hi;
     if (fp) {
         m->gen = gen;
-        m->id = m->levels <= MTLAB_MEMO_LEVELS ? id : 0;
+        m->id = m->levels <= MTLAB_MEMO_LEVELS && own ? id : 0;
         m->code = mtlab_stack_code(m->id);
         return id;
     }
@@ -344,9 +354,9 @@ uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
      * when it is repeated (stack_id_walk then fills the memo's words where
      * it can); after any other walk, or a dlclose, the memo's words are not
      * this stack's. */
-    if (id != m->id || m->gen != gen) m->fp[0] = 0; /* never a hit of the inline check */
+    if (id != m->id || m->gen != gen || !own) m->fp[0] = 0; /* never a hit of the inline check */
     m->gen = gen;
-    m->id = id;
+    m->id = own ? id : 0;
     m->code = mtlab_stack_code(id);
     return id;
 }

@@ -183,6 +183,7 @@ void mtlab_set_main_stack(uint64_t lo, uint64_t hi) {
  * allocate: the first event of a thread can come from inside the allocator
  * (an mmap made while it holds its own lock), and pthread_getattr_np calls
  * realloc. The initial thread's range comes from the constructor. */
+static void mapping_of(uintptr_t here, uintptr_t *lo, uintptr_t *hi);
 static void stack_bounds(uintptr_t *lo, uintptr_t *hi) {
     uintptr_t here = (uintptr_t)__builtin_frame_address(0);
     *lo = *hi = 0; /* unknown: no frame-pointer walks on this thread */
@@ -191,6 +192,12 @@ static void stack_bounds(uintptr_t *lo, uintptr_t *hi) {
         *hi = main_hi;
         return;
     }
+    mapping_of(here, lo, hi);
+}
+
+/* The mapping that holds `here`, from /proc/self/maps; 0, 0 if none. */
+static void mapping_of(uintptr_t here, uintptr_t *lo, uintptr_t *hi) {
+    *lo = *hi = 0;
     int fd = mtlab_open_self("maps");
     if (fd < 0) return;
     char buf[4096];
@@ -243,6 +250,44 @@ struct mtlab_buf *mtlab_thread_buf(void) {
     errno = saved;
     return b;
 }
+
+/* Bumped by every munmap and mremap the shims see: a foreign stack found
+ * before one may be gone. */
+_Atomic uint32_t mtlab_unmap_gen;
+static _Atomic uint64_t shared_tls_calls;
+
+/* A thread made by the clone system call without CLONE_SETTLS has no
+ * thread-local storage of its own: it runs on a stack of its own but shares
+ * its creator's (this) block, so its frames lie outside stack_lo..stack_hi.
+ * So does a signal handler's on an alternate stack. Either way the walk may
+ * read the mapping that holds the frame: found in /proc/self/maps once and
+ * kept (foreign_*) while the same thread calls from it and no munmap was
+ * seen since; gettid, one system call, tells the threads apart on this path
+ * only. A walk for another thread than the buffer's owner is counted
+ * (STATS shared_tls_calls): its events are in the creator's buffer, under
+ * its thread. Returns 1 with the bounds, 0 when the frame's stack is unknown. */
+int mtlab_frame_bounds(uintptr_t frame, uintptr_t *lo, uintptr_t *hi, int *own) {
+    struct mtlab_tls *t = &mtlab_tls;
+    *own = frame >= t->stack_lo && frame < t->stack_hi;
+    if (LIKELY(*own)) {
+        *lo = t->stack_lo;
+        *hi = t->stack_hi;
+        return 1;
+    }
+    uint32_t tid = mtlab_gettid();
+    if (t->buf && tid != t->buf->tid) atomic_fetch_add_explicit(&shared_tls_calls, 1, memory_order_relaxed);
+    uint32_t gen = atomic_load_explicit(&mtlab_unmap_gen, memory_order_relaxed);
+    if (!(frame >= t->foreign_lo && frame < t->foreign_hi && tid == t->foreign_tid && gen == t->foreign_gen)) {
+        mapping_of(frame, &t->foreign_lo, &t->foreign_hi);
+        t->foreign_tid = tid;
+        t->foreign_gen = gen;
+    }
+    *lo = t->foreign_lo;
+    *hi = t->foreign_hi;
+    return *hi > frame;
+}
+
+uint64_t mtlab_shared_tls_calls(void) { return atomic_load(&shared_tls_calls); }
 
 struct mtlab_buf *mtlab_first_buf(void) { return atomic_load(&all_bufs); }
 

@@ -629,7 +629,7 @@ void mtlab_write_end(void) {
 }
 
 void mtlab_write_stats(void) {
-    static char text[1024];
+    static char text[2048];
     char *end = text + sizeof text - 1;
     char *p = mtlab_sampler_stats(text, end);
     /* Not from inside an allocator call this thread was making (a signal
@@ -641,6 +641,9 @@ void mtlab_write_stats(void) {
     p = mtlab_append(p, end, "\n");
     p = mtlab_append(p, end, "signal_calls_untraced=");
     p = mtlab_append_u64(p, end, mtlab_signal_calls_untraced());
+    p = mtlab_append(p, end, "\n");
+    p = mtlab_append(p, end, "shared_tls_calls=");
+    p = mtlab_append_u64(p, end, mtlab_shared_tls_calls());
     p = mtlab_append(p, end, "\n");
     p = mtlab_append(p, end, "forked_without_handlers=");
     p = mtlab_append_u64(p, end, mtlab_forks_unseen());

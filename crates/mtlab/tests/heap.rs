@@ -306,3 +306,64 @@ fn fragmentation_of_a_heap_with_known_holes_is_the_one_computed_by_hand() {
         assert!((got - want).abs() < 1e-12, "fragmentation.{k} {got}, by hand {want}");
     }
 }
+
+#[test]
+fn a_tunable_name_the_allocator_does_not_know_is_refused_with_the_names_it_knows() {
+    let lab = Lab::new();
+    let prog = lab.compile("h_known");
+    let have = installed();
+    // (given, a name the message must list, a known name that must run)
+    let cases = [
+        ("tcmalloc", "tcmalloc.FOO=1", "release_rate", "tcmalloc.release_rate=0"),
+        ("mimalloc", "mimalloc.bogus=1,2", "show_errors", "mimalloc.eager_commit=0"),
+        ("jemalloc", "jemalloc.bogus=1", "narenas", "jemalloc.narenas=1"),
+    ];
+    for (alloc, bad, listed, good) in cases {
+        if !have.contains(&alloc) {
+            continue;
+        }
+        let o = lab.command(MTLAB).args(["heap", "sweep", "--no-store", "-q", "--set", bad, "--", prog.to_str().unwrap()]).output().unwrap();
+        let e = stderr(&o);
+        assert!(!o.status.success(), "{bad} ran: {}", String::from_utf8_lossy(&o.stdout));
+        assert!(e.contains("does not know the tunable") && e.contains(listed), "{bad}: {e}");
+        let o = lab
+            .command(MTLAB)
+            .args(["heap", "sweep", "--no-store", "-q", "--reps", "1", "--warmup", "0", "--set", good, "--", prog.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert_success(&o, good);
+    }
+}
+
+#[test]
+fn different_work_under_each_allocator_is_said_and_compared_per_call() {
+    let lab = Lab::new();
+    if !installed().contains(&"jemalloc") {
+        return;
+    }
+    let compare = |prog: &std::path::Path| {
+        let o = lab
+            .command(MTLAB)
+            .args(["heap", "compare", "--allocators", "glibc,jemalloc", "--reps", "1", "--warmup", "0", "-q", "--no-store", "--"])
+            .arg(prog)
+            .output()
+            .unwrap();
+        assert_success(&o, "heap compare");
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let text = compare(&lab.compile("h_work"));
+    // 20 000 mallocs under glibc, 40 000 under jemalloc (plus at most the C++
+    // runtime's one constructor block, which jemalloc's libstdc++ brings).
+    let row = |a: &str| {
+        let after = text.split("per allocation call").nth(1).unwrap_or_else(|| panic!("no per-operation table:\n{text}"));
+        let line = after.lines().find(|l| l.contains(&format!(" {a} "))).unwrap_or_else(|| panic!("no {a} row:\n{after}"));
+        let cells: Vec<String> = line.split(['│', '┆']).map(|c| c.trim().to_string()).filter(|c| !c.is_empty()).collect();
+        cells[1].replace([',', ' '], "").parse::<u64>().unwrap_or_else(|_| panic!("calls in {line}"))
+    };
+    assert_eq!(row("glibc"), 20_000);
+    assert!((40_000..=40_001).contains(&row("jemalloc")), "{}", row("jemalloc"));
+    assert!(text.contains("the program did different work under each allocator: 20000 allocation calls under glibc"), "{text}");
+    // The same work under both: no warning.
+    let text = compare(&lab.compile("h_known"));
+    assert!(text.contains("per allocation call") && !text.contains("the program did different work"), "{text}");
+}

@@ -192,3 +192,30 @@ fn sampling_takes_each_operator_new_once_under_every_heap_manager() {
         assert_eq!(all - base, expected, "{name}: samples");
     }
 }
+
+/// #33 §1: glibc shrinks a thread arena's heap inside `free` (heap_trim), with
+/// no allocation after it to show the new size: mtlab kept the arena heap at
+/// its largest. A thread grows its arena's first heap to ~20 MB with blocks
+/// below the mmap threshold and frees them all, newest first; mallinfo2's
+/// `arena` (all arenas' system bytes) is then the truth the trace must end at.
+#[test]
+fn a_thread_arena_glibc_shrinks_inside_free_is_shrunk_in_the_trace() {
+    let lab = Lab::new();
+    let prog = lab.compile("arena_trim");
+    let o = lab.record("a.mtl", &prog, &[]);
+    assert_success(&o, "arena_trim");
+    let e = String::from_utf8_lossy(&o.stderr);
+    let truth: u64 = e
+        .lines()
+        .find_map(|l| l.strip_prefix("after frees: arena "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{e}"));
+    let r = lab.report("a.mtl");
+    let end = u(&r["end"]["mapped_bytes"]);
+    let peak = u(&r["peak"]["mapped_bytes"]);
+    assert!(peak >= 20_000_000, "the arena grew to 20 MB: peak mapped {peak}");
+    assert!(truth < 2_000_000, "glibc trimmed the arena: {truth}");
+    // The main arena's brk heap (mallinfo2 counts it too) and the arena's
+    // heap as glibc left it: mtlab's end is glibc's figure, page for page.
+    assert_eq!(end, truth, "end mapped {end}, mallinfo2 arena {truth}");
+}

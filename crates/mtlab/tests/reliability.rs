@@ -256,3 +256,34 @@ fn the_store_reads_from_a_read_only_file_system_and_names_a_full_disk() {
     let full = std::fs::read_to_string(lab.path("full.err")).unwrap();
     assert!(full.contains("is full") && !full.contains("disk I/O error"), "{full}");
 }
+
+/// #32 item 7: a thread made by the clone system call without CLONE_SETTLS
+/// shares its creator's thread storage, and its frames lie outside the stack
+/// that storage knows: its calls were all "(no stack recorded)". Now they are
+/// traced with their stacks under each unwinder (and in sampling mode), and
+/// counted, since they are written under the creator's thread.
+#[test]
+fn a_thread_made_by_raw_clone_without_tls_gets_its_stacks_and_is_counted() {
+    let lab = Lab::new();
+    let prog = lab.compile("raw_clone");
+    for unwind in ["dwarf", "fp", "libgcc"] {
+        let trace = format!("c-{unwind}.mtl");
+        let o = lab.record_cmd(&trace, &["--unwind", unwind], &prog, &["3000", "700", "48"]).output().unwrap();
+        assert_success(&o, "raw_clone");
+        let r = lab.report(&trace);
+        assert_eq!(u(&r["functions"]["malloc"]["calls"]), 3700, "{unwind}");
+        assert_eq!(site(&r, "clone_worker").calls, 3000, "{unwind}: the clone thread's calls under its own function");
+        assert_eq!(site(&r, "parent_work").calls, 700, "{unwind}");
+        assert_eq!(site(&r, "(no stack recorded)").calls + site(&r, "").calls, 0, "{unwind}");
+        // The thread's calls whose stack was taken: its 3000 mallocs (frees have none).
+        assert_eq!(u(&r["shared_tls_calls"]), 3000, "{unwind}");
+    }
+    let text = lab.command(MTLAB).args(["report", "c-dwarf.mtl"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("3000 allocation(s) came from threads made by the clone system call"));
+    // Sampling: the thread's samples carry its function too.
+    let o = lab.record_cmd("c-s.mtl", &["--sample", "4096", "--sample-seed", "3"], &prog, &["3000", "700", "48"]).output().unwrap();
+    assert_success(&o, "raw_clone sampled");
+    let r = lab.report("c-s.mtl");
+    let sampled = r["profile"].to_string();
+    assert!(sampled.contains("clone_worker"), "{sampled}");
+}

@@ -217,6 +217,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         ctl_page_refused: stat(keys::CTL_PAGE_REFUSED).unwrap_or(0) > 0,
         guards_reset: stat(keys::GUARDS_RESET).unwrap_or(0),
         signal_calls_untraced: stat(keys::SIGNAL_CALLS_UNTRACED).unwrap_or(0),
+        shared_tls_calls: stat(keys::SHARED_TLS_CALLS).unwrap_or(0),
         allocator_stats: AllocatorStats::read(trace, &trace.header.allocator, &end),
         allocator_readings,
         stacks_overflowed: trace.end.as_ref().map(|e| e.stacks_overflowed),

@@ -361,6 +361,11 @@ pub struct ProcessReport {
     /// Allocator calls of signal handlers that interrupted mtlab's own code,
     /// not in the trace (STATS `signal_calls_untraced`; 0 when unknown).
     pub signal_calls_untraced: u64,
+    /// Calls with a stack (allocations, or samples) of threads made by
+    /// `clone` without thread storage of their own,
+    /// traced under the thread whose storage they share (STATS
+    /// `shared_tls_calls`; 0 when unknown).
+    pub shared_tls_calls: u64,
     /// The heap manager's own figures at exit, where it has them.
     pub allocator_stats: Option<AllocatorStats>,
     /// Its figures read after each `mtlab ctl dump` (sampled traces).

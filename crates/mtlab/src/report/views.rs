@@ -542,6 +542,14 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
                 p.signal_calls_untraced
             ));
         }
+        if p.shared_tls_calls > 0 {
+            note(format!(
+                "{} allocation(s) came from threads made by the clone system call without thread storage of their \
+                 own (no CLONE_SETTLS): they are traced, with their stacks, but counted under the thread whose storage \
+                 they share (the one that created them), so per-thread figures merge the two",
+                p.shared_tls_calls
+            ));
+        }
         if p.stopped_by_seccomp {
             note(
                 "tracing stopped when the program installed a seccomp filter under which mtlab could not go on writing \

@@ -71,6 +71,11 @@ pub const GUARDS_RESET: &str = "guards_reset";
 /// since recording one there would corrupt the interrupted event. Calls of
 /// handlers that interrupted the program or the allocator are traced.
 pub const SIGNAL_CALLS_UNTRACED: &str = "signal_calls_untraced";
+/// Calls with a stack (allocations; samples when sampling) of threads made by
+/// the clone system call without thread storage of their own: traced, with
+/// their stacks, in the buffer (and so under the thread) of the thread whose
+/// storage they share.
+pub const SHARED_TLS_CALLS: &str = "shared_tls_calls";
 /// 1 when the process was made by a raw fork or clone system call (no fork
 /// handler ran): its events before its first flush were dropped.
 pub const FORKED_WITHOUT_HANDLERS: &str = "forked_without_handlers";

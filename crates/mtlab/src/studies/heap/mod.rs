@@ -156,6 +156,9 @@ struct Lab {
     series: RefCell<BTreeMap<String, Vec<SeriesPoint>>>,
     /// Per variant: the traced process measured, when not the root process.
     measured: RefCell<BTreeMap<String, String>>,
+    /// Per variant: its traced run's sites by live bytes at the peak (the
+    /// last repetition's), and whether that list is complete.
+    sites: RefCell<BTreeMap<String, PeakSites>>,
     /// Per variant: the most frees of unknown blocks in one traced run, and
     /// that run's frees.
     unknown_frees: RefCell<BTreeMap<String, (u64, u64)>>,
@@ -328,7 +331,7 @@ impl Lab {
             )));
         }
         let mut c = Command::new(&self.mtlab);
-        c.arg("report").arg("--json").arg("--top").arg("1").arg(&trace);
+        c.arg("report").arg("--json").arg("--top").arg(SITES_TOP.to_string()).arg(&trace);
         let m = measure(c, "mtlab report")?;
         let root: serde_json::Value =
             serde_json::from_str(&m.stdout).map_err(|e| StudyError::Output(format!("mtlab report --json: {e}")))?;
@@ -362,8 +365,76 @@ impl Lab {
             out.push(bytes("peak_rss", heap_rss_kib(kib, replay_line(&recorded.stdout).as_ref()) * 1024));
         }
         self.series.borrow_mut().insert(v.name.clone(), series_of(r));
+        self.sites.borrow_mut().insert(v.name.clone(), sites_at_peak(r));
         Ok(out)
     }
+}
+
+/// Sites read from each traced run's report, by live bytes at the peak.
+const SITES_TOP: usize = 40;
+
+/// A traced run's sites (by `site_key`) with their live bytes at the peak,
+/// and whether that list is all of them.
+type PeakSites = (BTreeMap<String, u64>, bool);
+
+/// A site's name that holds across runs under different allocators: its
+/// innermost frames by function (module and offset where unnamed), since
+/// addresses move with the libraries loaded.
+fn site_key(site: &serde_json::Value) -> String {
+    let frames = site["frames"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let names: Vec<String> = frames
+        .iter()
+        .take(4)
+        .map(|f| match f["function"].as_str() {
+            Some(name) => name.to_string(),
+            None => format!("{}+{}", f["module"].as_str().unwrap_or("?"), f["offset"].as_str().unwrap_or("?")),
+        })
+        .collect();
+    if names.is_empty() { "(no stack recorded)".into() } else { names.join(" ← ") }
+}
+
+/// A report's sites with live bytes at its peak, and whether the list is
+/// all of them (shorter than the --top it was asked with).
+fn sites_at_peak(r: &serde_json::Value) -> PeakSites {
+    let list = r["top_sites"]["at_peak"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for s in list {
+        let bytes = s["peak_live_bytes"].as_u64().unwrap_or(0);
+        if bytes > 0 {
+            *out.entry(site_key(s)).or_insert(0) += bytes;
+        }
+    }
+    (out, list.len() < SITES_TOP)
+}
+
+/// The allocation sites live at the peak under some variants and not under
+/// others: the program did not make the same requests (a library one
+/// allocator brings, such as libstdc++'s 72 704-byte emergency exception
+/// pool under jemalloc and tcmalloc, or a code path that depends on the
+/// allocator), so its live figures differ by those sites, not by the
+/// allocators' handling of the same requests.
+fn differing_sites(sites: &BTreeMap<String, PeakSites>) -> Option<String> {
+    if sites.len() < 2 {
+        return None;
+    }
+    let all: std::collections::BTreeSet<&String> = sites.values().flat_map(|(s, _)| s.keys()).collect();
+    let mut lines = Vec::new();
+    for key in all {
+        let with: Vec<String> =
+            sites.iter().filter_map(|(v, (s, _))| s.get(key).map(|b| format!("{v} {}", crate::units::human_bytes(*b)))).collect();
+        let without: Vec<&str> = sites.iter().filter(|(_, (s, complete))| *complete && !s.contains_key(key)).map(|(v, _)| v.as_str()).collect();
+        if !without.is_empty() {
+            lines.push(format!("{key}: live at the peak under {}; none under {}", with.join(", "), without.join(", ")));
+        }
+    }
+    (!lines.is_empty()).then(|| {
+        format!(
+            "the program did not make the same requests under each: these sites hold live bytes at the peak under some \
+             and none under others, so peak and end live bytes differ by them (a library one allocator brings, or a code \
+             path that depends on the allocator), not by how the allocators serve the same requests: {}",
+            lines.join("; ")
+        )
+    })
 }
 
 /// The replay program's result line, if the program was the replay.
@@ -457,6 +528,7 @@ fn run_variants(mut run: Run, variants: &[Variant], argv: &[OsString], runner_op
         argv: argv.to_vec(),
         series: RefCell::new(BTreeMap::new()),
         measured: RefCell::new(BTreeMap::new()),
+        sites: RefCell::new(BTreeMap::new()),
         unknown_frees: RefCell::new(BTreeMap::new()),
     };
     progress.inc_length(((runner_opts.warmup + runner_opts.reps) as usize * configs.len()) as u64);
@@ -464,6 +536,7 @@ fn run_variants(mut run: Run, variants: &[Variant], argv: &[OsString], runner_op
     for (variant, (unknown, frees)) in lab.unknown_frees.into_inner() {
         run.notes.extend(unknown_frees_warning(&variant, unknown, frees));
     }
+    run.notes.extend(differing_sites(&lab.sites.into_inner()));
     let details = Details { series: lab.series.into_inner() };
     let mut measured: Vec<String> = lab.measured.into_inner().into_values().collect();
     measured.sort();
@@ -496,6 +569,7 @@ pub fn sweep(cfg: &HeapSweepConfig, progress: &Progress) -> Result<Run, StudyErr
     let mut run = Run::new(SWEEP, format!("{} swept under {}", cfg.tunable_name, cfg.allocator.name));
     // The allocator as it comes, for reference: setting one glibc threshold
     // also turns off its dynamic mmap threshold, so "unset" is a value of its own.
+    cfg.tunable.check_name(&cfg.allocator)?;
     let mut variants =
         vec![Variant { name: format!("{} unset", cfg.tunable_name), allocator: cfg.allocator.clone(), env: Vec::new() }];
     for value in &cfg.values {
@@ -638,6 +712,22 @@ mod tests {
         let r = json!({"functions": {"free": {"calls": 5}, "operator delete": {"calls": 7},
                                      "operator delete[](size)": {"calls": 1}, "malloc": {"calls": 100}}});
         assert_eq!(frees_of(&r), 13);
+    }
+
+    #[test]
+    fn sites_live_under_one_allocator_only_are_named() {
+        let site = |f: &str, b: u64| json!({"peak_live_bytes": b, "frames": [{"function": f}, {"module": "libstdc++.so.6", "offset": "0xa0"}]});
+        let glibc = json!({"top_sites": {"at_peak": [site("main", 1000)]}});
+        let jemalloc = json!({"top_sites": {"at_peak": [site("main", 1000), site("pool", 72704)]}});
+        let mut sites = BTreeMap::new();
+        sites.insert("glibc".to_string(), sites_at_peak(&glibc));
+        sites.insert("jemalloc".to_string(), sites_at_peak(&jemalloc));
+        let note = differing_sites(&sites).unwrap();
+        assert!(note.contains("pool ← libstdc++.so.6+0xa0: live at the peak under jemalloc 71.0 KiB; none under glibc"), "{note}");
+        assert!(!note.contains("main"), "{note}");
+        // A variant whose list was cut at --top cannot say "none".
+        sites.get_mut("glibc").unwrap().1 = false;
+        assert_eq!(differing_sites(&sites), None);
     }
 
     #[test]

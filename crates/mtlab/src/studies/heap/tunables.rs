@@ -2,6 +2,9 @@
 //! (an environment variable), which allocator it belongs to, and whether the
 //! allocator took a value — asked where it can say (glibc's loader lists the
 //! tunables it parsed; jemalloc prints a complaint for a bad `MALLOC_CONF`).
+//! A name the allocator would ignore is refused before anything runs, with
+//! the names it knows: otherwise a sweep of a typo measures the default
+//! several times and crowns one of them the "best value".
 
 use std::path::Path;
 use std::process::Command;
@@ -107,6 +110,84 @@ impl Tunable {
     }
 }
 
+impl Tunable {
+    /// Refuses a name the allocator would silently ignore, naming those it
+    /// knows, where the allocator can tell: mimalloc lists its options under
+    /// MIMALLOC_VERBOSE=1, jemalloc complains of an unknown MALLOC_CONF key
+    /// (and lists its options with stats_print), and tcmalloc reads only the
+    /// TCMALLOC_ variables whose names its library holds. `env.VAR`, and an
+    /// allocator that cannot be asked, pass.
+    pub fn check_name(&self, allocator: &Allocator) -> Result<(), StudyError> {
+        let Some(lib) = &allocator.library else { return Ok(()) };
+        let unknown = |given: &str, known: &[String], how: &str| {
+            StudyError::Config(format!(
+                "{} does not know the tunable `{given}` ({how}): it would run with its defaults. Known: {}",
+                allocator.name,
+                if known.is_empty() { "(it did not list them)".to_string() } else { known.join(", ") }
+            ))
+        };
+        match self {
+            Tunable::Glibc(_) => Ok(()),
+            Tunable::Jemalloc(k) => {
+                let said = probe(lib, &[("MALLOC_CONF", &format!("{k}:0"))])?;
+                if !said.contains("Invalid conf pair") {
+                    return Ok(());
+                }
+                let listed = probe(lib, &[("MALLOC_CONF", "stats_print:true")])?;
+                let known = names_after(&listed, "opt.", |c| c.is_ascii_alphanumeric() || c == '_');
+                Err(unknown(&format!("jemalloc.{k}"), &known, "jemalloc says: Invalid conf pair"))
+            }
+            Tunable::Env(var) => {
+                if let Some(key) = var.strip_prefix("MIMALLOC_").filter(|_| allocator.name == "mimalloc") {
+                    let listed = probe(lib, &[("MIMALLOC_VERBOSE", "1")])?;
+                    let known = names_after(&listed, "option '", |c| c != '\'');
+                    let key = key.to_ascii_lowercase();
+                    if known.is_empty() || known.contains(&key) {
+                        return Ok(());
+                    }
+                    return Err(unknown(&format!("mimalloc.{key}"), &known, "not among the options MIMALLOC_VERBOSE=1 lists"));
+                }
+                if var.starts_with("TCMALLOC_") && allocator.name.starts_with("tcmalloc") {
+                    let bytes = std::fs::read(lib).map_err(|source| StudyError::Spawn { what: format!("reading {}", lib.display()), source })?;
+                    let known = names_after(&String::from_utf8_lossy(&bytes), "TCMALLOC_", |c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_');
+                    if known.is_empty() || known.iter().any(|k| var[9..] == **k) {
+                        return Ok(());
+                    }
+                    let known: Vec<String> = known.iter().map(|k| k.to_ascii_lowercase()).collect();
+                    return Err(unknown(&format!("tcmalloc.{}", var[9..].to_ascii_lowercase()), &known, "its library reads no such TCMALLOC_ variable"));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What a small program prints on stderr with `lib` preloaded and `env` set.
+/// bash, because it allocates and exits through `exit` with stderr open
+/// (coreutils close it first, and jemalloc's statistics are printed at exit).
+fn probe(lib: &Path, env: &[(&str, &str)]) -> Result<String, StudyError> {
+    let mut c = Command::new("bash");
+    c.args(["-c", ":"]).env("LD_PRELOAD", lib).env_remove("MALLOC_CONF");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let o = c.output().map_err(|source| StudyError::Spawn { what: "bash (asking the allocator its tunables)".into(), source })?;
+    Ok(String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// The distinct names that follow `tag` in `text`, as far as `part` holds, sorted.
+fn names_after(text: &str, tag: &str, part: impl Fn(char) -> bool) -> Vec<String> {
+    let mut names: Vec<String> = text
+        .split(tag)
+        .skip(1)
+        .map(|rest| rest.chars().take_while(|&c| part(c)).collect::<String>())
+        .filter(|n| !n.is_empty())
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
 /// The dynamic loader, which lists glibc's tunables as it parsed them.
 fn loader() -> Option<&'static Path> {
     ["/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1", "/lib/ld-linux.so.2"].into_iter().map(Path::new).find(|p| p.exists())
@@ -184,6 +265,13 @@ mod tests {
         for bad in ["topPad", "glibc.top_pad", "hoard.x", "env.", "env.A-B"] {
             assert!(resolve(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn names_are_read_as_far_as_they_go() {
+        let text = "mimalloc: option 'show_errors': 0\nmimalloc: option 'verbose': 1\nmimalloc: option 'verbose': 1";
+        assert_eq!(names_after(text, "option '", |c| c != '\''), ["show_errors", "verbose"]);
+        assert_eq!(names_after("xTCMALLOC_RELEASE_RATE\0TCMALLOC_\0", "TCMALLOC_", |c| c.is_ascii_uppercase() || c == '_'), ["RELEASE_RATE"]);
     }
 
     #[test]

@@ -108,6 +108,69 @@ fn functions(run: &Run, names: &[String]) -> Table {
     t
 }
 
+/// The calls that allocate (the work a program asks of the heap manager).
+const ALLOCATING: [&str; 5] = ["malloc", "calloc", "realloc", "operator new", "operator new[]"];
+
+/// Medians of `which` functions' calls in a variant's traced runs, summed.
+fn calls_of(run: &Run, name: &str, which: &[&str]) -> Option<f64> {
+    let tr = traced(name);
+    let v: Vec<f64> = which.iter().filter_map(|f| summary::median(run, &tr, &format!("{f}.calls"))).collect();
+    (!v.is_empty()).then(|| v.iter().sum())
+}
+
+/// Allocation calls differing by more than this fraction between variants:
+/// they did different work (a program that runs for a fixed time, or sizes
+/// its work by what it measures), so their totals are not comparable.
+const WORK_DIFFERS: f64 = 0.05;
+
+/// Per-operation figures beside the totals, and a warning when the variants
+/// made different numbers of allocation calls: then a total (peak RSS, wall
+/// time, cycles) compares different amounts of work, while a figure per call
+/// still compares the heap managers. (Cycles per call are over every
+/// function of the table, frees included.)
+fn per_operation(run: &Run, names: &[String]) -> Vec<View> {
+    let mut t = Table::new(
+        "per-operation",
+        "per allocation call (malloc, calloc, realloc, operator new and new[]), traced runs (medians): the figures to \
+         compare when the allocators did different work",
+        &[label(run), "allocation calls", "wall ns per call", "allocator cycles per call"],
+        1,
+    );
+    let mut counts = Vec::new();
+    for a in names {
+        let tr = traced(a);
+        let Some(calls) = calls_of(run, a, &ALLOCATING).filter(|&c| c > 0.0) else { continue };
+        counts.push((a.as_str(), calls));
+        let all = calls_of(run, a, &super::FUNCTIONS).unwrap_or(0.0);
+        let cycles: f64 = super::FUNCTIONS.iter().filter_map(|f| summary::median(run, &tr, &format!("{f}.cycles_total"))).sum();
+        t.push(vec![
+            Cell::text(a),
+            Cell::Int(calls as i64),
+            Cell::num(summary::median(run, &tr, "wall_s").map(|w| w * 1e9 / calls), 1),
+            Cell::num((all > 0.0 && cycles > 0.0).then(|| cycles / all), 1),
+        ]);
+    }
+    let mut out = vec![View::Table(t)];
+    let lo = counts.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+    let hi = counts.iter().max_by(|a, b| a.1.total_cmp(&b.1));
+    if let (Some(lo), Some(hi)) = (lo, hi) {
+        if hi.1 > lo.1 * (1.0 + WORK_DIFFERS) {
+            out.push(View::Note(format!(
+                "warning: the program did different work under each {}: {:.0} allocation calls under {} but {:.0} under {} \
+                 (×{:.2}; a program that runs for a fixed time, or sizes its work by what it measures). Wall time, peak \
+                 RSS, cycles and bytes above are totals of different work: compare the per-operation figures",
+                label(run),
+                lo.1,
+                lo.0,
+                hi.1,
+                hi.0,
+                hi.1 / lo.1
+            )));
+        }
+    }
+    out
+}
+
 /// Mapped space split three ways, at the peak of live bytes and at exit.
 fn space(run: &Run, names: &[String]) -> Table {
     let mut t = Table::new(
@@ -260,6 +323,7 @@ pub fn views(run: &Run) -> Vec<View> {
         View::Table(space(run, &names)),
         View::Table(validation(run, &names)),
     ];
+    v.extend(per_operation(run, &names));
     v.extend(best(run, &names));
     v.push(View::Note(
         "wall s and peak RSS: the program untraced (peak RSS \"≤ X\": no higher than what a child inherits from mtlab \
