@@ -9,12 +9,16 @@
  *                      and exit 0.
  *
  * THREADS in argv[1] (default 0): that many extra threads, each doing
- * phase 1's malloc and free pattern too (100 + 50 each). */
+ * phase 1's malloc and free pattern too (100 + 50 each). "seccomp" in
+ * argv[2]: a seccomp filter that allows everything is installed first. */
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 static sigset_t usr1;
 
@@ -35,6 +39,11 @@ static void *phase1_pattern(void *arg) {
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 0;
+    if (argc > 2 && strcmp(argv[2], "seccomp") == 0) {
+        struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+        struct sock_fprog prog = {.len = 1, .filter = &allow};
+        if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) return 2;
+    }
     sigemptyset(&usr1);
     sigaddset(&usr1, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &usr1, NULL);

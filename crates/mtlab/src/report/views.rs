@@ -553,8 +553,22 @@ pub fn views(run: &RunReport) -> Vec<View> {
                 p.chunks_damaged
             ));
         }
-        if p.unknown_frees > 0 {
-            note(format!("frees of addresses not allocated while traced: {}", p.unknown_frees));
+        match &p.attached {
+            Some(a) => {
+                note(format!(
+                    "attached to the running process: tracing started at {} and ended by {}; blocks allocated \
+                     before it are not in the figures, and their frees are counted apart",
+                    crate::units::rfc3339((a.at_ns / 1_000_000_000) as i64),
+                    if a.ended_by == "exit" { "its exit" } else { "mtlab's detach (the process ran on)" }
+                ));
+                if p.unknown_frees > 0 {
+                    note(format!("frees of blocks allocated before the attach: {}", p.unknown_frees));
+                }
+            }
+            None if p.unknown_frees > 0 => {
+                note(format!("frees of addresses not allocated while traced: {}", p.unknown_frees));
+            }
+            None => {}
         }
         if let Some(s) = &p.slowdown {
             note(format!(
@@ -698,3 +712,4 @@ mod sparkline_tests {
         assert_eq!(sparkline(&[], 8, 4), "");
     }
 }
+
