@@ -255,3 +255,45 @@ fn finish_untraced(t: &mut Target) -> String {
     assert!(status.success());
     last
 }
+
+/// A process in its own mount and PID namespace (what a container is), with
+/// its own /tmp: the library reaches it through /proc/PID/root, the trace is
+/// written in its /tmp and brought out.
+#[test]
+fn attach_into_another_mount_and_pid_namespace() {
+    if !is_root() {
+        skip("unshare --mount --pid needs root");
+        return;
+    }
+    let lab = Lab::new();
+    let prog = lab.compile("attach_phases");
+    let mut cmd = lab.command("unshare");
+    // The program opened before its /tmp (where the lab is) is hidden by a new one.
+    cmd.args(["--fork", "--pid", "--mount", "--", "sh", "-c", "exec 3<\"$0\"; mount -t tmpfs none /tmp && exec /proc/self/fd/3"]);
+    cmd.arg(&prog);
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let mut t = Target { child, out };
+    assert_eq!(t.line(), "ready");
+    // The program is unshare's child: pid 1 in its namespace.
+    let inner: i32 = std::fs::read_to_string(format!("/proc/{}/task/{}/children", t.pid(), t.pid()))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("unshare's child");
+    assert!(!std::fs::read_dir(format!("/proc/{inner}/root/tmp")).unwrap().any(|e| e.unwrap().file_name() == "mtlab-e2e"));
+    let (m, err) = attach(&lab, inner, "ns.mtl", &["--full"]);
+    signal(inner, libc::SIGUSR1);
+    assert_eq!(t.line(), "phase 1 done");
+    detach(m, err);
+    assert!(std::fs::read_dir(format!("/proc/{inner}/root/tmp")).unwrap().next().is_none(), "nothing left in its /tmp");
+    signal(inner, libc::SIGUSR1);
+    assert_eq!(t.line(), "phase 2 done 435");
+    assert!(wait_within(&mut t.child, Duration::from_secs(10)).expect("it ends").success());
+    let r = lab.report("ns.mtl");
+    assert_eq!(calls(&r, "malloc"), 100);
+    assert_eq!(calls(&r, "free"), 70);
+    assert_eq!(u(&r["pid"]), 1, "its own view of its pid");
+    assert_eq!(u(&r["attached"]["pid"]), inner as u64, "and the one mtlab attached to");
+}

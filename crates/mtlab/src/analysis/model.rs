@@ -309,6 +309,9 @@ impl AllocatorReading {
 /// A trace of a process that was already running (`record --pid`).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Attached {
+    /// The pid mtlab attached to (in its own PID namespace; the trace's `pid`
+    /// is the process's own view, e.g. 1 in a container).
+    pub pid: u32,
     /// When tracing started, nanoseconds since the Unix epoch.
     pub at_ns: u64,
     /// "detach" (the process ran on) or "exit" (it ended while traced).

@@ -556,8 +556,9 @@ pub fn views(run: &RunReport) -> Vec<View> {
         match &p.attached {
             Some(a) => {
                 note(format!(
-                    "attached to the running process: tracing started at {} and ended by {}; blocks allocated \
+                    "attached to the running process{}: tracing started at {} and ended by {}; blocks allocated \
                      before it are not in the figures, and their frees are counted apart",
+                    if a.pid != p.pid { format!(" (pid {} outside its PID namespace)", a.pid) } else { String::new() },
                     crate::units::rfc3339((a.at_ns / 1_000_000_000) as i64),
                     if a.ended_by == "exit" { "its exit" } else { "mtlab's detach (the process ran on)" }
                 ));
