@@ -139,12 +139,9 @@ impl Tracee {
                 }
                 let sig = libc::WSTOPSIG(status);
                 if status >> 16 == PTRACE_EVENT_STOP {
-                    match get_regs(tid) {
-                        Ok(regs) => {
-                            t.threads.insert(tid, Stopped { regs, pending_signal });
-                        }
-                        Err(_) => {} // gone
-                    }
+                    if let Ok(regs) = get_regs(tid) {
+                        t.threads.insert(tid, Stopped { regs, pending_signal });
+                    } // else: gone
                     break;
                 }
                 // A signal for the thread arrived first: kept for detach;
