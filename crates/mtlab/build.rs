@@ -49,6 +49,16 @@ fn main() {
         &["-fPIC", "-shared", "-fvisibility=hidden", "-ftls-model=initial-exec", "-fexceptions"],
         &["-ldl", "-lm"],
     );
+    // The same library for `record --pid`, dlopen'ed into a running process:
+    // its thread-local block must be dynamic TLS (static TLS has no room
+    // left after start-up), and it starts only when told (native/preload/attach.c).
+    let attach = out.join("libmtlab_attach.so");
+    cc(
+        &attach,
+        &c_files(&native.join("preload")),
+        &["-fPIC", "-shared", "-fvisibility=hidden", "-ftls-model=global-dynamic", "-fexceptions", "-DMTLAB_ATTACH"],
+        &["-ldl", "-lm"],
+    );
     let malloc_test = out.join("mtlab-malloc-test");
     cc(&malloc_test, &[native.join("bench/malloc_test.c")], &[], &[]);
     let latency_pipeline = out.join("mtlab-latency-pipeline");
@@ -65,6 +75,7 @@ fn main() {
     }
 
     println!("cargo:rustc-env=MTLAB_PRELOAD_SO={}", preload.display());
+    println!("cargo:rustc-env=MTLAB_ATTACH_SO={}", attach.display());
     println!("cargo:rustc-env=MTLAB_MALLOC_TEST={}", malloc_test.display());
     println!("cargo:rustc-env=MTLAB_LATENCY_PIPELINE={}", latency_pipeline.display());
     println!("cargo:rustc-env=MTLAB_HEAP_WORKLOADS={}", heap_workloads.display());

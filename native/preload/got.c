@@ -159,7 +159,13 @@ static void scan_relocs(struct module *m, const ElfW(Rela) *rel, size_t bytes, c
          * checked in mtlab_got_scan). Anything else (another definition the
          * module binds to) is left alone. */
         int lazy = (uintptr_t)cur >= m->lo && (uintptr_t)cur < m->hi && cur != real_of[fn];
+#ifdef MTLAB_ATTACH
+        /* Attached, bound slots hold the real function (ours is not in the
+         * global scope). */
+        if (cur != real_of[fn] && !lazy) continue;
+#else
         if (cur != shim_of[fn] && !lazy) continue;
+#endif
         if (n_slots == MAX_SLOTS) return;
         slots[n_slots++] = (struct slot){.addr = addr, .orig = cur, .fn = (uint8_t)fn};
     }
@@ -237,7 +243,11 @@ void mtlab_got_scan(void) {
     /* A function is routed only if the lookup of its name finds our shim
      * (the program may define malloc itself) and the real one is known. */
     for (int f = 0; f < MTLAB_GOT_N; f++)
+#ifdef MTLAB_ATTACH
+        routable[f] = real_of[f] && real_of[f] != shim_of[f]; /* real_of is the global lookup itself */
+#else
         routable[f] = real_of[f] && real_of[f] != shim_of[f] && dlsym(RTLD_DEFAULT, names[f]) == shim_of[f];
+#endif
     pool_used = mtlab_pool_in_use();
     n_modules = 0;
     dl_iterate_phdr(collect, NULL);
@@ -256,8 +266,12 @@ void mtlab_got_scan(void) {
 
 static inline int release_fn(int fn) { return fn >= MTLAB_GOT_FIRST_RELEASE && fn < MTLAB_GOT_FIRST_PASS; }
 
+/* Attached in full-trace mode: every routable slot goes to the shims, the
+ * mmap family's too (a preloaded full trace sees those calls). */
+static int attach_full;
+
 static inline void *target(int fn, int w) {
-    if (fn >= MTLAB_GOT_FIRST_PASS) return real_of[fn];
+    if (fn >= MTLAB_GOT_FIRST_PASS) return attach_full && (w & W_ALLOC) ? shim_of[fn] : real_of[fn];
     int to_shim = release_fn(fn) ? (w & W_FREE) : (w & W_ALLOC);
     return to_shim ? shim_of[fn] : real_of[fn];
 }
@@ -295,6 +309,7 @@ static void apply(int w) {
  * functions. Frees of bootstrap-pool memory must reach the free shim, which
  * ignores them. */
 static int wanted(void) {
+    if (attach_full) return W_ALLOC | W_FREE;
     struct mtlab_ctl_page *c = mtlab_ctl;
     uint32_t st = c ? __atomic_load_n(&c->state, __ATOMIC_SEQ_CST) : 0;
     int w = 0;
@@ -330,11 +345,39 @@ void mtlab_got_fork_child(void) {
     atomic_store(&applied, -1);
 }
 
+void mtlab_got_attach_route(int full_trace) {
+    attach_full = full_trace;
+    if (full_trace) mtlab_got_enable(1);
+    mtlab_got_route();
+}
+
+/* Detach: no router may run again, and every slot mtlab wrote gets back the
+ * value it held at the scan (a single 8-byte store each, as in apply). */
+void mtlab_got_restore(void) {
+    atomic_store(&enabled, 0);
+    while (atomic_exchange(&busy, 1)) mtlab_sys_sleep_ns(1000);
+    for (uint32_t m = 0; m < n_modules; m++) {
+        const struct module *mod = &modules[m];
+        if (mod->ro_hi &&
+            mtlab_sys_mprotect((void *)mod->ro_lo, mod->ro_hi - mod->ro_lo, PROT_READ | PROT_WRITE) != 0)
+            continue;
+        for (uint32_t i = mod->first; i < mod->first + mod->n; i++) {
+            void *cur = __atomic_load_n(slots[i].addr, __ATOMIC_RELAXED);
+            if (cur != slots[i].orig && ours(&slots[i], cur)) __atomic_store_n(slots[i].addr, slots[i].orig, __ATOMIC_RELAXED);
+        }
+        if (mod->ro_hi) mtlab_sys_mprotect((void *)mod->ro_lo, mod->ro_hi - mod->ro_lo, PROT_READ);
+    }
+    atomic_store(&applied, -1);
+    /* busy stays set: routing is over for this copy of the library. */
+}
+
 #else /* not x86-64: no routing, every call goes through the shims */
 
 void mtlab_got_scan(void) {}
 void mtlab_got_enable(int on) { (void)on; }
 void mtlab_got_route(void) {}
 void mtlab_got_fork_child(void) {}
+void mtlab_got_attach_route(int full_trace) { (void)full_trace; }
+void mtlab_got_restore(void) {}
 
 #endif

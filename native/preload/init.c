@@ -41,8 +41,19 @@ HIDDEN _Atomic int mtlab_state;
 HIDDEN struct mtlab_counters mtlab_counters;
 HIDDEN uint32_t mtlab_pid;
 
+/* Settings come from the environment `mtlab record` set; attached, from the
+ * text `mtlab record --pid` passed to mtlab_attach_begin (the running
+ * program's environment is its own). */
+static const char *conf(const char *name) {
+#ifdef MTLAB_ATTACH
+    return mtlab_attach_conf(name);
+#else
+    return getenv(name);
+#endif
+}
+
 static uint64_t env_u64(const char *name, uint64_t dflt) {
-    const char *v = getenv(name);
+    const char *v = conf(name);
     if (!v || !*v) return dflt;
     uint64_t x = 0;
     for (; *v >= '0' && *v <= '9'; v++) x = x * 10 + (uint64_t)(*v - '0');
@@ -157,7 +168,11 @@ static void mtlab_start(void) {
     mtlab_resolve();
     /* A path: not taken from the environment of a set-id program, whose
      * user did not choose where its privileged process writes. */
+#ifdef MTLAB_ATTACH
+    const char *out = conf("MTLAB_OUT");
+#else
     const char *out = secure_getenv("MTLAB_OUT");
+#endif
     if (!out || !*out) {
         mtlab_state = MTLAB_OFF;
         mtlab_tls.guard--;
@@ -166,13 +181,13 @@ static void mtlab_start(void) {
     copy(mtlab_cfg.out_path, sizeof mtlab_cfg.out_path, out);
     mtlab_pid = mtlab_sys_getpid();
     mtlab_proc_open();
-    const char *stacks = getenv("MTLAB_STACKS");
+    const char *stacks = conf("MTLAB_STACKS");
     mtlab_cfg.stacks = !(stacks && strcmp(stacks, "none") == 0);
     uint64_t depth = env_u64("MTLAB_DEPTH", 64);
     mtlab_cfg.max_depth = (int)(depth == 0 ? 1 : depth > MTLAB_MAX_DEPTH ? MTLAB_MAX_DEPTH : depth);
     mtlab_cfg.follow = env_u64("MTLAB_FOLLOW", 1) != 0;
     mtlab_cfg.free_stacks = env_u64("MTLAB_FREE_STACKS", 0) != 0;
-    const char *unwind = getenv("MTLAB_UNWIND");
+    const char *unwind = conf("MTLAB_UNWIND");
     mtlab_cfg.unwind = !unwind                        ? MTLAB_UNWIND_FP
                        : strcmp(unwind, "libgcc") == 0    ? MTLAB_UNWIND_LIBGCC
                        : strcmp(unwind, "libunwind") == 0 ? MTLAB_UNWIND_LIBUNWIND
@@ -184,6 +199,11 @@ static void mtlab_start(void) {
     mtlab_cfg.sample_seed = env_u64("MTLAB_SAMPLE_SEED", 0);
     mtlab_cfg.ctl_thread = env_u64("MTLAB_CTL_THREAD", 1) != 0;
     mtlab_cfg.tsc_hz = env_u64("MTLAB_TSC_HZ", 0);
+#ifdef MTLAB_ATTACH
+    /* The attached process writes the file named; its children and the
+     * program's environment are left alone (MTLAB_FOLLOW is 0). */
+    mtlab_set_root(1);
+#else
     uint64_t record_pid = env_u64("MTLAB_PARENT", 0);
     int root = record_pid == (uint64_t)getppid();
     if (mtlab_cfg.follow) mtlab_broker_init(getenv("MTLAB_BROKER_FD"), (uint32_t)record_pid);
@@ -193,6 +213,7 @@ static void mtlab_start(void) {
         unsetenv("MTLAB_WATERMARK_FD"); /* for the root process alone */
     }
     if (!mtlab_cfg.follow) unsetenv("MTLAB_OUT"); /* children stay untraced */
+#endif
     detect_allocator();
     mtlab_allocator_stats_start();
     mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);
@@ -216,6 +237,11 @@ static void mtlab_start(void) {
     mtlab_stack_table_init();
     mtlab_thread_init_global();
     pthread_atfork(mtlab_fork_prepare, mtlab_fork_parent, mtlab_fork_child);
+#ifdef MTLAB_ATTACH
+    /* The program's SIGABRT disposition is not changed under it; with this
+     * library's handle, the exit handler goes if the library is unloaded. */
+    __cxa_atexit(mtlab_stop, NULL, &__dso_handle);
+#else
     mtlab_catch_abort();
     /* The end of tracing as late as exit() allows: registered here, before
      * the C library registers the loader's finalizer (this runs from the
@@ -224,6 +250,7 @@ static void mtlab_start(void) {
      * are not reported as leaks. No DSO handle: a handler registered with
      * ours would run with our own destructors instead. */
     __cxa_atexit(mtlab_stop, NULL, NULL);
+#endif
     start_clock();
     mtlab_state = MTLAB_TRACING;
     /* The file is opened now, before the program's code runs: a daemon that
@@ -234,14 +261,35 @@ static void mtlab_start(void) {
         int sig = (int)env_u64("MTLAB_SIGNAL", (uint64_t)(SIGRTMIN + 7));
         if (env_u64("MTLAB_GOT", 1)) mtlab_got_scan(); /* MTLAB_GOT=0: every call through the shims */
         mtlab_sampler_init(mtlab_cfg.sample_interval, env_u64("MTLAB_INACTIVE", 0) == 0, sig);
+#ifndef MTLAB_ATTACH
         mtlab_sampler_name_root(); /* the constructor runs on the initial thread */
+#endif
     }
+#ifdef MTLAB_ATTACH
+    /* Attached, the GOT slots are the only way in: every call is routed to
+     * the shims (in sampling mode as the control page says, above). */
+    if (!mtlab_cfg.sample_interval) mtlab_got_scan();
+    mtlab_got_attach_route(mtlab_cfg.sample_interval == 0);
+#endif
     mtlab_tls.guard--;
 }
 
+#ifdef MTLAB_ATTACH
+/* Attached: nothing before mtlab_attach_begin; once per load of the library
+ * (a detach unloads it, the next attach loads a fresh copy). */
+int mtlab_attach_start(void) {
+    mtlab_start();
+    return atomic_load(&mtlab_state) == MTLAB_TRACING ? 0 : -1;
+}
+void mtlab_attach_stop(void) { mtlab_stop(NULL); }
+#else
 __attribute__((constructor)) static void mtlab_constructor(void) { mtlab_start(); }
+#endif
 
 int mtlab_start_early(void) {
+#ifdef MTLAB_ATTACH
+    return atomic_load(&mtlab_state); /* started by mtlab_attach_begin alone */
+#endif
     if (!mtlab_tls.guard && !mtlab_tls.in_alloc) mtlab_start();
     return atomic_load(&mtlab_state);
 }

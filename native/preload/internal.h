@@ -73,6 +73,12 @@ HIDDEN int mtlab_check_forked(uint32_t pid_now);
 HIDDEN uint64_t mtlab_forks_unseen(void);
 /* Finishes the trace now and stops tracing (_exit; a seccomp filter coming). */
 HIDDEN void mtlab_finish_now(void);
+/* Attach build (attach.c, init.c): a setting of `mtlab record --pid`, and
+ * the start and end of tracing it drives. */
+HIDDEN const char *mtlab_attach_conf(const char *name);
+HIDDEN int mtlab_attach_start(void);
+HIDDEN void mtlab_attach_stop(void);
+extern void *__dso_handle;
 HIDDEN int mtlab_stopped_by_seccomp(void);
 HIDDEN int mtlab_trace_fd(void);
 
@@ -238,7 +244,15 @@ struct mtlab_tls {
     };
 };
 _Static_assert(sizeof(struct mtlab_tls) == MTLAB_TLS_BYTES, "mtlab's thread-local block is one page");
-extern HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model("initial-exec")));
+/* Preloaded, the block is static TLS (initial-exec: one load from %fs). The
+ * attach build (MTLAB_ATTACH) is dlopen'ed into a running process, whose
+ * static TLS has no room for a page: there it is dynamic TLS. */
+#ifdef MTLAB_ATTACH
+#define MTLAB_TLS_MODEL "global-dynamic"
+#else
+#define MTLAB_TLS_MODEL "initial-exec"
+#endif
+extern HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model(MTLAB_TLS_MODEL)));
 
 /* Raises the guard; the outermost raise notes its frame, so that a guard
  * left set by a longjmp out of mtlab's code can be told from a nested one. */
@@ -304,6 +318,8 @@ HIDDEN void mtlab_proc_open(void);               /* /proc held open: read after 
 HIDDEN int mtlab_open_self(const char *name);    /* /proc/self/NAME, read-only */
 /* The mapping named `name` ("[heap]", "[stack]") in /proc/self/maps: 0 if found. */
 HIDDEN int mtlab_find_mapping(const char *name, uint64_t *lo, uint64_t *hi);
+HIDDEN void mtlab_thread_release(void); /* detach: thread exits no longer call in */
+HIDDEN void mtlab_writer_release(void); /* detach: the trace and /proc descriptors closed */
 HIDDEN void mtlab_writer_closing(void); /* no new records but END; waits for writes in flight */
 HIDDEN void mtlab_write_end(void);
 HIDDEN void mtlab_writer_before_exec(void); /* removes a file without events */
@@ -348,6 +364,7 @@ HIDDEN int mtlab_sampler_spawn(pthread_t *th, const pthread_attr_t *attr, void *
 HIDDEN void mtlab_sampler_name_root(void);
 HIDDEN void mtlab_sampler_stop(void);
 HIDDEN void mtlab_sampler_detach(void); /* a --no-follow fork child leaves the sampler */
+HIDDEN void mtlab_sampler_release(void); /* detach: control thread ended, signal disposition put back */
 HIDDEN char *mtlab_sampler_stats(char *p, const char *end);
 /* "key=value" lines of the heap manager's own statistics (allocstats.c). */
 HIDDEN char *mtlab_allocator_stats(char *p, const char *end);
@@ -376,7 +393,11 @@ HIDDEN void mtlab_got_scan(void);          /* once, in the constructor, after mt
 HIDDEN void mtlab_got_enable(int on);      /* routing follows the state only while our signal works */
 /* Points the cached slots where the control page's state wants them; async-signal-safe. */
 HIDDEN void mtlab_got_route(void);
-HIDDEN void mtlab_got_fork_child(void);    /* a router of the parent may have been cut off by fork */
+HIDDEN void mtlab_got_fork_child(void);
+/* Attach build: every routable slot to the shims (full trace: the mmap family
+ * too), and back to what it held before (detach). */
+HIDDEN void mtlab_got_attach_route(int full_trace);
+HIDDEN void mtlab_got_restore(void);    /* a router of the parent may have been cut off by fork */
 
 /* ---- stacks (stack.c) ---- */
 HIDDEN int mtlab_unwind_init(int unwind); /* 0 ok, -1: that unwinder is not available */

@@ -29,7 +29,15 @@ void *mtlab_bootstrap_alloc(size_t n) {
 
 int mtlab_pool_in_use(void) { return atomic_load(&pool_used) != 0; }
 
-#define RESOLVE(name) mtlab_real.name = (__typeof__(mtlab_real.name))dlsym(RTLD_NEXT, #name)
+/* Preloaded, the real function is the next definition after ours. Attached,
+ * the library was dlopen'ed RTLD_LOCAL: the global scope never holds ours,
+ * and its first definition is the one the program's calls reach. */
+#ifdef MTLAB_ATTACH
+#define MTLAB_NEXT RTLD_DEFAULT
+#else
+#define MTLAB_NEXT RTLD_NEXT
+#endif
+#define RESOLVE(name) mtlab_real.name = (__typeof__(mtlab_real.name))dlsym(MTLAB_NEXT, #name)
 
 void mtlab_resolve(void) {
     int expected = 0;
@@ -121,7 +129,7 @@ void *mtlab_cxx_resolve(int is_delete, unsigned form) {
     void *f = atomic_load_explicit(slot, memory_order_acquire);
     if (f) return f;
     MTLAB_GUARD_ENTER(&mtlab_tls);
-    f = dlsym(RTLD_NEXT, name);
+    f = dlsym(MTLAB_NEXT, name);
     if (!f) f = in_runtime(name);
     if (f) {
         unsigned char via = (unsigned char)is_runtime(f);

@@ -387,6 +387,10 @@ char *mtlab_allocator_stats_at_exit(char *p, const char *end) {
  * on each request of `mtlab ctl`. It holds no lock of the program's or the
  * heap manager's while it waits, so it may read the heap manager's figures
  * at once. Its own allocations pass through (guard held for good). */
+static _Atomic int ctl_quit, ctl_running;
+static int saved_signal; /* the signal whose disposition mtlab_sampler_init replaced */
+static struct sigaction saved_action;
+
 static void *control_thread(void *arg) {
     struct mtlab_ctl_page *page = (struct mtlab_ctl_page *)arg;
     struct mtlab_tls *t = &mtlab_tls;
@@ -401,6 +405,7 @@ static void *control_thread(void *arg) {
             continue;
         }
         seen = seq;
+        if (atomic_load(&ctl_quit)) break; /* detach: the library is about to be unloaded */
         if (mtlab_ctl != page) continue; /* (never: a fork child has no copy of this thread) */
         /* The exit's request and one of `mtlab ctl` may arrive as one wake:
          * both are answered, the exit's last, so that the exiting thread
@@ -413,6 +418,8 @@ static void *control_thread(void *arg) {
         __atomic_store_n(&page->ctl_done, seq, __ATOMIC_RELEASE);
         if (exiting) atomic_store(&exit_reading, 2);
     }
+    t->guard--;
+    atomic_store(&ctl_running, 0);
     return NULL;
 }
 
@@ -427,7 +434,9 @@ static int start_control_thread(struct mtlab_ctl_page *page) {
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     pthread_t th;
+    atomic_store(&ctl_running, 1);
     int r = mtlab_real.pthread_create(&th, &attr, control_thread, page);
+    if (r != 0) atomic_store(&ctl_running, 0);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     pthread_attr_destroy(&attr);
     return r == 0 ? 0 : -1;
@@ -537,7 +546,8 @@ void mtlab_sampler_init(uint64_t interval, int active, int sig) {
     /* GOT routing needs a way in: once calls bypass the shims, only the
      * control thread (or the signal's handler) can bring them back when
      * sampling is switched on. */
-    int handler = sig > 0 && sigaction(sig, &sa, NULL) == 0;
+    int handler = sig > 0 && sigaction(sig, &sa, &saved_action) == 0;
+    if (handler) saved_signal = sig;
     /* The pointer first: a shim that sees the state ACTIVE uses it. */
     mtlab_ctl = page;
     __atomic_store_n(&page->state, MTLAB_CTL_ON | (active ? MTLAB_CTL_ACTIVE : 0), __ATOMIC_RELEASE);
@@ -585,6 +595,19 @@ void mtlab_sampler_stop(void) {
     __atomic_fetch_and(&mtlab_ctl->state, ~(uint32_t)MTLAB_CTL_ACTIVE, __ATOMIC_RELAXED);
     flush_all_locked();
     if (shm_path[0]) unlink(shm_path);
+}
+
+/* Detach (attach build): the control thread leaves its loop (at most ~1 s
+ * is waited for it) and the program's disposition of the signal comes back. */
+void mtlab_sampler_release(void) {
+    if (atomic_load(&ctl_running) && mtlab_ctl) {
+        atomic_store(&ctl_quit, 1);
+        __atomic_fetch_add(&mtlab_ctl->ctl_seq, 1, __ATOMIC_RELEASE);
+        syscall(SYS_futex, &mtlab_ctl->ctl_seq, FUTEX_WAKE, 1, NULL, NULL, 0);
+        for (int i = 0; i < 1000 && atomic_load(&ctl_running); i++) mtlab_sys_sleep_ns(1000000);
+    }
+    if (saved_signal) sigaction(saved_signal, &saved_action, NULL);
+    saved_signal = 0;
 }
 
 /* "key=value" lines of the sampler's own costs for the STATS record. */

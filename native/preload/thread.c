@@ -17,7 +17,7 @@
 
 #include "internal.h"
 
-HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model("initial-exec")));
+HIDDEN __thread struct mtlab_tls mtlab_tls __attribute__((tls_model(MTLAB_TLS_MODEL)));
 
 static struct mtlab_buf *_Atomic all_bufs;
 static pthread_key_t exit_key;
@@ -292,6 +292,10 @@ uint64_t mtlab_shared_tls_calls(void) { return atomic_load(&shared_tls_calls); }
 struct mtlab_buf *mtlab_first_buf(void) { return atomic_load(&all_bufs); }
 
 void mtlab_thread_init_global(void) { pthread_key_create(&exit_key, thread_exit); }
+
+/* Detach (attach build): no thread's exit may call into the library after
+ * it is unloaded. */
+void mtlab_thread_release(void) { pthread_key_delete(exit_key); }
 
 /* Copy of another thread's buffer, taken by the exit flusher. */
 static uint8_t exit_copy[MTLAB_BUF_BYTES];

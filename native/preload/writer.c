@@ -660,6 +660,14 @@ void mtlab_write_stats(void) {
     mtlab_write_record(MTLAB_REC_STATS, text, (uint32_t)(p - text));
 }
 
+/* Detach (attach build): the process keeps none of mtlab's descriptors. */
+void mtlab_writer_release(void) {
+    if (fd >= 0 && fd_still_ours()) mtlab_sys_close(fd);
+    fd = -1;
+    if (proc_fd >= 0) mtlab_sys_close(proc_fd);
+    proc_fd = -1;
+}
+
 /* A fork child writes its own file, opened on its first write. */
 void mtlab_writer_fork_child(void) {
     owns_root_file = 0;

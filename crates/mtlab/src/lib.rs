@@ -12,6 +12,7 @@ macro_rules! say {
 }
 
 pub mod analysis;
+pub mod attach;
 pub mod broker;
 pub mod cli;
 pub mod compact;

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use crate::platform::safe_fs;
 
 static PRELOAD: &[u8] = include_bytes!(env!("MTLAB_PRELOAD_SO"));
+static ATTACH: &[u8] = include_bytes!(env!("MTLAB_ATTACH_SO"));
 static MALLOC_TEST: &[u8] = include_bytes!(env!("MTLAB_MALLOC_TEST"));
 static LATENCY_PIPELINE: &[u8] = include_bytes!(env!("MTLAB_LATENCY_PIPELINE"));
 static HEAP_WORKLOADS: &[u8] = include_bytes!(env!("MTLAB_HEAP_WORKLOADS"));
@@ -46,6 +47,8 @@ pub struct UnpackError {
 #[derive(Clone, Copy, Debug)]
 pub enum Part {
     Preload,
+    /// The preload library built to be dlopen'ed into a running process (`record --pid`).
+    Attach,
     MallocTest,
     LatencyPipeline,
     /// The heap study's built-in workloads (`heap compare --workload`).
@@ -64,6 +67,7 @@ impl Part {
     fn file_name(self) -> &'static str {
         match self {
             Part::Preload => "libmtlab_preload.so",
+            Part::Attach => "libmtlab_attach.so",
             Part::MallocTest => "mtlab-malloc-test",
             Part::LatencyPipeline => "mtlab-latency-pipeline",
             Part::HeapWorkloads => "mtlab-heap-workloads",
@@ -76,6 +80,7 @@ impl Part {
     fn bytes(self) -> &'static [u8] {
         match self {
             Part::Preload => PRELOAD,
+            Part::Attach => ATTACH,
             Part::MallocTest => MALLOC_TEST,
             Part::LatencyPipeline => LATENCY_PIPELINE,
             Part::HeapWorkloads => HEAP_WORKLOADS,

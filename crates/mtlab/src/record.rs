@@ -380,6 +380,12 @@ fn prepare_output(path: &Path) -> Result<RunStart, RecordError> {
     Ok(RunStart(m.ctime(), m.ctime_nsec()))
 }
 
+/// `prepare_output` for `record --pid` (attach/), which needs no run start.
+pub(crate) fn prepare_attach_output(path: &Path) -> Result<(), RecordError> {
+    crate::trace::rewrite::check_trace_output(path).map_err(RecordError::Output)?;
+    prepare_output(path).map(|_| ())
+}
+
 /// The trace files of this run (`names::trace_family`), and a warning for each file
 /// of that shape that is not one: another user's (planted there, or written
 /// by a traced program that changed its user), a link, or older than the run.

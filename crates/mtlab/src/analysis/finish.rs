@@ -224,6 +224,11 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         clean_end: trace.end.is_some(),
         running: trace.end.is_none() && crate::platform::process::holds_open(trace.header.pid, &trace.path),
         unknown_frees: heap.unknown_frees,
+        attached: trace.runinfo_get(keys::ATTACHED_PID).map(|pid| crate::analysis::model::Attached {
+            pid: pid.parse().unwrap_or(0),
+            at_ns: trace.runinfo_get(keys::ATTACHED_AT_NS).and_then(|v| v.parse().ok()).unwrap_or(0),
+            ended_by: trace.runinfo_get(keys::ATTACH_ENDED_BY).unwrap_or("").to_string(),
+        }),
         overlapping_allocs: heap.overlapping_allocs,
         program_mappings: pass.replay.program_maps.clone(),
         stacks,

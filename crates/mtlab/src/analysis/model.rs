@@ -306,6 +306,18 @@ impl AllocatorReading {
     }
 }
 
+/// A trace of a process that was already running (`record --pid`).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Attached {
+    /// The pid mtlab attached to (in its own PID namespace; the trace's `pid`
+    /// is the process's own view, e.g. 1 in a container).
+    pub pid: u32,
+    /// When tracing started, nanoseconds since the Unix epoch.
+    pub at_ns: u64,
+    /// "detach" (the process ran on) or "exit" (it ended while traced).
+    pub ended_by: String,
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct ProcessReport {
     pub file: String,
@@ -376,6 +388,8 @@ pub struct ProcessReport {
     /// it holds the file open): every figure is "so far".
     pub running: bool,
     pub unknown_frees: u64,
+    /// Traced by `record --pid` from the attach on (None: from the start).
+    pub attached: Option<Attached>,
     pub overlapping_allocs: u64,
     pub program_mappings: ProgramMappings,
     pub stacks: StackQuality,

@@ -8,6 +8,7 @@
 //!   `affinity.rs`: `mtlab affinity`; `heap_study.rs`: `mtlab heap compare`.
 
 mod affinity;
+mod attach;
 mod heap_study;
 mod profile;
 mod study;
@@ -305,8 +306,10 @@ struct RecordArgs {
     /// as a distribution per chunk (every per-function figure stays exact); see `mtlab compact`.
     #[arg(long)]
     compact: bool,
+    #[command(flatten)]
+    attach: attach::AttachArgs,
     /// The program to run, then its arguments.
-    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
+    #[arg(required_unless_present = "pid", conflicts_with = "pid", trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
 }
 
@@ -562,6 +565,10 @@ fn default_output(program: &OsString) -> PathBuf {
 }
 
 fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
+    if let Some(pid) = a.attach.pid {
+        let sample = a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed });
+        return attach::cmd_attach(pid, a.attach, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks);
+    }
     let mut command = a.command.into_iter();
     let program = command.next().expect("clap requires PROGRAM");
     let cfg = RecordConfig {

@@ -581,8 +581,23 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
                 p.chunks_damaged
             ));
         }
-        if p.unknown_frees > 0 {
-            note(format!("frees of addresses not allocated while traced: {}", p.unknown_frees));
+        match &p.attached {
+            Some(a) => {
+                note(format!(
+                    "attached to the running process{}: tracing started at {} and ended by {}; blocks allocated \
+                     before it are not in the figures, and their frees are counted apart",
+                    if a.pid != p.pid { format!(" (pid {} outside its PID namespace)", a.pid) } else { String::new() },
+                    crate::units::rfc3339((a.at_ns / 1_000_000_000) as i64),
+                    if a.ended_by == "exit" { "its exit" } else { "mtlab's detach (the process ran on)" }
+                ));
+                if p.unknown_frees > 0 {
+                    note(format!("frees of blocks allocated before the attach: {}", p.unknown_frees));
+                }
+            }
+            None if p.unknown_frees > 0 => {
+                note(format!("frees of addresses not allocated while traced: {}", p.unknown_frees));
+            }
+            None => {}
         }
         if let Some(s) = &p.slowdown {
             note(format!(
@@ -726,3 +741,4 @@ mod sparkline_tests {
         assert_eq!(sparkline(&[], 8, 4), "");
     }
 }
+

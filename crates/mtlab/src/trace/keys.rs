@@ -27,6 +27,13 @@ pub const CHILD_TRACES: &str = "child_traces";
 pub const UNTRACED_COUNT: &str = "untraced_count";
 /// The first 100 of them, `PID:ERRNO:COMMAND` separated by `/` (`broker::encode`).
 pub const UNTRACED: &str = "untraced";
+/// `record --pid`: the process attached to (its trace starts at the attach,
+/// not at its start: frees of blocks allocated before are not errors).
+pub const ATTACHED_PID: &str = "attached_pid";
+/// `record --pid`: when tracing started, nanoseconds since the Unix epoch.
+pub const ATTACHED_AT_NS: &str = "attached_at_ns";
+/// `record --pid`: how tracing ended: "detach" (the process runs on) or "exit".
+pub const ATTACH_ENDED_BY: &str = "attach_ended_by";
 
 // ---------------------------------------------------------------------------
 // RUNINFO: written by the rewrites (`trace::finish`, `trace::compact`).

@@ -1,0 +1,492 @@
+//! `mtlab record --pid PID`: trace a process that is already running, then
+//! leave it running as it was.
+//!
+//! Attach: every thread is stopped with ptrace (seize + interrupt); one that
+//! is in a safe place (blocked in a system call that no allocator or loader
+//! lock is held around, or running the program's own code) is chosen, the
+//! others run on, and on it `dlopen(libmtlab_attach.so)` and then
+//! `mtlab_attach_begin(settings)` are called (native/preload/attach.c: the
+//! GOT slots of every loaded module are routed to the shims). Detach: the
+//! same, calling `mtlab_attach_end()` (slots put back, trace finished), then
+//! `dlclose` once no thread holds an address of the library in its registers
+//! or on its stack. The trace is finished here, with RUNINFO saying when
+//! tracing started and how it ended.
+
+mod ptrace;
+pub mod target;
+mod symbols;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::native::{self, Part};
+use crate::record::{SampleConfig, Stacks, Unwind};
+use crate::trace::keys;
+use ptrace::{CallError, Tracee, DATA};
+pub use target::Refusal;
+use target::{Libc, Mapping};
+
+#[derive(Debug, Clone)]
+pub struct AttachConfig {
+    pub pid: i32,
+    pub output: PathBuf,
+    /// None: a full trace.
+    pub sample: Option<SampleConfig>,
+    pub stacks: Stacks,
+    pub unwind: Unwind,
+    pub depth: u32,
+    pub free_stacks: bool,
+    /// Detach after this long (else at Ctrl-C, SIGTERM, or when the process ends).
+    pub duration: Option<Duration>,
+    /// Attach even though the process has a seccomp filter.
+    pub allow_seccomp: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    #[error(transparent)]
+    Refused(#[from] Refusal),
+    #[error("cannot attach to process {pid}: {what}")]
+    Failed { pid: i32, what: String },
+    #[error(transparent)]
+    Record(#[from] crate::record::RecordError),
+    #[error(transparent)]
+    Unpack(#[from] native::UnpackError),
+}
+
+/// How the session ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    /// mtlab detached; the process runs on.
+    Detached,
+    /// The process ended while traced (its trace was finished by its exit).
+    Exited,
+}
+
+impl Ended {
+    fn name(self) -> &'static str {
+        match self {
+            Ended::Detached => "detach",
+            Ended::Exited => "exit",
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct AttachOutcome {
+    pub trace: Option<PathBuf>,
+    pub ended: Ended,
+    /// From the start of tracing to its end.
+    pub traced_for: Duration,
+    /// The longest any thread of the process was stopped at attach, and at detach.
+    pub stopped_at_attach: Duration,
+    pub stopped_at_detach: Option<Duration>,
+    /// The library was unloaded at detach (else it stays loaded, inert).
+    pub unloaded: bool,
+    pub warnings: Vec<String>,
+}
+
+const CALL_LIMIT: Duration = Duration::from_secs(10);
+const RTLD_NOW: u64 = 2;
+
+/// System calls a thread may be blocked in while no allocator or loader lock
+/// is held around them by libc (futex is not among them: a contended arena
+/// lock waits there; nor mmap, brk, munmap: an allocator growing its heap).
+const SAFE_SYSCALLS: &[u64] = &[
+    0,   // read
+    7,   // poll
+    23,  // select
+    34,  // pause
+    35,  // nanosleep
+    43,  // accept
+    45,  // recvfrom
+    47,  // recvmsg
+    61,  // wait4
+    128, // rt_sigtimedwait
+    130, // rt_sigsuspend
+    230, // clock_nanosleep
+    232, // epoll_wait
+    247, // waitid
+    270, // pselect6
+    271, // ppoll
+    281, // epoll_pwait
+    288, // accept4
+    441, // epoll_pwait2
+];
+
+fn failed(pid: i32, what: impl Into<String>) -> AttachError {
+    AttachError::Failed { pid, what: what.into() }
+}
+
+/// The process runs (exists and is not a zombie).
+fn running(pid: i32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    let state = stat.rsplit_once(')').and_then(|(_, a)| a.split_whitespace().next()).unwrap_or("X");
+    !matches!(state, "Z" | "X" | "x")
+}
+
+/// Where the process and mtlab see the library and the trace.
+struct Paths {
+    lib_in_target: String,
+    out_in_target: String,
+    out_here: PathBuf,
+    /// Where the trace ends up (out_here, or moved there from the process's root).
+    out_final: PathBuf,
+    /// Files made in the process's root for it (another mount namespace), removed at the end.
+    copies: Vec<PathBuf>,
+}
+
+fn checks(cfg: &AttachConfig) -> Result<(PathBuf, Vec<Mapping>, String), AttachError> {
+    let pid = cfg.pid;
+    if let Some(r) = target::refusal_before_ptrace(&target::facts(pid), cfg.allow_seccomp) {
+        return Err(r.into());
+    }
+    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+    let data = std::fs::read(&exe).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => AttachError::Refused(Refusal::NoProcess(pid)),
+        _ => failed(pid, format!("cannot read its executable: {e} (run mtlab as the process's user or as root)")),
+    })?;
+    if let Some(kind) = crate::record::foreign_program(&exe) {
+        return Err(Refusal::Foreign { pid, kind, lib: "64-bit x86-64".into() }.into());
+    }
+    if symbols::is_dynamic(&data) == Some(false) {
+        return Err(Refusal::Static(pid).into());
+    }
+    let maps = target::maps(pid).map_err(|e| failed(pid, format!("cannot read its maps: {e}")))?;
+    let (libc_path, kind) = target::find_libc(&maps).ok_or(Refusal::NoLibc(pid))?;
+    if kind == Libc::Musl {
+        return Err(Refusal::Musl { pid }.into());
+    }
+    Ok((exe, maps, libc_path))
+}
+
+/// The library and the trace where the process can reach them: mtlab's own
+/// paths in the same mount namespace; in another (a container), a copy of
+/// the library and the trace in the process's /tmp, reached from here
+/// through /proc/PID/root.
+fn place(cfg: &AttachConfig, output: &Path) -> Result<Paths, AttachError> {
+    let lib = native::path(Part::Attach)?;
+    if !target::other_mount_ns(cfg.pid) {
+        return Ok(Paths {
+            lib_in_target: lib.to_string_lossy().into_owned(),
+            out_in_target: output.to_string_lossy().into_owned(),
+            out_here: output.to_path_buf(),
+            out_final: output.to_path_buf(),
+            copies: vec![],
+        });
+    }
+    let tag = format!("{}-{}", std::process::id(), cfg.pid);
+    let lib_in_target = format!("/tmp/mtlab-attach-{tag}.so");
+    let out_in_target = format!("/tmp/mtlab-attach-{tag}.mtl");
+    let lib_here = target::in_root(cfg.pid, &lib_in_target);
+    let out_here = target::in_root(cfg.pid, &out_in_target);
+    let _ = std::fs::remove_file(&out_here);
+    let copy = std::fs::read(&lib).and_then(|bytes| {
+        let mut f = crate::platform::safe_fs::create_new(&lib_here, 0o644)?;
+        std::io::Write::write_all(&mut f, &bytes)
+    });
+    copy.map_err(|e| failed(cfg.pid, format!("cannot put mtlab's library into its root as {}: {e}", lib_here.display())))?;
+    Ok(Paths { lib_in_target, out_in_target, out_here, out_final: output.to_path_buf(), copies: vec![lib_here] })
+}
+
+fn settings(cfg: &AttachConfig, out: &str) -> String {
+    let mut s = format!(
+        "MTLAB_OUT={out}\nMTLAB_STACKS={}\nMTLAB_DEPTH={}\nMTLAB_FOLLOW=0\nMTLAB_FREE_STACKS={}\nMTLAB_UNWIND={}\nMTLAB_TSC_HZ={}\n",
+        if cfg.stacks == Stacks::Fp { "fp" } else { "none" },
+        cfg.depth,
+        u8::from(cfg.free_stacks),
+        cfg.unwind.name(),
+        crate::record::tsc_hz()
+    );
+    if let Some(sm) = &cfg.sample {
+        s += &format!("MTLAB_SAMPLE={}\nMTLAB_INACTIVE={}\nMTLAB_SAMPLE_SEED={}\n", sm.interval, u8::from(sm.inactive), sm.seed);
+    }
+    s
+}
+
+fn exe_ranges(pid: i32, maps: &[Mapping]) -> Vec<(u64, u64)> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+    let exe = exe.trim_end_matches(" (deleted)");
+    maps.iter().filter(|m| m.path == exe && m.perms.contains('x')).map(|m| (m.start, m.end)).collect()
+}
+
+/// A thread where calls into the loader and the allocator cannot wait on a
+/// lock the thread itself holds: the main thread first.
+fn safe_thread(t: &Tracee, exe: &[(u64, u64)], avoid: &[(u64, u64)]) -> Option<i32> {
+    let inside = |r: &[(u64, u64)], a: u64| r.iter().any(|&(lo, hi)| a >= lo && a < hi);
+    let mut order: Vec<i32> = t.threads.keys().copied().collect();
+    order.sort_by_key(|&tid| tid != t.pid());
+    order.into_iter().find(|tid| {
+        let r = &t.threads[tid].regs;
+        if inside(avoid, r.rip) {
+            return false;
+        }
+        let in_syscall = (r.orig_rax as i64) >= 0;
+        (in_syscall && SAFE_SYSCALLS.contains(&r.orig_rax)) || (!in_syscall && inside(exe, r.rip))
+    })
+}
+
+/// Stops the process and returns it with one safe thread chosen, the others
+/// running again. Retries for up to ~2 s while every thread is busy elsewhere.
+fn stop_for_call(pid: i32, avoid: &[(u64, u64)]) -> Result<(Tracee, i32, Instant), AttachError> {
+    for attempt in 0.. {
+        let maps = target::maps(pid).map_err(|e| failed(pid, format!("cannot read its maps: {e}")))?;
+        let exe = exe_ranges(pid, &maps);
+        let stopped_at = Instant::now();
+        let mut t = Tracee::stop_all(pid).map_err(|e| match e.raw_os_error() {
+            Some(libc::EPERM) => AttachError::Refused(Refusal::Denied { pid, why: e.to_string() }),
+            Some(libc::ESRCH) | Some(libc::ENOENT) => AttachError::Refused(Refusal::NoProcess(pid)),
+            _ => failed(pid, format!("cannot stop it: {e}")),
+        })?;
+        if t.threads.is_empty() {
+            return Err(Refusal::NoProcess(pid).into());
+        }
+        if let Some(tid) = safe_thread(&t, &exe, avoid) {
+            t.release_others(tid);
+            return Ok((t, tid, stopped_at));
+        }
+        drop(t);
+        if attempt == 400 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Err(failed(
+        pid,
+        "for 2 s no thread was in a place where the library can be loaded safely (blocked in a system call such as poll, read or a sleep, or running the program's own code); try again when it is less busy",
+    ))
+}
+
+fn call(t: &mut Tracee, tid: i32, what: &str, func: u64, args: &[u64], data: &[u8]) -> Result<u64, AttachError> {
+    t.call(tid, func, args, data, CALL_LIMIT).map_err(|e| {
+        let pid = t.pid();
+        match e {
+            CallError::Timeout(_) => failed(pid, format!("{what} in the process did not return in {CALL_LIMIT:?}; the process was left stopped at that call")),
+            e => failed(pid, format!("{what} in the process failed: {e}")),
+        }
+    })
+}
+
+fn c_string(s: &str) -> Vec<u8> {
+    let mut v = s.as_bytes().to_vec();
+    v.push(0);
+    v
+}
+
+/// Reads a NUL-terminated string of the process (dlerror's message).
+fn read_c_string(t: &Tracee, addr: u64) -> String {
+    let mut buf = vec![0u8; 512];
+    if addr == 0 || t.read(addr, &mut buf).is_err() {
+        return String::new();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+struct Loaded {
+    handle: u64,
+    lib_path: String,
+    dlclose: u64,
+    end: u64,
+}
+
+/// Loads the library and starts tracing; returns how long the chosen thread was stopped.
+fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<(Loaded, Duration), AttachError> {
+    let pid = cfg.pid;
+    let libc_file = std::fs::read(target::in_root(pid, libc_path))
+        .map_err(|e| failed(pid, format!("cannot read its C library {libc_path}: {e}")))?;
+    let offs = symbols::exported(&libc_file, &["dlopen", "dlclose", "dlerror"]).map_err(|e| failed(pid, e))?;
+    let [Some(dlopen), Some(dlclose), Some(dlerror)] = offs[..] else {
+        return Err(failed(pid, format!("its C library {libc_path} exports no dlopen (glibc before 2.34 is not supported)")));
+    };
+    let lib_file = std::fs::read(native::path(Part::Attach)?).map_err(|e| failed(pid, e.to_string()))?;
+    let entry = symbols::exported(&lib_file, &["mtlab_attach_begin", "mtlab_attach_end"]).map_err(|e| failed(pid, e))?;
+    let [Some(begin_off), Some(end_off)] = entry[..] else { return Err(failed(pid, "mtlab's library lacks its entry points")) };
+
+    let (mut t, tid, stopped_at) = stop_for_call(pid, &[])?;
+    let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
+    let (libc_base, _) = target::object_range(&maps, libc_path).ok_or_else(|| failed(pid, "its C library moved"))?;
+    let handle = call(&mut t, tid, "dlopen", libc_base + dlopen, &[DATA, RTLD_NOW], &c_string(&paths.lib_in_target))?;
+    if handle == 0 {
+        let msg = call(&mut t, tid, "dlerror", libc_base + dlerror, &[], &[]).map(|p| read_c_string(&t, p)).unwrap_or_default();
+        return Err(failed(pid, format!("its dlopen of mtlab's library failed: {msg}")));
+    }
+    let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
+    let (lib_base, _) = target::object_range(&maps, &paths.lib_in_target)
+        .ok_or_else(|| failed(pid, format!("{} is not in its maps after dlopen", paths.lib_in_target)))?;
+    let text = settings(cfg, &paths.out_in_target);
+    let r = call(&mut t, tid, "mtlab_attach_begin", lib_base + begin_off, &[DATA], &c_string(&text))?;
+    let loaded = Loaded { handle, lib_path: paths.lib_in_target.clone(), dlclose: libc_base + dlclose, end: lib_base + end_off };
+    if r as i32 != 0 {
+        let _ = call(&mut t, tid, "mtlab_attach_end", loaded.end, &[], &[]);
+        let _ = call(&mut t, tid, "dlclose", loaded.dlclose, &[handle], &[]);
+        return Err(failed(pid, format!("mtlab's library could not start tracing (it cannot create {}?)", paths.out_in_target)));
+    }
+    drop(t);
+    Ok((loaded, stopped_at.elapsed()))
+}
+
+/// Ranges of the library's executable mappings.
+fn lib_code(pid: i32, lib_path: &str) -> Vec<(u64, u64)> {
+    target::maps(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|m| m.path == lib_path && m.perms.contains('x'))
+        .map(|m| (m.start, m.end))
+        .collect()
+}
+
+/// No thread holds an address of the library's code in a register or
+/// anywhere on its stack (from its stack pointer to the top of its
+/// mapping): nothing can return or jump into it after it is unloaded.
+fn quiescent(t: &Tracee, maps: &[Mapping], code: &[(u64, u64)]) -> bool {
+    let inside = |a: u64| code.iter().any(|&(lo, hi)| a >= lo && a < hi);
+    t.regs().all(|(_, r)| {
+        if ptrace::register_values(r).into_iter().any(inside) {
+            return false;
+        }
+        let Some(stack) = maps.iter().find(|m| r.rsp >= m.start && r.rsp < m.end) else { return true };
+        let words = ((stack.end - r.rsp) / 8) as usize;
+        match t.read_u64s(r.rsp, words) {
+            Ok(w) => !w.into_iter().any(inside),
+            Err(_) => false,
+        }
+    })
+}
+
+/// Ends tracing and unloads the library; returns the longest stop and whether it was unloaded.
+fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Result<(Duration, bool), AttachError> {
+    let code = lib_code(pid, &loaded.lib_path);
+    let (mut t, tid, stopped_at) = stop_for_call(pid, &code)?;
+    call(&mut t, tid, "mtlab_attach_end", loaded.end, &[], &[])?;
+    drop(t);
+    let mut longest = stopped_at.elapsed();
+    for _ in 0..100 {
+        let started = Instant::now();
+        let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
+        let mut t = Tracee::stop_all(pid).map_err(|e| failed(pid, format!("cannot stop it again: {e}")))?;
+        if quiescent(&t, &maps, &code) {
+            let exe = exe_ranges(pid, &maps);
+            if let Some(tid) = safe_thread(&t, &exe, &code) {
+                t.release_others(tid);
+                let r = call(&mut t, tid, "dlclose", loaded.dlclose, &[loaded.handle], &[])?;
+                drop(t);
+                longest = longest.max(started.elapsed());
+                let gone = lib_code(pid, &loaded.lib_path).is_empty();
+                if r != 0 || !gone {
+                    warnings.push(format!("mtlab's library stays loaded in process {pid} (dlclose returned {r}); it does nothing more"));
+                }
+                return Ok((longest, gone));
+            }
+        }
+        drop(t);
+        longest = longest.max(started.elapsed());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    warnings.push(format!(
+        "mtlab's library stays loaded in process {pid}: for 0.5 s some thread still had an address of it on its stack; it does nothing more"
+    ));
+    Ok((longest, false))
+}
+
+/// Attaches, traces until the duration ends, Ctrl-C or SIGTERM, or the
+/// process's exit, detaches, and finishes the trace.
+pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError> {
+    let pid = cfg.pid;
+    let (_exe, _maps, libc_path) = checks(cfg)?;
+    let output = std::path::absolute(&cfg.output).map_err(|e| failed(pid, e.to_string()))?;
+    crate::record::prepare_attach_output(&output)?;
+    let paths = place(cfg, &output)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| failed(pid, format!("cannot catch signals: {e}")))?;
+    }
+    let begun = load_and_begin(cfg, &libc_path, &paths);
+    let (loaded, stopped_at_attach) = match begun {
+        Ok(x) => x,
+        Err(e) => {
+            cleanup(&paths);
+            return Err(e);
+        }
+    };
+    let started = Instant::now();
+    let start_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    say!(
+        "mtlab: attached to process {pid} ({}); tracing until {}",
+        if cfg.sample.is_some() { "sampling" } else { "full trace" },
+        match cfg.duration {
+            Some(d) => format!("{:.1} s have passed, Ctrl-C or the process's exit", d.as_secs_f64()),
+            None => "Ctrl-C or the process's exit".into(),
+        }
+    );
+    let mut ended = Ended::Detached;
+    loop {
+        if !running(pid) {
+            ended = Ended::Exited;
+            break;
+        }
+        if stop.load(Ordering::Relaxed) || cfg.duration.is_some_and(|d| started.elapsed() >= d) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut warnings = Vec::new();
+    let mut stopped_at_detach = None;
+    let mut unloaded = false;
+    if ended == Ended::Detached {
+        match end_and_unload(pid, &loaded, &mut warnings) {
+            Ok((d, u)) => {
+                stopped_at_detach = Some(d);
+                unloaded = u;
+            }
+            Err(_) if !running(pid) => ended = Ended::Exited,
+            Err(e) => {
+                cleanup(&paths);
+                return Err(e);
+            }
+        }
+    }
+    let traced_for = started.elapsed();
+    let trace = finish(&paths, pid, ended, start_ns, traced_for, &mut warnings);
+    cleanup(&paths);
+    Ok(AttachOutcome { trace, ended, traced_for, stopped_at_attach, stopped_at_detach, unloaded, warnings })
+}
+
+fn finish(paths: &Paths, pid: i32, ended: Ended, start_ns: u128, traced_for: Duration, warnings: &mut Vec<String>) -> Option<PathBuf> {
+    let here = &paths.out_here;
+    if std::fs::symlink_metadata(here).is_err() {
+        warnings.push(format!("process {pid} wrote no trace to {}", paths.out_in_target));
+        return None;
+    }
+    let runinfo = vec![
+        (keys::WALL_NS.to_string(), traced_for.as_nanos().to_string()),
+        (keys::ATTACHED_PID.to_string(), pid.to_string()),
+        (keys::ATTACHED_AT_NS.to_string(), start_ns.to_string()),
+        (keys::ATTACH_ENDED_BY.to_string(), ended.name().to_string()),
+    ];
+    if let Err(e) = crate::trace::finish_trace(here, &runinfo) {
+        warnings.push(format!("{}: not finished (left as written): {e}", here.display()));
+    }
+    if *here == paths.out_final {
+        return Some(here.clone());
+    }
+    // Written in the process's root (a container's /tmp): brought out.
+    match std::fs::copy(here, &paths.out_final) {
+        Ok(_) => {
+            let _ = std::fs::remove_file(here);
+            Some(paths.out_final.clone())
+        }
+        Err(e) => {
+            warnings.push(format!("cannot copy {} to {}: {e}; the trace stays there", here.display(), paths.out_final.display()));
+            Some(here.clone())
+        }
+    }
+}
+
+fn cleanup(paths: &Paths) {
+    for c in &paths.copies {
+        let _ = std::fs::remove_file(c);
+    }
+}

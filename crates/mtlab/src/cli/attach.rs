@@ -1,0 +1,84 @@
+//! `mtlab record --pid PID`: flags → `attach::AttachConfig` → one call.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+
+use super::CliError;
+use crate::attach::{self, AttachConfig, Ended};
+use crate::record::{SampleConfig, Stacks, Unwind};
+
+/// Sampling interval of `record --pid` without --sample or --full.
+const DEFAULT_INTERVAL: u64 = 512 * 1024;
+
+#[derive(Args, Debug)]
+pub struct AttachArgs {
+    /// Attach to the running process PID instead of starting a program: sample it (--sample,
+    /// 512KiB by default) or trace every call (--full) until --duration ends, Ctrl-C, or its
+    /// exit; then detach, leaving it running as before.
+    #[arg(long, value_name = "PID", conflicts_with_all = ["baseline", "compact", "no_follow"])]
+    pub pid: Option<i32>,
+    /// With --pid: a full trace of every allocation call instead of sampling.
+    #[arg(long, requires = "pid", conflicts_with = "sample")]
+    pub full: bool,
+    /// With --pid: detach after this many seconds.
+    #[arg(long, value_name = "SECONDS", requires = "pid")]
+    pub duration: Option<f64>,
+    /// With --pid: attach although the process has a seccomp filter (it must allow openat,
+    /// pwrite64, mmap, mprotect and futex, and clone3 with --sample; Docker's default profile does).
+    #[arg(long, requires = "pid")]
+    pub allow_seccomp: bool,
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn cmd_attach(
+    pid: i32,
+    a: AttachArgs,
+    output: Option<PathBuf>,
+    sample: Option<SampleConfig>,
+    stacks: Stacks,
+    unwind: Unwind,
+    depth: u32,
+    free_stacks: bool,
+) -> Result<ExitCode, CliError> {
+    let sample = match (a.full, sample) {
+        (true, _) => None,
+        (false, Some(s)) => Some(s),
+        (false, None) => Some(SampleConfig { interval: DEFAULT_INTERVAL, inactive: false, seed: 0 }),
+    };
+    if let Some(d) = a.duration.filter(|d| !(d.is_finite() && *d > 0.0)) {
+        return Err(CliError::Other(format!("--duration {d}: give a positive number of seconds")));
+    }
+    let cfg = AttachConfig {
+        pid,
+        output: output.unwrap_or_else(|| PathBuf::from(format!("mtlab.pid{pid}.mtl"))),
+        sample,
+        stacks,
+        unwind,
+        depth,
+        free_stacks,
+        duration: a.duration.map(Duration::from_secs_f64),
+        allow_seccomp: a.allow_seccomp,
+    };
+    let out = attach::record_attached(&cfg).map_err(|e| CliError::Other(e.to_string()))?;
+    let how = match out.ended {
+        Ended::Detached => format!(
+            "detached from process {pid} after {:.3} s (it was stopped {:.1} ms at attach, {:.1} ms at detach; {})",
+            out.traced_for.as_secs_f64(),
+            out.stopped_at_attach.as_secs_f64() * 1e3,
+            out.stopped_at_detach.unwrap_or_default().as_secs_f64() * 1e3,
+            if out.unloaded { "mtlab's library unloaded" } else { "mtlab's library left loaded, inert" }
+        ),
+        Ended::Exited => format!("process {pid} ended after {:.3} s of tracing", out.traced_for.as_secs_f64()),
+    };
+    say!("mtlab: {how}");
+    if let Some(t) = &out.trace {
+        say!("mtlab: wrote {}; read it with `mtlab report {}`", t.display(), crate::platform::process::shell_word(t));
+    }
+    for w in &out.warnings {
+        say!("mtlab: warning: {w}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

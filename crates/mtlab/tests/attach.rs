@@ -1,0 +1,299 @@
+//! `mtlab record --pid`: attach to a running program, trace it, detach, and
+//! leave it running as before. The program (native/tests/attach_phases.c)
+//! waits for SIGUSR1 between phases, so the counts of what it allocated
+//! while attached are known exactly; and every refusal.
+
+mod util;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+use util::*;
+
+/// The program to attach to, running, with its stdout read line by line.
+struct Target {
+    child: Child,
+    out: BufReader<ChildStdout>,
+}
+
+impl Target {
+    fn start(lab: &Lab, program: &std::path::Path, args: &[&str]) -> Target {
+        let mut child = lab.command(program).args(args).stdout(Stdio::piped()).spawn().unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let mut t = Target { child, out };
+        assert_eq!(t.line(), "ready");
+        t
+    }
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+    fn line(&mut self) -> String {
+        let mut s = String::new();
+        self.out.read_line(&mut s).unwrap();
+        s.trim_end().to_string()
+    }
+    fn next_phase(&mut self) -> String {
+        signal(self.pid(), libc::SIGUSR1);
+        self.line()
+    }
+    fn maps(&self) -> String {
+        std::fs::read_to_string(format!("/proc/{}/maps", self.pid())).unwrap()
+    }
+}
+
+fn signal(pid: i32, sig: i32) {
+    // SAFETY: kill with a valid signal number on a pid this test started.
+    assert_eq!(unsafe { libc::kill(pid, sig) }, 0);
+}
+
+/// `mtlab record --pid` running until it is sent SIGINT; returns once it said it attached.
+fn attach(lab: &Lab, pid: i32, trace: &str, extra: &[&str]) -> (Child, BufReader<std::process::ChildStderr>) {
+    let mut m = lab
+        .command(MTLAB)
+        .args(["record", "--pid", &pid.to_string(), "-o"])
+        .arg(lab.path(trace))
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(m.stderr.take().unwrap());
+    let mut line = String::new();
+    err.read_line(&mut line).unwrap();
+    assert!(line.starts_with(&format!("mtlab: attached to process {pid}")), "mtlab said: {line}");
+    (m, err)
+}
+
+/// Sends SIGINT to mtlab and returns what else it said; it must exit 0.
+fn detach(mut m: Child, mut err: BufReader<std::process::ChildStderr>) -> String {
+    signal(m.id() as i32, libc::SIGINT);
+    let status = wait_within(&mut m, Duration::from_secs(30)).expect("mtlab detaches within 30 s");
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "mtlab record --pid failed: {status}\n{rest}");
+    rest
+}
+
+fn finish(mut t: Target) -> String {
+    let last = t.next_phase();
+    let status = wait_within(&mut t.child, Duration::from_secs(10)).expect("the program ends");
+    assert!(status.success(), "the program's exit changed: {status}");
+    last
+}
+
+/// One attach between "ready" and phase 2: phase 1 traced, phase 2 not.
+fn traced_phase(lab: &Lab, program: &std::path::Path, args: &[&str], trace: &str, extra: &[&str]) -> (Value, String) {
+    let mut t = Target::start(lab, program, args);
+    let (m, err) = attach(lab, t.pid(), trace, extra);
+    assert!(t.maps().contains("libmtlab_attach.so"), "the library is loaded while attached");
+    assert_eq!(t.next_phase(), "phase 1 done");
+    let said = detach(m, err);
+    assert!(said.contains("detached from process"), "{said}");
+    assert!(!t.maps().contains("libmtlab_attach"), "the library is unloaded at detach:\n{}", t.maps());
+    // The program runs on with its own output: sum of 0..29.
+    assert_eq!(finish(t), "phase 2 done 435");
+    (lab.report(trace), said)
+}
+
+#[test]
+fn full_trace_counts_exactly_what_was_allocated_while_attached() {
+    let lab = Lab::new();
+    let prog = lab.compile("attach_phases");
+    let (r, _) = traced_phase(&lab, &prog, &[], "full.mtl", &["--full"]);
+    assert_eq!(calls(&r, "malloc"), 100, "phase 1's mallocs, none of phase 2's or before the attach");
+    assert_eq!(calls(&r, "calloc"), 10);
+    assert_eq!(calls(&r, "free"), 70, "50 of phase 1's blocks and the 20 from before the attach");
+    assert_eq!(u(&r["unknown_frees"]), 20, "the frees of blocks allocated before the attach");
+    assert_eq!(u(&r["peak"]["live_objects"]), 100);
+    assert_eq!(r["attached"]["ended_by"], "detach");
+    let text = lab.command(MTLAB).arg("report").arg(lab.path("full.mtl")).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("attached to the running process: tracing started at"), "{text}");
+    assert!(text.contains("frees of blocks allocated before the attach: 20"), "{text}");
+}
+
+#[test]
+fn full_trace_of_threads_running_while_attached() {
+    let lab = Lab::new();
+    let prog = lab.compile("attach_phases");
+    let (r, _) = traced_phase(&lab, &prog, &["7"], "threads.mtl", &["--full"]);
+    assert_eq!(calls(&r, "malloc"), 800, "100 by each of 8 threads");
+    assert_eq!(calls(&r, "free"), 420, "50 by each of 8 threads, and the 20 from before");
+    assert_eq!(u(&r["unknown_frees"]), 20);
+}
+
+#[test]
+fn sampling_every_byte_samples_every_allocation_while_attached() {
+    let lab = Lab::new();
+    let prog = lab.compile("attach_phases");
+    let (r, said) = traced_phase(&lab, &prog, &[], "sampled.mtl", &["--sample", "1"]);
+    let p = &r["profile"];
+    assert_eq!(u(&p["samples"]), 110, "100 mallocs and 10 callocs: {p}");
+    assert_eq!(u(&p["sample_frees"]), 50, "frees of sampled blocks only (the 20 older ones were not sampled)");
+    assert_eq!(f(&p["inuse_objects"]["value"]), 60.0);
+    assert_eq!(f(&p["alloc_bytes"]["value"]), 110_000.0);
+    // Its control page is gone with the detach.
+    assert!(said.contains("mtlab's library unloaded"), "{said}");
+}
+
+#[test]
+fn default_is_sampling_and_the_exit_ends_the_session() {
+    let lab = Lab::new();
+    let prog = lab.compile("attach_phases");
+    let mut t = Target::start(&lab, &prog, &[]);
+    let pid = t.pid();
+    let (m, err) = attach(&lab, pid, "exit.mtl", &[]);
+    assert_eq!(t.next_phase(), "phase 1 done");
+    assert_eq!(finish(t), "phase 2 done 435", "traced through its exit");
+    let mut m = m;
+    let status = wait_within(&mut m, Duration::from_secs(10)).expect("mtlab ends with the process");
+    let mut said = String::new();
+    BufReader::new(err.into_inner()).read_to_string(&mut said).unwrap();
+    assert!(status.success(), "{said}");
+    assert!(said.contains(&format!("process {pid} ended after")), "{said}");
+    let r = lab.report("exit.mtl");
+    assert_eq!(r["attached"]["ended_by"], "exit");
+    assert!(r["clean_end"].as_bool().unwrap(), "the exit finished the trace");
+    // Sampled (at 512 KiB: the 140 KB allocated may give no sample), not traced call by call.
+    assert!(r["profile"].is_object(), "a sampled trace by default: {r}");
+}
+
+fn refused(lab: &Lab, pid: i32, extra: &[&str]) -> String {
+    let o = lab.command(MTLAB).args(["record", "--pid", &pid.to_string(), "-o"]).arg(lab.path("no.mtl")).args(extra).output().unwrap();
+    assert!(!o.status.success(), "mtlab attached where it must refuse");
+    assert!(!lab.path("no.mtl").exists());
+    stderr(&o)
+}
+
+#[test]
+fn refusals_say_what_to_do() {
+    let lab = Lab::new();
+    // No such process.
+    let err = refused(&lab, 999_999_999, &[]);
+    assert!(err.contains("no process 999999999"), "{err}");
+
+    // A static program.
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let stat = lab.path("static_phases");
+    let ok = Command::new(&cc).args(["-static", "-pthread", "-o"]).arg(&stat).arg(test_source("attach_phases")).status().unwrap();
+    if ok.success() {
+        let mut t = Target::start(&lab, &stat, &[]);
+        let err = refused(&lab, t.pid(), &[]);
+        assert!(err.contains("statically linked") && err.contains("mtlab record -- PROGRAM"), "{err}");
+        assert_eq!(finish_untraced(&mut t), "phase 2 done 435");
+    } else {
+        skip("no static libc to build a static program");
+    }
+
+    // A 32-bit program.
+    let m32 = lab.path("phases32");
+    let ok = Command::new(&cc).args(["-m32", "-pthread", "-o"]).arg(&m32).arg(test_source("attach_phases")).status().unwrap();
+    if ok.success() {
+        let mut t = Target::start(&lab, &m32, &[]);
+        let err = refused(&lab, t.pid(), &[]);
+        assert!(err.contains("32-bit") && err.contains("cannot be loaded"), "{err}");
+        assert_eq!(finish_untraced(&mut t), "phase 2 done 435");
+    } else {
+        skip("no 32-bit toolchain (gcc-multilib)");
+    }
+
+    // A seccomp filter, unless --allow-seccomp.
+    let prog = lab.compile("attach_phases");
+    let mut t = Target::start(&lab, &prog, &["0", "seccomp"]);
+    let err = refused(&lab, t.pid(), &[]);
+    assert!(err.contains("seccomp filter") && err.contains("--allow-seccomp"), "{err}");
+    let (m, e) = attach(&lab, t.pid(), "seccomp.mtl", &["--allow-seccomp", "--full"]);
+    assert_eq!(t.next_phase(), "phase 1 done");
+    detach(m, e);
+    assert_eq!(finish(t), "phase 2 done 435");
+    assert_eq!(calls(&lab.report("seccomp.mtl"), "malloc"), 100);
+
+    // Already traced (strace holds it).
+    let mut t = Target::start(&lab, &prog, &[]);
+    match Command::new("strace").args(["-qq", "-o", "/dev/null", "-p", &t.pid().to_string()]).stderr(Stdio::null()).spawn() {
+        Ok(mut strace) => {
+            let traced = (0..500).any(|_| {
+                std::thread::sleep(Duration::from_millis(10));
+                let s = std::fs::read_to_string(format!("/proc/{}/status", t.pid())).unwrap();
+                !s.contains("TracerPid:\t0\n")
+            });
+            assert!(traced, "strace attached");
+            let err = refused(&lab, t.pid(), &[]);
+            assert!(err.contains("already traced by process") && err.contains("strace"), "{err}");
+            strace.kill().unwrap();
+            strace.wait().unwrap();
+        }
+        Err(e) => skip(&format!("strace not found ({e}): apt-get install strace")),
+    }
+    assert_eq!(finish_untraced(&mut t), "phase 2 done 435");
+
+    // Another user's process, as that user cannot attach to root's.
+    if is_root() {
+        let t = Target::start(&lab, &prog, &[]);
+        let o = Command::new("setpriv")
+            .args(["--reuid", &NOBODY.to_string(), "--regid", &NOBODY.to_string(), "--clear-groups"])
+            .arg(MTLAB)
+            .args(["record", "--pid", &t.pid().to_string(), "-o", "/tmp/never.mtl"])
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{err}");
+        assert!(err.contains("belongs to user 0") && err.contains("CAP_SYS_PTRACE"), "{err}");
+        let mut t = t;
+        assert_eq!(finish_untraced(&mut t), "phase 2 done 435");
+    } else {
+        skip("the other-user refusal needs root (to run as nobody)");
+    }
+}
+
+/// The program's two phases without mtlab: it runs as it would have.
+fn finish_untraced(t: &mut Target) -> String {
+    assert_eq!(t.next_phase(), "phase 1 done");
+    let last = t.next_phase();
+    let status = wait_within(&mut t.child, Duration::from_secs(10)).expect("the program ends");
+    assert!(status.success());
+    last
+}
+
+/// A process in its own mount and PID namespace (what a container is), with
+/// its own /tmp: the library reaches it through /proc/PID/root, the trace is
+/// written in its /tmp and brought out.
+#[test]
+fn attach_into_another_mount_and_pid_namespace() {
+    if !is_root() {
+        skip("unshare --mount --pid needs root");
+        return;
+    }
+    let lab = Lab::new();
+    let prog = lab.compile("attach_phases");
+    let mut cmd = lab.command("unshare");
+    // The program opened before its /tmp (where the lab is) is hidden by a new one.
+    cmd.args(["--fork", "--pid", "--mount", "--", "sh", "-c", "exec 3<\"$0\"; mount -t tmpfs none /tmp && exec /proc/self/fd/3"]);
+    cmd.arg(&prog);
+    let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let mut t = Target { child, out };
+    assert_eq!(t.line(), "ready");
+    // The program is unshare's child: pid 1 in its namespace.
+    let inner: i32 = std::fs::read_to_string(format!("/proc/{}/task/{}/children", t.pid(), t.pid()))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("unshare's child");
+    assert!(!std::fs::read_dir(format!("/proc/{inner}/root/tmp")).unwrap().any(|e| e.unwrap().file_name() == "mtlab-e2e"));
+    let (m, err) = attach(&lab, inner, "ns.mtl", &["--full"]);
+    signal(inner, libc::SIGUSR1);
+    assert_eq!(t.line(), "phase 1 done");
+    detach(m, err);
+    assert!(std::fs::read_dir(format!("/proc/{inner}/root/tmp")).unwrap().next().is_none(), "nothing left in its /tmp");
+    signal(inner, libc::SIGUSR1);
+    assert_eq!(t.line(), "phase 2 done 435");
+    assert!(wait_within(&mut t.child, Duration::from_secs(10)).expect("it ends").success());
+    let r = lab.report("ns.mtl");
+    assert_eq!(calls(&r, "malloc"), 100);
+    assert_eq!(calls(&r, "free"), 70);
+    assert_eq!(u(&r["pid"]), 1, "its own view of its pid");
+    assert_eq!(u(&r["attached"]["pid"]), inner as u64, "and the one mtlab attached to");
+}

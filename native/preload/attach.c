@@ -1,0 +1,58 @@
+/*
+ * attach.c — the two entry points `mtlab record --pid` calls in a running
+ * process (attach build only: libmtlab_attach.so, dlopen'ed by an injected
+ * call; see crates/mtlab/src/attach/).
+ *
+ *   mtlab_attach_begin(text)  settings as "KEY=VALUE\n" lines (the MTLAB_*
+ *                             names of init.c); starts tracing and routes
+ *                             the GOT slots of every loaded module to the
+ *                             shims. 0, or -1: tracing did not start.
+ *   mtlab_attach_end()        slots back to what they held, the trace
+ *                             finished (STATS, END), the control thread
+ *                             ended, the signal disposition and descriptors
+ *                             put back: the process runs on as before and
+ *                             the library can be unloaded.
+ *
+ * Both run on a thread the injector stopped and resumed at this call, with
+ * the other threads running.
+ */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include "internal.h"
+
+#ifdef MTLAB_ATTACH
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* The settings, copied (the injector's text lies below the stopped thread's
+ * stack pointer only for the duration of the call) as NUL-terminated
+ * "KEY=VALUE" entries, an empty one last. */
+static char settings[8192];
+
+const char *mtlab_attach_conf(const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = settings; *p; p += strlen(p) + 1)
+        if (strncmp(p, name, n) == 0 && p[n] == '=') return p + n + 1;
+    return NULL;
+}
+
+EXPORT int mtlab_attach_begin(const char *text) {
+    size_t n = strlen(text);
+    if (n + 2 > sizeof settings) return -1;
+    memcpy(settings, text, n);
+    settings[n] = settings[n + 1] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (settings[i] == '\n') settings[i] = 0;
+    return mtlab_attach_start();
+}
+
+EXPORT void mtlab_attach_end(void) {
+    mtlab_got_restore();
+    mtlab_attach_stop();
+    mtlab_sampler_release();
+    mtlab_writer_release();
+    mtlab_thread_release();
+}
+
+#endif
