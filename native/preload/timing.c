@@ -1,0 +1,52 @@
+/*
+ * timing.c — which calls of a full trace have their real call timed.
+ *
+ * Reading the cycle counter around every call was a third of what tracing
+ * added to a malloc/free pair. A full trace times a random sample instead:
+ * each call is timed with probability 1/time_gap, independently of every
+ * other call, so the timed calls are an unbiased sample of each function's
+ * calls whatever the program's pattern of calls (a fixed period would alias
+ * with a loop that alternates two call sites). Per thread, the number of
+ * calls to the next timed one is drawn from the geometric distribution,
+ * which is what independent coin flips give, with one draw per timed call.
+ * Every call is still recorded, with its time stamp; only its cycles field
+ * is 0 ("not timed") when it was not timed.
+ */
+#include <math.h>
+
+#include "internal.h"
+
+static uint64_t next(struct mtlab_tls *t) {
+    uint64_t x = t->time_rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    t->time_rng = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+/* Calls up to and including the next timed one: geometric on 1, 2, ... with
+ * mean time_gap (P(k) = p (1 - p)^(k - 1), p = 1 / time_gap). */
+static int64_t gap(struct mtlab_tls *t) {
+    double u = ((double)(next(t) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double k = floor(log(u) / log1p(-1.0 / (double)mtlab_cfg.time_gap)) + 1.0;
+    return k < 1.0 ? 1 : k > 4e18 ? (int64_t)4e18 : (int64_t)k;
+}
+
+/* The countdown ran out: this call is timed, and the next gap is drawn. A
+ * thread's first call seeds its generator and draws where its first timed
+ * call falls (not on the first call itself: a thread's first allocation is
+ * often its slowest, and timing it always would bias short threads). */
+int mtlab_time_draw(struct mtlab_tls *t) {
+    if (UNLIKELY(t->time_rng == 0)) {
+        uint64_t z = mtlab_tsc() ^ ((uint64_t)mtlab_gettid() * 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        t->time_rng = (z ^ (z >> 31)) | 1;
+        /* By memorylessness, the first gap counted from this call. */
+        t->time_left = gap(t);
+        if (--t->time_left > 0) return 0;
+    }
+    t->time_left = gap(t);
+    return 1;
+}
