@@ -273,7 +273,7 @@ mod tests {
             seed ^= seed << 17;
             let c = 20 + i % 1000;
             all.add(c, Some(64), false);
-            s.add(if seed % 32 == 0 { c } else { crate::trace::UNTIMED }, Some(64), false);
+            s.add(if seed.is_multiple_of(32) { c } else { crate::trace::UNTIMED }, Some(64), false);
         }
         assert_eq!((s.calls, s.bytes, s.mean_size()), (200_000, 200_000 * 64, 64.0), "counts and bytes are of every call");
         assert!((5_500..7_000).contains(&s.timed), "timed {}", s.timed);
