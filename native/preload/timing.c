@@ -33,20 +33,23 @@ static int64_t gap(struct mtlab_tls *t) {
     return k < 1.0 ? 1 : k > 4e18 ? (int64_t)4e18 : (int64_t)k;
 }
 
-/* The countdown ran out: this call is timed, and the next gap is drawn. A
- * thread's first call seeds its generator and draws where its first timed
+/* A thread's first call: seed its generator and draw where its first timed
  * call falls (not on the first call itself: a thread's first allocation is
- * often its slowest, and timing it always would bias short threads). */
+ * often its slowest, and timing it always would bias short threads). By
+ * memorylessness, the first gap is counted from this call. */
 int mtlab_time_draw(struct mtlab_tls *t) {
-    if (UNLIKELY(t->time_rng == 0)) {
-        uint64_t z = mtlab_tsc() ^ ((uint64_t)mtlab_gettid() * 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        t->time_rng = (z ^ (z >> 31)) | 1;
-        /* By memorylessness, the first gap counted from this call. */
-        t->time_left = gap(t);
-        if (--t->time_left > 0) return 0;
-    }
+    uint64_t z = mtlab_tsc() ^ ((uint64_t)mtlab_gettid() * 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    t->time_rng = (z ^ (z >> 31)) | 1;
     t->time_left = gap(t);
+    if (--t->time_left > 0) return 0;
+    t->time_left = MTLAB_TIME_REDRAW;
     return 1;
+}
+
+/* A timed call is over: the gap to the next one. Calls traced meanwhile (a
+ * signal handler's) only counted the placeholder down. */
+void mtlab_time_redraw(struct mtlab_tls *t) {
+    t->time_left = gap(t);
 }
