@@ -514,6 +514,23 @@ static inline uint64_t mtlab_tsc(void) {
 #endif
 }
 
+/* xorshift64* step of a per-thread generator state (never 0). */
+static inline uint64_t mtlab_xorshift(uint64_t *state) {
+    uint64_t x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+/* splitmix64's finaliser: distinct inputs give distinct, unrelated outputs. */
+static inline uint64_t mtlab_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
 /* Full trace: is this call's real call timed? One call in mtlab_cfg.time_gap
  * on average, each call independently (the gaps are geometric draws per
  * thread, timing.c), so no pattern of calls lines up with the timed ones.

@@ -16,19 +16,10 @@
 
 #include "internal.h"
 
-static uint64_t next(struct mtlab_tls *t) {
-    uint64_t x = t->time_rng;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    t->time_rng = x;
-    return x * 0x2545f4914f6cdd1dull;
-}
-
 /* Calls up to and including the next timed one: geometric on 1, 2, ... with
  * mean time_gap (P(k) = p (1 - p)^(k - 1), p = 1 / time_gap). */
 static int64_t gap(struct mtlab_tls *t) {
-    double u = ((double)(next(t) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double u = ((double)(mtlab_xorshift(&t->time_rng) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
     double k = floor(log(u) / log1p(-1.0 / (double)mtlab_cfg.time_gap)) + 1.0;
     return k < 1.0 ? 1 : k > 4e18 ? (int64_t)4e18 : (int64_t)k;
 }
@@ -38,10 +29,7 @@ static int64_t gap(struct mtlab_tls *t) {
  * often its slowest, and timing it always would bias short threads). By
  * memorylessness, the first gap is counted from this call. */
 int mtlab_time_draw(struct mtlab_tls *t) {
-    uint64_t z = mtlab_tsc() ^ ((uint64_t)mtlab_gettid() * 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    t->time_rng = (z ^ (z >> 31)) | 1;
+    t->time_rng = mtlab_mix64(mtlab_tsc() ^ ((uint64_t)mtlab_gettid() * 0x9e3779b97f4a7c15ull)) | 1;
     t->time_left = gap(t);
     if (--t->time_left > 0) return 0;
     t->time_left = MTLAB_TIME_REDRAW;

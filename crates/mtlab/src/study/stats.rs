@@ -562,16 +562,20 @@ mod tests {
         assert!(median_interval(&[1.0]).is_none());
     }
 
-    #[test]
-    fn median_interval_covers_at_its_level_in_simulation() {
-        // Exponential samples, true median ln 2; coverage over 4000 trials.
-        let mut seed = 0x1234_5678_9abc_def0u64;
-        let mut uniform = || {
+    /// Uniform values in [0, 1) from a fixed seed (xorshift), for simulations.
+    fn uniforms(mut seed: u64) -> impl FnMut() -> f64 {
+        move || {
             seed ^= seed << 13;
             seed ^= seed >> 7;
             seed ^= seed << 17;
             (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        }
+    }
+
+    #[test]
+    fn median_interval_covers_at_its_level_in_simulation() {
+        // Exponential samples, true median ln 2; coverage over 4000 trials.
+        let mut uniform = uniforms(0x1234_5678_9abc_def0);
         for n in [7usize, 11] {
             let (mut hit, trials) = (0, 4000);
             let mut level = 0.0;
@@ -593,13 +597,7 @@ mod tests {
         assert_eq!((lo, hi), (2, 10));
         assert!(close(level, 1.0 - 2.0 * 12.0 / 2048.0), "{level}");
         // p99 of exponential samples: coverage in simulation close to the level.
-        let mut seed = 0x0bad_cafe_1234_5678u64;
-        let mut uniform = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut uniform = uniforms(0x0bad_cafe_1234_5678);
         let truth = -(0.01f64).ln();
         for n in [500usize, 20_000] {
             let (mut hit, trials) = (0, 400);
