@@ -15,6 +15,8 @@
  *   MTLAB_TSC_HZ  TSC frequency measured by `mtlab record`
  *   MTLAB_UNWIND  fp (default) | dwarf | libgcc | libunwind
  *   MTLAB_UNWIND_CHECK  1: dwarf stacks also taken by libgcc and compared (tests)
+ *   MTLAB_TIME_SAMPLE  full trace: time one call in N on average (default 1:
+ *                 every call; `mtlab record` passes its --time)
  *   MTLAB_SAMPLE  mean sampling interval in bytes: sampling mode (no full trace)
  *   MTLAB_INACTIVE 1: sampling mode starts switched off
  *   MTLAB_SAMPLE_SEED  fixed seed for the sampler (tests); 0: from the TSC
@@ -196,6 +198,8 @@ static void mtlab_start(void) {
     mtlab_cfg.unwind_check = env_u64("MTLAB_UNWIND_CHECK", 0) != 0;
     if (mtlab_cfg.stacks && mtlab_unwind_init(mtlab_cfg.unwind) != 0) mtlab_cfg.unwind = MTLAB_UNWIND_FP;
     mtlab_cfg.sample_interval = env_u64("MTLAB_SAMPLE", 0);
+    mtlab_cfg.time_gap = env_u64("MTLAB_TIME_SAMPLE", 1);
+    if (mtlab_cfg.time_gap == 0) mtlab_cfg.time_gap = 1;
     mtlab_cfg.sample_seed = env_u64("MTLAB_SAMPLE_SEED", 0);
     mtlab_cfg.ctl_thread = env_u64("MTLAB_CTL_THREAD", 1) != 0;
     mtlab_cfg.tsc_hz = env_u64("MTLAB_TSC_HZ", 0);

@@ -42,6 +42,7 @@ struct mtlab_config {
     int unwind_check; /* dwarf stacks also taken by libgcc and compared (a test) */
     uint64_t sample_interval; /* 0: full trace; else mean bytes between samples */
     uint64_t sample_seed;     /* 0: seed each thread from the TSC */
+    uint64_t time_gap;        /* full trace: one call in time_gap timed on average (1: every call) */
     int ctl_thread;           /* sampling: start the control thread (MTLAB_CTL_THREAD, default 1) */
     int is_glibc;  /* the program's malloc is glibc's: chunk headers readable */
     uint64_t tsc_hz;
@@ -224,6 +225,8 @@ struct mtlab_tls {
             int64_t countdown;               /* sampler: bytes to the next sample point */
             uint64_t rng;                    /* sampler: xorshift state */
             int sampler_init;
+            int64_t time_left; /* full trace: calls until the next timed one (timing.c) */
+            uint64_t time_rng; /* ... its draws' xorshift state (0: not seeded yet) */
             uint64_t lineage;  /* sampler: this thread's place in the creation tree (0: unknown) */
             uint32_t children; /* sampler: threads this thread has created through pthread_create */
             uint64_t dump_seen, last_flush_tsc;
@@ -538,6 +541,52 @@ static inline uint64_t mtlab_tsc(void) {
 #else
 #error "mtlab needs a cycle counter: x86_64 or aarch64"
 #endif
+}
+
+/* xorshift64* step of a per-thread generator state (never 0). */
+static inline uint64_t mtlab_xorshift(uint64_t *state) {
+    uint64_t x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545f4914f6cdd1dull;
+}
+
+/* splitmix64's finaliser: distinct inputs give distinct, unrelated outputs. */
+static inline uint64_t mtlab_mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Full trace: is this call's real call timed? One call in mtlab_cfg.time_gap
+ * on average, each call independently (the gaps are geometric draws per
+ * thread, timing.c), so no pattern of calls lines up with the timed ones.
+ * An untimed call costs one decrement; with time_gap 1 every call is timed. */
+HIDDEN int mtlab_time_draw(struct mtlab_tls *t);
+HIDDEN void mtlab_time_redraw(struct mtlab_tls *t);
+/* The next gap is drawn after the timed call (mtlab_time_after), not before
+ * it: the draw's floating-point work, still in flight when the counter is
+ * read, made timed frees one counter step (26 cycles) slower at the median. */
+#define MTLAB_TIME_REDRAW (1ll << 62)
+static inline __attribute__((always_inline)) int mtlab_time_this(struct mtlab_tls *t) {
+    if (LIKELY(--t->time_left > 0)) return 0;
+    if (LIKELY(mtlab_cfg.time_gap <= 1)) return 1;
+    if (UNLIKELY(t->time_rng == 0)) return mtlab_time_draw(t);
+    t->time_left = MTLAB_TIME_REDRAW;
+    return 1;
+}
+/* After a timed call's end was read: draw the next gap if it is due. */
+static inline __attribute__((always_inline)) void mtlab_time_after(struct mtlab_tls *t) {
+    if (UNLIKELY(t->time_left > MTLAB_TIME_REDRAW / 2)) mtlab_time_redraw(t);
+}
+
+/* The cycles field of a timed call. In a sampled-timing trace 0 means "not
+ * timed", so a timed call read as 0 cycles (a coarse counter) is written as 1. */
+static inline uint64_t mtlab_timed_cycles(uint64_t t0, uint64_t t1) {
+    uint64_t c = t1 - t0;
+    return c ? c : mtlab_cfg.time_gap > 1;
 }
 
 /* Adds `d` to a counter only the calling thread writes (a buffer's busy and

@@ -93,12 +93,7 @@ static int set_remove(uint64_t p) {
 }
 
 static inline uint64_t rng_next(struct mtlab_tls *t) {
-    uint64_t x = t->rng;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    t->rng = x;
-    return x * 0x2545f4914f6cdd1dull;
+    return mtlab_xorshift(&t->rng);
 }
 
 /* Bytes to the next sample point: exponential with mean `interval`. */
@@ -108,12 +103,7 @@ static int64_t draw(struct mtlab_tls *t, uint64_t interval) {
     return v < 1.0 ? 1 : v > 4e18 ? (int64_t)4e18 : (int64_t)v;
 }
 
-/* splitmix64's finaliser: distinct inputs give distinct, unrelated outputs. */
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+
 
 /* ---- Thread lineage: what a fixed seed's thread streams hang on ----
  * With --sample-seed, a thread's draws must not depend on which thread
@@ -159,7 +149,7 @@ int mtlab_sampler_spawn(pthread_t *th, const pthread_attr_t *attr, void *(*start
                 continue;
             s->start = start;
             s->arg = arg;
-            s->lineage = mix64(t->lineage * 0x9e3779b97f4a7c15ull + ++t->children) | 1;
+            s->lineage = mtlab_mix64(t->lineage * 0x9e3779b97f4a7c15ull + ++t->children) | 1;
             int r = mtlab_real.pthread_create(th, attr, spawn_start, s);
             if (r != 0) atomic_store_explicit(&s->used, 0, memory_order_release);
             return r;
@@ -179,7 +169,7 @@ static void seed(struct mtlab_tls *t) {
                                             : (1ull << 63) | (atomic_fetch_add(&threads_seeded, 1) + 1);
     /* Distinct (seed, thread) pairs give distinct, unrelated states (`| 1`
      * on the raw value made seeds 2k and 2k+1 the same). */
-    uint64_t z = mix64(s + which * 0x9e3779b97f4a7c15ull);
+    uint64_t z = mtlab_mix64(s + which * 0x9e3779b97f4a7c15ull);
     t->rng = z ? z : 1; /* xorshift needs a non-zero state */
     t->sampler_init = 1;
 }

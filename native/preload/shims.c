@@ -212,7 +212,7 @@ static inline __attribute__((always_inline)) void record_alloc(unsigned kind, ui
     /* Read before begin(): its stores would make the compiler read the header again. */
     uint64_t extra = usable_extra(result, size, flags);
     if (!result && ((kind != MTLAB_EV_REALLOC && kind != MTLAB_EV_REALLOCARRAY) || size != 0)) flags |= MTLAB_EVF_FAILED;
-    uint8_t *p = begin(&b, kind, flags, t1, t1 - t0, frame);
+    uint8_t *p = begin(&b, kind, flags, t1, t0 ? mtlab_timed_cycles(t0, t1) : 0, frame);
     if (p) {
         switch (kind) {
         case MTLAB_EV_REALLOC:
@@ -244,17 +244,31 @@ static inline __attribute__((always_inline)) void record_alloc(unsigned kind, ui
         p = mtlab_put_varint(p, extra);
         commit(b, p);
     }
+    if (t0) mtlab_time_after(t);
     t->guard--;
     mtlab_resume_interrupted(t);
 }
 
+/* An allocation is stamped when its real call returns (t1); its start (t0)
+ * is read only when the call is timed (mtlab_time_this), else t0 is 0. */
 static inline __attribute__((always_inline)) uint64_t enter_alloc(struct mtlab_tls *t) {
+    t->in_alloc++;
+    MTLAB_NOTE_FRAME(t->alloc_sp, t->alloc_w);
+    return mtlab_time_this(t) ? mtlab_tsc() : 0;
+}
+#define ENTER_ALLOC(t) enter_alloc(t)
+#define LEAVE_ALLOC(t, t1) ((t1) = mtlab_tsc(), (t)->in_alloc--)
+
+/* A release is stamped when its real call begins (t0); its end (t1) is read
+ * only when the call is timed, else t1 is 0. */
+static inline __attribute__((always_inline)) uint64_t enter_release(struct mtlab_tls *t, int *timed) {
+    *timed = mtlab_time_this(t);
     t->in_alloc++;
     MTLAB_NOTE_FRAME(t->alloc_sp, t->alloc_w);
     return mtlab_tsc();
 }
-#define ENTER_ALLOC(t) enter_alloc(t)
-#define LEAVE_ALLOC(t, t1) ((t1) = mtlab_tsc(), (t)->in_alloc--)
+#define ENTER_RELEASE(t, timed) enter_release(t, &(timed))
+#define LEAVE_RELEASE(t, t1, timed) ((t1) = (timed) ? mtlab_tsc() : 0, (t)->in_alloc--)
 
 static inline void ensure_real(void) {
     if (UNLIKELY(!mtlab_real.malloc)) mtlab_resolve();
@@ -308,7 +322,7 @@ EXPORT void *calloc(size_t nmemb, size_t size) {
 }
 
 /* One release event (free: form ~0u; an operator delete: its form), after
- * the real call timed [t0, t1]. A free is stamped at its start: the block
+ * the real call began at t0 (and, when timed, ended at t1; else t1 is 0). A free is stamped at its start: the block
  * is gone as soon as free begins. glibc gives memory back to the system
  * inside free (the top of the brk heap, past M_TRIM_THRESHOLD), with its
  * internal brk that no shim sees: the break is read after each free — one
@@ -319,13 +333,14 @@ static inline __attribute__((always_inline)) void record_release(unsigned kind, 
     struct mtlab_tls *t = &mtlab_tls;
     MTLAB_GUARD_ENTER_AFTER_ALLOC(t);
     struct mtlab_buf *b;
-    uint8_t *w = begin(&b, kind, 0, t0, t1 - t0, mtlab_cfg.free_stacks ? frame : NULL);
+    uint8_t *w = begin(&b, kind, 0, t0, t1 ? mtlab_timed_cycles(t0, t1) : 0, mtlab_cfg.free_stacks ? frame : NULL);
     if (w) {
         if (kind == MTLAB_EV_DELETE) w = mtlab_put_varint(w, form);
         commit(b, mtlab_put_ptr(b, w, (uint64_t)p));
     }
-    if (mtlab_cfg.is_glibc && mtlab_real.curbrk && p) note_break((uint64_t)*mtlab_real.curbrk, &b, t1);
-    if (UNLIKELY(heap)) note_arena_shrink(heap, &b, t1);
+    if (mtlab_cfg.is_glibc && mtlab_real.curbrk && p) note_break((uint64_t)*mtlab_real.curbrk, &b, t1 ? t1 : t0);
+    if (UNLIKELY(heap)) note_arena_shrink(heap, &b, t1 ? t1 : t0);
+    if (t1) mtlab_time_after(t);
     t->guard--;
     mtlab_resume_interrupted(t);
 }
@@ -339,9 +354,10 @@ __attribute__((noinline)) static void free_full(void *p) {
         return;
     }
     uint64_t heap = first_arena_heap(p);
-    uint64_t t1, t0 = ENTER_ALLOC(t);
+    int timed;
+    uint64_t t1, t0 = ENTER_RELEASE(t, timed);
     mtlab_real.free(p);
-    LEAVE_ALLOC(t, t1);
+    LEAVE_RELEASE(t, t1, timed);
     record_release(MTLAB_EV_FREE, ~0u, p, t0, t1, __builtin_frame_address(0), heap);
 }
 
@@ -470,16 +486,17 @@ EXPORT size_t malloc_usable_size(void *p) {
     ensure_real();
     if (UNLIKELY(!mtlab_real.malloc_usable_size)) return 0;
     if (mtlab_ctl || !tracing(t)) return mtlab_real.malloc_usable_size(p);
-    uint64_t t0 = mtlab_tsc();
+    uint64_t t0 = mtlab_time_this(t) ? mtlab_tsc() : 0;
     size_t r = mtlab_real.malloc_usable_size(p);
     uint64_t t1 = mtlab_tsc();
     MTLAB_GUARD_ENTER(t);
     struct mtlab_buf *b;
-    uint8_t *w = begin(&b, MTLAB_EV_USABLE_SIZE, 0, t1, t1 - t0, mtlab_cfg.free_stacks ? __builtin_frame_address(0) : NULL);
+    uint8_t *w = begin(&b, MTLAB_EV_USABLE_SIZE, 0, t1, t0 ? mtlab_timed_cycles(t0, t1) : 0, mtlab_cfg.free_stacks ? __builtin_frame_address(0) : NULL);
     if (w) {
         w = mtlab_put_ptr(b, w, (uint64_t)p);
         commit(b, mtlab_put_varint(w, r));
     }
+    if (t0) mtlab_time_after(t);
     t->guard--;
     return r;
 }
@@ -598,9 +615,10 @@ NEW_SHIM(_ZnamSt11align_val_tRKSt9nothrow_t, MTLAB_NEW_ARRAY | MTLAB_NEW_ALIGNED
             return;                                                                                           \
         }                                                                                                     \
         uint64_t heap = first_arena_heap(p);                                                                  \
-        uint64_t t1, t0 = ENTER_ALLOC(t);                                                                     \
+        int timed_;                                                                                           \
+        uint64_t t1, t0 = ENTER_RELEASE(t, timed_);                                                           \
         real ARGS;                                                                                            \
-        LEAVE_ALLOC(t, t1);                                                                                   \
+        LEAVE_RELEASE(t, t1, timed_);                                                                         \
         record_release(MTLAB_EV_DELETE, FORM, p, t0, t1, __builtin_frame_address(0), heap);                   \
     }
 
@@ -703,7 +721,7 @@ static void *mmap_shim(unsigned kind, void *addr, size_t len, int prot, int flag
     if (r == MAP_FAILED) evf |= MTLAB_EVF_FAILED;
     MTLAB_GUARD_ENTER(t);
     struct mtlab_buf *b;
-    uint8_t *p = begin(&b, kind, evf, t1, t1 - t0, frame);
+    uint8_t *p = begin(&b, kind, evf, t1, mtlab_timed_cycles(t0, t1), frame);
     if (p) {
         p = mtlab_put_ptr(b, p, (uint64_t)addr);
         p = mtlab_put_varint(p, len);
@@ -739,7 +757,7 @@ EXPORT int munmap(void *addr, size_t len) {
     if (r != 0) evf |= MTLAB_EVF_FAILED;
     MTLAB_GUARD_ENTER(t);
     struct mtlab_buf *b;
-    uint8_t *p = begin(&b, MTLAB_EV_MUNMAP, evf, t0, t1 - t0, __builtin_frame_address(0));
+    uint8_t *p = begin(&b, MTLAB_EV_MUNMAP, evf, t0, mtlab_timed_cycles(t0, t1), __builtin_frame_address(0));
     if (p) {
         p = mtlab_put_ptr(b, p, (uint64_t)addr);
         p = mtlab_put_varint(p, len);
@@ -770,7 +788,7 @@ EXPORT void *mremap(void *old, size_t old_len, size_t new_len, int flags, ...) {
     if (r == MAP_FAILED) evf |= MTLAB_EVF_FAILED;
     MTLAB_GUARD_ENTER(t);
     struct mtlab_buf *b;
-    uint8_t *p = begin(&b, MTLAB_EV_MREMAP, evf, t1, t1 - t0, __builtin_frame_address(0));
+    uint8_t *p = begin(&b, MTLAB_EV_MREMAP, evf, t1, mtlab_timed_cycles(t0, t1), __builtin_frame_address(0));
     if (p) {
         p = mtlab_put_ptr(b, p, (uint64_t)old);
         p = mtlab_put_varint(p, old_len);
@@ -797,7 +815,7 @@ EXPORT int brk(void *addr) {
     uint64_t after = (uint64_t)mtlab_real.sbrk(0);
     atomic_store(&last_brk, after);
     struct mtlab_buf *b;
-    uint8_t *p = begin(&b, MTLAB_EV_BRK, evf, t1, t1 - t0, __builtin_frame_address(0));
+    uint8_t *p = begin(&b, MTLAB_EV_BRK, evf, t1, mtlab_timed_cycles(t0, t1), __builtin_frame_address(0));
     if (p) {
         p = mtlab_put_ptr(b, p, (uint64_t)addr);
         p = mtlab_put_svarint(p, r);
@@ -823,7 +841,7 @@ EXPORT void *sbrk(intptr_t inc) {
     uint64_t after = inc == 0 && r != (void *)-1 ? (uint64_t)r : (uint64_t)mtlab_real.sbrk(0);
     atomic_store(&last_brk, after);
     struct mtlab_buf *b;
-    uint8_t *p = begin(&b, MTLAB_EV_SBRK, evf, t1, t1 - t0, __builtin_frame_address(0));
+    uint8_t *p = begin(&b, MTLAB_EV_SBRK, evf, t1, mtlab_timed_cycles(t0, t1), __builtin_frame_address(0));
     if (p) {
         p = mtlab_put_svarint(p, inc);
         p = mtlab_put_ptr(b, p, (uint64_t)r);

@@ -473,6 +473,8 @@ static void write_header(void) {
     p = kv_u64(p, end, "brk_start", mtlab_cfg.brk_start);
     p = kv_u64(p, end, "brk_init", mtlab_cfg.brk_init);
     p = kv_u64(p, end, "follow", (uint64_t)mtlab_cfg.follow);
+    /* Above 1, an event's cycles 0 means its call was not timed. */
+    p = kv_u64(p, end, "time_sample", mtlab_cfg.time_gap);
     p = kv_u64(p, end, "sample_interval", mtlab_cfg.sample_interval);
     p = kv_str(p, end, "unwind", mtlab_cfg.unwind == MTLAB_UNWIND_LIBGCC      ? "libgcc"
                                  : mtlab_cfg.unwind == MTLAB_UNWIND_LIBUNWIND ? "libunwind"

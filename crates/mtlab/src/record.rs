@@ -45,6 +45,11 @@ impl Unwind {
     }
 }
 
+/// `record --time`'s default: one call in 32 timed. Timing is the TSC read
+/// at the call's start (the stamp is the other read); a sample of 1/32 still
+/// times hundreds of thousands of calls of a program that allocates millions.
+pub const DEFAULT_TIME_SAMPLE: u64 = 32;
+
 /// Sampling-profiler settings (`record --sample`).
 #[derive(Debug, Clone)]
 pub struct SampleConfig {
@@ -65,6 +70,8 @@ pub struct RecordConfig {
     pub depth: u32,
     pub follow: bool,
     pub free_stacks: bool,
+    /// Full trace: one call in `time_sample` timed on average (1: every call).
+    pub time_sample: u64,
     pub baseline: bool,
     /// Compact the traces after the run, with this quantum (`trace::compact`).
     pub compact: Option<u64>,
@@ -646,7 +653,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
                 .env("MTLAB_SAMPLE_SEED", s.seed.to_string());
         }
         None => {
-            cmd.env_remove("MTLAB_SAMPLE");
+            cmd.env_remove("MTLAB_SAMPLE").env("MTLAB_TIME_SAMPLE", cfg.time_sample.max(1).to_string());
         }
     }
     // A standard descriptor closed where mtlab was started is closed for the

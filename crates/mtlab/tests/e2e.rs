@@ -59,6 +59,49 @@ fn n_mallocs_counts_peak_and_leaks_are_exact() {
 }
 
 #[test]
+fn a_sample_of_calls_is_timed_by_default_and_every_call_with_time_every() {
+    // 100 000 mallocs and frees: counts, bytes and the heap are the same
+    // whatever is timed; by default each call is timed with probability
+    // 1/32, so the timed mallocs are binomial(100 000, 1/32): 3125 ± 55.
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    let n = 100_000u64;
+    let args = [&n.to_string()[..], "48", "0"];
+    lab.record_ok("s.mtl", &prog, &args);
+    assert_success(&lab.record_cmd("e.mtl", &["--time", "every"], &prog, &args).output().unwrap(), "record --time every");
+    assert_success(&lab.record_cmd("h.mtl", &["--time", "1/2"], &prog, &args).output().unwrap(), "record --time 1/2");
+    let (s, e, h) = (lab.report("s.mtl"), lab.report("e.mtl"), lab.report("h.mtl"));
+    for r in [&s, &e, &h] {
+        strict(r);
+        assert_eq!(site(r, "do_allocs"), site_of(n, n * 48, 0, 0));
+    }
+    for func in ["malloc", "free"] {
+        let (cs, ce, ch) = (&s["functions"][func], &e["functions"][func], &h["functions"][func]);
+        assert_eq!((u(&cs["calls"]), u(&ch["calls"])), (u(&ce["calls"]), u(&ce["calls"])), "{func}: calls are exact");
+        assert_eq!(u(&ce["cycles"]["timed"]), u(&ce["calls"]), "{func}: --time every times every call");
+        assert!(ce["cycles"]["intervals"].is_null(), "{func}: every call timed, nothing to estimate");
+        let calls = u(&cs["calls"]) as f64;
+        for (r, p) in [(cs, 1.0 / 32.0), (ch, 0.5)] {
+            let (timed, sd) = (u(&r["cycles"]["timed"]) as f64, (calls * p * (1.0 - p)).sqrt());
+            assert!((timed - calls * p).abs() < 6.0 * sd, "{func}: {timed} of {calls} timed at p = {p}");
+            let ci = &r["cycles"]["intervals"];
+            let mean = f(&r["cycles"]["mean"]);
+            assert!(f(&ci["mean"]["low"]) <= mean && mean <= f(&ci["mean"]["high"]), "{func}: {ci}");
+            assert!(f(&ci["p99"]["low"]) <= f(&ci["p99"]["high"]) && f(&ci["p99"]["level"]) >= 0.95, "{func}: {ci}");
+        }
+    }
+    let without_time = |r: &serde_json::Value| {
+        let mut p = r["peak"].clone();
+        p["at_ns"] = serde_json::Value::Null;
+        p
+    };
+    assert_eq!(without_time(&s), without_time(&e), "the peak is the same whatever is timed");
+    assert_eq!(s["end"], e["end"]);
+    let o = lab.record_cmd("x.mtl", &["--time", "1/0"], &prog, &args).output().unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("`every` nor `1/N`"), "{o:?}");
+}
+
+#[test]
 fn top_site_by_bytes_symbolizes_to_the_program_function() {
     let lab = Lab::new();
     let prog = lab.compile("n_mallocs");

@@ -1,10 +1,14 @@
 //! The per-function aggregator: for each intercepted function its calls,
 //! failures, sizes and the distribution of cycles spent in the real call
-//! (mean, standard deviation, percentiles).
+//! (mean, standard deviation, percentiles). A full trace times a random
+//! sample of the calls by default (`record --time`): counts and bytes are of
+//! every call, the cycle figures of the timed ones, with 95 % intervals for
+//! what they say of all calls.
 
 use hdrhistogram::Histogram;
 
-use super::model::CycleSummary;
+use super::model::{CycleIntervals, CycleSummary};
+use crate::study::stats::{self, Interval, Method};
 use super::step::Step;
 use crate::trace::{Event, Func};
 
@@ -37,6 +41,8 @@ impl Functions {
 pub struct FuncStats {
     pub calls: u64,
     pub failed: u64,
+    /// Calls whose real call was timed (all of them under `--time every`).
+    pub timed: u64,
     /// Sum of requested bytes (allocations), lengths (mmap family) or freed sizes.
     pub bytes: u128,
     sized_calls: u64,
@@ -58,6 +64,7 @@ impl Default for FuncStats {
         FuncStats {
             calls: 0,
             failed: 0,
+            timed: 0,
             bytes: 0,
             sized_calls: 0,
             sum: 0,
@@ -70,6 +77,7 @@ impl Default for FuncStats {
 }
 
 impl FuncStats {
+    /// One call; `cycles` is [`crate::trace::UNTIMED`] when it was not timed.
     #[inline]
     pub fn add(&mut self, cycles: u64, size: Option<u64>, failed: bool) {
         self.calls += 1;
@@ -80,6 +88,10 @@ impl FuncStats {
             self.bytes += s as u128;
             self.sized_calls += 1;
         }
+        if cycles == crate::trace::UNTIMED {
+            return;
+        }
+        self.timed += 1;
         self.sum += cycles as u128;
         self.sum_sq += (cycles as f64) * (cycles as f64);
         if let Some(n) = self.small.get_mut(cycles as usize) {
@@ -112,13 +124,17 @@ impl FuncStats {
     }
 
     /// The nearest-rank quantile: the smallest value with at least
-    /// ⌈q·n⌉ calls at or below it (above `SMALL`, to the histogram's 1 %).
+    /// ⌈q·n⌉ timed calls at or below it (above `SMALL`, to the histogram's 1 %).
     fn quantile(&self, q: f64) -> u64 {
-        let n = self.small.iter().sum::<u64>() + self.hist.len();
+        let n = self.timed;
         if n == 0 {
             return 0;
         }
-        let rank = ((q * n as f64).ceil() as u64).clamp(1, n);
+        self.at_rank(((q * n as f64).ceil() as u64).clamp(1, n))
+    }
+
+    /// The `rank`-th smallest timed call's cycles (1-based).
+    fn at_rank(&self, rank: u64) -> u64 {
         let mut seen = 0u64;
         for (v, &c) in self.small.iter().enumerate() {
             seen += c;
@@ -135,14 +151,27 @@ impl FuncStats {
         self.hist.max()
     }
 
+    /// Every timed call's cycles with its count (above `SMALL`, each
+    /// histogram bucket at its middle value).
+    fn timed_values(&self) -> impl Iterator<Item = (f64, u64)> + '_ {
+        let small = self.small.iter().enumerate().filter(|(_, &c)| c > 0).map(|(v, &c)| (v as f64, c));
+        let rare = self.hist.iter_recorded().map(|it| {
+            (self.hist.median_equivalent(it.value_iterated_to()) as f64, it.count_since_last_iteration())
+        });
+        small.chain(rare)
+    }
+
     pub fn cycles(&self) -> CycleSummary {
-        let n = self.calls.max(1) as f64;
+        let n = self.timed.max(1) as f64;
         let mean = self.sum as f64 / n;
-        let stddev = crate::study::stats::stddev_from_sums(self.calls, self.sum as f64, self.sum_sq);
+        let stddev = stats::stddev_from_sums(self.timed, self.sum as f64, self.sum_sq);
+        let stddev = if stddev.is_nan() { 0.0 } else { stddev };
+        // A sample's total is its mean times every call.
+        let total = if self.timed == self.calls { self.sum as f64 } else { (mean * self.calls as f64).round() };
         CycleSummary {
-            total: self.sum.min(u64::MAX as u128) as u64,
+            total: total.min(u64::MAX as f64) as u64,
             mean,
-            stddev: if stddev.is_nan() { 0.0 } else { stddev },
+            stddev,
             p50: self.quantile(0.5),
             p99: self.quantile(0.99),
             max: if self.hist.is_empty() {
@@ -150,7 +179,54 @@ impl FuncStats {
             } else {
                 self.hist.max()
             },
+            timed: self.timed,
+            intervals: self.intervals(mean, stddev),
         }
+    }
+
+    /// 95 % intervals of what the timed sample says of all calls; None when
+    /// every call was timed (the figures are exact) or fewer than 2 were.
+    ///
+    /// The timed calls are a simple random sample of the calls, so: the
+    /// mean's is Student's t with the finite-population correction; the
+    /// quantiles' are distribution-free (order statistics of the sample,
+    /// [`stats::quantile_ranks`]); the standard deviation's is the delta
+    /// method on the sample variance, whose variance comes from the fourth
+    /// central moment (no normality assumed: call cycles are heavy-tailed).
+    fn intervals(&self, mean: f64, sd: f64) -> Option<CycleIntervals> {
+        let (n, big_n) = (self.timed, self.calls);
+        if n < 2 || n >= big_n {
+            return None;
+        }
+        let (nf, fpc) = (n as f64, ((big_n - n) as f64 / (big_n - 1) as f64).sqrt());
+        let t = stats::t_quantile(0.5 + stats::LEVEL / 2.0, nf - 1.0);
+        let around = |mid: f64, se: f64| Interval {
+            low: (mid - t * se * fpc).max(0.0),
+            high: mid + t * se * fpc,
+            level: stats::LEVEL,
+            method: Method::StudentT,
+        };
+        let mean_ci = around(mean, sd / nf.sqrt());
+        let m4 = self.timed_values().map(|(v, c)| (v - mean).powi(4) * c as f64).sum::<f64>() / nf;
+        let var_s2 = ((m4 - (nf - 3.0) / (nf - 1.0) * sd.powi(4)) / nf).max(0.0);
+        let stddev = around(sd, if sd > 0.0 { var_s2.sqrt() / (2.0 * sd) } else { 0.0 });
+        let quantile = |q: f64| {
+            let (lo, hi, level) = stats::quantile_ranks(n, q)?;
+            Some(Interval {
+                low: self.at_rank(lo) as f64,
+                high: self.at_rank(hi) as f64,
+                level,
+                method: Method::OrderStatistics,
+            })
+        };
+        let scale = big_n as f64;
+        Some(CycleIntervals {
+            total: Interval { low: mean_ci.low * scale, high: mean_ci.high * scale, ..mean_ci },
+            mean: mean_ci,
+            stddev,
+            p50: quantile(0.5)?,
+            p99: quantile(0.99)?,
+        })
     }
 }
 
@@ -182,6 +258,40 @@ mod tests {
         let free = f.of(Func::Free);
         assert_eq!((free.calls, free.failed, free.bytes), (2, 0, 48), "an unknown free is a call of no size");
         assert_eq!(f.of(Func::Brk).calls, 0, "BRK_SEEN is no call");
+    }
+
+    #[test]
+    fn a_sample_of_timed_calls_counts_every_call_and_bounds_all_calls_figures() {
+        // 200 000 calls of cycles 20 + i % 1000 (every value equally often, a
+        // flat population: mean 519.5, p50 519, p99 1009), one in 32 timed
+        // by a fixed pseudo-random draw.
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let (mut all, mut s) = (FuncStats::default(), FuncStats::default());
+        for i in 0..200_000u64 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let c = 20 + i % 1000;
+            all.add(c, Some(64), false);
+            s.add(if seed.is_multiple_of(32) { c } else { crate::trace::UNTIMED }, Some(64), false);
+        }
+        assert_eq!((s.calls, s.bytes, s.mean_size()), (200_000, 200_000 * 64, 64.0), "counts and bytes are of every call");
+        assert!((5_500..7_000).contains(&s.timed), "timed {}", s.timed);
+        let (exact, est) = (all.cycles(), s.cycles());
+        assert_eq!((exact.timed, exact.intervals), (200_000, None), "every call timed: exact, no intervals");
+        let ci = est.intervals.expect("a sample has intervals");
+        assert!(ci.mean.contains(exact.mean), "mean {} in {:?}", exact.mean, ci.mean);
+        assert!(ci.total.contains(exact.total as f64), "total {} in {:?}", exact.total, ci.total);
+        assert!(ci.stddev.contains(exact.stddev), "stddev {} in {:?}", exact.stddev, ci.stddev);
+        assert!(ci.p50.contains(exact.p50 as f64), "p50 {} in {:?}", exact.p50, ci.p50);
+        assert!(ci.p99.contains(exact.p99 as f64), "p99 {} in {:?}", exact.p99, ci.p99);
+        // Narrow enough to say something: the mean within ±3 %.
+        assert!(ci.mean.high - ci.mean.low < 0.06 * exact.mean, "{:?}", ci.mean);
+        // One timed call of many: no interval can be made.
+        let mut one = FuncStats::default();
+        one.add(50, None, false);
+        one.add(crate::trace::UNTIMED, None, false);
+        assert_eq!((one.calls, one.cycles().timed, one.cycles().intervals), (2, 1, None));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::heap::model::HeapSnapshot;
 use crate::profile::sampled::{Estimate, SampledTotals};
 use crate::trace::{keys, TraceFile};
+pub use crate::study::stats::Interval;
 
 /// One function's share of the allocations: `self_*` where it called the
 /// allocator itself (bottom-up), `total_*` where it was anywhere on the
@@ -22,7 +23,9 @@ pub struct CallerReport {
     pub total_calls: u64,
     pub total_bytes: u64,
 }
-/// The cycles of a function's calls (`analysis::functions`).
+/// The cycles of a function's calls (`analysis::functions`): of every call
+/// under `record --time every`, else of the timed sample (`total` then
+/// estimates all calls' total, `max` is the sample's).
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CycleSummary {
     pub total: u64,
@@ -31,6 +34,20 @@ pub struct CycleSummary {
     pub p50: u64,
     pub p99: u64,
     pub max: u64,
+    /// Calls whose cycles were measured.
+    pub timed: u64,
+    /// 95 % intervals for all calls' figures when only a sample was timed.
+    pub intervals: Option<CycleIntervals>,
+}
+
+/// Confidence intervals of a timed sample's figures for all of the calls.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CycleIntervals {
+    pub total: Interval,
+    pub mean: Interval,
+    pub stddev: Interval,
+    pub p50: Interval,
+    pub p99: Interval,
 }
 
 #[derive(Debug, Clone, Serialize)]

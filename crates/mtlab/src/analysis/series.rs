@@ -28,12 +28,15 @@ impl Series {
         Series { points: Vec::new(), every, to_point: every, window_cycles: 0, window_mallocs: 0, compact, header_bytes }
     }
 
-    /// Notes `ev`'s cycles when it is a malloc call (`step.call`).
+    /// Notes `ev`'s cycles when it is a timed malloc call (`step.call`).
     #[inline(always)]
     pub fn on_event(&mut self, ev: &Event, step: &Step) {
         if step.call.is_some_and(|c| c.func == Func::Malloc) {
-            self.window_cycles += ev.cycles;
-            self.window_mallocs += 1;
+            // Only timed calls (a sample of them by default) carry cycles.
+            if let Some(c) = ev.timed_cycles() {
+                self.window_cycles += c;
+                self.window_mallocs += 1;
+            }
         }
     }
 

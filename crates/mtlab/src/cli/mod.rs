@@ -31,6 +31,18 @@ pub(crate) fn parse_size_arg(s: &str) -> Result<u64, String> {
     crate::units::parse_size(s).map_err(|e| e.to_string())
 }
 
+/// `record --time`: `every`, or `1/N` (one call in N timed, on average).
+fn parse_time_arg(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    if s == "every" {
+        return Ok(1);
+    }
+    match s.strip_prefix("1/").map(|n| n.trim().parse::<u64>()) {
+        Some(Ok(n)) if (1..=1_000_000).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is neither `every` nor `1/N` with N from 1 to 1000000 (e.g. --time 1/32)")),
+    }
+}
+
 /// A CPU set flag: `one` (the first CPU this process may use), `all`, or a
 /// list such as `0-3,6`, checked against the CPUs this process may use.
 pub(crate) fn cpu_set_arg(spec: &str, flag: &str) -> Result<Vec<usize>, CliError> {
@@ -298,6 +310,11 @@ struct RecordArgs {
     /// Capture a stack for free() too (off by default: frees carry stack id 0).
     #[arg(long)]
     free_stacks: bool,
+    /// Which calls' cycles are measured in a full trace: `every` call, or `1/N`: a random sample of one
+    /// call in N on average, each call drawn independently (counts, bytes, addresses and stacks stay
+    /// exact for every call; the report gives the sample's cycle figures with 95 % intervals).
+    #[arg(long, value_name = "every|1/N", default_value = "1/32", value_parser = parse_time_arg, conflicts_with = "sample")]
+    time: u64,
     /// Run the program once untraced first, to report the tracing slowdown. That run's output is
     /// discarded; it reads stdin only when stdin is a file (< FILE), else nothing
     #[arg(long)]
@@ -579,6 +596,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         depth: a.depth,
         follow: !a.no_follow,
         free_stacks: a.free_stacks,
+        time_sample: a.time,
         baseline: a.baseline,
         compact: a.compact.then_some(crate::trace::compact::DEFAULT_QUANTUM),
         program,
@@ -845,6 +863,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         depth: 64,
         follow: true,
         free_stacks: false,
+        time_sample: record::DEFAULT_TIME_SAMPLE,
         baseline: true,
         compact: None,
         program: workload.clone().into_os_string(),

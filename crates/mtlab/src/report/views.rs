@@ -3,7 +3,7 @@
 
 use super::{human_bytes, RunReport};
 use crate::export::{Cell, Table, View};
-use crate::analysis::model::{AllocatorReading, SiteReport};
+use crate::analysis::model::{AllocatorReading, Interval, SiteReport};
 use crate::heap::model::HeapSnapshot;
 use crate::analysis::ProcessReport;
 
@@ -13,26 +13,40 @@ fn table(name: &str, title: &str, header: &[&str], numeric_from: usize) -> Table
 }
 
 fn functions(p: &ProcessReport) -> Table {
+    let sampled = p.functions.values().any(|f| f.cycles.timed < f.calls);
+    let title = if sampled {
+        "per function (cycles of the real call, TSC; ns at the TSC's rate) — cycles of a random sample of the calls \
+         (`timed`), in brackets 95 % intervals for all calls (--json gives each interval's level)"
+    } else {
+        "per function (cycles of the real call, TSC; ns at the TSC's rate)"
+    };
     let mut t = table(
         "functions",
-        "per function (cycles of the real call, TSC; ns at the TSC's rate)",
-        &["function", "calls", "failed", "mean size", "cycles total", "mean", "stddev", "p50", "p99", "mean ns", "p99 ns"],
+        title,
+        &["function", "calls", "failed", "timed", "mean size", "cycles total", "mean", "stddev", "p50", "p99", "mean ns", "p99 ns"],
         1,
     );
     let ns = |cycles: f64| if p.tsc_hz > 0 { Cell::Num(cycles * 1e9 / p.tsc_hz as f64, 1) } else { Cell::Empty };
+    let est = |value: f64, i: Option<&Interval>, decimals: u8| match i {
+        Some(i) => Cell::Estimate { value, low: Some(i.low), high: Some(i.high), decimals },
+        None if decimals == 0 => Cell::Int(value as i64),
+        None => Cell::Num(value, decimals),
+    };
     for (name, f) in p.functions.iter().filter(|(_, f)| f.calls > 0) {
+        let (c, ci) = (&f.cycles, f.cycles.intervals.as_ref());
         t.push(vec![
             Cell::text(name),
             Cell::Int(f.calls as i64),
             Cell::Int(f.failed as i64),
+            Cell::Int(c.timed as i64),
             Cell::Num(f.mean_size, 1),
-            Cell::Int(f.cycles.total as i64),
-            Cell::Num(f.cycles.mean, 1),
-            Cell::Num(f.cycles.stddev, 1),
-            Cell::Int(f.cycles.p50 as i64),
-            Cell::Int(f.cycles.p99 as i64),
-            ns(f.cycles.mean),
-            ns(f.cycles.p99 as f64),
+            est(c.total as f64, ci.map(|i| &i.total), 0),
+            est(c.mean, ci.map(|i| &i.mean), 1),
+            est(c.stddev, ci.map(|i| &i.stddev), 1),
+            est(c.p50 as f64, ci.map(|i| &i.p50), 0),
+            est(c.p99 as f64, ci.map(|i| &i.p99), 0),
+            ns(c.mean),
+            ns(c.p99 as f64),
         ]);
     }
     t

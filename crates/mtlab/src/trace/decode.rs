@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use super::columns::ColumnFields;
 use super::error::TraceError;
 use super::keys;
-use super::event::{Event, EventKind, Func, Item};
+use super::event::{Event, EventKind, Func, Item, UNTIMED};
 use super::fields::{DecErr, Field, Fields};
 use super::format::*;
 use super::kv::parse_kv_text;
@@ -58,6 +58,9 @@ pub struct Header {
     pub sample_interval: u64,
     /// Stack capture: fp, libgcc or libunwind.
     pub unwind: String,
+    /// A full trace timed one call in `time_sample` on average (0 or 1:
+    /// every call); above 1 an event's cycles field 0 means "not timed".
+    pub time_sample: u64,
     pub follow: bool,
     pub mtlab_version: String,
     /// Every pair in file order, values unescaped (including unknown keys).
@@ -107,6 +110,7 @@ impl Header {
                 "brk_init" => h.brk_init = num(v),
                 "sample_interval" => h.sample_interval = num(v),
                 "unwind" => h.unwind = v.to_string(),
+                "time_sample" => h.time_sample = num(v),
                 "follow" => h.follow = v.trim() == "1",
                 "mtlab_version" => h.mtlab_version = v.clone(),
                 _ => {}
@@ -440,7 +444,9 @@ impl TraceFile {
     /// file order), stack definitions as they are reached.
     pub fn items(&self) -> Result<Items, TraceError> {
         let file = File::open(&self.path).map_err(TraceError::io(&self.path))?;
-        Ok(Items::new(self.path.clone(), file, self.chunks.clone()))
+        let mut items = Items::new(self.path.clone(), file, self.chunks.clone());
+        items.untimed_zero = self.header.time_sample > 1;
+        Ok(items)
     }
 
     /// Looks up a RUNINFO value.
@@ -543,6 +549,8 @@ struct ChunkCursor {
     buf: Vec<u8>,
     layout: Layout,
     tsc: u64,
+    /// Timing was sampled (`Header::time_sample` > 1): cycles 0 is [`UNTIMED`].
+    untimed_zero: bool,
 }
 
 enum Step {
@@ -555,6 +563,15 @@ impl ChunkCursor {
     /// Decodes the next item; `Ok(None)` at the end of the chunk.
     #[inline(always)]
     fn step(&mut self, out: &mut Event) -> Result<Option<Step>, DecErr> {
+        let r = self.step_raw(out);
+        if self.untimed_zero && out.cycles == 0 && matches!(r, Ok(Some(Step::Event))) {
+            out.cycles = UNTIMED;
+        }
+        r
+    }
+
+    #[inline(always)]
+    fn step_raw(&mut self, out: &mut Event) -> Result<Option<Step>, DecErr> {
         match &mut self.layout {
             Layout::Rows(f) => {
                 // Work on a copy: an error leaves the cursor at the item's start.
@@ -871,6 +888,8 @@ pub struct Items {
     pool: Vec<Vec<u8>>,
     raw: Vec<u8>,
     dctx: Option<zstd::bulk::Decompressor<'static>>,
+    /// Timing was sampled: an event's cycles 0 is [`UNTIMED`].
+    untimed_zero: bool,
 }
 
 impl Items {
@@ -895,6 +914,7 @@ impl Items {
             pool: Vec::new(),
             raw: Vec::new(),
             dctx: None,
+            untimed_zero: false,
         };
         it.bound = it.compute_bound();
         it
@@ -1011,6 +1031,7 @@ impl Items {
                 buf,
                 layout,
                 tsc: c.first_tsc,
+                untimed_zero: self.untimed_zero,
             },
             has_next: false,
             next: Event {
@@ -1472,6 +1493,37 @@ pub(crate) mod tests {
         let tail = String::from_utf8_lossy(&b).into_owned();
         let live: u64 = tail[tail.rfind("rewritten_while_running=").unwrap() + 24..].trim().parse().unwrap();
         assert!(live > len / 2, "rewritten while running: {live} of {len}");
+    }
+
+    #[test]
+    fn untimed_calls_of_a_sampled_timing_trace_read_as_untimed_before_and_after_finishing() {
+        // time_sample=32: cycles 0 on the wire is "not timed". Every third
+        // event untimed, the rest timed; an old trace (no key) reads 0 as 0.
+        let dir = tempfile::tempdir().unwrap();
+        let mut items = mallocs(1, 1000, 300, 0x10_0000);
+        for (i, it) in items.iter_mut().enumerate() {
+            if let Item::Event(e) = it {
+                e.cycles = if i % 3 == 0 { crate::trace::UNTIMED } else { 40 + i as u64 };
+            }
+        }
+        let want: Vec<Event> = events_of(&items);
+        for (key, untimed_reads_as) in [(Some("32"), crate::trace::UNTIMED), (Some("1"), 0), (None, 0)] {
+            let path = dir.path().join(format!("t{key:?}.mtl"));
+            let mut pairs = header_pairs();
+            if let Some(k) = key {
+                pairs.push(("time_sample".into(), k.into()));
+            }
+            let mut w = TraceWriter::create(&path, pairs).unwrap();
+            w.events_chunk(1, &items).unwrap();
+            w.finish().unwrap();
+            let expect: Vec<Event> = want
+                .iter()
+                .map(|e| Event { cycles: if e.cycles == crate::trace::UNTIMED { untimed_reads_as } else { e.cycles }, ..e.clone() })
+                .collect();
+            assert_eq!(events_in(&path).0, expect, "raw, time_sample {key:?}");
+            finish_trace(&path, &[]).unwrap();
+            assert_eq!(events_in(&path).0, expect, "columns, time_sample {key:?}");
+        }
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
-use super::event::{Event, EventKind, Func, Item};
+use super::event::{Event, EventKind, Func, Item, UNTIMED};
 use super::finish::FINISH_ZSTD_LEVEL;
 use super::format::*;
 use super::kv::kv_text;
@@ -79,7 +79,9 @@ impl ChunkEncoder {
         };
         self.body.push(kind | (flags & EVF_MASK));
         put_varint(&mut self.body, tsc.wrapping_sub(prev));
-        put_varint(&mut self.body, cycles);
+        // An untimed call is written as 0, as the preload library writes it
+        // (the file's header says time_sample > 1).
+        put_varint(&mut self.body, if cycles == UNTIMED { 0 } else { cycles });
         put_varint(&mut self.body, stack as u64);
         self.last_tsc = tsc;
         self.n_events += 1;

@@ -244,13 +244,26 @@ pub const FLAG_CHUNK_MMAPPED: u8 = 0x20;
 pub const FLAG_IN_ALLOCATOR: u8 = 0x40;
 pub const FLAG_FAILED: u8 = 0x80;
 
+/// An event's `cycles` when its call was not timed: a full trace times a
+/// random sample of calls by default (header `time_sample`).
+pub const UNTIMED: u64 = u64::MAX;
+
+impl Event {
+    /// The cycles of the real call, if it was timed.
+    #[inline]
+    pub fn timed_cycles(&self) -> Option<u64> {
+        (self.cycles != UNTIMED).then_some(self.cycles)
+    }
+}
+
 /// One traced call, or one heap-extent observation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
     pub tid: u32,
     /// Absolute TSC when the call began.
     pub tsc: u64,
-    /// TSC cycles spent inside the real function.
+    /// TSC cycles spent inside the real function; [`UNTIMED`] when the call
+    /// was not among the timed sample (`record --time`).
     pub cycles: u64,
     /// Stack id (0: none recorded).
     pub stack: u32,

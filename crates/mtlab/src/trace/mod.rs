@@ -59,7 +59,7 @@ pub mod varint;
 pub use decode::{read_header, Header, ItemRef, Items, TraceFile};
 pub use encode::{ChunkEncoder, TraceWriter};
 pub use error::TraceError;
-pub use event::{Event, EventKind, Func, Item};
+pub use event::{Event, EventKind, Func, Item, UNTIMED};
 pub use finish::{append_runinfo, finish_trace, FinishStats, Finisher};
 pub use records::{ChunkInfo, EndRecord};
 pub use stacks::{StackRef, StackTable};

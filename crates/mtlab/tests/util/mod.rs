@@ -346,7 +346,8 @@ pub fn sanity(p: &Value) {
         sum_calls += c;
         assert!(u(&fr["failed"]) <= c, "{who}: {name} failed > calls");
         let cy = &fr["cycles"];
-        if c > 0 {
+        assert!(u(&cy["timed"]) <= c, "{who}: {name} more calls timed than made");
+        if u(&cy["timed"]) > 0 {
             let (p50, p99, max, mean) = (u(&cy["p50"]), u(&cy["p99"]), u(&cy["max"]), f(&cy["mean"]));
             assert!(p50 <= p99 && p99 <= max, "{who}: {name} cycles p50 {p50} p99 {p99} max {max}");
             assert!(mean <= max as f64 * 1.01 + 1.0, "{who}: {name} mean cycles {mean} above max {max}");

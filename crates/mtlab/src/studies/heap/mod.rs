@@ -273,7 +273,9 @@ impl Lab {
         let mut c = match traced_to {
             Some(trace) => {
                 let mut c = Command::new(&self.mtlab);
-                c.arg("record").arg("-o").arg(trace).arg("--").args(&self.argv);
+                // Every call timed: the comparison and `--objective malloc-p99`
+                // rank heap managers by these cycles, so no sampling error in them.
+                c.arg("record").arg("--time").arg("every").arg("-o").arg(trace).arg("--").args(&self.argv);
                 c
             }
             None => {

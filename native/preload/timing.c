@@ -1,0 +1,43 @@
+/*
+ * timing.c — which calls of a full trace have their real call timed.
+ *
+ * Reading the cycle counter around every call was a third of what tracing
+ * added to a malloc/free pair. A full trace times a random sample instead:
+ * each call is timed with probability 1/time_gap, independently of every
+ * other call, so the timed calls are an unbiased sample of each function's
+ * calls whatever the program's pattern of calls (a fixed period would alias
+ * with a loop that alternates two call sites). Per thread, the number of
+ * calls to the next timed one is drawn from the geometric distribution,
+ * which is what independent coin flips give, with one draw per timed call.
+ * Every call is still recorded, with its time stamp; only its cycles field
+ * is 0 ("not timed") when it was not timed.
+ */
+#include <math.h>
+
+#include "internal.h"
+
+/* Calls up to and including the next timed one: geometric on 1, 2, ... with
+ * mean time_gap (P(k) = p (1 - p)^(k - 1), p = 1 / time_gap). */
+static int64_t gap(struct mtlab_tls *t) {
+    double u = ((double)(mtlab_xorshift(&t->time_rng) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+    double k = floor(log(u) / log1p(-1.0 / (double)mtlab_cfg.time_gap)) + 1.0;
+    return k < 1.0 ? 1 : k > 4e18 ? (int64_t)4e18 : (int64_t)k;
+}
+
+/* A thread's first call: seed its generator and draw where its first timed
+ * call falls (not on the first call itself: a thread's first allocation is
+ * often its slowest, and timing it always would bias short threads). By
+ * memorylessness, the first gap is counted from this call. */
+int mtlab_time_draw(struct mtlab_tls *t) {
+    t->time_rng = mtlab_mix64(mtlab_tsc() ^ ((uint64_t)mtlab_gettid() * 0x9e3779b97f4a7c15ull)) | 1;
+    t->time_left = gap(t);
+    if (--t->time_left > 0) return 0;
+    t->time_left = MTLAB_TIME_REDRAW;
+    return 1;
+}
+
+/* A timed call is over: the gap to the next one. Calls traced meanwhile (a
+ * signal handler's) only counted the placeholder down. */
+void mtlab_time_redraw(struct mtlab_tls *t) {
+    t->time_left = gap(t);
+}
