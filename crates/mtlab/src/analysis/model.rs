@@ -387,6 +387,10 @@ pub struct ProcessReport {
     /// a full trace's exact figures when `AnalyzeOptions::profile` asked.
     #[serde(skip)]
     pub profile_data: Option<crate::profile::ProfileData>,
+    /// Every site of a full trace, symbolized, in the order they were met,
+    /// when `AnalyzeOptions::sites` asked (`report --diff`); empty otherwise.
+    #[serde(skip)]
+    pub all_sites: Vec<SiteReport>,
     pub warnings: Vec<String>,
 }
 
