@@ -87,6 +87,18 @@ fn exactly_the_changed_sites_with_their_figures() {
     assert_eq!(t["leaked_bytes"]["base"].as_f64(), Some(1000.0));
     let malloc = p["functions"].as_array().unwrap().iter().find(|f| f["function"] == "malloc").unwrap();
     assert_eq!((u(&malloc["base_calls"]), u(&malloc["new_calls"])), (16, 20));
+    // Every key the diff's JSON has is in docs/metrics.md.
+    let docs = std::fs::read_to_string(repo_root().join("docs/metrics.md")).unwrap();
+    let mut keys = Vec::new();
+    collect_keys(&d, &mut keys);
+    for k in keys {
+        let named = docs.match_indices(k.as_str()).any(|(i, _)| {
+            let before = docs[..i].chars().next_back().is_none_or(|c| !c.is_alphanumeric() && c != '_');
+            let after = docs[i + k.len()..].chars().next().is_none_or(|c| !c.is_alphanumeric() && c != '_');
+            before && after
+        });
+        assert!(named, "JSON key {k} of report --diff is not in docs/metrics.md");
+    }
     // The other way round: the leak is gone, the changes negative.
     let back = diff_json(&lab, "v2.mtl", "v1.mtl");
     let s = &back["pairs"][0]["sites"][0];
@@ -100,6 +112,19 @@ fn exactly_the_changed_sites_with_their_figures() {
     assert!(row("extra").contains("+333 B") && row("grow").contains("+192 B"), "{text}");
     assert!(text.find("extra (diff_sites.c").unwrap() < text.find("grow (diff_sites.c").unwrap());
     assert!(text.contains("not interleaved"), "the cycles' caveat:\n{text}");
+}
+
+fn collect_keys(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                out.push(k.clone());
+                collect_keys(x, out);
+            }
+        }
+        Value::Array(a) => a.iter().for_each(|x| collect_keys(x, out)),
+        _ => {}
+    }
 }
 
 /// The pcs of the report's sites, for comparing two builds' addresses.

@@ -3,7 +3,7 @@
 //! CSV), with the first pair's pprof of the changes and the HTML page of
 //! differential flame graphs.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 
 use super::{emit, load_reports, write_html, CliError, ReportArgs};
@@ -43,7 +43,7 @@ fn first_pair(d: &diff::RunDiff) -> Result<&PairDiff, CliError> {
     d.pairs.first().ok_or_else(|| CliError::Other("no process of BASE pairs with one of NEW: nothing to write".into()))
 }
 
-pub(super) fn cmd_report_diff(a: &ReportArgs, base: &PathBuf, by: KeyBy) -> Result<ExitCode, CliError> {
+pub(super) fn cmd_report_diff(a: &ReportArgs, base: &Path, by: KeyBy) -> Result<ExitCode, CliError> {
     let sel = Selection { pids: Vec::new(), comms: a.comm.clone(), all_processes: a.comm.is_empty() };
     let b = load("BASE", base, !a.no_children, &sel)?;
     let n = load("NEW", &a.file, !a.no_children, &sel)?;
