@@ -281,3 +281,31 @@ fn bad_input_is_named() {
     let d: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert!(d["warnings"][0].as_str().unwrap().contains("different programs?"));
 }
+
+#[test]
+fn sampled_traces_compare_by_their_estimates() {
+    // A 1-byte interval samples every allocation: the estimates are the
+    // exact figures, and the changes those of the full traces.
+    let lab = Lab::new();
+    for (dir, v) in [("v1", "-DV=1"), ("v2", "-DV=2")] {
+        let prog = build(&lab, dir, &[v]);
+        let o = lab.record_cmd(&format!("{dir}.mtl"), &["--sample", "1"], &prog, &[]).output().unwrap();
+        assert_success(&o, "record --sample 1");
+    }
+    let d = diff_json(&lab, "v1.mtl", "v2.mtl");
+    let p = &d["pairs"][0];
+    assert_eq!((p["base"]["estimated"].as_bool(), p["new"]["estimated"].as_bool()), (Some(true), Some(true)));
+    let sites = p["sites"].as_array().unwrap();
+    let got: Vec<(&str, &str, i64, i64, i64)> = sites
+        .iter()
+        .map(|s| {
+            let c = &s["change"];
+            (function_of(s), s["status"].as_str().unwrap(), c["calls"].as_i64().unwrap(), c["bytes"].as_i64().unwrap(), c["leaked_bytes"].as_i64().unwrap())
+        })
+        .collect();
+    assert_eq!(got, [("extra", "new", 1, 333, 333), ("grow", "changed", 3, 192, 0)]);
+    // No peak and no temporaries in a profile: null, not 0.
+    assert!(sites[1]["change"]["peak_live_bytes"].is_null() && sites[1]["change"]["temporary"].is_null());
+    assert!(p["totals"]["peak_live_bytes"]["change"].is_null());
+    assert_eq!(p["totals"]["allocated_bytes"]["change"].as_f64(), Some(525.0));
+}

@@ -108,6 +108,19 @@ pub struct FrameReport {
     pub offset: String,
 }
 
+impl FrameReport {
+    pub fn of(f: crate::symbolize::Frame) -> FrameReport {
+        FrameReport {
+            pc: format!("{:#x}", f.pc),
+            function: f.function,
+            file: f.file,
+            line: f.line,
+            module: f.module,
+            offset: format!("{:#x}", f.offset),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct SiteReport {
     pub stack_id: u32,

@@ -157,14 +157,7 @@ impl SiteTable {
                 .pcs
                 .iter()
                 .flat_map(|&pc| sym.symbolize(pc))
-                .map(|f| FrameReport {
-                    pc: format!("{:#x}", f.pc),
-                    function: f.function,
-                    file: f.file,
-                    line: f.line,
-                    module: f.module,
-                    offset: format!("{:#x}", f.offset),
-                })
+                .map(FrameReport::of)
                 .collect();
             let fig = Figures {
                 calls: round(s.alloc_objects),
