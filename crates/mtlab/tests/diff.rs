@@ -309,3 +309,27 @@ fn sampled_traces_compare_by_their_estimates() {
     assert!(p["totals"]["peak_live_bytes"]["change"].is_null());
     assert_eq!(p["totals"]["allocated_bytes"]["change"].as_f64(), Some(525.0));
 }
+
+#[test]
+fn processes_of_a_tree_pair_by_command_and_order() {
+    // sh runs diff_sites twice: each child of NEW pairs with the same child of BASE.
+    let lab = Lab::new();
+    for (dir, v) in [("v1", "-DV=1"), ("v2", "-DV=2")] {
+        build(&lab, dir, &[v]);
+        let script = format!("./{dir}/diff_sites; ./{dir}/diff_sites; :");
+        lab.record_ok(&format!("{dir}.mtl"), "/bin/sh", &["-c", &script]);
+    }
+    let d = diff_json(&lab, "v1.mtl", "v2.mtl");
+    let pairs = d["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 3, "{d:#}");
+    assert!(d["only_base"].as_array().unwrap().is_empty() && d["only_new"].as_array().unwrap().is_empty());
+    assert_eq!(pairs[0]["base"]["command"], "sh");
+    for p in &pairs[1..] {
+        assert_eq!((p["base"]["command"].as_str(), p["new"]["command"].as_str()), (Some("diff_sites"), Some("diff_sites")));
+        let got: Vec<(&str, i64)> = p["sites"].as_array().unwrap().iter().map(|s| (function_of(s), s["change"]["bytes"].as_i64().unwrap())).collect();
+        assert_eq!(got, [("extra", 333), ("grow", 192)]);
+    }
+    // The pids differ, in order: the first child with the first.
+    let pid = |p: &Value, side: &str| u(&p[side]["pid"]);
+    assert!(pid(&pairs[1], "base") < pid(&pairs[2], "base") && pid(&pairs[1], "new") < pid(&pairs[2], "new"));
+}

@@ -9,6 +9,9 @@
 //! sampled trace), that profile's stacks — never a file format, so any
 //! source of a `ProcessReport` or a `ProfileData` compares the same way.
 //!
+//! Processes of a run are taken root first, then by pid (the order they
+//! started, but for a pid that wrapped around).
+//!
 //! - `views.rs`: the screen's tables and notes, CSV's raw tables, the JSON
 //!   of docs/metrics.md (*report --diff*).
 //! - `pprof.rs`: NEW − BASE as one pprof profile, read by `go tool pprof`
@@ -186,11 +189,27 @@ pub fn compare_processes(b: &ProcessReport, n: &ProcessReport, by: KeyBy) -> Pai
 
 /// Compares the processes reported in detail in two runs.
 pub fn compare(base: &RunReport, new: &RunReport, by: KeyBy) -> RunDiff {
-    let procs = |r: &RunReport| -> Vec<Proc> {
-        r.processes.iter().map(|p| Proc { pid: p.pid, command: crate::trace::family::command_name(&p.cmdline, &p.exe) }).collect()
+    // The root first, then the others in the order they started (by pid:
+    // not the index's order, which is the screen's), as indices of `processes`.
+    let order = |r: &RunReport| -> Vec<usize> {
+        let mut o: Vec<usize> = (0..r.processes.len()).collect();
+        o.sort_by_key(|&i| (!r.is_root(&r.processes[i]), r.processes[i].pid));
+        o
     };
-    let (bp, np) = (procs(base), procs(new));
-    let pairing = pair(&bp, &np);
+    let (bo, no) = (order(base), order(new));
+    let procs = |r: &RunReport, o: &[usize]| -> Vec<Proc> {
+        o.iter()
+            .map(|&i| &r.processes[i])
+            .map(|p| Proc { pid: p.pid, command: crate::trace::family::command_name(&p.cmdline, &p.exe) })
+            .collect()
+    };
+    let (bp, np) = (procs(base, &bo), procs(new, &no));
+    let mut pairing = pair(&bp, &np);
+    for (i, j) in pairing.pairs.iter_mut() {
+        (*i, *j) = (bo[*i], no[*j]);
+    }
+    pairing.only_base.iter_mut().for_each(|i| *i = bo[*i]);
+    pairing.only_new.iter_mut().for_each(|j| *j = no[*j]);
     let mut warnings = Vec::new();
     let pairs: Vec<PairDiff> = pairing
         .pairs

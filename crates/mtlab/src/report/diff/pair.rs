@@ -2,8 +2,7 @@
 //! other (whatever they ran: a different command is warned about), then the
 //! others by command and order — the first `cc1` of BASE after its root with
 //! the first `cc1` of NEW after its root, the second with the second, and so
-//! on, in each run's process order (the root first, then its descendants as
-//! the process index lists them).
+//! on, in the order of each run's list (the caller's: root first, then by start).
 
 /// A process as pairing sees it.
 #[derive(Debug, Clone, PartialEq)]
