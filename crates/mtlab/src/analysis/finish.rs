@@ -54,7 +54,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
     let top = opts.top;
     let gen = pass.sites.peak_gen();
     let index = &pass.replay.sites;
-    let site_report = |i: usize, id: u32, acc: &SiteAcc, symbols: &mut Symbols| SiteReport {
+    let counters = |id: u32, acc: &SiteAcc, frames: Vec<_>| SiteReport {
         stack_id: id,
         calls: acc.calls,
         bytes: acc.bytes,
@@ -63,7 +63,10 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         peak_live_objects: compact_quantum.is_none().then(|| acc.at_peak(gen).0),
         peak_live_bytes: compact_quantum.is_none().then(|| acc.at_peak(gen).1),
         temporary: acc.temporary,
-        frames: index.frames_of(i, &pass.stacks).map(|pcs| symbols.site_frames(id, pcs)).unwrap_or_default(),
+        frames,
+    };
+    let site_report = |i: usize, id: u32, acc: &SiteAcc, symbols: &mut Symbols| {
+        counters(id, acc, index.frames_of(i, &pass.stacks).map(|pcs| symbols.site_frames(id, pcs)).unwrap_or_default())
     };
     let sites: Vec<(u32, SiteAcc)> = pass.sites.all(index);
     let report = |i: usize, symbols: &mut Symbols| site_report(i, sites[i].0, &sites[i].1, symbols);
@@ -80,6 +83,15 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         let list: Vec<(&[u64], u64, u64)> =
             index.with_frames(&pass.stacks).map(|(i, pcs)| (pcs, sites[i].1.calls, sites[i].1.bytes)).collect();
         callers(&list, &mut symbols, top)
+    } else {
+        Vec::new()
+    };
+    // Every site for `report --diff`: each one's frames made once, not kept
+    // in the top tables' cache (a cc1 trace has 57 K sites).
+    let all_sites = if symbolize && opts.sites {
+        (0..sites.len())
+            .map(|i| counters(sites[i].0, &sites[i].1, index.frames_of(i, &pass.stacks).map(|pcs| symbols.frames(pcs)).unwrap_or_default()))
+            .collect()
     } else {
         Vec::new()
     };
@@ -237,6 +249,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         exit,
         profile,
         profile_data,
+        all_sites,
         warnings,
     }
 }

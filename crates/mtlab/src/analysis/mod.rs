@@ -65,18 +65,21 @@ pub struct AnalyzeOptions {
     /// Also the whole profile of a full trace (`ProcessReport::profile_data`),
     /// for the exports; a sampled trace's estimated one is always made.
     pub profile: bool,
+    /// Also every site, symbolized (`ProcessReport::all_sites`), for
+    /// `report --diff`, which matches two traces' sites by their frames.
+    pub sites: bool,
 }
 
 impl Default for AnalyzeOptions {
     fn default() -> Self {
-        AnalyzeOptions { max_points: 200, top: 10, callers: false, profile: false }
+        AnalyzeOptions { max_points: 200, top: 10, callers: false, profile: false, sites: false }
     }
 }
 
 impl AnalyzeOptions {
     /// What a process only listed in the index needs (`analyze_for_index`).
     pub fn for_index() -> AnalyzeOptions {
-        AnalyzeOptions { max_points: 1, top: 0, callers: false, profile: false }
+        AnalyzeOptions { max_points: 1, top: 0, callers: false, profile: false, sites: false }
     }
 }
 

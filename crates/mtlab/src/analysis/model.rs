@@ -125,6 +125,19 @@ pub struct FrameReport {
     pub offset: String,
 }
 
+impl FrameReport {
+    pub fn of(f: crate::symbolize::Frame) -> FrameReport {
+        FrameReport {
+            pc: format!("{:#x}", f.pc),
+            function: f.function,
+            file: f.file,
+            line: f.line,
+            module: f.module,
+            offset: format!("{:#x}", f.offset),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct SiteReport {
     pub stack_id: u32,
@@ -423,6 +436,10 @@ pub struct ProcessReport {
     /// a full trace's exact figures when `AnalyzeOptions::profile` asked.
     #[serde(skip)]
     pub profile_data: Option<crate::profile::ProfileData>,
+    /// Every site of a full trace, symbolized, in the order they were met,
+    /// when `AnalyzeOptions::sites` asked (`report --diff`); empty otherwise.
+    #[serde(skip)]
+    pub all_sites: Vec<SiteReport>,
     pub warnings: Vec<String>,
 }
 

@@ -51,14 +51,7 @@ impl Symbols {
     pub fn frames(&mut self, pcs: &[u64]) -> Vec<FrameReport> {
         pcs.iter()
             .flat_map(|&pc| self.sym.symbolize(pc))
-            .map(|f| FrameReport {
-                pc: format!("{:#x}", f.pc),
-                function: f.function,
-                file: f.file,
-                line: f.line,
-                module: f.module,
-                offset: format!("{:#x}", f.offset),
-            })
+            .map(FrameReport::of)
             .collect()
     }
 

@@ -11,6 +11,7 @@ mod affinity;
 mod attach;
 mod heap_study;
 mod profile;
+mod report_diff;
 mod study;
 mod threads;
 
@@ -332,8 +333,17 @@ struct RecordArgs {
 
 #[derive(Args, Debug)]
 struct ReportArgs {
-    /// A trace written by `mtlab record` (its children's traces are found beside it).
+    /// A trace written by `mtlab record` (its children's traces are found beside it); with --diff BASE, the NEW trace.
     file: PathBuf,
+    /// Compare trace BASE with FILE (`mtlab report --diff BASE NEW`): per allocation site the change of calls, bytes, peak,
+    /// leaks and temporaries, largest first, sites matched by their symbolized stacks (not addresses); the totals beside.
+    /// Processes pair root with root, the others by command and order. --pprof writes NEW − BASE, --html differential
+    /// flame graphs.
+    #[arg(long, value_name = "BASE", conflicts_with_all = ["flamegraph", "collapsed", "speedscope", "callers", "merge", "pid", "all_processes"])]
+    diff: Option<PathBuf>,
+    /// With --diff: match sites by function, file and line, or by function only (when an edit moved lines).
+    #[arg(long, value_enum, default_value = "lines", requires = "diff")]
+    diff_by: crate::report::diff::sites::KeyBy,
     /// Print one JSON object instead of tables (shape: docs/metrics.md).
     #[arg(long)]
     json: bool,
@@ -695,6 +705,9 @@ fn check_report_paths(a: &ReportArgs) -> Result<(), CliError> {
 
 fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     check_report_paths(&a)?;
+    if let Some(base) = &a.diff {
+        return report_diff::cmd_report_diff(&a, base, a.diff_by);
+    }
     let req = crate::profile::export::ExportRequest {
         pprof: a.pprof.clone(),
         flamegraph: a.flamegraph.clone(),
@@ -704,7 +717,7 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     };
     // The exports and the page's flame graph share one profile, made in the analysis's pass.
     let exports = !req.is_empty() || a.html.is_some();
-    let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some(), profile: exports };
+    let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some(), profile: exports, sites: false };
     let sel = report::select::Selection { pids: a.pid.clone(), comms: a.comm.clone(), all_processes: a.all_processes };
     let mut run = load_reports(&a.file, !a.no_children, &opts, &sel, a.merge)?;
     run.frames = a.frames;

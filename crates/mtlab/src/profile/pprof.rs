@@ -263,13 +263,13 @@ fn bound_labels(bounds: Option<&[Bounds; 4]>, strings: &mut Strings) -> Vec<prot
 pub const MIXED_SIZES_LABEL: &str = "interval unreliable (mixed block sizes)";
 
 /// The string table under construction: "" is index 0.
-struct Strings {
-    table: Vec<String>,
+pub(crate) struct Strings {
+    pub(crate) table: Vec<String>,
     index: HashMap<String, i64>,
 }
 
 impl Strings {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let mut s = Strings {
             table: Vec::new(),
             index: HashMap::new(),
@@ -278,7 +278,7 @@ impl Strings {
         s
     }
 
-    fn intern(&mut self, s: &str) -> i64 {
+    pub(crate) fn intern(&mut self, s: &str) -> i64 {
         if let Some(&i) = self.index.get(s) {
             return i;
         }
@@ -454,13 +454,17 @@ pub fn write_pprof(
     symbolizer: &mut Symbolizer,
     out: &Path,
 ) -> Result<(), ExportError> {
-    let bytes = to_pprof_bytes(profile, symbolizer);
+    write_gzipped(&to_pprof_bytes(profile, symbolizer), out)
+}
+
+/// Writes an encoded pprof message to `out`, gzip-compressed.
+pub(crate) fn write_gzipped(bytes: &[u8], out: &Path) -> Result<(), ExportError> {
     // Private, as the trace it comes from (its mappings' addresses undo
     // ASLR); written beside and renamed, so a link left at the name (`ctl
     // dump`'s default name is predictable) is not followed.
     let file = crate::platform::safe_fs::replace(out, 0o600).map_err(|e| ExportError::create(out, e))?;
     let mut gz = GzEncoder::new(BufWriter::new(file), Compression::default());
-    gz.write_all(&bytes)
+    gz.write_all(bytes)
         .map_err(|e| ExportError::write(out, e))?;
     let file = gz
         .finish()

@@ -26,6 +26,7 @@
 //!   the estimates of a sampled one); `json.rs`: the shape of docs/metrics.md.
 
 pub mod csv_out;
+pub mod diff;
 pub mod exports;
 pub mod index;
 pub mod json;

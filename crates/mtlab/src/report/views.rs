@@ -88,7 +88,7 @@ pub(super) fn frame_text(f: &crate::analysis::model::FrameReport) -> String {
     }
 }
 
-const ARROW: &str = " ← ";
+pub const ARROW: &str = " ← ";
 
 /// The first frames of a stack, `depth` of them, or with `depth` 0 as many as
 /// fit in `width` columns (at least one).
@@ -111,7 +111,7 @@ fn frame_line(s: &SiteReport, depth: usize, width: usize) -> String {
 }
 
 /// Columns the stack column may take: the terminal's width less the others.
-fn stack_width(other_columns: usize) -> usize {
+pub fn stack_width(other_columns: usize) -> usize {
     let cols = crate::export::text::terminal_columns().unwrap_or(160);
     cols.saturating_sub(other_columns).max(40)
 }
