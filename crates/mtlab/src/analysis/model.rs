@@ -14,7 +14,7 @@ use crate::trace::{keys, TraceFile};
 /// One function's share of the allocations: `self_*` where it called the
 /// allocator itself (bottom-up), `total_*` where it was anywhere on the
 /// stack (top-down: itself and everything it called).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct CallerReport {
     pub function: String,
     pub self_calls: u64,
@@ -23,7 +23,7 @@ pub struct CallerReport {
     pub total_bytes: u64,
 }
 /// The cycles of a function's calls (`analysis::functions`).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct CycleSummary {
     pub total: u64,
     pub mean: f64,
@@ -33,7 +33,7 @@ pub struct CycleSummary {
     pub max: u64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct FunctionReport {
     pub calls: u64,
     pub failed: u64,
@@ -49,7 +49,7 @@ pub struct PeakReport {
     pub at_ns: Option<u64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SeriesPoint {
     pub event: u64,
     pub ns: Option<u64>,
@@ -69,7 +69,7 @@ pub struct SeriesPoint {
 /// allocator adds to each live block (usable minus requested size, and glibc's
 /// 8-byte chunk header), and free space inside the mapping (fragmentation
 /// and the allocator's reserve).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
 pub struct SpaceSplit {
     pub requested_bytes: u64,
     pub overhead_bytes: u64,
@@ -96,7 +96,7 @@ impl SpaceSplit {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct FrameReport {
     pub pc: String,
     pub function: Option<String>,
@@ -108,7 +108,7 @@ pub struct FrameReport {
     pub offset: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SiteReport {
     pub stack_id: u32,
     pub calls: u64,
@@ -126,7 +126,7 @@ pub struct SiteReport {
     pub frames: Vec<FrameReport>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct TopSites {
     pub by_bytes: Vec<SiteReport>,
     pub by_calls: Vec<SiteReport>,
@@ -139,7 +139,7 @@ pub struct TopSites {
 
 /// Allocations freed with no other allocation of their thread in between
 /// (heaptrack's "temporary allocations", per thread).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
 pub struct TemporaryReport {
     pub calls: u64,
     /// All allocation calls (malloc, calloc, realloc, the memalign family).
@@ -147,14 +147,14 @@ pub struct TemporaryReport {
     pub fraction: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct LeakReport {
     pub objects: u64,
     pub bytes: u64,
     pub top: Vec<SiteReport>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StackQuality {
     /// Which unwinder made the stacks: dwarf, fp, libgcc, libunwind (none: no stacks).
     pub mode: String,
@@ -164,7 +164,7 @@ pub struct StackQuality {
     pub note: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Slowdown {
     pub baseline_wall_ns: u64,
     pub traced_wall_ns: u64,
@@ -173,14 +173,14 @@ pub struct Slowdown {
     pub baseline_stdin_empty: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ProgramMappings {
     pub calls: u64,
     pub bytes: u64,
 }
 
 /// The heap manager's own figures at exit (STATS), beside mtlab's.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct AllocatorStats {
     pub source: String,
     pub in_use_bytes: Option<u64>,
@@ -241,7 +241,7 @@ impl AllocatorStats {
 
 /// The heap manager's own figures read after a `mtlab ctl dump` (an
 /// ALLOCSTATS record), beside mtlab's estimate of the bytes in use then.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct AllocatorReading {
     /// Which dump asked for it (1 for the first `ctl dump` of the process).
     pub dump: u64,
@@ -306,7 +306,7 @@ impl AllocatorReading {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ProcessReport {
     pub file: String,
     pub pid: u32,
@@ -391,7 +391,7 @@ pub struct ProcessReport {
 }
 
 /// One stack of a sampled profile, with 95 % intervals.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SampledSite {
     pub stack_id: u32,
     pub samples: u64,
@@ -402,7 +402,7 @@ pub struct SampledSite {
     pub frames: Vec<FrameReport>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SampledSummary {
     #[serde(flatten)]
     pub totals: SampledTotals,

@@ -29,6 +29,7 @@ pub mod csv_out;
 pub mod exports;
 pub mod index;
 pub mod json;
+pub mod live;
 pub mod load;
 pub mod select;
 pub mod views;
@@ -114,6 +115,8 @@ pub struct RunReport {
     /// that are not reported in detail (a detailed one keeps its own in
     /// `ProcessReport::profile_data`).
     pub profiles: Vec<(String, crate::profile::ProfileData)>,
+    /// Read from a live profile (`record --live`): which snapshot, and the lag.
+    pub live: Option<live::LiveStatus>,
 }
 
 impl RunReport {

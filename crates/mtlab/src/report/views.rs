@@ -302,6 +302,10 @@ fn sampled(summary: &crate::analysis::model::SampledSummary, depth: usize) -> Ve
 /// Every process of the run, root first.
 pub fn views(run: &RunReport) -> Vec<View> {
     let mut out: Vec<View> = Vec::new();
+    if let Some(l) = &run.live {
+        out.push(View::Note(l.text()));
+        out.extend(l.notes.iter().cloned().map(View::Note));
+    }
     for p in &run.processes {
         let mut note = |s: String| out.push(View::Note(s));
         // An image the root's pid exec'd is the root process still, not a child.
