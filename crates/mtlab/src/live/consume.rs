@@ -248,7 +248,7 @@ impl Consumer {
             header,
             chunks: Vec::new(),
             maps: self.maps.clone().into_texts(),
-            end: self.end.clone(),
+            end: self.end,
             runinfo: runinfo.to_vec(),
             stats: self.stats.clone(),
             allocator_readings: self.allocator_readings.clone(),

@@ -64,10 +64,13 @@ pub enum LiveError {
     Trace(#[from] crate::trace::TraceError),
 }
 
+/// The run's facts (RUNINFO), handed to the consumer once the program has ended.
+type RunFacts = Mutex<Option<Vec<(String, String)>>>;
+
 /// The watermark descriptor (until the program is spawned) and the consumer thread.
 pub struct Live {
     fd: Option<OwnedFd>,
-    end: Arc<Mutex<Option<Vec<(String, String)>>>>,
+    end: Arc<RunFacts>,
     ended: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<LiveSummary, LiveError>>>,
 }
@@ -128,7 +131,7 @@ fn consume_while_running(
     cfg: LiveConfig,
     sink: Option<Box<dyn RawSink>>,
     page: &SharedPage,
-    end: &Mutex<Option<Vec<(String, String)>>>,
+    end: &RunFacts,
     ended: &AtomicBool,
 ) -> Result<LiveSummary, LiveError> {
     let snap_opts = AnalyzeOptions { callers: false, profile: false, ..AnalyzeOptions::default() };
