@@ -19,6 +19,7 @@ pub mod compact;
 pub mod ctl;
 pub mod export;
 pub mod heap;
+pub mod live;
 pub mod live_finish;
 pub mod native;
 pub mod platform;

@@ -69,20 +69,7 @@ impl LiveFinish {
         if when == When::Off {
             return None;
         }
-        // SAFETY: memfd_create with a valid name; the descriptor is owned
-        // below. Not close-on-exec: the traced program inherits it.
-        let raw = unsafe { libc::memfd_create(c"mtlab-watermark".as_ptr(), 0) };
-        if raw < 0 {
-            return None;
-        }
-        // SAFETY: `raw` is a fresh descriptor nobody else owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: ftruncate on our own descriptor.
-        if unsafe { libc::ftruncate(fd.as_raw_fd(), WATERMARK_SIZE as libc::off_t) } != 0 {
-            return None;
-        }
-        let page = Arc::new(SharedPage::map(&fd, WATERMARK_SIZE as usize).ok()?);
-        page.u64_at(WATERMARK_OFF_MAGIC).store(WATERMARK_MAGIC, Ordering::Release);
+        let (fd, page) = watermark_page()?;
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (page, stop) = (Arc::clone(&page), Arc::clone(&stop));
@@ -110,6 +97,28 @@ impl LiveFinish {
         self.stop.store(true, Ordering::Release);
         self.thread.take().and_then(|t| t.join().ok()).flatten()
     }
+}
+
+/// A new watermark page: the descriptor to pass to the program
+/// (MTLAB_WATERMARK_FD) and the page, whose first word the root process's
+/// writer sets to the offset below which its trace is complete. None when
+/// the system offers no memfd.
+pub fn watermark_page() -> Option<(OwnedFd, Arc<SharedPage>)> {
+    // SAFETY: memfd_create with a valid name; the descriptor is owned
+    // below. Not close-on-exec: the traced program inherits it.
+    let raw = unsafe { libc::memfd_create(c"mtlab-watermark".as_ptr(), 0) };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: `raw` is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: ftruncate on our own descriptor.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), WATERMARK_SIZE as libc::off_t) } != 0 {
+        return None;
+    }
+    let page = Arc::new(SharedPage::map(&fd, WATERMARK_SIZE as usize).ok()?);
+    page.u64_at(WATERMARK_OFF_MAGIC).store(WATERMARK_MAGIC, Ordering::Release);
+    Some((fd, page))
 }
 
 fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool, when: When) -> Option<Finisher> {

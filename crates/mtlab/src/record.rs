@@ -75,6 +75,9 @@ pub struct RecordConfig {
     pub baseline: bool,
     /// Compact the traces after the run, with this quantum (`trace::compact`).
     pub compact: Option<u64>,
+    /// `--live`: the root trace analysed while the program runs, into a
+    /// profile file (`output` is then the raw trace's path).
+    pub live: Option<crate::live::LiveConfig>,
     pub program: OsString,
     pub args: Vec<OsString>,
 }
@@ -114,6 +117,8 @@ pub struct RecordOutcome {
     /// Why the root trace is missing although the library created it (it
     /// could not write even the header: a full disk); the empty file was removed.
     pub root_unwritten: Option<String>,
+    /// What `--live` came to.
+    pub live: Option<crate::live::LiveSummary>,
 }
 
 /// The ELF class and machine mtlab's preload library is built for (this
@@ -674,9 +679,20 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             });
         }
     }
-    // The root trace is rewritten while the program runs, as far as it is written.
-    let mut live = crate::live_finish::LiveFinish::new(output.clone());
-    if let Some(fd) = live.as_ref().and_then(|l| l.fd()) {
+    // With --live the root trace is analysed while the program runs; else
+    // it is rewritten while the program runs, as far as it is written.
+    let mut analysed = match &cfg.live {
+        Some(l) => {
+            // A profile that cannot be written is refused before the program runs.
+            drop(crate::platform::safe_fs::replace(&l.profile, 0o644).map_err(|source| RecordError::Unwritable { path: l.profile.clone(), source })?);
+            Some(crate::live::Live::start(output.clone(), l.clone(), None).ok_or_else(|| {
+                RecordError::Output("--live needs a memfd for the trace's watermark, and this system gave none".into())
+            })?)
+        }
+        None => None,
+    };
+    let mut live = if cfg.live.is_some() { None } else { crate::live_finish::LiveFinish::new(output.clone()) };
+    if let Some(fd) = live.as_ref().and_then(|l| l.fd()).or_else(|| analysed.as_ref().and_then(|l| l.fd())) {
         cmd.env("MTLAB_WATERMARK_FD", fd.to_string());
     }
     // Trace files for the processes that cannot make their own (a daemon's
@@ -703,6 +719,9 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         a.finish();
     }
     if let Some(l) = live.as_mut() {
+        l.spawned();
+    }
+    if let Some(l) = analysed.as_mut() {
         l.spawned();
     }
     let mut root_finisher = live.and_then(|l| l.stop());
@@ -761,9 +780,22 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         runinfo.push((keys::UNTRACED.into(), crate::broker::encode(&served.untraced)));
         warnings.push(crate::broker::summary(&served.untraced, served.untraced_count));
     }
+    let live_summary = match analysed {
+        Some(l) => Some(l.finish(runinfo.clone()).map_err(|e| RecordError::Output(e.to_string()))?),
+        None => None,
+    };
+    let keep_raw = cfg.live.as_ref().is_none_or(|l| l.keep_raw);
     let mut bytes = 0;
     for (i, t) in traces.iter().enumerate() {
         let root = i == 0 && *t == output;
+        if root && !keep_raw {
+            // Analysed into the profile, its blocks released: what is left
+            // of the raw trace is its header and the holes.
+            if let Err(e) = std::fs::remove_file(t) {
+                warnings.push(format!("{}: the raw trace could not be removed: {e}", t.display()));
+            }
+            continue;
+        }
         if !root && still_running(&output, t) {
             // A descendant outlived the program: its file is still being
             // written and must not be replaced under it.
@@ -805,7 +837,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     if !traces.is_empty() && crate::symbolize::elf_is_go(&program) == Some(true) {
         warnings.push(GO_EXIT.replace("{}", &program.display().to_string()));
     }
-    Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings, root_unwritten })
+    Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings, root_unwritten, live: live_summary })
 }
 
 /// Why nothing could be written to the trace file `t`: its file system is

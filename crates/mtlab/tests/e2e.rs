@@ -1924,32 +1924,6 @@ fn a_seccomp_filter_finishes_the_trace_before_it_and_leaves_the_program_alone() 
     }
 }
 
-/// A 1 MiB tmpfs mounted in the lab, unmounted when dropped; None (and a
-/// note on stderr) where this process may not mount: only root may, and not
-/// in a container without CAP_SYS_ADMIN.
-struct SmallDisk(std::path::PathBuf);
-
-impl SmallDisk {
-    fn mount(lab: &Lab) -> Option<SmallDisk> {
-        let dir = lab.path("small");
-        std::fs::create_dir(&dir).unwrap();
-        let o = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&dir).output();
-        match o {
-            Ok(o) if o.status.success() => Some(SmallDisk(dir)),
-            other => {
-                skip(&format!("cannot mount a 1 MiB tmpfs here (needs root with CAP_SYS_ADMIN): {other:?}"));
-                None
-            }
-        }
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// Records PROGRAM ARGS on the full disk and once without limit; checks that
 /// the program ran to its end, that the file reads cleanly to an END record,
 /// and that every event is either in it or counted as dropped.

@@ -15,6 +15,26 @@ use crate::profile::ProfileData;
 use crate::symbolize::Mapping;
 use crate::trace::{keys, Func, Items, TraceFile};
 
+/// What the decoder met: its warnings and counts, over one `Items` or
+/// (`record --live`) several, one per batch of chunks.
+#[derive(Debug, Clone, Default)]
+pub struct Decoded {
+    pub warnings: Vec<String>,
+    /// Events decoded.
+    pub events: u64,
+    /// Chunks whose events did not match their checksum.
+    pub chunks_damaged: u64,
+}
+
+impl Decoded {
+    /// Adds what `items` met.
+    pub fn add(&mut self, items: &Items) {
+        self.warnings.extend(items.warnings().iter().cloned());
+        self.events += items.events_decoded();
+        self.chunks_damaged += items.chunks_damaged().0;
+    }
+}
+
 /// What the report is made of beside the pass.
 pub struct Inputs<'a> {
     pub trace: &'a TraceFile,
@@ -22,15 +42,15 @@ pub struct Inputs<'a> {
     /// Site tables, functions and stacks are shown (not a process in the index only).
     pub symbolize: bool,
     pub maps: Vec<Mapping>,
-    /// The decoder, for its warnings and counts.
-    pub items: &'a Items,
+    /// What the decoder met.
+    pub decoded: &'a Decoded,
     /// A sampled trace's estimates, made in the same pass.
     pub sampled: Option<SampledProfile>,
     pub readings: Vec<AllocatorReading>,
 }
 
 pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
-    let Inputs { trace, opts, symbolize, maps, items, sampled, readings } = inp;
+    let Inputs { trace, opts, symbolize, maps, decoded, sampled, readings } = inp;
     let compact_quantum = trace.compact_quantum().and_then(|q| q.parse::<u64>().ok());
     let mut warnings = trace.warnings.clone();
     if trace.header.version < crate::trace::format::TRACE_VERSION {
@@ -38,7 +58,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
     }
     // Damage that `mtlab record` found (and cut off) when it finished the file.
     warnings.extend(trace.runinfo.iter().filter(|(k, _)| k == keys::FINISH_WARNING).map(|(_, v)| format!("when recorded: {v}")));
-    warnings.extend(items.warnings().iter().cloned());
+    warnings.extend(decoded.warnings.iter().cloned());
     let stat = |key: &str| trace.stats.iter().find(|(k, _)| k == key).and_then(|(_, v)| v.parse::<u64>().ok());
     let unnamed = stat(keys::SAMPLES_THREADS_UNNAMED);
     if let Some(n @ 1..) = unnamed {
@@ -47,7 +67,6 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
              with --sample-seed their samples need not repeat from run to run"
         ));
     }
-    let decoded = items.events_decoded();
     let last_tsc = pass.last_tsc;
 
     let mut symbols = Symbols::new(&maps, recorded_until(trace, last_tsc));
@@ -220,9 +239,9 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         leaks: LeakReport { objects: end.live_objects, bytes: end.live_bytes, top: leak_top },
         // Events the writer counted as written that the file does not hold
         // (cut away when the disk filled, or in a damaged chunk) are lost too.
-        events_dropped: trace.end.as_ref().map(|e| e.events_dropped + e.events_written.saturating_sub(decoded)),
+        events_dropped: trace.end.as_ref().map(|e| e.events_dropped + e.events_written.saturating_sub(decoded.events)),
         chunks_dropped: trace.end.as_ref().map(|e| e.chunks_dropped),
-        chunks_damaged: trace.records_damaged + items.chunks_damaged().0,
+        chunks_damaged: trace.records_damaged + decoded.chunks_damaged,
         trace_reopened: stat(keys::TRACE_REOPENED).unwrap_or(0),
         forked_without_handlers: stat(keys::FORKED_WITHOUT_HANDLERS).unwrap_or(0) > 0,
         stopped_by_seccomp: stat(keys::STOPPED_BY_SECCOMP).unwrap_or(0) > 0,

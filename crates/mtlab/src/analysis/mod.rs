@@ -34,7 +34,7 @@
 //! callers with `callers`, the exact profile with `profile`, no symbols
 //! and one time-series point for a process in the index only.
 
-mod finish;
+pub mod finish;
 pub mod functions;
 pub mod model;
 pub mod pass;
@@ -100,9 +100,7 @@ pub fn analyze_for_index(trace: &TraceFile, profile: bool) -> Result<ProcessRepo
 
 fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Result<ProcessReport, TraceError> {
     let compact = trace.compact_quantum().is_some_and(|q| q.parse::<u64>().is_ok());
-    let total: u64 = trace.chunks.iter().map(|c| c.n_events as u64).sum();
-    let every = total.div_ceil(opts.max_points.max(1) as u64).max(1);
-    let mut pass = Pass::new(&trace.header, every, compact);
+    let mut pass = Pass::new(&trace.header, opts.max_points, compact);
     // A sampled trace's profile is estimated in this same decode pass.
     let readings = AllocatorReading::all_of(trace);
     let mut sampled = (trace.header.sample_interval > 0).then(|| SampledPass::with_checkpoints(AllocatorReading::tscs(&readings)));
@@ -120,5 +118,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
     }
     pass.end_series();
     let sampled = sampled.map(|s| s.finish(trace, &pass.stacks, maps.clone()));
-    Ok(finish::report(&pass, finish::Inputs { trace, opts, symbolize, maps, items: &items, sampled, readings }))
+        let mut decoded = finish::Decoded::default();
+    decoded.add(&items);
+    Ok(finish::report(&pass, finish::Inputs { trace, opts, symbolize, maps, decoded: &decoded, sampled, readings }))
 }

@@ -15,7 +15,7 @@ pub use crate::study::stats::Interval;
 /// One function's share of the allocations: `self_*` where it called the
 /// allocator itself (bottom-up), `total_*` where it was anywhere on the
 /// stack (top-down: itself and everything it called).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct CallerReport {
     pub function: String,
     pub self_calls: u64,
@@ -26,7 +26,7 @@ pub struct CallerReport {
 /// The cycles of a function's calls (`analysis::functions`): of every call
 /// under `record --time every`, else of the timed sample (`total` then
 /// estimates all calls' total, `max` is the sample's).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct CycleSummary {
     pub total: u64,
     pub mean: f64,
@@ -41,7 +41,7 @@ pub struct CycleSummary {
 }
 
 /// Confidence intervals of a timed sample's figures for all of the calls.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct CycleIntervals {
     pub total: Interval,
     pub mean: Interval,
@@ -50,7 +50,7 @@ pub struct CycleIntervals {
     pub p99: Interval,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct FunctionReport {
     pub calls: u64,
     pub failed: u64,
@@ -66,7 +66,7 @@ pub struct PeakReport {
     pub at_ns: Option<u64>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SeriesPoint {
     pub event: u64,
     pub ns: Option<u64>,
@@ -86,7 +86,7 @@ pub struct SeriesPoint {
 /// allocator adds to each live block (usable minus requested size, and glibc's
 /// 8-byte chunk header), and free space inside the mapping (fragmentation
 /// and the allocator's reserve).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
 pub struct SpaceSplit {
     pub requested_bytes: u64,
     pub overhead_bytes: u64,
@@ -113,7 +113,7 @@ impl SpaceSplit {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct FrameReport {
     pub pc: String,
     pub function: Option<String>,
@@ -138,7 +138,7 @@ impl FrameReport {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SiteReport {
     pub stack_id: u32,
     pub calls: u64,
@@ -156,7 +156,7 @@ pub struct SiteReport {
     pub frames: Vec<FrameReport>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct TopSites {
     pub by_bytes: Vec<SiteReport>,
     pub by_calls: Vec<SiteReport>,
@@ -169,7 +169,7 @@ pub struct TopSites {
 
 /// Allocations freed with no other allocation of their thread in between
 /// (heaptrack's "temporary allocations", per thread).
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize)]
 pub struct TemporaryReport {
     pub calls: u64,
     /// All allocation calls (malloc, calloc, realloc, the memalign family).
@@ -177,14 +177,14 @@ pub struct TemporaryReport {
     pub fraction: f64,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct LeakReport {
     pub objects: u64,
     pub bytes: u64,
     pub top: Vec<SiteReport>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct StackQuality {
     /// Which unwinder made the stacks: dwarf, fp, libgcc, libunwind (none: no stacks).
     pub mode: String,
@@ -194,7 +194,7 @@ pub struct StackQuality {
     pub note: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Slowdown {
     pub baseline_wall_ns: u64,
     pub traced_wall_ns: u64,
@@ -203,14 +203,14 @@ pub struct Slowdown {
     pub baseline_stdin_empty: bool,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ProgramMappings {
     pub calls: u64,
     pub bytes: u64,
 }
 
 /// The heap manager's own figures at exit (STATS), beside mtlab's.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct AllocatorStats {
     pub source: String,
     pub in_use_bytes: Option<u64>,
@@ -271,7 +271,7 @@ impl AllocatorStats {
 
 /// The heap manager's own figures read after a `mtlab ctl dump` (an
 /// ALLOCSTATS record), beside mtlab's estimate of the bytes in use then.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct AllocatorReading {
     /// Which dump asked for it (1 for the first `ctl dump` of the process).
     pub dump: u64,
@@ -337,7 +337,7 @@ impl AllocatorReading {
 }
 
 /// A trace of a process that was already running (`record --pid`).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
 pub struct Attached {
     /// The pid mtlab attached to (in its own PID namespace; the trace's `pid`
     /// is the process's own view, e.g. 1 in a container).
@@ -348,7 +348,7 @@ pub struct Attached {
     pub ended_by: String,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ProcessReport {
     pub file: String,
     pub pid: u32,
@@ -444,7 +444,7 @@ pub struct ProcessReport {
 }
 
 /// One stack of a sampled profile, with 95 % intervals.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SampledSite {
     pub stack_id: u32,
     pub samples: u64,
@@ -455,7 +455,7 @@ pub struct SampledSite {
     pub frames: Vec<FrameReport>,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SampledSummary {
     #[serde(flatten)]
     pub totals: SampledTotals,

@@ -26,14 +26,14 @@ pub struct Pass {
 
 impl Pass {
     /// A pass over the trace whose header is `header`, with a time series
-    /// point every `every` calls.
-    pub fn new(header: &Header, every: u64, compact: bool) -> Pass {
+    /// of at most `max_points` points.
+    pub fn new(header: &Header, max_points: usize, compact: bool) -> Pass {
         Pass {
             replay: Replay::new(header),
             stacks: StackTable::default(),
             functions: Functions::default(),
             sites: Sites::default(),
-            series: Series::new(every, compact, super::model::SpaceSplit::header_bytes(&header.allocator)),
+            series: Series::new(max_points, compact, super::model::SpaceSplit::header_bytes(&header.allocator)),
             events: 0,
             last_tsc: 0,
             header: header.clone(),
@@ -60,7 +60,7 @@ impl Pass {
         self.series.on_event(ev, &step);
         if step.counted {
             self.events += 1;
-            if self.series.tick() {
+            if self.series.tick(self.events) {
                 let ns = self.ns(ev.tsc);
                 self.series.point(&mut self.replay.heap, self.events, ns);
             }

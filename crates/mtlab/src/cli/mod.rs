@@ -326,6 +326,18 @@ struct RecordArgs {
     compact: bool,
     #[command(flatten)]
     attach: attach::AttachArgs,
+    /// Analyse the trace while the program runs and write a profile file (-o, default
+    /// mtlab.PROGRAM.live) instead of a trace: a snapshot every --snapshot-every, the whole run's
+    /// report data at exit; the raw trace is released as it is analysed, so disk stays bounded.
+    #[arg(long, conflicts_with_all = ["sample", "compact"])]
+    live: bool,
+    /// With --live: seconds between snapshots of the profile (e.g. 10s, 0.5).
+    #[arg(long, value_name = "SECONDS", default_value = "10s", value_parser = parse_snapshot_every, requires = "live")]
+    snapshot_every: std::time::Duration,
+    /// With --live: also keep the whole raw trace and finish it as `record` does (as PROFILE.raw),
+    /// for comparing the live profile with the full trace of the same run.
+    #[arg(long, requires = "live")]
+    keep_raw: bool,
     /// The program to run, then its arguments.
     #[arg(required_unless_present = "pid", conflicts_with = "pid", trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
@@ -586,6 +598,14 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
     Ok(if failed == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
+fn parse_snapshot_every(s: &str) -> Result<std::time::Duration, String> {
+    let v: f64 = s.trim_end_matches('s').parse().map_err(|_| format!("`{s}` is not a number of seconds (e.g. 10s)"))?;
+    if !(0.05..=86400.0).contains(&v) {
+        return Err(format!("`{s}`: give between 0.05 and 86400 seconds"));
+    }
+    Ok(std::time::Duration::from_secs_f64(v))
+}
+
 fn default_output(program: &OsString) -> PathBuf {
     let name = std::path::Path::new(program).file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
     PathBuf::from(format!("mtlab.{name}.mtl"))
@@ -598,8 +618,23 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     }
     let mut command = a.command.into_iter();
     let program = command.next().expect("clap requires PROGRAM");
+    let live = a.live.then(|| crate::live::LiveConfig {
+        profile: a.output.clone().unwrap_or_else(|| default_output(&program).with_extension("live")),
+        snapshot_every: a.snapshot_every,
+        keep_raw: a.keep_raw,
+    });
+    let output = match &live {
+        // The raw trace beside the profile: PROFILE.raw (its children's PROFILE.raw.PID).
+        Some(l) => {
+            let mut raw = l.profile.clone().into_os_string();
+            raw.push(".raw");
+            PathBuf::from(raw)
+        }
+        None => a.output.unwrap_or_else(|| default_output(&program)),
+    };
     let cfg = RecordConfig {
-        output: a.output.unwrap_or_else(|| default_output(&program)),
+        output,
+        live,
         stacks: a.stacks,
         unwind: a.unwind,
         sample: a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed }),
@@ -614,7 +649,32 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     };
     let outcome = record::record(&cfg)?;
     let n = outcome.traces.len();
-    match outcome.traces.first() {
+    if let (Some(l), Some(s)) = (&cfg.live, &outcome.live) {
+        let p = crate::platform::process::shell_word(&l.profile);
+        match s.complete {
+            true => say!(
+                "mtlab: wrote {} (live profile, {} snapshot{}, raw trace on disk at most {}) in {:.3} s; read it with `mtlab report {p}`",
+                l.profile.display(),
+                s.snapshots,
+                if s.snapshots == 1 { "" } else { "s" },
+                report::human_bytes(s.lag.max_raw_disk_bytes),
+                outcome.wall.as_secs_f64(),
+            ),
+            false => say!("mtlab: the live profile {} was not completed (see the warnings)", l.profile.display()),
+        }
+        for w in &s.warnings {
+            say!("mtlab: warning: {w}");
+        }
+        if s.lag.late_events > 0 {
+            say!(
+                "mtlab: warning: {} events of one thread reached the trace after later events of another had been analysed \
+                 and were replayed late: figures that depend on the order of threads' events (the peak) may differ from a full trace's",
+                s.lag.late_events
+            );
+        }
+    }
+    let live_only = cfg.live.as_ref().is_some_and(|l| !l.keep_raw) && outcome.live.as_ref().is_some_and(|s| s.complete);
+    match outcome.traces.first().filter(|_| !live_only) {
         Some(first) => say!(
             "mtlab: wrote {} ({} trace file{}, {}) in {:.3} s; read it with `mtlab report {}`",
             first.display(),
@@ -624,6 +684,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
             outcome.wall.as_secs_f64(),
             crate::platform::process::shell_word(first)
         ),
+        None if live_only => {}
         None => match std::os::unix::process::ExitStatusExt::signal(&outcome.status) {
             Some(sig) => say!(
                 "mtlab: no trace was written: the program was killed by signal {sig} before mtlab's first write \
@@ -666,6 +727,9 @@ pub fn load_reports(
     sel: &report::select::Selection,
     merge: bool,
 ) -> Result<RunReport, CliError> {
+    if crate::live::file::is_profile(file) {
+        return report::live::load(file, opts).map_err(|e| CliError::Other(e.to_string()));
+    }
     let run = report::load::load(file, children, opts, sel, merge)?;
     for m in &run.missing {
         say!("mtlab: warning: {}", m.message());
@@ -743,7 +807,7 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
                 flame_graph(&data, &pick.caption, section, a.flame_value)
             })
             .unwrap_or_default();
-        let extras = export::html::Extras { summary: report::summary::summary(&run), flames };
+        let extras = export::html::Extras { summary: report::summary::summary(&run), flames, images: Vec::new() };
         write_html(&html_document(&mut run), path, &format!("mtlab report {}", a.file.display()), &extras)?;
     }
     let warnings = report::warning_count(&run);
@@ -879,6 +943,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         time_sample: record::DEFAULT_TIME_SAMPLE,
         baseline: true,
         compact: None,
+        live: None,
         program: workload.clone().into_os_string(),
         args,
     };
@@ -943,7 +1008,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         views.push(export::View::Note(format!("══ {title} ══")));
         views.extend(doc.views);
     }
-    let extras = export::html::Extras { summary: report::summary::summary(&full), flames: root_flame_graph(&full) };
+    let extras = export::html::Extras { summary: report::summary::summary(&full), flames: root_flame_graph(&full), images: Vec::new() };
     write_html(&Document { views, data: serde_json::Value::Null }, &a.html, "mtlab demo: a tour on built-in workloads", &extras)?;
     say!("mtlab demo: done in {:.0} s; the tour's report: {}", started.elapsed().as_secs_f64(), a.html.display());
     Ok(ExitCode::SUCCESS)

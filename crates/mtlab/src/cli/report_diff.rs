@@ -75,7 +75,7 @@ pub(super) fn cmd_report_diff(a: &ReportArgs, base: &Path, by: KeyBy) -> Result<
             })
             .collect();
         let title = format!("mtlab report --diff {} {}", base.display(), a.file.display());
-        write_html(&diff::views::document(&d, usize::MAX), path, &title, &images)?;
+        write_html(&diff::views::document(&d, usize::MAX), path, &title, &export::html::Extras { images, ..Default::default() })?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -20,11 +20,20 @@ pub struct Summary {
     pub warnings: Vec<String>,
 }
 
+/// A drawing made elsewhere (an SVG document), shown as it is at the end of
+/// the page: `report --diff`'s differential flame graphs.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub title: String,
+    pub svg: String,
+}
+
 /// What a page holds besides the document's views.
 #[derive(Debug, Clone, Default)]
 pub struct Extras {
     pub summary: Option<Summary>,
     pub flames: Vec<FlameGraph>,
+    pub images: Vec<Image>,
 }
 
 pub struct HtmlExporter {
@@ -199,6 +208,13 @@ pub fn page(title: &str, views: &[View], extras: &Extras) -> Result<String, Expo
             .and_then(|want| secs.iter().position(|s| s.heading.as_ref().is_some_and(|h| h.contains(want.as_str()))))
             .unwrap_or(secs.len() - 1);
         flame_html(&mut secs[at].body, f, i)?;
+    }
+    if let Some(last) = secs.last_mut() {
+        for img in &extras.images {
+            // The SVG is inlined as it is: it is mtlab's own drawing (inferno's), not user text.
+            let svg = img.svg.find("<svg").map_or(img.svg.as_str(), |at| &img.svg[at..]);
+            write!(last.body, "<figure class=\"image\"><figcaption>{}</figcaption>{svg}</figure>\n", escape(&img.title)).ok();
+        }
     }
     let mut body = String::new();
     if let Some(s) = &extras.summary {

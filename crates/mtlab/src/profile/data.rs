@@ -3,7 +3,7 @@
 use crate::symbolize::Mapping;
 
 /// One call stack with its (estimated or exact) totals.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StackSample {
     /// Program counters (return addresses), innermost first.
     pub pcs: Vec<u64>,
@@ -17,7 +17,7 @@ pub struct StackSample {
 }
 
 /// An estimated value's 95 % interval and the samples behind it (0: "not sampled").
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Bounds {
     pub low: f64,
     pub high: f64,
@@ -28,7 +28,7 @@ pub struct Bounds {
 }
 
 /// A heap profile of one process.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct ProfileData {
     pub samples: Vec<StackSample>,
     /// The process's memory maps, for symbolization.

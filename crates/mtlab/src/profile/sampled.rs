@@ -24,7 +24,7 @@ pub fn sample_probability(size: u64, interval: u64) -> f64 {
 }
 
 /// A weighted total, its design variance and its 95 % interval.
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, serde::Deserialize, PartialEq)]
 pub struct Estimate {
     pub value: f64,
     pub variance: f64,
@@ -134,7 +134,7 @@ impl Estimate {
     }
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SampledStack {
     pub stack_id: u32,
     #[serde(skip)]
@@ -148,7 +148,7 @@ pub struct SampledStack {
 }
 
 /// A sampled profile's totals, as reported (JSON keys at the profile's top level).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SampledTotals {
     /// Intervals seen in the samples (more than one if changed at run time).
     pub intervals: Vec<u64>,
@@ -160,7 +160,7 @@ pub struct SampledTotals {
     pub inuse_objects: Estimate,
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SampledProfile {
     #[serde(flatten)]
     pub totals: SampledTotals,

@@ -19,6 +19,9 @@ pub fn to_json(run: &RunReport) -> Value {
     root["children"] = Value::Array(children);
     root["processes_index"] = serde_json::to_value(&run.index).expect("index rows serialize");
     root["missing_traces"] = serde_json::to_value(&run.missing).expect("missing traces serialize");
+    if let Some(l) = &run.live {
+        root["live_profile"] = serde_json::to_value(l).expect("live status serializes");
+    }
     root["untraced_processes"] = run.untraced.as_ref().map_or(serde_json::json!({"count": 0, "named": []}), |u| u.to_json());
     root
 }

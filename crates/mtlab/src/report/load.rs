@@ -193,7 +193,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection,
             p.exit = row.ending.exit_text();
         }
     }
-    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, untraced, frames: 0, execd_root_ended, profiles })
+    Ok(RunReport { processes: reports.into_iter().flatten().collect(), index, missing, untraced, frames: 0, execd_root_ended, profiles, live: None })
 }
 
 /// The processes of the run that got no trace file at all (RUNINFO

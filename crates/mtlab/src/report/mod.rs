@@ -30,6 +30,7 @@ pub mod diff;
 pub mod exports;
 pub mod index;
 pub mod json;
+pub mod live;
 pub mod load;
 pub mod select;
 pub mod summary;
@@ -139,6 +140,8 @@ pub struct RunReport {
     /// that are not reported in detail (a detailed one keeps its own in
     /// `ProcessReport::profile_data`).
     pub profiles: Vec<(String, crate::profile::ProfileData)>,
+    /// Read from a live profile (`record --live`): which snapshot, and the lag.
+    pub live: Option<live::LiveStatus>,
 }
 
 impl RunReport {

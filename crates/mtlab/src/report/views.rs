@@ -322,6 +322,10 @@ pub fn views(run: &RunReport) -> Vec<View> {
 /// no character sparkline stands beside it.
 pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
     let mut out: Vec<View> = Vec::new();
+    if let Some(l) = &run.live {
+        out.push(View::Note(l.text()));
+        out.extend(l.notes.iter().cloned().map(View::Note));
+    }
     for p in &run.processes {
         let mut note = |s: String| out.push(View::Note(s));
         // An image the root's pid exec'd is the root process still, not a child.

@@ -129,7 +129,7 @@ pub fn median(values: &[f64]) -> f64 {
 }
 
 /// How an interval was made.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Method {
     /// Order statistics (binomial) or Mann–Whitney: distribution-free, level exact.
@@ -139,7 +139,7 @@ pub enum Method {
 }
 
 /// A confidence interval and the level it truly has.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, serde::Deserialize)]
 pub struct Interval {
     pub low: f64,
     pub high: f64,

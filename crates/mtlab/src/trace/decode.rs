@@ -893,6 +893,13 @@ pub struct Items {
 }
 
 impl Items {
+    /// The items of `chunks` (records of `file`, at `path`): what
+    /// `TraceFile::items` gives for a whole trace, for a batch of chunks
+    /// of a trace still being written (`record --live`).
+    pub fn over(path: PathBuf, file: File, chunks: Vec<ChunkInfo>) -> Items {
+        Items::new(path, file, chunks)
+    }
+
     fn new(path: PathBuf, file: File, chunks: Vec<ChunkInfo>) -> Items {
         let mut order: Vec<u32> = (0..chunks.len() as u32).collect();
         order.sort_by_key(|&i| (chunks[i as usize].first_tsc, i));

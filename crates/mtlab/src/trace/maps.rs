@@ -16,8 +16,8 @@
 
 use std::collections::HashMap;
 
-#[derive(Debug, Default)]
-pub(crate) struct MapsKept {
+#[derive(Debug, Default, Clone)]
+pub struct MapsKept {
     first: Option<String>,
     /// Every later snapshot so far was the first one again.
     only_first: bool,

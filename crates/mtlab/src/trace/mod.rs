@@ -56,6 +56,7 @@ pub mod rewrite;
 pub mod stacks;
 pub mod varint;
 
+pub use maps::MapsKept;
 pub use decode::{read_header, Header, ItemRef, Items, TraceFile};
 pub use encode::{ChunkEncoder, TraceWriter};
 pub use error::TraceError;

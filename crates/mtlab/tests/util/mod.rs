@@ -448,3 +448,29 @@ pub fn assert_metrics_documented(v: &Value) {
     missing.dedup();
     assert!(missing.is_empty(), "{} run: metrics not documented in docs/metrics.md: {missing:?}", v["study"]);
 }
+
+/// A 1 MiB tmpfs mounted in the lab, unmounted when dropped; None (and a
+/// note on stderr) where this process may not mount: only root may, and not
+/// in a container without CAP_SYS_ADMIN.
+pub struct SmallDisk(pub std::path::PathBuf);
+
+impl SmallDisk {
+    pub fn mount(lab: &Lab) -> Option<SmallDisk> {
+        let dir = lab.path("small");
+        std::fs::create_dir(&dir).unwrap();
+        let o = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&dir).output();
+        match o {
+            Ok(o) if o.status.success() => Some(SmallDisk(dir)),
+            other => {
+                skip(&format!("cannot mount a 1 MiB tmpfs here (needs root with CAP_SYS_ADMIN): {other:?}"));
+                None
+            }
+        }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}

@@ -1,0 +1,273 @@
+//! The consumer: reads the raw trace's complete records as the program
+//! writes them, feeds each batch of chunks to one analysis pass, hands the
+//! bytes it read to the sink, and then releases them (punches them out of
+//! the file), so the raw file's blocks on disk stay what the analysis has
+//! not reached yet.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use crate::analysis::finish::{self, Decoded};
+use crate::analysis::pass::{feed, Pass};
+use crate::analysis::{AnalyzeOptions, ProcessReport};
+use crate::symbolize::{parse_all_maps, CodeRanges};
+use crate::trace::format::*;
+use crate::trace::records::{next_record, parse_chunk_header, read_file_header, RepeatedChunks};
+use crate::trace::{EndRecord, Header, Items, MapsKept, TraceError, TraceFile};
+
+/// Where each byte range the consumer read goes before it is released: the
+/// flight recorder's ring (`record --keep-last`) plugs in here. `first_tsc`
+/// and `last_tsc` are the time span of the range's events (0, 0: no events).
+pub trait RawSink: Send {
+    fn consumed(&mut self, bytes: &[u8], first_tsc: u64, last_tsc: u64);
+}
+
+pub struct Consumer {
+    path: PathBuf,
+    file: File,
+    header: Option<(Header, u64)>,
+    /// Where the next record starts.
+    off: u64,
+    /// Below this the file's blocks are released.
+    released: u64,
+    keep_raw: bool,
+    pass: Option<Pass>,
+    maps: MapsKept,
+    /// The process's own /proc maps, read before each batch: the stacks of a
+    /// module loaded since the last MAPS record are cut where they end.
+    live_maps: String,
+    code: CodeRanges,
+    end: Option<EndRecord>,
+    stats: Vec<(String, String)>,
+    allocator_readings: Vec<Vec<(String, String)>>,
+    repeated: RepeatedChunks,
+    decoded: Decoded,
+    max_points: usize,
+    /// The latest time stamp replayed in an earlier batch.
+    replayed_tsc: u64,
+    pub late_events: u64,
+    pub max_disk: u64,
+    pub max_behind: u64,
+    sink: Option<Box<dyn RawSink>>,
+    warnings: Vec<String>,
+}
+
+impl Consumer {
+    pub fn new(path: &Path, keep_raw: bool, max_points: usize, sink: Option<Box<dyn RawSink>>) -> Result<Consumer, TraceError> {
+        // Written to (its consumed blocks punched out), so only this user's regular file.
+        let file = crate::platform::safe_fs::open_owned_regular(path, !keep_raw).map_err(TraceError::io(path))?;
+        Ok(Consumer {
+            path: path.to_path_buf(),
+            file,
+            header: None,
+            off: 0,
+            released: 0,
+            keep_raw,
+            pass: None,
+            maps: MapsKept::default(),
+            live_maps: String::new(),
+            code: CodeRanges::new(&[]),
+            end: None,
+            stats: Vec::new(),
+            allocator_readings: Vec::new(),
+            repeated: RepeatedChunks::default(),
+            decoded: Decoded::default(),
+            max_points,
+            replayed_tsc: 0,
+            late_events: 0,
+            max_disk: 0,
+            max_behind: 0,
+            sink,
+            warnings: Vec::new(),
+        })
+    }
+
+    /// Trace bytes analysed so far.
+    pub fn consumed(&self) -> u64 {
+        self.off
+    }
+
+    /// The raw file's blocks on disk now.
+    pub fn disk_bytes(&self) -> u64 {
+        self.file.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
+    }
+
+    /// Analyses the records that end within the first `available` bytes
+    /// (`ended`: the program has ended, the file is whole, and a record
+    /// that does not parse is damage, not one still being written).
+    pub fn advance(&mut self, available: u64, ended: bool) -> Result<(), TraceError> {
+        self.max_behind = self.max_behind.max(available.saturating_sub(self.off));
+        if self.header.is_none() {
+            let Ok((version, text, end)) = read_file_header(&self.file, &self.path, available) else {
+                return Ok(());
+            };
+            let (mut header, warnings) = Header::parse(&text);
+            header.version = version;
+            self.warnings.extend(warnings);
+            self.pass = Some(Pass::new(&header, self.max_points, false));
+            self.off = end;
+            self.header = Some((header, end));
+        }
+        let start = self.off;
+        let mut chunks = Vec::new();
+        let mut span = (u64::MAX, 0u64);
+        loop {
+            let rec = match next_record(&self.file, self.off, available).map_err(TraceError::io(&self.path))? {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(d) => {
+                    if ended {
+                        self.warnings.push(d.message(chunks.len()));
+                    }
+                    break;
+                }
+            };
+            let mut payload = vec![0u8; rec.payload_len as usize];
+            self.file.read_exact_at(&mut payload, rec.payload_offset()).map_err(TraceError::io(&self.path))?;
+            match rec.ty {
+                REC_EVENTS => match parse_chunk_header(&rec, &payload) {
+                    Ok(info) if self.repeated.is_repeat(&info) => {}
+                    Ok(info) => {
+                        span = (span.0.min(info.first_tsc), span.1.max(info.last_tsc));
+                        chunks.push(info);
+                    }
+                    Err(d) => self.warnings.push(d.message(chunks.len())),
+                },
+                REC_MAPS | REC_END | REC_STATS | REC_ALLOCSTATS => {
+                    let text = if rec.flags & RECORD_FLAG_ZSTD != 0 {
+                        zstd::decode_all(&payload[..]).map_err(TraceError::io(&self.path))?
+                    } else {
+                        payload
+                    };
+                    let kv = || crate::trace::kv::parse_kv_text(&String::from_utf8_lossy(&text));
+                    match rec.ty {
+                        REC_MAPS => self.maps.add(&text),
+                        REC_STATS => self.stats.extend(kv()),
+                        REC_ALLOCSTATS => self.allocator_readings.push(kv()),
+                        _ => self.end = EndRecord::from_bytes(&text),
+                    }
+                }
+                _ => {}
+            }
+            self.off = rec.end();
+        }
+        if !chunks.is_empty() {
+            self.update_code();
+            let items = Items::over(self.path.clone(), self.file.try_clone().map_err(TraceError::io(&self.path))?, chunks);
+            self.replay(items);
+        }
+        if self.off > start {
+            if let Some(sink) = self.sink.as_mut() {
+                let mut bytes = vec![0u8; (self.off - start) as usize];
+                self.file.read_exact_at(&mut bytes, start).map_err(TraceError::io(&self.path))?;
+                let (first, last) = if span.0 == u64::MAX { (0, 0) } else { span };
+                sink.consumed(&bytes, first, last);
+            }
+            self.release();
+        }
+        self.max_disk = self.max_disk.max(self.disk_bytes());
+        Ok(())
+    }
+
+    fn replay(&mut self, mut items: Items) {
+        let pass = self.pass.as_mut().expect("the header is read before any chunk");
+        let before = self.replayed_tsc;
+        let mut late = 0u64;
+        let mut last = before;
+        feed(&mut items, pass, &self.code, |ev| {
+            late += (ev.tsc < before) as u64;
+            last = last.max(ev.tsc);
+        });
+        self.late_events += late;
+        self.replayed_tsc = last;
+        self.decoded.add(&items);
+    }
+
+    /// The code ranges stacks are cut at: the recorded maps and the
+    /// process's maps now (a module loaded since the last MAPS record).
+    fn update_code(&mut self) {
+        let Some((header, _)) = &self.header else { return };
+        let now = std::fs::read_to_string(format!("/proc/{}/maps", header.pid)).unwrap_or_default();
+        if !now.is_empty() {
+            self.live_maps = now;
+        }
+        let mut texts = self.maps.clone().into_texts();
+        texts.push(self.live_maps.clone());
+        self.code = CodeRanges::new(&parse_all_maps(&texts));
+    }
+
+    /// Punches the analysed bytes out of the file, whole blocks only, the
+    /// header kept (the file stays a trace's size, its blocks go).
+    fn release(&mut self) {
+        let Some((_, header_end)) = self.header else { return };
+        if self.keep_raw {
+            return;
+        }
+        const BLOCK: u64 = 4096;
+        let from = self.released.max(header_end.next_multiple_of(BLOCK));
+        let to = self.off / BLOCK * BLOCK;
+        if to <= from {
+            return;
+        }
+        // SAFETY: fallocate on a descriptor this struct owns; the range is
+        // within the part of the file already read and analysed.
+        let r = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                from as libc::off_t,
+                (to - from) as libc::off_t,
+            )
+        };
+        if r == 0 {
+            self.released = to;
+        } else if self.warnings.iter().all(|w| !w.starts_with("cannot release")) {
+            self.warnings.push(format!(
+                "cannot release analysed trace bytes ({}): this file system does not punch holes; the raw file grows",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The report data as of now; `runinfo` is the run's facts once it has
+    /// ended (none before). A snapshot's time series ends with the heap now,
+    /// and the pass's own series goes on as it was.
+    pub fn report(&mut self, opts: &AnalyzeOptions, runinfo: &[(String, String)], last: bool) -> Option<ProcessReport> {
+        let (header, _) = self.header.as_ref()?;
+        let mut header = header.clone();
+        // The finished trace's version: the raw records were read whole.
+        header.version = TRACE_VERSION;
+        let trace = TraceFile {
+            path: self.path.clone(),
+            header,
+            chunks: Vec::new(),
+            maps: self.maps.clone().into_texts(),
+            end: self.end,
+            runinfo: runinfo.to_vec(),
+            stats: self.stats.clone(),
+            allocator_readings: self.allocator_readings.clone(),
+            warnings: self.warnings.iter().cloned().chain(self.repeated.warning()).collect(),
+            records_damaged: 0,
+            file_len: self.off,
+        };
+        let maps = parse_all_maps(&trace.maps);
+        let readings = crate::analysis::model::AllocatorReading::all_of(&trace);
+        let pass = self.pass.as_mut()?;
+        let series = (!last).then(|| pass.series.clone());
+        pass.end_series();
+        let report = finish::report(
+            pass,
+            finish::Inputs { trace: &trace, opts, symbolize: true, maps, decoded: &self.decoded, sampled: None, readings },
+        );
+        if let Some(s) = series {
+            pass.series = s;
+        }
+        Some(report)
+    }
+}

@@ -1,0 +1,109 @@
+//! The profile file `record --live` writes (docs/trace-format.md, "Live
+//! profile"): one JSON object, the report data of the traced process as of
+//! the last snapshot, replaced whole at each snapshot (a new file renamed
+//! over the old one), so a reader — or a recorder killed mid-write — never
+//! leaves or sees half a snapshot.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::ProcessReport;
+use crate::profile::ProfileData;
+
+/// What the file starts with: how `mtlab report` tells a profile from a trace.
+pub const MAGIC: &str = "{\"mtlab_live_profile\":";
+/// The format's version (the value of `mtlab_live_profile`).
+pub const VERSION: u32 = 1;
+
+/// Where the recording stood when the snapshot was written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    /// The program was still running: every figure is "so far".
+    Running,
+    /// The program has ended and every event was analysed: the figures
+    /// are the whole run's, as `mtlab report` of the full trace gives them.
+    Ended,
+}
+
+/// How far the analysis was behind the program when the snapshot was written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Lag {
+    /// Trace bytes the program had written that were not analysed yet.
+    pub behind_bytes: u64,
+    /// The most it ever was.
+    pub max_behind_bytes: u64,
+    /// Trace bytes analysed so far.
+    pub consumed_bytes: u64,
+    /// Raw trace bytes on disk (allocated blocks) at the snapshot.
+    pub raw_disk_bytes: u64,
+    /// The most they ever were.
+    pub max_raw_disk_bytes: u64,
+    /// Events of one thread that reached the file after later events of
+    /// another had been analysed, and were replayed late (0 for a program
+    /// with one thread): figures that depend on the order of threads'
+    /// events (the peak) can differ from the full trace's.
+    pub late_events: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LiveProfile {
+    pub mtlab_live_profile: u32,
+    /// 1 for the first snapshot; the last one is written when the program ends.
+    pub snapshot: u64,
+    pub state: State,
+    /// When the snapshot was written (ns since the epoch).
+    pub written_ns: u64,
+    /// Seconds between snapshots (`--snapshot-every`).
+    pub snapshot_every_s: f64,
+    pub lag: Lag,
+    /// The report options the data was made with.
+    pub top: usize,
+    pub max_points: usize,
+    /// The traced process (the root), as `report --json` shows it.
+    pub processes: Vec<ProcessReport>,
+    /// Each process's whole exact profile (for `--pprof`, `--flamegraph`,
+    /// …; only in the last snapshot).
+    pub profile_data: Vec<Option<ProfileData>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileFileError {
+    #[error("cannot write the live profile {path}: {source}")]
+    Write { path: String, source: std::io::Error },
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path} is not a readable mtlab live profile ({why}): it may be from a newer mtlab; record it again with `mtlab record --live`")]
+    Bad { path: String, why: String },
+}
+
+impl LiveProfile {
+    /// Writes the profile to `path`: a new file beside it, renamed over it.
+    pub fn write(&self, path: &Path) -> Result<(), ProfileFileError> {
+        let err = |source| ProfileFileError::Write { path: path.display().to_string(), source };
+        let mut out = crate::platform::safe_fs::replace(path, 0o644).map_err(err)?;
+        let text = serde_json::to_vec(self).map_err(|e| err(std::io::Error::other(e)))?;
+        out.write_all(&text).map_err(err)?;
+        out.file().sync_data().map_err(err)?;
+        out.commit().map_err(err)
+    }
+
+    pub fn read(path: &Path) -> Result<LiveProfile, ProfileFileError> {
+        let text = std::fs::read(path).map_err(|source| ProfileFileError::Read { path: path.display().to_string(), source })?;
+        let p: LiveProfile = serde_json::from_slice(&text)
+            .map_err(|e| ProfileFileError::Bad { path: path.display().to_string(), why: e.to_string() })?;
+        if p.mtlab_live_profile != VERSION {
+            return Err(ProfileFileError::Bad { path: path.display().to_string(), why: format!("format version {}", p.mtlab_live_profile) });
+        }
+        Ok(p)
+    }
+}
+
+/// Whether the file at `path` is a live profile (by its first bytes).
+pub fn is_profile(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = [0u8; MAGIC.len()];
+    std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && head == MAGIC.as_bytes()
+}

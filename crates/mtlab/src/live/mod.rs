@@ -1,0 +1,233 @@
+//! `mtlab record --live`: the root process's trace analysed while the
+//! program runs, on one thread of `record`, into a profile file.
+//!
+//! - `consume`: the consumer: the raw trace's complete records (below the
+//!   writer's watermark, `live_finish::watermark_page`) read in batches, each
+//!   batch's chunks merged by time (`trace::Items::over`) and fed to one
+//!   `analysis::pass::Pass`; the bytes read handed to an optional `RawSink`
+//!   (`Consumer::advance`, the one place every raw byte passes), then
+//!   punched out of the file, so the raw file's disk use is what the
+//!   analysis has not reached yet.
+//! - `file`: the profile file: the report data (`ProcessReport`) as of the
+//!   last snapshot, replaced whole at each one, and its state and lag.
+//!
+//! The program is never waited for: its writes go to the file as without
+//! `--live`; an analysis that falls behind leaves more of the file on disk
+//! (said on stderr, counted in the profile's `lag`), and loses nothing.
+
+pub mod consume;
+pub mod file;
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::analysis::AnalyzeOptions;
+use crate::platform::shared_page::SharedPage;
+use consume::{Consumer, RawSink};
+use file::{Lag, LiveProfile, ProfileFileError, State};
+
+/// What `record --live` was asked for.
+#[derive(Debug, Clone)]
+pub struct LiveConfig {
+    /// The profile file.
+    pub profile: PathBuf,
+    pub snapshot_every: Duration,
+    /// Keep the raw trace (not released as it is analysed) and finish it as
+    /// `record` does: the same run both ways, for comparing.
+    pub keep_raw: bool,
+}
+
+/// Bytes behind the program at which the recorder says it cannot keep up.
+const BEHIND_WARN: u64 = 64 << 20;
+/// How often the consumer looks at the watermark.
+const POLL: Duration = Duration::from_millis(50);
+
+/// What the live recording came to.
+#[derive(Debug, Default)]
+pub struct LiveSummary {
+    pub snapshots: u64,
+    pub lag: Lag,
+    pub warnings: Vec<String>,
+    /// The last snapshot is the whole run's.
+    pub complete: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error(transparent)]
+    File(#[from] ProfileFileError),
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceError),
+}
+
+/// The run's facts (RUNINFO), handed to the consumer once the program has ended.
+type RunFacts = Mutex<Option<Vec<(String, String)>>>;
+
+/// The watermark descriptor (until the program is spawned) and the consumer thread.
+pub struct Live {
+    fd: Option<OwnedFd>,
+    end: Arc<RunFacts>,
+    ended: Arc<AtomicBool>,
+    thread: Option<JoinHandle<Result<LiveSummary, LiveError>>>,
+}
+
+impl Live {
+    /// Starts the consumer of the raw trace at `raw`, which the program will
+    /// create; None when the system offers no memfd for the watermark.
+    pub fn start(raw: PathBuf, cfg: LiveConfig, sink: Option<Box<dyn RawSink>>) -> Option<Live> {
+        let (fd, page) = crate::live_finish::watermark_page()?;
+        let end = Arc::new(Mutex::new(None));
+        let ended = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (end, ended) = (Arc::clone(&end), Arc::clone(&ended));
+            std::thread::Builder::new()
+                .name("mtlab-live".into())
+                .spawn(move || consume_while_running(raw, cfg, sink, &page, &end, &ended))
+                .ok()?
+        };
+        Some(Live { fd: Some(fd), end, ended, thread: Some(thread) })
+    }
+
+    /// The descriptor to pass in MTLAB_WATERMARK_FD.
+    pub fn fd(&self) -> Option<RawFd> {
+        self.fd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// After the spawn: the program has its copy.
+    pub fn spawned(&mut self) {
+        self.fd = None;
+    }
+
+    /// The program has ended with the run's facts `runinfo` (as the trace's
+    /// RUNINFO gets them): the rest of the trace is analysed and the last
+    /// snapshot written.
+    pub fn finish(mut self, runinfo: Vec<(String, String)>) -> Result<LiveSummary, LiveError> {
+        *self.end.lock().unwrap_or_else(|e| e.into_inner()) = Some(runinfo);
+        self.ended.store(true, Ordering::Release);
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            _ => Ok(LiveSummary::default()),
+        }
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        // A record that failed before `finish`: the thread stops without a last snapshot.
+        self.ended.store(true, Ordering::Release);
+    }
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+fn consume_while_running(
+    raw: PathBuf,
+    cfg: LiveConfig,
+    sink: Option<Box<dyn RawSink>>,
+    page: &SharedPage,
+    end: &RunFacts,
+    ended: &AtomicBool,
+) -> Result<LiveSummary, LiveError> {
+    let snap_opts = AnalyzeOptions { callers: false, profile: false, ..AnalyzeOptions::default() };
+    let mut consumer: Option<Consumer> = None;
+    let mut sink = sink;
+    let mut summary = LiveSummary::default();
+    let mut last_snapshot = Instant::now();
+    let mut said_behind = false;
+    let mut said_unwritable = false;
+    let lag = |c: &Consumer, available: u64| Lag {
+        behind_bytes: available.saturating_sub(c.consumed()),
+        max_behind_bytes: c.max_behind,
+        consumed_bytes: c.consumed(),
+        raw_disk_bytes: c.disk_bytes(),
+        max_raw_disk_bytes: c.max_disk,
+        late_events: c.late_events,
+    };
+    loop {
+        let done = ended.load(Ordering::Acquire);
+        if consumer.is_none() && raw.exists() {
+            consumer = Some(Consumer::new(&raw, cfg.keep_raw, snap_opts.max_points, sink.take())?);
+        }
+        if done {
+            let runinfo = end.lock().unwrap_or_else(|e| e.into_inner()).take();
+            let (Some(c), Some(runinfo)) = (consumer.as_mut(), runinfo) else { return Ok(summary) };
+            let len = std::fs::metadata(&raw).map(|m| m.len()).unwrap_or(0);
+            c.advance(len, true)?;
+            let opts = AnalyzeOptions { callers: true, profile: true, ..AnalyzeOptions::default() };
+            if let Some(mut p) = c.report(&opts, &runinfo, true) {
+                let data = p.profile_data.take();
+                summary.lag = lag(c, len);
+                match write(&cfg, &opts, summary.snapshots + 1, State::Ended, summary.lag, p, data) {
+                    Ok(()) => {
+                        summary.snapshots += 1;
+                        summary.complete = true;
+                    }
+                    Err(e) => summary.warnings.push(format!("{e}; the profile holds {} snapshot(s) of the run so far", summary.snapshots)),
+                }
+            }
+            summary.warnings.extend(c.warnings().iter().cloned());
+            return Ok(summary);
+        }
+        std::thread::sleep(POLL);
+        let Some(c) = consumer.as_mut() else { continue };
+        let available = page.u64_at(0).load(Ordering::Acquire);
+        if available == 0 {
+            continue;
+        }
+        c.advance(available, false)?;
+        let behind = available.saturating_sub(c.consumed());
+        if behind >= BEHIND_WARN && !said_behind {
+            said_behind = true;
+            say!(
+                "mtlab: the live analysis is {} behind the program (it allocates faster than one core analyses): \
+                 nothing is lost, the raw trace holds the rest on disk until it is reached",
+                crate::units::human_bytes(behind)
+            );
+        }
+        if last_snapshot.elapsed() >= cfg.snapshot_every {
+            last_snapshot = Instant::now();
+            if let Some(p) = c.report(&snap_opts, &[], false) {
+                // A snapshot that cannot be written (a full disk) is said
+                // once and tried again at the next; the analysis goes on.
+                match write(&cfg, &snap_opts, summary.snapshots + 1, State::Running, lag(c, available), p, None) {
+                    Ok(()) => summary.snapshots += 1,
+                    Err(e) if !said_unwritable => {
+                        said_unwritable = true;
+                        say!("mtlab: {e}; the analysis goes on and the next snapshot tries again");
+                    }
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+}
+
+fn write(
+    cfg: &LiveConfig,
+    opts: &AnalyzeOptions,
+    snapshot: u64,
+    state: State,
+    lag: Lag,
+    p: crate::analysis::ProcessReport,
+    data: Option<crate::profile::ProfileData>,
+) -> Result<(), ProfileFileError> {
+    LiveProfile {
+        mtlab_live_profile: file::VERSION,
+        snapshot,
+        state,
+        written_ns: now_ns(),
+        snapshot_every_s: cfg.snapshot_every.as_secs_f64(),
+        lag,
+        top: opts.top,
+        max_points: opts.max_points,
+        processes: vec![p],
+        profile_data: vec![data],
+    }
+    .write(&cfg.profile)
+}

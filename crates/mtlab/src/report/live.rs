@@ -1,0 +1,73 @@
+//! A live profile (`record --live`) read as a run's report: its processes'
+//! report data as the recorder made it, cut to this report's options, with
+//! the index made of them as for a trace.
+
+use std::path::Path;
+
+use super::index::{self, Facts};
+use super::RunReport;
+use crate::analysis::AnalyzeOptions;
+use crate::live::file::{LiveProfile, ProfileFileError};
+
+pub fn load(path: &Path, opts: &AnalyzeOptions) -> Result<RunReport, ProfileFileError> {
+    let p = LiveProfile::read(path)?;
+    let mut notes = Vec::new();
+    if opts.top > p.top {
+        notes.push(format!("this profile keeps the top {} sites of each table (--top {} asked for more)", p.top, opts.top));
+    }
+    if opts.max_points != p.max_points {
+        notes.push(format!("this profile's time series was made with at most {} points (--points does not change it)", p.max_points));
+    }
+    let mut processes = Vec::with_capacity(p.processes.len());
+    for (mut r, data) in p.processes.into_iter().zip(p.profile_data.into_iter().chain(std::iter::repeat(None))) {
+        if !opts.callers {
+            r.callers.clear();
+        }
+        for list in [&mut r.top_sites.by_bytes, &mut r.top_sites.by_calls, &mut r.top_sites.at_peak, &mut r.top_sites.temporary, &mut r.leaks.top] {
+            list.truncate(opts.top);
+        }
+        r.callers.truncate(opts.top);
+        r.profile_data = if opts.profile { data } else { None };
+        processes.push(r);
+    }
+    let index = index::rows_of(processes.iter().map(Facts::of).collect());
+    for (row, r) in index.iter().zip(processes.iter_mut()) {
+        r.exit = row.ending.exit_text();
+    }
+    let live = LiveStatus { snapshot: p.snapshot, state: p.state, written_ns: p.written_ns, lag: p.lag, notes };
+    Ok(RunReport { processes, index, missing: Vec::new(), untraced: None, frames: 0, execd_root_ended: None, profiles: Vec::new(), live: Some(live) })
+}
+
+/// Where a live profile's data stands (`report --json`: `live_profile`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LiveStatus {
+    pub snapshot: u64,
+    pub state: crate::live::file::State,
+    pub written_ns: u64,
+    pub lag: crate::live::file::Lag,
+    #[serde(skip)]
+    pub notes: Vec<String>,
+}
+
+impl LiveStatus {
+    /// The line the screen report starts with.
+    pub fn text(&self) -> String {
+        let when = chrono_free_age(self.written_ns);
+        match self.state {
+            crate::live::file::State::Running => format!(
+                "live profile as of snapshot {} ({when}): the program was still running then, every figure is \"so far\"",
+                self.snapshot
+            ),
+            crate::live::file::State::Ended => {
+                format!("live profile, snapshot {} ({when}): the whole run, analysed while it ran", self.snapshot)
+            }
+        }
+    }
+}
+
+/// "written N s ago" from ns since the epoch.
+fn chrono_free_age(written_ns: u64) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    let s = now.saturating_sub(written_ns) as f64 / 1e9;
+    format!("written {s:.0} s ago")
+}

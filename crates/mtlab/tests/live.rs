@@ -1,0 +1,199 @@
+//! `mtlab record --live`: the profile analysed while the program runs gives
+//! the report a full trace of the same run gives; disk stays bounded; a
+//! killed recorder leaves its last snapshot; a killed program's profile says
+//! how it ended; an unwritable place or a full disk is said clearly.
+
+mod util;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use util::*;
+
+/// `record --live --keep-raw -o NAME.live -- PROGRAM ARGS`: the profile and,
+/// from the same run, the full trace NAME.live.raw.
+fn record_live(lab: &Lab, name: &str, extra: &[&str], prog: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> std::process::Output {
+    let mut flags = vec!["--live"];
+    flags.extend_from_slice(extra);
+    lab.record_cmd(&format!("{name}.live"), &flags, prog, args).output().unwrap()
+}
+
+/// The report JSON of `file` with the live profile's own key taken out and
+/// the invariants of `sanity` checked.
+fn report_without_live(lab: &Lab, file: &Path) -> (Value, Option<Value>) {
+    // The default --top: a profile keeps the top 10 of each table.
+    let o = lab.command(MTLAB).args(["report", "--json"]).arg(file).output().unwrap();
+    assert_success(&o, "mtlab report --json");
+    let mut v: Value = serde_json::from_slice(&o.stdout).expect("report --json prints JSON");
+    for p in processes(&v) {
+        sanity(p);
+    }
+    let live = v.as_object_mut().unwrap().remove("live_profile");
+    (v, live)
+}
+
+/// Records PROGRAM live and keeping the raw trace; asserts the two reports
+/// are the same JSON; returns the profile's report and its live status.
+fn same_both_ways(lab: &Lab, name: &str, prog: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> (Value, Value) {
+    let o = record_live(lab, name, &["--keep-raw", "--snapshot-every", "0.05"], prog, args);
+    assert_success(&o, &format!("{name}: record --live --keep-raw"));
+    let (live, status) = report_without_live(lab, &lab.path(&format!("{name}.live")));
+    let (full, none) = report_without_live(lab, &lab.path(&format!("{name}.live.raw")));
+    assert!(none.is_none(), "{name}: a trace's report has no live_profile key");
+    let status = status.unwrap_or_else(|| panic!("{name}: a profile's report has a live_profile key"));
+    assert_eq!(status["state"], "ended", "{name}: {status}");
+    if live != full {
+        let (a, b) = (serde_json::to_string_pretty(&live).unwrap(), serde_json::to_string_pretty(&full).unwrap());
+        let first = a.lines().zip(b.lines()).enumerate().find(|(_, (x, y))| x != y);
+        panic!("{name}: the live profile's report differs from the full trace's; first differing line: {first:?}");
+    }
+    (live, status)
+}
+
+#[test]
+fn live_profile_reports_what_the_full_trace_of_the_same_run_reports() {
+    let lab = Lab::new();
+    // Exact figures first, so that equal reports are also right ones.
+    let known = lab.compile("h_known");
+    let (v, _) = same_both_ways(&lab, "known", &known, &[]);
+    assert_eq!(calls(&v, "malloc"), 5510);
+    assert_eq!(calls(&v, "free"), 10);
+    assert_eq!(live_bytes_peak(&v), 10 << 20);
+    assert_eq!(live_bytes_end(&v), 2_000_000);
+    let chain = lab.compile("realloc_chain");
+    let (v, _) = same_both_ways(&lab, "chain", &chain, &[]);
+    assert_eq!(calls(&v, "realloc"), 9);
+    assert_eq!(live_bytes_peak(&v), 8192);
+    let temp = lab.compile("peak_temp");
+    let (v, _) = same_both_ways(&lab, "temp", &temp, &[]);
+    assert_eq!(u(&v["temporary"]["calls"]), 81);
+    // Many batches, several snapshots: 8 phases 80 ms apart.
+    let phased = lab.compile("phased_mallocs");
+    let (v, status) = same_both_ways(&lab, "phased", &phased, &["8", "20000"]);
+    assert_eq!(calls(&v, "malloc"), 160_000);
+    assert_eq!(live_bytes_peak(&v), 160_000 * 64);
+    assert!(u(&status["snapshot"]) >= 3, "snapshots every 50 ms over > 600 ms: {status}");
+    assert_eq!(u(&status["lag"]["late_events"]), 0, "one thread: nothing replayed late");
+}
+
+#[test]
+fn live_profile_of_python3_matches_its_full_trace() {
+    let python = Path::new("/usr/bin/python3");
+    if !python.exists() {
+        skip("no /usr/bin/python3 (apt-get install python3)");
+        return;
+    }
+    let lab = Lab::new();
+    let script = "d = []\nfor i in range(100000):\n    d.append({'k': i, 'v': str(i) * 3})\n    if i % 3 == 0: d.pop(0)\nprint(len(d))\n";
+    let (v, _) = same_both_ways(&lab, "py", python, &["-c", script]);
+    assert!(calls(&v, "malloc") > 1000, "python3 makes heap calls");
+}
+
+/// The raw trace's blocks on disk stay a small part of what the program
+/// wrote: analysed bytes are punched out, many times over the run.
+#[test]
+fn disk_stays_bounded_as_analysed_bytes_are_released() {
+    let lab = Lab::new();
+    let phased = lab.compile("phased_mallocs");
+    // 40 phases of 10 000 mallocs, 80 ms apart: ~3.2 s, ~10 MB of raw trace.
+    let o = record_live(&lab, "long", &["--snapshot-every", "0.2"], &phased, &["40", "10000"]);
+    assert_success(&o, "record --live");
+    assert!(!lab.path("long.live.raw").exists(), "the released raw trace is removed at the end");
+    let (v, status) = report_without_live(&lab, &lab.path("long.live"));
+    let status = status.unwrap();
+    assert_eq!(calls(&v, "malloc"), 400_000);
+    assert_eq!(calls(&v, "free"), 400_000);
+    assert_eq!(live_bytes_peak(&v), 400_000 * 64);
+    let consumed = u(&status["lag"]["consumed_bytes"]);
+    let max_disk = u(&status["lag"]["max_raw_disk_bytes"]);
+    assert!(consumed > 4 << 20, "the program wrote megabytes of trace: {status}");
+    assert!(max_disk * 4 < consumed, "the raw file on disk stayed under a quarter of what was written: {status}");
+    assert!(u(&status["snapshot"]) >= 5, "{status}");
+}
+
+#[test]
+fn recorder_killed_leaves_its_last_snapshot_readable() {
+    let lab = Lab::new();
+    let phased = lab.compile("phased_mallocs");
+    let profile = lab.path("k.live");
+    let mut child = lab
+        .record_cmd("k.live", &["--live", "--snapshot-every", "0.1"], &phased, &["40", "2000"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let mut seen = 0;
+    while start.elapsed() < Duration::from_secs(20) {
+        if let Ok(text) = std::fs::read(&profile) {
+            let v: Value = serde_json::from_slice(&text).expect("the profile is whole at every moment");
+            seen = u(&v["snapshot"]);
+            if seen >= 3 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(seen >= 3, "three snapshots within 20 s");
+    let _ = std::process::Command::new("kill").args(["-KILL", &child.id().to_string()]).status();
+    let _ = child.wait();
+    let (v, status) = report_without_live(&lab, &profile);
+    let status = status.unwrap();
+    assert_eq!(status["state"], "running", "{status}");
+    assert!(u(&status["snapshot"]) >= 3);
+    assert!(calls(&v, "malloc") > 0, "the snapshot holds the figures so far");
+    let o = lab.command(MTLAB).arg("report").arg(&profile).output().unwrap();
+    assert_success(&o, "report of the last snapshot");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("as of snapshot"), "{text}");
+}
+
+#[test]
+fn killed_program_leaves_a_profile_that_says_how_it_ended() {
+    let lab = Lab::new();
+    let prog = lab.compile("abort");
+    let o = record_live(&lab, "ab", &[], &prog, &["1000"]);
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&o.status), Some(libc_sigabrt()), "record ends as the program did");
+    let (v, status) = report_without_live(&lab, &lab.path("ab.live"));
+    assert_eq!(status.unwrap()["state"], "ended");
+    assert_eq!(v["exit"], "killed by signal 6");
+    assert_eq!(v["clean_end"], false);
+    assert!(calls(&v, "malloc") >= 1000);
+}
+
+fn libc_sigabrt() -> i32 {
+    6
+}
+
+#[test]
+fn unwritable_profile_place_is_refused_before_the_program_runs() {
+    let lab = Lab::new();
+    let known = lab.compile("h_known");
+    let o = lab.command(MTLAB).args(["record", "--live", "-o", "/proc/mtlab-no/x.live", "--"]).arg(&known).output().unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("x.live") && err.contains("-o"), "names the file and what to do: {err}");
+}
+
+/// On a full disk the program's output and exit code are its own, and the
+/// recorder says what it could not write.
+#[test]
+fn full_disk_keeps_the_programs_output_and_exit_code() {
+    let lab = Lab::new();
+    let Some(disk) = SmallDisk::mount(&lab) else {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI=true: the full-disk part needs a tmpfs");
+        }
+        return;
+    };
+    let prog = lab.compile("exit_code");
+    let profile = disk.0.join("x.live");
+    // Fill the disk but for a few KiB.
+    let filler = disk.0.join("filler");
+    let _ = std::process::Command::new("dd").args(["if=/dev/zero", "bs=4k", "count=250"]).arg(format!("of={}", filler.display())).output();
+    let o = lab.command(MTLAB).args(["record", "--live", "-o"]).arg(&profile).arg("--").arg(&prog).arg("7").output().unwrap();
+    let plain = lab.command(&prog).arg("7").output().unwrap();
+    assert_eq!(o.status.code(), plain.status.code(), "exit code unchanged: {}", stderr(&o));
+    assert_eq!(o.stdout, plain.stdout, "output unchanged");
+}
