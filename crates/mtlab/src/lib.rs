@@ -17,6 +17,7 @@ pub mod cli;
 pub mod compact;
 pub mod ctl;
 pub mod export;
+pub mod flight;
 pub mod heap;
 pub mod live_finish;
 pub mod native;
