@@ -344,3 +344,111 @@ fn record_bytes(ty: u16, flags: u16, payload: &[u8]) -> Vec<u8> {
     r.extend_from_slice(payload);
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::{Event, EventKind, Func, TraceFile, TraceWriter};
+
+    const HZ: u64 = 1_000_000_000;
+
+    fn header() -> Vec<u8> {
+        let w = TraceWriter::new(Vec::new(), [("pid", "7"), ("tsc_hz", "1000000000"), ("start_tsc", "0"), ("stacks", "fp")]).unwrap();
+        w.finish().unwrap()
+    }
+
+    fn malloc(tsc: u64, ptr: u64, stack: u32) -> Event {
+        Event { tid: 7, tsc, cycles: 10, stack, flags: 0, kind: EventKind::Alloc { func: Func::Malloc, size: 64, align: 0, ptr, usable: 64 } }
+    }
+
+    /// One second of a program's run: `n` mallocs of thread 7 in one chunk
+    /// at second `s`; stack `s % 4 + 1` is defined in the chunk of its first use.
+    fn second(s: u64, n: u64) -> Vec<u8> {
+        let mut c = ChunkEncoder::new(7);
+        let stack = (s % 4 + 1) as u32;
+        if s < 4 {
+            c.stack(stack, &[0x1000 + s, 0x2000]);
+        }
+        // Addresses scattered as a real heap's are: chunks compress little.
+        let mut x = s.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        for i in 0..n {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            c.event(&malloc(s * HZ + i * 1000, (x & 0xffff_fff0) + 0x10_0000, stack));
+        }
+        let mut w = TraceWriter::new(Vec::new(), std::iter::empty::<(&str, &str)>()).unwrap();
+        w.chunk(&c).unwrap();
+        // Without the empty header TraceWriter wrote first.
+        w.finish().unwrap()[FILE_HEADER_FIXED as usize..].to_vec()
+    }
+
+    #[test]
+    fn a_long_run_stays_in_bounded_memory_and_keeps_its_stacks() {
+        let mut ring = Ring::new(3 * HZ, 64 << 20, HZ);
+        ring.push(&header());
+        let mut most = 0;
+        for s in 0..2000 {
+            // Pushed in pieces that split records, as a reader below a watermark may.
+            let b = second(s, 200);
+            let (x, y) = b.split_at(b.len() / 3);
+            ring.push(x);
+            ring.push(y);
+            most = most.max(ring.stats().bytes);
+        }
+        let st = ring.stats();
+        assert_eq!(st.chunks, 4, "the last 3 s and the one that ends within them: {st:?}");
+        assert_eq!(st.chunks_dropped, 1996);
+        assert_eq!(st.events_dropped, 1996 * 200);
+        assert!(most < 5 * 2048, "ring held {most} bytes at most over 2000 s");
+        // The stacks defined in the first seconds survive their chunks.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.mtl");
+        let w = ring.window(0).unwrap();
+        assert_eq!((w.start_tsc, w.end_tsc, w.events), (1996 * HZ, 1999 * HZ + 199_000, 800));
+        ring.write_trace(&p, &[("k".into(), "v".into())]).unwrap();
+        let t = TraceFile::open(&p).unwrap();
+        assert_eq!(t.runinfo_get("k"), Some("v"));
+        let mut items = t.items().unwrap();
+        let (mut events, mut undefined) = (0, 0);
+        let mut stacks = std::collections::HashSet::new();
+        for it in items.by_ref() {
+            match it {
+                crate::trace::Item::Stack { id, .. } => {
+                    stacks.insert(id);
+                }
+                crate::trace::Item::Event(e) => {
+                    events += 1;
+                    undefined += !stacks.contains(&e.stack) as u64;
+                }
+            }
+        }
+        assert_eq!(events, 800);
+        assert_eq!(stacks.len(), 4);
+        assert_eq!(undefined, 0, "every event's stack is defined before it");
+        assert!(items.warnings().is_empty(), "{:?}", items.warnings());
+    }
+
+    #[test]
+    fn the_byte_bound_drops_the_oldest_first() {
+        let mut ring = Ring::new(3600 * HZ, 16 << 10, HZ);
+        ring.push(&header());
+        for s in 0..200 {
+            ring.push(&second(s, 500));
+            assert!(ring.stats().bytes <= (16 << 10) + (8 << 10), "{:?}", ring.stats());
+        }
+        let st = ring.stats();
+        assert!(st.dropped_for_room > 0 && st.dropped_for_room == st.chunks_dropped, "{st:?}");
+        assert!(ring.window(0).unwrap().end_tsc >= 199 * HZ);
+    }
+
+    #[test]
+    fn nothing_to_write_before_the_header_and_the_first_event() {
+        let mut ring = Ring::new(HZ, 1 << 20, HZ);
+        assert!(ring.window(0).is_none());
+        let dir = tempfile::tempdir().unwrap();
+        assert!(ring.write_trace(&dir.path().join("x"), &[]).is_err());
+        ring.push(b"not a trace at all");
+        assert!(ring.broken().is_some());
+    }
+}

@@ -282,6 +282,13 @@ mod tests {
     }
 
     #[test]
+    fn a_kernel_without_psi_is_said_so() {
+        let spec = Pressure::parse("some avg10>20").unwrap();
+        let e = PressureWatch::new(spec, Path::new("/nonexistent/pressure/memory")).err().unwrap();
+        assert!(e.contains("no pressure stall information") && e.contains("goes on without"), "{e}");
+    }
+
+    #[test]
     fn the_real_psi_file_parses_when_the_kernel_has_one() {
         match std::fs::read_to_string(PSI_MEMORY) {
             Ok(t) => assert!(psi_value(&t, false, 10).is_some(), "{t}"),
