@@ -176,17 +176,18 @@ fn write_window(shared: &Shared, trigger: &str) -> Result<PathBuf, String> {
         let header = ring.header().ok_or("the trace has no header yet")?;
         let hz = ring.tsc_hz() as u128;
         let ns = |tsc: u64| (tsc.saturating_sub(header.start_tsc) as u128 * 1_000_000_000 / hz.max(1)) as u64;
-        let stats = ring.stats();
-        let runinfo: Vec<(String, String)> = [
+        let runinfo = |before: u64| -> Vec<(String, String)> {
+            [
             (keys::FLIGHT_KEEP_LAST_NS, shared.keep_last_ns.to_string()),
             (keys::FLIGHT_TRIGGER, trigger.to_string()),
             (keys::FLIGHT_START_NS, ns(window.start_tsc).to_string()),
             (keys::FLIGHT_END_NS, ns(window.end_tsc).to_string()),
-            (keys::FLIGHT_EVENTS_BEFORE, stats.events_dropped.to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+            (keys::FLIGHT_EVENTS_BEFORE, before.to_string()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect()
+        };
         // The next free name: an earlier run's windows are kept.
         let path = loop {
             let p = names::flight_dump(&shared.root, shared.next.fetch_add(1, Ordering::Relaxed));
@@ -194,7 +195,7 @@ fn write_window(shared: &Shared, trigger: &str) -> Result<PathBuf, String> {
                 break p;
             }
         };
-        ring.write_trace(&path, &runinfo).map_err(|e| e.to_string())?;
+        ring.write_trace(&path, runinfo).map_err(|e| e.to_string())?;
         Ok::<_, String>(path)
     })();
     let mut out = lock(&shared.outcome);

@@ -79,6 +79,11 @@ pub struct Ring {
     /// Chunks of STACK_DEFs only, as the writer wrote them.
     stack_payloads: Vec<Vec<u8>>,
     newest_tsc: u64,
+    /// The window's start as `window` last set it; events before it are
+    /// left out of the chunks that began earlier.
+    cut_tsc: u64,
+    /// Events `write_trace` left out of such chunks, last time.
+    trimmed: u64,
     /// Bytes of `chunks`, and of `stacks` and `stack_payloads`.
     chunk_bytes: usize,
     stack_bytes: usize,
@@ -107,6 +112,8 @@ impl Ring {
             stacks: Vec::new(),
             stack_payloads: Vec::new(),
             newest_tsc: 0,
+            cut_tsc: 0,
+            trimmed: 0,
             chunk_bytes: 0,
             stack_bytes: 0,
             stats: RingStats::default(),
@@ -135,6 +142,12 @@ impl Ring {
 
     pub fn stats(&self) -> RingStats {
         self.stats
+    }
+
+    /// Events before the last window written: dropped from the ring, or
+    /// left out of its oldest chunks.
+    pub fn events_before_window(&self) -> u64 {
+        self.stats.events_dropped + self.trimmed
     }
 
     /// Why the ring stopped reading, if it did.
@@ -287,26 +300,58 @@ impl Ring {
         }
     }
 
-    /// The window a trace written now would hold, when it holds any event.
+    /// The window a trace written now would hold, when it holds any event;
+    /// `write_trace` writes that one.
     pub fn window(&mut self, now_tsc: u64) -> Option<Window> {
         let end = self.newest_tsc.max(now_tsc);
         self.evict(end);
-        let start = self.chunks.iter().map(|c| c.first_tsc).min()?;
+        self.cut_tsc = end.saturating_sub(self.keep_ticks);
+        let start = self.chunks.iter().map(|c| c.first_tsc).min()?.max(self.cut_tsc);
         let events = self.chunks.iter().map(|c| c.n_events as u64).sum();
         Some(Window { start_tsc: start, end_tsc: end, events })
     }
 
-    /// Writes what the ring holds as a trace at `path` (created new: nothing
-    /// may be there), then rewrites it as `mtlab record` finishes a trace,
-    /// with `runinfo` appended.
-    pub fn write_trace(&mut self, path: &Path, runinfo: &[(String, String)]) -> Result<crate::trace::FinishStats, TraceError> {
+    /// A kept chunk's payload: the events before the window's start taken
+    /// out of a chunk that began before it (a thread that flushes seldom:
+    /// one chunk can span the whole run), its STACK_DEFs kept. Those events
+    /// are counted as before the window. Re-encoded as the writer encodes
+    /// (calloc as one element of the whole size).
+    fn payload_from(&mut self, i: usize, cut: u64) -> Vec<u8> {
+        let c = &self.chunks[i];
+        let rows = zstd::bulk::decompress(&c.packed, 1 << 24).unwrap_or_else(|_| c.packed.clone());
+        if c.first_tsc >= cut {
+            return [&c.head[..], &rows].concat();
+        }
+        let Ok(items) = crate::trace::decode::decode_chunk(crate::trace::decode::RowFields::default(), &rows, c.first_tsc, c.tid) else {
+            return [&c.head[..], &rows].concat();
+        };
+        let mut enc = ChunkEncoder::new(c.tid);
+        let mut before = 0u64;
+        for it in &items {
+            match it {
+                crate::trace::Item::Event(e) if e.tsc < cut => before += 1,
+                it => enc.item(it),
+            }
+        }
+        self.stats.events_dropped += before;
+        enc.payload()
+    }
+
+    /// Writes the window `window` set as a trace at `path` (created new:
+    /// nothing may be there), then rewrites it as `mtlab record` finishes a
+    /// trace, with RUNINFO `runinfo(events before the window)` appended.
+    pub fn write_trace(
+        &mut self,
+        path: &Path,
+        runinfo: impl FnOnce(u64) -> Vec<(String, String)>,
+    ) -> Result<crate::trace::FinishStats, TraceError> {
         let header = self.header.clone().ok_or_else(|| TraceError::BadHeader {
             path: path.to_path_buf(),
             reason: "the program has not written its trace header yet".into(),
         })?;
         let file = crate::platform::safe_fs::create_new(path, 0o600).map_err(TraceError::io(path))?;
         let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
-        let written = (|| -> std::io::Result<()> {
+        let mut written = || -> std::io::Result<()> {
             out.write_all(&header)?;
             for m in self.maps_first.iter().chain(self.maps_recent.iter()) {
                 out.write_all(m)?;
@@ -317,21 +362,26 @@ impl Ring {
             for s in &self.stacks {
                 out.write_all(&record_bytes(REC_EVENTS, 0, &s.payload()))?;
             }
-            for c in &self.chunks {
-                let rows = zstd::bulk::decompress(&c.packed, 1 << 24).unwrap_or_else(|_| c.packed.clone());
-                out.write_all(&record_bytes(REC_EVENTS, 0, &[&c.head[..], &rows].concat()))?;
+            let (cut, dropped) = (self.cut_tsc, self.stats.events_dropped);
+            for i in 0..self.chunks.len() {
+                let payload = self.payload_from(i, cut);
+                out.write_all(&record_bytes(REC_EVENTS, 0, &payload))?;
             }
+            // Counted for this window only: the chunks stay in the ring.
+            self.trimmed = self.stats.events_dropped - dropped;
+            self.stats.events_dropped = dropped;
             for (_, r) in &self.tail {
                 out.write_all(r)?;
             }
             out.flush()
-        })();
+        };
+        let written = written();
         drop(out);
         if let Err(e) = written {
             let _ = std::fs::remove_file(path);
             return Err(TraceError::Io { path: path.to_path_buf(), source: e });
         }
-        crate::trace::finish_trace(path, runinfo)
+        crate::trace::finish_trace(path, &runinfo(self.events_before_window()))
     }
 }
 
@@ -405,10 +455,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("w.mtl");
         let w = ring.window(0).unwrap();
-        assert_eq!((w.start_tsc, w.end_tsc, w.events), (1996 * HZ, 1999 * HZ + 199_000, 800));
-        ring.write_trace(&p, &[("k".into(), "v".into())]).unwrap();
+        // 3 s before the last event: the last event of second 1996 on.
+        assert_eq!((w.start_tsc, w.end_tsc, w.events), (1996 * HZ + 199_000, 1999 * HZ + 199_000, 800));
+        ring.write_trace(&p, |before| vec![("before".into(), before.to_string())]).unwrap();
         let t = TraceFile::open(&p).unwrap();
-        assert_eq!(t.runinfo_get("k"), Some("v"));
+        assert_eq!(t.runinfo_get("before"), Some("399399"));
         let mut items = t.items().unwrap();
         let (mut events, mut undefined) = (0, 0);
         let mut stacks = std::collections::HashSet::new();
@@ -423,7 +474,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(events, 800);
+        assert_eq!(events, 601, "the kept chunks' events from the window's start on");
         assert_eq!(stacks.len(), 4);
         assert_eq!(undefined, 0, "every event's stack is defined before it");
         assert!(items.warnings().is_empty(), "{:?}", items.warnings());
@@ -447,7 +498,7 @@ mod tests {
         let mut ring = Ring::new(HZ, 1 << 20, HZ);
         assert!(ring.window(0).is_none());
         let dir = tempfile::tempdir().unwrap();
-        assert!(ring.write_trace(&dir.path().join("x"), &[]).is_err());
+        assert!(ring.write_trace(&dir.path().join("x"), |_| vec![]).is_err());
         ring.push(b"not a trace at all");
         assert!(ring.broken().is_some());
     }
