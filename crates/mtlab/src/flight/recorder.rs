@@ -88,17 +88,23 @@ impl Recorder {
     /// window if it died of a signal (`signal`) or of the OOM killer.
     pub fn stop(mut self, signal: Option<i32>) -> Outcome {
         self.stop.store(true, Ordering::Release);
-        let mut oom = None;
+        let (mut event, mut oom_kill) = (None, None);
         if let Some((mut feed, mut t)) = self.thread.take().and_then(|t| t.join().ok()) {
             feed.finish(&mut lock(&self.shared.ring));
             // The OOM killer's SIGKILL: the cgroup says why.
-            oom = t.cgroup.as_mut().and_then(CgroupWatch::poll);
+            if let Some(c) = t.cgroup.as_mut() {
+                event = c.poll();
+                oom_kill = c.oom_kill.clone();
+            }
         }
-        let death = signal.map(|sig| format!("signal {sig} ({})", signal_name(sig)));
-        if let Some(why) = match (oom, death) {
-            (Some(o), Some(d)) => Some(format!("{o}; the program died of {d}")),
-            (o, d) => o.or(d),
-        } {
+        let why = match signal {
+            Some(sig) => {
+                let by_oom = oom_kill.filter(|_| sig == libc::SIGKILL).map(|k| format!(" (the OOM killer: {k})")).unwrap_or_default();
+                Some(format!("signal {sig} ({}){by_oom}", signal_name(sig)))
+            }
+            None => event,
+        };
+        if let Some(why) = why {
             let _ = write_window(&self.shared, &why);
         }
         std::mem::take(&mut *lock(&self.shared.outcome))

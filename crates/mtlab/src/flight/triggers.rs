@@ -186,30 +186,41 @@ impl Counter {
 /// `memory.failcnt` (the limit was hit) and memory.oom_control `oom_kill`.
 pub struct CgroupWatch {
     counters: Vec<Counter>,
+    /// The program, and its /proc/PID/cgroup when the counters were found:
+    /// a program moved to another cgroup is watched there.
+    pid: u32,
+    seen: String,
+    /// The last growth of an `oom_kill` counter, said: the program's
+    /// SIGKILL is then the OOM killer's.
+    pub oom_kill: Option<String>,
 }
 
 impl CgroupWatch {
     /// For process `pid`. Err: why not (no cgroup with a memory controller).
     pub fn new(pid: u32) -> Result<CgroupWatch, String> {
-        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let proc_cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        let counters = Self::counters(&proc_cgroup).ok_or_else(|| {
+            "no cgroup memory controller to watch (no cgroup v2 memory.events, nor a v1 memory hierarchy, for the \
+             program's cgroup): recording goes on without the cgroup trigger"
+                .to_string()
+        })?;
+        Ok(CgroupWatch { counters, pid, seen: proc_cgroup, oom_kill: None })
+    }
+
+    fn counters(proc_cgroup: &str) -> Option<Vec<Counter>> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let (v2, v1) = cgroup_mounts(&mountinfo);
         let v2_files = [("memory.events", Some("high")), ("memory.events", Some("oom")), ("memory.events", Some("oom_kill"))];
         let v1_files = [("memory.failcnt", None), ("memory.oom_control", Some("oom_kill"))];
         let tries: [(Option<PathBuf>, Option<String>, &[(&str, Option<&'static str>)]); 2] = [
-            (v2, cgroup_of(&proc_cgroup, None), &v2_files),
-            (v1, cgroup_of(&proc_cgroup, Some("memory")), &v1_files),
+            (v2, cgroup_of(proc_cgroup, None), &v2_files),
+            (v1, cgroup_of(proc_cgroup, Some("memory")), &v1_files),
         ];
-        for (mount, path, files) in tries {
-            let (Some(root), Some(path)) = (mount, path) else { continue };
-            let counters = Self::chain(&root, &path, files);
-            if !counters.is_empty() {
-                return Ok(CgroupWatch { counters });
-            }
-        }
-        Err("no cgroup memory controller to watch (no cgroup v2 memory.events, nor a v1 memory hierarchy, for the \
-             program's cgroup): recording goes on without the cgroup trigger"
-            .into())
+        let found = tries.into_iter().find_map(|(mount, path, files)| {
+            let counters = Self::chain(&mount?, &path?, files);
+            (!counters.is_empty()).then_some(counters)
+        });
+        found
     }
 
     fn chain(root: &Path, path: &str, files: &[(&str, Option<&'static str>)]) -> Vec<Counter> {
@@ -232,16 +243,29 @@ impl CgroupWatch {
 
     /// The trigger's description when a counter grew since the last poll.
     pub fn poll(&mut self) -> Option<String> {
-        let mut fired = None;
+        // Moved (by hand, or by a service manager): watch the new place.
+        if let Ok(now) = std::fs::read_to_string(format!("/proc/{}/cgroup", self.pid)) {
+            if now != self.seen {
+                if let Some(c) = Self::counters(&now) {
+                    self.counters = c;
+                }
+                self.seen = now;
+            }
+        }
+        let mut grew = Vec::new();
         for c in &mut self.counters {
             let Some(now) = c.read() else { continue };
-            if now > c.last && fired.is_none() {
+            if now > c.last {
                 let what = c.key.unwrap_or("failcnt");
-                fired = Some(format!("cgroup memory event ({} {what} {} → {now})", c.file.display(), c.last));
+                let said = format!("{} {what} {} → {now}", c.file.display(), c.last);
+                if what == "oom_kill" {
+                    self.oom_kill = Some(said.clone());
+                }
+                grew.push(said);
             }
             c.last = now;
         }
-        fired
+        (!grew.is_empty()).then(|| format!("cgroup memory event ({})", grew.join(", ")))
     }
 }
 
@@ -318,7 +342,8 @@ mod tests {
         std::fs::write(&f, "high 0\noom 0\noom_kill 0\n").unwrap();
         let n = dir.path().join("memory.failcnt");
         std::fs::write(&n, "5\n").unwrap();
-        let mut w = CgroupWatch { counters: CgroupWatch::chain(dir.path(), "/", &[("memory.events", Some("high")), ("memory.failcnt", None)]) };
+        let counters = CgroupWatch::chain(dir.path(), "/", &[("memory.events", Some("high")), ("memory.failcnt", None)]);
+        let mut w = CgroupWatch { counters, pid: 0, seen: String::new(), oom_kill: None };
         assert_eq!(w.counters.len(), 2);
         assert_eq!(w.poll(), None);
         std::fs::write(&f, "high 2\noom 0\noom_kill 0\n").unwrap();
