@@ -53,7 +53,7 @@ pub fn parse_duration(s: &str) -> Result<u64, String> {
     };
     let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration (e.g. 30s, 500ms, 2m)"))?;
     let ns = v * scale;
-    if !(ns >= 1e6) {
+    if ns.is_nan() || ns < 1e6 {
         return Err(format!("{s:?}: the window must be positive, at least 1ms (e.g. 30s)"));
     }
     if ns > 1e9 * 86400.0 * 365.0 {

@@ -212,15 +212,12 @@ impl CgroupWatch {
         let (v2, v1) = cgroup_mounts(&mountinfo);
         let v2_files = [("memory.events", Some("high")), ("memory.events", Some("oom")), ("memory.events", Some("oom_kill"))];
         let v1_files = [("memory.failcnt", None), ("memory.oom_control", Some("oom_kill"))];
-        let tries: [(Option<PathBuf>, Option<String>, &[(&str, Option<&'static str>)]); 2] = [
-            (v2, cgroup_of(proc_cgroup, None), &v2_files),
-            (v1, cgroup_of(proc_cgroup, Some("memory")), &v1_files),
-        ];
-        let found = tries.into_iter().find_map(|(mount, path, files)| {
+        let v2 = (v2, cgroup_of(proc_cgroup, None), &v2_files[..]);
+        let v1 = (v1, cgroup_of(proc_cgroup, Some("memory")), &v1_files[..]);
+        [v2, v1].into_iter().find_map(|(mount, path, files)| {
             let counters = Self::chain(&mount?, &path?, files);
             (!counters.is_empty()).then_some(counters)
-        });
-        found
+        })
     }
 
     fn chain(root: &Path, path: &str, files: &[(&str, Option<&'static str>)]) -> Vec<Counter> {
