@@ -162,6 +162,10 @@ pub fn cgroup_mounts(mountinfo: &str) -> (Option<PathBuf>, Option<PathBuf>) {
     (v2, v1_memory)
 }
 
+/// The counters watched (file, key) with cgroup v2 and with a v1 memory hierarchy.
+const V2_COUNTERS: [(&str, Option<&str>); 3] = [("memory.events", Some("high")), ("memory.events", Some("oom")), ("memory.events", Some("oom_kill"))];
+const V1_COUNTERS: [(&str, Option<&str>); 2] = [("memory.failcnt", None), ("memory.oom_control", Some("oom_kill"))];
+
 /// One counter that triggers a dump when it grows.
 struct Counter {
     file: PathBuf,
@@ -210,10 +214,8 @@ impl CgroupWatch {
     fn counters(proc_cgroup: &str) -> Option<Vec<Counter>> {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
         let (v2, v1) = cgroup_mounts(&mountinfo);
-        let v2_files = [("memory.events", Some("high")), ("memory.events", Some("oom")), ("memory.events", Some("oom_kill"))];
-        let v1_files = [("memory.failcnt", None), ("memory.oom_control", Some("oom_kill"))];
-        let v2 = (v2, cgroup_of(proc_cgroup, None), &v2_files[..]);
-        let v1 = (v1, cgroup_of(proc_cgroup, Some("memory")), &v1_files[..]);
+        let v2 = (v2, cgroup_of(proc_cgroup, None), &V2_COUNTERS[..]);
+        let v1 = (v1, cgroup_of(proc_cgroup, Some("memory")), &V1_COUNTERS[..]);
         [v2, v1].into_iter().find_map(|(mount, path, files)| {
             let counters = Self::chain(&mount?, &path?, files);
             (!counters.is_empty()).then_some(counters)
