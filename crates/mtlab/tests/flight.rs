@@ -233,9 +233,10 @@ fn a_cgroup_memory_limit_writes_the_window_before_the_oom_kill() {
         assert!(trigger.contains(&group.display().to_string()), "{trigger}");
         assert_eq!(site(&p, "phase_a").calls, 0, "{trigger}");
     }
-    // The last one is of the kill, with what phase B did up to it.
+    // The last one is of the kill.
     let last = lab.report_path(w.last().unwrap());
     let trigger = last["flight"]["trigger"].as_str().unwrap();
     assert!(trigger.starts_with("signal 9 (SIGKILL) (the OOM killer: ") && trigger.contains("oom_kill 0 → 1"), "{trigger}");
-    assert!(site(&last, "phase_b").calls > 0 || site(&last, "big_blocks").calls > 0, "phase B's allocations before the kill");
+    // What phase B's thread still buffered died with it (SIGKILL): only A's absence is certain.
+    assert_eq!(site(&last, "phase_a").calls, 0, "{trigger}");
 }
