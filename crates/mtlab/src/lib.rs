@@ -18,6 +18,7 @@ pub mod cli;
 pub mod compact;
 pub mod ctl;
 pub mod export;
+pub mod flight;
 pub mod heap;
 pub mod live;
 pub mod live_finish;

@@ -58,19 +58,25 @@ pub struct LiveFinish {
     fd: Option<OwnedFd>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Option<Finisher>>>,
+    page: Arc<SharedPage>,
 }
 
 impl LiveFinish {
     /// Sets up the page and starts the thread, which waits for the trace
     /// at `root` to appear. None when the system offers no memfd: then the
     /// whole rewrite happens at the end, as before.
-    pub fn new(root: PathBuf) -> Option<LiveFinish> {
+    ///
+    /// With `page_needed` (a flight recorder reads the watermark too) the
+    /// page is made even when `MTLAB_LIVE_FINISH=off`; the thread then only
+    /// waits.
+    pub fn new(root: PathBuf, page_needed: bool) -> Option<LiveFinish> {
         let when = When::from_env();
-        if when == When::Off {
+        if when == When::Off && !page_needed {
             return None;
         }
         let (fd, page) = watermark_page()?;
         let stop = Arc::new(AtomicBool::new(false));
+        let watermark = Arc::clone(&page);
         let thread = {
             let (page, stop) = (Arc::clone(&page), Arc::clone(&stop));
             std::thread::Builder::new()
@@ -78,12 +84,19 @@ impl LiveFinish {
                 .spawn(move || rewrite_while_running(root, &page, &stop, when))
                 .ok()?
         };
-        Some(LiveFinish { fd: Some(fd), stop, thread: Some(thread) })
+        Some(LiveFinish { fd: Some(fd), stop, thread: Some(thread), page: watermark })
     }
 
     /// The descriptor to pass in MTLAB_WATERMARK_FD.
     pub fn fd(&self) -> Option<RawFd> {
         self.fd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// Reads the watermark: the file offset below which the program's
+    /// writer has written every byte it reserved (0 before it started).
+    pub fn watermark(&self) -> impl Fn() -> u64 + Send + 'static {
+        let page = Arc::clone(&self.page);
+        move || page.u64_at(0).load(Ordering::Acquire)
     }
 
     /// After the spawn: the program has its copy.
@@ -142,7 +155,7 @@ fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool, wh
         // then, taken from the program (2 threads on 2 CPUs: ~4 cycles of
         // malloc-test's ~130 per call). So it works only after a poll
         // interval in which some CPU sat idle; what it leaves, the end does.
-        if !idle.was_idle() && when == When::Idle {
+        if when == When::Off || (!idle.was_idle() && when == When::Idle) {
             continue;
         }
         let written = page.u64_at(0).load(Ordering::Acquire);

@@ -78,6 +78,8 @@ pub struct RecordConfig {
     /// `--live`: the root trace analysed while the program runs, into a
     /// profile file (`output` is then the raw trace's path).
     pub live: Option<crate::live::LiveConfig>,
+    /// Keep the last DURATION of the root's events and write them on triggers (`--keep-last`).
+    pub flight: Option<crate::flight::FlightConfig>,
     pub program: OsString,
     pub args: Vec<OsString>,
 }
@@ -119,6 +121,8 @@ pub struct RecordOutcome {
     pub root_unwritten: Option<String>,
     /// What `--live` came to.
     pub live: Option<crate::live::LiveSummary>,
+    /// The flight recorder's windows and what it had to say.
+    pub flight: crate::flight::Outcome,
 }
 
 /// The ELF class and machine mtlab's preload library is built for (this
@@ -429,9 +433,10 @@ pub fn tsc_hz() -> u64 {
 }
 
 /// Runs `cmd` to its end; `on_start` is given its pid once it runs.
-fn run(mut cmd: Command, program: &str) -> Result<(ExitStatus, Duration), RecordError> {
+fn run(mut cmd: Command, program: &str, on_start: impl FnOnce(u32)) -> Result<(ExitStatus, Duration), RecordError> {
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
+    on_start(child.id());
     let _guard = SignalGuard::new(child.id());
     let status = child.wait().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
     Ok((status, start.elapsed()))
@@ -613,7 +618,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
                 say!("mtlab: baseline run of {shown} (untraced, its output discarded, stdin from /dev/null)");
             }
         }
-        Some(run(cmd, &shown)?.1)
+        Some(run(cmd, &shown, |_| {})?.1)
     } else {
         None
     };
@@ -691,10 +696,25 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         }
         None => None,
     };
-    let mut live = if cfg.live.is_some() { None } else { crate::live_finish::LiveFinish::new(output.clone()) };
+    let mut live = if cfg.live.is_some() { None } else { crate::live_finish::LiveFinish::new(output.clone(), cfg.flight.is_some()) };
     if let Some(fd) = live.as_ref().and_then(|l| l.fd()).or_else(|| analysed.as_ref().and_then(|l| l.fd())) {
         cmd.env("MTLAB_WATERMARK_FD", fd.to_string());
     }
+    // The flight recorder reads the root trace below the same watermark.
+    let flight = match (&cfg.flight, &live) {
+        (Some(f), Some(l)) if !foreign => {
+            let feed = crate::flight::Feed::new(output.clone(), Box::new(l.watermark()));
+            Some(crate::flight::Recorder::start(f, &output, feed, tsc_hz()))
+        }
+        (Some(_), _) => {
+            return Err(RecordError::Output(
+                "--keep-last needs a memfd for the writer's watermark (memfd_create failed) and a program mtlab's library \
+                 loads into"
+                    .into(),
+            ))
+        }
+        _ => None,
+    };
     // Trace files for the processes that cannot make their own (a daemon's
     // workers after setuid or chroot): made here, named if they cannot be.
     let broker = if cfg.follow && !foreign { crate::broker::Broker::start(&output).ok() } else { None };
@@ -714,7 +734,11 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         })?),
         _ => None,
     };
-    let ran = run(cmd, &shown);
+    let ran = run(cmd, &shown, |pid| {
+        if let Some(f) = &flight {
+            f.spawned(pid);
+        }
+    });
     if let Some(a) = announced {
         a.finish();
     }
@@ -727,6 +751,8 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let mut root_finisher = live.and_then(|l| l.stop());
     let served = broker.map(|b| b.stop()).unwrap_or_default();
     let (status, wall) = ran?;
+    // Before the root is finished: the ring takes the rest of the raw file.
+    let flight = flight.map(|f| f.stop(status.signal())).unwrap_or_default();
 
     let (mut traces, mut warnings) = run_family(&output, run_start);
     // A file the library created but could not write even the header to (a
@@ -837,7 +863,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     if !traces.is_empty() && crate::symbolize::elf_is_go(&program) == Some(true) {
         warnings.push(GO_EXIT.replace("{}", &program.display().to_string()));
     }
-    Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings, root_unwritten, live: live_summary })
+    Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings, root_unwritten, live: live_summary, flight })
 }
 
 /// Why nothing could be written to the trace file `t`: its file system is

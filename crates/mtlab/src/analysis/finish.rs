@@ -3,7 +3,7 @@
 //! the trace's header, RUNINFO and STATS say about how the run went.
 
 use super::model::{
-    AllocatorReading, AllocatorStats, FunctionReport, LeakReport, PeakReport, ProcessReport, SampledSite, SampledSummary,
+    AllocatorReading, AllocatorStats, FlightWindow, FunctionReport, LeakReport, PeakReport, ProcessReport, SampledSite, SampledSummary,
     SiteReport, Slowdown, SpaceSplit, TemporaryReport, TopSites,
 };
 use super::pass::Pass;
@@ -261,6 +261,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
             ended_by: trace.runinfo_get(keys::ATTACH_ENDED_BY).unwrap_or("").to_string(),
         }),
         overlapping_allocs: heap.overlapping_allocs,
+        flight: flight_window(trace, heap.unknown_frees),
         program_mappings: pass.replay.program_maps.clone(),
         stacks,
         slowdown,
@@ -271,6 +272,19 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         all_sites,
         warnings,
     }
+}
+
+/// The window a flight recorder's trace holds, from its RUNINFO.
+fn flight_window(trace: &TraceFile, unknown_frees: u64) -> Option<FlightWindow> {
+    let num = |key: &str| trace.runinfo_get(key).and_then(|v| v.parse::<u64>().ok());
+    Some(FlightWindow {
+        keep_last_ns: num(keys::FLIGHT_KEEP_LAST_NS)?,
+        trigger: trace.runinfo_get(keys::FLIGHT_TRIGGER).unwrap_or("unknown").to_string(),
+        start_ns: num(keys::FLIGHT_START_NS).unwrap_or(0),
+        end_ns: num(keys::FLIGHT_END_NS).unwrap_or(0),
+        events_before: num(keys::FLIGHT_EVENTS_BEFORE).unwrap_or(0),
+        frees_before: unknown_frees,
+    })
 }
 
 /// What a trace not finished by `mtlab record` lacks (version 2: as the

@@ -203,6 +203,25 @@ pub struct Slowdown {
     pub baseline_stdin_empty: bool,
 }
 
+/// A flight recorder's window (`record --keep-last`): the trace holds the
+/// last `keep_last_ns` of events before a trigger, not the whole run.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct FlightWindow {
+    /// The DURATION asked for.
+    pub keep_last_ns: u64,
+    /// What made mtlab write it: `ctl dump`, a signal, a cgroup memory
+    /// event, memory pressure (RUNINFO `flight_trigger`).
+    pub trigger: String,
+    /// The first and the last event the window holds, in ns since tracing started.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// Events of the run before the window, not in the trace.
+    pub events_before: u64,
+    /// Frees (and reallocs) of blocks allocated before the window: the
+    /// report's unknown frees, which in a window are expected.
+    pub frees_before: u64,
+}
+
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct ProgramMappings {
     pub calls: u64,
@@ -421,6 +440,8 @@ pub struct ProcessReport {
     /// Traced by `record --pid` from the attach on (None: from the start).
     pub attached: Option<Attached>,
     pub overlapping_allocs: u64,
+    /// Set for a flight recorder's window (`record --keep-last`).
+    pub flight: Option<FlightWindow>,
     pub program_mappings: ProgramMappings,
     pub stacks: StackQuality,
     pub slowdown: Option<Slowdown>,

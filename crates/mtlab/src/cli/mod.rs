@@ -338,6 +338,18 @@ struct RecordArgs {
     /// for comparing the live profile with the full trace of the same run.
     #[arg(long, requires = "live")]
     keep_raw: bool,
+    /// Flight recorder: keep the last DURATION (e.g. 30s, 2m) of the program's events in a bounded ring and write
+    /// them as a trace FILE.flight-N on `mtlab ctl PID dump`, on the program's death by a signal, on a new
+    /// high/oom/oom_kill in its cgroup's memory.events, or on --pressure (the root process only)
+    #[arg(long, value_name = "DURATION", value_parser = crate::flight::parse_duration, conflicts_with = "live")]
+    keep_last: Option<u64>,
+    /// With --keep-last: also write the window when memory pressure (/proc/pressure/memory) crosses this
+    /// threshold, e.g. "some avg10>20"
+    #[arg(long, value_name = "THRESHOLD", requires = "keep_last", value_parser = crate::flight::Pressure::parse)]
+    pressure: Option<crate::flight::Pressure>,
+    /// With --keep-last: most bytes the ring holds (compressed events, stacks, maps); older events go first
+    #[arg(long, value_name = "SIZE", requires = "keep_last", value_parser = parse_size_arg, default_value_t = crate::flight::DEFAULT_MAX_BYTES)]
+    keep_last_max: u64,
     /// The program to run, then its arguments.
     #[arg(required_unless_present = "pid", conflicts_with = "pid", trailing_var_arg = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
@@ -489,6 +501,8 @@ pub enum CliError {
     Ctl(#[from] crate::ctl::CtlError),
     #[error(transparent)]
     Dump(#[from] crate::ctl::DumpError),
+    #[error(transparent)]
+    Flight(#[from] crate::flight::control::FlightCtlError),
     #[error(transparent)]
     Compact(#[from] crate::trace::compact::CompactError),
     #[error(transparent)]
@@ -644,6 +658,11 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         time_sample: a.time,
         baseline: a.baseline,
         compact: a.compact.then_some(crate::trace::compact::DEFAULT_QUANTUM),
+        flight: a.keep_last.map(|keep_last_ns| crate::flight::FlightConfig {
+            keep_last_ns,
+            max_bytes: a.keep_last_max,
+            pressure: a.pressure,
+        }),
         program,
         args: command.collect(),
     };
@@ -698,6 +717,16 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     }
     for w in &outcome.warnings {
         say!("mtlab: warning: {w}");
+    }
+    for w in &outcome.flight.warnings {
+        say!("mtlab: warning: {w}");
+    }
+    for (path, why) in &outcome.flight.written {
+        say!(
+            "mtlab: flight recorder wrote {} on {why}; read it with `mtlab report {}`",
+            path.display(),
+            crate::platform::process::shell_word(path)
+        );
     }
     if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&outcome.status) {
         reraise(sig);
@@ -875,6 +904,15 @@ fn reading_lines(d: &crate::ctl::Dump) -> String {
 
 fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
     use crate::ctl::{self, CtlPage};
+    if let (Some(pid), CtlAction::Dump { output, timeout }) = (crate::flight::control::recorded_pid(a.pid), &a.action) {
+        let path = crate::flight::control::request_dump(pid, std::time::Duration::from_secs(*timeout))?;
+        if output.is_some() {
+            say!("mtlab: -o is for sampled profiles: a flight recorder names its windows FILE.flight-N");
+        }
+        say!("mtlab: the flight recorder of process {pid} wrote {}; read it with `mtlab report {}`", path.display(), crate::platform::process::shell_word(&path));
+        print_out(format!("{}\n", path.display()));
+        return Ok(ExitCode::SUCCESS);
+    }
     let (pid, waited) = ctl::traced_pid_waiting(a.pid, ctl::STARTING_WAIT);
     // A process still starting: say what the wait was for, and that it was waited for when it failed.
     if waited.as_millis() >= 20 {
@@ -944,6 +982,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         baseline: true,
         compact: None,
         live: None,
+        flight: None,
         program: workload.clone().into_os_string(),
         args,
     };

@@ -16,6 +16,23 @@ pub fn ctl_page(pid: u32) -> PathBuf {
     Path::new(CTL_PAGE_DIR).join(format!("{CTL_PAGE_PREFIX}{pid}"))
 }
 
+/// The prefix of a flight recorder's request page's name; the pid follows.
+pub const FLIGHT_PAGE_PREFIX: &str = "mtlab-flight-";
+
+/// `/dev/shm/mtlab-flight-PID`: where `mtlab record --keep-last` takes
+/// `mtlab ctl PID dump` requests for program `pid` (`flight::control`).
+pub fn flight_page(pid: u32) -> PathBuf {
+    Path::new(CTL_PAGE_DIR).join(format!("{FLIGHT_PAGE_PREFIX}{pid}"))
+}
+
+/// `ROOT.flight-N` beside the root trace: the N-th window a flight recorder
+/// wrote (no child trace's name: `parse_child_suffix` refuses it).
+pub fn flight_dump(root: &Path, n: u32) -> PathBuf {
+    let mut name = root.as_os_str().to_owned();
+    name.push(format!(".flight-{n}"));
+    PathBuf::from(name)
+}
+
 /// `mtlab.PID.heap.pb.gz` in the current directory: where `ctl dump`
 /// writes when no `-o` is given.
 pub fn default_dump(pid: u32) -> PathBuf {

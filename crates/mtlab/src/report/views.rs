@@ -350,6 +350,9 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
             note(format!("warning: {w}"));
         }
         let execd = run.ending(p) == Some(super::index::Ending::Execd);
+        if let Some(w) = &p.flight {
+            note(flight_note(w));
+        }
         if p.running {
             note(format!("process {} is still running: every figure below is as far as its trace is written now", p.pid));
         } else if execd {
@@ -452,7 +455,12 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
         }
         let mut note = |s: String| out.push(View::Note(s));
         if p.profile.is_none() {
-            if p.running {
+            if p.flight.is_some() {
+                note(format!(
+                    "live at the window's end, of the blocks allocated in it: {} objects, {} bytes",
+                    p.leaks.objects, p.leaks.bytes
+                ));
+            } else if p.running {
                 note(format!("live so far (the process is still running): {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
             } else if p.clean_end {
                 note(format!("not freed at exit: {} objects, {} bytes", p.leaks.objects, p.leaks.bytes));
@@ -612,7 +620,7 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
                     note(format!("frees of blocks allocated before the attach: {}", p.unknown_frees));
                 }
             }
-            None if p.unknown_frees > 0 => {
+            None if p.unknown_frees > 0 && p.flight.is_none() => {
                 note(format!("frees of addresses not allocated while traced: {}", p.unknown_frees));
             }
             None => {}
@@ -648,6 +656,23 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
         out.push(View::Note(String::new()));
     }
     out
+}
+
+/// What a flight recorder's window is, in two sentences: it is not the
+/// whole run, and its frees of earlier blocks are expected.
+fn flight_note(w: &crate::analysis::model::FlightWindow) -> String {
+    let s = |ns: u64| format!("{:.3} s", ns as f64 / 1e9);
+    format!(
+        "FLIGHT-RECORDER WINDOW: the last {} of the run, written on {}: events from {} to {} after tracing \
+         started ({} earlier events are not in it); {} frees were of blocks allocated before the window (not \
+         errors), and every figure below is of the window only",
+        s(w.keep_last_ns),
+        w.trigger,
+        s(w.start_ns),
+        s(w.end_ns),
+        w.events_before,
+        w.frees_before
+    )
 }
 
 /// The heap manager's own figures read after a `mtlab ctl dump`, beside

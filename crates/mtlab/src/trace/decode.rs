@@ -594,8 +594,20 @@ impl ChunkCursor {
     }
 }
 
+/// The STACK_DEFs of one chunk of rows, as (id, pcs): what a flight
+/// recorder keeps of a chunk it drops (`flight::Ring`).
+pub fn row_stack_defs(rows: &[u8], first_tsc: u64, tid: u32) -> Result<Vec<(u32, Vec<u64>)>, String> {
+    let items = decode_chunk(RowFields::default(), rows, first_tsc, tid).map_err(|e| e.to_string())?;
+    Ok(items
+        .into_iter()
+        .filter_map(|i| match i {
+            Item::Stack { id, pcs } => Some((id, pcs)),
+            Item::Event(_) => None,
+        })
+        .collect())
+}
+
 /// Every item of one chunk's bytes, read through `f`.
-#[cfg(test)]
 pub(crate) fn decode_chunk<F: Fields>(mut f: F, buf: &[u8], first_tsc: u64, tid: u32) -> Result<Vec<Item>, DecErr> {
     let mut tsc = first_tsc;
     let mut out = Vec::new();

@@ -51,6 +51,20 @@ pub const COMPACT_QUANTUM: &str = "compact_quantum";
 pub const COMPACT_PEAK: &str = "compact_peak";
 
 // ---------------------------------------------------------------------------
+// RUNINFO of a flight recorder's window (`record --keep-last`, `flight::`).
+
+/// The window's length asked for, in ns; its presence marks the trace as a window.
+pub const FLIGHT_KEEP_LAST_NS: &str = "flight_keep_last_ns";
+/// Why the window was written: `ctl dump`, `signal N (NAME)`, a cgroup
+/// memory event, memory pressure.
+pub const FLIGHT_TRIGGER: &str = "flight_trigger";
+/// The window's first and last event, in ns since tracing started.
+pub const FLIGHT_START_NS: &str = "flight_start_ns";
+pub const FLIGHT_END_NS: &str = "flight_end_ns";
+/// Events of the run before the window (dropped from the ring).
+pub const FLIGHT_EVENTS_BEFORE: &str = "flight_events_before";
+
+// ---------------------------------------------------------------------------
 // STATS: written by the preload library at process exit (`writer.c`,
 // `sampler.c`).
 
