@@ -20,6 +20,7 @@ pub mod export;
 pub mod heap;
 pub mod live_finish;
 pub mod native;
+pub mod otlp;
 pub mod platform;
 pub mod profile;
 pub mod record;
