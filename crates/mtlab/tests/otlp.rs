@@ -233,7 +233,8 @@ fn a_running_record_pushes_each_window_and_a_down_collector_is_counted() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("held"), "the program's own output");
     let err = stderr(&o);
     let pushed: u64 = err.split("pushed ").nth(1).and_then(|t| t.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{err}"));
-    assert!(pushed >= 3, "three windows in 3.5 s and the last: {err}");
+    // About three windows in 3.5 s and the last; a loaded machine may make fewer.
+    assert!(pushed >= 2, "a window while it ran and the last: {err}");
     assert!(!err.contains("dropped"), "{err}");
     let got = col.received("profiles", pushed as usize);
     let windows: Vec<Received> = got.iter().map(resolve).collect();

@@ -62,29 +62,24 @@ pub struct Config {
 /// returns the counts.
 pub struct Pusher {
     stop: mpsc::Sender<()>,
-    handle: JoinHandle<PushStats>,
+    /// The thread, or why none could be started (nothing is pushed; counted).
+    handle: Result<JoinHandle<PushStats>, String>,
 }
 
 impl Pusher {
     pub fn start(cfg: Config, source: Source) -> Pusher {
         let (stop, stopped) = mpsc::channel();
-        let handle = std::thread::Builder::new().name("mtlab-otlp-push".into()).spawn(move || run(cfg, source, stopped));
-        match handle {
-            Ok(handle) => Pusher { stop, handle },
-            // No thread: nothing is pushed, and that is counted.
-            Err(e) => {
-                let msg = e.to_string();
-                let (stop, _) = mpsc::channel();
-                let handle = std::thread::spawn(move || PushStats { pushed: 0, dropped: 1, last_error: Some(msg) });
-                Pusher { stop, handle }
-            }
-        }
+        let handle = std::thread::Builder::new().name("mtlab-otlp-push".into()).spawn(move || run(cfg, source, stopped)).map_err(|e| e.to_string());
+        Pusher { stop, handle }
     }
 
     /// After the program ended: the last window pushed, then the counts.
     pub fn finish(self) -> PushStats {
         let _ = self.stop.send(());
-        self.handle.join().unwrap_or_default()
+        match self.handle {
+            Ok(h) => h.join().unwrap_or_default(),
+            Err(e) => PushStats { pushed: 0, dropped: 1, last_error: Some(format!("no thread to push from: {e}")) },
+        }
     }
 }
 
