@@ -491,9 +491,7 @@ pub fn dump(pid: u32, pprof: &Path, timeout: Duration) -> Result<Dump, DumpError
     let seq = page.request_dump(pid, timeout)?;
     let read = page.wait_allocator_reading(seq, READING_WAIT.min(timeout));
     let file = page.trace_of(pid)?;
-    let trace = TraceFile::open(file.path()).map_err(ProfileExportError::from)?;
-    let readings = AllocatorReading::all_of(&trace);
-    let profile = crate::profile::sampled::read_sampled(&trace, AllocatorReading::tscs(&readings)).map_err(ProfileExportError::from)?;
+    let (trace, readings, profile) = read_so_far(&file.path())?;
     let req = ExportRequest { pprof: Some(pprof.to_path_buf()), ..Default::default() };
     export_data(&profile.data, &req).map_err(ProfileExportError::from)?;
     let reading = if read {
@@ -504,6 +502,26 @@ pub fn dump(pid: u32, pprof: &Path, timeout: Duration) -> Result<Dump, DumpError
     Ok(Dump { trace: file.name, reading, allocator: trace.header.allocator.clone() })
 }
 
+/// A sampled trace as written so far: the trace, the heap manager's
+/// readings in it, and the profile.
+fn read_so_far(path: &Path) -> Result<(TraceFile, Vec<AllocatorReading>, crate::profile::sampled::SampledProfile), ProfileExportError> {
+    let trace = TraceFile::open(path)?;
+    let readings = AllocatorReading::all_of(&trace);
+    let profile = crate::profile::sampled::read_sampled(&trace, AllocatorReading::tscs(&readings))?;
+    Ok((trace, readings, profile))
+}
+
+/// The profile of sampled process `pid` so far (its buffers flushed first,
+/// as `dump` does), and its heap manager's name; with `ended`, the process
+/// is gone and `trace` is read as it was left.
+pub fn profile_so_far(pid: u32, trace: &Path, ended: bool, timeout: Duration) -> Result<(crate::profile::ProfileData, String), DumpError> {
+    if !ended {
+        let page = CtlPage::open(pid)?;
+        page.request_dump(pid, timeout)?;
+    }
+    let (trace, _, profile) = read_so_far(trace)?;
+    Ok((profile.data, trace.header.allocator.clone()))
+}
 
 #[cfg(test)]
 mod tests {

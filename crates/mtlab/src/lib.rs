@@ -23,6 +23,7 @@ pub mod heap;
 pub mod live;
 pub mod live_finish;
 pub mod native;
+pub mod otlp;
 pub mod platform;
 pub mod profile;
 pub mod record;

@@ -59,6 +59,8 @@ pub struct SampleConfig {
     pub inactive: bool,
     /// Fixed seed for the sampler's random draws (0: from the clock).
     pub seed: u64,
+    /// `--push-every`: the window profiles pushed over OTLP while it runs.
+    pub push: Option<crate::otlp::periodic::Config>,
 }
 
 #[derive(Debug, Clone)]
@@ -123,6 +125,8 @@ pub struct RecordOutcome {
     pub live: Option<crate::live::LiveSummary>,
     /// The flight recorder's windows and what it had to say.
     pub flight: crate::flight::Outcome,
+    /// `--push-every`: where the window profiles went, and how many.
+    pub pushed: Option<(String, crate::otlp::periodic::PushStats)>,
 }
 
 /// The ELF class and machine mtlab's preload library is built for (this
@@ -726,9 +730,16 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     // `mtlab ctl` wants the program's pid; a shell's `$!` is this process's.
     // Said before the program runs: written while it runs, the line landed
     // inside a line of the program's own stderr (tests/corpus.rs).
+    let program_pid = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let seen_pid = program_pid.clone();
+    let pusher = match cfg.sample.as_ref().and_then(|s| s.push.clone()) {
+        Some(push) if !foreign => Some(start_pusher(push, program_pid, &output, &program, cfg)),
+        _ => None,
+    };
     let announced = match cfg.sample {
-        Some(_) if !foreign => Some(announce_before_exec(&mut cmd, |pid| {
+        Some(_) if !foreign => Some(announce_before_exec(&mut cmd, move |pid| {
             use std::io::Write;
+            seen_pid.store(pid, std::sync::atomic::Ordering::Release);
             let line = format!("mtlab: sampling process {pid}: `mtlab ctl {pid} status|start|stop|dump` controls it\n");
             let _ = std::io::stderr().write_all(line.as_bytes());
         })?),
@@ -748,6 +759,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     if let Some(l) = analysed.as_mut() {
         l.spawned();
     }
+    let pushed = pusher.map(|(url, p)| (url, p.finish()));
     let mut root_finisher = live.and_then(|l| l.stop());
     let served = broker.map(|b| b.stop()).unwrap_or_default();
     let (status, wall) = ran?;
@@ -863,7 +875,34 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     if !traces.is_empty() && crate::symbolize::elf_is_go(&program) == Some(true) {
         warnings.push(GO_EXIT.replace("{}", &program.display().to_string()));
     }
-    Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings, root_unwritten, live: live_summary, flight })
+    Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings, root_unwritten, live: live_summary, flight, pushed })
+}
+
+/// The thread of `record --sample --push-every`: its source reads the
+/// sampled program (`pid` once it runs) through its control page, and the
+/// root trace as left once it ended.
+fn start_pusher(
+    push: crate::otlp::periodic::Config,
+    pid: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    output: &Path,
+    program: &Path,
+    cfg: &RecordConfig,
+) -> (String, crate::otlp::periodic::Pusher) {
+    use crate::otlp::periodic::{Pusher, Snapshot};
+    let output = output.to_path_buf();
+    let exe = program.to_string_lossy().into_owned();
+    let args: Vec<String> = std::iter::once(&cfg.program).chain(&cfg.args).map(|a| a.to_string_lossy().into_owned()).collect();
+    let url = push.target.url.clone();
+    let source = Box::new(move |ended: bool| {
+        let pid = pid.load(std::sync::atomic::Ordering::Acquire);
+        if pid == 0 {
+            return Err("the program had not started".to_string());
+        }
+        let (profile, allocator) = crate::ctl::profile_so_far(pid, &output, ended, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+        let process = crate::otlp::ProcessInfo { pid, exe: exe.clone(), args: args.clone() };
+        Ok(Snapshot { profile, process, allocator: Some(allocator).filter(|a| !a.is_empty()) })
+    });
+    (url, Pusher::start(push, source))
 }
 
 /// Why nothing could be written to the trace file `t`: its file system is

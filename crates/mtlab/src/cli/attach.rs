@@ -46,7 +46,7 @@ pub fn cmd_attach(
     let sample = match (a.full, sample) {
         (true, _) => None,
         (false, Some(s)) => Some(s),
-        (false, None) => Some(SampleConfig { interval: DEFAULT_INTERVAL, inactive: false, seed: 0 }),
+        (false, None) => Some(SampleConfig { interval: DEFAULT_INTERVAL, inactive: false, seed: 0, push: None }),
     };
     if let Some(d) = a.duration.filter(|d| !(d.is_finite() && *d > 0.0)) {
         return Err(CliError::Other(format!("--duration {d}: give a positive number of seconds")));

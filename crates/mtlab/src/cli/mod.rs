@@ -10,6 +10,7 @@
 mod affinity;
 mod attach;
 mod heap_study;
+mod otlp;
 mod profile;
 mod report_diff;
 mod study;
@@ -302,6 +303,17 @@ struct RecordArgs {
     /// With --sample: fixed seed for the sampler; a run repeats sample for sample when each thread's allocations and thread creations do (docs/metrics.md, "Seeds"). 0 draws one from the clock.
     #[arg(long, default_value_t = 0, requires = "sample")]
     sample_seed: u64,
+    /// With --sample: push each window's heap profile over OTLP every PERIOD (e.g. 60s) while the program runs,
+    /// and the last one when it ends, to --otlp-endpoint; a failed push is retried within its window, then
+    /// dropped and counted, never holding up the program.
+    #[arg(long, value_name = "PERIOD", value_parser = otlp::parse_every, requires = "sample")]
+    push_every: Option<std::time::Duration>,
+    /// With --push-every: where to (OTLP/HTTP); without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "", requires = "push_every")]
+    otlp_endpoint: Option<String>,
+    /// With --push-every: the OTLP resource's service.name (default: $OTEL_SERVICE_NAME, else the program's name).
+    #[arg(long, value_name = "NAME", requires = "push_every")]
+    service: Option<String>,
     /// Most frames kept per stack (1-256).
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=256))]
     depth: u32,
@@ -428,6 +440,8 @@ struct ReportArgs {
     /// is printed all the same.
     #[arg(long)]
     strict: bool,
+    #[command(flatten)]
+    otlp: otlp::ProfileOtlpArgs,
 }
 
 #[derive(Args, Debug)]
@@ -511,6 +525,8 @@ pub enum CliError {
     Load(#[from] crate::report::load::LoadError),
     #[error(transparent)]
     Exports(#[from] crate::report::exports::ExportsError),
+    #[error(transparent)]
+    Otlp(#[from] crate::otlp::OtlpError),
     #[error("{0}")]
     Other(String),
 }
@@ -627,9 +643,17 @@ fn default_output(program: &OsString) -> PathBuf {
 
 fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     if let Some(pid) = a.attach.pid {
-        let sample = a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed });
+        let sample = a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed, push: None });
         return attach::cmd_attach(pid, a.attach, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks);
     }
+    let push = match a.push_every {
+        None => None,
+        Some(every) => {
+            let flag = a.otlp_endpoint.clone().unwrap_or_default();
+            let target = crate::otlp::push::target(&flag, crate::otlp::Signal::Profiles, &crate::otlp::push::real_env).map_err(crate::otlp::OtlpError::from)?;
+            Some(crate::otlp::periodic::Config { target, every, service: a.service.clone() })
+        }
+    };
     let mut command = a.command.into_iter();
     let program = command.next().expect("clap requires PROGRAM");
     let live = a.live.then(|| crate::live::LiveConfig {
@@ -651,7 +675,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         live,
         stacks: a.stacks,
         unwind: a.unwind,
-        sample: a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed }),
+        sample: a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed, push: push.clone() }),
         depth: a.depth,
         follow: !a.no_follow,
         free_stacks: a.free_stacks,
@@ -728,6 +752,9 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
             crate::platform::process::shell_word(path)
         );
     }
+    if let Some((url, stats)) = &outcome.pushed {
+        say!("mtlab: {}{}", if stats.dropped > 0 { "warning: " } else { "" }, stats.summary(url));
+    }
     if let Some(sig) = std::os::unix::process::ExitStatusExt::signal(&outcome.status) {
         reraise(sig);
     }
@@ -787,7 +814,7 @@ fn check_report_paths(a: &ReportArgs) -> Result<(), CliError> {
         return Err(CliError::Other(format!("{} is a directory, not a trace file ({found}); give one of its traces", a.file.display())));
     }
     let outputs = [&a.pprof, &a.html, &a.flamegraph, &a.collapsed, &a.speedscope];
-    for out in outputs.into_iter().flatten() {
+    for out in outputs.into_iter().chain(a.otlp.outputs()).flatten() {
         let dir = out.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
         if !dir.is_dir() {
             return Err(CliError::Other(format!("cannot write {}: its directory {} does not exist", out.display(), dir.display())));
@@ -801,6 +828,7 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     if let Some(base) = &a.diff {
         return report_diff::cmd_report_diff(&a, base, a.diff_by);
     }
+    let otlp_target = a.otlp.target(crate::otlp::Signal::Profiles)?;
     let req = crate::profile::export::ExportRequest {
         pprof: a.pprof.clone(),
         flamegraph: a.flamegraph.clone(),
@@ -809,7 +837,7 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
         value: Some(a.flame_value),
     };
     // The exports and the page's flame graph share one profile, made in the analysis's pass.
-    let exports = !req.is_empty() || a.html.is_some();
+    let exports = !req.is_empty() || a.html.is_some() || a.otlp.any();
     let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some(), profile: exports, sites: false };
     let sel = report::select::Selection { pids: a.pid.clone(), comms: a.comm.clone(), all_processes: a.all_processes };
     let mut run = load_reports(&a.file, !a.no_children, &opts, &sel, a.merge)?;
@@ -822,6 +850,15 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
             for f in written {
                 say!("mtlab: wrote {}", f.display());
             }
+        }
+    }
+    let mut otlp_request = None;
+    if a.otlp.any() {
+        if let Some((pick, data)) = &profile {
+            if req.is_empty() {
+                say!("mtlab: {}", pick.message);
+            }
+            otlp_request = Some(otlp::report_exports(&a.otlp, &run, pick, data)?);
         }
     }
     let doc = report::document_of(&run, report::Parts::for_outputs(a.json, a.csv.is_some()));
@@ -843,6 +880,9 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     if a.strict && warnings > 0 {
         say!("mtlab: {warnings} warning{} in this report (--strict)", if warnings == 1 { "" } else { "s" });
         return Ok(ExitCode::from(STRICT_WARNINGS));
+    }
+    if let (Some(t), Some(r)) = (&otlp_target, &otlp_request) {
+        otlp::report_push(t, r)?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -1007,7 +1047,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     let sampled_out = a.output.with_extension("sampled.mtl");
     let cfg = RecordConfig {
         output: sampled_out.clone(),
-        sample: Some(SampleConfig { interval: 64 << 10, inactive: false, seed: 0 }),
+        sample: Some(SampleConfig { interval: 64 << 10, inactive: false, seed: 0, push: None }),
         baseline: false,
         ..cfg
     };

@@ -45,6 +45,17 @@ pub struct OutputArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub store: StoreArgs,
+    /// Also push the run as OTLP metrics over HTTP to URL (one point per configuration and repetition;
+    /// docs/otlp.md); without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    pub otlp_endpoint: Option<String>,
+}
+
+/// `--otlp-endpoint` of a study or `runs export`, checked before any work.
+fn metrics_target(flag: &Option<String>) -> Result<Option<crate::otlp::Target>, CliError> {
+    flag.as_deref()
+        .map(|f| crate::otlp::push::target(f, crate::otlp::Signal::Metrics, &crate::otlp::push::real_env).map_err(|e| crate::otlp::OtlpError::from(e).into()))
+        .transpose()
 }
 
 /// Which results store: every command that reads or writes one takes this.
@@ -331,6 +342,7 @@ pub fn finish(run: Run, out: &OutputArgs) -> Result<ExitCode, CliError> {
 
 /// `finish`, giving back the document shown (for `mtlab demo`'s page).
 pub fn finish_keep(mut run: Run, out: &OutputArgs) -> Result<Document, CliError> {
+    let target = metrics_target(&out.otlp_endpoint)?;
     let stored = if out.store.no_store {
         None
     } else {
@@ -344,6 +356,9 @@ pub fn finish_keep(mut run: Run, out: &OutputArgs) -> Result<Document, CliError>
     emit(&doc, out.json, out.csv.as_ref(), out.svg.as_ref())?;
     if let Some(path) = &out.html {
         write_html(&doc, path, &run_title(&run), &Default::default())?;
+    }
+    if let Some(t) = &target {
+        super::otlp::run_exports(&run, Some(t), [(&None, false), (&None, true)])?;
     }
     match stored {
         Some(Ok((id, path))) => {
@@ -413,11 +428,20 @@ struct ExportArgs {
     /// The run's id (see `mtlab runs`).
     id: i64,
     /// Print the run as one JSON object.
-    #[arg(long, required_unless_present = "csv", conflicts_with = "csv")]
+    #[arg(long, required_unless_present_any = ["csv", "otlp", "otlp_json", "otlp_endpoint"], conflicts_with = "csv")]
     json: bool,
     /// Write its tables, summary and every repetition as CSV files into DIR.
     #[arg(long, value_name = "DIR")]
     csv: Option<PathBuf>,
+    /// Write the run as an OTLP metrics request (protobuf) to FILE (docs/otlp.md).
+    #[arg(long, value_name = "FILE")]
+    otlp: Option<PathBuf>,
+    /// Write the run as an OTLP metrics request in OTLP/JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    otlp_json: Option<PathBuf>,
+    /// Push the run as OTLP metrics over HTTP to URL; without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
+    otlp_endpoint: Option<String>,
     #[command(flatten)]
     store: StorePath,
 }
@@ -462,8 +486,14 @@ pub fn runs(a: RunsArgs) -> Result<ExitCode, CliError> {
             }
         }
         RunsAction::Export(e) => {
+            let target = metrics_target(&e.otlp_endpoint)?;
             let run = e.store.existing()?.get(e.id)?;
-            emit_export(&studies::document(&run), e.json, e.csv.as_ref())?;
+            if e.json || e.csv.is_some() {
+                emit_export(&studies::document(&run), e.json, e.csv.as_ref())?;
+            }
+            if e.otlp.is_some() || e.otlp_json.is_some() || target.is_some() {
+                super::otlp::run_exports(&run, target.as_ref(), [(&e.otlp, false), (&e.otlp_json, true)])?;
+            }
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -12,6 +12,8 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
+pub mod collector;
+
 pub const MTLAB: &str = env!("CARGO_BIN_EXE_mtlab");
 
 /// A part of a test that cannot run here. Under `CI=true` that is a failure

@@ -1,0 +1,300 @@
+//! OTLP exports checked against a real OpenTelemetry Collector (built by
+//! `.ci/otelcol/build.sh`, started per test on a free port): what the
+//! Collector received and wrote back out equals mtlab's own report — totals,
+//! per-stack values, attributes — for a full and a sampled trace, pushed by
+//! `report`, by a running `record --sample --push-every`, and a study run as
+//! metrics; and a Collector that is down gives `report` a clear error and a
+//! running `record` a counted failure that does not hold the program up.
+
+mod util;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use util::collector::{free_port, Collector};
+use util::*;
+
+/// An OTLP/JSON integer: pdata writes 64-bit ones as strings.
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::String(s) => s.parse().unwrap(),
+        Value::Number(n) => n.as_i64().unwrap(),
+        Value::Null => 0,
+        _ => panic!("not an integer: {v}"),
+    }
+}
+
+/// An attribute's value as text (string, or integer as decimal).
+fn any(v: &Value) -> String {
+    any_in(v, &[])
+}
+
+/// `any`, where a string may be an index into `strings` (the Collector
+/// moves a profile's strings into its dictionary).
+fn any_in(v: &Value, strings: &[&str]) -> String {
+    if let Some(s) = v["stringValue"].as_str() {
+        s.to_string()
+    } else if !v["stringValueStrindex"].is_null() {
+        strings[int(&v["stringValueStrindex"]) as usize].to_string()
+    } else if !v["intValue"].is_null() {
+        int(&v["intValue"]).to_string()
+    } else if let Some(a) = v["arrayValue"]["values"].as_array() {
+        a.iter().map(|x| any_in(x, strings)).collect::<Vec<_>>().join(" ")
+    } else {
+        v.to_string()
+    }
+}
+
+/// A received profiles request, resolved through its dictionary.
+struct Received {
+    resource: BTreeMap<String, String>,
+    /// (sample type, leaf function) → summed value.
+    values: BTreeMap<(String, String), i64>,
+    /// (sample type, leaf function) → the attributes of its samples.
+    attrs: BTreeMap<(String, String), BTreeMap<String, String>>,
+    /// The whole stack (outermost first) of each leaf function.
+    stacks: BTreeMap<String, Vec<String>>,
+    period: i64,
+}
+
+fn resolve(req: &Value) -> Received {
+    let d = &req["dictionary"];
+    let strings: Vec<&str> = d["stringTable"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let s = |i: &Value| strings[int(i) as usize].to_string();
+    let table = |name: &str| d[name].as_array().cloned().unwrap_or_default();
+    let (functions, locations, stacks, attributes) = (table("functionTable"), table("locationTable"), table("stackTable"), table("attributeTable"));
+    let rp = &req["resourceProfiles"].as_array().unwrap()[0];
+    let key = |a: &Value| a["key"].as_str().map(str::to_string).unwrap_or_else(|| s(&a["keyStrindex"]));
+    let resource = rp["resource"]["attributes"].as_array().unwrap().iter().map(|a| (key(a), any_in(&a["value"], &strings))).collect();
+    let mut out = Received { resource, values: BTreeMap::new(), attrs: BTreeMap::new(), stacks: BTreeMap::new(), period: 0 };
+    for p in rp["scopeProfiles"][0]["profiles"].as_array().unwrap() {
+        let kind = s(&p["sampleType"]["typeStrindex"]);
+        out.period = int(&p["period"]);
+        for sample in p["samples"].as_array().cloned().unwrap_or_default() {
+            let stack = &stacks[int(&sample["stackIndex"]) as usize];
+            // Each location's outermost line is its function (inlined ones come first).
+            let names: Vec<String> = stack["locationIndices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|l| {
+                    let loc = &locations[int(l) as usize];
+                    let line = loc["lines"].as_array().unwrap().last().unwrap();
+                    s(&functions[int(&line["functionIndex"]) as usize]["nameStrindex"])
+                })
+                .collect();
+            let leaf = names[0].clone();
+            *out.values.entry((kind.clone(), leaf.clone())).or_default() += int(&sample["values"][0]);
+            let a = out.attrs.entry((kind.clone(), leaf.clone())).or_default();
+            for i in sample["attributeIndices"].as_array().cloned().unwrap_or_default() {
+                let kv = &attributes[int(&i) as usize];
+                a.insert(s(&kv["keyStrindex"]), any_in(&kv["value"], &strings));
+            }
+            out.stacks.insert(leaf, names.into_iter().rev().collect());
+        }
+    }
+    out
+}
+
+fn mtlab(lab: &Lab, args: &[&str]) -> std::process::Output {
+    lab.command(MTLAB).args(args).output().unwrap()
+}
+
+/// The exact (full trace) figures of s_estimator.c, per site: (allocated
+/// objects, allocated bytes, in-use objects, in-use bytes).
+const SITES: [(&str, [i64; 4]); 3] = [
+    ("site_a", [20_000, 20_000_000, 0, 0]),
+    ("site_b", [2000, 20_000_000, 500, 5_000_000]),
+    ("site_c", [100, 10_000_000, 50, 5_000_000]),
+];
+const TYPES: [&str; 4] = ["alloc_objects", "alloc_space", "inuse_objects", "inuse_space"];
+
+#[test]
+fn the_collector_receives_the_full_and_the_sampled_profile_as_the_report_has_them() {
+    let lab = Lab::new();
+    let prog = lab.compile("s_estimator");
+    lab.record_ok("full.mtl", &prog, &[]);
+    let o = lab.record_cmd("s.mtl", &["--sample", "64KiB", "--sample-seed", "11"], &prog, &[]).output().unwrap();
+    assert_success(&o, "mtlab record --sample");
+    let Some(col) = Collector::start() else { return };
+
+    // Full trace: exact figures, pushed as protobuf, and written as both files.
+    let o = mtlab(&lab, &["report", "full.mtl", "--otlp-endpoint", &col.endpoint(), "--otlp", "full.otlp", "--otlp-json", "full.otlp.json", "--service", "estimator-test"]);
+    assert_success(&o, "report --otlp-endpoint");
+    assert!(stderr(&o).contains(&format!("pushed the profile to {}/v1development/profiles", col.endpoint())), "{}", stderr(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("site_b"), "the report is still shown");
+    let got = col.received("profiles", 1);
+    assert_eq!(got.len(), 1);
+    let r = resolve(&got[0]);
+    let report = lab.report("full.mtl");
+    let p = &processes(&report)[0];
+    for (name, want) in SITES {
+        for (kind, v) in TYPES.iter().zip(want) {
+            assert_eq!(r.values.get(&(kind.to_string(), name.to_string())).copied().unwrap_or(0), v, "{kind} of {name}");
+        }
+        // mtlab's own report says the same per stack.
+        let s = site(p, name);
+        assert_eq!((s.calls as i64, s.bytes as i64, s.live_objects as i64, s.live_bytes as i64), (want[0], want[1], want[2], want[3]), "the JSON report's {name}");
+        assert_eq!(r.stacks[name][r.stacks[name].len() - 2..], ["main".to_string(), name.to_string()], "{:?}", r.stacks[name]);
+    }
+    let total = |kind: &str| r.values.iter().filter(|((k, f), _)| k == kind && f.starts_with("site_")).map(|(_, v)| v).sum::<i64>();
+    assert_eq!(total("alloc_space"), 50_000_000);
+    assert_eq!(total("inuse_space"), 10_000_000);
+    assert_eq!(r.period, 0, "every allocation recorded");
+    // Resource and sample attributes.
+    assert_eq!(r.resource["service.name"], "estimator-test");
+    assert_eq!(r.resource["process.pid"], p["pid"].to_string());
+    assert_eq!(r.resource["process.executable.name"], "s_estimator");
+    assert!(r.resource["process.command_args"].ends_with("s_estimator"), "{:?}", r.resource);
+    assert_eq!(r.resource["host.name"], std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim());
+    let allocator = p["allocator"].as_str().unwrap();
+    assert!(!allocator.is_empty());
+    assert_eq!(r.attrs[&("alloc_space".to_string(), "site_b".to_string())].get("allocator").map(String::as_str), Some(allocator));
+    // The file written is what was pushed; its JSON twin decodes to the same (the Collector reads it below).
+    assert!(std::fs::metadata(lab.path("full.otlp")).unwrap().len() > 100);
+
+    // Sampled trace, pushed as OTLP/JSON (the exporters' variable): the
+    // estimates and their 95 % intervals as the JSON report has them.
+    let o = lab
+        .command(MTLAB)
+        .args(["report", "s.mtl", "--otlp-endpoint", &col.endpoint()])
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+        .env("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment=lab,team=heap%20people")
+        .output()
+        .unwrap();
+    assert_success(&o, "report --otlp-endpoint (sampled, http/json)");
+    let got = col.received("profiles", 2);
+    let r = resolve(&got[1]);
+    assert_eq!(r.period, 65536);
+    assert_eq!(r.resource["service.name"], "s_estimator", "the program's name by default");
+    assert_eq!(r.resource["team"], "heap people");
+    assert_eq!(r.resource["deployment.environment"], "lab");
+    let report = lab.report("s.mtl");
+    let top = processes(&report)[0]["profile"]["top"].as_array().unwrap().clone();
+    for (site, _) in SITES {
+        let sites: Vec<&Value> = top.iter().filter(|s| s["frames"][0]["function"] == site).collect();
+        assert_eq!(sites.len(), 1, "{site}: one stack");
+        let est = sites[0];
+        let key = ("alloc_space".to_string(), site.to_string());
+        assert!((r.values[&key] as f64 - f(&est["alloc_bytes"]["value"])).abs() <= 1.0, "{site}: {} vs {}", r.values[&key], est["alloc_bytes"]);
+        let a = &r.attrs[&key];
+        for (end, json) in [("low", "low"), ("high", "high")] {
+            let got: f64 = a[&format!("alloc_space_{end}")].parse().unwrap();
+            assert!((got - f(&est["alloc_bytes"][json])).abs() <= 1.0, "{site} alloc_space_{end}: {got} vs {}", est["alloc_bytes"]);
+        }
+    }
+}
+
+#[test]
+fn a_collector_that_is_down_fails_report_clearly_after_showing_it() {
+    let lab = Lab::new();
+    let prog = lab.compile("s_estimator");
+    lab.record_ok("t.mtl", &prog, &[]);
+    let port = free_port();
+    let o = mtlab(&lab, &["report", "t.mtl", "--otlp-endpoint", &format!("http://127.0.0.1:{port}")]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&format!("cannot push the profile to http://127.0.0.1:{port}/v1development/profiles")), "{err}");
+    assert!(err.contains("3 tries") && err.contains("listening there"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("site_b"), "the report was shown before the push");
+    // gRPC is refused before any work, with what to do.
+    let o = lab.command(MTLAB).args(["report", "t.mtl", "--otlp-endpoint"]).env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc").output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("HTTP only") && o.stdout.is_empty(), "{}", stderr(&o));
+}
+
+/// `record --sample --push-every 1s` on a program that runs about 3.5 s:
+/// several windows reach the Collector while it runs, their allocations add
+/// up to the whole run's, and the program's output and exit are its own.
+#[test]
+fn a_running_record_pushes_each_window_and_a_down_collector_is_counted() {
+    let lab = Lab::new();
+    let prog = lab.compile("s_hold");
+    let Some(col) = Collector::start() else { return };
+    let run = |endpoint: &str, trace: &str| {
+        let mut child = lab
+            .record_cmd(trace, &["--sample", "64KiB", "--sample-seed", "5", "--push-every", "1s", "--otlp-endpoint", endpoint], &prog, &["1000", "4096"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(3500));
+        let started = Instant::now();
+        child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+        let o = child.wait_with_output().unwrap();
+        (o, started.elapsed())
+    };
+    let (o, _) = run(&col.endpoint(), "s.mtl");
+    assert_success(&o, "record --push-every");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("held"), "the program's own output");
+    let err = stderr(&o);
+    let pushed: u64 = err.split("pushed ").nth(1).and_then(|t| t.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{err}"));
+    // About three windows in 3.5 s and the last; a loaded machine may make fewer.
+    assert!(pushed >= 2, "a window while it ran and the last: {err}");
+    assert!(!err.contains("dropped"), "{err}");
+    let got = col.received("profiles", pushed as usize);
+    let windows: Vec<Received> = got.iter().map(resolve).collect();
+    let alloc: i64 = windows.iter().flat_map(|w| w.values.iter().filter(|((k, _), _)| k == "alloc_space").map(|(_, v)| v)).sum();
+    let report = lab.report("s.mtl");
+    let prof = &processes(&report)[0]["profile"];
+    let whole = f(&prof["alloc_bytes"]["value"]);
+    // Each window's stacks are rounded on their own: at most 1 B per stack and window.
+    let stacks: usize = windows.iter().map(|w| w.values.len()).sum();
+    assert!((alloc as f64 - whole).abs() <= stacks as f64, "windows sum to {alloc}, the report says {whole}");
+    let last = windows.last().unwrap();
+    let inuse: i64 = last.values.iter().filter(|((k, _), _)| k == "inuse_space").map(|(_, v)| v).sum();
+    assert!((inuse as f64 - f(&prof["inuse_bytes"]["value"])).abs() <= last.values.len() as f64, "the last window's in-use is the end's: {inuse} vs {}", prof["inuse_bytes"]);
+    assert_eq!(last.resource["process.executable.name"], "s_hold");
+
+    // Nothing listening: every window dropped and counted, the program untouched.
+    let (o, took) = run(&format!("http://127.0.0.1:{}", free_port()), "d.mtl");
+    assert_success(&o, "record --push-every to a closed port");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("held"));
+    let err = stderr(&o);
+    assert!(err.contains("pushed 0 window profiles") && err.contains("failed and were dropped"), "{err}");
+    assert!(took < Duration::from_secs(10), "the end was not held up by the pushes: {took:?}");
+}
+
+#[test]
+fn a_study_run_reaches_the_collector_as_metrics() {
+    let lab = Lab::new();
+    let Some(col) = Collector::start() else { return };
+    let store = lab.store();
+    let store = store.to_str().unwrap();
+    let o = mtlab(&lab, &["bench", "program", "--reps", "2", "--no-heaptrack", "-q", "--store", store, "--otlp-endpoint", &col.endpoint(), "--", "true"]);
+    assert_success(&o, "bench program --otlp-endpoint");
+    assert!(stderr(&o).contains("pushed the run's metrics"), "{}", stderr(&o));
+    let id: i64 = stderr(&o).split("stored as run ").nth(1).and_then(|t| t.split(' ').next()).and_then(|n| n.parse().ok()).unwrap();
+    let o = mtlab(&lab, &["runs", "export", &id.to_string(), "--store", store, "--otlp-endpoint", &col.endpoint(), "--json"]);
+    assert_success(&o, "runs export --otlp-endpoint");
+    let run: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let got = col.received("metrics", 2);
+    for req in &got {
+        let rm = &req["resourceMetrics"][0];
+        let res: BTreeMap<String, String> = rm["resource"]["attributes"].as_array().unwrap().iter().map(|a| (a["key"].as_str().unwrap().to_string(), any(&a["value"]))).collect();
+        assert_eq!(res["service.name"], "mtlab");
+        assert_eq!(res["host.name"], run["run"]["environment"]["host"].as_str().unwrap_or_else(|| run["environment"]["host"].as_str().unwrap()));
+        // Every repetition of every measurement, as the stored run has it.
+        let measurements = run["run"]["measurements"].as_array().or(run["measurements"].as_array()).unwrap();
+        let mut want = 0;
+        for m in measurements {
+            let name = format!("mtlab.bench-program.{}", m["metric"].as_str().unwrap());
+            let metric = rm["scopeMetrics"][0]["metrics"].as_array().unwrap().iter().find(|x| x["name"] == name.as_str()).unwrap_or_else(|| panic!("{name} not received"));
+            let points: Vec<&Value> = metric["gauge"]["dataPoints"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|p| p["attributes"].as_array().unwrap().iter().any(|a| a["key"] == "configuration" && any(&a["value"]) == m["configuration"].as_str().unwrap()))
+                .collect();
+            let values: Vec<f64> = points.iter().map(|p| p["asDouble"].as_f64().unwrap()).collect();
+            let stored: Vec<f64> = m["values"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            assert_eq!(values, stored, "{name} of {}", m["configuration"]);
+            want += stored.len();
+        }
+        assert!(want >= 2, "two repetitions at least");
+    }
+}
