@@ -213,7 +213,7 @@ pub fn page(title: &str, views: &[View], extras: &Extras) -> Result<String, Expo
         for img in &extras.images {
             // The SVG is inlined as it is: it is mtlab's own drawing (inferno's), not user text.
             let svg = img.svg.find("<svg").map_or(img.svg.as_str(), |at| &img.svg[at..]);
-            write!(last.body, "<figure class=\"image\"><figcaption>{}</figcaption>{svg}</figure>\n", escape(&img.title)).ok();
+            writeln!(last.body, "<figure class=\"image\"><figcaption>{}</figcaption>{svg}</figure>", escape(&img.title)).ok();
         }
     }
     let mut body = String::new();
@@ -402,7 +402,7 @@ mod tests {
         let mut views = views;
         views.push(View::Note("══ second ══".into()));
         views.push(View::Note("after".into()));
-        let html = page("report of x<y", &views, &Extras { summary: Some(summary), flames: vec![flame] }).unwrap();
+        let html = page("report of x<y", &views, &Extras { summary: Some(summary), flames: vec![flame], images: Vec::new() }).unwrap();
         assert!(html.starts_with("<!DOCTYPE html>"));
         assert!(html.contains("<title>report of x&lt;y</title>"));
         assert!(html.contains("<h2 id=\"s1\">process 7 — prog</h2>"), "{html}");
