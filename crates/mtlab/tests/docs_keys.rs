@@ -6,7 +6,7 @@
 //!
 //! The reports are those of real runs of tiny programs: a full trace (with
 //! `--baseline` and `--callers`), its compact copy, a sampled trace with a
-//! `ctl dump`, a process tree with one child trace deleted, a damaged copy.
+//! `ctl dump`, a live profile (`record --live`), a process tree with one child trace deleted, a damaged copy.
 
 mod util;
 
@@ -160,6 +160,10 @@ fn reports(lab: &Lab) -> BTreeMap<&'static str, Value> {
     let child = lab.files_with_prefix("tree.mtl.").into_iter().next().expect("a child trace");
     std::fs::remove_file(lab.path(&child)).unwrap();
     out.insert("tree (one child trace deleted)", report_with(lab, "tree.mtl", &[]));
+
+    let o = lab.command(MTLAB).args(["record", "--live", "-o"]).arg(lab.path("live.prof")).arg("--").arg(&known).output().unwrap();
+    assert_success(&o, "record --live");
+    out.insert("live profile", report_with(lab, "live.prof", &[]));
 
     // Cut in the middle of the events: a damaged trace, read with a warning.
     let bytes = std::fs::read(lab.path("full.mtl")).unwrap();

@@ -8,6 +8,8 @@
 
 use std::fmt::Write;
 
+use base64::Engine;
+
 use super::flame::{FlameGraph, VALUE_NAMES};
 use super::text::cell_text;
 use super::view::{Cell, Document, PlotKind, Show, Table, View};
@@ -211,9 +213,14 @@ pub fn page(title: &str, views: &[View], extras: &Extras) -> Result<String, Expo
     }
     if let Some(last) = secs.last_mut() {
         for img in &extras.images {
-            // The SVG is inlined as it is: it is mtlab's own drawing (inferno's), not user text.
-            let svg = img.svg.find("<svg").map_or(img.svg.as_str(), |at| &img.svg[at..]);
-            writeln!(last.body, "<figure class=\"image\"><figcaption>{}</figcaption>{svg}</figure>", escape(&img.title)).ok();
+            // As an <img> of a data URI: the drawing's own script and ids stay out of the page's.
+            let data = base64::engine::general_purpose::STANDARD.encode(img.svg.as_bytes());
+            writeln!(
+                last.body,
+                "<figure class=\"image\"><figcaption>{t}</figcaption><img alt=\"{t}\" src=\"data:image/svg+xml;base64,{data}\"></figure>",
+                t = escape(&img.title)
+            )
+            .ok();
         }
     }
     let mut body = String::new();

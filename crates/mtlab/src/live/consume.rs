@@ -155,7 +155,8 @@ impl Consumer {
         }
         if !chunks.is_empty() {
             self.update_code();
-            let items = Items::over(self.path.clone(), self.file.try_clone().map_err(TraceError::io(&self.path))?, chunks);
+            let header = &self.header.as_ref().expect("chunks are read only after the header").0;
+            let items = Items::over(self.path.clone(), self.file.try_clone().map_err(TraceError::io(&self.path))?, chunks, header);
             self.replay(items);
         }
         if self.off > start {

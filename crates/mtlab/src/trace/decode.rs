@@ -907,9 +907,12 @@ pub struct Items {
 impl Items {
     /// The items of `chunks` (records of `file`, at `path`): what
     /// `TraceFile::items` gives for a whole trace, for a batch of chunks
-    /// of a trace still being written (`record --live`).
-    pub fn over(path: PathBuf, file: File, chunks: Vec<ChunkInfo>) -> Items {
-        Items::new(path, file, chunks)
+    /// of a trace still being written (`record --live`), whose `header`
+    /// says how its cycles read (sampled timing: cycles 0 is [`UNTIMED`]).
+    pub fn over(path: PathBuf, file: File, chunks: Vec<ChunkInfo>, header: &Header) -> Items {
+        let mut items = Items::new(path, file, chunks);
+        items.untimed_zero = header.time_sample > 1;
+        items
     }
 
     fn new(path: PathBuf, file: File, chunks: Vec<ChunkInfo>) -> Items {
