@@ -121,7 +121,7 @@ enum Command {
     Record(RecordArgs),
     /// Analyse a trace: per-function costs, heap shape, fragmentation, top sites, leaks.
     Report(ReportArgs),
-    /// A tour on built-in workloads: a heap trace and a sampled profile, then each study in small (about 25 s on 2 cores); writes one HTML report.
+    /// A tour on built-in workloads: a heap trace and a sampled profile, then each study in small (12–25 s on 2 cores); writes one HTML report.
     Demo(DemoArgs),
     /// Control a running sampled process: start, stop, interval SIZE, dump, status.
     Ctl(CtlArgs),
