@@ -94,3 +94,18 @@ fn the_checks_tell_a_section_with_provenance_from_one_without() {
     let names: Vec<&str> = sections.iter().map(|(h, _)| h.as_str()).collect();
     assert_eq!(names, ["### A1", "## B"]);
 }
+
+/// The demo's time is stated in `mtlab demo --help` and once in the README;
+/// the two must say the same (issue 40: one fact, no two versions of it).
+#[test]
+fn the_demo_time_in_its_help_is_the_readmes() {
+    let help = std::process::Command::new(util::MTLAB).args(["demo", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).into_owned();
+    // "(12–25 s on 2 cores)": the figure is what stands before " s on 2 cores".
+    let at = help.find(" s on 2 cores").unwrap_or_else(|| panic!("demo --help states no time on 2 cores: {help}"));
+    let figure = help[..at].rsplit('(').next().unwrap();
+    let readme = std::fs::read_to_string(repo_root().join("README.md")).unwrap();
+    let said = format!("takes {figure} s on 2 cores");
+    assert!(readme.contains(&said), "README does not say the demo {said:?}, as `mtlab demo --help` does");
+    assert_eq!(readme.matches(" s on 2 cores").count(), 1, "the README states the demo's time once");
+}
