@@ -688,13 +688,20 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             });
         }
     }
+    // With --live and --keep-last the flight recorder's ring gets what the
+    // live consumer reads (which it then releases): started first.
+    let flight_of_live = match (&cfg.live, &cfg.flight) {
+        (Some(l), Some(f)) if !foreign => Some(crate::flight::Recorder::start(f, &l.profile, crate::flight::Feed::pushed_by_caller(), tsc_hz())),
+        _ => None,
+    };
     // With --live the root trace is analysed while the program runs; else
     // it is rewritten while the program runs, as far as it is written.
     let mut analysed = match &cfg.live {
         Some(l) => {
             // A profile that cannot be written is refused before the program runs.
             drop(crate::platform::safe_fs::replace(&l.profile, 0o644).map_err(|source| RecordError::Unwritable { path: l.profile.clone(), source })?);
-            Some(crate::live::Live::start(output.clone(), l.clone(), None).ok_or_else(|| {
+            let sink = flight_of_live.as_ref().map(|f| Box::new(f.pusher()) as Box<dyn crate::live::RawSink>);
+            Some(crate::live::Live::start(output.clone(), l.clone(), sink).ok_or_else(|| {
                 RecordError::Output("--live needs a memfd for the trace's watermark, and this system gave none".into())
             })?)
         }
@@ -706,6 +713,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     }
     // The flight recorder reads the root trace below the same watermark.
     let flight = match (&cfg.flight, &live) {
+        _ if flight_of_live.is_some() => flight_of_live,
         (Some(f), Some(l)) if !foreign => {
             let feed = crate::flight::Feed::new(output.clone(), Box::new(l.watermark()));
             Some(crate::flight::Recorder::start(f, &output, feed, tsc_hz()))
@@ -764,7 +772,11 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let served = broker.map(|b| b.stop()).unwrap_or_default();
     let (status, wall) = ran?;
     // Before the root is finished: the ring takes the rest of the raw file.
-    let flight = flight.map(|f| f.stop(status.signal())).unwrap_or_default();
+    // Fed by the live consumer, it stops once that has read the rest (below).
+    let (flight, flight_after_live) = match flight {
+        Some(f) if cfg.live.is_some() => (crate::flight::Outcome::default(), Some(f)),
+        f => (f.map(|f| f.stop(status.signal())).unwrap_or_default(), None),
+    };
 
     let (mut traces, mut warnings) = run_family(&output, run_start);
     // A file the library created but could not write even the header to (a
@@ -821,6 +833,10 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let live_summary = match analysed {
         Some(l) => Some(l.finish(runinfo.clone()).map_err(|e| RecordError::Output(e.to_string()))?),
         None => None,
+    };
+    let flight = match flight_after_live {
+        Some(f) => f.stop(status.signal()),
+        None => flight,
     };
     let keep_raw = cfg.live.as_ref().is_none_or(|l| l.keep_raw);
     let mut bytes = 0;
@@ -929,6 +945,13 @@ fn why_unwritten(t: &Path) -> String {
 const GO_EXIT: &str = "{} is a Go program: Go ends its process with the exit_group system call, never through the C \
      library's exit, so mtlab's exit flush does not run — the events each thread had not written yet (up to 64 KiB of \
      them per thread) and the END record are missing, and the report's live blocks at the end are not leaks";
+
+/// `record --live --keep-last`: the live consumer's reads feed the flight ring.
+impl crate::live::RawSink for crate::flight::Pusher {
+    fn consumed(&mut self, bytes: &[u8], _first_tsc: u64, _last_tsc: u64) {
+        self.push(bytes);
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -240,3 +240,21 @@ fn a_cgroup_memory_limit_writes_the_window_before_the_oom_kill() {
     // What phase B's thread still buffered died with it (SIGKILL): only A's absence is certain.
     assert_eq!(site(&last, "phase_a").calls, 0, "{trigger}");
 }
+
+/// With `--live` the ring is fed by the live consumer (which releases the
+/// raw bytes once read): the window, named after the profile, holds phase B
+/// only, and the profile the whole run.
+#[test]
+fn with_live_the_ring_gets_what_the_live_consumer_reads() {
+    let lab = Lab::new();
+    let prog = lab.compile("flight_phases");
+    let o = lab.record_cmd("t.live", &["--live", "--keep-last", "2s"], &prog, &phases_args("abort", "0")).output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(libc::SIGABRT), "record ends as the program did: {}", stderr(&o));
+    let w = windows(&lab, "t.live");
+    assert_eq!(w.len(), 1, "{}", stderr(&o));
+    assert_b_only(&lab.report_path(&w[0]), "signal 6 (SIGABRT)");
+    let p = lab.report("t.live");
+    assert_eq!(site(&p, "phase_a").calls, NA, "the profile holds the whole run");
+    assert_eq!(site(&p, "phase_b").calls, NB);
+}

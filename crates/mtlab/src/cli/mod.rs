@@ -353,7 +353,7 @@ struct RecordArgs {
     /// Flight recorder: keep the last DURATION (e.g. 30s, 2m) of the program's events in a bounded ring and write
     /// them as a trace FILE.flight-N on `mtlab ctl PID dump`, on the program's death by a signal, on a new
     /// high/oom/oom_kill in its cgroup's memory.events, or on --pressure (the root process only)
-    #[arg(long, value_name = "DURATION", value_parser = crate::flight::parse_duration, conflicts_with = "live")]
+    #[arg(long, value_name = "DURATION", value_parser = crate::flight::parse_duration)]
     keep_last: Option<u64>,
     /// With --keep-last: also write the window when memory pressure (/proc/pressure/memory) crosses this
     /// threshold, e.g. "some avg10>20"

@@ -17,23 +17,36 @@ pub struct Feed {
     root: PathBuf,
     file: Option<File>,
     fed: u64,
-    watermark: Box<dyn Fn() -> u64 + Send>,
+    /// None: the bytes come from elsewhere (`record --live`'s consumer
+    /// pushes what it reads, through `Recorder::pusher`), nothing is read here.
+    watermark: Option<Box<dyn Fn() -> u64 + Send>>,
 }
 
 impl Feed {
     /// Reads `root` up to what `watermark` says is written.
     pub fn new(root: PathBuf, watermark: Box<dyn Fn() -> u64 + Send>) -> Feed {
-        Feed { root, file: None, fed: 0, watermark }
+        Feed { root, file: None, fed: 0, watermark: Some(watermark) }
+    }
+
+    /// A feed that reads nothing: another reader of the trace pushes its
+    /// bytes (`record --live` releases them once read, so they cannot be
+    /// read twice).
+    pub fn pushed_by_caller() -> Feed {
+        Feed { root: PathBuf::new(), file: None, fed: 0, watermark: None }
     }
 
     /// Pushes what was written since the last step.
     pub fn step(&mut self, ring: &mut Ring) {
-        let w = (self.watermark)();
-        self.feed_to(ring, w);
+        if let Some(w) = self.watermark.as_ref().map(|w| w()) {
+            self.feed_to(ring, w);
+        }
     }
 
     /// After the program has ended: pushes the rest of the file.
     pub fn finish(&mut self, ring: &mut Ring) {
+        if self.watermark.is_none() {
+            return;
+        }
         self.open();
         let len = self.file.as_ref().and_then(|f| f.metadata().ok()).map_or(0, |m| m.len());
         self.feed_to(ring, len);

@@ -21,7 +21,7 @@ pub mod ring;
 pub mod triggers;
 
 pub use feed::Feed;
-pub use recorder::{Outcome, Recorder};
+pub use recorder::{Outcome, Pusher, Recorder};
 pub use ring::Ring;
 pub use triggers::Pressure;
 

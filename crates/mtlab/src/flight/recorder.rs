@@ -79,6 +79,12 @@ impl Recorder {
         Recorder { shared, stop, pid, thread: Some(thread) }
     }
 
+    /// A handle that pushes raw trace bytes into the ring, for a recorder
+    /// started with [`Feed::pushed_by_caller`].
+    pub fn pusher(&self) -> Pusher {
+        Pusher(Arc::clone(&self.shared))
+    }
+
     /// The program runs as `pid`: `ctl` and the cgroup trigger can find it.
     pub fn spawned(&self, pid: u32) {
         self.pid.store(pid, Ordering::Release);
@@ -108,6 +114,16 @@ impl Recorder {
             let _ = write_window(&self.shared, &why);
         }
         std::mem::take(&mut *lock(&self.shared.outcome))
+    }
+}
+
+/// Pushes the raw trace's bytes, in file order from its start, into a
+/// recorder's ring (`record --live` hands it what its consumer reads).
+pub struct Pusher(Arc<Shared>);
+
+impl Pusher {
+    pub fn push(&self, bytes: &[u8]) {
+        lock(&self.0.ring).push(bytes);
     }
 }
 

@@ -99,6 +99,9 @@ impl Consumer {
     /// that does not parse is damage, not one still being written).
     pub fn advance(&mut self, available: u64, ended: bool) -> Result<(), TraceError> {
         self.max_behind = self.max_behind.max(available.saturating_sub(self.off));
+        // The first batch hands the sink the file's header too: a sink
+        // gets the trace's bytes in order from its start.
+        let first = self.header.is_none();
         if self.header.is_none() {
             let Ok((version, text, end)) = read_file_header(&self.file, &self.path, available) else {
                 return Ok(());
@@ -110,7 +113,7 @@ impl Consumer {
             self.off = end;
             self.header = Some((header, end));
         }
-        let start = self.off;
+        let start = if first { 0 } else { self.off };
         let mut chunks = Vec::new();
         let mut span = (u64::MAX, 0u64);
         loop {

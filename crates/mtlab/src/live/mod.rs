@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use crate::analysis::AnalyzeOptions;
 use crate::platform::shared_page::SharedPage;
-use consume::{Consumer, RawSink};
+use consume::Consumer;
+pub use consume::RawSink;
 use file::{Lag, LiveProfile, ProfileFileError, State};
 
 /// What `record --live` was asked for.
