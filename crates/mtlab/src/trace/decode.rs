@@ -444,9 +444,7 @@ impl TraceFile {
     /// file order), stack definitions as they are reached.
     pub fn items(&self) -> Result<Items, TraceError> {
         let file = File::open(&self.path).map_err(TraceError::io(&self.path))?;
-        let mut items = Items::new(self.path.clone(), file, self.chunks.clone());
-        items.untimed_zero = self.header.time_sample > 1;
-        Ok(items)
+        Ok(Items::over(self.path.clone(), file, self.chunks.clone(), &self.header))
     }
 
     /// Looks up a RUNINFO value.
