@@ -115,7 +115,9 @@ static void become_child(void) {
         mtlab_writer_fork_child();
         mtlab_fork_child_reset();
         mtlab_stack_table_reset();
-        mtlab_tls.arena_base = mtlab_tls.arena_size = 0;
+        mtlab_tls.arena_ar = 0;
+        mtlab_tls.arenas_listed = 0;
+        mtlab_arena_fork_child();
         /* The child's trace starts empty: its brk heap is the one it
          * inherited, as it is now (not as it was when the parent started). */
         mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);
@@ -311,6 +313,7 @@ static void mtlab_stop(void *unused) {
         return;
     }
     mtlab_sampler_stop();
+    if (!mtlab_ctl) mtlab_arenas_final(); /* heaps glibc trimmed at threads' exits, seen by no call */
     mtlab_state = MTLAB_STOPPED;
     mtlab_flush_all();
     mtlab_write_maps();

@@ -108,6 +108,7 @@ struct mtlab_real {
     int (*fexecve)(int, char *const[], char *const[]);
     void (*abort)(void) __attribute__((noreturn));
     int (*pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    int (*pthread_join)(pthread_t, void **);
     int (*dlclose)(void *);
     int (*prctl)(int, ...);
     long (*syscall)(long, ...);
@@ -221,7 +222,8 @@ struct mtlab_tls {
             uintptr_t saved_alloc_sp, saved_alloc_w[2];
             struct mtlab_buf *buf;
             uintptr_t stack_lo, stack_hi; /* this thread's stack: frame walks stay inside */
-            uint64_t arena_base, arena_size; /* last glibc arena heap extent reported */
+            uint64_t arena_ar, arena_mem, arena_tail; /* the last glibc arena this thread looked at (arena.c) */
+            int arenas_listed;                        /* ... and whether it has gone round all of them once */
             int64_t countdown;               /* sampler: bytes to the next sample point */
             uint64_t rng;                    /* sampler: xorshift state */
             int sampler_init;
@@ -424,6 +426,22 @@ HIDDEN int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repea
 HIDDEN int mtlab_cfi_last_pairs(uintptr_t *base, uintptr_t *words, int max);
 HIDDEN int mtlab_cfi_last_pcs(uintptr_t *pcs, int max); /* the last walk's stack; -1: none */
 HIDDEN void mtlab_cfi_thread_exit(void); /* releases the thread's rule cache */
+
+/* arena.c: glibc's thread arenas and their heaps' extents. */
+#define MTLAB_GLIBC_HEAP_MAX (64ull << 20) /* a thread arena's heaps are aligned to this */
+#define MTLAB_ARENA_TOP 96                 /* offsetof(struct malloc_state, top), glibc >= 2.27 */
+#define MTLAB_ARENA_SYSTEM_MEM 2184        /* offsetof(struct malloc_state, system_mem) */
+/* 0: no arena checked yet, 1: malloc_state reads as expected, -1: it does not (arena.c does nothing). */
+HIDDEN extern _Atomic int mtlab_arena_layout;
+static inline uint64_t mtlab_arena_word(uint64_t ar, unsigned off) {
+    return atomic_load_explicit((_Atomic uint64_t *)(ar + off), memory_order_relaxed);
+}
+/* Told of each heap whose extent changed since the trace last heard: size 0 = unmapped. */
+typedef void (*mtlab_arena_emit)(void *ctx, uint64_t base, uint64_t size);
+HIDDEN int mtlab_arena_sync(uint64_t ar, mtlab_arena_emit emit, void *ctx); /* 0: not an arena it can follow */
+HIDDEN void mtlab_arena_sync_all(mtlab_arena_emit emit, void *ctx);         /* every arena seen so far */
+HIDDEN void mtlab_arena_fork_child(void);
+HIDDEN void mtlab_arenas_final(void); /* shims.c: at the end of the trace, every arena as it is */
 HIDDEN void mtlab_cfi_init(void);        /* the first snapshot of the loaded objects */
 extern HIDDEN _Atomic uint32_t mtlab_cfi_gen; /* bumped by every dlclose */
 

@@ -70,6 +70,7 @@ void mtlab_resolve(void) {
     RESOLVE(fexecve);
     RESOLVE(abort);
     RESOLVE(pthread_create);
+    RESOLVE(pthread_join);
     RESOLVE(dlclose);
     RESOLVE(prctl);
     RESOLVE(syscall);

@@ -164,6 +164,7 @@ static int filter_lets_mtlab_run(const struct sock_fprog *f) {
         {SYS_readlink, 0, {0}},
         {SYS_openat, 0, {0, 0, O_RDONLY | O_CLOEXEC, 0}}, /* through the /proc descriptor */
         {SYS_readlinkat, 0, {0}},
+        {SYS_process_vm_readv, 0, {0}}, /* arena.c: a heap glibc may have unmapped */
         /* a fork child's file made by `mtlab record` (broker.c) */
         {SYS_socketpair, 0, {AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, 0}},
         {SYS_sendmsg, 0, {0, 0, MSG_NOSIGNAL}},

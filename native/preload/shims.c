@@ -114,7 +114,6 @@ static inline void sampling_release(void *p) {
 /* glibc keeps the chunk size, with flag bits, in the word before the block. */
 #define GLIBC_IS_MMAPPED 0x2
 #define GLIBC_NON_MAIN_ARENA 0x4
-#define GLIBC_HEAP_MAX (64ull << 20)
 
 static _Atomic uint64_t last_brk;
 
@@ -136,53 +135,78 @@ static inline __attribute__((always_inline)) void note_break(uint64_t brk_now, s
     }
 }
 
+/* Reported by arena.c: a thread arena's heap whose extent changed (size 0: unmapped). */
+struct arena_emit_ctx {
+    struct mtlab_buf **bp;
+    uint64_t tsc;
+};
+static void emit_arena_heap(void *ctx, uint64_t base, uint64_t size) {
+    struct arena_emit_ctx *c = ctx;
+    uint8_t *p = begin(c->bp, MTLAB_EV_ARENA_HEAP, 0, c->tsc, 0, NULL);
+    if (p) commit(*c->bp, mtlab_put_varint(mtlab_put_ptr(*c->bp, p, base), size));
+}
+
+/* A thread's first look also goes round every arena: its own may have
+ * been made inside a call that put no block in it (a first free). */
+__attribute__((noinline)) static void arena_changed(uint64_t ar, struct mtlab_buf **bp, uint64_t tsc) {
+    struct arena_emit_ctx c = {bp, tsc};
+    struct mtlab_tls *t = &mtlab_tls;
+    if (!mtlab_arena_sync(ar, emit_arena_heap, &c)) t->arena_ar = 0;
+    if (UNLIKELY(!t->arenas_listed)) {
+        t->arenas_listed = 1;
+        mtlab_arena_sync_all(emit_arena_heap, &c);
+    }
+}
+
+/* After a call that may have grown, shrunk, made or unmapped a heap of
+ * thread arena `ar`: two loads of the arena's own state (its first heap is
+ * never unmapped), compared with what this thread saw last; only a change
+ * goes on to arena.c. */
+static inline __attribute__((always_inline)) void note_arena(uint64_t ar, struct mtlab_buf **bp, uint64_t tsc) {
+    int layout = atomic_load_explicit(&mtlab_arena_layout, memory_order_relaxed);
+    if (UNLIKELY(layout < 0)) return;
+    struct mtlab_tls *t = &mtlab_tls;
+    if (LIKELY(layout > 0)) {
+        uint64_t mem = mtlab_arena_word(ar, MTLAB_ARENA_SYSTEM_MEM);
+        uint64_t tail = mtlab_arena_word(ar, MTLAB_ARENA_TOP) & ~(MTLAB_GLIBC_HEAP_MAX - 1);
+        if (LIKELY(ar == t->arena_ar && mem == t->arena_mem && tail == t->arena_tail)) return;
+        t->arena_ar = ar;
+        t->arena_mem = mem;
+        t->arena_tail = tail;
+    }
+    arena_changed(ar, bp, tsc);
+}
+
+/* The thread arena that glibc block `p` (live: its heap is mapped) belongs
+ * to, from its heap's heap_info; 0 for another allocator's block, the main
+ * arena's, an mmapped chunk, or heaps not laid out at their usual alignment
+ * (the hugetlb tunable). */
+static inline uint64_t arena_of(const void *p) {
+    if (!mtlab_cfg.is_glibc || !p || mtlab_cfg.no_arena_heaps) return 0;
+    size_t word = ((const size_t *)p)[-1];
+    if ((word & (GLIBC_NON_MAIN_ARENA | GLIBC_IS_MMAPPED)) != GLIBC_NON_MAIN_ARENA) return 0;
+    return *(const uint64_t *)((uint64_t)p & ~(MTLAB_GLIBC_HEAP_MAX - 1)); /* heap_info.ar_ptr */
+}
+
 /* Extra events telling where an allocator's memory lives (glibc only). */
 static inline __attribute__((always_inline)) unsigned heap_facts(void *ptr, struct mtlab_buf **bp, uint64_t tsc) {
     if (!mtlab_cfg.is_glibc || !ptr) return 0;
     note_break(mtlab_real.curbrk ? (uint64_t)*mtlab_real.curbrk : brk_by_call(), bp, tsc);
     size_t word = ((const size_t *)ptr)[-1];
     if (word & GLIBC_IS_MMAPPED) return MTLAB_EVF_CHUNK_MMAPPED;
-    if ((word & GLIBC_NON_MAIN_ARENA) && !mtlab_cfg.no_arena_heaps) {
-        uint64_t base = (uint64_t)ptr & ~(GLIBC_HEAP_MAX - 1);
-        uint64_t size = ((const uint64_t *)base)[2]; /* heap_info.size */
-        struct mtlab_tls *t = &mtlab_tls;
-        if (base != t->arena_base || size != t->arena_size) {
-            t->arena_base = base;
-            t->arena_size = size;
-            uint8_t *p = begin(bp, MTLAB_EV_ARENA_HEAP, 0, tsc, 0, NULL);
-            if (p) {
-                p = mtlab_put_ptr(*bp, p, base);
-                commit(*bp, mtlab_put_varint(p, size));
-            }
-        }
-    }
+    uint64_t ar = arena_of(ptr);
+    if (ar) note_arena(ar, bp, tsc);
     return 0;
 }
 
-/* The heap of a thread arena that `p` (about to be freed) lies in, when
- * that heap is its arena's first: glibc may shrink it inside free
- * (heap_trim), and never unmaps it, so its heap_info can be read after the
- * free. 0 otherwise: not glibc, not a thread arena's block, or a later heap
- * of the arena, which glibc may unmap whole inside free (with its own
- * munmap, which no shim sees; then the trace keeps it mapped). */
-static inline uint64_t first_arena_heap(const void *p) {
-    if (!mtlab_cfg.is_glibc || !p || mtlab_cfg.no_arena_heaps) return 0;
-    size_t word = ((const size_t *)p)[-1];
-    if ((word & (GLIBC_NON_MAIN_ARENA | GLIBC_IS_MMAPPED)) != GLIBC_NON_MAIN_ARENA) return 0;
-    uint64_t base = (uint64_t)p & ~(GLIBC_HEAP_MAX - 1);
-    return ((const uint64_t *)base)[1] /* heap_info.prev */ == 0 ? base : 0;
-}
-
-/* After a free of a block of `heap` (first_arena_heap): its size, if not
- * the one this thread last reported. */
-static inline void note_arena_shrink(uint64_t heap, struct mtlab_buf **bp, uint64_t tsc) {
-    uint64_t size = ((const uint64_t *)heap)[2]; /* heap_info.size */
-    struct mtlab_tls *t = &mtlab_tls;
-    if (heap == t->arena_base && size == t->arena_size) return;
-    t->arena_base = heap;
-    t->arena_size = size;
-    uint8_t *p = begin(bp, MTLAB_EV_ARENA_HEAP, 0, tsc, 0, NULL);
-    if (p) commit(*bp, mtlab_put_varint(mtlab_put_ptr(*bp, p, heap), size));
+/* Every thread arena seen so far, after glibc may have changed them where
+ * no call of the program shows it (a thread's exit, the end of the run). */
+static void arenas_sync_all(uint64_t tsc) {
+    if (!mtlab_cfg.is_glibc || mtlab_cfg.no_arena_heaps) return;
+    struct mtlab_buf *b;
+    struct arena_emit_ctx c = {&b, tsc};
+    mtlab_arena_sync_all(emit_arena_heap, &c);
+    mtlab_tls.arena_ar = 0;
 }
 
 /* glibc's usable size is in the chunk header: no call needed. */
@@ -329,7 +353,7 @@ EXPORT void *calloc(size_t nmemb, size_t size) {
  * load of glibc's cached break, which the allocations read too — so that
  * the trace's mapped bytes follow it. */
 static inline __attribute__((always_inline)) void record_release(unsigned kind, unsigned form, void *p, uint64_t t0,
-                                                                 uint64_t t1, const void *frame, uint64_t heap) {
+                                                                 uint64_t t1, const void *frame, uint64_t ar) {
     struct mtlab_tls *t = &mtlab_tls;
     MTLAB_GUARD_ENTER_AFTER_ALLOC(t);
     struct mtlab_buf *b;
@@ -339,7 +363,7 @@ static inline __attribute__((always_inline)) void record_release(unsigned kind, 
         commit(b, mtlab_put_ptr(b, w, (uint64_t)p));
     }
     if (mtlab_cfg.is_glibc && mtlab_real.curbrk && p) note_break((uint64_t)*mtlab_real.curbrk, &b, t1 ? t1 : t0);
-    if (UNLIKELY(heap)) note_arena_shrink(heap, &b, t1 ? t1 : t0);
+    if (ar) note_arena(ar, &b, t1 ? t1 : t0);
     if (t1) mtlab_time_after(t);
     t->guard--;
     mtlab_resume_interrupted(t);
@@ -353,12 +377,12 @@ __attribute__((noinline)) static void free_full(void *p) {
         mtlab_real.free(p);
         return;
     }
-    uint64_t heap = first_arena_heap(p);
+    uint64_t ar = arena_of(p); /* before the free, which may unmap the block's heap */
     int timed;
     uint64_t t1, t0 = ENTER_RELEASE(t, timed);
     mtlab_real.free(p);
     LEAVE_RELEASE(t, t1, timed);
-    record_release(MTLAB_EV_FREE, ~0u, p, t0, t1, __builtin_frame_address(0), heap);
+    record_release(MTLAB_EV_FREE, ~0u, p, t0, t1, __builtin_frame_address(0), ar);
 }
 
 EXPORT void free(void *p) {
@@ -614,12 +638,12 @@ NEW_SHIM(_ZnamSt11align_val_tRKSt9nothrow_t, MTLAB_NEW_ARRAY | MTLAB_NEW_ALIGNED
             real ARGS;                                                                                        \
             return;                                                                                           \
         }                                                                                                     \
-        uint64_t heap = first_arena_heap(p);                                                                  \
+        uint64_t ar = arena_of(p);                                                                            \
         int timed_;                                                                                           \
         uint64_t t1, t0 = ENTER_RELEASE(t, timed_);                                                           \
         real ARGS;                                                                                            \
         LEAVE_RELEASE(t, t1, timed_);                                                                         \
-        record_release(MTLAB_EV_DELETE, FORM, p, t0, t1, __builtin_frame_address(0), heap);                   \
+        record_release(MTLAB_EV_DELETE, FORM, p, t0, t1, __builtin_frame_address(0), ar);                     \
     }
 
 /* A throwing operator new that fails allocates its std::bad_alloc with
@@ -986,6 +1010,26 @@ EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*sta
     if (mtlab_ctl && mtlab_cfg.sample_seed && !mtlab_tls.guard) return mtlab_sampler_spawn(th, attr, start, arg);
     return mtlab_real.pthread_create(th, attr, start, arg);
 }
+
+/* A joined thread has run glibc's tcache_thread_shutdown, whose internal
+ * frees may have shrunk or unmapped its arena's heaps: the arenas are
+ * looked at again (loads of each arena's state; more only if one changed). */
+EXPORT int pthread_join(pthread_t th, void **ret) {
+    if (UNLIKELY(!mtlab_real.pthread_join)) mtlab_resolve();
+    int r = mtlab_real.pthread_join(th, ret);
+    struct mtlab_tls *t = &mtlab_tls;
+    if (r == 0 && mtlab_cfg.is_glibc && tracing(t)) {
+        int saved = errno;
+        MTLAB_GUARD_ENTER(t);
+        arenas_sync_all(mtlab_tsc());
+        t->guard--;
+        mtlab_resume_interrupted(t);
+        errno = saved;
+    }
+    return r;
+}
+
+void mtlab_arenas_final(void) { arenas_sync_all(mtlab_tsc()); }
 
 /* A closed object's code and call-frame information may be unmapped: the
  * DWARF unwinder forgets what it learned about the loaded objects (cfi.c).

@@ -219,3 +219,30 @@ fn a_thread_arena_glibc_shrinks_inside_free_is_shrunk_in_the_trace() {
     // heap as glibc left it: mtlab's end is glibc's figure, page for page.
     assert_eq!(end, truth, "end mapped {end}, mallinfo2 arena {truth}");
 }
+
+/// #33 §1: glibc changes thread arenas where no traced call shows it: it
+/// unmaps an arena's second heap whole inside free, makes an arena inside a
+/// thread's first free (for its tcache) with no traced block in it, and
+/// frees a thread's cached blocks at its exit (the heap then shrinks). The
+/// old build ended at 82 178 048 B mapped against mallinfo2's 540 672.
+#[test]
+fn arena_heaps_glibc_unmaps_makes_or_shrinks_unseen_are_followed() {
+    let lab = Lab::new();
+    let prog = lab.compile("arena_heaps");
+    let o = lab.record("a.mtl", &prog, &[]);
+    assert_success(&o, "arena_heaps");
+    let e = String::from_utf8_lossy(&o.stderr);
+    let truth: u64 = e
+        .lines()
+        .find_map(|l| l.strip_prefix("after joins: arena "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{e}"));
+    let r = lab.report("a.mtl");
+    let end = u(&r["end"]["mapped_bytes"]);
+    let peak = u(&r["peak"]["mapped_bytes"]);
+    assert!(peak >= 80_000_000, "the arena grew past one 64 MiB heap: peak mapped {peak}");
+    // The main arena's brk heap and three thread arenas' first heaps.
+    assert!(truth < 1_000_000, "glibc unmapped and trimmed: {truth}");
+    assert_eq!(end, truth, "end mapped {end}, mallinfo2 arena {truth}");
+    assert_eq!(u(&r["end"]["mmap_regions"]), 3, "three thread arenas' heaps: {}", r["end"]);
+}

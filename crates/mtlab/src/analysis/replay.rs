@@ -16,6 +16,8 @@ use crate::trace::{Event, EventKind, Func, Header, StackTable};
 const MAP_ANONYMOUS: u64 = 0x20;
 /// glibc: a block's chunk starts this many bytes before it.
 const GLIBC_CHUNK_HEADER: u64 = 16;
+/// A glibc thread arena heap's aligned reservation (HEAP_MAX_SIZE on 64-bit).
+const GLIBC_HEAP_MAX: u64 = 64 << 20;
 
 /// The peak while the pass runs: counters and the time stamp, turned into
 /// a `PeakReport` when the report is made (`Replay::peak`).
@@ -128,6 +130,9 @@ impl Replay {
                 self.heap.set_break(brk_after);
             }
             EventKind::BrkSeen { brk } => self.heap.set_break(brk),
+            // Size 0: glibc unmapped the heap whole (heap_trim deletes an
+            // arena's last heap), with its whole aligned reservation.
+            EventKind::ArenaHeap { base, size: 0 } => self.heap.unmap(base, base + GLIBC_HEAP_MAX),
             EventKind::ArenaHeap { base, size } => self.heap.map(base, base + size, RegionKind::Arena),
             // Sampled traces are read by profile::sampled, not replayed here.
             EventKind::Sample { .. } | EventKind::SampleFree { .. } => {}
