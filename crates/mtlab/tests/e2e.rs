@@ -815,7 +815,7 @@ fn csv_files(lab: &Lab, dir: &str) -> Vec<String> {
 
 /// The CSV of a sampled trace holds its estimates, exactly as JSON `profile`
 /// has them, and none of a full trace's exact tables (a sampled trace has
-/// no cycles, heap shape or exact counts: they were written as zeros).
+/// no cycles, heap shape or exact counts: JSON has them as null).
 #[test]
 fn csv_of_a_sampled_trace_holds_its_estimates() {
     let lab = Lab::new();
@@ -847,6 +847,15 @@ fn csv_of_a_sampled_trace_holds_its_estimates() {
     assert_eq!((t["intervals"].as_str(), t["unwind"].as_str(), t["started_inactive"].as_str()), ("4096", "dwarf", "no"));
     est(t, profile);
     assert!(u(&profile["samples"]) > 0);
+    // What a sampled trace does not measure is null in JSON, not a zero that reads as "no leaks".
+    for key in ["events", "functions", "peak", "end", "space_peak", "space_end", "temporary", "leaks", "top_sites", "time_series"] {
+        assert!(r[key].is_null(), "{key}: {}", r[key]);
+    }
+    assert!(r["processes_index"][0]["peak_live_bytes"].is_null());
+    let o = lab.command(MTLAB).args(["report", "s.mtl", "--html", "s.html"]).output().unwrap();
+    assert_success(&o, "report --html of a sampled trace");
+    let page = std::fs::read_to_string(lab.path("s.html")).unwrap();
+    assert!(page.contains("not measured: a sampled trace has no exact heap"), "the HTML summary's peak is not measured, not 0 B");
 
     let sites = csv_rows(&lab, "csv/sampled_sites.csv");
     let top = profile["top"].as_array().unwrap();
@@ -881,6 +890,11 @@ fn csv_of_a_sampled_trace_holds_its_estimates() {
     assert_eq!(exact, [n, n * s, k, k * s]);
     let malloc = csv_rows(&lab, "full/functions.csv").into_iter().find(|r| r["function"] == "malloc").unwrap();
     assert!(malloc["calls"].parse::<u64>().unwrap() >= n);
+    // The calls the cycle figures are of, as JSON has them (a 1/32 sample by default).
+    let full = lab.report("t.mtl");
+    let timed = u(&full["functions"]["malloc"]["cycles"]["timed"]);
+    assert_eq!(malloc["cycles_timed"], timed.to_string());
+    assert!(timed > 0 && timed < calls(&full, "malloc"), "a sample of the calls was timed: {timed}");
 }
 
 /// A pid that exec'd has a trace per image: CSV rows are keyed by pid and
@@ -2276,8 +2290,10 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
         assert!(chunks.iter().all(|r| r.flags & 0x4 != 0), "{trace}: every chunk carries checksums");
         let base = lab.report(trace);
         assert_eq!(base["chunks_damaged"], 0, "{trace}");
-        let calls = u(&base["functions"]["malloc"]["calls"]) + u(&base["functions"]["free"]["calls"]);
-        let held = |r: &serde_json::Value| u(&r["events"]) + r["profile"]["samples"].as_u64().unwrap_or(0);
+        // A sampled trace counts no calls or events (null): its samples stand for them.
+        let exact = |r: &serde_json::Value, key: &str| if trace == "sampled.mtl" { 0 } else { u(&r["functions"][key]["calls"]) };
+        let calls = exact(&base, "malloc") + exact(&base, "free");
+        let held = |r: &serde_json::Value| r["events"].as_u64().unwrap_or(0) + r["profile"]["samples"].as_u64().unwrap_or(0);
         const TRIALS: usize = 40;
         for _ in 0..TRIALS {
             // Any bit of a chunk: record header, chunk header, events, checksums.
@@ -2293,7 +2309,7 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
             assert!(u(&r["chunks_damaged"]) >= 1, "{what}: not reported as damage; warnings {}", r["warnings"]);
             assert!(!r["warnings"].as_array().unwrap().is_empty(), "{what}");
             // What is left is a subset of the truth, never something new.
-            let left = u(&r["functions"]["malloc"]["calls"]) + u(&r["functions"]["free"]["calls"]);
+            let left = exact(&r, "malloc") + exact(&r, "free");
             assert!(left <= calls, "{what}: {left} calls after damage, {calls} before");
             assert!(held(&r) < held(&base), "{what}: {} events and samples after damage, {} before", held(&r), held(&base));
         }

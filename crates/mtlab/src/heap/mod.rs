@@ -5,7 +5,7 @@
 //! each key beside its value, backward-shift removal, a 64-byte span of address
 //! space mapped to one group of 8 slots so that neighbouring blocks share cache
 //! lines (larger groups made long runs of packed 8-byte blocks, which each
-//! removal walks), growing fourfold from 1 M slots with each new page first
+//! removal walks), doubling at any size (at most half full) with each new page first
 //! touched by a write, in huge pages once large. A block's region is the one
 //! around its address; mapped regions live in a slab indexed by start
 //! (`region_index.rs`: a sorted vector of slots while at most 128, a BTreeMap

@@ -147,7 +147,7 @@ fn exact_tables(run: &RunReport) -> Vec<Table> {
     let mut functions = Table::new(
         "functions",
         "",
-        &header(&KEY, &[], &["function", "calls", "failed", "mean_size", "cycles_total", "cycles_mean", "cycles_stddev", "cycles_p50", "cycles_p99"]),
+        &header(&KEY, &[], &["function", "calls", "failed", "mean_size", "cycles_total", "cycles_mean", "cycles_stddev", "cycles_p50", "cycles_p99", "cycles_timed"]),
         3,
     );
     let mut heap = Table::new(
@@ -196,6 +196,7 @@ fn exact_tables(run: &RunReport) -> Vec<Table> {
                 num(f.cycles.stddev),
                 int(f.cycles.p50),
                 int(f.cycles.p99),
+                int(f.cycles.timed),
             ]);
             functions.push(row);
         }

@@ -225,7 +225,7 @@ pub fn views(rows: &[IndexRow]) -> Vec<View> {
             Cell::Int(r.ppid as i64),
             Cell::text(command_cell(r, 60)),
             Cell::Int(r.events as i64),
-            r.peak_live_bytes.map(Cell::Bytes).unwrap_or(Cell::Empty),
+            r.peak_live_bytes.map(Cell::Bytes).unwrap_or_else(not_measured),
             Cell::text(r.ending.text()),
         ];
         if selective {
@@ -302,7 +302,7 @@ fn by_command(rows: &[IndexRow]) -> Table {
     groups.sort_by_key(|g| std::cmp::Reverse(g.1 .1));
     let mut t = Table::new("process_commands", "processes by command (--comm NAME)", &["command", "processes", "events", "largest peak live"], 1).screen_only();
     for (cmd, (n, events, peak)) in groups.into_iter().take(SCREEN_ROWS) {
-        t.push(vec![Cell::text(cmd), Cell::Int(n as i64), Cell::Int(events as i64), peak.map(Cell::Bytes).unwrap_or(Cell::Empty)]);
+        t.push(vec![Cell::text(cmd), Cell::Int(n as i64), Cell::Int(events as i64), peak.map(Cell::Bytes).unwrap_or_else(not_measured)]);
     }
     t
 }
@@ -314,6 +314,11 @@ pub fn labels(rows: &[&IndexRow], n: usize) -> String {
         s.push(format!("and {} more", rows.len() - n));
     }
     s.join(", ")
+}
+
+/// A screen cell for a peak a sampled trace does not measure (CSV leaves it empty).
+fn not_measured() -> Cell {
+    Cell::text("—")
 }
 
 /// Bytes for a sentence.

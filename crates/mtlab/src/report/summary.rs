@@ -5,6 +5,9 @@
 use super::{human_bytes, RunReport};
 use crate::export::html::Summary;
 
+/// What a figure a sampled trace does not have says instead of a zero.
+pub const NOT_MEASURED: &str = "— (not measured: a sampled trace has no exact heap; see its estimates)";
+
 /// The summary of `run`: of its detailed process with the highest peak of
 /// live bytes (a launcher's shim that exec'd the program is not the one a
 /// person asks about), with the whole run's warnings; none without a process.
@@ -18,12 +21,20 @@ pub fn summary(run: &RunReport) -> Option<Summary> {
         ("process".to_string(), who)
     });
     let peak = &p.peak.heap;
-    items.push(("peak live".into(), format!("{} in {} blocks", human_bytes(peak.live_bytes), peak.live_objects)));
-    items.push(("mapped at that peak".into(), human_bytes(peak.mapped_bytes)));
-    if p.program_mappings.calls > 0 {
-        items.push(("the program's own mappings (beside the heap)".into(), format!("{} in {} mmap calls", human_bytes(p.program_mappings.bytes), p.program_mappings.calls)));
+    if let Some(prof) = &p.profile {
+        // A sampled trace has no exact heap: its zeros are no measurement.
+        for what in ["peak live", "mapped at that peak", "leaked (live at the end)"] {
+            items.push((what.into(), NOT_MEASURED.into()));
+        }
+        items.push(("in use at the end (estimated)".into(), super::views::estimate(&prof.totals.inuse_bytes, true)));
+    } else {
+        items.push(("peak live".into(), format!("{} in {} blocks", human_bytes(peak.live_bytes), peak.live_objects)));
+        items.push(("mapped at that peak".into(), human_bytes(peak.mapped_bytes)));
+        if p.program_mappings.calls > 0 {
+            items.push(("the program's own mappings (beside the heap)".into(), format!("{} in {} mmap calls", human_bytes(p.program_mappings.bytes), p.program_mappings.calls)));
+        }
+        items.push(("leaked (live at the end)".into(), format!("{} in {} blocks", human_bytes(p.leaks.bytes), p.leaks.objects)));
     }
-    items.push(("leaked (live at the end)".into(), format!("{} in {} blocks", human_bytes(p.leaks.bytes), p.leaks.objects)));
     // A mean of a few calls (a startup calloc) says little: among the
     // functions called at least 1 % as often as the most called one.
     let most = p.functions.values().map(|f| f.calls).max().unwrap_or(0);

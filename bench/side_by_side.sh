@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# mtlab and heaptrack side by side on issue 38's four programs, in one run:
+# each program recorded by both tools as their users run them (`mtlab record`;
+# `heaptrack -o F`, its default compressed trace), then each trace reported
+# RUNS times, the two reports alternating (`mtlab report F`, `heaptrack_print
+# F.zst`). Prints trace bytes, bytes per event (events: the heap calls mtlab
+# decoded, the same calls for both), the median report wall time with its
+# range, and the largest peak RSS of the reports.
+#
+#   bench/side_by_side.sh [-r RUNS] [-b MTLAB] [-p NAME]...
+#
+# -b: the mtlab build (default this tree's target/release/mtlab); -p: only
+# the named programs (cc1, py_churn, threads8, py_live), default all four.
+set -euo pipefail
+
+RUNS=3
+HERE=$(cd "$(dirname "$0")" && pwd)
+MTLAB=$HERE/../target/release/mtlab
+ONLY=()
+while getopts "r:b:p:h" opt; do
+    case $opt in
+        r) RUNS=$OPTARG ;;
+        b) MTLAB=$OPTARG ;;
+        p) ONLY+=("$OPTARG") ;;
+        h) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "side_by_side.sh: -h for usage" >&2; exit 2 ;;
+    esac
+done
+[ -x "$MTLAB" ] || { echo "side_by_side.sh: $MTLAB is not an executable mtlab (cargo build --release)" >&2; exit 1; }
+for tool in heaptrack heaptrack_print python3 cc; do
+    command -v "$tool" >/dev/null || { echo "side_by_side.sh: $tool not found (apt-get install heaptrack gcc python3)" >&2; exit 1; }
+done
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/side_by_side.XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+# The interpreter itself, not a launcher script (pyenv's shims are bash:
+# both tools would trace bash first).
+PY=$(python3 -c 'import sys; print(sys.executable)')
+eval "$("$HERE/cc1_input.sh")"
+cc -O2 -fno-omit-frame-pointer -pthread -o "$TMP/report_shapes" "$HERE/report_shapes.c"
+
+# name|environment|command (issue 38's four programs)
+PROGRAMS=(
+    "cc1|-|$CC1 $CC1_FLAGS $CC1_INPUT -o /dev/null"
+    "py_churn|PYTHONMALLOC=malloc|$PY $HERE/py_dict_churn.py"
+    "threads8|-|$TMP/report_shapes threads 2500000 8"
+    "py_live|PYTHONMALLOC=malloc|$PY $HERE/py_live_peak.py"
+)
+
+wanted() {
+    [ ${#ONLY[@]} -eq 0 ] && return 0
+    local n
+    for n in "${ONLY[@]}"; do [ "$n" = "$1" ] && return 0; done
+    return 1
+}
+
+median_range() { # seconds, one a line → "median (min–max)"
+    sort -n | awk '{ v[NR] = $1 } END { printf "%.2f (%.2f–%.2f)", v[int((NR + 1) / 2)], v[1], v[NR] }'
+}
+max_mib() { sort -n | tail -1 | awk '{ printf "%.0f", $1 / 1024 }'; }
+
+printf '%-9s %-9s %10s %12s %8s %24s %12s\n' program tool events "trace bytes" "B/event" "report s, median (range)" "report RSS"
+for p in "${PROGRAMS[@]}"; do
+    IFS='|' read -r name envs cmd <<<"$p"
+    wanted "$name" || continue
+    env_args=()
+    [ "$envs" != "-" ] && env_args=("$envs")
+    # shellcheck disable=SC2086 # the command is split into its words on purpose
+    env "${env_args[@]}" "$MTLAB" record -o "$TMP/$name.mtl" -- $cmd >/dev/null 2>"$TMP/$name.record.err" \
+        || { echo "side_by_side.sh: mtlab record of $name failed:" >&2; cat "$TMP/$name.record.err" >&2; exit 1; }
+    # shellcheck disable=SC2086
+    # heaptrack can fail where mtlab does not (its heaptrack_interpret was
+    # killed by the OOM killer at 16 GiB on cc1 here): said, and the row left out.
+    if ! env "${env_args[@]}" heaptrack -o "$TMP/$name.ht" $cmd >"$TMP/heaptrack-$name.log" 2>&1; then
+        echo "side_by_side.sh: heaptrack of $name failed (the kernel log says whether the OOM killer ended it):" >&2
+        tail -5 "$TMP/heaptrack-$name.log" >&2
+        continue
+    fi
+    ht=
+    for f in "$TMP/$name.ht.zst" "$TMP/$name.ht.gz"; do [ -f "$f" ] && ht=$f; done
+    [ -n "$ht" ] || { echo "side_by_side.sh: heaptrack wrote no trace for $name" >&2; continue; }
+    events=$("$MTLAB" report --json "$TMP/$name.mtl" 2>/dev/null | python3 -c 'import json,sys; print(sum(r["events"] for r in json.load(sys.stdin)["processes_index"]))')
+    mtl_bytes=$(cat "$TMP/$name".mtl* | wc -c)
+    ht_bytes=$(wc -c <"$ht")
+    : >"$TMP/m.t"; : >"$TMP/h.t"
+    for _ in $(seq "$RUNS"); do
+        /usr/bin/time -a -o "$TMP/m.t" -f '%e %M' "$MTLAB" report "$TMP/$name.mtl" >/dev/null 2>&1
+        /usr/bin/time -a -o "$TMP/h.t" -f '%e %M' heaptrack_print "$ht" >/dev/null 2>&1
+    done
+    for tool in mtlab heaptrack; do
+        if [ $tool = mtlab ]; then t=$TMP/m.t; b=$mtl_bytes; else t=$TMP/h.t; b=$ht_bytes; fi
+        printf '%-9s %-9s %10d %12d %8.3f %24s %8s MiB\n' "$name" $tool "$events" "$b" \
+            "$(awk -v b="$b" -v e="$events" 'BEGIN { print b / e }')" \
+            "$(awk '{ print $1 }' "$t" | median_range)" "$(awk '{ print $2 }' "$t" | max_mib)"
+    done
+done
