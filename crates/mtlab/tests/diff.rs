@@ -332,4 +332,29 @@ fn processes_of_a_tree_pair_by_command_and_order() {
     // The pids differ, in order: the first child with the first.
     let pid = |p: &Value, side: &str| u(&p[side]["pid"]);
     assert!(pid(&pairs[1], "base") < pid(&pairs[2], "base") && pid(&pairs[1], "new") < pid(&pairs[2], "new"));
+
+    // Every pair's changes as pprof, not only the roots': the roots' at the
+    // name given, each other pair's beside it named by its pids; and every
+    // pair's differential flame graphs (sized by NEW and by BASE) in the page.
+    let o = diff_cmd(&lab, "v1.mtl", "v2.mtl", &["--pprof", "d.pb.gz", "--html", "d.html"]);
+    assert_success(&o, "report --diff --pprof --html of a tree");
+    let mut want = vec!["d.pb.gz".to_string()];
+    for p in &pairs[1..] {
+        want.push(format!("d.{}-{}.pb.gz", pid(p, "base"), pid(p, "new")));
+    }
+    let mut files = want.clone();
+    files.push("d.html".into());
+    files.sort();
+    assert_eq!(lab.files_with_prefix("d."), files, "{}", stderr(&o));
+    for name in &want {
+        assert!(stderr(&o).contains(&format!("mtlab: wrote {}", lab.path(name).display())) || stderr(&o).contains(&format!("mtlab: wrote {name}")), "{}", stderr(&o));
+    }
+    let page = std::fs::read_to_string(lab.path("d.html")).unwrap();
+    for p in &pairs[1..] {
+        let title = format!("process {} → {} (diff_sites): ", pid(p, "base"), pid(p, "new"));
+        for sized in ["sized by NEW", "sized by BASE"] {
+            let drawn = page.match_indices(&title).any(|(i, _)| page[i..].split('<').next().is_some_and(|t| t.ends_with(sized)));
+            assert!(drawn, "the flame graph of {title}…, {sized} in the page");
+        }
+    }
 }

@@ -116,6 +116,10 @@ fn the_report_and_the_demo_tour_open_in_chromium_without_errors() {
     let two = dom.find(">2. The sampling heap profiler on the same workload</h2>").expect("section 2's heading");
     assert!(one < flame && flame < two, "the flame graph sits in section 1");
     assert!(!dom.contains("▁") && !dom.contains("█"), "no character sparkline on the page");
+    // The threads study's bars say their values on hover (a title per bar, over the drawing).
+    let bars = dom.find("<figure class=\"plot bars\"").expect("a bar plot in the tour's page");
+    let figure = &dom[bars..bars + dom[bars..].find("</figure>").unwrap()];
+    assert!(figure.contains("<g class=\"bar-hover\"><rect ") && figure.contains("</title></rect>"), "hover values on the bars: {}", &figure[..figure.len().min(400)]);
     let size = std::fs::metadata(&png).unwrap().len();
     assert!(size > 4 * blank, "the screenshot ({size} bytes) is not blank ({blank} bytes)");
     keep(&png);

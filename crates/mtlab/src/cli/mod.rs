@@ -13,6 +13,7 @@ mod heap_study;
 mod otlp;
 mod profile;
 mod report_diff;
+mod run_ref;
 mod study;
 mod threads;
 

@@ -1,9 +1,9 @@
 //! `mtlab report --diff BASE NEW`: both runs analysed with every site
 //! symbolized, compared (`report::diff`), shown like a report (text, JSON,
-//! CSV), with the first pair's pprof of the changes and the HTML page of
-//! differential flame graphs.
+//! CSV), with a pprof of the changes of each process pair and the HTML page
+//! of every pair's differential flame graphs.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::{emit, load_reports, write_html, CliError, ReportArgs};
@@ -37,8 +37,23 @@ fn load(which: &str, path: &Path, children: bool, sel: &Selection) -> Result<Run
     load_reports(path, children, &opts, sel, false).map_err(|e| CliError::Other(format!("{which} ({}): {e}", path.display())))
 }
 
-/// The pair the single-file outputs (pprof, the page's flame graphs) are of:
-/// the first (the roots, or the first process `--comm` named).
+/// Where pair `index`'s pprof goes: OUT itself for the first pair (the
+/// roots, or the first process `--comm` named), so a run of one process
+/// writes the file named; every further pair beside it, named by its pids:
+/// `OUT.pb.gz` → `OUT.BASEPID-NEWPID.pb.gz`.
+fn pair_path(out: &Path, index: usize, p: &PairDiff) -> PathBuf {
+    if index == 0 {
+        return out.to_path_buf();
+    }
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let (stem, ext) = match name.find('.') {
+        Some(dot) if dot > 0 => name.split_at(dot),
+        _ => (name.as_str(), ""),
+    };
+    out.with_file_name(format!("{stem}.{}-{}{ext}", p.base.pid, p.new.pid))
+}
+
+/// At least one pair, or the reason there is nothing to write.
 fn first_pair(d: &diff::RunDiff) -> Result<&PairDiff, CliError> {
     d.pairs.first().ok_or_else(|| CliError::Other("no process of BASE pairs with one of NEW: nothing to write".into()))
 }
@@ -54,24 +69,30 @@ pub(super) fn cmd_report_diff(a: &ReportArgs, base: &Path, by: KeyBy) -> Result<
     let doc = diff::views::document(&d, a.top);
     emit(&doc, a.json, a.csv.as_ref(), None)?;
     if let Some(out) = &a.pprof {
-        let p = first_pair(&d)?;
-        diff::pprof::write(p, out).map_err(crate::profile::export::ProfileExportError::from)?;
-        say!(
-            "mtlab: wrote {} (NEW − BASE of process {} → {}: read it with `go tool pprof -top {}`)",
-            out.display(),
-            p.base.pid,
-            p.new.pid,
-            out.display()
-        );
+        first_pair(&d)?;
+        for (i, p) in d.pairs.iter().enumerate() {
+            let path = pair_path(out, i, p);
+            diff::pprof::write(p, &path).map_err(crate::profile::export::ProfileExportError::from)?;
+            say!(
+                "mtlab: wrote {} (NEW − BASE of process {} → {}: read it with `go tool pprof -top {}`)",
+                path.display(),
+                p.base.pid,
+                p.new.pid,
+                path.display()
+            );
+        }
     }
     if let Some(path) = &a.html {
-        let p = first_pair(&d)?;
-        let images: Vec<export::html::Image> = [false, true]
-            .into_iter()
-            .filter_map(|by_base| {
+        first_pair(&d)?;
+        let images: Vec<export::html::Image> = d
+            .pairs
+            .iter()
+            .flat_map(|p| [false, true].map(|by_base| (p, by_base)))
+            .filter_map(|(p, by_base)| {
                 let svg = diff::flame::svg(p, a.flame_value, by_base)?;
                 let sized = if by_base { "sized by BASE" } else { "sized by NEW" };
-                Some(export::html::Image { title: format!("process {} → {}: {}, {sized}", p.base.pid, p.new.pid, a.flame_value.description()), svg })
+                let who = format!("process {} → {} ({})", p.base.pid, p.new.pid, p.new.command);
+                Some(export::html::Image { title: format!("{who}: {}, {sized}", a.flame_value.description()), svg })
             })
             .collect();
         let title = format!("mtlab report --diff {} {}", base.display(), a.file.display());

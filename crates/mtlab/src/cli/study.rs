@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 
+use super::run_ref::RunRef;
 use super::{emit, parse_percent_or_zero, parse_size_arg, write_html, CliError};
 use crate::export::{self, csv::CsvExporter, json::JsonExporter, Document};
 use crate::record::Unwind;
@@ -406,8 +407,8 @@ enum RunsAction {
 
 #[derive(Args, Debug)]
 struct ShowArgs {
-    /// The run's id (see `mtlab runs`).
-    id: i64,
+    /// The run: its id (see `mtlab runs`), `last` (the newest stored run) or `last~N` (N runs before it).
+    id: RunRef,
     #[arg(long)]
     json: bool,
     /// Also write its tables as CSV files into DIR.
@@ -425,8 +426,8 @@ struct ShowArgs {
 
 #[derive(Args, Debug)]
 struct ExportArgs {
-    /// The run's id (see `mtlab runs`).
-    id: i64,
+    /// The run: its id (see `mtlab runs`), `last` (the newest stored run) or `last~N` (N runs before it).
+    id: RunRef,
     /// Print the run as one JSON object.
     #[arg(long, required_unless_present_any = ["csv", "otlp", "otlp_json", "otlp_endpoint"], conflicts_with = "csv")]
     json: bool,
@@ -478,7 +479,8 @@ pub fn runs(a: RunsArgs) -> Result<ExitCode, CliError> {
             emit(&doc, l.json, None, None)?;
         }
         RunsAction::Show(s) => {
-            let run = s.store.existing()?.get(s.id)?;
+            let store = s.store.existing()?;
+            let run = store.get(s.id.resolve(&store)?)?;
             let doc = studies::document(&run);
             emit(&doc, s.json, s.csv.as_ref(), s.svg.as_ref())?;
             if let Some(path) = &s.html {
@@ -487,7 +489,8 @@ pub fn runs(a: RunsArgs) -> Result<ExitCode, CliError> {
         }
         RunsAction::Export(e) => {
             let target = metrics_target(&e.otlp_endpoint)?;
-            let run = e.store.existing()?.get(e.id)?;
+            let store = e.store.existing()?;
+            let run = store.get(e.id.resolve(&store)?)?;
             if e.json || e.csv.is_some() {
                 emit_export(&studies::document(&run), e.json, e.csv.as_ref())?;
             }
@@ -521,10 +524,10 @@ fn emit_export(doc: &Document, json: bool, csv: Option<&PathBuf>) -> Result<(), 
 
 #[derive(Args, Debug)]
 pub struct DiffArgs {
-    /// The earlier run's id (see `mtlab runs`).
-    run_a: i64,
-    /// The later run's id.
-    run_b: i64,
+    /// The earlier run: its id (see `mtlab runs`), `last` (the newest stored run) or `last~N` (N runs before it).
+    run_a: RunRef,
+    /// The later run: its id, `last` or `last~N`.
+    run_b: RunRef,
     /// Smallest change flagged, in percent, even when significant (0: every significant change).
     #[arg(long, default_value = "2%", value_parser = parse_percent_or_zero)]
     threshold: f64,
@@ -545,12 +548,13 @@ pub struct DiffArgs {
 
 pub fn diff(a: DiffArgs) -> Result<ExitCode, CliError> {
     let store = a.store.existing()?;
-    let (ra, rb) = (store.get(a.run_a)?, store.get(a.run_b)?);
+    let (ida, idb) = (a.run_a.resolve(&store)?, a.run_b.resolve(&store)?);
+    let (ra, rb) = (store.get(ida)?, store.get(idb)?);
     let d = crate::study::diff::diff(&ra, &rb, a.threshold / 100.0)?;
     let doc = crate::study::diff::document(&d);
     emit(&doc, a.json, a.csv.as_ref(), None)?;
     if let Some(path) = &a.html {
-        write_html(&doc, path, &format!("mtlab diff {} {}: {}", a.run_a, a.run_b, ra.title), &Default::default())?;
+        write_html(&doc, path, &format!("mtlab diff {ida} {idb}: {}", ra.title), &Default::default())?;
     }
     if a.fail_on_regression && d.regressions() > 0 {
         return Ok(ExitCode::from(3));

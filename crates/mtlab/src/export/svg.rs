@@ -145,7 +145,56 @@ fn draw_line(plot: &Plot, x_scale: Scale, series: &[super::view::Series], svg: &
     root.present().map_err(e)
 }
 
-fn draw_bars(plot: &Plot, groups: &[String], series: &[(String, Vec<Option<super::view::Bar>>)], with_legend: bool, svg: &mut String) -> DrawResult<()> {
+/// A bar's box in the drawing's pixels and what hovering it says.
+struct BarHover {
+    x: i32,
+    y: i32,
+    w: i32,
+    h: i32,
+    text: String,
+}
+
+/// A bar's value as hover text: four significant digits, the interval
+/// beside it when there is one.
+fn bar_text(series: &str, group: &str, b: &super::view::Bar) -> String {
+    let n = |v: f64| {
+        let digits = if v == 0.0 { 0 } else { (3 - v.abs().log10().floor() as i32).clamp(0, 6) as usize };
+        format!("{v:.digits$}")
+    };
+    match (b.low, b.high) {
+        (Some(l), Some(h)) => format!("{series}, {group}: {} [{}, {}]", n(b.value), n(l), n(h)),
+        _ => format!("{series}, {group}: {}", n(b.value)),
+    }
+}
+
+/// Transparent boxes over the bars, each with its value as a `<title>`
+/// (what a browser shows on hover), added at the end of the drawing so they
+/// lie on top.
+fn with_hovers(svg: &mut String, hovers: &[BarHover]) {
+    let Some(end) = svg.rfind("</svg>") else { return };
+    let mut boxes = String::from("<g class=\"bar-hover\">");
+    for h in hovers {
+        boxes.push_str(&format!(
+            "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"transparent\"><title>{}</title></rect>",
+            h.x,
+            h.y,
+            h.w.max(1),
+            h.h.max(1),
+            super::html::escape(&h.text)
+        ));
+    }
+    boxes.push_str("</g>\n");
+    svg.insert_str(end, &boxes);
+}
+
+fn draw_bars(
+    plot: &Plot,
+    groups: &[String],
+    series: &[(String, Vec<Option<super::view::Bar>>)],
+    with_legend: bool,
+    svg: &mut String,
+) -> DrawResult<Vec<BarHover>> {
+    let mut hovers = Vec::new();
     let root = SVGBackend::with_string(svg, (900, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(e)?;
     let ys = series.iter().flat_map(|(_, v)| v.iter().flatten().flat_map(|b| [Some(b.value), b.low, b.high]).flatten());
@@ -175,6 +224,13 @@ fn draw_bars(plot: &Plot, groups: &[String], series: &[(String, Vec<Option<super
             let x = gi as f64 + 0.1 + si as f64 * width;
             Some(Rectangle::new([(x, 0f64.max(y0)), (x + width * 0.9, b.value)], c.filled()))
         });
+        for (gi, b) in values.iter().enumerate() {
+            let Some(b) = b else { continue };
+            let x = gi as f64 + 0.1 + si as f64 * width;
+            let (a, z) = (chart.backend_coord(&(x, b.value.max(0f64.max(y0)))), chart.backend_coord(&(x + width * 0.9, 0f64.max(y0).min(b.value))));
+            let text = bar_text(name, groups.get(gi).map(String::as_str).unwrap_or(""), b);
+            hovers.push(BarHover { x: a.0.min(z.0), y: a.1.min(z.1), w: (z.0 - a.0).abs(), h: (z.1 - a.1).abs(), text });
+        }
         chart
             .draw_series(rects)
             .map_err(e)?
@@ -190,7 +246,8 @@ fn draw_bars(plot: &Plot, groups: &[String], series: &[(String, Vec<Option<super
     if with_legend {
         legend(&mut chart)?;
     }
-    root.present().map_err(e)
+    root.present().map_err(e)?;
+    Ok(hovers)
 }
 
 /// White to blue for better, white to red for worse: the eye finds the best cell.
@@ -282,7 +339,7 @@ fn plot_svg_legend(plot: &Plot, with_legend: bool) -> Result<String, ExportError
     let mut svg = String::new();
     let r = match &plot.kind {
         PlotKind::Line { x_scale, series } => draw_line(plot, *x_scale, series, &mut svg),
-        PlotKind::GroupedBars { groups, series } => draw_bars(plot, groups, series, with_legend, &mut svg),
+        PlotKind::GroupedBars { groups, series } => draw_bars(plot, groups, series, with_legend, &mut svg).map(|hovers| with_hovers(&mut svg, &hovers)),
         PlotKind::Heatmap { rows, columns, values, higher_is_better, row_boundaries, column_boundaries } => {
             draw_heatmap(plot, rows, columns, values, *higher_is_better, (row_boundaries, column_boundaries), &mut svg)
         }
@@ -344,6 +401,13 @@ mod tests {
         });
         let svg = plot_svg(&bars).unwrap();
         assert!(svg.contains("1 CPU") && svg.contains("2 CPUs") && svg.contains("glibc"), "{svg}");
+        // Hovering a bar says its value; a missing bar has no box.
+        assert_eq!(svg.matches("<title>").count(), 1, "{svg}");
+        assert!(svg.contains("<title>glibc, 1 CPU: 3.000 [2.500, 3.500]</title>"), "{svg}");
+        let tail = &svg[svg.find("class=\"bar-hover\"").unwrap()..];
+        assert!(tail.trim_end().ends_with("</svg>"), "the boxes lie on top of the drawing");
+        assert_eq!(bar_text("s", "g", &Bar { value: 12345.6, low: None, high: None }), "s, g: 12346");
+        assert_eq!(bar_text("s", "g", &Bar { value: 0.0123456, low: None, high: None }), "s, g: 0.01235");
         let heat = plot(PlotKind::Heatmap {
             rows: vec!["cpu0".into(), "cpu1".into()],
             columns: vec!["app0".into(), "app1".into()],

@@ -188,17 +188,28 @@ fn command_cell(r: &IndexRow, width: usize) -> String {
     line
 }
 
-/// Which rows the screen shows: all up to `limit`; else the root, then the
-/// rows reported in detail, then the busiest others (by events), each group
-/// busiest first.
+/// Which rows the screen shows, in order: the root, then the rows reported
+/// in detail, then the others; each group by peak live bytes, largest first
+/// (then by events), so the processes that held the most memory lead however
+/// the tree was started. Cut to `limit` rows.
 pub fn screen_rows(rows: &[IndexRow], limit: usize) -> Vec<usize> {
-    if rows.len() <= limit {
-        return (0..rows.len()).collect();
+    if rows.is_empty() {
+        return Vec::new();
     }
     let mut rest: Vec<usize> = (1..rows.len()).collect();
-    // Stable: equal counts keep the family's order.
-    rest.sort_by(|&a, &b| rows[b].reported.cmp(&rows[a].reported).then(rows[b].events.cmp(&rows[a].events)));
+    // Stable: equal figures keep the family's order.
+    rest.sort_by(|&a, &b| {
+        let (a, b) = (&rows[a], &rows[b]);
+        b.reported.cmp(&a.reported).then(b.peak_live_bytes.cmp(&a.peak_live_bytes)).then(b.events.cmp(&a.events))
+    });
     std::iter::once(0).chain(rest.into_iter().take(limit.saturating_sub(1))).collect()
+}
+
+/// The line naming the process that held the most memory (and which it
+/// is), for an index of more than one process.
+fn largest_peak(rows: &[IndexRow]) -> Option<String> {
+    let top = rows.iter().filter(|r| r.peak_live_bytes.is_some()).max_by_key(|r| r.peak_live_bytes)?;
+    (rows.len() > 1).then(|| format!("largest peak live: {} in {}; processes below by peak live bytes, the root first", peak_text(top), top.label()))
 }
 
 /// The index on screen: a table of processes (cut to `SCREEN_ROWS`), and for
@@ -208,9 +219,10 @@ pub fn views(rows: &[IndexRow]) -> Vec<View> {
     let shown = screen_rows(rows, SCREEN_ROWS);
     let reported = rows.iter().filter(|r| r.reported).count();
     let mut out = vec![View::Note(format!(
-        "══ {} traced processes{} ══",
+        "══ {} traced processes{} ══{}",
         rows.len(),
-        if selective { format!(", {reported} reported below (marked *)") } else { String::new() }
+        if selective { format!(", {reported} reported below (marked *)") } else { String::new() },
+        largest_peak(rows).map(|l| format!("\n{l}")).unwrap_or_default()
     ))];
     let mut header = vec!["pid", "ppid", "command", "events", "peak live", "end"];
     if selective {
@@ -289,7 +301,7 @@ pub fn table(rows: &[IndexRow]) -> Table {
     t
 }
 
-/// Processes by command, busiest first: what `--comm` can pick.
+/// Processes by command, the one with the largest peak first: what `--comm` can pick.
 fn by_command(rows: &[IndexRow]) -> Table {
     let mut groups: BTreeMap<&str, (u64, u64, Option<u64>)> = BTreeMap::new();
     for r in rows {
@@ -299,8 +311,8 @@ fn by_command(rows: &[IndexRow]) -> Table {
         g.2 = g.2.max(r.peak_live_bytes);
     }
     let mut groups: Vec<_> = groups.into_iter().collect();
-    groups.sort_by_key(|g| std::cmp::Reverse(g.1 .1));
-    let mut t = Table::new("process_commands", "processes by command (--comm NAME)", &["command", "processes", "events", "largest peak live"], 1).screen_only();
+    groups.sort_by_key(|g| std::cmp::Reverse((g.1 .2, g.1 .1)));
+    let mut t = Table::new("process_commands", "processes by command (--comm NAME), largest peak live first", &["command", "processes", "events", "largest peak live"], 1).screen_only();
     for (cmd, (n, events, peak)) in groups.into_iter().take(SCREEN_ROWS) {
         t.push(vec![Cell::text(cmd), Cell::Int(n as i64), Cell::Int(events as i64), peak.map(Cell::Bytes).unwrap_or_else(not_measured)]);
     }
@@ -352,8 +364,16 @@ mod tests {
         let shown = screen_rows(&rows, 5);
         assert_eq!(shown[0], 0, "the root first");
         let events: Vec<u64> = shown[1..].iter().map(|&i| rows[i].events).collect();
-        assert_eq!(events, [30, 29, 28, 27]);
-        assert_eq!(screen_rows(&rows[..4], 5), [0, 1, 2, 3], "a small index shows all, in order");
+        assert_eq!(events, [30, 29, 28, 27], "peak live bytes are 10 × events here");
+        let mut small: Vec<IndexRow> = rows[..4].to_vec();
+        small[2].peak_live_bytes = Some(1 << 30);
+        small[3].peak_live_bytes = None;
+        assert_eq!(screen_rows(&small, 5), [0, 2, 1, 3], "a small index shows all: the root, then by peak, unknown peaks last");
+        let View::Note(head) = &views(&small)[0] else { panic!() };
+        assert_eq!(
+            head,
+            "══ 4 traced processes ══\nlargest peak live: 1.0 GiB in 102 (cc1); processes below by peak live bytes, the root first"
+        );
         let mut picked = rows.clone();
         for r in picked.iter_mut() {
             r.reported = r.pid == 101 || r.pid == 102;

@@ -28,6 +28,7 @@
 pub mod csv_out;
 pub mod diff;
 pub mod exports;
+pub mod gaps;
 pub mod index;
 pub mod json;
 pub mod live;

@@ -1,6 +1,7 @@
 //! What `mtlab report` shows of each process, as views: header and notes,
 //! the per-function, heap, site and leak tables. Exporters draw them.
 
+use super::gaps::{self, Figure};
 use super::{human_bytes, RunReport};
 use crate::export::{Cell, Table, View};
 use crate::analysis::model::{AllocatorReading, Interval, SiteReport};
@@ -526,13 +527,22 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
                 Some(b) if b > 0 => format!(" ({} more before tracing started)", human_bytes(b)),
                 _ => String::new(),
             };
+            // A gap without its reason reads as mtlab being wrong: say what each side counts.
+            let why = |what: &str, figure: Figure, theirs: Option<u64>, ours: u64| {
+                theirs
+                    .and_then(|t| gaps::reason(figure, &p.allocator, t, ours))
+                    .map(|r| format!("\n  {what} differs: {r}"))
+                    .unwrap_or_default()
+            };
             note(format!(
-                "the heap manager's own view at exit ({}), since tracing started: in use {}{}; mapped {}{}",
+                "the heap manager's own view at exit ({}), since tracing started: in use {}{}; mapped {}{}{}{}",
                 a.source,
                 side(a.traced_in_use_bytes(), a.mtlab_in_use_bytes),
                 before(a.in_use_at_start_bytes),
                 side(a.traced_mapped_bytes(), a.mtlab_mapped_bytes),
                 before(a.mapped_at_start_bytes),
+                why("in use", Figure::InUse, a.traced_in_use_bytes(), a.mtlab_in_use_bytes),
+                why("mapped", Figure::Mapped, a.traced_mapped_bytes(), a.mtlab_mapped_bytes),
             ));
         }
         for r in &p.allocator_readings {
