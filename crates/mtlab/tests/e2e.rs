@@ -1525,7 +1525,7 @@ fn trace_from_a_newer_version_is_refused() {
     assert!(!o.status.success());
     assert!(o.stdout.is_empty());
     let e = stderr(&o);
-    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v3"), "{e}");
+    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v4"), "{e}");
 }
 
 #[test]
@@ -1770,9 +1770,11 @@ fn compact_trace_keeps_every_figure_but_per_call_timing() {
     assert!(full["time_series"].as_array().unwrap().iter().any(|p| !p["malloc_mean_cycles"].is_null()));
     let size = |name: &str| std::fs::metadata(lab.path(name)).unwrap().len();
     assert!(size("c.mtl") * 4 < size("t.mtl"), "compact {} vs {} bytes", size("c.mtl"), size("t.mtl"));
-    // The table says what was given up.
+    // The table says what was given up: exactly the fields removed above.
     let o = lab.command(MTLAB).args(["report", "c.mtl"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&o.stdout).contains("compact trace"));
+    let text = String::from_utf8_lossy(&o.stdout).split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(text.contains("compact trace"), "{text}");
+    assert!(text.contains("dropped: the sites live at the peak") && text.contains("malloc cycles"), "{text}");
 }
 
 #[test]
@@ -2284,7 +2286,7 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
     let mut seen = String::new();
     for trace in ["full.mtl", "sampled.mtl", "compact.mtl"] {
         let bytes = std::fs::read(lab.path(trace)).unwrap();
-        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 3, "{trace}: a rewritten trace is version 3");
+        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 4, "{trace}: a rewritten trace is version 4");
         let chunks: Vec<RawRecord> = raw_records(&bytes).into_iter().filter(|r| r.ty == 1).collect();
         assert!(chunks.len() >= 4, "{trace}: {} chunks", chunks.len());
         assert!(chunks.iter().all(|r| r.flags & 0x4 != 0), "{trace}: every chunk carries checksums");

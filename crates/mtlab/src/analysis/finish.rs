@@ -53,7 +53,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
     let Inputs { trace, opts, symbolize, maps, decoded, sampled, readings } = inp;
     let compact_quantum = trace.compact_quantum().and_then(|q| q.parse::<u64>().ok());
     let mut warnings = trace.warnings.clone();
-    if trace.header.version < crate::trace::format::TRACE_VERSION {
+    if trace.header.version < crate::trace::format::FIRST_REWRITTEN_VERSION {
         warnings.push(RAW_TRACE.to_string());
     }
     // Damage that `mtlab record` found (and cut off) when it finished the file.

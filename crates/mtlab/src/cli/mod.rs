@@ -176,7 +176,9 @@ another thread touched within the same quantum is kept after it. The cycles of e
 kept as a distribution per chunk: calls, totals, means, deviations and percentiles in `mtlab report` stay \
 exact, but no single call keeps its own cycles, and the time series has no per-window malloc cycles. \
 The heap at the end, sites and leaks come out exact; the peak is measured before compaction and kept; \
-the time series replays independent events of different threads within one quantum in an order of its own.\n\n\
+the time series replays independent events of different threads within one quantum in an order of its own. \
+Dropped: the sites live at the peak (the report's \"top sites at the peak\" table is empty and each site's \
+live objects and bytes at the peak are null), since that replay order decides which blocks were live then.\n\n\
 A trace whose process is still writing it is left alone. On an allocation-heavy program the trace becomes \
 tens of times smaller; on cc1 it shrinks by 40 % (docs/benchmarks.md).")]
     Compact(CompactArgs),

@@ -654,7 +654,9 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
             note(format!(
                 "note: compact trace (`mtlab compact`): time stamps rounded to {q} ticks; each function's cycles are kept \
                  as a distribution, so the figures above are exact but no call keeps its own cycles; the time series \
-                 replays threads' independent events within a quantum in an order of its own"
+                 replays threads' independent events within a quantum in an order of its own; dropped: the sites live \
+                 at the peak (no top sites at the peak, no site's live objects or bytes at the peak), which that order \
+                 decides, and the time series' malloc cycles"
             ));
         }
         if let Some(n) = &p.stacks.note {

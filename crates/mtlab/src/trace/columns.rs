@@ -21,20 +21,24 @@
 //! is tested to give the same events.
 //!
 //! Layout (before zstd): byte [`COLUMNS_LAYOUT`]; varints `time_step`,
-//! `cycles_step`; then the byte length of each of the [`N_STREAMS`] streams
+//! `cycles_step`; then the byte length of each of the layout's streams
+//! ([`MAX_STREAMS`] in layout 2)
 //! as varints; then the streams, in [`Stream`] order.
 
 use super::fields::{DecErr, Field, Fields};
 use super::format::*;
+use super::predict::{Predictor, Streams};
 use super::varint::{put_svarint, put_varint, varint, zigzag};
 
-/// First byte of a column-layout body: the layout's own version.
-pub const COLUMNS_LAYOUT: u8 = 1;
+/// First byte of a column-layout body: the layout's own version. Layout 2
+/// (version 4 traces) adds the predictions of `predict`; layout 1 is still
+/// read.
+pub const COLUMNS_LAYOUT: u8 = 2;
 
 /// The streams a chunk's values are sorted into, in layout order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
-enum Stream {
+pub(crate) enum Stream {
     /// Kind-and-flags bytes, one per item.
     Kind = 0,
     /// Time deltas divided by the time step (rounded).
@@ -48,21 +52,39 @@ enum Stream {
     Stack,
     /// Sizes, lengths and element counts.
     Size,
-    /// Allocation results: 0 = miss, else 1 + rank among recent frees.
+    /// Allocation results: how each was predicted (`predict`).
     AllocRank,
-    /// Freed addresses: 0 = miss, else 1 + rank among recent allocations.
+    /// Freed addresses: how each was predicted (`predict`).
     FreeRank,
-    /// Addresses not predicted: delta to the previous address (zigzag).
+    /// Layout 1: addresses not predicted; layout 2: other addresses
+    /// (mappings, breaks); deltas to the previous address (zigzag).
     PtrDelta,
-    /// Usable-size extras.
+    /// Usable-size extras (layout 2: residuals of the predicted rounding).
     Extra,
     /// Alignments, protections, flags, return codes, sampling fields.
     Misc,
     /// Stack definitions: id, depth, frame deltas.
     Defs,
+    /// Layout 2: allocation results not predicted, as deltas to the end of
+    /// the previous allocation (zigzag).
+    AllocDelta,
+    /// Layout 2: freed addresses not among recent allocations, as deltas to
+    /// the previous such free (zigzag).
+    FreeDelta,
 }
 
-pub const N_STREAMS: usize = 13;
+/// Streams of a layout-1 body.
+const N_STREAMS_V1: usize = 13;
+/// Streams of a layout-2 body (the most any layout has).
+pub const MAX_STREAMS: usize = 15;
+
+fn n_streams(layout: u8) -> Option<usize> {
+    match layout {
+        1 => Some(N_STREAMS_V1),
+        2 => Some(MAX_STREAMS),
+        _ => None,
+    }
+}
 
 /// A kind's own fields, in row order (after time, cycles, stack).
 fn fields(kind: u8) -> Option<&'static [Field]> {
@@ -139,123 +161,6 @@ impl<'a> Reader<'a> {
     fn sv(&mut self) -> Result<i64, ColumnError> {
         let u = self.v()?;
         Ok(((u >> 1) as i64) ^ -((u & 1) as i64))
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Address prediction, run identically by the writer and the reader.
-
-/// Recent allocation results a free is looked up among.
-const ALLOC_WINDOW: usize = 256;
-/// Recent freed addresses an allocation result is looked up among.
-const FREE_WINDOW: usize = 64;
-
-#[derive(Default)]
-struct Predictor {
-    allocs: Vec<u64>,
-    frees: Vec<u64>,
-    prev: u64,
-}
-
-/// Rank of `p` counted from the newest, among the last `window` entries.
-/// Compares 8 entries at a time (the compiler vectorizes it): finishing a
-/// trace runs this for every pointer.
-fn rank_of(list: &[u64], p: u64, window: usize) -> Option<usize> {
-    let w = &list[list.len().saturating_sub(window)..];
-    let n = w.len();
-    let mut end = n;
-    while end >= 8 {
-        let blk: &[u64; 8] = w[end - 8..end].try_into().expect("8 entries");
-        let mut mask = 0u32;
-        for (i, &x) in blk.iter().enumerate() {
-            mask |= u32::from(x == p) << i;
-        }
-        if mask != 0 {
-            let newest = end - 8 + (31 - mask.leading_zeros()) as usize;
-            return Some(n - 1 - newest);
-        }
-        end -= 8;
-    }
-    w[..end].iter().rev().position(|&x| x == p).map(|r| r + (n - end))
-}
-
-#[inline(always)]
-fn take(list: &mut Vec<u64>, rank: usize) -> u64 {
-    if rank == 0 {
-        // The commonest case: the newest entry.
-        return list.pop().unwrap_or(0);
-    }
-    list.remove(list.len() - 1 - rank)
-}
-
-#[inline(always)]
-fn push(list: &mut Vec<u64>, p: u64, window: usize) {
-    if p == 0 {
-        return;
-    }
-    if list.len() >= 4 * window {
-        list.drain(..list.len() - window);
-    }
-    list.push(p);
-}
-
-impl Predictor {
-    /// Writer side: codes `p` into the streams.
-    fn put(&mut self, f: Field, p: u64, out: &mut [Vec<u8>; N_STREAMS]) {
-        let hit = match f {
-            Field::NewPtr => rank_of(&self.frees, p, FREE_WINDOW).map(|r| (r, Stream::AllocRank)),
-            Field::OldPtr => rank_of(&self.allocs, p, ALLOC_WINDOW).map(|r| (r, Stream::FreeRank)),
-            _ => None,
-        };
-        match (f, hit) {
-            (_, Some((r, s))) => {
-                put_varint(&mut out[s as usize], r as u64 + 1);
-                if f == Field::NewPtr {
-                    take(&mut self.frees, r);
-                } else {
-                    take(&mut self.allocs, r);
-                }
-            }
-            (Field::NewPtr, None) => put_varint(&mut out[Stream::AllocRank as usize], 0),
-            (Field::OldPtr, None) => put_varint(&mut out[Stream::FreeRank as usize], 0),
-            _ => {}
-        }
-        if hit.is_none() {
-            put_svarint(&mut out[Stream::PtrDelta as usize], p.wrapping_sub(self.prev) as i64);
-        }
-        self.after(f, p);
-    }
-
-    /// Reader side: the address coded by `code` (0: a miss, whose delta
-    /// `delta` reads).
-    #[inline(always)]
-    fn get(&mut self, f: Field, code: u64, delta: impl FnOnce() -> Result<u64, DecErr>) -> Result<u64, DecErr> {
-        let p = if code == 0 {
-            self.prev.wrapping_add(zigzag(delta()?) as u64)
-        } else {
-            let r = (code - 1) as usize;
-            let (list, window) = if f == Field::NewPtr {
-                (&mut self.frees, FREE_WINDOW)
-            } else {
-                (&mut self.allocs, ALLOC_WINDOW)
-            };
-            if r >= window.min(list.len()) {
-                return Err(DecErr::Columns("address rank out of range"));
-            }
-            take(list, r)
-        };
-        self.after(f, p);
-        Ok(p)
-    }
-
-    #[inline(always)]
-    fn after(&mut self, f: Field, p: u64) {
-        match f {
-            Field::NewPtr => push(&mut self.allocs, p, ALLOC_WINDOW),
-            Field::OldPtr => push(&mut self.frees, p, FREE_WINDOW),
-            _ => {}
-        }
-        self.prev = p;
     }
 }
 
@@ -426,6 +331,13 @@ pub fn split(chunks: &[RowChunk]) -> Result<Vec<u8>, ColumnError> {
 /// `split` with the time step given instead of detected: a compact trace
 /// (`trace::compact`) rounds its time stamps to a step far above 64.
 pub fn split_with_time_step(chunks: &[RowChunk], time_step: Option<u64>) -> Result<Vec<u8>, ColumnError> {
+    split_layout(chunks, time_step, COLUMNS_LAYOUT)
+}
+
+/// `split_with_time_step` in a given layout (1 or 2): the tests write the
+/// previous layout to check that it is still read.
+pub fn split_layout(chunks: &[RowChunk], time_step: Option<u64>, layout: u8) -> Result<Vec<u8>, ColumnError> {
+    let n_streams = n_streams(layout).ok_or(ColumnError::BadLayout("unknown layout version"))?;
     // The steps are judged on the first values (`detect_step` looks at 1024).
     let (mut times, mut cycles) = (Vec::with_capacity(1024), Vec::with_capacity(1024));
     walk_rows(chunks, |t| {
@@ -440,14 +352,17 @@ pub fn split_with_time_step(chunks: &[RowChunk], time_step: Option<u64>) -> Resu
     let (td, cd) = (Divisor::new(tq), Divisor::new(cq));
 
     let rows: usize = chunks.iter().map(|c| c.rows.len()).sum();
-    let mut s: [Vec<u8>; N_STREAMS] = Default::default();
-    for st in s.iter_mut() {
+    let mut s: Streams = Default::default();
+    for st in s.iter_mut().take(n_streams) {
         st.reserve(rows / 8);
     }
-    let mut pred = Predictor::default();
+    let mut pred = Predictor::new(layout);
     walk_rows(chunks, |t| {
         match t {
-            Token::Kind(b) => s[Stream::Kind as usize].push(b),
+            Token::Kind(b) => {
+                pred.event();
+                s[Stream::Kind as usize].push(b)
+            }
             Token::Value(f, v) => match f {
                 Field::Time => {
                     let (a, b) = s.split_at_mut(Stream::TimeRest as usize);
@@ -459,8 +374,11 @@ pub fn split_with_time_step(chunks: &[RowChunk], time_step: Option<u64>) -> Resu
                 }
                 Field::Stack => put_varint(&mut s[Stream::Stack as usize], v),
                 Field::Def => put_varint(&mut s[Stream::Defs as usize], v),
-                Field::Size => put_varint(&mut s[Stream::Size as usize], v),
-                Field::Extra => put_varint(&mut s[Stream::Extra as usize], v),
+                Field::Size => {
+                    pred.size(v);
+                    put_varint(&mut s[Stream::Size as usize], v)
+                }
+                Field::Extra => pred.put_extra(v, &mut s),
                 Field::Misc => put_varint(&mut s[Stream::Misc as usize], v),
                 Field::NewPtr | Field::OldPtr | Field::Addr => pred.put(f, v, &mut s),
             },
@@ -468,14 +386,14 @@ pub fn split_with_time_step(chunks: &[RowChunk], time_step: Option<u64>) -> Resu
         true
     })?;
     let total: usize = s.iter().map(Vec::len).sum();
-    let mut out = Vec::with_capacity(total + 3 + 2 * 10 + N_STREAMS * 5);
-    out.push(COLUMNS_LAYOUT);
+    let mut out = Vec::with_capacity(total + 3 + 2 * 10 + n_streams * 5);
+    out.push(layout);
     put_varint(&mut out, tq);
     put_varint(&mut out, cq);
-    for st in &s {
+    for st in &s[..n_streams] {
         put_varint(&mut out, st.len() as u64);
     }
-    for st in &s {
+    for st in &s[..n_streams] {
         out.extend_from_slice(st);
     }
     Ok(out)
@@ -484,11 +402,21 @@ pub fn split_with_time_step(chunks: &[RowChunk], time_step: Option<u64>) -> Resu
 // ---------------------------------------------------------------------------
 // Reading columns.
 
+/// The items of a column-layout body of thread `tid` whose time deltas start
+/// at `first_tsc`, as the decoder reads them (`split`'s inverse).
+pub fn decode_columns(cols: &[u8], first_tsc: u64, tid: u32) -> Result<Vec<super::Item>, String> {
+    let f = ColumnFields::new(cols).map_err(|e| e.to_string())?;
+    let mut padded = Vec::with_capacity(cols.len() + ColumnFields::PADDING);
+    padded.extend_from_slice(cols);
+    padded.extend_from_slice(&[0; ColumnFields::PADDING]);
+    super::decode::decode_chunk(f, &padded, first_tsc, tid).map_err(|e| e.to_string())
+}
+
 /// Reads a column-layout chunk's fields for the decoder (`fields::Fields`).
 pub(crate) struct ColumnFields {
     /// Read position and end of each stream in the chunk's bytes.
-    at: [usize; N_STREAMS],
-    end: [usize; N_STREAMS],
+    at: [usize; MAX_STREAMS],
+    end: [usize; MAX_STREAMS],
     time_step: u64,
     cycles_step: u64,
     pred: Predictor,
@@ -498,20 +426,20 @@ impl ColumnFields {
     /// Checks the layout header of `buf` (the decompressed body).
     pub fn new(buf: &[u8]) -> Result<ColumnFields, ColumnError> {
         let mut h = Reader::new(buf);
-        if h.byte()? != COLUMNS_LAYOUT {
-            return Err(ColumnError::BadLayout("unknown layout version"));
-        }
+        let layout = h.byte()?;
+        let n_streams = n_streams(layout).ok_or(ColumnError::BadLayout("unknown layout version"))?;
         let (time_step, cycles_step) = (h.v()?, h.v()?);
-        let mut lens = [0usize; N_STREAMS];
-        for l in lens.iter_mut() {
+        let mut lens = [0usize; MAX_STREAMS];
+        for l in lens.iter_mut().take(n_streams) {
             *l = usize::try_from(h.v()?).map_err(|_| ColumnError::BadLayout("stream too long"))?;
         }
         let mut pos = h.pos;
         if lens.iter().try_fold(0usize, |a, &l| a.checked_add(l)) != Some(buf.len() - pos) {
             return Err(ColumnError::BadLayout("stream lengths do not add up to the body"));
         }
-        let (mut at, mut end) = ([0usize; N_STREAMS], [0usize; N_STREAMS]);
-        for i in 0..N_STREAMS {
+        // A layout's missing streams are empty, at the end of the body.
+        let (mut at, mut end) = ([0usize; MAX_STREAMS], [0usize; MAX_STREAMS]);
+        for i in 0..MAX_STREAMS {
             at[i] = pos;
             pos += lens[i];
             end[i] = pos;
@@ -521,7 +449,7 @@ impl ColumnFields {
             end,
             time_step,
             cycles_step,
-            pred: Predictor::default(),
+            pred: Predictor::new(layout),
         })
     }
 
@@ -544,11 +472,11 @@ impl Fields for ColumnFields {
             return None;
         }
         self.at[i] += 1;
+        self.pred.event();
         Some(buf[self.at[i] - 1])
     }
     #[inline(always)]
     fn value(&mut self, buf: &[u8], what: Field) -> Result<u64, DecErr> {
-        let delta = Stream::PtrDelta as usize;
         match what {
             Field::Time => {
                 let (q, r) = (self.v(buf, Stream::Time)?, self.v(buf, Stream::TimeRest)?);
@@ -559,23 +487,25 @@ impl Fields for ColumnFields {
                 Ok(from_stepped(self.cycles_step, q, r))
             }
             Field::Stack => self.v(buf, Stream::Stack),
-            Field::Size => self.v(buf, Stream::Size),
-            Field::Extra => self.v(buf, Stream::Extra),
+            Field::Size => {
+                let v = self.v(buf, Stream::Size)?;
+                self.pred.size(v);
+                Ok(v)
+            }
+            Field::Extra => {
+                let code = self.v(buf, Stream::Extra)?;
+                Ok(self.pred.get_extra(code))
+            }
             Field::Misc => self.v(buf, Stream::Misc),
             Field::Def => self.v(buf, Stream::Defs),
-            Field::NewPtr => {
-                let code = self.v(buf, Stream::AllocRank)?;
-                let at = &mut self.at[delta];
-                self.pred.get(what, code, || varint(buf, at))
-            }
-            Field::OldPtr => {
-                let code = self.v(buf, Stream::FreeRank)?;
-                let at = &mut self.at[delta];
-                self.pred.get(what, code, || varint(buf, at))
-            }
-            Field::Addr => {
-                let at = &mut self.at[delta];
-                self.pred.get(what, 0, || varint(buf, at))
+            Field::NewPtr | Field::OldPtr | Field::Addr => {
+                let code = match what {
+                    Field::NewPtr => self.v(buf, Stream::AllocRank)?,
+                    Field::OldPtr => self.v(buf, Stream::FreeRank)?,
+                    _ => 0,
+                };
+                let at = &mut self.at;
+                self.pred.get(what, code, |s| varint(buf, &mut at[s as usize]))
             }
         }
     }
@@ -608,16 +538,16 @@ mod tests {
     }
 
     fn from_cols(cols: &[u8], first_tsc: u64) -> Result<Vec<Item>, String> {
-        let f = ColumnFields::new(cols).map_err(|e| e.to_string())?;
-        let mut padded = cols.to_vec();
-        padded.extend_from_slice(&[0; ColumnFields::PADDING]);
-        decode_chunk(f, &padded, first_tsc, 1).map_err(|e| e.to_string())
+        decode_columns(cols, first_tsc, 1)
     }
 
+    /// Round trip in the previous layout too (still read), and the current one.
     fn roundtrip_one(rows: &[u8], first_tsc: u64) -> Vec<u8> {
-        let cols = split(&[RowChunk { first_tsc, rows }]).unwrap();
         let want = from_rows(rows, first_tsc);
         assert!(!want.is_empty());
+        let old = split_layout(&[RowChunk { first_tsc, rows }], None, 1).unwrap();
+        assert_eq!(from_cols(&old, first_tsc).unwrap(), want, "layout 1");
+        let cols = split(&[RowChunk { first_tsc, rows }]).unwrap();
         assert_eq!(from_cols(&cols, first_tsc).unwrap(), want);
         cols
     }
@@ -629,19 +559,6 @@ mod tests {
 
     fn free(tsc: u64, ptr: u64) -> Event {
         Event { tid: 1, tsc, cycles: 26, stack: 2, flags: 0, kind: EventKind::Free { func: Func::Free, ptr } }
-    }
-
-    #[test]
-    fn rank_of_counts_from_the_newest_within_the_window() {
-        let list: Vec<u64> = (1..=40).collect(); // 40 is the newest
-        for p in 1..=40u64 {
-            assert_eq!(rank_of(&list, p, 64), Some(40 - p as usize), "p {p}");
-        }
-        assert_eq!(rank_of(&list, 41, 64), None);
-        assert_eq!(rank_of(&list, 5, 30), None, "outside the window");
-        assert_eq!(rank_of(&list, 11, 30), Some(29));
-        let dup = [7u64, 9, 7, 3, 3, 3, 3, 3, 3, 3, 3];
-        assert_eq!(rank_of(&dup, 7, 64), Some(8), "the newest of equal entries");
     }
 
     #[test]
@@ -663,18 +580,22 @@ mod tests {
         }
         let cols = roundtrip_one(enc.body(), 100);
         // Layout: version, steps (1: too few values to find one), then
-        // lengths: AllocRank holds 0,0,1 and FreeRank 1 (b: newest),
-        // 2 (a: second newest then), 0 (miss).
+        // lengths: AllocRank holds 0 (miss), 0 (miss: b is not at a's end),
+        // 2 (rank 0 among frees) and FreeRank 2 (b: newest), 3 (a: second
+        // newest then), 0 (miss, whose delta FreeDelta holds).
         let mut h = Reader::new(&cols);
-        h.byte().unwrap();
+        assert_eq!(h.byte().unwrap(), 2);
         assert_eq!((h.v().unwrap(), h.v().unwrap()), (1, 1));
-        let lens: Vec<usize> = (0..N_STREAMS).map(|_| h.v().unwrap() as usize).collect();
+        let lens: Vec<usize> = (0..MAX_STREAMS).map(|_| h.v().unwrap() as usize).collect();
         let stream = |s: Stream| {
             let start = h.pos + lens[..s as usize].iter().sum::<usize>();
             &cols[start..start + lens[s as usize]]
         };
-        assert_eq!(stream(Stream::AllocRank), &[0, 0, 1]);
-        assert_eq!(stream(Stream::FreeRank), &[1, 2, 0]);
+        assert_eq!(stream(Stream::AllocRank), &[0, 0, 2]);
+        assert_eq!(stream(Stream::FreeRank), &[2, 3, 0]);
+        let mut dead = Vec::new();
+        put_svarint(&mut dead, 0xdead);
+        assert_eq!(stream(Stream::FreeDelta), &dead[..]);
     }
 
     #[test]

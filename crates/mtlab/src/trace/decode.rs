@@ -305,7 +305,7 @@ impl TraceFile {
             file_len,
         };
         // Version 3 files carry checksums: damage is skipped, not the end of reading.
-        let checked = version >= 3;
+        let checked = version >= FIRST_REWRITTEN_VERSION;
         loop {
             let step = match next_record(&file, off, file_len).map_err(TraceError::io(path))? {
                 Ok(Some(rec)) => tf.index_record(&file, &rec, checked, &mut scratch)?.map(|()| rec.end()),

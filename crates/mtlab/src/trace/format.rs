@@ -6,10 +6,14 @@
 
 /// File magic: the first 8 bytes of every trace.
 pub const TRACE_MAGIC: [u8; 8] = *b"MTLABTR\0";
-/// The newest format version this mtlab reads and writes: version 3 files
-/// are mtlab's rewrites (`finish`, `compact`), where every EVENTS record
-/// carries checksums (`RECORD_FLAG_CRC`).
-pub const TRACE_VERSION: u32 = 3;
+/// The newest format version this mtlab reads and writes: version 3 and 4
+/// files are mtlab's rewrites (`finish`, `compact`), where every EVENTS
+/// record carries checksums (`RECORD_FLAG_CRC`); version 4's column chunks
+/// are in layout 2 (`columns::COLUMNS_LAYOUT`), which older readers do not
+/// know.
+pub const TRACE_VERSION: u32 = 4;
+/// The first version of mtlab's rewrites (checksummed chunks).
+pub const FIRST_REWRITTEN_VERSION: u32 = 3;
 /// The version the preload library writes (raw chunks, no checksums).
 pub const PRELOAD_TRACE_VERSION: u32 = 2;
 

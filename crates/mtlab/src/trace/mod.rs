@@ -47,6 +47,7 @@ pub mod family;
 pub mod fields;
 pub mod finish;
 pub mod format;
+mod predict;
 pub mod keys;
 pub mod kv;
 mod maps;
