@@ -1085,4 +1085,9 @@ void mtlab_shim_addresses(void *out[MTLAB_GOT_N]) {
     out[MTLAB_GOT_MREMAP] = (void *)mtlab_shim_mremap;
     out[MTLAB_GOT_BRK] = (void *)mtlab_shim_brk;
     out[MTLAB_GOT_SBRK] = (void *)mtlab_shim_sbrk;
+#ifdef MTLAB_ATTACH
+    out[MTLAB_GOT_DLOPEN] = (void *)mtlab_attach_dlopen;
+#else
+    out[MTLAB_GOT_DLOPEN] = NULL; /* preloaded, the loader routes new modules' calls to the shims itself */
+#endif
 }

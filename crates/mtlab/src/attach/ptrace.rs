@@ -163,6 +163,11 @@ impl Tracee {
         self.pid
     }
 
+    /// Threads stopped now.
+    pub fn stopped_count(&self) -> usize {
+        self.threads.len()
+    }
+
     /// Lets one thread go (it runs on unchanged, its pending signal delivered).
     pub fn release(&mut self, tid: i32) {
         if let Some(s) = self.threads.remove(&tid) {
