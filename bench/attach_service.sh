@@ -34,13 +34,15 @@ rate() {
   grep '^ops' out.txt | tail -2 | awk 'NR==1 {o=$2; t=$3} NR==2 {printf "%.0f\n", ($2 - o) / (($3 - t) / 1e9)}'
 }
 
-echo "round before_ops_per_s after_ops_per_s after/before stop_attach_ms stop_detach_ms"
+echo "round before_ops_per_s after_ops_per_s after/before stop_attach_ms stop_detach_ms all_threads_ms dlopen_ms begin_ms"
 for r in $(seq 1 "$rounds"); do
   b=$(rate)
   "$mtlab" record --pid "$pid" --duration "$duration" -o t.mtl 2> err.txt || { echo "round $r: mtlab failed"; cat err.txt; exit 1; }
   stops=$(grep -o 'stopped [0-9.]* ms at attach, [0-9.]* ms at detach' err.txt | awk '{print $2, $6}')
+  # Where the stop at attach went: all threads stopped until one was chosen, then dlopen and the start on it.
+  steps=$(grep -o 'stopped for [0-9.]* ms until one was chosen; on that one dlopen took [0-9.]* ms, starting the trace [0-9.]* ms' err.txt | awk '{print $3, $14, $19}')
   a=$(rate)
-  echo "$r $b $a $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.3f", a / b}') $stops" | tee -a rounds.txt
+  echo "$r $b $a $(awk -v a="$a" -v b="$b" 'BEGIN {printf "%.3f", a / b}') $stops $steps" | tee -a rounds.txt
   kill -0 "$pid" 2>/dev/null || { echo "the loop died in round $r"; exit 1; }
 done
 
@@ -48,5 +50,6 @@ med() { sort -g | awk '{v[NR]=$1} END {printf "median %s (min %s, max %s, n=%d)"
 echo "after/before throughput: $(awk '{print $4}' rounds.txt | med)"
 echo "stop at attach, ms: $(awk '{print $5}' rounds.txt | med)"
 echo "stop at detach, ms: $(awk '{print $6}' rounds.txt | med)"
+echo "of the stop at attach: all threads stopped, ms: $(awk '{print $7}' rounds.txt | med); dlopen, ms: $(awk '{print $8}' rounds.txt | med); start, ms: $(awk '{print $9}' rounds.txt | med)"
 kill -USR1 "$pid"; wait "$pid"; echo "exit status $? output: $(grep -v '^ops' out.txt | tail -1)"
 echo "load average: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -115,6 +115,10 @@ struct mtlab_real {
     void **curbrk; /* glibc's cached program break, read instead of calling sbrk(0) */
 };
 extern HIDDEN struct mtlab_real mtlab_real;
+/* Attach build: the dynamic linker's code, where its allocations come from
+ * the shims must not touch (resolve.c); 0, 0 unless the program's own PLT
+ * entry is malloc's canonical address. */
+extern HIDDEN uintptr_t mtlab_loader_lo, mtlab_loader_hi;
 HIDDEN void mtlab_resolve(void);
 /* C++ operator new and delete behind the shims, by form (MTLAB_NEW_*,
  * MTLAB_DELETE_*): the next definition (a heap manager's own, or the C++

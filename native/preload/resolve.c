@@ -75,6 +75,22 @@ static int within(const struct module_span *m, const void *p) {
     return (uintptr_t)p >= m->lo && (uintptr_t)p < m->hi;
 }
 
+HIDDEN uintptr_t mtlab_loader_lo, mtlab_loader_hi;
+
+/* The dynamic linker looks up its own malloc, calloc, realloc and free the
+ * same way, so it too calls through the program's entry, and through the
+ * slot routing points at the shims: while it sets up a new thread's
+ * thread-local blocks, mtlab's among them. The shims hand its calls on
+ * untouched (FROM_LOADER, shims.c); this is where its code lies. */
+static void note_loader(const struct module_spans *spans) {
+    void *tls_get_addr = dlsym(RTLD_DEFAULT, "__tls_get_addr"); /* defined by the dynamic linker */
+    for (unsigned i = 0; i < spans->n; i++)
+        if (within(&spans->m[i], tls_get_addr)) {
+            mtlab_loader_lo = spans->m[i].lo;
+            mtlab_loader_hi = spans->m[i].hi;
+        }
+}
+
 static void *past_canonical_plt(const char *name, void *f) {
     Dl_info info;
     const ElfW(Sym) *sym = NULL;
@@ -82,6 +98,7 @@ static void *past_canonical_plt(const char *name, void *f) {
     if (!f || !dladdr1(f, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym || sym->st_shndx != SHN_UNDEF) return f;
     struct module_spans spans = {.n = 0}; /* on the stack: operator new's forms resolve on any thread */
     dl_iterate_phdr(span_of, &spans); /* no dlopen inside: the callback holds the loader's lock */
+    if (!mtlab_loader_hi) note_loader(&spans);
     unsigned i = 0;
     while (i < spans.n && !within(&spans.m[i], f)) i++;
     for (i++; i < spans.n; i++) {

@@ -321,6 +321,7 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
 
     let (mut t, tid, stopped_at) = stop_for_call(pid, &[])?;
     let mut steps = AttachSteps { threads: t.stopped_count(), all_stopped: stopped_at.elapsed(), ..AttachSteps::default() };
+    let boost = ptrace::Boost::new(tid);
     let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
     let (libc_base, _) = target::object_range(&maps, libc_path).ok_or_else(|| failed(pid, "its C library moved"))?;
     let step = Instant::now();
@@ -343,6 +344,7 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
         return Err(failed(pid, format!("mtlab's library could not start tracing (it cannot create {}?)", paths.out_in_target)));
     }
     steps.begin = step.elapsed();
+    drop(boost);
     drop(t);
     Ok((loaded, stopped_at.elapsed(), steps))
 }
@@ -379,7 +381,9 @@ fn quiescent(t: &Tracee, maps: &[Mapping], code: &[(u64, u64)]) -> bool {
 fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Result<(Duration, bool), AttachError> {
     let code = lib_code(pid, &loaded.lib_path);
     let (mut t, tid, stopped_at) = stop_for_call(pid, &code)?;
+    let boost = ptrace::Boost::new(tid);
     call(&mut t, tid, "mtlab_attach_end", loaded.end, &[], &[])?;
+    drop(boost);
     drop(t);
     let mut longest = stopped_at.elapsed();
     for _ in 0..100 {
@@ -390,7 +394,9 @@ fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Resu
             let exe = exe_ranges(pid, &maps);
             if let Some(tid) = safe_thread(&t, &exe, &code) {
                 t.release_others(tid);
+                let boost = ptrace::Boost::new(tid);
                 let r = call(&mut t, tid, "dlclose", loaded.dlclose, &[loaded.handle], &[])?;
+                drop(boost);
                 drop(t);
                 longest = longest.max(started.elapsed());
                 let gone = lib_code(pid, &loaded.lib_path).is_empty();
