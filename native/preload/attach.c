@@ -47,6 +47,22 @@ EXPORT int mtlab_attach_begin(const char *text) {
     return mtlab_attach_start();
 }
 
+/* Routed to from every dlopen slot while attached: the library's calls
+ * would bind to the real functions (ours is not in the global scope), so
+ * its slots are routed before the caller gets the handle. glibc's dlopen
+ * takes the search path ($ORIGIN, RPATH, RUNPATH) and the namespace from
+ * its caller: a name without a '/', or with a '$', is handed on as a tail
+ * call (the caller stays the caller), and what it loaded is routed at the
+ * next dlopen. A path is opened from here, where the caller does not
+ * matter. */
+void *mtlab_attach_dlopen(const char *file, int mode) {
+    mtlab_got_add_loaded();
+    if (!file || !strchr(file, '/') || strchr(file, '$')) return mtlab_real.dlopen(file, mode);
+    void *h = mtlab_real.dlopen(file, mode);
+    if (h) mtlab_got_add_loaded();
+    return h;
+}
+
 EXPORT void mtlab_attach_end(void) {
     mtlab_got_restore();
     mtlab_attach_stop();

@@ -39,6 +39,7 @@
 #include <dlfcn.h>
 #include <elf.h>
 #include <link.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
@@ -62,6 +63,7 @@ static const char *const names[MTLAB_GOT_N] = {
     [MTLAB_GOT_MMAP] = "mmap",             [MTLAB_GOT_MMAP64] = "mmap64",
     [MTLAB_GOT_MUNMAP] = "munmap",         [MTLAB_GOT_MREMAP] = "mremap",
     [MTLAB_GOT_BRK] = "brk",               [MTLAB_GOT_SBRK] = "sbrk",
+    [MTLAB_GOT_DLOPEN] = "dlopen",
 };
 
 struct slot {
@@ -100,6 +102,11 @@ static int collect(struct dl_phdr_info *info, size_t size, void *arg) {
     uintptr_t vdso = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
     if (vdso && (uintptr_t)info->dlpi_phdr >= vdso && (uintptr_t)info->dlpi_phdr < vdso + 0x10000) return 0;
     if (n_modules == MAX_MODULES) return 1;
+    uintptr_t dyn_of = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) dyn_of = info->dlpi_addr + info->dlpi_phdr[i].p_vaddr;
+    for (uint32_t i = 0; i < n_modules; i++)
+        if (modules[i].dyn == dyn_of) return 0; /* scanned before (mtlab_got_add_loaded) */
     struct module m = {.name = info->dlpi_name ? info->dlpi_name : "", .base = info->dlpi_addr, .lo = UINTPTR_MAX};
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -217,6 +224,21 @@ static void scan_module(struct module *m) {
     }
 }
 
+/* The modules dl_iterate_phdr lists that are not in modules[] yet: their
+ * slots scanned, the modules holding any kept (a module without slots is
+ * looked at again next time, it costs a walk of its relocations). */
+static void scan_new(void) {
+    uint32_t kept = n_modules;
+    dl_iterate_phdr(collect, NULL);
+    for (uint32_t i = kept; i < n_modules; i++) {
+        if (!pin(&modules[i])) continue;
+        modules[kept] = modules[i];
+        scan_module(&modules[kept]);
+        if (modules[kept].n) kept++;
+    }
+    n_modules = kept;
+}
+
 void mtlab_got_scan(void) {
     page_size = (uintptr_t)getauxval(AT_PAGESZ);
     if (!page_size) page_size = 4096;
@@ -238,28 +260,27 @@ void mtlab_got_scan(void) {
         [MTLAB_GOT_MREMAP] = (void *)mtlab_real.mremap,
         [MTLAB_GOT_BRK] = (void *)mtlab_real.brk,
         [MTLAB_GOT_SBRK] = (void *)mtlab_real.sbrk,
+        [MTLAB_GOT_DLOPEN] = (void *)mtlab_real.dlopen,
     };
     memcpy(real_of, real, sizeof real_of);
     /* A function is routed only if the lookup of its name finds our shim
      * (the program may define malloc itself) and the real one is known. */
     for (int f = 0; f < MTLAB_GOT_N; f++)
 #ifdef MTLAB_ATTACH
-        routable[f] = real_of[f] && real_of[f] != shim_of[f]; /* real_of is the global lookup itself */
+        routable[f] = shim_of[f] && real_of[f] && real_of[f] != shim_of[f]; /* real_of is the global lookup itself */
 #else
-        routable[f] = real_of[f] && real_of[f] != shim_of[f] && dlsym(RTLD_DEFAULT, names[f]) == shim_of[f];
+        routable[f] = shim_of[f] && real_of[f] && real_of[f] != shim_of[f] && dlsym(RTLD_DEFAULT, names[f]) == shim_of[f];
 #endif
     pool_used = mtlab_pool_in_use();
     n_modules = 0;
-    dl_iterate_phdr(collect, NULL);
     n_slots = 0;
-    uint32_t kept = 0;
-    for (uint32_t i = 0; i < n_modules; i++) {
-        if (!pin(&modules[i])) continue;
-        modules[kept] = modules[i];
-        scan_module(&modules[kept]);
-        if (modules[kept].n) kept++;
-    }
-    n_modules = kept;
+    scan_new();
+}
+
+static int count_adds(struct dl_phdr_info *info, size_t size, void *arg) {
+    if (size >= offsetof(struct dl_phdr_info, dlpi_adds) + sizeof info->dlpi_adds)
+        *(unsigned long long *)arg = info->dlpi_adds;
+    return 1; /* the same count in every entry: one is enough */
 }
 
 /* ---- routing ---- */
@@ -271,6 +292,7 @@ static inline int release_fn(int fn) { return fn >= MTLAB_GOT_FIRST_RELEASE && f
 static int attach_full;
 
 static inline void *target(int fn, int w) {
+    if (fn == MTLAB_GOT_DLOPEN) return shim_of[fn]; /* whatever the state: new modules are routed too */
     if (fn >= MTLAB_GOT_FIRST_PASS) return attach_full && (w & W_ALLOC) ? shim_of[fn] : real_of[fn];
     int to_shim = release_fn(fn) ? (w & W_FREE) : (w & W_ALLOC);
     return to_shim ? shim_of[fn] : real_of[fn];
@@ -345,6 +367,34 @@ void mtlab_got_fork_child(void) {
     atomic_store(&applied, -1);
 }
 
+/* From mtlab_attach_dlopen: modules the loader added since the last scan
+ * get their slots scanned and pointed where the others point, before the
+ * caller of dlopen can call into them. The loader's count of added objects
+ * makes the common case (nothing new) one walk of the loaded-object list. */
+void mtlab_got_add_loaded(void) {
+    static unsigned long long adds_seen;
+    unsigned long long adds = 0;
+    dl_iterate_phdr(count_adds, &adds);
+    if (adds == __atomic_load_n(&adds_seen, __ATOMIC_RELAXED)) return;
+    while (atomic_exchange(&busy, 1)) {
+        if (!atomic_load(&enabled)) return; /* detaching: the restore holds it for good */
+        mtlab_sys_sleep_ns(1000);
+    }
+    if (!atomic_load(&enabled)) { /* the restore is waiting for us */
+        atomic_store(&busy, 0);
+        return;
+    }
+    MTLAB_GUARD_ENTER(&mtlab_tls);
+    __atomic_store_n(&adds_seen, adds, __ATOMIC_RELAXED);
+    uint32_t before = n_modules;
+    scan_new();
+    int w = atomic_load_explicit(&applied, memory_order_relaxed);
+    if (n_modules != before && w >= 0) apply(w);
+    mtlab_tls.guard--;
+    atomic_store(&busy, 0);
+    mtlab_got_route(); /* the state may have changed while we held the slots */
+}
+
 void mtlab_got_attach_route(int full_trace) {
     attach_full = full_trace;
     if (full_trace) mtlab_got_enable(1);
@@ -379,5 +429,6 @@ void mtlab_got_route(void) {}
 void mtlab_got_fork_child(void) {}
 void mtlab_got_attach_route(int full_trace) { (void)full_trace; }
 void mtlab_got_restore(void) {}
+void mtlab_got_add_loaded(void) {}
 
 #endif

@@ -110,11 +110,16 @@ struct mtlab_real {
     int (*pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
     int (*pthread_join)(pthread_t, void **);
     int (*dlclose)(void *);
+    void *(*dlopen)(const char *, int);
     int (*prctl)(int, ...);
     long (*syscall)(long, ...);
     void **curbrk; /* glibc's cached program break, read instead of calling sbrk(0) */
 };
 extern HIDDEN struct mtlab_real mtlab_real;
+/* Attach build: the dynamic linker's code, where its allocations come from
+ * the shims must not touch (resolve.c); 0, 0 unless the program's own PLT
+ * entry is malloc's canonical address. */
+extern HIDDEN uintptr_t mtlab_loader_lo, mtlab_loader_hi;
 HIDDEN void mtlab_resolve(void);
 /* C++ operator new and delete behind the shims, by form (MTLAB_NEW_*,
  * MTLAB_DELETE_*): the next definition (a heap manager's own, or the C++
@@ -389,6 +394,8 @@ enum {
     MTLAB_GOT_FREE, MTLAB_GOT_REALLOC, MTLAB_GOT_REALLOCARRAY,
     /* the mmap family: sampling mode passes them straight through, always real */
     MTLAB_GOT_MMAP, MTLAB_GOT_MMAP64, MTLAB_GOT_MUNMAP, MTLAB_GOT_MREMAP, MTLAB_GOT_BRK, MTLAB_GOT_SBRK,
+    /* attach build only: to mtlab_attach_dlopen while attached (modules loaded later are routed too) */
+    MTLAB_GOT_DLOPEN,
     MTLAB_GOT_N
 };
 #define MTLAB_GOT_FIRST_RELEASE MTLAB_GOT_FREE
@@ -403,6 +410,9 @@ HIDDEN void mtlab_got_fork_child(void);
  * too), and back to what it held before (detach). */
 HIDDEN void mtlab_got_attach_route(int full_trace);
 HIDDEN void mtlab_got_restore(void);    /* a router of the parent may have been cut off by fork */
+/* Attach build: the modules loaded since the last scan get their slots routed. */
+HIDDEN void mtlab_got_add_loaded(void);
+HIDDEN void *mtlab_attach_dlopen(const char *file, int mode); /* attach.c */
 
 /* ---- stacks (stack.c) ---- */
 HIDDEN int mtlab_unwind_init(int unwind); /* 0 ok, -1: that unwinder is not available */

@@ -7,6 +7,8 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <string.h>
 
 #include "internal.h"
@@ -33,11 +35,88 @@ int mtlab_pool_in_use(void) { return atomic_load(&pool_used) != 0; }
  * the library was dlopen'ed RTLD_LOCAL: the global scope never holds ours,
  * and its first definition is the one the program's calls reach. */
 #ifdef MTLAB_ATTACH
-#define MTLAB_NEXT RTLD_DEFAULT
+
+/* A program built without -fPIC and -pie that takes a function's address in
+ * its code (`p = malloc;`, as Debian's python3 does) makes its own PLT entry
+ * the function's canonical address: the program's dynamic symbol stays
+ * undefined but gets that entry as its value, and the global lookup returns
+ * it. Calling that entry jumps through the program's own slot, the very one
+ * routing points at the shims: the shims would call themselves, and routing
+ * would not recognise the slot's bound value as the real function and leave
+ * it alone (no call of the program counted). The real function is the
+ * definition the slot binds to: the first module after the program, in load
+ * order, that defines the name. */
+struct module_span {
+    const char *name;
+    uintptr_t lo, hi;
+};
+struct module_spans {
+    struct module_span m[256];
+    unsigned n;
+};
+
+static int span_of(struct dl_phdr_info *info, size_t size, void *arg) {
+    (void)size;
+    struct module_spans *s = arg;
+    if (s->n == sizeof s->m / sizeof *s->m) return 1;
+    struct module_span m = {.name = info->dlpi_name ? info->dlpi_name : "", .lo = UINTPTR_MAX};
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD) continue;
+        uintptr_t start = info->dlpi_addr + ph->p_vaddr;
+        if (start < m.lo) m.lo = start;
+        if (start + ph->p_memsz > m.hi) m.hi = start + ph->p_memsz;
+    }
+    s->m[s->n++] = m;
+    return 0;
+}
+
+static int within(const struct module_span *m, const void *p) {
+    return (uintptr_t)p >= m->lo && (uintptr_t)p < m->hi;
+}
+
+HIDDEN uintptr_t mtlab_loader_lo, mtlab_loader_hi;
+
+/* The dynamic linker looks up its own malloc, calloc, realloc and free the
+ * same way, so it too calls through the program's entry, and through the
+ * slot routing points at the shims: while it sets up a new thread's
+ * thread-local blocks, mtlab's among them. The shims hand its calls on
+ * untouched (FROM_LOADER, shims.c); this is where its code lies. */
+static void note_loader(const struct module_spans *spans) {
+    void *tls_get_addr = dlsym(RTLD_DEFAULT, "__tls_get_addr"); /* defined by the dynamic linker */
+    for (unsigned i = 0; i < spans->n; i++)
+        if (within(&spans->m[i], tls_get_addr)) {
+            mtlab_loader_lo = spans->m[i].lo;
+            mtlab_loader_hi = spans->m[i].hi;
+        }
+}
+
+static void *past_canonical_plt(const char *name, void *f) {
+    Dl_info info;
+    const ElfW(Sym) *sym = NULL;
+    /* dladdr matches undefined symbols that have a value: exactly these entries. */
+    if (!f || !dladdr1(f, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym || sym->st_shndx != SHN_UNDEF) return f;
+    struct module_spans spans = {.n = 0}; /* on the stack: operator new's forms resolve on any thread */
+    dl_iterate_phdr(span_of, &spans); /* no dlopen inside: the callback holds the loader's lock */
+    if (!mtlab_loader_hi) note_loader(&spans);
+    unsigned i = 0;
+    while (i < spans.n && !within(&spans.m[i], f)) i++;
+    for (i++; i < spans.n; i++) {
+        const struct module_span *m = &spans.m[i];
+        if (!m->name[0] || within(m, (void *)past_canonical_plt)) continue; /* the vDSO; mtlab itself */
+        void *h = dlopen(m->name, RTLD_LAZY | RTLD_NOLOAD);
+        if (!h) continue;
+        void *g = dlsym(h, name); /* the module's own definition comes first in its scope */
+        dlclose(h);
+        if (g && within(m, g)) return g;
+    }
+    return f;
+}
+#define LOOKUP(name) past_canonical_plt(name, dlsym(RTLD_DEFAULT, name))
 #else
-#define MTLAB_NEXT RTLD_NEXT
+#define LOOKUP(name) dlsym(RTLD_NEXT, name)
 #endif
-#define RESOLVE(name) mtlab_real.name = (__typeof__(mtlab_real.name))dlsym(MTLAB_NEXT, #name)
+#define RESOLVE(name) mtlab_real.name = (__typeof__(mtlab_real.name))LOOKUP(#name)
 
 void mtlab_resolve(void) {
     int expected = 0;
@@ -72,6 +151,7 @@ void mtlab_resolve(void) {
     RESOLVE(pthread_create);
     RESOLVE(pthread_join);
     RESOLVE(dlclose);
+    RESOLVE(dlopen);
     RESOLVE(prctl);
     RESOLVE(syscall);
     mtlab_real.curbrk = (void **)dlsym(RTLD_DEFAULT, "__curbrk");
@@ -130,7 +210,7 @@ void *mtlab_cxx_resolve(int is_delete, unsigned form) {
     void *f = atomic_load_explicit(slot, memory_order_acquire);
     if (f) return f;
     MTLAB_GUARD_ENTER(&mtlab_tls);
-    f = dlsym(MTLAB_NEXT, name);
+    f = LOOKUP(name);
     if (!f) f = in_runtime(name);
     if (f) {
         unsigned char via = (unsigned char)is_runtime(f);

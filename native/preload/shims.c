@@ -316,7 +316,18 @@ __attribute__((noinline)) static void *malloc_full(size_t n) {
     return r;
 }
 
+#ifdef MTLAB_ATTACH
+/* Called by the dynamic linker (resolve.c, mtlab_loader_lo): reached before
+ * anything thread-local is touched, which may be what it is allocating. */
+#define FROM_LOADER()                                                                                   \
+    UNLIKELY(mtlab_loader_hi && (uintptr_t)__builtin_return_address(0) - mtlab_loader_lo <            \
+                                    mtlab_loader_hi - mtlab_loader_lo)
+#else
+#define FROM_LOADER() 0
+#endif
+
 EXPORT void *malloc(size_t n) {
+    if (FROM_LOADER()) return mtlab_real.malloc(n);
     /* Sampling mode first: mtlab_ctl is set only once the real functions are known. */
     SAMPLING_ALLOC(MTLAB_EV_MALLOC, mtlab_real.malloc(n), n);
     return malloc_full(n);
@@ -341,6 +352,7 @@ __attribute__((noinline)) static void *calloc_full(size_t nmemb, size_t size) {
 }
 
 EXPORT void *calloc(size_t nmemb, size_t size) {
+    if (FROM_LOADER()) return mtlab_real.calloc(nmemb, size);
     SAMPLING_ALLOC(MTLAB_EV_CALLOC, mtlab_real.calloc(nmemb, size), nmemb * size);
     return calloc_full(nmemb, size);
 }
@@ -386,6 +398,10 @@ __attribute__((noinline)) static void free_full(void *p) {
 }
 
 EXPORT void free(void *p) {
+    if (FROM_LOADER()) {
+        mtlab_real.free(p);
+        return;
+    }
     if (UNLIKELY(mtlab_in_bootstrap(p))) return;
     if (mtlab_ctl) {
         sampling_release(p);
@@ -403,6 +419,7 @@ static void *realloc_bootstrap(void *old, size_t n) {
 }
 
 EXPORT void *realloc(void *old, size_t n) {
+    if (FROM_LOADER()) return mtlab_real.realloc(old, n);
     struct mtlab_tls *t = &mtlab_tls;
     if (UNLIKELY(mtlab_in_bootstrap(old))) return realloc_bootstrap(old, n);
     if (UNLIKELY(!mtlab_real.realloc)) {
@@ -1129,4 +1146,9 @@ void mtlab_shim_addresses(void *out[MTLAB_GOT_N]) {
     out[MTLAB_GOT_MREMAP] = (void *)mtlab_shim_mremap;
     out[MTLAB_GOT_BRK] = (void *)mtlab_shim_brk;
     out[MTLAB_GOT_SBRK] = (void *)mtlab_shim_sbrk;
+#ifdef MTLAB_ATTACH
+    out[MTLAB_GOT_DLOPEN] = (void *)mtlab_attach_dlopen;
+#else
+    out[MTLAB_GOT_DLOPEN] = NULL; /* preloaded, the loader routes new modules' calls to the shims itself */
+#endif
 }

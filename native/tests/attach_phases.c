@@ -10,7 +10,11 @@
  *
  * THREADS in argv[1] (default 0): that many extra threads, each doing
  * phase 1's malloc and free pattern too (100 + 50 each). "seccomp" in
- * argv[2]: a seccomp filter that allows everything is installed first. */
+ * argv[2]: a seccomp filter that allows everything is installed first.
+ *
+ * Built with -DCANONICAL_PLT (and -fno-pic -no-pie, as Debian builds
+ * python3): the program takes malloc's and free's addresses in its code,
+ * which makes its own PLT entries their canonical addresses. */
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
@@ -21,6 +25,10 @@
 #include <sys/prctl.h>
 
 static sigset_t usr1;
+#ifdef CANONICAL_PLT
+void *(*volatile canonical_malloc)(size_t);
+void (*volatile canonical_free)(void *);
+#endif
 
 static void wait_usr1(void) {
     int sig;
@@ -44,6 +52,10 @@ int main(int argc, char **argv) {
         struct sock_fprog prog = {.len = 1, .filter = &allow};
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) return 2;
     }
+#ifdef CANONICAL_PLT
+    canonical_malloc = malloc;
+    canonical_free = free;
+#endif
     sigemptyset(&usr1);
     sigaddset(&usr1, SIGUSR1);
     pthread_sigmask(SIG_BLOCK, &usr1, NULL);

@@ -137,6 +137,69 @@ fn sampling_every_byte_samples_every_allocation_while_attached() {
     assert!(said.contains("mtlab's library unloaded"), "{said}");
 }
 
+/// A program built without -fPIC and -pie that takes malloc's address in
+/// its code (as Debian's python3 is): its own PLT entry is malloc's canonical
+/// address, the global lookup returns that entry, and its slots were left
+/// unrouted (no call counted) until the real function was looked up past it.
+#[test]
+fn a_non_pie_program_with_canonical_plt_entries_is_routed() {
+    let lab = Lab::new();
+    let prog = lab.compile_as("attach_phases", "nopie_phases", &["-fno-pic", "-no-pie", "-DCANONICAL_PLT"]);
+    let (r, _) = traced_phase(&lab, &prog, &[], "nopie.mtl", &["--full"]);
+    assert_eq!(calls(&r, "malloc"), 100);
+    assert_eq!(calls(&r, "calloc"), 10);
+    assert_eq!(calls(&r, "free"), 70);
+    assert_eq!(u(&r["unknown_frees"]), 20);
+    let (r, _) = traced_phase(&lab, &prog, &["3"], "nopie_sampled.mtl", &["--sample", "1"]);
+    assert_eq!(u(&r["profile"]["samples"]), 410, "100 mallocs by each of 4 threads and 10 callocs");
+    assert_eq!(u(&r["profile"]["sample_frees"]), 200);
+}
+
+/// Debian's python3 is such a program (non-PIE, its PLT entry malloc's
+/// canonical address): the interpreter's mallocs of a known phase are seen.
+#[test]
+fn python3_mallocs_are_routed_while_attached() {
+    let lab = Lab::new();
+    // Debian's own build (a python3 earlier in PATH, e.g. pyenv's, is another program).
+    let python = std::path::PathBuf::from("/usr/bin/python3");
+    if !python.exists() {
+        skip("/usr/bin/python3 not found (apt-get install python3)");
+        return;
+    }
+    let script = test_source("attach_phases").with_extension("py");
+    let mut t = Target::start(&lab, &python, &[script.to_str().unwrap()]);
+    let (m, err) = attach(&lab, t.pid(), "python.mtl", &["--full"]);
+    assert_eq!(t.next_phase(), "phase 1 done 0 0");
+    detach(m, err);
+    let mut t = t;
+    assert_eq!(t.next_phase(), "phase 2 done");
+    assert!(wait_within(&mut t.child, Duration::from_secs(10)).expect("python3 ends").success());
+    let r = lab.report("python.mtl");
+    // The phase's 20 000 and 5000, and the interpreter's own few calls
+    // around it (the signal's return, the print): far fewer than 1000.
+    let (mallocs, frees) = (calls(&r, "malloc"), calls(&r, "free"));
+    assert!((20_000..21_000).contains(&mallocs), "mallocs {mallocs}");
+    assert!((5_000..6_000).contains(&frees), "frees {frees}");
+}
+
+/// A library dlopen'ed after the attach: its slots are routed before dlopen
+/// returns, and restored at the detach (the program calls it again after).
+#[test]
+fn a_library_loaded_while_attached_is_routed() {
+    let lab = Lab::new();
+    let lib = lab.compile_shared("attach_dlopen_lib");
+    let prog = lab.compile("attach_dlopen");
+    let mut t = Target::start(&lab, &prog, &[lib.to_str().unwrap()]);
+    let (m, err) = attach(&lab, t.pid(), "dlopen.mtl", &["--full"]);
+    assert_eq!(t.next_phase(), "phase 1 done 780");
+    detach(m, err);
+    assert_eq!(finish(t), "phase 2 done 780");
+    let r = lab.report("dlopen.mtl");
+    assert_eq!(calls(&r, "malloc"), 40, "the library's mallocs: {r}");
+    assert_eq!(calls(&r, "free"), 15);
+    assert_eq!(u(&r["peak"]["live_objects"]), 40, "all 40 live before the 15 frees");
+}
+
 #[test]
 fn default_is_sampling_and_the_exit_ends_the_session() {
     let lab = Lab::new();

@@ -82,6 +82,7 @@ pub struct AttachOutcome {
     pub traced_for: Duration,
     /// The longest any thread of the process was stopped at attach, and at detach.
     pub stopped_at_attach: Duration,
+    pub attach_steps: AttachSteps,
     pub stopped_at_detach: Option<Duration>,
     /// The library was unloaded at detach (else it stays loaded, inert).
     pub unloaded: bool,
@@ -292,8 +293,21 @@ struct Loaded {
     end: u64,
 }
 
-/// Loads the library and starts tracing; returns how long the chosen thread was stopped.
-fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<(Loaded, Duration), AttachError> {
+/// Where the stop at attach went: what makes it long under load.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AttachSteps {
+    /// Threads stopped at once (all of them, while one is chosen).
+    pub threads: usize,
+    /// From the first stop request until one thread was chosen and the others let go.
+    pub all_stopped: Duration,
+    /// The injected dlopen of the library, on the chosen thread.
+    pub dlopen: Duration,
+    /// mtlab_attach_begin (GOT scan and routing, trace file, control thread).
+    pub begin: Duration,
+}
+
+/// Loads the library and starts tracing; returns how long the chosen thread was stopped, and where that went.
+fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<(Loaded, Duration, AttachSteps), AttachError> {
     let pid = cfg.pid;
     let libc_file = std::fs::read(target::in_root(pid, libc_path))
         .map_err(|e| failed(pid, format!("cannot read its C library {libc_path}: {e}")))?;
@@ -306,8 +320,11 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
     let [Some(begin_off), Some(end_off)] = entry[..] else { return Err(failed(pid, "mtlab's library lacks its entry points")) };
 
     let (mut t, tid, stopped_at) = stop_for_call(pid, &[])?;
+    let mut steps = AttachSteps { threads: t.stopped_count(), all_stopped: stopped_at.elapsed(), ..AttachSteps::default() };
+    let boost = ptrace::Boost::new(tid);
     let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
     let (libc_base, _) = target::object_range(&maps, libc_path).ok_or_else(|| failed(pid, "its C library moved"))?;
+    let step = Instant::now();
     let handle = call(&mut t, tid, "dlopen", libc_base + dlopen, &[DATA, RTLD_NOW], &c_string(&paths.lib_in_target))?;
     if handle == 0 {
         let msg = call(&mut t, tid, "dlerror", libc_base + dlerror, &[], &[]).map(|p| read_c_string(&t, p)).unwrap_or_default();
@@ -316,7 +333,9 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
     let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
     let (lib_base, _) = target::object_range(&maps, &paths.lib_in_target)
         .ok_or_else(|| failed(pid, format!("{} is not in its maps after dlopen", paths.lib_in_target)))?;
+    steps.dlopen = step.elapsed();
     let text = settings(cfg, &paths.out_in_target);
+    let step = Instant::now();
     let r = call(&mut t, tid, "mtlab_attach_begin", lib_base + begin_off, &[DATA], &c_string(&text))?;
     let loaded = Loaded { handle, lib_path: paths.lib_in_target.clone(), dlclose: libc_base + dlclose, end: lib_base + end_off };
     if r as i32 != 0 {
@@ -324,8 +343,10 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
         let _ = call(&mut t, tid, "dlclose", loaded.dlclose, &[handle], &[]);
         return Err(failed(pid, format!("mtlab's library could not start tracing (it cannot create {}?)", paths.out_in_target)));
     }
+    steps.begin = step.elapsed();
+    drop(boost);
     drop(t);
-    Ok((loaded, stopped_at.elapsed()))
+    Ok((loaded, stopped_at.elapsed(), steps))
 }
 
 /// Ranges of the library's executable mappings.
@@ -360,7 +381,9 @@ fn quiescent(t: &Tracee, maps: &[Mapping], code: &[(u64, u64)]) -> bool {
 fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Result<(Duration, bool), AttachError> {
     let code = lib_code(pid, &loaded.lib_path);
     let (mut t, tid, stopped_at) = stop_for_call(pid, &code)?;
+    let boost = ptrace::Boost::new(tid);
     call(&mut t, tid, "mtlab_attach_end", loaded.end, &[], &[])?;
+    drop(boost);
     drop(t);
     let mut longest = stopped_at.elapsed();
     for _ in 0..100 {
@@ -371,7 +394,9 @@ fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Resu
             let exe = exe_ranges(pid, &maps);
             if let Some(tid) = safe_thread(&t, &exe, &code) {
                 t.release_others(tid);
+                let boost = ptrace::Boost::new(tid);
                 let r = call(&mut t, tid, "dlclose", loaded.dlclose, &[loaded.handle], &[])?;
+                drop(boost);
                 drop(t);
                 longest = longest.max(started.elapsed());
                 let gone = lib_code(pid, &loaded.lib_path).is_empty();
@@ -404,7 +429,7 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
         signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| failed(pid, format!("cannot catch signals: {e}")))?;
     }
     let begun = load_and_begin(cfg, &libc_path, &paths);
-    let (loaded, stopped_at_attach) = match begun {
+    let (loaded, stopped_at_attach, attach_steps) = match begun {
         Ok(x) => x,
         Err(e) => {
             cleanup(&paths);
@@ -451,7 +476,7 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
     let traced_for = started.elapsed();
     let trace = finish(&paths, pid, ended, start_ns, traced_for, &mut warnings);
     cleanup(&paths);
-    Ok(AttachOutcome { trace, ended, traced_for, stopped_at_attach, stopped_at_detach, unloaded, warnings })
+    Ok(AttachOutcome { trace, ended, traced_for, stopped_at_attach, attach_steps, stopped_at_detach, unloaded, warnings })
 }
 
 fn finish(paths: &Paths, pid: i32, ended: Ended, start_ns: u128, traced_for: Duration, warnings: &mut Vec<String>) -> Option<PathBuf> {

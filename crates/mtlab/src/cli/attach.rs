@@ -74,6 +74,16 @@ pub fn cmd_attach(
         Ended::Exited => format!("process {pid} ended after {:.3} s of tracing", out.traced_for.as_secs_f64()),
     };
     say!("mtlab: {how}");
+    if out.ended == Ended::Detached {
+        let st = out.attach_steps;
+        say!(
+            "mtlab: at attach, its {} threads were stopped for {:.1} ms until one was chosen; on that one dlopen took {:.1} ms, starting the trace {:.1} ms",
+            st.threads,
+            st.all_stopped.as_secs_f64() * 1e3,
+            st.dlopen.as_secs_f64() * 1e3,
+            st.begin.as_secs_f64() * 1e3
+        );
+    }
     if let Some(t) = &out.trace {
         say!("mtlab: wrote {}; read it with `mtlab report {}`", t.display(), crate::platform::process::shell_word(t));
     }

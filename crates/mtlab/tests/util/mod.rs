@@ -79,16 +79,37 @@ impl Lab {
 
     /// Compiles native/tests/NAME.c into the lab as NAME.
     pub fn compile(&self, name: &str) -> PathBuf {
-        let out = self.path(name);
+        self.compile_as(name, name, &[])
+    }
+
+    /// Compiles native/tests/NAME.c into the lab as OUT, with EXTRA after the usual flags.
+    pub fn compile_as(&self, name: &str, out: &str, extra: &[&str]) -> PathBuf {
+        let out = self.path(out);
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
         let o = Command::new(&cc)
-            .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-Wall", "-Wextra", "-o"])
+            .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-Wall", "-Wextra"])
+            .args(extra)
+            .arg("-o")
             .arg(&out)
             .arg(test_source(name))
             .output()
             .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
         assert!(o.status.success(), "compiling {name}.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
         out
+    }
+
+    /// Compiles native/tests/LIB.c as the shared library libLIB.so in the lab.
+    pub fn compile_shared(&self, lib: &str) -> PathBuf {
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let so = self.path(&format!("lib{lib}.so"));
+        let o = Command::new(&cc)
+            .args(["-O0", "-g", "-fPIC", "-shared", "-o"])
+            .arg(&so)
+            .arg(test_source(lib))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
+        assert!(o.status.success(), "compiling {lib} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        so
     }
 
     /// Compiles native/tests/LIB.c as the shared library libLIB.so and
@@ -99,8 +120,7 @@ impl Lab {
             let o = args.output().unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
             assert!(o.status.success(), "compiling {what} failed:\n{}", String::from_utf8_lossy(&o.stderr));
         };
-        let so = self.path(&format!("lib{lib}.so"));
-        build(Command::new(&cc).args(["-O0", "-g", "-fPIC", "-shared", "-o"]).arg(&so).arg(test_source(lib)), lib);
+        self.compile_shared(lib);
         let out = self.path(name);
         let dir = self.dir.path();
         build(
