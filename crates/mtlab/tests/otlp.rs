@@ -281,6 +281,17 @@ fn a_collector_that_is_down_fails_report_clearly_after_showing_it() {
     assert!(stderr(&o).contains("HTTP only") && o.stdout.is_empty(), "{}", stderr(&o));
 }
 
+/// `record FLAGS -o OUT -- s_hold 1000 4096`, told to stop after 3.5 s:
+/// its output, and how long the end took from the stop.
+fn hold_for_3_5_s(lab: &Lab, prog: &std::path::Path, out: &str, flags: &[&str]) -> (std::process::Output, Duration) {
+    let mut child = lab.record_cmd(out, flags, prog, &["1000", "4096"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(3500));
+    let started = Instant::now();
+    child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    (o, started.elapsed())
+}
+
 /// `record --sample --push-every 1s` on a program that runs about 3.5 s:
 /// several windows reach the Collector while it runs, their allocations add
 /// up to the whole run's, and the program's output and exit are its own.
@@ -289,20 +300,7 @@ fn a_running_record_pushes_each_window_and_a_down_collector_is_counted() {
     let lab = Lab::new();
     let prog = lab.compile("s_hold");
     let Some(col) = Collector::start() else { return };
-    let run = |endpoint: &str, trace: &str| {
-        let mut child = lab
-            .record_cmd(trace, &["--sample", "64KiB", "--sample-seed", "5", "--push-every", "1s", "--otlp-endpoint", endpoint], &prog, &["1000", "4096"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(3500));
-        let started = Instant::now();
-        child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
-        let o = child.wait_with_output().unwrap();
-        (o, started.elapsed())
-    };
+    let run = |endpoint: &str, trace: &str| hold_for_3_5_s(&lab, &prog, trace, &["--sample", "64KiB", "--sample-seed", "5", "--push-every", "1s", "--otlp-endpoint", endpoint]);
     let (o, _) = run(&col.endpoint(), "s.mtl");
     assert_success(&o, "record --push-every");
     assert!(String::from_utf8_lossy(&o.stdout).contains("held"), "the program's own output");
@@ -343,20 +341,7 @@ fn a_live_recording_pushes_each_window_of_the_full_trace() {
     let lab = Lab::new();
     let prog = lab.compile("s_hold");
     let Some(col) = Collector::start() else { return };
-    let run = |endpoint: &str, profile: &str| {
-        let mut child = lab
-            .record_cmd(profile, &["--live", "--push-every", "1s", "--otlp-endpoint", endpoint], &prog, &["1000", "4096"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(3500));
-        let started = Instant::now();
-        child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
-        let o = child.wait_with_output().unwrap();
-        (o, started.elapsed())
-    };
+    let run = |endpoint: &str, profile: &str| hold_for_3_5_s(&lab, &prog, profile, &["--live", "--push-every", "1s", "--otlp-endpoint", endpoint]);
     let (o, _) = run(&col.endpoint(), "t.live");
     assert_success(&o, "record --live --push-every");
     assert!(String::from_utf8_lossy(&o.stdout).contains("held"), "the program's own output");
