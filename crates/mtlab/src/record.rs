@@ -77,6 +77,9 @@ pub struct RecordConfig {
     pub baseline: bool,
     /// Compact the traces after the run, with this quantum (`trace::compact`).
     pub compact: Option<u64>,
+    /// `--live --push-every`: the window profiles the live analysis
+    /// publishes (`LiveConfig::publish`), pushed over OTLP while it runs.
+    pub live_push: Option<crate::otlp::periodic::Config>,
     /// `--live`: the root trace analysed while the program runs, into a
     /// profile file (`output` is then the raw trace's path).
     pub live: Option<crate::live::LiveConfig>,
@@ -741,7 +744,11 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let program_pid = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let seen_pid = program_pid.clone();
     let pusher = match cfg.sample.as_ref().and_then(|s| s.push.clone()) {
-        Some(push) if !foreign => Some(start_pusher(push, program_pid, &output, &program, cfg)),
+        Some(push) if !foreign => Some(start_pusher(push, program_pid.clone(), &output, &program, cfg)),
+        _ => None,
+    };
+    let live_pusher = match (&cfg.live_push, cfg.live.as_ref().and_then(|l| l.publish.clone())) {
+        (Some(push), Some(publish)) => Some(start_live_pusher(push.clone(), publish, program_pid.clone(), &program, cfg)),
         _ => None,
     };
     let announced = match cfg.sample {
@@ -754,6 +761,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         _ => None,
     };
     let ran = run(cmd, &shown, |pid| {
+        program_pid.store(pid, std::sync::atomic::Ordering::Release);
         if let Some(f) = &flight {
             f.spawned(pid);
         }
@@ -834,6 +842,8 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         Some(l) => Some(l.finish(runinfo.clone()).map_err(|e| RecordError::Output(e.to_string()))?),
         None => None,
     };
+    // After the live analysis's last profile: the last window is the run's end.
+    let pushed = pushed.or_else(|| live_pusher.map(|(url, p)| (url, p.finish())));
     let flight = match flight_after_live {
         Some(f) => f.stop(status.signal()),
         None => flight,
@@ -917,6 +927,38 @@ fn start_pusher(
         let (profile, allocator) = crate::ctl::profile_so_far(pid, &output, ended, Duration::from_secs(5)).map_err(|e| e.to_string())?;
         let process = crate::otlp::ProcessInfo { pid, exe: exe.clone(), args: args.clone() };
         Ok(Snapshot { profile, process, allocator: Some(allocator).filter(|a| !a.is_empty()) })
+    });
+    (url, Pusher::start(push, source))
+}
+
+/// The thread of `record --live --push-every`: its source takes the profile
+/// the live analysis published last (`live::Publish`); the last window waits
+/// (up to a few seconds) for the one of the whole run.
+fn start_live_pusher(
+    push: crate::otlp::periodic::Config,
+    publish: crate::live::Publish,
+    pid: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    program: &Path,
+    cfg: &RecordConfig,
+) -> (String, crate::otlp::periodic::Pusher) {
+    use crate::otlp::periodic::{Pusher, Snapshot};
+    let exe = program.to_string_lossy().into_owned();
+    let args: Vec<String> = std::iter::once(&cfg.program).chain(&cfg.args).map(|a| a.to_string_lossy().into_owned()).collect();
+    let url = push.target.url.clone();
+    let source = Box::new(move |ended: bool| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = publish.slot.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            match got {
+                Some(p) if p.last || !ended => {
+                    let process = crate::otlp::ProcessInfo { pid: pid.load(std::sync::atomic::Ordering::Acquire), exe: exe.clone(), args: args.clone() };
+                    return Ok(Snapshot { profile: p.profile, process, allocator: Some(p.allocator).filter(|a| !a.is_empty()) });
+                }
+                _ if !ended => return Err("the live analysis has no profile yet".to_string()),
+                _ if std::time::Instant::now() >= deadline => return Err("the live analysis did not finish its last profile in 10 s".to_string()),
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
     });
     (url, Pusher::start(push, source))
 }

@@ -145,7 +145,7 @@ fn reports(lab: &Lab) -> BTreeMap<&'static str, Value> {
 
     let o = lab.record_cmd("full.mtl", &["--baseline"], &known, &[]).output().unwrap();
     assert_success(&o, "record --baseline h_known");
-    out.insert("full (--callers)", report_with(lab, "full.mtl", &["--callers"]));
+    out.insert("full (--callers --threads)", report_with(lab, "full.mtl", &["--callers", "--threads"]));
 
     std::fs::copy(lab.path("full.mtl"), lab.path("compact.mtl")).unwrap();
     let o = lab.command(MTLAB).arg("compact").arg(lab.path("compact.mtl")).output().unwrap();

@@ -188,6 +188,81 @@ fn the_collector_receives_the_full_and_the_sampled_profile_as_the_report_has_the
     }
 }
 
+/// (sample type, thread.id, leaf function) → summed value, of a received request.
+fn by_thread(req: &Value) -> BTreeMap<(String, u32, String), i64> {
+    let d = &req["dictionary"];
+    let strings: Vec<&str> = d["stringTable"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
+    let s = |i: &Value| strings[int(i) as usize].to_string();
+    let table = |name: &str| d[name].as_array().cloned().unwrap_or_default();
+    let (functions, locations, stacks, attributes) = (table("functionTable"), table("locationTable"), table("stackTable"), table("attributeTable"));
+    let mut out = BTreeMap::new();
+    for p in req["resourceProfiles"][0]["scopeProfiles"][0]["profiles"].as_array().unwrap() {
+        let kind = s(&p["sampleType"]["typeStrindex"]);
+        for sample in p["samples"].as_array().cloned().unwrap_or_default() {
+            let tids: Vec<u32> = sample["attributeIndices"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|i| &attributes[int(i) as usize])
+                .filter(|kv| s(&kv["keyStrindex"]) == "thread.id")
+                .map(|kv| int(&kv["value"]["intValue"]) as u32)
+                .collect();
+            assert_eq!(tids.len(), 1, "one thread.id per sample: {sample}");
+            let stack = &stacks[int(&sample["stackIndex"]) as usize];
+            let leaf = &locations[int(&stack["locationIndices"][0]) as usize];
+            let f = s(&functions[int(&leaf["lines"].as_array().unwrap().last().unwrap()["functionIndex"]) as usize]["nameStrindex"]);
+            *out.entry((kind.clone(), tids[0], f)).or_default() += int(&sample["values"][0]);
+        }
+    }
+    out
+}
+
+/// A full trace's samples are split by the allocating thread: the Collector
+/// receives each thread's values, equal to `report --threads`' per-thread
+/// figures and to what thread_shares.c does in each thread, under the thread
+/// ids the program printed itself.
+#[test]
+fn the_collector_receives_each_threads_share_of_a_full_profile() {
+    let lab = Lab::new();
+    let prog = lab.compile("thread_shares");
+    let o = lab.record_cmd("t.mtl", &[], &prog, &[]).output().unwrap();
+    assert_success(&o, "record thread_shares");
+    // "thread K TID" from the program: its own gettid().
+    let printed: BTreeMap<u32, u32> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 3 && w[0] == "thread").then(|| (w[1].parse().unwrap(), w[2].parse().unwrap()))
+        })
+        .collect();
+    assert_eq!(printed.len(), 3, "{}", String::from_utf8_lossy(&o.stdout));
+    let Some(col) = Collector::start() else { return };
+    let o = mtlab(&lab, &["report", "t.mtl", "--otlp-endpoint", &col.endpoint()]);
+    assert_success(&o, "report --otlp-endpoint");
+    let got = by_thread(&col.received("profiles", 1)[0]);
+    let o = mtlab(&lab, &["report", "t.mtl", "--json", "--threads"]);
+    assert_success(&o, "report --json --threads");
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let threads = report["threads"].as_array().unwrap();
+    // The workers and the main thread (pthread_create's own allocation).
+    assert_eq!(threads.len(), 4, "{threads:?}");
+    let sum = |kind: &str, tid: u32| got.iter().filter(|((k, t, _), _)| k == kind && *t == tid).map(|(_, v)| v).sum::<i64>();
+    for th in threads {
+        let tid = th["tid"].as_u64().unwrap() as u32;
+        for (kind, key) in [("alloc_objects", "calls"), ("alloc_space", "bytes"), ("inuse_objects", "live_objects"), ("inuse_space", "live_bytes")] {
+            assert_eq!(sum(kind, tid), th[key].as_i64().unwrap(), "{kind} of thread {tid}");
+        }
+    }
+    for (k, tid) in printed {
+        let k = k as i64;
+        let at = |kind: &str| got.get(&(kind.to_string(), tid, "worker".to_string())).copied().unwrap_or(0);
+        assert_eq!([at("alloc_objects"), at("alloc_space"), at("inuse_objects"), at("inuse_space")], [k * 1000, k * k * 64_000, k * 10, k * k * 640], "thread {k} ({tid})");
+    }
+    let total = |key: &str| threads.iter().map(|t| t[key].as_i64().unwrap()).sum::<i64>();
+    assert_eq!((total("live_objects"), total("live_bytes")), (report["end"]["live_objects"].as_i64().unwrap(), report["end"]["live_bytes"].as_i64().unwrap()));
+}
+
 #[test]
 fn a_collector_that_is_down_fails_report_clearly_after_showing_it() {
     let lab = Lab::new();
@@ -206,6 +281,17 @@ fn a_collector_that_is_down_fails_report_clearly_after_showing_it() {
     assert!(stderr(&o).contains("HTTP only") && o.stdout.is_empty(), "{}", stderr(&o));
 }
 
+/// `record FLAGS -o OUT -- s_hold 1000 4096`, told to stop after 3.5 s:
+/// its output, and how long the end took from the stop.
+fn hold_for_3_5_s(lab: &Lab, prog: &std::path::Path, out: &str, flags: &[&str]) -> (std::process::Output, Duration) {
+    let mut child = lab.record_cmd(out, flags, prog, &["1000", "4096"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(3500));
+    let started = Instant::now();
+    child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+    let o = child.wait_with_output().unwrap();
+    (o, started.elapsed())
+}
+
 /// `record --sample --push-every 1s` on a program that runs about 3.5 s:
 /// several windows reach the Collector while it runs, their allocations add
 /// up to the whole run's, and the program's output and exit are its own.
@@ -214,20 +300,7 @@ fn a_running_record_pushes_each_window_and_a_down_collector_is_counted() {
     let lab = Lab::new();
     let prog = lab.compile("s_hold");
     let Some(col) = Collector::start() else { return };
-    let run = |endpoint: &str, trace: &str| {
-        let mut child = lab
-            .record_cmd(trace, &["--sample", "64KiB", "--sample-seed", "5", "--push-every", "1s", "--otlp-endpoint", endpoint], &prog, &["1000", "4096"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        std::thread::sleep(Duration::from_millis(3500));
-        let started = Instant::now();
-        child.stdin.take().unwrap().write_all(b"stop\n").unwrap();
-        let o = child.wait_with_output().unwrap();
-        (o, started.elapsed())
-    };
+    let run = |endpoint: &str, trace: &str| hold_for_3_5_s(&lab, &prog, trace, &["--sample", "64KiB", "--sample-seed", "5", "--push-every", "1s", "--otlp-endpoint", endpoint]);
     let (o, _) = run(&col.endpoint(), "s.mtl");
     assert_success(&o, "record --push-every");
     assert!(String::from_utf8_lossy(&o.stdout).contains("held"), "the program's own output");
@@ -253,6 +326,48 @@ fn a_running_record_pushes_each_window_and_a_down_collector_is_counted() {
     // Nothing listening: every window dropped and counted, the program untouched.
     let (o, took) = run(&format!("http://127.0.0.1:{}", free_port()), "d.mtl");
     assert_success(&o, "record --push-every to a closed port");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("held"));
+    let err = stderr(&o);
+    assert!(err.contains("pushed 0 window profiles") && err.contains("failed and were dropped"), "{err}");
+    assert!(took < Duration::from_secs(10), "the end was not held up by the pushes: {took:?}");
+}
+
+/// `record --live --push-every`: each window's exact profile (the live
+/// analysis's) reaches the Collector while the program runs; the windows'
+/// allocations add up to the run's, the last window's in-use is the end's;
+/// a Collector that is down costs the program nothing and is counted.
+#[test]
+fn a_live_recording_pushes_each_window_of_the_full_trace() {
+    let lab = Lab::new();
+    let prog = lab.compile("s_hold");
+    let Some(col) = Collector::start() else { return };
+    let run = |endpoint: &str, profile: &str| hold_for_3_5_s(&lab, &prog, profile, &["--live", "--push-every", "1s", "--otlp-endpoint", endpoint]);
+    let (o, _) = run(&col.endpoint(), "t.live");
+    assert_success(&o, "record --live --push-every");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("held"), "the program's own output");
+    let err = stderr(&o);
+    let pushed: u64 = err.split("pushed ").nth(1).and_then(|t| t.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{err}"));
+    assert!(pushed >= 2, "a window while it ran and the last: {err}");
+    assert!(!err.contains("dropped"), "{err}");
+    // A window in which no event reached the trace (the program's buffers
+    // are written when full, 64 KiB a thread) is pushed empty, and the
+    // Collector writes no empty request: the ones it wrote, once it has.
+    std::thread::sleep(Duration::from_millis(500));
+    let windows: Vec<Received> = col.received("profiles", 1).iter().map(resolve).collect();
+    assert!(windows.len() as u64 <= pushed);
+    let sum = |w: &Received, kind: &str| w.values.iter().filter(|((k, _), _)| k == kind).map(|(_, v)| v).sum::<i64>();
+    let report = lab.report("t.live");
+    let p = &processes(&report)[0];
+    // Exact figures: the windows' allocations are the run's allocation calls, to the one.
+    let calls: i64 = windows.iter().map(|w| sum(w, "alloc_objects")).sum();
+    assert_eq!(calls, p["temporary"]["of_calls"].as_i64().unwrap(), "windows sum to the run's allocations");
+    let last = windows.last().unwrap();
+    assert_eq!(sum(last, "inuse_space"), p["end"]["live_bytes"].as_i64().unwrap(), "the last window's in-use is the end's");
+    assert_eq!(last.period, 0, "a full trace");
+    assert_eq!(last.resource["process.executable.name"], "s_hold");
+
+    let (o, took) = run(&format!("http://127.0.0.1:{}", free_port()), "d.live");
+    assert_success(&o, "record --live --push-every to a closed port");
     assert!(String::from_utf8_lossy(&o.stdout).contains("held"));
     let err = stderr(&o);
     assert!(err.contains("pushed 0 window profiles") && err.contains("failed and were dropped"), "{err}");

@@ -4,7 +4,7 @@
 
 use super::model::{
     AllocatorReading, AllocatorStats, FlightWindow, FunctionReport, LeakReport, PeakReport, ProcessReport, SampledSite, SampledSummary,
-    SiteReport, Slowdown, SpaceSplit, TemporaryReport, TopSites,
+    SiteReport, Slowdown, SpaceSplit, TemporaryReport, ThreadReport, TopSites,
 };
 use super::pass::Pass;
 use super::sites::{callers, top_by, SiteAcc};
@@ -189,7 +189,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         None => {
             // The exact profile is the site table by stack: no decode of its own.
             let exact = opts.profile.then(|| ProfileData {
-                samples: pass.sites.profile(index, &pass.stacks),
+                samples: pass.sites.profile(index, &pass.stacks, pass.threads.as_ref()),
                 maps: maps.clone(),
                 period_bytes: 0,
                 start_ns: trace.header.start_ns,
@@ -270,6 +270,12 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         profile,
         profile_data,
         all_sites,
+        threads: pass.threads.as_ref().map_or_else(Vec::new, |t| {
+            t.totals()
+                .into_iter()
+                .map(|(tid, c)| ThreadReport { tid, calls: c.calls, bytes: c.bytes, live_objects: c.live_objects, live_bytes: c.live_bytes })
+                .collect()
+        }),
         warnings,
     }
 }

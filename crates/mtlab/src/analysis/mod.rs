@@ -43,6 +43,7 @@ pub mod series;
 pub mod sites;
 pub mod step;
 pub mod symbols;
+pub mod threads;
 
 pub use model::ProcessReport;
 pub use symbols::stack_quality_of;
@@ -68,18 +69,22 @@ pub struct AnalyzeOptions {
     /// Also every site, symbolized (`ProcessReport::all_sites`), for
     /// `report --diff`, which matches two traces' sites by their frames.
     pub sites: bool,
+    /// Also each thread's figures, of the process and of each stack of the
+    /// profile (`ProcessReport::threads`, `StackSample::threads`), for a
+    /// full trace: `report --threads`, the OTLP exports.
+    pub threads: bool,
 }
 
 impl Default for AnalyzeOptions {
     fn default() -> Self {
-        AnalyzeOptions { max_points: 200, top: 10, callers: false, profile: false, sites: false }
+        AnalyzeOptions { max_points: 200, top: 10, callers: false, profile: false, sites: false, threads: false }
     }
 }
 
 impl AnalyzeOptions {
     /// What a process only listed in the index needs (`analyze_for_index`).
     pub fn for_index() -> AnalyzeOptions {
-        AnalyzeOptions { max_points: 1, top: 0, callers: false, profile: false, sites: false }
+        AnalyzeOptions { max_points: 1, top: 0, callers: false, profile: false, sites: false, threads: false }
     }
 }
 
@@ -101,6 +106,9 @@ pub fn analyze_for_index(trace: &TraceFile, profile: bool) -> Result<ProcessRepo
 fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Result<ProcessReport, TraceError> {
     let compact = trace.compact_quantum().is_some_and(|q| q.parse::<u64>().is_ok());
     let mut pass = Pass::new(&trace.header, opts.max_points, compact);
+    if opts.threads && trace.header.sample_interval == 0 {
+        pass.threads = Some(Default::default());
+    }
     // A sampled trace's profile is estimated in this same decode pass.
     let readings = AllocatorReading::all_of(trace);
     let mut sampled = (trace.header.sample_interval > 0).then(|| SampledPass::with_checkpoints(AllocatorReading::tscs(&readings)));

@@ -461,7 +461,24 @@ pub struct ProcessReport {
     /// when `AnalyzeOptions::sites` asked (`report --diff`); empty otherwise.
     #[serde(skip)]
     pub all_sites: Vec<SiteReport>,
+    /// Each thread's allocations and the blocks it allocated still live at
+    /// the end, by tid, when `AnalyzeOptions::threads` asked (`report
+    /// --threads`, the OTLP exports) of a full trace; empty otherwise.
+    #[serde(default)]
+    pub threads: Vec<ThreadReport>,
     pub warnings: Vec<String>,
+}
+
+/// One thread's figures (`ProcessReport::threads`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct ThreadReport {
+    /// The kernel's thread id.
+    pub tid: u32,
+    pub calls: u64,
+    pub bytes: u64,
+    /// Blocks it allocated that were still live at the end, whichever thread freed the others.
+    pub live_objects: u64,
+    pub live_bytes: u64,
 }
 
 /// One stack of a sampled profile, with 95 % intervals.

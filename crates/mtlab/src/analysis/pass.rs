@@ -8,6 +8,7 @@ use super::functions::Functions;
 use super::replay::Replay;
 use super::series::Series;
 use super::sites::Sites;
+use super::threads::ThreadSplit;
 use crate::symbolize::CodeRanges;
 use crate::trace::{Event, EventKind, Header, ItemRef, Items, StackTable};
 
@@ -17,6 +18,8 @@ pub struct Pass {
     pub functions: Functions,
     pub sites: Sites,
     pub series: Series,
+    /// Sites by allocating thread, when asked (`AnalyzeOptions::threads`).
+    pub threads: Option<ThreadSplit>,
     /// Calls counted so far (`Step::counted`).
     pub events: u64,
     /// The last event's time stamp.
@@ -34,6 +37,7 @@ impl Pass {
             functions: Functions::default(),
             sites: Sites::default(),
             series: Series::new(max_points, compact, super::model::SpaceSplit::header_bytes(&header.allocator)),
+            threads: None,
             events: 0,
             last_tsc: 0,
             header: header.clone(),
@@ -58,6 +62,9 @@ impl Pass {
         self.functions.on_event(ev, &step);
         self.sites.on_event(ev, &step);
         self.series.on_event(ev, &step);
+        if let Some(t) = &mut self.threads {
+            t.on_event(ev, &step);
+        }
         if step.counted {
             self.events += 1;
             if self.series.tick(self.events) {

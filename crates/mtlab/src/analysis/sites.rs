@@ -11,7 +11,8 @@ use super::model::CallerReport;
 use super::step::{Block, Step};
 use super::symbols::Symbols;
 use crate::heap::prefetch::prefetch;
-use crate::profile::StackSample;
+use super::threads::ThreadSplit;
+use crate::profile::{StackSample, ThreadShare};
 use crate::trace::{Event, EventKind, StackRef, StackTable};
 
 /// Allocation sites by stack id, as dense indices. The shadow heap's
@@ -317,11 +318,25 @@ impl Sites {
 
     /// The exact profile: each stack with its calls and bytes allocated and
     /// its blocks still live, most bytes first (equal bytes: in the order
-    /// the sites were met).
-    pub fn profile(&self, index: &SiteIndex, stacks: &StackTable) -> Vec<StackSample> {
+    /// the sites were met); with each stack's split by thread when `threads`
+    /// holds one.
+    pub fn profile(&self, index: &SiteIndex, stacks: &StackTable, threads: Option<&ThreadSplit>) -> Vec<StackSample> {
+        let mut split = threads.map(ThreadSplit::by_site).unwrap_or_default();
         let mut samples: Vec<StackSample> = (0..index.len())
             .map(|i| {
                 let a = self.get(i);
+                let threads = split
+                    .remove(&(i as u32))
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(tid, c)| ThreadShare {
+                        tid,
+                        alloc_objects: c.calls as f64,
+                        alloc_bytes: c.bytes as f64,
+                        inuse_objects: c.live_objects as f64,
+                        inuse_bytes: c.live_bytes as f64,
+                    })
+                    .collect();
                 StackSample {
                     pcs: index.frames_of(i, stacks).map(<[u64]>::to_vec).unwrap_or_default(),
                     alloc_objects: a.calls as f64,
@@ -329,6 +344,7 @@ impl Sites {
                     inuse_objects: a.live_objects as f64,
                     inuse_bytes: a.live_bytes as f64,
                     bounds: None,
+                    threads,
                 }
             })
             .collect();
@@ -494,7 +510,7 @@ mod tests {
         assert_eq!(two.at_peak(gen), (1, 20));
         assert_eq!((sites.temporary(), sites.calls()), (2, 5));
         // The exact profile is the same counters by stack, most bytes first.
-        let p = sites.profile(&replay.sites, &stacks);
+        let p = sites.profile(&replay.sites, &stacks, None);
         assert_eq!(p[0].pcs, [0x10, 0x20]);
         assert_eq!((p[0].alloc_objects, p[0].alloc_bytes, p[0].inuse_objects, p[0].inuse_bytes), (2.0, 400.0, 0.0, 0.0));
         assert_eq!((p[1].alloc_objects, p[1].alloc_bytes, p[1].inuse_objects, p[1].inuse_bytes), (3.0, 70.0, 1.0, 40.0));

@@ -306,10 +306,10 @@ struct RecordArgs {
     /// With --sample: fixed seed for the sampler; a run repeats sample for sample when each thread's allocations and thread creations do (docs/metrics.md, "Seeds"). 0 draws one from the clock.
     #[arg(long, default_value_t = 0, requires = "sample")]
     sample_seed: u64,
-    /// With --sample: push each window's heap profile over OTLP every PERIOD (e.g. 60s) while the program runs,
-    /// and the last one when it ends, to --otlp-endpoint; a failed push is retried within its window, then
-    /// dropped and counted, never holding up the program.
-    #[arg(long, value_name = "PERIOD", value_parser = otlp::parse_every, requires = "sample")]
+    /// With --sample or --live: push each window's heap profile over OTLP every PERIOD (e.g. 60s) while the
+    /// program runs, and the last one when it ends, to --otlp-endpoint; a failed push is retried within its
+    /// window, then dropped and counted, never holding up the program.
+    #[arg(long, value_name = "PERIOD", value_parser = otlp::parse_every)]
     push_every: Option<std::time::Duration>,
     /// With --push-every: where to (OTLP/HTTP); without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "", requires = "push_every")]
@@ -407,6 +407,10 @@ struct ReportArgs {
     /// Also list the functions by allocated bytes: where they called the allocator (self) and anywhere on the stack (total).
     #[arg(long)]
     callers: bool,
+    /// Also each thread's allocations and the blocks it allocated still live at the end, by thread id (full traces;
+    /// JSON `threads`). The OTLP exports split each stack by thread this way.
+    #[arg(long)]
+    threads: bool,
     /// Also write the report as one self-contained HTML page: tables, memory over time, the flame graph.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
@@ -649,6 +653,11 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         let sample = a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed, push: None });
         return attach::cmd_attach(pid, a.attach, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks);
     }
+    if a.push_every.is_some() && a.sample.is_none() && !a.live {
+        return Err(CliError::Other(
+            "--push-every pushes the profile of a running recording: add --sample INTERVAL (a sampled trace) or --live (the full trace analysed as it runs)".into(),
+        ));
+    }
     let push = match a.push_every {
         None => None,
         Some(every) => {
@@ -663,6 +672,8 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         profile: a.output.clone().unwrap_or_else(|| default_output(&program).with_extension("live")),
         snapshot_every: a.snapshot_every,
         keep_raw: a.keep_raw,
+        // Published twice a period: a window's profile is at most half a period old.
+        publish: push.as_ref().map(|p| crate::live::Publish { every: p.every / 2, slot: Default::default() }),
     });
     let output = match &live {
         // The raw trace beside the profile: PROFILE.raw (its children's PROFILE.raw.PID).
@@ -679,6 +690,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         stacks: a.stacks,
         unwind: a.unwind,
         sample: a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed, push: push.clone() }),
+        live_push: push.clone().filter(|_| a.live),
         depth: a.depth,
         follow: !a.no_follow,
         free_stacks: a.free_stacks,
@@ -841,7 +853,7 @@ fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     };
     // The exports and the page's flame graph share one profile, made in the analysis's pass.
     let exports = !req.is_empty() || a.html.is_some() || a.otlp.any();
-    let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some(), profile: exports, sites: false };
+    let opts = AnalyzeOptions { max_points: a.points as usize, top: a.top, callers: a.callers || a.html.is_some(), profile: exports, sites: false, threads: a.threads || a.otlp.any() };
     let sel = report::select::Selection { pids: a.pid.clone(), comms: a.comm.clone(), all_processes: a.all_processes };
     let mut run = load_reports(&a.file, !a.no_children, &opts, &sel, a.merge)?;
     run.frames = a.frames;
@@ -1025,6 +1037,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
         baseline: true,
         compact: None,
         live: None,
+        live_push: None,
         flight: None,
         program: workload.clone().into_os_string(),
         args,

@@ -69,7 +69,7 @@ pub fn report_exports(
     }
     let mut sym = data.symbolizer();
     let pprof = crate::profile::pprof::to_pprof_profile(data, &mut sym);
-    let req = otlp::profiles::request(&pprof, resource, allocator.as_deref());
+    let req = otlp::profiles::request(&pprof, data, resource, allocator.as_deref());
     for (path, json) in [(&a.otlp, false), (&a.otlp_json, true)] {
         if let Some(path) = path {
             otlp::write(&req, path, json)?;

@@ -33,7 +33,7 @@ fn load(which: &str, path: &Path, children: bool, sel: &Selection) -> Result<Run
     if let Some(msg) = not_a_trace(which, path) {
         return Err(CliError::Other(msg));
     }
-    let opts = AnalyzeOptions { max_points: 1, top: 0, callers: false, profile: false, sites: true };
+    let opts = AnalyzeOptions { max_points: 1, top: 0, callers: false, profile: false, sites: true, threads: false };
     load_reports(path, children, &opts, sel, false).map_err(|e| CliError::Other(format!("{which} ({}): {e}", path.display())))
 }
 

@@ -40,6 +40,33 @@ pub struct LiveConfig {
     /// Keep the raw trace (not released as it is analysed) and finish it as
     /// `record` does: the same run both ways, for comparing.
     pub keep_raw: bool,
+    /// `record --live --push-every`: the whole profile so far, published
+    /// here for the OTLP pusher every so often, and the last at the end.
+    pub publish: Option<Publish>,
+}
+
+/// Where the live analysis hands its profile to the OTLP pusher, and how often.
+#[derive(Debug, Clone)]
+pub struct Publish {
+    pub every: Duration,
+    pub slot: Arc<Mutex<Option<Published>>>,
+}
+
+/// The cumulative profile of the run so far (exact, a full trace's), and its heap manager.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub profile: crate::profile::ProfileData,
+    pub allocator: String,
+    /// The run has ended: this is the whole run's.
+    pub last: bool,
+}
+
+impl Publish {
+    fn put(&self, p: &crate::analysis::ProcessReport, data: Option<&crate::profile::ProfileData>, last: bool) {
+        if let Some(profile) = data {
+            *self.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(Published { profile: profile.clone(), allocator: p.allocator.clone(), last });
+        }
+    }
 }
 
 /// Bytes behind the program at which the recorder says it cannot keep up.
@@ -140,6 +167,7 @@ fn consume_while_running(
     let mut sink = sink;
     let mut summary = LiveSummary::default();
     let mut last_snapshot = Instant::now();
+    let mut last_publish = Instant::now();
     let mut said_behind = false;
     let mut said_unwritable = false;
     let lag = |c: &Consumer, available: u64| Lag {
@@ -163,6 +191,9 @@ fn consume_while_running(
             let opts = AnalyzeOptions { callers: true, profile: true, ..AnalyzeOptions::default() };
             if let Some(mut p) = c.report(&opts, &runinfo, true) {
                 let data = p.profile_data.take();
+                if let Some(pb) = &cfg.publish {
+                    pb.put(&p, data.as_ref(), true);
+                }
                 summary.lag = lag(c, len);
                 match write(&cfg, &opts, summary.snapshots + 1, State::Ended, summary.lag, p, data) {
                     Ok(()) => {
@@ -190,6 +221,15 @@ fn consume_while_running(
                  nothing is lost, the raw trace holds the rest on disk until it is reached",
                 crate::units::human_bytes(behind)
             );
+        }
+        // The pusher's profile: a report of its own, with the profile, on its own clock.
+        if let Some(pb) = cfg.publish.as_ref().filter(|pb| last_publish.elapsed() >= pb.every) {
+            last_publish = Instant::now();
+            let opts = AnalyzeOptions { profile: true, ..snap_opts };
+            if let Some(mut p) = c.report(&opts, &[], false) {
+                let data = p.profile_data.take();
+                pb.put(&p, data.as_ref(), false);
+            }
         }
         if last_snapshot.elapsed() >= cfg.snapshot_every {
             last_snapshot = Instant::now();

@@ -99,6 +99,7 @@ pub fn window(cur: &ProfileData, prev: &HashMap<Vec<u64>, (f64, f64)>, since_ns:
                 inuse_objects: s.inuse_objects,
                 inuse_bytes: s.inuse_bytes,
                 bounds: None,
+                threads: Vec::new(),
             }
         })
         .filter(|s| s.alloc_bytes > 0.0 || s.inuse_bytes > 0.0)
@@ -136,7 +137,7 @@ fn run(cfg: Config, mut source: Source, stopped: mpsc::Receiver<()>) -> PushStat
                 let resource = super::resource::resource(&snap.process, cfg.service.as_deref(), &super::push::real_env, &mut warnings);
                 let mut sym = data.symbolizer();
                 let pprof = crate::profile::pprof::to_pprof_profile(&data, &mut sym);
-                let req = super::profiles::request(&pprof, resource, snap.allocator.as_deref());
+                let req = super::profiles::request(&pprof, &data, resource, snap.allocator.as_deref());
                 let retry = Retry { tries: tries_within(budget.saturating_sub(started.elapsed()), cfg.target.timeout), first_wait: Duration::from_millis(500) };
                 match super::push_profiles(&cfg.target, &req, retry) {
                     Ok(_) => stats.pushed += 1,
@@ -171,7 +172,7 @@ mod tests {
     use super::*;
 
     fn sample(pcs: &[u64], alloc: f64, inuse: f64) -> StackSample {
-        StackSample { pcs: pcs.to_vec(), alloc_objects: alloc / 100.0, alloc_bytes: alloc, inuse_objects: inuse / 100.0, inuse_bytes: inuse, bounds: None }
+        StackSample { pcs: pcs.to_vec(), alloc_objects: alloc / 100.0, alloc_bytes: alloc, inuse_objects: inuse / 100.0, inuse_bytes: inuse, bounds: None, threads: Vec::new() }
     }
 
     #[test]

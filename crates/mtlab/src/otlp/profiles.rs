@@ -25,7 +25,8 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, Instrumentatio
 use opentelemetry_proto::tonic::profiles::v1development as otlp;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use crate::profile::pprof::proto as pprof;
+use crate::profile::pprof::{proto as pprof, round_i64};
+use crate::profile::ProfileData;
 
 /// The instrumentation scope every request names.
 pub fn scope() -> InstrumentationScope {
@@ -74,8 +75,10 @@ fn profile_id() -> Vec<u8> {
 
 /// The OTLP request for pprof profile `p`, of the process `resource`
 /// describes; `allocator` (the heap manager's name, if known) goes on every
-/// sample.
-pub fn request(p: &pprof::Profile, resource: Resource, allocator: Option<&str>) -> ExportProfilesServiceRequest {
+/// sample. `data` is the profile `p` was made from (its samples in `p`'s
+/// order): a stack it splits by thread becomes one sample per thread, with
+/// the thread's values and `thread.id`.
+pub fn request(p: &pprof::Profile, data: &ProfileData, resource: Resource, allocator: Option<&str>) -> ExportProfilesServiceRequest {
     let mut strings = p.string_table.clone();
     if strings.is_empty() {
         strings.push(String::new());
@@ -90,6 +93,7 @@ pub fn request(p: &pprof::Profile, resource: Resource, allocator: Option<&str>) 
         }
     };
     let allocator_kv = allocator.map(|a| (intern("allocator"), intern(a)));
+    let thread_key = intern("thread.id");
     let mut attrs = Attributes::new();
 
     let mut mapping_table = vec![otlp::Mapping::default()];
@@ -138,6 +142,15 @@ pub fn request(p: &pprof::Profile, resource: Resource, allocator: Option<&str>) 
         sample_attrs.push(a);
     }
 
+    // Each thread's attribute once.
+    let thread_attrs: HashMap<u32, i32> = data
+        .samples
+        .iter()
+        .flat_map(|s| s.threads.iter().map(|t| t.tid))
+        .collect::<std::collections::BTreeSet<u32>>()
+        .into_iter()
+        .map(|tid| (tid, attrs.intern(thread_key, any_value::Value::IntValue(tid.into()), 0)))
+        .collect();
     let period_type = p.period_type.as_ref().map(|t| otlp::ValueType { type_strindex: idx(t.r#type), unit_strindex: idx(t.unit) });
     let profiles = p
         .sample_type
@@ -150,12 +163,26 @@ pub fn request(p: &pprof::Profile, resource: Resource, allocator: Option<&str>) 
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| s.value.get(k).is_some_and(|&v| v != 0))
-                .map(|(i, s)| otlp::Sample {
-                    stack_index: i as i32 + 1,
-                    attribute_indices: sample_attrs[i].clone(),
-                    link_index: 0,
-                    values: vec![s.value[k]],
-                    timestamps_unix_nano: Vec::new(),
+                .flat_map(|(i, s)| {
+                    let sample = |attribute_indices: Vec<i32>, v: i64| otlp::Sample {
+                        stack_index: i as i32 + 1,
+                        attribute_indices,
+                        link_index: 0,
+                        values: vec![v],
+                        timestamps_unix_nano: Vec::new(),
+                    };
+                    match data.samples.get(i).map(|d| &d.threads[..]).unwrap_or_default() {
+                        [] => vec![sample(sample_attrs[i].clone(), s.value[k])],
+                        threads => threads
+                            .iter()
+                            .filter_map(|t| {
+                                let v = round_i64([t.alloc_objects, t.alloc_bytes, t.inuse_objects, t.inuse_bytes][k.min(3)]);
+                                let mut a = sample_attrs[i].clone();
+                                a.push(thread_attrs[&t.tid]);
+                                (v != 0).then(|| sample(a, v))
+                            })
+                            .collect(),
+                    }
                 })
                 .collect(),
             time_unix_nano: u64::try_from(p.time_nanos).unwrap_or(0),
@@ -212,8 +239,8 @@ mod tests {
         ];
         let data = ProfileData {
             samples: vec![
-                StackSample { pcs: vec![leaf, root], alloc_objects: 3.0, alloc_bytes: 3000.0, inuse_objects: 1.0, inuse_bytes: 1000.0, bounds: None },
-                StackSample { pcs: vec![root], alloc_objects: 2.0, alloc_bytes: 700.0, inuse_objects: 0.0, inuse_bytes: 0.0, bounds: Some(bounds) },
+                StackSample { pcs: vec![leaf, root], alloc_objects: 3.0, alloc_bytes: 3000.0, inuse_objects: 1.0, inuse_bytes: 1000.0, bounds: None, threads: Vec::new() },
+                StackSample { pcs: vec![root], alloc_objects: 2.0, alloc_bytes: 700.0, inuse_objects: 0.0, inuse_bytes: 0.0, bounds: Some(bounds), threads: Vec::new() },
             ],
             maps: self_maps(),
             period_bytes: 4096,
@@ -223,7 +250,7 @@ mod tests {
         // Not `data.symbolizer()`: it names no frame of a file changed after the (made-up) recording.
         let mut sym = crate::symbolize::Symbolizer::new(&data.maps);
         let p = to_pprof_profile(&data, &mut sym);
-        let req = request(&p, Resource::default(), Some("glibc"));
+        let req = request(&p, &data, Resource::default(), Some("glibc"));
         let d = req.dictionary.as_ref().unwrap();
         // Index 0 of every table is the empty entry.
         assert_eq!(d.string_table[0], "");
@@ -276,5 +303,47 @@ mod tests {
         use prost::Message;
         let bytes = req.encode_to_vec();
         assert_eq!(ExportProfilesServiceRequest::decode(&bytes[..]).unwrap(), req);
+    }
+
+    #[test]
+    fn a_stack_split_by_thread_is_one_sample_per_thread_with_its_id() {
+        let (leaf, root) = test_pcs();
+        let share = |tid, objects: f64, inuse: f64| crate::profile::ThreadShare { tid, alloc_objects: objects, alloc_bytes: objects * 100.0, inuse_objects: inuse, inuse_bytes: inuse * 100.0 };
+        let data = ProfileData {
+            samples: vec![StackSample {
+                pcs: vec![leaf, root],
+                alloc_objects: 3.0,
+                alloc_bytes: 300.0,
+                inuse_objects: 1.0,
+                inuse_bytes: 100.0,
+                bounds: None,
+                threads: vec![share(7, 1.0, 1.0), share(9, 2.0, 0.0)],
+            }],
+            maps: self_maps(),
+            ..Default::default()
+        };
+        let p = to_pprof_profile(&data, &mut crate::symbolize::Symbolizer::new(&data.maps));
+        let req = request(&p, &data, Resource::default(), None);
+        let d = req.dictionary.as_ref().unwrap();
+        let profiles = &req.resource_profiles[0].scope_profiles[0].profiles;
+        let by_thread = |k: usize| -> Vec<(i64, i64)> {
+            profiles[k]
+                .samples
+                .iter()
+                .map(|s| {
+                    assert_eq!(s.stack_index, 1, "every thread's sample is the one stack");
+                    let tid = s.attribute_indices.iter().map(|&i| &d.attribute_table[i as usize]).find(|a| string_of(d, a.key_strindex) == "thread.id");
+                    match tid.and_then(|a| a.value.clone()).and_then(|v| v.value) {
+                        Some(any_value::Value::IntValue(t)) => (t, s.values[0]),
+                        other => panic!("no thread.id: {other:?}"),
+                    }
+                })
+                .collect()
+        };
+        assert_eq!(by_thread(0), vec![(7, 1), (9, 2)]);
+        assert_eq!(by_thread(1), vec![(7, 100), (9, 200)]);
+        // Thread 9 holds nothing at the end: no in-use sample of its own.
+        assert_eq!(by_thread(2), vec![(7, 1)]);
+        assert_eq!(by_thread(3), vec![(7, 100)]);
     }
 }

@@ -14,6 +14,20 @@ pub struct StackSample {
     /// For a sampled profile: each value's 95 % interval, in the order above
     /// (None: exact figures from a full trace).
     pub bounds: Option<[Bounds; 4]>,
+    /// A full trace's figures above split by the allocating thread, when
+    /// the analysis asked (`AnalyzeOptions::threads`); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<ThreadShare>,
+}
+
+/// One thread's part of a stack's figures (in-use: the blocks it allocated).
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ThreadShare {
+    pub tid: u32,
+    pub alloc_objects: f64,
+    pub alloc_bytes: f64,
+    pub inuse_objects: f64,
+    pub inuse_bytes: f64,
 }
 
 /// An estimated value's 95 % interval and the samples behind it (0: "not sampled").

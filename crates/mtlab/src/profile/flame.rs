@@ -292,6 +292,7 @@ mod tests {
             inuse_objects: if inuse > 0.0 { 1.0 } else { 0.0 },
             inuse_bytes: inuse,
             bounds: None,
+            threads: Vec::new(),
         };
         ProfileData {
             samples: vec![

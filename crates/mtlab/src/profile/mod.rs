@@ -26,5 +26,5 @@ pub mod flame;
 pub mod simulate;
 pub mod speedscope;
 
-pub use data::{ProfileData, StackSample};
+pub use data::{ProfileData, StackSample, ThreadShare};
 pub use pprof::ExportError;

@@ -227,7 +227,7 @@ pub const SAMPLE_TYPES: [(&str, &str); 4] = [
 pub const DEFAULT_SAMPLE_TYPE: &str = "inuse_space";
 
 /// Rounds an estimate to the nearest integer (saturating; NaN gives 0).
-fn round_i64(x: f64) -> i64 {
+pub(crate) fn round_i64(x: f64) -> i64 {
     // `as` saturates and maps NaN to 0.
     x.round() as i64
 }
@@ -519,6 +519,7 @@ pub(crate) mod tests {
                     inuse_objects: 1.0,
                     inuse_bytes: 1048576.0,
                     bounds: None,
+                    threads: Vec::new(),
                 },
                 StackSample {
                     pcs: vec![root],
@@ -532,6 +533,7 @@ pub(crate) mod tests {
                         Bounds { low: 0.0, high: 3.5, samples: 0, unreliable: true },
                         Bounds { low: 0.0, high: 1.9e6, samples: 0, unreliable: false },
                     ]),
+                    threads: Vec::new(),
                 },
             ],
             maps: self_maps(),
@@ -729,6 +731,7 @@ pub(crate) mod tests {
                 inuse_objects: 1e30,
                 inuse_bytes: -2.6,
                 bounds: None,
+                threads: Vec::new(),
             }],
             maps: maps.clone(),
             ..Default::default()

@@ -360,6 +360,7 @@ impl SampledPass {
                     inuse_objects: s.inuse_objects.value,
                     inuse_bytes: s.inuse_bytes.value,
                     bounds: Some([&s.alloc_objects, &s.alloc_bytes, &s.inuse_objects, &s.inuse_bytes].map(Estimate::bounds)),
+                    threads: Vec::new(),
                 })
                 .collect(),
             maps,

@@ -53,6 +53,16 @@ fn functions(p: &ProcessReport) -> Table {
     t
 }
 
+/// `report --threads`: each thread's allocations, and the blocks it
+/// allocated that are live at the end.
+fn threads(threads: &[crate::analysis::model::ThreadReport]) -> Table {
+    let mut t = table("threads", "by allocating thread (live: the blocks it allocated, at the end)", &["thread id", "calls", "bytes", "live blocks", "live bytes"], 1);
+    for th in threads {
+        t.push(vec![Cell::Int(th.tid.into()), Cell::Int(th.calls as i64), Cell::Bytes(th.bytes), Cell::Int(th.live_objects as i64), Cell::Bytes(th.live_bytes)]);
+    }
+    t
+}
+
 /// A row of the heap table: its label and how it shows a snapshot.
 type HeapRow = (&'static str, fn(&HeapSnapshot) -> String);
 
@@ -452,6 +462,9 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
             )));
             if !p.top_sites.temporary.is_empty() {
                 out.extend(sites("sites_temporary", "top sites by temporary allocations", &p.top_sites.temporary, SiteCount::Temporary, run.frames));
+            }
+            if !p.threads.is_empty() {
+                out.push(View::Table(threads(&p.threads)));
             }
         }
         let mut note = |s: String| out.push(View::Note(s));
