@@ -70,12 +70,15 @@ wait "$pid" || { echo "record --live failed:"; cat "$dir/live.err"; exit 1; }
 echo "# live: the workload said: $(cat "$dir/live.out")"
 lag=$("$MTLAB" report --json "$dir/svc.live" | python3 -c 'import json,sys; v=json.load(sys.stdin)["live_profile"]; print(v["snapshot"], json.dumps(v["lag"]))')
 echo "# live: snapshots and lag at the end: $lag"
+# The consumer's own count of the raw file's blocks, taken after every batch
+# it reads: it sees peaks the samples every EVERY seconds miss.
+consumer_max=$("$MTLAB" report --json "$dir/svc.live" | python3 -c 'import json,sys; print(json.load(sys.stdin)["live_profile"]["lag"]["max_raw_disk_bytes"])')
 echo "# live: recorder peak RSS $((max_rss / 1024)) MiB (record's own process; the consumer thread is in it)"
 echo "# live samples (seconds, raw trace allocated, profile, sum):"
 awk '{ printf "#   %7.1f s  raw %8.2f MiB  profile %6.2f MiB  in use %8.2f MiB\n", $1, $2/1048576, $3/1048576, $4/1048576 }' "$dir/live.samples" \
     | awk 'NR % 12 == 1'
 final_prof=$(allocated "$dir/svc.live")
-awk -v final="$final_prof" -v live="$LIVE" '
+awk -v final="$final_prof" -v live="$LIVE" -v cmax="$consumer_max" '
     { t[NR] = $1; raw[NR] = $2; prof[NR] = $3; use[NR] = $4; if ($4 > max) max = $4; if ($2 > maxraw) maxraw = $2 }
     END {
         n = NR; h = int(n / 2) + 1
@@ -84,7 +87,9 @@ awk -v final="$final_prof" -v live="$LIVE" '
         if (slope < 0) slope = 0
         p24 = final + slope * (86400 - live)
         printf "live: samples %d, max disk in use %.2f MiB (raw trace at most %.2f MiB), profile at the end %.2f MiB\n", n, max / 1048576, maxraw / 1048576, final / 1048576
-        printf "live: profile growth %.1f KiB/min over the second half; projected 24 h disk %.1f MiB\n", slope * 60 / 1024, (maxraw + p24) / 1048576
+        if (cmax > maxraw) maxraw = cmax
+        printf "live: raw trace at most %.2f MiB by the consumer'"'"'s own count (after every batch it read); with the profile %.2f MiB\n", cmax / 1048576, (cmax + final) / 1048576
+        printf "live: profile growth %.1f KiB/min over the second half; projected 24 h disk %.1f MiB (the most raw trace seen + the profile then)\n", slope * 60 / 1024, (maxraw + p24) / 1048576
     }' "$dir/live.samples"
 
 # 2. record (full trace), kept until exit and finished.
