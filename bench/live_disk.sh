@@ -92,38 +92,33 @@ awk -v final="$final_prof" -v live="$LIVE" -v cmax="$consumer_max" '
         printf "live: profile growth %.1f KiB/min over the second half; projected 24 h disk %.1f MiB (the most raw trace seen + the profile then)\n", slope * 60 / 1024, (maxraw + p24) / 1048576
     }' "$dir/live.samples"
 
-# 2. record (full trace), kept until exit and finished.
-mkdir "$dir/full"
-"$MTLAB" record -o "$dir/full/svc.mtl" -- "$W" --rate "$RATE" --duration "${SHORT}s" >"$dir/full.out" 2>"$dir/full.err" &
-pid=$!
-: >"$dir/full.samples"
-sample "$pid" "$dir/full.samples" "$dir/full/*"
-wait "$pid" || { echo "record failed:"; cat "$dir/full.err"; exit 1; }
-echo "# record: the workload said: $(cat "$dir/full.out")"
-end=$(allocated "$dir"/full/*)
-awk -v end="$end" -v short="$SHORT" '
-    { if ($2 > max) max = $2 }
-    END {
-        if (end > max) max = end
-        printf "record: max disk in use %.1f MiB over %d s (%.1f MiB at the end): %.1f MiB/min; 24 h at that rate %.1f GiB\n", max / 1048576, short, end / 1048576, max / 1048576 * 60 / short, max / 1073741824 * 86400 / short
-    }' "$dir/full.samples"
-
-# 3. heaptrack (compressed trace written while it runs).
-if command -v heaptrack >/dev/null; then
-    mkdir "$dir/ht"
-    heaptrack -o "$dir/ht/svc" "$W" --rate "$RATE" --duration "${SHORT}s" >"$dir/ht.out" 2>"$dir/ht.err" &
+# Runs TOOL... on the workload for SHORT seconds with its files in $dir/NAME,
+# samples their disk in use, prints NAME's max disk in use and per minute.
+short_run() {
+    local name=$1 pid end
+    shift
+    mkdir "$dir/$name"
+    "$@" "$W" --rate "$RATE" --duration "${SHORT}s" >"$dir/$name.out" 2>"$dir/$name.err" &
     pid=$!
-    : >"$dir/ht.samples"
-    sample "$pid" "$dir/ht.samples" "$dir/ht/*"
-    wait "$pid" || { echo "heaptrack failed:"; cat "$dir/ht.err"; exit 1; }
-    echo "# heaptrack: the workload said: $(grep '"workload"' "$dir/ht.out" || true)"
-    end=$(allocated "$dir"/ht/*)
-    awk -v end="$end" -v short="$SHORT" '
+    : >"$dir/$name.samples"
+    sample "$pid" "$dir/$name.samples" "$dir/$name/*"
+    wait "$pid" || { echo "$name failed:"; cat "$dir/$name.err"; exit 1; }
+    echo "# $name: the workload said: $(grep '"workload"' "$dir/$name.out" || true)"
+    end=$(allocated "$dir/$name"/*)
+    awk -v end="$end" -v short="$SHORT" -v name="$name" '
         { if ($2 > max) max = $2 }
         END {
             if (end > max) max = end
-            printf "heaptrack: max disk in use %.1f MiB over %d s (%.1f MiB at the end): %.1f MiB/min; 24 h at that rate %.1f GiB\n", max / 1048576, short, end / 1048576, max / 1048576 * 60 / short, max / 1073741824 * 86400 / short
-        }' "$dir/ht.samples"
+            printf "%s: max disk in use %.1f MiB over %d s (%.1f MiB at the end): %.1f MiB/min; 24 h at that rate %.1f GiB\n", name, max / 1048576, short, end / 1048576, max / 1048576 * 60 / short, max / 1073741824 * 86400 / short
+        }' "$dir/$name.samples"
+}
+
+# 2. record (full trace), kept until exit and finished.
+short_run record "$MTLAB" record -o "$dir/record/svc.mtl" --
+
+# 3. heaptrack (compressed trace written while it runs).
+if command -v heaptrack >/dev/null; then
+    short_run heaptrack heaptrack -o "$dir/heaptrack/svc"
 else
     echo "heaptrack: SKIPPED (not installed: apt-get install heaptrack)"
 fi
