@@ -63,6 +63,8 @@ fn main() {
     cc(&malloc_test, &[native.join("bench/malloc_test.c")], &[], &[]);
     let latency_pipeline = out.join("mtlab-latency-pipeline");
     cc(&latency_pipeline, &[native.join("bench/latency_pipeline.c")], &[], &[]);
+    let service = out.join("mtlab-service");
+    cc(&service, &[native.join("bench/service.c")], &[], &[]);
     let heap_workloads = out.join("mtlab-heap-workloads");
     cc(&heap_workloads, &[native.join("heap/workloads.c")], &[], &["-lm"]);
     let heap_replay = out.join("mtlab-heap-replay");
@@ -78,6 +80,7 @@ fn main() {
     println!("cargo:rustc-env=MTLAB_ATTACH_SO={}", attach.display());
     println!("cargo:rustc-env=MTLAB_MALLOC_TEST={}", malloc_test.display());
     println!("cargo:rustc-env=MTLAB_LATENCY_PIPELINE={}", latency_pipeline.display());
+    println!("cargo:rustc-env=MTLAB_SERVICE={}", service.display());
     println!("cargo:rustc-env=MTLAB_HEAP_WORKLOADS={}", heap_workloads.display());
     println!("cargo:rustc-env=MTLAB_HEAP_REPLAY={}", heap_replay.display());
 }

@@ -21,6 +21,7 @@ static PRELOAD: &[u8] = include_bytes!(env!("MTLAB_PRELOAD_SO"));
 static ATTACH: &[u8] = include_bytes!(env!("MTLAB_ATTACH_SO"));
 static MALLOC_TEST: &[u8] = include_bytes!(env!("MTLAB_MALLOC_TEST"));
 static LATENCY_PIPELINE: &[u8] = include_bytes!(env!("MTLAB_LATENCY_PIPELINE"));
+static SERVICE: &[u8] = include_bytes!(env!("MTLAB_SERVICE"));
 static HEAP_WORKLOADS: &[u8] = include_bytes!(env!("MTLAB_HEAP_WORKLOADS"));
 static HEAP_REPLAY: &[u8] = include_bytes!(env!("MTLAB_HEAP_REPLAY"));
 static THREADS_CREATE: &[u8] = include_bytes!(env!("MTLAB_THREADS_CREATE"));
@@ -51,6 +52,8 @@ pub enum Part {
     Attach,
     MallocTest,
     LatencyPipeline,
+    /// A long-running service's heap traffic at a steady rate (`record --live`'s workload).
+    Service,
     /// The heap study's built-in workloads (`heap compare --workload`).
     HeapWorkloads,
     /// Re-executes a trace's heap calls (`heap replay`).
@@ -70,6 +73,7 @@ impl Part {
             Part::Attach => "libmtlab_attach.so",
             Part::MallocTest => "mtlab-malloc-test",
             Part::LatencyPipeline => "mtlab-latency-pipeline",
+            Part::Service => "mtlab-service",
             Part::HeapWorkloads => "mtlab-heap-workloads",
             Part::HeapReplay => "mtlab-heap-replay",
             Part::ThreadsCreate => "mtlab-threads-create",
@@ -83,6 +87,7 @@ impl Part {
             Part::Attach => ATTACH,
             Part::MallocTest => MALLOC_TEST,
             Part::LatencyPipeline => LATENCY_PIPELINE,
+            Part::Service => SERVICE,
             Part::HeapWorkloads => HEAP_WORKLOADS,
             Part::HeapReplay => HEAP_REPLAY,
             Part::ThreadsCreate => THREADS_CREATE,
@@ -113,6 +118,12 @@ pub const WORKLOADS: &[Workload] = &[
         part: Part::LatencyPipeline,
         leading_args: &[],
         about: "market data in, orders out through a pipeline of threads; prints tick-to-trade latency: --messages N --rate MSG_PER_S --mode threads|processes",
+    },
+    Workload {
+        name: "service",
+        part: Part::Service,
+        leading_args: &[],
+        about: "a service's heap traffic: a steady rate through 3 call paths, 1 block in 1000 leaked, for a time or until stopped (record --live, the flight recorder): --rate CALLS/s (default 1M/s) --duration TIME | --requests N",
     },
     Workload {
         name: "heap-small",

@@ -850,6 +850,8 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     };
     let keep_raw = cfg.live.as_ref().is_none_or(|l| l.keep_raw);
     let mut bytes = 0;
+    // With --live, the descendants' finished traces go into the profile after the root's.
+    let mut finished_children = Vec::new();
     for (i, t) in traces.iter().enumerate() {
         let root = i == 0 && *t == output;
         if root && !keep_raw {
@@ -873,6 +875,9 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         };
         match finished {
             Ok(stats) => {
+                if !root {
+                    finished_children.push(t.clone());
+                }
                 warnings.extend(stats.warnings.into_iter().map(|w| format!("{}: {w}", t.display())));
                 match cfg.compact.map(|q| crate::compact::compact_trace(t, t, q)) {
                     None => bytes += stats.bytes_after,
@@ -896,6 +901,18 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
                 bytes += std::fs::metadata(t).map(|m| m.len()).unwrap_or(0);
                 warnings.push(format!("{}: not finished (left as written{kept}): {e}", t.display()));
             }
+        }
+    }
+    let mut live_summary = live_summary;
+    if let (Some(l), Some(s)) = (&cfg.live, live_summary.as_mut().filter(|s| s.complete)) {
+        match crate::live::tree::add_children(&l.profile, &finished_children, l.keep_raw) {
+            Ok(t) => {
+                s.warnings.extend(t.warnings);
+                if !l.keep_raw {
+                    traces.retain(|t| !finished_children.contains(t));
+                }
+            }
+            Err(e) => s.warnings.push(format!("the descendants' traces are not in the live profile (left as written): {e}")),
         }
     }
     if !traces.is_empty() && crate::symbolize::elf_is_go(&program) == Some(true) {

@@ -36,7 +36,14 @@ fn report_without_live(lab: &Lab, file: &Path) -> (Value, Option<Value>) {
 /// Records PROGRAM live and keeping the raw trace; asserts the two reports
 /// are the same JSON; returns the profile's report and its live status.
 fn same_both_ways(lab: &Lab, name: &str, prog: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> (Value, Value) {
-    let o = record_live(lab, name, &["--keep-raw", "--snapshot-every", "0.05"], prog, args);
+    same_both_ways_with(lab, name, &[], prog, args)
+}
+
+/// `same_both_ways` with more `record` flags.
+fn same_both_ways_with(lab: &Lab, name: &str, extra: &[&str], prog: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> (Value, Value) {
+    let mut flags = vec!["--keep-raw", "--snapshot-every", "0.05"];
+    flags.extend_from_slice(extra);
+    let o = record_live(lab, name, &flags, prog, args);
     assert_success(&o, &format!("{name}: record --live --keep-raw"));
     let (live, status) = report_without_live(lab, &lab.path(&format!("{name}.live")));
     let (full, none) = report_without_live(lab, &lab.path(&format!("{name}.live.raw")));
@@ -88,6 +95,124 @@ fn live_profile_of_python3_matches_its_full_trace() {
     let script = "d = []\nfor i in range(100000):\n    d.append({'k': i, 'v': str(i) * 3})\n    if i % 3 == 0: d.pop(0)\nprint(len(d))\n";
     let (v, _) = same_both_ways(&lab, "py", python, &["-c", script]);
     assert!(calls(&v, "malloc") > 1000, "python3 makes heap calls");
+}
+
+/// A process tree: the descendants' traces go into the profile after the
+/// root's, and the profile's report is the full trace's for the whole tree.
+#[test]
+fn live_profile_of_a_process_tree_matches_its_full_trace() {
+    let lab = Lab::new();
+    let fork = lab.compile("fork");
+    let (v, _) = same_both_ways(&lab, "fork", &fork, &["500", "700"]);
+    assert_eq!(site(&v, "parent_allocs"), site_of(500, 50_000, 500, 50_000));
+    let children = v["children"].as_array().expect("children");
+    assert_eq!(children.len(), 1, "one forked child: {}", v["processes_index"]);
+    assert_eq!(site(&children[0], "child_allocs"), site_of(700, 140_000, 700, 140_000));
+    assert_eq!(site(&children[0], "parent_allocs"), Site::default(), "the child starts empty at the fork");
+    // Fork then exec: the pre-exec child and the exec'd image, three processes.
+    let fe = lab.compile("fork_exec");
+    let (v, _) = same_both_ways(&lab, "fe", &fe, &["30", "40"]);
+    let children = v["children"].as_array().expect("children");
+    assert_eq!(children.len(), 2, "{}", v["processes_index"]);
+    assert_eq!(site(&children[0], "before_exec"), site_of(30, 9_000, 30, 9_000));
+    assert_eq!(site(&children[1], "in_exec_image"), site_of(40, 16_000, 0, 0));
+    // Without --keep-raw the descendants' traces are removed once in the profile.
+    let o = record_live(&lab, "gone", &[], &fork, &["5", "7"]);
+    assert_success(&o, "record --live of a tree");
+    assert_eq!(lab.files_with_prefix("gone.live"), ["gone.live"], "only the profile is left");
+    let (v, _) = report_without_live(&lab, &lab.path("gone.live"));
+    assert_eq!(site(&v["children"][0], "child_allocs"), site_of(7, 1_400, 7, 1_400));
+}
+
+/// `--sample --live`: the profile holds the sampled estimates and their
+/// intervals, the same run's sampled trace's exactly.
+#[test]
+fn sampled_live_profile_holds_the_estimates_of_the_sampled_trace() {
+    let lab = Lab::new();
+    let phased = lab.compile("phased_mallocs");
+    // 160 000 mallocs of 64 B (10 MiB) at a 64 KiB interval: about 160 samples.
+    // (Samples fill no 64 KiB buffer before the exit: the snapshots while it runs may be empty.)
+    let (v, _) = same_both_ways_with(&lab, "sampled", &["--sample", "64KiB"], &phased, &["8", "20000"]);
+    let p = &v["profile"];
+    let samples = u(&p["samples"]);
+    assert!((80..=320).contains(&samples), "about 10 MiB / 64 KiB = 160 samples: {p}");
+    let est = &p["alloc_bytes"];
+    let (lo, hi) = (f(&est["low"]), f(&est["high"]));
+    assert!(lo < f(&est["value"]) && f(&est["value"]) < hi, "an estimate with its interval: {est}");
+    assert!(lo <= (160_000 * 64) as f64 && (160_000 * 64) as f64 <= hi, "the interval holds the true 10 240 000 B: {est}");
+    let o = lab.command(MTLAB).arg("report").arg(lab.path("sampled.live")).output().unwrap();
+    assert_success(&o, "report of a sampled live profile");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("estimate"), "the screen report shows the estimates: {text}");
+}
+
+/// The service workload long enough for the raw trace to be released many
+/// times: at every look the raw file's allocated blocks stay under a bound
+/// far below what the program wrote, and each new snapshot holds more calls.
+#[test]
+fn service_workload_keeps_raw_disk_bounded_while_snapshots_grow() {
+    use std::os::unix::fs::MetadataExt;
+    let lab = Lab::new();
+    let o = lab.command(MTLAB).args(["workload", "--path", "service"]).output().unwrap();
+    assert_success(&o, "mtlab workload --path service");
+    let service = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    // Far below what the run writes (~10 bytes a call, 4 M calls if the host
+    // keeps the rate), and room for a consumer that falls behind on a busy host.
+    const BOUND: u64 = 6 << 20;
+    let profile = lab.path("svc.live");
+    let raw = lab.path("svc.live.raw");
+    let mut child = lab
+        .record_cmd("svc.live", &["--live", "--snapshot-every", "0.5"], &service, &["--rate", "400k/s", "--duration", "10s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut looks, mut max_raw) = (0u64, 0u64);
+    let mut snapshots: Vec<(u64, u64)> = Vec::new();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(120), "a 10 s run under record --live ends within 120 s");
+        if let Ok(m) = std::fs::metadata(&raw) {
+            let on_disk = m.blocks() * 512;
+            max_raw = max_raw.max(on_disk);
+            assert!(on_disk <= BOUND, "look {looks}: the raw trace takes {on_disk} bytes on disk (bound {BOUND})");
+            looks += 1;
+        }
+        if let Ok(text) = std::fs::read(&profile) {
+            let v: Value = serde_json::from_slice(&text).expect("the profile is whole at every moment");
+            let n = u(&v["snapshot"]);
+            if snapshots.last().is_none_or(|&(last, _)| last != n) {
+                snapshots.push((n, calls(&v["processes"][0], "malloc")));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_success(&o, "record --live of the service workload");
+    let said: Value = serde_json::from_slice(&o.stdout).expect("the workload's JSON line");
+    assert!(looks >= 20, "looked at the raw file {looks} times");
+    assert!(snapshots.len() >= 6, "snapshots seen: {snapshots:?}");
+    for w in snapshots.windows(2) {
+        assert!(w[1].1 > w[0].1, "each snapshot holds more calls than the one before: {snapshots:?}");
+    }
+    let (v, status) = report_without_live(&lab, &profile);
+    let status = status.unwrap();
+    let consumed = u(&status["lag"]["consumed_bytes"]);
+    assert!(consumed >= 3 * BOUND, "released several times over: {consumed} bytes analysed, bound {BOUND}");
+    assert!(u(&status["lag"]["max_raw_disk_bytes"]) <= BOUND, "{status}");
+    // The workload's own counts; libc adds stdout's buffer (one malloc, kept).
+    assert_eq!(calls(&v, "malloc"), u(&said["mallocs"]) + 1);
+    assert_eq!(calls(&v, "free"), u(&said["frees"]));
+    // The leak's site: `get` (inlined, a frame of its own) called from parse_string.
+    let leak: Vec<&Value> = v["top_sites"]["by_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["frames"][1]["function"] == "parse_string")
+        .collect();
+    assert_eq!(leak.len(), 1, "{}", v["top_sites"]["by_calls"]);
+    assert_eq!((u(&leak[0]["live_objects"]), u(&leak[0]["live_bytes"])), (u(&said["leaked_blocks"]), u(&said["leaked_bytes"])), "{said}");
+    assert!(max_raw > 0, "the raw file was seen with blocks on disk");
 }
 
 /// The raw trace's blocks on disk stay a small part of what the program

@@ -344,7 +344,7 @@ struct RecordArgs {
     /// Analyse the trace while the program runs and write a profile file (-o, default
     /// mtlab.PROGRAM.live) instead of a trace: a snapshot every --snapshot-every, the whole run's
     /// report data at exit; the raw trace is released as it is analysed, so disk stays bounded.
-    #[arg(long, conflicts_with_all = ["sample", "compact"])]
+    #[arg(long, conflicts_with = "compact")]
     live: bool,
     /// With --live: seconds between snapshots of the profile (e.g. 10s, 0.5).
     #[arg(long, value_name = "SECONDS", default_value = "10s", value_parser = parse_snapshot_every, requires = "live")]
@@ -799,7 +799,7 @@ pub fn load_reports(
     merge: bool,
 ) -> Result<RunReport, CliError> {
     if crate::live::file::is_profile(file) {
-        return report::live::load(file, opts).map_err(|e| CliError::Other(e.to_string()));
+        return report::live::load(file, children, opts, sel).map_err(|e| CliError::Other(e.to_string()));
     }
     let run = report::load::load(file, children, opts, sel, merge)?;
     for m in &run.missing {

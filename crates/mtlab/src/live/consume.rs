@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use crate::analysis::finish::{self, Decoded};
 use crate::analysis::pass::{feed, Pass};
 use crate::analysis::{AnalyzeOptions, ProcessReport};
+use crate::profile::sampled::SampledPass;
 use crate::symbolize::{parse_all_maps, CodeRanges};
 use crate::trace::format::*;
 use crate::trace::records::{next_record, parse_chunk_header, read_file_header, RepeatedChunks};
@@ -34,6 +35,8 @@ pub struct Consumer {
     released: u64,
     keep_raw: bool,
     pass: Option<Pass>,
+    /// A sampled trace's estimates (`record --sample --live`), made in the same pass.
+    sampled: Option<SampledPass>,
     maps: MapsKept,
     /// The process's own /proc maps, read before each batch: the stacks of a
     /// module loaded since the last MAPS record are cut where they end.
@@ -66,6 +69,7 @@ impl Consumer {
             released: 0,
             keep_raw,
             pass: None,
+            sampled: None,
             maps: MapsKept::default(),
             live_maps: String::new(),
             code: CodeRanges::new(&[]),
@@ -110,6 +114,7 @@ impl Consumer {
             header.version = version;
             self.warnings.extend(warnings);
             self.pass = Some(Pass::new(&header, self.max_points, false));
+            self.sampled = (header.sample_interval > 0).then(SampledPass::default);
             self.off = end;
             self.header = Some((header, end));
         }
@@ -177,12 +182,19 @@ impl Consumer {
 
     fn replay(&mut self, mut items: Items) {
         let pass = self.pass.as_mut().expect("the header is read before any chunk");
+        if let Some(s) = self.sampled.as_mut() {
+            s.set_checkpoints(reading_tscs(&self.allocator_readings));
+        }
+        let sampled = &mut self.sampled;
         let before = self.replayed_tsc;
         let mut late = 0u64;
         let mut last = before;
         feed(&mut items, pass, &self.code, |ev| {
             late += (ev.tsc < before) as u64;
             last = last.max(ev.tsc);
+            if let Some(s) = sampled.as_mut() {
+                s.event(ev);
+            }
         });
         self.late_events += late;
         self.replayed_tsc = last;
@@ -263,15 +275,23 @@ impl Consumer {
         let maps = parse_all_maps(&trace.maps);
         let readings = crate::analysis::model::AllocatorReading::all_of(&trace);
         let pass = self.pass.as_mut()?;
+        let sampled = self.sampled.clone().map(|s| s.finish(&trace, &pass.stacks, maps.clone()));
         let series = (!last).then(|| pass.series.clone());
         pass.end_series();
         let report = finish::report(
             pass,
-            finish::Inputs { trace: &trace, opts, symbolize: true, maps, decoded: &self.decoded, sampled: None, readings },
+            finish::Inputs { trace: &trace, opts, symbolize: true, maps, decoded: &self.decoded, sampled, readings },
         );
         if let Some(s) = series {
             pass.series = s;
         }
         Some(report)
     }
+}
+
+/// The time stamps of the heap manager's readings read so far: where a
+/// sampled trace's in-use estimate is taken (`SampledPass::set_checkpoints`).
+fn reading_tscs(readings: &[Vec<(String, String)>]) -> Vec<u64> {
+    let tsc = |kv: &Vec<(String, String)>| kv.iter().find(|(k, _)| k == crate::trace::keys::READING_TSC)?.1.parse().ok();
+    readings.iter().filter_map(tsc).collect()
 }

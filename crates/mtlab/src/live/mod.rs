@@ -8,6 +8,8 @@
 //!   (`Consumer::advance`, the one place every raw byte passes), then
 //!   punched out of the file, so the raw file's disk use is what the
 //!   analysis has not reached yet.
+//! - `tree`: the root's descendants' traces, finished when the run ends,
+//!   analysed into the same profile after the root.
 //! - `file`: the profile file: the report data (`ProcessReport`) as of the
 //!   last snapshot, replaced whole at each one, and its state and lag.
 //!
@@ -17,6 +19,7 @@
 
 pub mod consume;
 pub mod file;
+pub mod tree;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -188,7 +191,7 @@ fn consume_while_running(
             let (Some(c), Some(runinfo)) = (consumer.as_mut(), runinfo) else { return Ok(summary) };
             let len = std::fs::metadata(&raw).map(|m| m.len()).unwrap_or(0);
             c.advance(len, true)?;
-            let opts = AnalyzeOptions { callers: true, profile: true, ..AnalyzeOptions::default() };
+            let opts = tree::last_snapshot_options();
             if let Some(mut p) = c.report(&opts, &runinfo, true) {
                 let data = p.profile_data.take();
                 if let Some(pb) = &cfg.publish {

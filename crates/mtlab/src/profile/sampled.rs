@@ -49,7 +49,7 @@ pub struct Estimate {
     /// may hide behind the sampled large ones, and the interval is not
     /// trustworthy (simulated coverage 83–99 %, docs/metrics.md). Set on
     /// object estimates only; bytes are not affected that way.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub mixed_sizes: bool,
     /// The estimate of a row shown because it was sampled: its lower end is
     /// conditioned on that ([`shown_low`]).
@@ -172,6 +172,7 @@ pub struct SampledProfile {
     pub inuse_at_checkpoints: Vec<Estimate>,
 }
 
+#[derive(Clone)]
 struct Live {
     stack: u32,
     size: u64,
@@ -228,7 +229,9 @@ fn close_stack(s: &mut SampledStack, bytes_fallback: f64, objects_fallback: f64,
 
 /// The sampled profile's share of a pass over a trace: fed every event by
 /// whoever decodes the trace (`read_sampled`, or the heap analysis's own
-/// pass), so a report needs one decode for both.
+/// pass), so a report needs one decode for both. Cloned for a live
+/// profile's snapshot, which finishes a copy while the pass goes on.
+#[derive(Clone)]
 pub struct SampledPass {
     per: HashMap<u32, SampledStack>,
     live: HashMap<u64, Live>,
@@ -280,6 +283,17 @@ impl SampledPass {
     pub fn with_checkpoints(mut tscs: Vec<u64>) -> Self {
         tscs.sort_unstable();
         SampledPass { checkpoints: tscs, ..SampledPass::default() }
+    }
+
+    /// The checkpoints known so far, when they come while the trace is read
+    /// (`record --live`: a reading's record reaches the file with the events
+    /// around it): those not taken yet are replaced; one before an event
+    /// already fed is taken at the next event.
+    pub fn set_checkpoints(&mut self, mut tscs: Vec<u64>) {
+        tscs.sort_unstable();
+        let taken = self.inuse_at.len().min(tscs.len());
+        self.checkpoints.truncate(taken);
+        self.checkpoints.extend_from_slice(&tscs[taken..]);
     }
 
     /// The estimate of bytes in use now, from the samples still live.

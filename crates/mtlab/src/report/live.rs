@@ -1,16 +1,30 @@
 //! A live profile (`record --live`) read as a run's report: its processes'
 //! report data as the recorder made it, cut to this report's options, with
-//! the index made of them as for a trace.
+//! the index made of them and the processes reported picked as for a trace.
 
 use std::path::Path;
 
 use super::index::{self, Facts};
+use super::select::{SelectError, Selection};
 use super::RunReport;
 use crate::analysis::AnalyzeOptions;
 use crate::live::file::{LiveProfile, ProfileFileError};
 
-pub fn load(path: &Path, opts: &AnalyzeOptions) -> Result<RunReport, ProfileFileError> {
-    let p = LiveProfile::read(path)?;
+#[derive(Debug, thiserror::Error)]
+pub enum LiveLoadError {
+    #[error(transparent)]
+    File(#[from] ProfileFileError),
+    #[error(transparent)]
+    Select(#[from] SelectError),
+}
+
+/// The profile's processes as `load::load` gives a trace's: the root's
+/// descendants unless `children` is false, those `sel` picks in detail.
+pub fn load(path: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection) -> Result<RunReport, LiveLoadError> {
+    let mut p = LiveProfile::read(path)?;
+    if !children {
+        p.processes.truncate(1);
+    }
     let mut notes = Vec::new();
     if opts.top > p.top {
         notes.push(format!("this profile keeps the top {} sites of each table (--top {} asked for more)", p.top, opts.top));
@@ -30,10 +44,13 @@ pub fn load(path: &Path, opts: &AnalyzeOptions) -> Result<RunReport, ProfileFile
         r.profile_data = if opts.profile { data } else { None };
         processes.push(r);
     }
-    let index = index::rows_of(processes.iter().map(Facts::of).collect());
+    let mut index = index::rows_of(processes.iter().map(Facts::of).collect());
+    sel.apply(&mut index, &path.display().to_string())?;
     for (row, r) in index.iter().zip(processes.iter_mut()) {
         r.exit = row.ending.exit_text();
     }
+    let mut reported = index.iter().map(|row| row.reported);
+    processes.retain(|_| reported.next().unwrap_or(false));
     let live = LiveStatus { snapshot: p.snapshot, state: p.state, written_ns: p.written_ns, lag: p.lag, notes };
     Ok(RunReport { processes, index, missing: Vec::new(), untraced: None, frames: 0, execd_root_ended: None, profiles: Vec::new(), live: Some(live) })
 }
