@@ -31,9 +31,9 @@
  * the program runs. u64 at offset 0: the file offset below which every
  * reserved byte has been written; u64 at offset 8: the magic.
  *
- * Per-buffer progress (full trace, root process), so that a reader of the
- * file while it is written (`record --live`) knows which times are complete:
- * u64 at OFF_PROGRESS_USED: slots handed out (more than PROGRESS_SLOTS: some
+ * Per-buffer progress (full trace, root process, when the reader set the u64
+ * at OFF_PROGRESS_WANTED), so that a reader of the file while it is written
+ * (`record --live`) knows which times are complete: u64 at OFF_PROGRESS_USED: slots handed out (more than PROGRESS_SLOTS: some
  * buffers have none, and the reader cannot know); from OFF_PROGRESS, one
  * slot of 4 u64 per event buffer: a sequence number (odd while the owner
  * writes the slot), the thread id, PENDING: the first time stamp of the
@@ -44,6 +44,7 @@
 #define MTLAB_WATERMARK_MAGIC 0x004d57424c41544dull /* "MTLABWM\0" */
 #define MTLAB_WATERMARK_OFF_MAGIC 8u
 #define MTLAB_WATERMARK_OFF_PROGRESS_USED 16u
+#define MTLAB_WATERMARK_OFF_PROGRESS_WANTED 24u
 #define MTLAB_WATERMARK_OFF_PROGRESS 64u
 #define MTLAB_WATERMARK_PROGRESS_SLOTS 510u /* (SIZE - OFF_PROGRESS) / 32 */
 

@@ -74,7 +74,10 @@ struct progress_slot {
 };
 #define PROGRESS_EMPTY (1ull << 63)
 
-int mtlab_progress_wanted(void) { return watermark && is_root && mtlab_cfg.sample_interval == 0; }
+int mtlab_progress_wanted(void) {
+    return watermark && is_root && mtlab_cfg.sample_interval == 0 &&
+           atomic_load_explicit(watermark + MTLAB_WATERMARK_OFF_PROGRESS_WANTED / 8, memory_order_relaxed);
+}
 
 static struct progress_slot *progress_slot(struct mtlab_buf *b) {
     if (!mtlab_progress_wanted()) return NULL;

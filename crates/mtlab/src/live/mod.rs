@@ -89,6 +89,8 @@ impl Live {
     /// create; None when the system offers no memfd for the watermark.
     pub fn start(raw: PathBuf, cfg: LiveConfig, sink: Option<Box<dyn RawSink>>) -> Option<Live> {
         let (fd, page) = crate::live_finish::watermark_page()?;
+        // The writer's per-buffer progress: only this reader uses it.
+        page.u64_at(crate::trace::format::WATERMARK_OFF_PROGRESS_WANTED).store(1, Ordering::Release);
         let end = Arc::new(Mutex::new(None));
         let ended = Arc::new(AtomicBool::new(false));
         let thread = {
