@@ -29,10 +29,24 @@
 /* The watermark page: a memfd `mtlab record` passes to the traced program
  * (MTLAB_WATERMARK_FD) so it can rewrite the root trace's finished part while
  * the program runs. u64 at offset 0: the file offset below which every
- * reserved byte has been written; u64 at offset 8: the magic. */
-#define MTLAB_WATERMARK_SIZE 4096u
+ * reserved byte has been written; u64 at offset 8: the magic.
+ *
+ * Per-buffer progress (full trace, root process, when the reader set the u64
+ * at OFF_PROGRESS_WANTED), so that a reader of the file while it is written
+ * (`record --live`) knows which times are complete: u64 at OFF_PROGRESS_USED: slots handed out (more than PROGRESS_SLOTS: some
+ * buffers have none, and the reader cannot know); from OFF_PROGRESS, one
+ * slot of 4 u64 per event buffer: a sequence number (odd while the owner
+ * writes the slot), the thread id, PENDING: the first time stamp of the
+ * oldest event of the buffer that may not be below the watermark yet (0:
+ * none), LAST: the first time stamp of its latest written chunk, with bit 63
+ * set while the buffer holds no event. */
+#define MTLAB_WATERMARK_SIZE 16384u
 #define MTLAB_WATERMARK_MAGIC 0x004d57424c41544dull /* "MTLABWM\0" */
 #define MTLAB_WATERMARK_OFF_MAGIC 8u
+#define MTLAB_WATERMARK_OFF_PROGRESS_USED 16u
+#define MTLAB_WATERMARK_OFF_PROGRESS_WANTED 24u
+#define MTLAB_WATERMARK_OFF_PROGRESS 64u
+#define MTLAB_WATERMARK_PROGRESS_SLOTS 510u /* (SIZE - OFF_PROGRESS) / 32 */
 
 enum mtlab_record_type {
     MTLAB_REC_EVENTS = 1,  /* one thread's chunk of events */

@@ -159,6 +159,12 @@ struct mtlab_buf {
     /* Events of it the exit flusher has written or counted as dropped: the
      * owner's own later flush drops only the rest. */
     _Atomic uint32_t counted;
+    /* `record --live` (writer.c, mtlab_progress_*): the buffer's slot in the
+     * watermark page (+1; 0: none yet, -1: none left), the oldest first
+     * time stamp of its chunks not known below the watermark (0: none), the
+     * file's end after its latest chunk, and that chunk's first time stamp. */
+    int32_t progress;
+    uint64_t pending_tsc, flushed_end, last_first;
     _Alignas(8) uint8_t data[]; /* events start 8-aligned, as before `counted` */       /* MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER + events */
 };
 /* Who holds a buffer's lock (sampling mode): its owner thread appending, or
@@ -336,6 +342,11 @@ HIDDEN void mtlab_writer_before_exec(void); /* removes a file without events */
 HIDDEN void mtlab_writer_fork_child(void);
 HIDDEN void mtlab_set_root(int is_root);
 HIDDEN void mtlab_watermark_attach(long fd); /* root process: MTLAB_WATERMARK_FD */
+/* A buffer's progress for `record --live` (writer.c): its first event was
+ * appended; its chunk was written. No-ops without a watermark page. */
+HIDDEN void mtlab_progress_started(struct mtlab_buf *b);
+HIDDEN void mtlab_progress_flushed(struct mtlab_buf *b, uint64_t first_tsc);
+HIDDEN int mtlab_progress_wanted(void); /* a watermark page takes the root's full-trace progress */
 HIDDEN void mtlab_writer_path(char *out, size_t cap); /* the file this process writes */
 HIDDEN void mtlab_write_stats(void);
 /* `mtlab record` makes the trace file of a process that cannot (broker.c). */
@@ -651,7 +662,10 @@ static inline uint8_t *mtlab_put_ptr(struct mtlab_buf *b, uint8_t *p, uint64_t p
 static inline uint8_t *mtlab_begin_event_code(struct mtlab_buf *b, unsigned kind, unsigned flags, uint64_t tsc,
                                               uint64_t cycles, uint32_t stack_code) {
     if (tsc < b->prev_tsc) tsc = b->prev_tsc; /* per-thread time never goes back */
-    if (b->n_events == 0) b->first_tsc = b->prev_tsc = tsc;
+    if (b->n_events == 0) {
+        b->first_tsc = b->prev_tsc = tsc;
+        mtlab_progress_started(b);
+    }
     uint8_t *p = b->data + MTLAB_BUF_HEAD + atomic_load_explicit(&b->len, memory_order_relaxed);
     *p++ = (uint8_t)(kind | flags);
     p = mtlab_put_varint(p, tsc - b->prev_tsc);

@@ -1025,7 +1025,12 @@ EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
 EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *), void *arg) {
     if (UNLIKELY(!mtlab_real.pthread_create)) mtlab_resolve();
     if (mtlab_ctl && mtlab_cfg.sample_seed && !mtlab_tls.guard) return mtlab_sampler_spawn(th, attr, start, arg);
-    return mtlab_real.pthread_create(th, attr, start, arg);
+    int r = mtlab_real.pthread_create(th, attr, start, arg);
+    /* `record --live` analyses only up to the oldest event still in a
+     * buffer: a thread that starts others and then waits for them (a main
+     * thread joining its workers) would hold it back to the start. */
+    if (mtlab_progress_wanted()) flush_before_exec_or_abort(0);
+    return r;
 }
 
 /* A joined thread has run glibc's tcache_thread_shutdown, whose internal

@@ -88,7 +88,9 @@ void mtlab_flush_buf(struct mtlab_buf *b) {
         put_headers(b->data, b->tid, b->n_events, b->first_tsc, b->n_events ? b->prev_tsc : 0, len);
         write_counted(b->data, len, b->n_events);
     }
+    uint64_t first = b->first_tsc;
     reset(b);
+    mtlab_progress_flushed(b, first);
     atomic_fetch_add_explicit(&b->gen, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&b->busy, 1, memory_order_release);
     if (blocked) mtlab_sys_restore_signals(&mask);

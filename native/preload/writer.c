@@ -63,6 +63,68 @@ static void publish_watermark(uint64_t w) {
 
 void mtlab_set_root(int root) { is_root = root; }
 
+/* ---- per-buffer progress (mtlab_trace.h): what a reader of the file while
+ * it is written may analyse. A buffer's events not yet in a chunk below the
+ * watermark are the ones a reader could meet late: their oldest first time
+ * stamp is published, and the reader analyses only what comes before every
+ * buffer's. Called by the buffer's owner, once per chunk; full trace only
+ * (in sampling mode other threads flush buffers too). */
+struct progress_slot {
+    _Atomic uint64_t seq, tid, pending, last;
+};
+#define PROGRESS_EMPTY (1ull << 63)
+
+int mtlab_progress_wanted(void) {
+    return watermark && is_root && mtlab_cfg.sample_interval == 0 &&
+           atomic_load_explicit(watermark + MTLAB_WATERMARK_OFF_PROGRESS_WANTED / 8, memory_order_relaxed);
+}
+
+static struct progress_slot *progress_slot(struct mtlab_buf *b) {
+    if (!mtlab_progress_wanted()) return NULL;
+    if (b->progress == 0) {
+        _Atomic uint64_t *used = watermark + MTLAB_WATERMARK_OFF_PROGRESS_USED / 8;
+        uint64_t i = atomic_fetch_add(used, 1);
+        b->progress = i < MTLAB_WATERMARK_PROGRESS_SLOTS ? (int32_t)i + 1 : -1;
+    }
+    if (b->progress < 0) return NULL;
+    return (struct progress_slot *)((char *)watermark + MTLAB_WATERMARK_OFF_PROGRESS) + (b->progress - 1);
+}
+
+/* A seqlock with one writer: the reader retries while `seq` is odd or moved.
+ * `buffered`: the first time stamp of the events in the buffer (0: none). */
+static void progress_publish(struct progress_slot *s, struct mtlab_buf *b, uint64_t buffered, uint64_t last) {
+    uint64_t seq = atomic_load_explicit(&s->seq, memory_order_relaxed);
+    atomic_store_explicit(&s->seq, seq + 1, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&s->tid, b->tid, memory_order_relaxed);
+    atomic_store_explicit(&s->pending, b->pending_tsc ? b->pending_tsc : buffered, memory_order_relaxed);
+    atomic_store_explicit(&s->last, last, memory_order_relaxed);
+    atomic_store_explicit(&s->seq, seq + 2, memory_order_release);
+}
+
+/* Its written chunks are below the watermark: none of them is pending. */
+static void progress_covered(struct mtlab_buf *b) {
+    if (b->pending_tsc && atomic_load_explicit(watermark, memory_order_acquire) >= b->flushed_end) b->pending_tsc = 0;
+}
+
+void mtlab_progress_started(struct mtlab_buf *b) {
+    struct progress_slot *s = progress_slot(b);
+    if (!s) return;
+    progress_covered(b);
+    progress_publish(s, b, b->first_tsc, b->last_first);
+}
+
+void mtlab_progress_flushed(struct mtlab_buf *b, uint64_t first_tsc) {
+    struct progress_slot *s = progress_slot(b);
+    if (!s) return;
+    if (!b->pending_tsc) b->pending_tsc = first_tsc;
+    b->last_first = first_tsc;
+    /* At least the chunk's end: the watermark at or past it covers the chunk. */
+    b->flushed_end = atomic_load(&file_off);
+    progress_covered(b);
+    progress_publish(s, b, 0, first_tsc | PROGRESS_EMPTY);
+}
+
 static char *escape_into(char *p, const char *end, const char *s, size_t n, char sep_from, const char *sep_to) {
     for (size_t i = 0; i < n && p < end - 2; i++) {
         char c = s[i];

@@ -84,6 +84,29 @@ fn live_profile_reports_what_the_full_trace_of_the_same_run_reports() {
     assert_eq!(u(&status["lag"]["late_events"]), 0, "one thread: nothing replayed late");
 }
 
+/// Several threads: their chunks reach the file out of time order (each
+/// thread flushes its own buffer when it is full), and the live analysis
+/// replays only up to the time every buffer has passed, so the figures
+/// that depend on the threads' interleaving (the peak, a block freed by
+/// another thread than the one that made it) are the full trace's.
+#[test]
+fn live_profile_of_threads_matches_the_full_trace() {
+    let lab = Lab::new();
+    let threads = lab.compile("threads");
+    let (v, status) = same_both_ways(&lab, "threads", &threads, &["8", "200000"]);
+    // The program's 1.6 M pairs, and the C library's few for its threads.
+    let in_range = |n: u64, want: u64| (want..want + 1000).contains(&n);
+    assert!(in_range(calls(&v, "malloc"), 1_600_000), "{}", calls(&v, "malloc"));
+    assert!(in_range(calls(&v, "free"), 1_600_000), "{}", calls(&v, "free"));
+    assert_eq!(u(&status["lag"]["late_events"]), 0, "nothing replayed late: {status}");
+    // Blocks made on one thread and freed on another, microseconds apart.
+    let handoff = lab.compile("handoff");
+    let (v, status) = same_both_ways(&lab, "handoff", &handoff, &["400000", "4"]);
+    assert!(in_range(calls(&v, "malloc"), 400_000), "{}", calls(&v, "malloc"));
+    assert!(in_range(calls(&v, "free"), 400_000), "{}", calls(&v, "free"));
+    assert_eq!(u(&status["lag"]["late_events"]), 0, "nothing replayed late: {status}");
+}
+
 #[test]
 fn live_profile_of_python3_matches_its_full_trace() {
     let python = Path::new("/usr/bin/python3");

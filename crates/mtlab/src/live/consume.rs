@@ -4,6 +4,7 @@
 //! the file), so the raw file's blocks on disk stay what the analysis has
 //! not reached yet.
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -46,10 +47,16 @@ pub struct Consumer {
     stats: Vec<(String, String)>,
     allocator_readings: Vec<Vec<(String, String)>>,
     repeated: RepeatedChunks,
-    decoded: Decoded,
+    /// The chunks read so far, merged by time: drained up to the horizon,
+    /// the rest kept for the next batch.
+    items: Option<Items>,
+    /// Per thread, the first time stamp of the latest chunk read.
+    read_first: HashMap<u32, u64>,
     max_points: usize,
     /// The latest time stamp replayed in an earlier batch.
     replayed_tsc: u64,
+    /// The horizon replayed to (every event before it was replayed).
+    replayed_to: u64,
     pub late_events: u64,
     pub max_disk: u64,
     pub max_behind: u64,
@@ -77,15 +84,22 @@ impl Consumer {
             stats: Vec::new(),
             allocator_readings: Vec::new(),
             repeated: RepeatedChunks::default(),
-            decoded: Decoded::default(),
+            items: None,
+            read_first: HashMap::new(),
             max_points,
             replayed_tsc: 0,
+            replayed_to: 0,
             late_events: 0,
             max_disk: 0,
             max_behind: 0,
             sink,
             warnings: Vec::new(),
         })
+    }
+
+    /// The trace's time stamp counter ticks per second (0 before its header is read).
+    pub fn tsc_hz(&self) -> u64 {
+        self.header.as_ref().map_or(0, |(h, _)| h.tsc_hz)
     }
 
     /// Trace bytes analysed so far.
@@ -98,10 +112,11 @@ impl Consumer {
         self.file.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
     }
 
-    /// Analyses the records that end within the first `available` bytes
-    /// (`ended`: the program has ended, the file is whole, and a record
-    /// that does not parse is damage, not one still being written).
-    pub fn advance(&mut self, available: u64, ended: bool) -> Result<(), TraceError> {
+    /// Analyses the events before `horizon` (u64::MAX: all) of the records
+    /// that end within the first `available` bytes (`ended`: the program
+    /// has ended, the file is whole, and a record that does not parse is
+    /// damage, not one still being written).
+    pub fn advance(&mut self, available: u64, ended: bool, horizon: impl FnOnce(&HashMap<u32, u64>) -> u64) -> Result<(), TraceError> {
         self.max_behind = self.max_behind.max(available.saturating_sub(self.off));
         // The first batch hands the sink the file's header too: a sink
         // gets the trace's bytes in order from its start.
@@ -139,6 +154,8 @@ impl Consumer {
                     Ok(info) if self.repeated.is_repeat(&info) => {}
                     Ok(info) => {
                         span = (span.0.min(info.first_tsc), span.1.max(info.last_tsc));
+                        let f = self.read_first.entry(info.tid).or_insert(0);
+                        *f = (*f).max(info.first_tsc);
                         chunks.push(info);
                     }
                     Err(d) => self.warnings.push(d.message(chunks.len())),
@@ -161,11 +178,21 @@ impl Consumer {
             }
             self.off = rec.end();
         }
-        if !chunks.is_empty() {
+        let added = !chunks.is_empty();
+        if added {
+            match self.items.as_mut() {
+                Some(items) => items.extend(chunks),
+                None => {
+                    let header = &self.header.as_ref().expect("chunks are read only after the header").0;
+                    let file = self.file.try_clone().map_err(TraceError::io(&self.path))?;
+                    self.items = Some(Items::over(self.path.clone(), file, chunks, header));
+                }
+            }
+        }
+        let horizon = if ended { u64::MAX } else { horizon(&self.read_first) };
+        if self.items.is_some() && (added || horizon != self.replayed_to) {
             self.update_code();
-            let header = &self.header.as_ref().expect("chunks are read only after the header").0;
-            let items = Items::over(self.path.clone(), self.file.try_clone().map_err(TraceError::io(&self.path))?, chunks, header);
-            self.replay(items);
+            self.replay(horizon);
         }
         if self.off > start {
             if let Some(sink) = self.sink.as_mut() {
@@ -174,14 +201,16 @@ impl Consumer {
                 let (first, last) = if span.0 == u64::MAX { (0, 0) } else { span };
                 sink.consumed(&bytes, first, last);
             }
-            self.release();
         }
+        self.release();
         self.max_disk = self.max_disk.max(self.disk_bytes());
         Ok(())
     }
 
-    fn replay(&mut self, mut items: Items) {
-        let pass = self.pass.as_mut().expect("the header is read before any chunk");
+    /// Replays the merged chunks' events before `horizon`.
+    fn replay(&mut self, horizon: u64) {
+        let (Some(pass), Some(items)) = (self.pass.as_mut(), self.items.as_mut()) else { return };
+        items.set_horizon(horizon);
         if let Some(s) = self.sampled.as_mut() {
             s.set_checkpoints(reading_tscs(&self.allocator_readings));
         }
@@ -189,7 +218,7 @@ impl Consumer {
         let before = self.replayed_tsc;
         let mut late = 0u64;
         let mut last = before;
-        feed(&mut items, pass, &self.code, |ev| {
+        feed(items, pass, &self.code, |ev| {
             late += (ev.tsc < before) as u64;
             last = last.max(ev.tsc);
             if let Some(s) = sampled.as_mut() {
@@ -198,7 +227,7 @@ impl Consumer {
         });
         self.late_events += late;
         self.replayed_tsc = last;
-        self.decoded.add(&items);
+        self.replayed_to = horizon;
     }
 
     /// The code ranges stacks are cut at: the recorded maps and the
@@ -223,7 +252,9 @@ impl Consumer {
         }
         const BLOCK: u64 = 4096;
         let from = self.released.max(header_end.next_multiple_of(BLOCK));
-        let to = self.off / BLOCK * BLOCK;
+        // Chunks merged but not read yet (after the horizon) stay in the file.
+        let unread = self.items.as_ref().map_or(u64::MAX, Items::unread_from);
+        let to = self.off.min(unread) / BLOCK * BLOCK;
         if to <= from {
             return;
         }
@@ -274,13 +305,17 @@ impl Consumer {
         };
         let maps = parse_all_maps(&trace.maps);
         let readings = crate::analysis::model::AllocatorReading::all_of(&trace);
+        let mut decoded = Decoded::default();
+        if let Some(items) = &self.items {
+            decoded.add(items);
+        }
         let pass = self.pass.as_mut()?;
         let sampled = self.sampled.clone().map(|s| s.finish(&trace, &pass.stacks, maps.clone()));
         let series = (!last).then(|| pass.series.clone());
         pass.end_series();
         let report = finish::report(
             pass,
-            finish::Inputs { trace: &trace, opts, symbolize: true, maps, decoded: &self.decoded, sampled, readings },
+            finish::Inputs { trace: &trace, opts, symbolize: true, maps, decoded: &decoded, sampled, readings },
         );
         if let Some(s) = series {
             pass.series = s;

@@ -42,9 +42,10 @@ pub struct Lag {
     /// The most they ever were.
     pub max_raw_disk_bytes: u64,
     /// Events of one thread that reached the file after later events of
-    /// another had been analysed, and were replayed late (0 for a program
-    /// with one thread): figures that depend on the order of threads'
-    /// events (the peak) can differ from the full trace's.
+    /// another had been analysed, and were replayed late: 0 while the
+    /// writer's per-buffer progress says how far the file is complete
+    /// (`live::progress`); else figures that depend on the order of
+    /// threads' events (the peak) can differ from the full trace's.
     pub late_events: u64,
 }
 

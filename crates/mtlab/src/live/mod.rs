@@ -2,12 +2,15 @@
 //! program runs, on one thread of `record`, into a profile file.
 //!
 //! - `consume`: the consumer: the raw trace's complete records (below the
-//!   writer's watermark, `live_finish::watermark_page`) read in batches, each
-//!   batch's chunks merged by time (`trace::Items::over`) and fed to one
-//!   `analysis::pass::Pass`; the bytes read handed to an optional `RawSink`
-//!   (`Consumer::advance`, the one place every raw byte passes), then
-//!   punched out of the file, so the raw file's disk use is what the
-//!   analysis has not reached yet.
+//!   writer's watermark, `live_finish::watermark_page`) read in batches, the
+//!   chunks merged by time (`trace::Items`, kept across batches) and fed to
+//!   one `analysis::pass::Pass` up to the horizon; the bytes read handed to
+//!   an optional `RawSink` (`Consumer::advance`, the one place every raw
+//!   byte passes), then punched out of the file, so the raw file's disk use
+//!   is what the analysis has not reached yet.
+//! - `progress`: the horizon: the time before which every thread's events
+//!   are in the file, from the per-buffer progress the writer publishes, so
+//!   that several threads' events are analysed in the whole trace's order.
 //! - `tree`: the root's descendants' traces, finished when the run ends,
 //!   analysed into the same profile after the root.
 //! - `file`: the profile file: the report data (`ProcessReport`) as of the
@@ -19,6 +22,7 @@
 
 pub mod consume;
 pub mod file;
+pub mod progress;
 pub mod tree;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -31,6 +35,7 @@ use std::time::{Duration, Instant};
 use crate::analysis::AnalyzeOptions;
 use crate::platform::shared_page::SharedPage;
 use consume::Consumer;
+use progress::Progress;
 pub use consume::RawSink;
 use file::{Lag, LiveProfile, ProfileFileError, State};
 
@@ -76,6 +81,9 @@ impl Publish {
 const BEHIND_WARN: u64 = 64 << 20;
 /// How often the consumer looks at the watermark.
 const POLL: Duration = Duration::from_millis(50);
+/// How long before the consumer's look an event must be stamped to be
+/// analysed: a call stamped at its start reaches its buffer when it returns.
+const SETTLE: Duration = Duration::from_millis(20);
 
 /// What the live recording came to.
 #[derive(Debug, Default)]
@@ -111,6 +119,8 @@ impl Live {
     /// create; None when the system offers no memfd for the watermark.
     pub fn start(raw: PathBuf, cfg: LiveConfig, sink: Option<Box<dyn RawSink>>) -> Option<Live> {
         let (fd, page) = crate::live_finish::watermark_page()?;
+        // The writer's per-buffer progress: only this reader uses it.
+        page.u64_at(crate::trace::format::WATERMARK_OFF_PROGRESS_WANTED).store(1, Ordering::Release);
         let end = Arc::new(Mutex::new(None));
         let ended = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -190,7 +200,7 @@ fn consume_while_running(
             let runinfo = end.lock().unwrap_or_else(|e| e.into_inner()).take();
             let (Some(c), Some(runinfo)) = (consumer.as_mut(), runinfo) else { return Ok(summary) };
             let len = std::fs::metadata(&raw).map(|m| m.len()).unwrap_or(0);
-            c.advance(len, true)?;
+            c.advance(len, true, |_| u64::MAX)?;
             let opts = tree::last_snapshot_options();
             if let Some(mut p) = c.report(&opts, &runinfo, true) {
                 let data = p.profile_data.take();
@@ -211,11 +221,19 @@ fn consume_while_running(
         }
         std::thread::sleep(POLL);
         let Some(c) = consumer.as_mut() else { continue };
+        // The progress before the watermark: a buffer's chunk it counts as
+        // written is below the watermark read after it. And an event
+        // stamped just before, not yet in its buffer, is waited for.
+        let now = crate::platform::tsc::now();
+        let progress = Progress::read(page);
         let available = page.u64_at(0).load(Ordering::Acquire);
         if available == 0 {
             continue;
         }
-        c.advance(available, false)?;
+        let settle = c.tsc_hz().saturating_mul(SETTLE.as_millis() as u64) / 1000;
+        c.advance(available, false, |read| {
+            progress.horizon(read).unwrap_or(u64::MAX).min(now.saturating_sub(settle))
+        })?;
         let behind = available.saturating_sub(c.consumed());
         if behind >= BEHIND_WARN && !said_behind {
             said_behind = true;

@@ -888,8 +888,11 @@ pub struct Items {
     heap: BinaryHeap<HeapKey>,
     /// The chunk being drained, or NO_SLOT.
     cur: u32,
-    /// Smallest key among the heap and the pending chunks.
+    /// Smallest key among the heap, the pending chunks and `limit`.
     bound: (u64, u32),
+    /// Only events whose key is below it are yielded (`set_horizon`); never
+    /// a chunk's key, so that it is never the heap's top.
+    limit: (u64, u32),
     warnings: Vec<String>,
     events: u64,
     /// Chunks whose event bytes do not match their checksum, and their events.
@@ -927,6 +930,7 @@ impl Items {
             heap: BinaryHeap::new(),
             cur: NO_SLOT,
             bound: NO_KEY,
+            limit: NO_KEY,
             warnings: Vec::new(),
             events: 0,
             chunks_damaged: 0,
@@ -972,7 +976,41 @@ impl Items {
     fn compute_bound(&self) -> (u64, u32) {
         let h = self.heap.peek().map_or(NO_KEY, |e| (e.0 .0, e.0 .1));
         let p = self.pending_key().unwrap_or(NO_KEY);
-        h.min(p)
+        h.min(p).min(self.limit)
+    }
+
+    /// More chunks of the trace being written (`record --live`), later in
+    /// the file than those before: merged with the ones not yet drained.
+    /// Each must start at or after the horizon the items were drained to
+    /// (`set_horizon`), or its events come late.
+    pub fn extend(&mut self, chunks: Vec<ChunkInfo>) {
+        let from = self.chunks.len() as u32;
+        self.chunks.extend(chunks);
+        let mut order = self.order.split_off(self.next_pending);
+        order.extend(from..self.chunks.len() as u32);
+        order.sort_by_key(|&i| (self.chunks[i as usize].first_tsc, i));
+        self.order = order;
+        self.next_pending = 0;
+        self.bound = self.compute_bound();
+    }
+
+    /// From now on, yields only the events before time stamp `tsc`
+    /// (u64::MAX: all): the iterator ends there, and goes on from there
+    /// after a later horizon.
+    pub fn set_horizon(&mut self, tsc: u64) {
+        // Just below (tsc, 0), and equal to no chunk's key: events before tsc.
+        self.limit = match tsc {
+            u64::MAX => NO_KEY,
+            0 => (0, 0),
+            t => (t - 1, u32::MAX),
+        };
+        self.bound = self.compute_bound();
+    }
+
+    /// The file offset of the first chunk not read yet (u64::MAX: none):
+    /// the file's bytes below it are no longer needed.
+    pub fn unread_from(&self) -> u64 {
+        self.order[self.next_pending..].iter().map(|&i| self.chunks[i as usize].offset).min().unwrap_or(u64::MAX)
     }
 
     /// Frees the current chunk's slot, keeping its buffer for reuse.
@@ -1089,7 +1127,7 @@ impl Items {
     /// bound: park it and pick the chunk that holds the bound.
     #[inline]
     fn yield_cur(&mut self, key: (u64, u32)) {
-        let from_heap = self.heap.peek().is_some_and(|e| (e.0 .0, e.0 .1) == self.bound);
+        let from_heap = self.bound != self.limit && self.heap.peek().is_some_and(|e| (e.0 .0, e.0 .1) == self.bound);
         if from_heap {
             // Swap with the heap's top: one sift instead of a push and a pop.
             let mut top = self.heap.peek_mut().unwrap();
@@ -1109,6 +1147,9 @@ impl Items {
         loop {
             let h = self.heap.peek().map(|e| (e.0 .0, e.0 .1));
             let p = self.pending_key();
+            if h.unwrap_or(NO_KEY).min(p.unwrap_or(NO_KEY)) >= self.limit {
+                return false;
+            }
             let take_heap = match (h, p) {
                 (None, None) => return false,
                 (Some(h), Some(p)) => h < p,

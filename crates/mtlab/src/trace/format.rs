@@ -34,9 +34,13 @@ pub const RECORD_FLAG_CRC: u16 = 0x4;
 pub const CHECK_TRAILER: u32 = 8;
 
 /// The watermark page shared with the traced program (see mtlab_trace.h).
-pub const WATERMARK_SIZE: u32 = 4096;
+pub const WATERMARK_SIZE: u32 = 16384;
 pub const WATERMARK_MAGIC: u64 = 0x004d_5742_4c41_544d;
 pub const WATERMARK_OFF_MAGIC: u32 = 8;
+pub const WATERMARK_OFF_PROGRESS_USED: u32 = 16;
+pub const WATERMARK_OFF_PROGRESS_WANTED: u32 = 24;
+pub const WATERMARK_OFF_PROGRESS: u32 = 64;
+pub const WATERMARK_PROGRESS_SLOTS: u32 = (WATERMARK_SIZE - WATERMARK_OFF_PROGRESS) / 32;
 
 pub const REC_EVENTS: u16 = 1;
 pub const REC_MAPS: u16 = 2;
@@ -169,6 +173,10 @@ mod tests {
             ("WATERMARK_SIZE", WATERMARK_SIZE as u64),
             ("WATERMARK_MAGIC", WATERMARK_MAGIC),
             ("WATERMARK_OFF_MAGIC", WATERMARK_OFF_MAGIC as u64),
+            ("WATERMARK_OFF_PROGRESS_USED", WATERMARK_OFF_PROGRESS_USED as u64),
+            ("WATERMARK_OFF_PROGRESS", WATERMARK_OFF_PROGRESS as u64),
+            ("WATERMARK_OFF_PROGRESS_WANTED", WATERMARK_OFF_PROGRESS_WANTED as u64),
+            ("WATERMARK_PROGRESS_SLOTS", WATERMARK_PROGRESS_SLOTS as u64),
             ("REC_EVENTS", REC_EVENTS as u64),
             ("REC_MAPS", REC_MAPS as u64),
             ("REC_END", REC_END as u64),
