@@ -49,7 +49,9 @@ struct arena_slot {
     struct heap_extent heaps[MAX_HEAPS];
 };
 
-static struct arena_slot slots[MAX_ARENAS];
+/* Mapped at the first arena seen: a megabyte in the library's own data
+ * would move every later mapping of the program, traced or not. */
+static struct arena_slot *slots;
 static _Atomic unsigned nslots;
 static atomic_flag registering = ATOMIC_FLAG_INIT;
 _Atomic int mtlab_arena_layout;
@@ -87,7 +89,9 @@ static struct arena_slot *slot_of(uint64_t ar) {
     n = atomic_load_explicit(&nslots, memory_order_relaxed);
     for (unsigned i = 0; i < n && !s; i++)
         if (atomic_load_explicit(&slots[i].ar, memory_order_relaxed) == ar) s = &slots[i];
-    if (!s && n < MAX_ARENAS && plausible(ar)) {
+    int ok = !s && n < MAX_ARENAS && plausible(ar);
+    if (ok && !slots) slots = mtlab_sys_mmap(sizeof(struct arena_slot) * MAX_ARENAS);
+    if (ok && slots) {
         s = &slots[n];
         atomic_store_explicit(&s->ar, ar, memory_order_relaxed);
         atomic_store_explicit(&nslots, n + 1, memory_order_release);

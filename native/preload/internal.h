@@ -345,6 +345,9 @@ HIDDEN void mtlab_watermark_attach(long fd); /* root process: MTLAB_WATERMARK_FD
 /* A buffer's progress for `record --live` (writer.c): its first event was
  * appended; its chunk was written. No-ops without a watermark page. */
 HIDDEN void mtlab_progress_started(struct mtlab_buf *b);
+/* The watermark page, or NULL (no `record` reading the file while it is
+ * written: every progress call is skipped inline, and no shim makes it). */
+HIDDEN extern _Atomic uint64_t *mtlab_watermark;
 HIDDEN void mtlab_progress_flushed(struct mtlab_buf *b, uint64_t first_tsc);
 HIDDEN int mtlab_progress_wanted(void); /* a watermark page takes the root's full-trace progress */
 HIDDEN void mtlab_writer_path(char *out, size_t cap); /* the file this process writes */
@@ -664,7 +667,7 @@ static inline uint8_t *mtlab_begin_event_code(struct mtlab_buf *b, unsigned kind
     if (tsc < b->prev_tsc) tsc = b->prev_tsc; /* per-thread time never goes back */
     if (b->n_events == 0) {
         b->first_tsc = b->prev_tsc = tsc;
-        mtlab_progress_started(b);
+        if (UNLIKELY(mtlab_watermark != NULL)) mtlab_progress_started(b);
     }
     uint8_t *p = b->data + MTLAB_BUF_HEAD + atomic_load_explicit(&b->len, memory_order_relaxed);
     *p++ = (uint8_t)(kind | flags);

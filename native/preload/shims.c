@@ -1035,7 +1035,10 @@ EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*sta
 
 /* A joined thread has run glibc's tcache_thread_shutdown, whose internal
  * frees may have shrunk or unmapped its arena's heaps: the arenas are
- * looked at again (loads of each arena's state; more only if one changed). */
+ * looked at again (loads of each arena's state; more only if one changed).
+ * Not in the attach build: a program that binds pthread_join while
+ * attached would bind it here, and the library could not be unloaded. */
+#ifndef MTLAB_ATTACH
 EXPORT int pthread_join(pthread_t th, void **ret) {
     if (UNLIKELY(!mtlab_real.pthread_join)) mtlab_resolve();
     int r = mtlab_real.pthread_join(th, ret);
@@ -1050,6 +1053,7 @@ EXPORT int pthread_join(pthread_t th, void **ret) {
     }
     return r;
 }
+#endif
 
 void mtlab_arenas_final(void) { arenas_sync_all(mtlab_tsc()); }
 

@@ -90,7 +90,7 @@ void mtlab_flush_buf(struct mtlab_buf *b) {
     }
     uint64_t first = b->first_tsc;
     reset(b);
-    mtlab_progress_flushed(b, first);
+    if (mtlab_watermark) mtlab_progress_flushed(b, first);
     atomic_fetch_add_explicit(&b->gen, 1, memory_order_relaxed);
     atomic_fetch_sub_explicit(&b->busy, 1, memory_order_release);
     if (blocked) mtlab_sys_restore_signals(&mask);

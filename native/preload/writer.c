@@ -35,7 +35,8 @@ static int is_root;
 /* The watermark page (mtlab_trace.h): set in the root process when
  * `mtlab record` passed one; published to only while this process writes
  * the root file itself (not a fork child, not an exec'd image). */
-static _Atomic uint64_t *watermark;
+_Atomic uint64_t *mtlab_watermark; /* internal.h: read inline before any progress call */
+#define watermark mtlab_watermark
 static int owns_root_file;
 
 void mtlab_watermark_attach(long wfd) {

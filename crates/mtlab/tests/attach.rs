@@ -90,7 +90,7 @@ fn traced_phase(lab: &Lab, program: &std::path::Path, args: &[&str], trace: &str
     assert_eq!(t.next_phase(), "phase 1 done");
     let said = detach(m, err);
     assert!(said.contains("detached from process"), "{said}");
-    assert!(!t.maps().contains("libmtlab_attach"), "the library is unloaded at detach:\n{}", t.maps());
+    assert!(!t.maps().contains("libmtlab_attach"), "the library is unloaded at detach:\n{said}\n{}", t.maps());
     // The program runs on with its own output: sum of 0..29.
     assert_eq!(finish(t), "phase 2 done 435");
     (lab.report(trace), said)

@@ -241,8 +241,8 @@ fn arena_heaps_glibc_unmaps_makes_or_shrinks_unseen_are_followed() {
     let end = u(&r["end"]["mapped_bytes"]);
     let peak = u(&r["peak"]["mapped_bytes"]);
     assert!(peak >= 80_000_000, "the arena grew past one 64 MiB heap: peak mapped {peak}");
-    // The main arena's brk heap and three thread arenas' first heaps.
     assert!(truth < 1_000_000, "glibc unmapped and trimmed: {truth}");
+    // glibc may give `drain` an arena another thread made, so their number
+    // is not fixed; mallinfo2 counts whatever it made.
     assert_eq!(end, truth, "end mapped {end}, mallinfo2 arena {truth}");
-    assert_eq!(u(&r["end"]["mmap_regions"]), 3, "three thread arenas' heaps: {}", r["end"]);
 }
