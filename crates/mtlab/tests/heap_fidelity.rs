@@ -193,26 +193,31 @@ fn sampling_takes_each_operator_new_once_under_every_heap_manager() {
     }
 }
 
-/// #33 §1: glibc shrinks a thread arena's heap inside `free` (heap_trim), with
-/// no allocation after it to show the new size: mtlab kept the arena heap at
-/// its largest. A thread grows its arena's first heap to ~20 MB with blocks
-/// below the mmap threshold and frees them all, newest first; mallinfo2's
-/// `arena` (all arenas' system bytes) is then the truth the trace must end at.
-#[test]
-fn a_thread_arena_glibc_shrinks_inside_free_is_shrunk_in_the_trace() {
+/// Records native/tests/PROG.c, which prints mallinfo2's `arena` (all
+/// arenas' system bytes) after `prefix` on stderr once glibc has done what
+/// the program is about; returns (that figure, mtlab's peak and end mapped).
+fn mapped_against_mallinfo2(prog: &str, prefix: &str) -> (u64, u64, u64) {
     let lab = Lab::new();
-    let prog = lab.compile("arena_trim");
-    let o = lab.record("a.mtl", &prog, &[]);
-    assert_success(&o, "arena_trim");
+    let exe = lab.compile(prog);
+    let o = lab.record("a.mtl", &exe, &[]);
+    assert_success(&o, prog);
     let e = String::from_utf8_lossy(&o.stderr);
     let truth: u64 = e
         .lines()
-        .find_map(|l| l.strip_prefix("after frees: arena "))
+        .find_map(|l| l.strip_prefix(prefix))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or_else(|| panic!("{e}"));
     let r = lab.report("a.mtl");
-    let end = u(&r["end"]["mapped_bytes"]);
-    let peak = u(&r["peak"]["mapped_bytes"]);
+    (truth, u(&r["peak"]["mapped_bytes"]), u(&r["end"]["mapped_bytes"]))
+}
+
+/// #33 §1: glibc shrinks a thread arena's heap inside `free` (heap_trim), with
+/// no allocation after it to show the new size: mtlab kept the arena heap at
+/// its largest. A thread grows its arena's first heap to ~20 MB with blocks
+/// below the mmap threshold and frees them all, newest first.
+#[test]
+fn a_thread_arena_glibc_shrinks_inside_free_is_shrunk_in_the_trace() {
+    let (truth, peak, end) = mapped_against_mallinfo2("arena_trim", "after frees: arena ");
     assert!(peak >= 20_000_000, "the arena grew to 20 MB: peak mapped {peak}");
     assert!(truth < 2_000_000, "glibc trimmed the arena: {truth}");
     // The main arena's brk heap (mallinfo2 counts it too) and the arena's
@@ -227,19 +232,7 @@ fn a_thread_arena_glibc_shrinks_inside_free_is_shrunk_in_the_trace() {
 /// old build ended at 82 178 048 B mapped against mallinfo2's 540 672.
 #[test]
 fn arena_heaps_glibc_unmaps_makes_or_shrinks_unseen_are_followed() {
-    let lab = Lab::new();
-    let prog = lab.compile("arena_heaps");
-    let o = lab.record("a.mtl", &prog, &[]);
-    assert_success(&o, "arena_heaps");
-    let e = String::from_utf8_lossy(&o.stderr);
-    let truth: u64 = e
-        .lines()
-        .find_map(|l| l.strip_prefix("after joins: arena "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("{e}"));
-    let r = lab.report("a.mtl");
-    let end = u(&r["end"]["mapped_bytes"]);
-    let peak = u(&r["peak"]["mapped_bytes"]);
+    let (truth, peak, end) = mapped_against_mallinfo2("arena_heaps", "after joins: arena ");
     assert!(peak >= 80_000_000, "the arena grew past one 64 MiB heap: peak mapped {peak}");
     assert!(truth < 1_000_000, "glibc unmapped and trimmed: {truth}");
     // glibc may give `drain` an arena another thread made, so their number
