@@ -55,7 +55,6 @@ static struct arena_slot *slots;
 static _Atomic unsigned nslots;
 static atomic_flag registering = ATOMIC_FLAG_INIT;
 _Atomic int mtlab_arena_layout;
-#define layout mtlab_arena_layout
 
 static int safe_read(uint64_t addr, void *out, size_t n) {
     struct iovec local = {out, n}, remote = {(void *)addr, n};
@@ -63,7 +62,6 @@ static int safe_read(uint64_t addr, void *out, size_t n) {
     return r == (long)n;
 }
 
-#define load_word mtlab_arena_word
 
 /* Is `ar` an arena laid out as this file reads it? Its first heap names it,
  * has no predecessor and holds it; its top chunk lies in a heap that names
@@ -96,9 +94,9 @@ static struct arena_slot *slot_of(uint64_t ar) {
         atomic_store_explicit(&s->ar, ar, memory_order_relaxed);
         atomic_store_explicit(&nslots, n + 1, memory_order_release);
         int unchecked = 0;
-        atomic_compare_exchange_strong(&layout, &unchecked, 1);
-    } else if (!s && !n && atomic_load(&layout) == 0) {
-        atomic_store(&layout, -1); /* the first arena does not read as expected */
+        atomic_compare_exchange_strong(&mtlab_arena_layout, &unchecked, 1);
+    } else if (!s && !n && atomic_load(&mtlab_arena_layout) == 0) {
+        atomic_store(&mtlab_arena_layout, -1); /* the first arena does not read as expected */
     }
     atomic_flag_clear_explicit(&registering, memory_order_release);
     return s;
@@ -126,8 +124,8 @@ static const struct heap_extent *find(const struct heap_extent *v, unsigned n, u
 
 /* Under the slot's `busy`: tells `emit` what changed since the last time. */
 static void refresh(struct arena_slot *s, uint64_t ar, mtlab_arena_emit emit, void *ctx) {
-    uint64_t system_mem = load_word(ar, STATE_SYSTEM_MEM);
-    uint64_t tail = load_word(ar, STATE_TOP) & ~(HEAP_MAX - 1);
+    uint64_t system_mem = mtlab_arena_word(ar, STATE_SYSTEM_MEM);
+    uint64_t tail = mtlab_arena_word(ar, STATE_TOP) & ~(HEAP_MAX - 1);
     if (system_mem == s->system_mem && tail == s->tail) return;
     struct heap_extent now[MAX_HEAPS];
     unsigned n = walk(ar, tail, now);
@@ -144,22 +142,21 @@ static void refresh(struct arena_slot *s, uint64_t ar, mtlab_arena_emit emit, vo
     s->tail = tail;
 }
 
-int mtlab_arena_sync(uint64_t ar, mtlab_arena_emit emit, void *ctx) {
-    if (atomic_load_explicit(&layout, memory_order_relaxed) < 0) return 0;
+void mtlab_arena_sync(uint64_t ar, mtlab_arena_emit emit, void *ctx) {
+    if (atomic_load_explicit(&mtlab_arena_layout, memory_order_relaxed) < 0) return;
     struct arena_slot *s = slot_of(ar);
-    if (!s) return 0;
+    if (!s) return;
     /* A thread that finds the slot busy leaves its change to the holder,
      * which looks again after letting go: at most a few rounds. */
     for (int round = 0; round < 4; round++) {
-        if (atomic_exchange_explicit(&s->busy, 1, memory_order_acquire)) return 1;
+        if (atomic_exchange_explicit(&s->busy, 1, memory_order_acquire)) return;
         refresh(s, ar, emit, ctx);
         uint64_t seen_mem = s->system_mem, seen_tail = s->tail;
         atomic_store_explicit(&s->busy, 0, memory_order_seq_cst);
-        if (load_word(ar, STATE_SYSTEM_MEM) == seen_mem &&
-            (load_word(ar, STATE_TOP) & ~(HEAP_MAX - 1)) == seen_tail)
+        if (mtlab_arena_word(ar, STATE_SYSTEM_MEM) == seen_mem &&
+            (mtlab_arena_word(ar, STATE_TOP) & ~(HEAP_MAX - 1)) == seen_tail)
             break;
     }
-    return 1;
 }
 
 /* Arenas no traced call has shown: glibc makes a thread's arena on its
@@ -172,7 +169,7 @@ static void discover(void) {
     if (!atomic_load_explicit(&nslots, memory_order_acquire)) return;
     uint64_t start = atomic_load_explicit(&slots[0].ar, memory_order_relaxed), a = start;
     for (unsigned i = 0; i < MAX_ARENAS + 1; i++) {
-        a = load_word(a, STATE_NEXT); /* arenas are never freed; main_arena is in libc's data */
+        a = mtlab_arena_word(a, STATE_NEXT); /* arenas are never freed; main_arena is in libc's data */
         if (!a || a == start) return;
         if (a != atomic_load_explicit(&main_arena, memory_order_relaxed) && !slot_of(a))
             atomic_store_explicit(&main_arena, a, memory_order_relaxed);
@@ -180,7 +177,7 @@ static void discover(void) {
 }
 
 void mtlab_arena_sync_all(mtlab_arena_emit emit, void *ctx) {
-    if (atomic_load_explicit(&layout, memory_order_relaxed) <= 0) return;
+    if (atomic_load_explicit(&mtlab_arena_layout, memory_order_relaxed) <= 0) return;
     discover();
     unsigned n = atomic_load_explicit(&nslots, memory_order_acquire);
     for (unsigned i = 0; i < n; i++) mtlab_arena_sync(atomic_load_explicit(&slots[i].ar, memory_order_relaxed), emit, ctx);

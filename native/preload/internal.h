@@ -462,7 +462,7 @@ static inline uint64_t mtlab_arena_word(uint64_t ar, unsigned off) {
 }
 /* Told of each heap whose extent changed since the trace last heard: size 0 = unmapped. */
 typedef void (*mtlab_arena_emit)(void *ctx, uint64_t base, uint64_t size);
-HIDDEN int mtlab_arena_sync(uint64_t ar, mtlab_arena_emit emit, void *ctx); /* 0: not an arena it can follow */
+HIDDEN void mtlab_arena_sync(uint64_t ar, mtlab_arena_emit emit, void *ctx);
 HIDDEN void mtlab_arena_sync_all(mtlab_arena_emit emit, void *ctx);         /* every arena seen so far */
 HIDDEN void mtlab_arena_fork_child(void);
 HIDDEN void mtlab_arenas_final(void); /* shims.c: at the end of the trace, every arena as it is */

@@ -151,7 +151,7 @@ static void emit_arena_heap(void *ctx, uint64_t base, uint64_t size) {
 __attribute__((noinline)) static void arena_changed(uint64_t ar, struct mtlab_buf **bp, uint64_t tsc) {
     struct arena_emit_ctx c = {bp, tsc};
     struct mtlab_tls *t = &mtlab_tls;
-    if (!mtlab_arena_sync(ar, emit_arena_heap, &c)) t->arena_ar = 0;
+    mtlab_arena_sync(ar, emit_arena_heap, &c); /* an arena it cannot follow stays in the thread's cache: not asked again */
     if (UNLIKELY(!t->arenas_listed)) {
         t->arenas_listed = 1;
         mtlab_arena_sync_all(emit_arena_heap, &c);
