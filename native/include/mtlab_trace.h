@@ -39,14 +39,33 @@
  * writes the slot), the thread id, PENDING: the first time stamp of the
  * oldest event of the buffer that may not be below the watermark yet (0:
  * none), LAST: the first time stamp of its latest written chunk, with bit 63
- * set while the buffer holds no event. */
-#define MTLAB_WATERMARK_SIZE 16384u
+ * set while the buffer holds no event. From OFF_PROGRESS_BUFS, one u64 per
+ * slot: the address of the slot's buffer in the process (written once,
+ * before the slot's first publication), so that the reader can copy the
+ * events of a thread that stopped making calls (`record --live`,
+ * live/bufcopy.rs) at the buffer offsets below, under the owner's
+ * busy/gen seqlock. */
+#define MTLAB_WATERMARK_SIZE 20480u
 #define MTLAB_WATERMARK_MAGIC 0x004d57424c41544dull /* "MTLABWM\0" */
 #define MTLAB_WATERMARK_OFF_MAGIC 8u
 #define MTLAB_WATERMARK_OFF_PROGRESS_USED 16u
 #define MTLAB_WATERMARK_OFF_PROGRESS_WANTED 24u
 #define MTLAB_WATERMARK_OFF_PROGRESS 64u
-#define MTLAB_WATERMARK_PROGRESS_SLOTS 510u /* (SIZE - OFF_PROGRESS) / 32 */
+#define MTLAB_WATERMARK_PROGRESS_SLOTS 510u /* (OFF_PROGRESS_BUFS - OFF_PROGRESS) / 32 */
+#define MTLAB_WATERMARK_OFF_PROGRESS_BUFS 16384u
+/* A buffer as the preload keeps it (struct mtlab_buf, internal.h; checked
+ * there): the owner's thread id (u32), events (u32), first and last time
+ * stamps (u64), the event bytes (u32), busy and gen (u32: busy non-zero
+ * while the owner appends or flushes, gen bumped after each), and where the
+ * events start (after room for the record and chunk headers). */
+#define MTLAB_BUF_OFF_TID 16u
+#define MTLAB_BUF_OFF_N_EVENTS 20u
+#define MTLAB_BUF_OFF_FIRST_TSC 24u
+#define MTLAB_BUF_OFF_PREV_TSC 32u
+#define MTLAB_BUF_OFF_LEN 48u
+#define MTLAB_BUF_OFF_BUSY 56u
+#define MTLAB_BUF_OFF_GEN 60u
+#define MTLAB_BUF_OFF_EVENTS 128u
 
 enum mtlab_record_type {
     MTLAB_REC_EVENTS = 1,  /* one thread's chunk of events */

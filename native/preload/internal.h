@@ -175,6 +175,15 @@ struct mtlab_buf {
 #define MTLAB_LOCK_OWNER 2
 HIDDEN int mtlab_buf_lock(struct mtlab_buf *b, int who, int tries); /* thread.c */
 #define MTLAB_BUF_HEAD (MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER)
+/* `record --live` copies a quiet thread's buffer out of the process at these offsets (mtlab_trace.h). */
+_Static_assert(offsetof(struct mtlab_buf, tid) == MTLAB_BUF_OFF_TID, "buffer layout");
+_Static_assert(offsetof(struct mtlab_buf, n_events) == MTLAB_BUF_OFF_N_EVENTS, "buffer layout");
+_Static_assert(offsetof(struct mtlab_buf, first_tsc) == MTLAB_BUF_OFF_FIRST_TSC, "buffer layout");
+_Static_assert(offsetof(struct mtlab_buf, prev_tsc) == MTLAB_BUF_OFF_PREV_TSC, "buffer layout");
+_Static_assert(offsetof(struct mtlab_buf, len) == MTLAB_BUF_OFF_LEN, "buffer layout");
+_Static_assert(offsetof(struct mtlab_buf, busy) == MTLAB_BUF_OFF_BUSY, "buffer layout");
+_Static_assert(offsetof(struct mtlab_buf, gen) == MTLAB_BUF_OFF_GEN, "buffer layout");
+_Static_assert(offsetof(struct mtlab_buf, data) + MTLAB_BUF_HEAD == MTLAB_BUF_OFF_EVENTS, "buffer layout");
 #define MTLAB_BUF_CAP (MTLAB_BUF_BYTES - sizeof(struct mtlab_buf) - MTLAB_BUF_HEAD)
 
 /* The thread's last frame-pointer walk (stack.c).

@@ -86,6 +86,12 @@ static struct progress_slot *progress_slot(struct mtlab_buf *b) {
         _Atomic uint64_t *used = watermark + MTLAB_WATERMARK_OFF_PROGRESS_USED / 8;
         uint64_t i = atomic_fetch_add(used, 1);
         b->progress = i < MTLAB_WATERMARK_PROGRESS_SLOTS ? (int32_t)i + 1 : -1;
+        /* Where the reader may copy this buffer from; published by the
+         * slot's first seq store (release). A slot stays with its buffer,
+         * which is never unmapped (a later owner thread reuses both). */
+        if (b->progress > 0)
+            atomic_store_explicit(watermark + MTLAB_WATERMARK_OFF_PROGRESS_BUFS / 8 + i, (uint64_t)(uintptr_t)b,
+                                  memory_order_relaxed);
     }
     if (b->progress < 0) return NULL;
     return (struct progress_slot *)((char *)watermark + MTLAB_WATERMARK_OFF_PROGRESS) + (b->progress - 1);

@@ -121,8 +121,8 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
     // Two monomorphized loops: a full trace's loop carries no test for the
     // sampled pass (it cost ~20 instructions an event, 6 % of the report).
     match &mut sampled {
-        Some(s) => feed(&mut items, &mut pass, &code, |ev| s.event(ev)),
-        None => feed(&mut items, &mut pass, &code, |_| {}),
+        Some(s) => feed(&mut items, &mut pass, &code, |ev, _| s.event(ev)),
+        None => feed(&mut items, &mut pass, &code, |_, _| {}),
     }
     pass.end_series();
     let sampled = sampled.map(|s| s.finish(trace, &pass.stacks, maps.clone()));

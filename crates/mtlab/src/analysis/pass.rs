@@ -120,7 +120,8 @@ const AHEAD: usize = 16;
 /// prefetched `AHEAD - DEEP` events before.
 const DEEP: usize = 8;
 
-/// Feeds every item of the trace to the pass, and each event to `also`.
+/// Feeds every item of the trace to the pass, and each event to `also`
+/// (with the pass, just after the event).
 /// Once the live-block table or the site tables have outgrown a last-level
 /// cache (`Pass::is_large`), events are replayed `AHEAD` behind the decoder
 /// (in their order): each decoded event's table slots are prefetched while
@@ -129,15 +130,15 @@ const DEEP: usize = 8;
 /// for nothing (malloc-test, 5 live blocks). Stack definitions are taken at
 /// once; the replay does not read them.
 #[inline(always)]
-pub fn feed(items: &mut Items, pass: &mut Pass, code: &CodeRanges, mut also: impl FnMut(&Event)) {
+pub fn feed(items: &mut Items, pass: &mut Pass, code: &CodeRanges, mut also: impl FnMut(&Event, &Pass)) {
     let mut ahead: [Option<Event>; AHEAD] = Default::default();
     let mut next = 0;
     // A function, not a closure: a closure's inlining is LLVM's choice,
     // and a call per event cost eight threads' report 15 %.
     #[inline(always)]
-    fn replay_one(ev: &Event, pass: &mut Pass, also: &mut impl FnMut(&Event)) {
+    fn replay_one(ev: &Event, pass: &mut Pass, also: &mut impl FnMut(&Event, &Pass)) {
         pass.event(ev);
-        also(ev);
+        also(ev, pass);
     }
     // The tables never shrink: once large, always large.
     let mut large = false;

@@ -724,11 +724,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
             say!("mtlab: warning: {w}");
         }
         if s.lag.late_events > 0 {
-            say!(
-                "mtlab: warning: {} events of one thread reached the trace after later events of another had been analysed \
-                 and were replayed late: figures that depend on the order of threads' events (the peak) may differ from a full trace's",
-                s.lag.late_events
-            );
+            say!("mtlab: warning: {}", crate::live::file::late_text(&s.lag));
         }
     }
     let live_only = cfg.live.as_ref().is_some_and(|l| !l.keep_raw) && outcome.live.as_ref().is_some_and(|s| s.complete);

@@ -3,21 +3,59 @@
 //! bytes it read to the sink, and then releases them (punches them out of
 //! the file), so the raw file's blocks on disk stay what the analysis has
 //! not reached yet.
+//!
+//! The horizon (`progress.rs`) waits for every thread's events. A thread
+//! that has gone quiet with events in its buffer is copied from the
+//! process instead (`bufcopy.rs`), and its own chunk of that buffer, when
+//! it comes, is read without the bytes the copy gave. Where no copy can be
+//! taken (the process's memory cannot be read, a thread stuck inside an
+//! append), the raw bytes waiting for the horizon are held to at most
+//! `HOLD_BYTES`: past that the horizon moves on without the thread, whose
+//! events are then analysed late (`late_events`, `late_bytes`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
+use super::bufcopy::{self, BufferCopy};
+use super::progress::{self, Progress};
 use crate::analysis::finish::{self, Decoded};
 use crate::analysis::pass::{feed, Pass};
 use crate::analysis::{AnalyzeOptions, ProcessReport};
 use crate::profile::sampled::SampledPass;
 use crate::symbolize::{parse_all_maps, CodeRanges};
 use crate::trace::format::*;
-use crate::trace::records::{next_record, parse_chunk_header, read_file_header, RepeatedChunks};
-use crate::trace::{EndRecord, Header, Items, MapsKept, TraceError, TraceFile};
+use crate::platform::shared_page::SharedPage;
+use crate::trace::records::{next_record, parse_chunk_header, read_file_header, ChunkInfo, RepeatedChunks};
+use crate::trace::{EndRecord, Header, Items, MapsKept, NewChunk, TraceError, TraceFile};
+
+/// Raw bytes the horizon may hold on disk before it moves on without a
+/// thread whose buffer could not be copied.
+pub const HOLD_BYTES: u64 = 4 << 20;
+/// How long a thread's oldest buffered event holds the horizon before its
+/// buffer is copied: a thread that is making calls fills and writes its
+/// buffer itself.
+const QUIET_MS: u64 = 100;
+
+/// One look at the writer's progress (`Consumer::advance`).
+pub struct Look<'a> {
+    pub progress: &'a Progress,
+    pub page: &'a SharedPage,
+    /// The time stamp counter at the look, and how long before it an event
+    /// must be stamped to be analysed (ticks).
+    pub now: u64,
+    pub settle: u64,
+}
+
+/// The latest copy taken of a thread's buffer.
+#[derive(Debug, Clone, Copy)]
+struct Copied {
+    first_tsc: u64,
+    len: usize,
+    crc: u32,
+}
 
 /// Where each byte range the consumer read goes before it is released: the
 /// flight recorder's ring (`record --keep-last`) plugs in here. `first_tsc`
@@ -58,6 +96,18 @@ pub struct Consumer {
     /// The horizon replayed to (every event before it was replayed).
     replayed_to: u64,
     pub late_events: u64,
+    /// The live bytes the late events moved, summed (each event's change
+    /// of live bytes, taken positive): how far a peak or a time-series
+    /// point can be off because of them.
+    pub late_bytes: u64,
+    /// Buffer copies taken from the process, and the horizons moved past
+    /// a thread to keep `HOLD_BYTES`.
+    pub copies: u64,
+    pub forced: u64,
+    /// Per thread, the latest copy of its buffer not yet met in the file.
+    copied: HashMap<u32, Copied>,
+    /// Why the process's memory could not be read (copies stop).
+    copy_error: Option<String>,
     pub max_disk: u64,
     pub max_behind: u64,
     sink: Option<Box<dyn RawSink>>,
@@ -90,6 +140,13 @@ impl Consumer {
             replayed_tsc: 0,
             replayed_to: 0,
             late_events: 0,
+            late_bytes: 0,
+            copies: 0,
+            forced: 0,
+            copied: HashMap::new(),
+            // `MTLAB_LIVE_COPY=0`: no copies (what a process whose memory
+            // cannot be read gets; the tests of the hold limit use it).
+            copy_error: std::env::var_os("MTLAB_LIVE_COPY").is_some_and(|v| v == "0").then(|| "MTLAB_LIVE_COPY=0".to_string()),
             max_disk: 0,
             max_behind: 0,
             sink,
@@ -107,16 +164,27 @@ impl Consumer {
         self.off
     }
 
+    /// How far the newest event analysed is behind time stamp `now` (ns;
+    /// 0 at the end, `now` 0, or before any event).
+    pub fn behind_ns(&self, now: u64) -> u64 {
+        let hz = self.tsc_hz();
+        if now == 0 || hz == 0 || self.replayed_tsc == 0 {
+            return 0;
+        }
+        (now.saturating_sub(self.replayed_tsc) as u128 * 1_000_000_000 / hz as u128) as u64
+    }
+
     /// The raw file's blocks on disk now.
     pub fn disk_bytes(&self) -> u64 {
         self.file.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
     }
 
-    /// Analyses the events before `horizon` (u64::MAX: all) of the records
-    /// that end within the first `available` bytes (`ended`: the program
-    /// has ended, the file is whole, and a record that does not parse is
-    /// damage, not one still being written).
-    pub fn advance(&mut self, available: u64, ended: bool, horizon: impl FnOnce(&HashMap<u32, u64>) -> u64) -> Result<(), TraceError> {
+    /// Analyses the records that end within the first `available` bytes:
+    /// their events before the horizon `look` gives (None: all; the
+    /// program has ended, the file is whole, and a record that does not
+    /// parse is damage, not one still being written).
+    pub fn advance(&mut self, available: u64, look: Option<&Look>) -> Result<(), TraceError> {
+        let ended = look.is_none();
         self.max_behind = self.max_behind.max(available.saturating_sub(self.off));
         // The first batch hands the sink the file's header too: a sink
         // gets the trace's bytes in order from its start.
@@ -156,7 +224,8 @@ impl Consumer {
                         span = (span.0.min(info.first_tsc), span.1.max(info.last_tsc));
                         let f = self.read_first.entry(info.tid).or_insert(0);
                         *f = (*f).max(info.first_tsc);
-                        chunks.push(info);
+                        let skip = self.copied_part(&info, &payload);
+                        chunks.push(NewChunk { info, memory: None, skip });
                     }
                     Err(d) => self.warnings.push(d.message(chunks.len())),
                 },
@@ -178,18 +247,27 @@ impl Consumer {
             }
             self.off = rec.end();
         }
-        let added = !chunks.is_empty();
-        if added {
-            match self.items.as_mut() {
-                Some(items) => items.extend(chunks),
-                None => {
-                    let header = &self.header.as_ref().expect("chunks are read only after the header").0;
-                    let file = self.file.try_clone().map_err(TraceError::io(&self.path))?;
-                    self.items = Some(Items::over(self.path.clone(), file, chunks, header));
-                }
-            }
+        let mut copied = HashSet::new();
+        if let Some(look) = look {
+            let quiet = look.now.saturating_sub(self.tsc_hz().saturating_mul(QUIET_MS) / 1000);
+            copied = self.copy_quiet(look, &mut chunks, quiet);
         }
-        let horizon = if ended { u64::MAX } else { horizon(&self.read_first) };
+        let mut added = !chunks.is_empty();
+        self.add_chunks(chunks)?;
+        let horizon = match look {
+            None => u64::MAX,
+            Some(look) => {
+                // Raw bytes pile up behind a thread not quiet for long yet: copied now.
+                if self.held() > HOLD_BYTES {
+                    let mut more = Vec::new();
+                    copied.extend(self.copy_quiet(look, &mut more, u64::MAX));
+                    added |= !more.is_empty();
+                    self.add_chunks(more)?;
+                }
+                let h = look.progress.horizon(&self.read_first, &copied).unwrap_or(u64::MAX).min(look.now.saturating_sub(look.settle));
+                self.held_to(h, look)
+            }
+        };
         if self.items.is_some() && (added || horizon != self.replayed_to) {
             self.update_code();
             self.replay(horizon);
@@ -216,18 +294,148 @@ impl Consumer {
         }
         let sampled = &mut self.sampled;
         let before = self.replayed_tsc;
-        let mut late = 0u64;
+        let (mut late, mut late_bytes) = (0u64, 0u64);
         let mut last = before;
-        feed(items, pass, &self.code, |ev| {
-            late += (ev.tsc < before) as u64;
+        let mut live = pass.replay.heap.live_bytes();
+        feed(items, pass, &self.code, |ev, pass| {
+            let now = pass.replay.heap.live_bytes();
+            if ev.tsc < before {
+                late += 1;
+                late_bytes += now.abs_diff(live);
+            }
+            live = now;
             last = last.max(ev.tsc);
             if let Some(s) = sampled.as_mut() {
                 s.event(ev);
             }
         });
         self.late_events += late;
+        self.late_bytes += late_bytes;
         self.replayed_tsc = last;
         self.replayed_to = horizon;
+    }
+
+    /// How many bytes of a chunk of the file a copy of its buffer gave
+    /// before (its first bytes, checked), to be skipped.
+    fn copied_part(&mut self, info: &ChunkInfo, payload: &[u8]) -> usize {
+        let Some(c) = self.copied.get(&info.tid).copied().filter(|c| c.first_tsc == info.first_tsc) else { return 0 };
+        self.copied.remove(&info.tid);
+        let events = payload.get(EVENTS_HEADER as usize..).unwrap_or(&[]);
+        match events.get(..c.len) {
+            Some(prefix) if crc32fast::hash(prefix) == c.crc => c.len,
+            _ => {
+                self.warnings.push(format!(
+                    "thread {}'s chunk at byte {} does not start with the events copied from its buffer: they may be counted twice",
+                    info.tid, info.offset
+                ));
+                0
+            }
+        }
+    }
+
+    fn add_chunks(&mut self, chunks: Vec<NewChunk>) -> Result<(), TraceError> {
+        if chunks.is_empty() {
+            return Ok(());
+        }
+        if self.items.is_none() {
+            let header = &self.header.as_ref().expect("chunks are read only after the header").0;
+            let file = self.file.try_clone().map_err(TraceError::io(&self.path))?;
+            self.items = Some(Items::over(self.path.clone(), file, Vec::new(), header));
+        }
+        if let Some(items) = self.items.as_mut() {
+            items.extend_from(chunks);
+        }
+        Ok(())
+    }
+
+    /// Raw bytes read and waiting for the horizon on disk.
+    fn held(&self) -> u64 {
+        let unread = self.items.as_ref().map_or(u64::MAX, Items::unread_from);
+        if unread == u64::MAX {
+            0
+        } else {
+            self.off.saturating_sub(unread)
+        }
+    }
+
+    /// Copies the buffers that have held the horizon back since before
+    /// time stamp `quiet` (their threads make no calls) and adds the new
+    /// part of each to `chunks`; returns the threads copied.
+    fn copy_quiet(&mut self, look: &Look, chunks: &mut Vec<NewChunk>, quiet_before: u64) -> HashSet<u32> {
+        let mut covered = HashSet::new();
+        let Some((header, _)) = &self.header else { return covered };
+        let pid = header.pid;
+        if self.copy_error.is_some() || pid == 0 {
+            return covered;
+        }
+        let quiet: Vec<progress::Slot> = look.progress.quiet(&self.read_first, quiet_before).copied().collect();
+        for s in quiet {
+            let c = match bufcopy::copy(pid, s.buf) {
+                Ok(Some(c)) => c,
+                Ok(None) => continue,
+                Err(e) => {
+                    self.copy_error = Some(e.to_string());
+                    self.warnings.push(format!(
+                        "cannot read the buffers of quiet threads from process {pid} ({e}): a thread that makes no calls holds                          the analysis back until {} MiB of raw trace wait, then its events are analysed late",
+                        HOLD_BYTES >> 20
+                    ));
+                    break;
+                }
+            };
+            // Checked against the slot read before the chunks, read again after the copy.
+            let plausible = c.first_tsc >= s.pending && c.last_tsc >= c.first_tsc;
+            if !plausible || !s.copy_holds(progress::reread(look.page, s.index), c.tid, &self.read_first) {
+                continue;
+            }
+            covered.insert(c.tid);
+            if let Some(chunk) = self.new_part(c) {
+                self.copies += 1;
+                chunks.push(chunk);
+            }
+        }
+        covered
+    }
+
+    /// The part of a buffer's copy not given by an earlier copy of it, as
+    /// a chunk held in memory (None: nothing new).
+    fn new_part(&mut self, c: BufferCopy) -> Option<NewChunk> {
+        let skip = match self.copied.get(&c.tid) {
+            Some(p) if p.first_tsc == c.first_tsc => {
+                if c.events.len() <= p.len || crc32fast::hash(&c.events[..p.len]) != p.crc {
+                    return None;
+                }
+                p.len
+            }
+            _ => 0,
+        };
+        self.copied.insert(c.tid, Copied { first_tsc: c.first_tsc, len: c.events.len(), crc: crc32fast::hash(&c.events) });
+        let info = ChunkInfo {
+            offset: u64::MAX,
+            payload_len: EVENTS_HEADER + c.events.len() as u32,
+            compressed: false,
+            columns: false,
+            body_crc: None,
+            tid: c.tid,
+            n_events: c.n_events,
+            first_tsc: c.first_tsc,
+            last_tsc: c.last_tsc,
+        };
+        Some(NewChunk { info, memory: Some(c.events), skip })
+    }
+
+    /// The horizon, moved on where the raw bytes waiting for it exceed
+    /// `HOLD_BYTES`: to where they are half that.
+    fn held_to(&mut self, horizon: u64, look: &Look) -> u64 {
+        let Some(items) = self.items.as_ref() else { return horizon };
+        if self.held() <= HOLD_BYTES {
+            return horizon;
+        }
+        let need = items.horizon_to_read_below(self.off - HOLD_BYTES / 2).min(look.now.saturating_sub(look.settle));
+        if need > horizon {
+            self.forced += 1;
+            return need;
+        }
+        horizon
     }
 
     /// The code ranges stacks are cut at: the recorded maps and the

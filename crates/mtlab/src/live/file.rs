@@ -44,9 +44,37 @@ pub struct Lag {
     /// Events of one thread that reached the file after later events of
     /// another had been analysed, and were replayed late: 0 while the
     /// writer's per-buffer progress says how far the file is complete
-    /// (`live::progress`); else figures that depend on the order of
-    /// threads' events (the peak) can differ from the full trace's.
+    /// (`live::progress`) and a quiet thread's buffer can be copied
+    /// (`live::bufcopy`); else figures that depend on the order of
+    /// threads' events (the peak) can differ from the full trace's, by at
+    /// most `late_bytes`.
     pub late_events: u64,
+    /// The live bytes the late events changed, summed (each taken
+    /// positive): the most a peak or a time-series point can be off by.
+    #[serde(default)]
+    pub late_bytes: u64,
+    /// How far behind the program's clock the analysis was: the time
+    /// between the newest event analysed and the snapshot (ns).
+    #[serde(default)]
+    pub behind_ns: u64,
+    /// Buffers of quiet threads copied from the process, so that the
+    /// analysis did not wait for them.
+    #[serde(default)]
+    pub buffer_copies: u64,
+    /// Times the analysis went on without a thread it could not copy, to
+    /// keep the raw bytes waiting under the hold limit.
+    #[serde(default)]
+    pub held_back_passed: u64,
+}
+
+/// What late events mean for the figures, in one sentence.
+pub fn late_text(lag: &Lag) -> String {
+    format!(
+        "{} events reached the analysis after later ones (replayed late: their thread's buffer could not be \
+         waited for or copied); calls, bytes and leaks per site are exact, the peak and the time series can be \
+         off by at most the {} B of live bytes they moved",
+        lag.late_events, lag.late_bytes
+    )
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -20,6 +20,7 @@
 //! `--live`; an analysis that falls behind leaves more of the file on disk
 //! (said on stderr, counted in the profile's `lag`), and loses nothing.
 
+pub mod bufcopy;
 pub mod consume;
 pub mod file;
 pub mod progress;
@@ -34,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use crate::analysis::AnalyzeOptions;
 use crate::platform::shared_page::SharedPage;
-use consume::Consumer;
+use consume::{Consumer, Look};
 use progress::Progress;
 pub use consume::RawSink;
 use file::{Lag, LiveProfile, ProfileFileError, State};
@@ -183,13 +184,17 @@ fn consume_while_running(
     let mut last_publish = Instant::now();
     let mut said_behind = false;
     let mut said_unwritable = false;
-    let lag = |c: &Consumer, available: u64| Lag {
+    let lag = |c: &Consumer, available: u64, now_tsc: u64| Lag {
         behind_bytes: available.saturating_sub(c.consumed()),
         max_behind_bytes: c.max_behind,
         consumed_bytes: c.consumed(),
         raw_disk_bytes: c.disk_bytes(),
         max_raw_disk_bytes: c.max_disk,
         late_events: c.late_events,
+        late_bytes: c.late_bytes,
+        behind_ns: c.behind_ns(now_tsc),
+        buffer_copies: c.copies,
+        held_back_passed: c.forced,
     };
     loop {
         let done = ended.load(Ordering::Acquire);
@@ -200,14 +205,14 @@ fn consume_while_running(
             let runinfo = end.lock().unwrap_or_else(|e| e.into_inner()).take();
             let (Some(c), Some(runinfo)) = (consumer.as_mut(), runinfo) else { return Ok(summary) };
             let len = std::fs::metadata(&raw).map(|m| m.len()).unwrap_or(0);
-            c.advance(len, true, |_| u64::MAX)?;
+            c.advance(len, None)?;
             let opts = tree::last_snapshot_options();
             if let Some(mut p) = c.report(&opts, &runinfo, true) {
                 let data = p.profile_data.take();
                 if let Some(pb) = &cfg.publish {
                     pb.put(&p, data.as_ref(), true);
                 }
-                summary.lag = lag(c, len);
+                summary.lag = lag(c, len, 0);
                 match write(&cfg, &opts, summary.snapshots + 1, State::Ended, summary.lag, p, data) {
                     Ok(()) => {
                         summary.snapshots += 1;
@@ -231,9 +236,7 @@ fn consume_while_running(
             continue;
         }
         let settle = c.tsc_hz().saturating_mul(SETTLE.as_millis() as u64) / 1000;
-        c.advance(available, false, |read| {
-            progress.horizon(read).unwrap_or(u64::MAX).min(now.saturating_sub(settle))
-        })?;
+        c.advance(available, Some(&Look { progress: &progress, page, now, settle }))?;
         let behind = available.saturating_sub(c.consumed());
         if behind >= BEHIND_WARN && !said_behind {
             said_behind = true;
@@ -257,7 +260,7 @@ fn consume_while_running(
             if let Some(p) = c.report(&snap_opts, &[], false) {
                 // A snapshot that cannot be written (a full disk) is said
                 // once and tried again at the next; the analysis goes on.
-                match write(&cfg, &snap_opts, summary.snapshots + 1, State::Running, lag(c, available), p, None) {
+                match write(&cfg, &snap_opts, summary.snapshots + 1, State::Running, lag(c, available, now), p, None) {
                     Ok(()) => summary.snapshots += 1,
                     Err(e) if !said_unwritable => {
                         said_unwritable = true;

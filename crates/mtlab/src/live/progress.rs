@@ -3,12 +3,14 @@
 //! the watermark, gives the time before which no event can still reach the
 //! file (the horizon); the consumer analyses only up to it, so that the
 //! threads' events are replayed in the order the whole trace gives them.
+//! A buffer whose thread has gone quiet is copied out of the process
+//! (`bufcopy.rs`): its events are then known up to the copy's last one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{fence, Ordering};
 
 use crate::platform::shared_page::SharedPage;
-use crate::trace::format::{WATERMARK_OFF_PROGRESS, WATERMARK_OFF_PROGRESS_USED, WATERMARK_PROGRESS_SLOTS};
+use crate::trace::format::{WATERMARK_OFF_PROGRESS, WATERMARK_OFF_PROGRESS_BUFS, WATERMARK_OFF_PROGRESS_USED, WATERMARK_PROGRESS_SLOTS};
 
 /// The LAST word's flag: the buffer holds no event.
 const EMPTY: u64 = 1 << 63;
@@ -16,6 +18,12 @@ const EMPTY: u64 = 1 << 63;
 /// One buffer's progress as the writer last published it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
+    /// Its index in the page.
+    pub index: u32,
+    /// Its sequence number when read: the owner republishes at each chunk.
+    pub seq: u64,
+    /// The buffer's address in the process (0: not known).
+    pub buf: u64,
     pub tid: u32,
     /// The first time stamp of its oldest event that may not be below the
     /// watermark yet (0: none).
@@ -39,7 +47,7 @@ impl Progress {
         let used = page.u64_at(WATERMARK_OFF_PROGRESS_USED).load(Ordering::Acquire);
         let mut p = Progress { slots: Vec::new(), unknown: used > WATERMARK_PROGRESS_SLOTS as u64 };
         for i in 0..used.min(WATERMARK_PROGRESS_SLOTS as u64) as u32 {
-            match read_slot(page, WATERMARK_OFF_PROGRESS + 32 * i) {
+            match read_slot(page, i) {
                 Some(s) => p.slots.push(s),
                 // Its owner is writing it, and writes it about once a chunk:
                 // retried at the next look.
@@ -52,23 +60,58 @@ impl Progress {
     /// The time before which every event is in the chunks read so far;
     /// `read` holds, per thread, the first time stamp of the latest chunk
     /// read. None when the progress does not say (too many buffers).
-    pub fn horizon(&self, read: &HashMap<u32, u64>) -> Option<u64> {
+    /// `copied`: the threads whose buffer was copied after this was read,
+    /// its slot still standing as read ([`Slot::copy_holds`]): each of
+    /// their events is in the chunks read or the copy, but one stamped and
+    /// not yet appended when the copy was taken, which the caller's margin
+    /// before the look (`SETTLE`) waits for, as for any thread.
+    pub fn horizon(&self, read: &HashMap<u32, u64>, copied: &HashSet<u32>) -> Option<u64> {
         if self.unknown {
             return None;
         }
         let mut h = u64::MAX;
         for s in &self.slots {
-            let done = s.pending == 0 || (s.empty && read.get(&s.tid).is_some_and(|&f| f >= s.last_first));
-            if !done {
+            if !s.done(read) && !copied.contains(&s.tid) {
                 h = h.min(s.pending);
             }
         }
         Some(h)
     }
+
+    /// The slots that hold the horizon back and have held it since before
+    /// `before`: the buffers worth copying.
+    pub fn quiet<'a>(&'a self, read: &'a HashMap<u32, u64>, before: u64) -> impl Iterator<Item = &'a Slot> {
+        self.slots.iter().filter(move |s| !s.done(read) && s.pending < before && s.buf != 0)
+    }
+}
+
+impl Slot {
+    /// Every event of its buffer is in the chunks read.
+    fn done(&self, read: &HashMap<u32, u64>) -> bool {
+        self.pending == 0 || (self.empty && read.get(&self.tid).is_some_and(|&f| f >= self.last_first))
+    }
+
+    /// Whether a copy of its buffer, taken after this slot was read,
+    /// covers every event of its thread not in the chunks read, up to the
+    /// copy's last: the slot is still as it was (the owner has not written
+    /// a chunk or started a buffer since), the copy is of its thread, and
+    /// the latest chunk it wrote before the buffer was read.
+    pub fn copy_holds(&self, now: Option<Slot>, copy_tid: u32, read: &HashMap<u32, u64>) -> bool {
+        now.is_some_and(|n| n.seq == self.seq)
+            && !self.empty
+            && copy_tid == self.tid
+            && (self.last_first == 0 || read.get(&self.tid).is_some_and(|&f| f >= self.last_first))
+    }
+}
+
+/// Slot `index` as it stands now (None: being written).
+pub fn reread(page: &SharedPage, index: u32) -> Option<Slot> {
+    read_slot(page, index)
 }
 
 /// A slot read whole (a seqlock with one writer), or None while it is written.
-fn read_slot(page: &SharedPage, off: u32) -> Option<Slot> {
+fn read_slot(page: &SharedPage, index: u32) -> Option<Slot> {
+    let off = WATERMARK_OFF_PROGRESS + 32 * index;
     let seq = page.u64_at(off);
     for _ in 0..100 {
         let s1 = seq.load(Ordering::Acquire);
@@ -80,8 +123,10 @@ fn read_slot(page: &SharedPage, off: u32) -> Option<Slot> {
         let pending = page.u64_at(off + 16).load(Ordering::Relaxed);
         let last = page.u64_at(off + 24).load(Ordering::Relaxed);
         fence(Ordering::Acquire);
+        // Written before the slot's first publication, never changed.
+        let buf = page.u64_at(WATERMARK_OFF_PROGRESS_BUFS + 8 * index).load(Ordering::Relaxed);
         if seq.load(Ordering::Relaxed) == s1 {
-            return Some(Slot { tid: tid as u32, pending, last_first: last & !EMPTY, empty: last & EMPTY != 0 });
+            return Some(Slot { index, seq: s1, buf, tid: tid as u32, pending, last_first: last & !EMPTY, empty: last & EMPTY != 0 });
         }
     }
     None
@@ -92,7 +137,7 @@ mod tests {
     use super::*;
 
     fn slot(tid: u32, pending: u64, last_first: u64, empty: bool) -> Slot {
-        Slot { tid, pending, last_first, empty }
+        Slot { index: tid, seq: 2, buf: 4096, tid, pending, last_first, empty }
     }
 
     #[test]
@@ -106,11 +151,31 @@ mod tests {
             ],
             unknown: false,
         };
+        let none = HashSet::new();
         let read: HashMap<u32, u64> = [(2, 300), (3, 150)].into_iter().collect();
-        assert_eq!(p.horizon(&read), Some(200));
+        assert_eq!(p.horizon(&read, &none), Some(200));
         let read: HashMap<u32, u64> = [(2, 300), (3, 200)].into_iter().collect();
-        assert_eq!(p.horizon(&read), Some(250));
-        assert_eq!(Progress { slots: vec![], unknown: false }.horizon(&read), Some(u64::MAX));
-        assert_eq!(Progress { slots: vec![], unknown: true }.horizon(&read), None);
+        assert_eq!(p.horizon(&read, &none), Some(250));
+        assert_eq!(Progress { slots: vec![], unknown: false }.horizon(&read, &none), Some(u64::MAX));
+        assert_eq!(Progress { slots: vec![], unknown: true }.horizon(&read, &none), None);
+        // Thread 4's buffer copied: it no longer holds the horizon.
+        let copied: HashSet<u32> = [4].into_iter().collect();
+        assert_eq!(p.horizon(&read, &copied), Some(u64::MAX));
+        assert_eq!(p.quiet(&read, 300).map(|s| s.tid).collect::<Vec<_>>(), [4], "only the buffer holding events, held since before 300");
+        assert_eq!(p.quiet(&read, 250).count(), 0);
+    }
+
+    #[test]
+    fn a_copy_holds_only_for_the_slot_as_it_was_read() {
+        let s = slot(4, 250, 100, false);
+        let read: HashMap<u32, u64> = [(4, 100)].into_iter().collect();
+        assert!(s.copy_holds(Some(s), 4, &read));
+        assert!(!s.copy_holds(Some(Slot { seq: 4, ..s }), 4, &read), "republished: the owner wrote a chunk meanwhile");
+        assert!(!s.copy_holds(None, 4, &read), "being written");
+        assert!(!s.copy_holds(Some(s), 5, &read), "the buffer has another owner");
+        let behind: HashMap<u32, u64> = [(4, 50)].into_iter().collect();
+        assert!(!s.copy_holds(Some(s), 4, &behind), "its latest chunk (first 100) is not read yet");
+        let e = slot(4, 250, 100, true);
+        assert!(!e.copy_holds(Some(e), 4, &read), "an empty buffer has nothing to copy");
     }
 }

@@ -84,6 +84,24 @@ pub fn std_fds_closed_at_start() -> Vec<i32> {
     (0..3).filter(|fd| mask & (1 << fd) != 0).collect()
 }
 
+/// Copies `buf.len()` bytes at `addr` of process `pid`'s memory into `buf`
+/// (`process_vm_readv`: the caller may trace `pid`, e.g. it is its parent
+/// and the program did not make itself undumpable). A partial copy is an
+/// error (`UnexpectedEof`).
+pub fn read_memory(pid: u32, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
+    let local = libc::iovec { iov_base: buf.as_mut_ptr().cast(), iov_len: buf.len() };
+    let remote = libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: buf.len() };
+    // SAFETY: one local iovec over `buf`, which lives across the call and
+    // is written at most `buf.len()` bytes; the remote address is only read
+    // by the kernel, which checks it against the other process's mappings.
+    let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+    match n {
+        n if n < 0 => Err(std::io::Error::last_os_error()),
+        n if n as usize == buf.len() => Ok(()),
+        _ => Err(std::io::ErrorKind::UnexpectedEof.into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -67,6 +67,11 @@ pub struct LiveStatus {
 }
 
 impl LiveStatus {
+    /// What events analysed late mean for this profile's figures.
+    pub fn late(&self) -> Option<String> {
+        (self.lag.late_events > 0).then(|| crate::live::file::late_text(&self.lag))
+    }
+
     /// The line the screen report starts with.
     pub fn text(&self) -> String {
         let when = chrono_free_age(self.written_ns);

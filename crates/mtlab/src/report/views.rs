@@ -335,6 +335,7 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
     let mut out: Vec<View> = Vec::new();
     if let Some(l) = &run.live {
         out.push(View::Note(l.text()));
+        out.extend(l.late().map(View::Note));
         out.extend(l.notes.iter().cloned().map(View::Note));
     }
     for p in &run.processes {

@@ -903,6 +903,22 @@ pub struct Items {
     dctx: Option<zstd::bulk::Decompressor<'static>>,
     /// Timing was sampled: an event's cycles 0 is [`UNTIMED`].
     untimed_zero: bool,
+    /// Chunks held in memory rather than in the file ([`NewChunk::memory`]), by index.
+    memory: rustc_hash::FxHashMap<u32, Vec<u8>>,
+    /// Chunks whose first event bytes were yielded before ([`NewChunk::skip`]), by index.
+    skip: rustc_hash::FxHashMap<u32, usize>,
+}
+
+/// A chunk added to the items of a trace still being written
+/// ([`Items::extend_from`]).
+pub struct NewChunk {
+    pub info: ChunkInfo,
+    /// Its event bytes (rows), when they are not in the file: a copy of a
+    /// thread's buffer taken from the process (`record --live`).
+    pub memory: Option<Vec<u8>>,
+    /// Its first `skip` event bytes were in a chunk added before (a copy of
+    /// its buffer): decoded and dropped, items and all.
+    pub skip: usize,
 }
 
 impl Items {
@@ -939,6 +955,8 @@ impl Items {
             raw: Vec::new(),
             dctx: None,
             untimed_zero: false,
+            memory: Default::default(),
+            skip: Default::default(),
         };
         it.bound = it.compute_bound();
         it
@@ -984,8 +1002,22 @@ impl Items {
     /// Each must start at or after the horizon the items were drained to
     /// (`set_horizon`), or its events come late.
     pub fn extend(&mut self, chunks: Vec<ChunkInfo>) {
+        self.extend_from(chunks.into_iter().map(|info| NewChunk { info, memory: None, skip: 0 }).collect());
+    }
+
+    /// [`Items::extend`] with chunks held in memory or read in part.
+    pub fn extend_from(&mut self, chunks: Vec<NewChunk>) {
         let from = self.chunks.len() as u32;
-        self.chunks.extend(chunks);
+        for (i, c) in chunks.into_iter().enumerate() {
+            let idx = from + i as u32;
+            if let Some(bytes) = c.memory {
+                self.memory.insert(idx, bytes);
+            }
+            if c.skip > 0 {
+                self.skip.insert(idx, c.skip);
+            }
+            self.chunks.push(c.info);
+        }
         let mut order = self.order.split_off(self.next_pending);
         order.extend(from..self.chunks.len() as u32);
         order.sort_by_key(|&i| (self.chunks[i as usize].first_tsc, i));
@@ -1013,6 +1045,19 @@ impl Items {
         self.order[self.next_pending..].iter().map(|&i| self.chunks[i as usize].offset).min().unwrap_or(u64::MAX)
     }
 
+    /// The horizon (`set_horizon`) at which every chunk not read yet that
+    /// starts below file offset `offset` would be read: the bytes below
+    /// `offset` could then be released. 0: none is waiting.
+    pub fn horizon_to_read_below(&self, offset: u64) -> u64 {
+        self.order[self.next_pending..]
+            .iter()
+            .map(|&i| &self.chunks[i as usize])
+            .filter(|c| c.offset < offset)
+            .map(|c| c.first_tsc.saturating_add(1))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Frees the current chunk's slot, keeping its buffer for reuse.
     fn release_cur(&mut self) {
         let slot = self.cur;
@@ -1029,7 +1074,12 @@ impl Items {
         let c = self.chunks[idx as usize];
         let (start, len) = c.event_bytes();
         let mut buf = self.pool.pop().unwrap_or_default();
+        let in_memory = self.memory.remove(&idx);
         let res: io::Result<Layout> = (|| {
+            if let Some(bytes) = in_memory {
+                buf = bytes;
+                return Ok(Layout::Rows(RowFields::default()));
+            }
             if let Some(want) = c.body_crc {
                 self.raw.resize(len, 0);
                 self.file.read_exact_at(&mut self.raw, start)?;
@@ -1081,7 +1131,7 @@ impl Items {
                 return None;
             }
         };
-        let active = Active {
+        let mut active = Active {
             cur: ChunkCursor {
                 idx,
                 offset: c.offset,
@@ -1101,6 +1151,22 @@ impl Items {
                 kind: EventKind::Free { func: Func::Free, ptr: 0 },
             },
         };
+        if let Some(skip) = self.skip.remove(&idx) {
+            // Yielded before from a copy of the buffer: decoded, not yielded.
+            while active.cur.position() < skip {
+                match active.cur.step(&mut active.next) {
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.warnings.push(format!("chunk at byte {} (thread {}): {e} in the part copied before; skipped", c.offset, c.tid));
+                        if self.pool.len() < 8 {
+                            self.pool.push(active.cur.buf);
+                        }
+                        return None;
+                    }
+                }
+            }
+        }
         Some(match self.free_slots.pop() {
             Some(s) => {
                 self.slots[s as usize] = active;

@@ -34,13 +34,24 @@ pub const RECORD_FLAG_CRC: u16 = 0x4;
 pub const CHECK_TRAILER: u32 = 8;
 
 /// The watermark page shared with the traced program (see mtlab_trace.h).
-pub const WATERMARK_SIZE: u32 = 16384;
+pub const WATERMARK_SIZE: u32 = 20480;
 pub const WATERMARK_MAGIC: u64 = 0x004d_5742_4c41_544d;
 pub const WATERMARK_OFF_MAGIC: u32 = 8;
 pub const WATERMARK_OFF_PROGRESS_USED: u32 = 16;
 pub const WATERMARK_OFF_PROGRESS_WANTED: u32 = 24;
 pub const WATERMARK_OFF_PROGRESS: u32 = 64;
-pub const WATERMARK_PROGRESS_SLOTS: u32 = (WATERMARK_SIZE - WATERMARK_OFF_PROGRESS) / 32;
+pub const WATERMARK_PROGRESS_SLOTS: u32 = (WATERMARK_OFF_PROGRESS_BUFS - WATERMARK_OFF_PROGRESS) / 32;
+pub const WATERMARK_OFF_PROGRESS_BUFS: u32 = 16384;
+/// Offsets in the preload's event buffer (`struct mtlab_buf`), where
+/// `record --live` copies a quiet thread's events from (mtlab_trace.h).
+pub const BUF_OFF_TID: u64 = 16;
+pub const BUF_OFF_N_EVENTS: u64 = 20;
+pub const BUF_OFF_FIRST_TSC: u64 = 24;
+pub const BUF_OFF_PREV_TSC: u64 = 32;
+pub const BUF_OFF_LEN: u64 = 48;
+pub const BUF_OFF_BUSY: u64 = 56;
+pub const BUF_OFF_GEN: u64 = 60;
+pub const BUF_OFF_EVENTS: u64 = 128;
 
 pub const REC_EVENTS: u16 = 1;
 pub const REC_MAPS: u16 = 2;
@@ -177,6 +188,15 @@ mod tests {
             ("WATERMARK_OFF_PROGRESS", WATERMARK_OFF_PROGRESS as u64),
             ("WATERMARK_OFF_PROGRESS_WANTED", WATERMARK_OFF_PROGRESS_WANTED as u64),
             ("WATERMARK_PROGRESS_SLOTS", WATERMARK_PROGRESS_SLOTS as u64),
+            ("WATERMARK_OFF_PROGRESS_BUFS", WATERMARK_OFF_PROGRESS_BUFS as u64),
+            ("BUF_OFF_TID", BUF_OFF_TID),
+            ("BUF_OFF_N_EVENTS", BUF_OFF_N_EVENTS),
+            ("BUF_OFF_FIRST_TSC", BUF_OFF_FIRST_TSC),
+            ("BUF_OFF_PREV_TSC", BUF_OFF_PREV_TSC),
+            ("BUF_OFF_LEN", BUF_OFF_LEN),
+            ("BUF_OFF_BUSY", BUF_OFF_BUSY),
+            ("BUF_OFF_GEN", BUF_OFF_GEN),
+            ("BUF_OFF_EVENTS", BUF_OFF_EVENTS),
             ("REC_EVENTS", REC_EVENTS as u64),
             ("REC_MAPS", REC_MAPS as u64),
             ("REC_END", REC_END as u64),

@@ -58,7 +58,7 @@ pub mod stacks;
 pub mod varint;
 
 pub use maps::MapsKept;
-pub use decode::{read_header, Header, ItemRef, Items, TraceFile};
+pub use decode::{read_header, Header, ItemRef, Items, NewChunk, TraceFile};
 pub use encode::{ChunkEncoder, TraceWriter};
 pub use error::TraceError;
 pub use event::{Event, EventKind, Func, Item, UNTIMED};
