@@ -765,6 +765,9 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         if let Some(f) = &flight {
             f.spawned(pid);
         }
+        if let Some(l) = &analysed {
+            l.started(pid);
+        }
     });
     if let Some(a) = announced {
         a.finish();

@@ -466,3 +466,49 @@ fn a_thread_that_cannot_be_copied_is_waited_for_only_up_to_the_hold_limit() {
     let text = String::from_utf8_lossy(&text.stdout).to_string();
     assert!(text.contains("reached the analysis after later ones"), "the report says so: {text}");
 }
+
+/// An analysis slowed below the program's rate (`MTLAB_LIVE_TEST_PACE`, a
+/// test-only knob: about that many raw bytes a second) falls behind a
+/// burst of 2 threads: `mtlab ctl PID status` shows the lag while it lasts,
+/// stderr says it fell behind and then that it caught up while the program
+/// sleeps, and the program's own output and exit code are its own.
+#[test]
+fn ctl_status_shows_the_lag_and_stderr_says_behind_and_caught_up() {
+    let lab = Lab::new();
+    let prog = lab.compile("burst_idle");
+    let child = lab
+        .record_cmd("lag.live", &["--live"], &prog, &["1500000", "6000"])
+        .env("MTLAB_LIVE_TEST_PACE", "10000000")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let recorder = child.id().to_string();
+    let mut lines = Vec::new();
+    let start = Instant::now();
+    while crate_alive(child.id()) && start.elapsed() < Duration::from_secs(60) {
+        let o = lab.command(MTLAB).args(["ctl", &recorder, "status"]).output().unwrap();
+        if o.status.success() {
+            lines.push(String::from_utf8_lossy(&o.stdout).trim().to_string());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let o = child.wait_with_output().unwrap();
+    let plain = lab.command(&prog).args(["1500000", "0"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(5), "the program's exit code: {}", stderr(&o));
+    assert_eq!(o.status.code(), plain.status.code());
+    assert_eq!(o.stdout, plain.stdout, "the program's output");
+    assert_eq!(program_stderr(&o), "", "the program writes nothing on stderr");
+    // "process N: live analysis 16.3 MiB behind (…), …"
+    let behind = |l: &str| l.split("live analysis ").nth(1).and_then(|r| r.split(" behind").next()).map(str::to_string);
+    let lagging: Vec<&String> = lines.iter().filter(|l| behind(l).is_some_and(|b| b != "0 B")).collect();
+    assert!(!lagging.is_empty(), "ctl status showed a lag while the analysis was behind: {lines:?}");
+    assert!(lines.last().is_some_and(|l| behind(l).as_deref() == Some("0 B")), "and none once it caught up: {lines:?}");
+    let err = stderr(&o);
+    let said = err.find("the live analysis is").unwrap_or_else(|| panic!("stderr says it fell behind: {err}"));
+    let caught = err.find("has caught up").unwrap_or_else(|| panic!("stderr says it caught up: {err}"));
+    assert!(said < caught, "{err}");
+    let (v, status) = report_without_live(&lab, &lab.path("lag.live"));
+    assert_eq!(site(&v, "burst"), site_of(3_000_000, 192_000_000, 0, 0));
+    assert!(u(&status.unwrap()["lag"]["max_behind_bytes"]) >= 16 << 20);
+}

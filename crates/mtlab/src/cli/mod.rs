@@ -497,7 +497,8 @@ enum CtlAction {
         #[arg(long, default_value_t = 5)]
         timeout: u64,
     },
-    /// Print whether sampling is on, the interval and the number of samples.
+    /// Print whether sampling is on, the interval and the number of samples;
+    /// under `record --live`, how far behind the analysis is.
     Status,
 }
 
@@ -963,6 +964,15 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
         say!("mtlab: the flight recorder of process {pid} wrote {}; read it with `mtlab report {}`", path.display(), crate::platform::process::shell_word(&path));
         print_out(format!("{}\n", path.display()));
         return Ok(ExitCode::SUCCESS);
+    }
+    // `record --live`: how far behind its analysis is; a full trace has no sampler to show.
+    if let (Some(pid), CtlAction::Status) = (crate::live::status::recorded_pid(a.pid), &a.action) {
+        if let Some(now) = crate::live::status::read(pid).map_err(CliError::Other)? {
+            print_out(format!("{}\n", now.line(pid)));
+        }
+        if CtlPage::open(pid).is_err() {
+            return Ok(ExitCode::SUCCESS);
+        }
     }
     let (pid, waited) = ctl::traced_pid_waiting(a.pid, ctl::STARTING_WAIT);
     // A process still starting: say what the wait was for, and that it was waited for when it failed.

@@ -8,13 +8,12 @@
 //! holds is alive and is the program's parent; the path read back is only
 //! printed.
 
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::platform::names;
+use crate::platform::recorder_page::{self, Layout, OpenError};
 use crate::platform::shared_page::SharedPage;
 
 const SIZE: usize = 4096;
@@ -29,6 +28,7 @@ const OFF_RECORDER: u32 = 32;
 /// Length of the answer's text, then the text (written before OFF_ANSWERED).
 const OFF_TEXT_LEN: u32 = 40;
 const OFF_TEXT: u32 = 64;
+const LAYOUT: Layout = Layout { size: SIZE, magic: MAGIC, off_magic: OFF_MAGIC, off_recorder: OFF_RECORDER };
 
 #[derive(Debug, thiserror::Error)]
 pub enum FlightCtlError {
@@ -53,37 +53,7 @@ impl DumpRequests {
     /// whose recorder is gone is replaced; anything else there is an error.
     pub fn create(pid: u32) -> std::io::Result<DumpRequests> {
         let path = names::flight_page(pid);
-        if let Ok(f) = crate::platform::safe_fs::open_owned_regular(&path, true) {
-            let whole = f.metadata().is_ok_and(|m| m.len() >= SIZE as u64);
-            let stale = !whole || SharedPage::map(&f, SIZE).map(|p| recorder_alive(&p).is_none()).unwrap_or(true);
-            if stale {
-                let _ = std::fs::remove_file(&path);
-            }
-        }
-        // Read-write (a shared mapping needs both), new, no link followed.
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)?;
-        // SAFETY: ftruncate on a descriptor this function owns.
-        let sized = unsafe { libc::ftruncate(f.as_raw_fd(), SIZE as libc::off_t) } == 0;
-        let page = match sized.then(|| SharedPage::map(&f, SIZE)) {
-            Some(Ok(p)) => p,
-            Some(Err(e)) => {
-                let _ = std::fs::remove_file(&path);
-                return Err(e);
-            }
-            None => {
-                let e = std::io::Error::last_os_error();
-                let _ = std::fs::remove_file(&path);
-                return Err(e);
-            }
-        };
-        page.u64_at(OFF_RECORDER).store(std::process::id() as u64, Ordering::Relaxed);
-        page.u64_at(OFF_MAGIC).store(MAGIC, Ordering::Release);
+        let page = recorder_page::create(&path, &LAYOUT)?;
         Ok(DumpRequests { page, path })
     }
 
@@ -118,60 +88,20 @@ impl Drop for DumpRequests {
     }
 }
 
-/// The recorder's pid when it is alive.
-fn recorder_alive(page: &SharedPage) -> Option<u32> {
-    if page.u64_at(OFF_MAGIC).load(Ordering::Acquire) != MAGIC {
-        return None;
-    }
-    let pid = page.u64_at(OFF_RECORDER).load(Ordering::Relaxed) as u32;
-    crate::platform::process::pid_alive(pid).then_some(pid)
-}
-
-/// The parent of `pid`, from /proc/PID/stat.
-fn parent_of(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
-}
-
 /// The program `mtlab ctl PID` means when it has a flight recorder: PID
 /// itself, or the one child of PID (a `mtlab record`, `$!`) that has one.
 pub fn recorded_pid(pid: u32) -> Option<u32> {
-    let has = |p: u32| std::fs::symlink_metadata(names::flight_page(p)).is_ok();
-    if has(pid) {
-        return Some(pid);
-    }
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut found: Vec<u32> = tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).collect::<Vec<_>>())
-        .filter(|&c| has(c))
-        .collect();
-    found.dedup();
-    match found[..] {
-        [one] => Some(one),
-        _ => None,
-    }
+    recorder_page::recorded_pid(pid, names::flight_page)
 }
 
 /// `mtlab ctl PID dump` to the flight recorder of program `pid`: the path
 /// of the window it wrote.
 pub fn request_dump(pid: u32, timeout: Duration) -> Result<PathBuf, FlightCtlError> {
     let path = names::flight_page(pid);
-    let not_its = |why: String| FlightCtlError::NotItsPage { pid, path: path.clone(), why };
-    let f = match crate::platform::safe_fs::open_owned_regular(&path, true) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(FlightCtlError::NotRecorded(pid, path)),
-        Err(e) => return Err(not_its(e.to_string())),
-    };
-    if f.metadata().map(|m| m.len()).unwrap_or(0) < SIZE as u64 {
-        return Err(not_its("it is shorter than a page".into()));
-    }
-    let page = SharedPage::map(&f, SIZE).map_err(|e| not_its(e.to_string()))?;
-    let recorder = recorder_alive(&page).ok_or_else(|| not_its("the recorder that made it has ended (delete the file)".into()))?;
-    if parent_of(pid) != Some(recorder) {
-        return Err(not_its(format!("process {pid} is not a child of the recorder {recorder}")));
-    }
+    let page = recorder_page::open(pid, &path, &LAYOUT).map_err(|e| match e {
+        OpenError::Missing => FlightCtlError::NotRecorded(pid, path.clone()),
+        OpenError::NotIts(why) => FlightCtlError::NotItsPage { pid, path: path.clone(), why },
+    })?;
     let seq = page.u64_at(OFF_REQUESTS).fetch_add(1, Ordering::AcqRel) + 1;
     let start = Instant::now();
     while page.u64_at(OFF_ANSWERED).load(Ordering::Acquire) < seq {

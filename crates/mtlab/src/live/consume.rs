@@ -164,6 +164,16 @@ impl Consumer {
         self.off
     }
 
+    /// The traced process (None before the trace's header is read).
+    pub fn pid(&self) -> Option<u32> {
+        self.header.as_ref().map(|(h, _)| h.pid).filter(|&p| p != 0)
+    }
+
+    /// Calls analysed so far.
+    pub fn events(&self) -> u64 {
+        self.pass.as_ref().map_or(0, |p| p.events)
+    }
+
     /// How far the newest event analysed is behind time stamp `now` (ns;
     /// 0 at the end, `now` 0, or before any event).
     pub fn behind_ns(&self, now: u64) -> u64 {

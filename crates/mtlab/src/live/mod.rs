@@ -24,11 +24,12 @@ pub mod bufcopy;
 pub mod consume;
 pub mod file;
 pub mod progress;
+pub mod status;
 pub mod tree;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -78,8 +79,13 @@ impl Publish {
     }
 }
 
-/// Bytes behind the program at which the recorder says it cannot keep up.
-const BEHIND_WARN: u64 = 64 << 20;
+/// Bytes behind the program at which the recorder says it cannot keep up;
+/// it says so again when the lag has grown this many times since, at most
+/// once per `SAY_EVERY`, and says when it is back under `CAUGHT_UP`.
+const BEHIND_WARN: u64 = 16 << 20;
+const BEHIND_GROWTH: u64 = 4;
+const SAY_EVERY: Duration = Duration::from_secs(10);
+const CAUGHT_UP: u64 = 1 << 20;
 /// How often the consumer looks at the watermark.
 const POLL: Duration = Duration::from_millis(50);
 /// How long before the consumer's look an event must be stamped to be
@@ -112,6 +118,8 @@ pub struct Live {
     fd: Option<OwnedFd>,
     end: Arc<RunFacts>,
     ended: Arc<AtomicBool>,
+    /// The program's pid, once it is spawned (0 before).
+    pid: Arc<AtomicU32>,
     thread: Option<JoinHandle<Result<LiveSummary, LiveError>>>,
 }
 
@@ -124,19 +132,25 @@ impl Live {
         page.u64_at(crate::trace::format::WATERMARK_OFF_PROGRESS_WANTED).store(1, Ordering::Release);
         let end = Arc::new(Mutex::new(None));
         let ended = Arc::new(AtomicBool::new(false));
+        let pid = Arc::new(AtomicU32::new(0));
         let thread = {
-            let (end, ended) = (Arc::clone(&end), Arc::clone(&ended));
+            let (end, ended, pid) = (Arc::clone(&end), Arc::clone(&ended), Arc::clone(&pid));
             std::thread::Builder::new()
                 .name("mtlab-live".into())
-                .spawn(move || consume_while_running(raw, cfg, sink, &page, &end, &ended))
+                .spawn(move || consume_while_running(raw, cfg, sink, &page, &end, &ended, &pid))
                 .ok()?
         };
-        Some(Live { fd: Some(fd), end, ended, thread: Some(thread) })
+        Some(Live { fd: Some(fd), end, ended, pid, thread: Some(thread) })
     }
 
     /// The descriptor to pass in MTLAB_WATERMARK_FD.
     pub fn fd(&self) -> Option<RawFd> {
         self.fd.as_ref().map(|f| f.as_raw_fd())
+    }
+
+    /// The program runs as `pid`: `mtlab ctl PID status` can find the lag.
+    pub fn started(&self, pid: u32) {
+        self.pid.store(pid, Ordering::Release);
     }
 
     /// After the spawn: the program has its copy.
@@ -175,6 +189,7 @@ fn consume_while_running(
     page: &SharedPage,
     end: &RunFacts,
     ended: &AtomicBool,
+    pid: &AtomicU32,
 ) -> Result<LiveSummary, LiveError> {
     let snap_opts = AnalyzeOptions { callers: false, profile: false, ..AnalyzeOptions::default() };
     let mut consumer: Option<Consumer> = None;
@@ -182,8 +197,13 @@ fn consume_while_running(
     let mut summary = LiveSummary::default();
     let mut last_snapshot = Instant::now();
     let mut last_publish = Instant::now();
-    let mut said_behind = false;
+    let mut behind_said = BehindSaid::default();
     let mut said_unwritable = false;
+    let mut status: Option<status::StatusPage> = None;
+    // Test only: the analysis slowed to about this many raw trace bytes a
+    // second (it sleeps after each batch for as long as the batch would
+    // take at that pace), so that a test can make it fall behind a small program.
+    let pace = std::env::var("MTLAB_LIVE_TEST_PACE").ok().and_then(|v| v.parse::<u64>().ok()).filter(|&p| p > 0);
     let lag = |c: &Consumer, available: u64, now_tsc: u64| Lag {
         behind_bytes: available.saturating_sub(c.consumed()),
         max_behind_bytes: c.max_behind,
@@ -192,7 +212,8 @@ fn consume_while_running(
         max_raw_disk_bytes: c.max_disk,
         late_events: c.late_events,
         late_bytes: c.late_bytes,
-        behind_ns: c.behind_ns(now_tsc),
+        // Every byte written analysed: a program that makes no calls is not "behind".
+        behind_ns: if available > c.consumed() { c.behind_ns(now_tsc) } else { 0 },
         buffer_copies: c.copies,
         held_back_passed: c.forced,
     };
@@ -225,6 +246,9 @@ fn consume_while_running(
             return Ok(summary);
         }
         std::thread::sleep(POLL);
+        if status.is_none() {
+            status = Some(pid.load(Ordering::Acquire)).filter(|&p| p != 0).and_then(|p| status::StatusPage::create(p).ok());
+        }
         let Some(c) = consumer.as_mut() else { continue };
         // The progress before the watermark: a buffer's chunk it counts as
         // written is below the watermark read after it. And an event
@@ -236,16 +260,18 @@ fn consume_while_running(
             continue;
         }
         let settle = c.tsc_hz().saturating_mul(SETTLE.as_millis() as u64) / 1000;
+        let before = c.consumed();
+        // Said before the batch too: a long one is a lag ctl should see while it lasts.
+        publish(status.as_ref(), c, lag(c, available, now));
+        behind_said.look(available.saturating_sub(before), c.max_behind.max(available.saturating_sub(before)));
         c.advance(available, Some(&Look { progress: &progress, page, now, settle }))?;
-        let behind = available.saturating_sub(c.consumed());
-        if behind >= BEHIND_WARN && !said_behind {
-            said_behind = true;
-            say!(
-                "mtlab: the live analysis is {} behind the program (it allocates faster than one core analyses): \
-                 nothing is lost, the raw trace holds the rest on disk until it is reached",
-                crate::units::human_bytes(behind)
-            );
+        if let Some(p) = pace {
+            std::thread::sleep(Duration::from_secs_f64((c.consumed() - before) as f64 / p as f64));
         }
+        let behind = page.u64_at(0).load(Ordering::Acquire).saturating_sub(c.consumed());
+        c.max_behind = c.max_behind.max(behind);
+        behind_said.look(behind, c.max_behind);
+        publish(status.as_ref(), c, lag(c, c.consumed() + behind, crate::platform::tsc::now()));
         // The pusher's profile: a report of its own, with the profile, on its own clock.
         if let Some(pb) = cfg.publish.as_ref().filter(|pb| last_publish.elapsed() >= pb.every) {
             last_publish = Instant::now();
@@ -270,6 +296,55 @@ fn consume_while_running(
                 }
             }
         }
+    }
+}
+
+/// The lag for `mtlab ctl PID status`.
+fn publish(page: Option<&status::StatusPage>, c: &Consumer, l: Lag) {
+    if let Some(page) = page {
+        page.publish(&status::Now {
+            behind_bytes: l.behind_bytes,
+            max_behind_bytes: l.max_behind_bytes,
+            behind_ns: l.behind_ns,
+            events: c.events(),
+            consumed_bytes: l.consumed_bytes,
+            raw_disk_bytes: l.raw_disk_bytes,
+            late_events: l.late_events,
+            late_bytes: l.late_bytes,
+        });
+    }
+}
+
+/// What the recorder has said on stderr about falling behind.
+#[derive(Debug, Default)]
+struct BehindSaid {
+    /// The lag when it last said it was behind (None: not behind).
+    at: Option<u64>,
+    when: Option<Instant>,
+}
+
+impl BehindSaid {
+    fn look(&mut self, behind: u64, max: u64) {
+        let h = crate::units::human_bytes;
+        let quiet = self.when.is_some_and(|t| t.elapsed() < SAY_EVERY);
+        match self.at {
+            None if behind >= BEHIND_WARN && !quiet => say!(
+                "mtlab: the live analysis is {} behind the program (it allocates faster than one core analyses): \
+                 nothing is lost, the raw trace holds the rest on disk until it is reached",
+                h(behind)
+            ),
+            Some(at) if behind >= at.saturating_mul(BEHIND_GROWTH) && !quiet => {
+                say!("mtlab: the live analysis is now {} behind the program (was {}): the raw trace on disk grows with it", h(behind), h(at))
+            }
+            Some(_) if behind < CAUGHT_UP => {
+                say!("mtlab: the live analysis has caught up with the program ({} behind; at most {})", h(behind), h(max));
+                self.at = None;
+                return;
+            }
+            _ => return,
+        }
+        self.at = Some(behind);
+        self.when = Some(Instant::now());
     }
 }
 

@@ -23,6 +23,7 @@ pub mod huge_pages;
 pub mod interrupt;
 pub mod names;
 pub mod process;
+pub mod recorder_page;
 pub mod safe_fs;
 pub mod shared_page;
 pub mod tsc;

@@ -25,6 +25,16 @@ pub fn flight_page(pid: u32) -> PathBuf {
     Path::new(CTL_PAGE_DIR).join(format!("{FLIGHT_PAGE_PREFIX}{pid}"))
 }
 
+/// The prefix of a live recorder's status page's name; the pid follows.
+pub const LIVE_PAGE_PREFIX: &str = "mtlab-live-";
+
+/// `/dev/shm/mtlab-live-PID`: where `mtlab record --live` says how far
+/// behind its analysis of program `pid` is, for `mtlab ctl PID status`
+/// (`live::status`).
+pub fn live_page(pid: u32) -> PathBuf {
+    Path::new(CTL_PAGE_DIR).join(format!("{LIVE_PAGE_PREFIX}{pid}"))
+}
+
 /// `ROOT.flight-N` beside the root trace: the N-th window a flight recorder
 /// wrote (no child trace's name: `parse_child_suffix` refuses it).
 pub fn flight_dump(root: &Path, n: u32) -> PathBuf {

@@ -1,0 +1,162 @@
+//! How far behind the live analysis is, for `mtlab ctl PID status`: a page
+//! the recorder makes at `/dev/shm/mtlab-live-PID` (PID: the program's;
+//! `platform::recorder_page` checks it) and rewrites at every look (50 ms),
+//! under a sequence number (odd while it writes).
+
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+
+use crate::platform::names;
+use crate::platform::recorder_page::{self, Layout, OpenError};
+use crate::platform::shared_page::SharedPage;
+
+const SIZE: usize = 4096;
+const MAGIC: u64 = 0x4741_4c45_5649_4c4d; // "MLIVELAG"
+const OFF_MAGIC: u32 = 0;
+const OFF_RECORDER: u32 = 8;
+const OFF_SEQ: u32 = 16;
+/// The figures of `Now`, in its order, one u64 each.
+const OFF_FIGURES: u32 = 32;
+const LAYOUT: Layout = Layout { size: SIZE, magic: MAGIC, off_magic: OFF_MAGIC, off_recorder: OFF_RECORDER };
+
+/// Where the live analysis of a running program stands.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Now {
+    /// Trace bytes written and not analysed yet, and the most that ever was.
+    pub behind_bytes: u64,
+    pub max_behind_bytes: u64,
+    /// The newest event analysed, behind the program's clock (ns).
+    pub behind_ns: u64,
+    /// Events analysed so far.
+    pub events: u64,
+    /// Trace bytes analysed so far.
+    pub consumed_bytes: u64,
+    /// The raw trace's blocks on disk now.
+    pub raw_disk_bytes: u64,
+    pub late_events: u64,
+    pub late_bytes: u64,
+}
+
+impl Now {
+    fn words(&self) -> [u64; 8] {
+        [
+            self.behind_bytes,
+            self.max_behind_bytes,
+            self.behind_ns,
+            self.events,
+            self.consumed_bytes,
+            self.raw_disk_bytes,
+            self.late_events,
+            self.late_bytes,
+        ]
+    }
+
+    fn of_words(w: [u64; 8]) -> Now {
+        Now {
+            behind_bytes: w[0],
+            max_behind_bytes: w[1],
+            behind_ns: w[2],
+            events: w[3],
+            consumed_bytes: w[4],
+            raw_disk_bytes: w[5],
+            late_events: w[6],
+            late_bytes: w[7],
+        }
+    }
+
+    /// `mtlab ctl PID status`'s line.
+    pub fn line(&self, pid: u32) -> String {
+        let b = crate::units::human_bytes;
+        let mut s = format!(
+            "process {pid}: live analysis {} behind ({:.1} s of the program's time; at most {} so far), {} events analysed \
+             ({} of trace), raw trace on disk {}",
+            b(self.behind_bytes),
+            self.behind_ns as f64 / 1e9,
+            b(self.max_behind_bytes),
+            self.events,
+            b(self.consumed_bytes),
+            b(self.raw_disk_bytes),
+        );
+        if self.late_events > 0 {
+            s.push_str(&format!(", {} events analysed late (peak within {})", self.late_events, b(self.late_bytes)));
+        } else {
+            s.push_str(", 0 late events");
+        }
+        s
+    }
+}
+
+/// The recorder's side: the page, removed on drop.
+pub struct StatusPage {
+    page: SharedPage,
+    path: PathBuf,
+}
+
+impl StatusPage {
+    pub fn create(pid: u32) -> std::io::Result<StatusPage> {
+        let path = names::live_page(pid);
+        let page = recorder_page::create(&path, &LAYOUT)?;
+        Ok(StatusPage { page, path })
+    }
+
+    pub fn publish(&self, now: &Now) {
+        let seq = self.page.u64_at(OFF_SEQ);
+        let s = seq.load(Ordering::Relaxed);
+        seq.store(s + 1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::Release);
+        for (i, w) in now.words().into_iter().enumerate() {
+            self.page.u64_at(OFF_FIGURES + 8 * i as u32).store(w, Ordering::Relaxed);
+        }
+        seq.store(s + 2, Ordering::Release);
+    }
+}
+
+impl Drop for StatusPage {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The program `mtlab ctl PID` means when it is recorded with `--live`.
+pub fn recorded_pid(pid: u32) -> Option<u32> {
+    recorder_page::recorded_pid(pid, names::live_page)
+}
+
+/// Where the live analysis of program `pid` stands; None: it is not
+/// recorded with `--live` (or its page is not its recorder's: why).
+pub fn read(pid: u32) -> Result<Option<Now>, String> {
+    let page = match recorder_page::open(pid, &names::live_page(pid), &LAYOUT) {
+        Ok(p) => p,
+        Err(OpenError::Missing) => return Ok(None),
+        Err(OpenError::NotIts(why)) => return Err(format!("{} is not the live recorder's page of process {pid}: {why}", names::live_page(pid).display())),
+    };
+    let seq = page.u64_at(OFF_SEQ);
+    for _ in 0..1000 {
+        let s1 = seq.load(Ordering::Acquire);
+        if s1 % 2 == 0 {
+            let mut w = [0u64; 8];
+            for (i, x) in w.iter_mut().enumerate() {
+                *x = page.u64_at(OFF_FIGURES + 8 * i as u32).load(Ordering::Relaxed);
+            }
+            std::sync::atomic::fence(Ordering::Acquire);
+            if seq.load(Ordering::Relaxed) == s1 {
+                return Ok(Some(Now::of_words(w)));
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+    }
+    Err(format!("the live recorder of process {pid} kept rewriting its page"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_round_trip_through_the_words_in_order() {
+        let n = Now { behind_bytes: 1, max_behind_bytes: 2, behind_ns: 3, events: 4, consumed_bytes: 5, raw_disk_bytes: 6, late_events: 7, late_bytes: 8 };
+        assert_eq!(Now::of_words(n.words()), n);
+        assert!(n.line(9).contains("7 events analysed late"));
+        assert!(Now::default().line(9).contains("0 late events"));
+    }
+}

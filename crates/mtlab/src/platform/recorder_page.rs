@@ -1,0 +1,120 @@
+//! A page `mtlab record` shares with `mtlab ctl` about the program it runs
+//! (`/dev/shm/mtlab-flight-PID`, `/dev/shm/mtlab-live-PID`): the recorder's
+//! own file (0600, created new, no link followed), which `ctl` uses only
+//! when it is this user's regular file, carries the page's magic, and the
+//! recorder whose pid it holds is alive and is the program's parent.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use super::shared_page::SharedPage;
+
+/// Where a page keeps its magic and its recorder's pid.
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    pub size: usize,
+    pub magic: u64,
+    pub off_magic: u32,
+    pub off_recorder: u32,
+}
+
+/// Why `ctl` does not use a page.
+#[derive(Debug)]
+pub enum OpenError {
+    /// There is none: the program is not recorded that way.
+    Missing,
+    NotIts(String),
+}
+
+/// Makes the page at `path` for this recorder. A page of this user's at
+/// the name whose recorder is gone is replaced; anything else there is an error.
+pub fn create(path: &Path, l: &Layout) -> std::io::Result<SharedPage> {
+    if let Ok(f) = super::safe_fs::open_owned_regular(path, true) {
+        let whole = f.metadata().is_ok_and(|m| m.len() >= l.size as u64);
+        let stale = !whole || SharedPage::map(&f, l.size).map(|p| recorder_alive(&p, l).is_none()).unwrap_or(true);
+        if stale {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+    // Read-write (a shared mapping needs both), new, no link followed.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    // SAFETY: ftruncate on a descriptor this function owns.
+    let sized = unsafe { libc::ftruncate(f.as_raw_fd(), l.size as libc::off_t) } == 0;
+    let page = match sized.then(|| SharedPage::map(&f, l.size)) {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+        None => {
+            let e = std::io::Error::last_os_error();
+            let _ = std::fs::remove_file(path);
+            return Err(e);
+        }
+    };
+    page.u64_at(l.off_recorder).store(std::process::id() as u64, Ordering::Relaxed);
+    page.u64_at(l.off_magic).store(l.magic, Ordering::Release);
+    Ok(page)
+}
+
+/// The page at `path` of the recorder of program `pid`, checked.
+pub fn open(pid: u32, path: &Path, l: &Layout) -> Result<SharedPage, OpenError> {
+    let f = match super::safe_fs::open_owned_regular(path, true) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(OpenError::Missing),
+        Err(e) => return Err(OpenError::NotIts(e.to_string())),
+    };
+    if f.metadata().map(|m| m.len()).unwrap_or(0) < l.size as u64 {
+        return Err(OpenError::NotIts("it is shorter than a page".into()));
+    }
+    let page = SharedPage::map(&f, l.size).map_err(|e| OpenError::NotIts(e.to_string()))?;
+    let recorder = recorder_alive(&page, l).ok_or_else(|| OpenError::NotIts("the recorder that made it has ended (delete the file)".into()))?;
+    if parent_of(pid) != Some(recorder) {
+        return Err(OpenError::NotIts(format!("process {pid} is not a child of the recorder {recorder}")));
+    }
+    Ok(page)
+}
+
+/// The recorder's pid when it is alive.
+fn recorder_alive(page: &SharedPage, l: &Layout) -> Option<u32> {
+    if page.u64_at(l.off_magic).load(Ordering::Acquire) != l.magic {
+        return None;
+    }
+    let pid = page.u64_at(l.off_recorder).load(Ordering::Relaxed) as u32;
+    super::process::pid_alive(pid).then_some(pid)
+}
+
+/// The parent of `pid`, from /proc/PID/stat.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The program `mtlab ctl PID` means when `page_of(program)` exists: PID
+/// itself, or the one child of PID (a `mtlab record`, `$!`) that has one.
+pub fn recorded_pid(pid: u32, page_of: impl Fn(u32) -> std::path::PathBuf) -> Option<u32> {
+    let has = |p: u32| std::fs::symlink_metadata(page_of(p)).is_ok();
+    if has(pid) {
+        return Some(pid);
+    }
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut found: Vec<u32> = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).collect::<Vec<_>>())
+        .filter(|&c| has(c))
+        .collect();
+    found.dedup();
+    match found[..] {
+        [one] => Some(one),
+        _ => None,
+    }
+}
