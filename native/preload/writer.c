@@ -8,8 +8,8 @@
  * readers skip, and the events are counted as dropped.
  *
  * Naming: the process started by `mtlab record` writes FILE; every other
- * traced process (fork children, exec'd programs) writes FILE.PID, or
- * FILE.PID.N when an earlier image of the same pid already wrote FILE.PID.
+ * traced process (fork children, exec'd programs) writes FILE.d/PID, or
+ * FILE.d/PID.N when an earlier image of the same pid already wrote FILE.d/PID.
  * The file is created on the first write, so a fork child that only execs
  * leaves no empty trace behind.
  */
@@ -461,7 +461,8 @@ void mtlab_writer_path(char *out, size_t cap) {
 static void trace_name(char *out, char *end, uint32_t pid, uint64_t k, int root) {
     char *p = mtlab_append(out, end, mtlab_cfg.out_path);
     if (!root) {
-        p = mtlab_append(p, end, ".");
+        /* ROOT.d/PID[.N]: `record` made the directory (platform/names.rs, tree_dir). */
+        p = mtlab_append(p, end, ".d/");
         p = mtlab_append_u64(p, end, pid);
         if (k) {
             p = mtlab_append(p, end, ".");

@@ -2,12 +2,12 @@
 //! their own (the C side: `native/preload/broker.c`).
 //!
 //! A daemon drops privileges (setuid) or chroots, then forks its workers: a
-//! worker can no longer create `ROOT.PID` (its new user may not write in the
+//! worker can no longer create `ROOT.d/PID` (its new user may not write in the
 //! trace's directory; inside the jail the path is gone), and a file it did
 //! create would be another user's, which `record` refuses as planted. So the
 //! program gets one end of a socket pair; a process that needs its file sends
 //! a request carrying a socket for the answer, the kernel attaches its pid,
-//! and this side creates `ROOT.PID[.N]` for that pid — new (`O_EXCL`, no link
+//! and this side creates `ROOT.d/PID[.N]` for that pid — new (`O_EXCL`, no link
 //! followed), 0600, owned by mtlab's user like every other trace of the run —
 //! and sends the descriptor back. When it cannot, the process is counted and
 //! named (`Untraced`), and the report says so.
@@ -236,13 +236,11 @@ fn answer(req: Request, root: &Path, served: &mut Served) {
     }
 }
 
-/// Creates `ROOT.PID`, or `ROOT.PID.N` when an earlier image of the pid has
-/// that name, as the library itself names them.
+/// Creates `ROOT.d/PID`, or `ROOT.d/PID.N` when an earlier image of the pid
+/// has that name, as the library itself names them.
 fn create_for(root: &Path, pid: u32) -> Result<(std::fs::File, PathBuf), i32> {
     for k in 0..1000u32 {
-        let mut name = root.as_os_str().to_owned();
-        name.push(if k == 0 { format!(".{pid}") } else { format!(".{pid}.{k}") });
-        let path = PathBuf::from(name);
+        let path = crate::platform::names::child_trace(root, pid, k);
         match crate::platform::safe_fs::create_new(&path, 0o600) {
             Ok(f) => return Ok((f, path)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -338,10 +336,11 @@ mod tests {
     fn a_file_is_made_for_the_asking_pid_only_and_never_over_another() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("t.mtl");
-        std::fs::write(dir.path().join("t.mtl.42"), b"x").unwrap();
+        std::fs::create_dir(dir.path().join("t.mtl.d")).unwrap();
+        std::fs::write(dir.path().join("t.mtl.d/42"), b"x").unwrap();
         let (_, path) = create_for(&root, 42).unwrap();
-        assert_eq!(path, dir.path().join("t.mtl.42.1"));
-        assert_eq!(std::fs::read(dir.path().join("t.mtl.42")).unwrap(), b"x");
+        assert_eq!(path, dir.path().join("t.mtl.d/42.1"));
+        assert_eq!(std::fs::read(dir.path().join("t.mtl.d/42")).unwrap(), b"x");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
     }

@@ -222,13 +222,13 @@ impl RecordOutcome {
     }
 }
 
-/// Is the process that writes `t` (named ROOT.PID[.N], see `names::trace_family`) still alive and writing it?
+/// Is the process that writes `t` (named ROOT.d/PID[.N], see `names::trace_family`) still alive and writing it?
 fn still_running(root: &Path, t: &Path) -> bool {
     let pid = names::child_trace_suffix(root, t).and_then(|s| names::parse_child_suffix(&s)).and_then(|(pid, _)| u32::try_from(pid).ok());
     pid.is_some_and(|pid| holds_open(pid, t))
 }
 
-/// The RUNINFO list of the child traces beside `root` (`trace::family`).
+/// The RUNINFO list of the child traces of `root` (`trace::family`).
 fn child_traces(root: &Path, traces: &[PathBuf]) -> String {
     let entries: Vec<(String, String)> = traces
         .iter()
@@ -261,18 +261,28 @@ pub fn resolve_program(program: &OsString) -> Result<PathBuf, RecordError> {
 
 /// Temporary files (`.NAME.WHAT-PID`, see trace::rewrite::temp_beside) that
 /// an mtlab process killed before it could rename or remove them left beside
-/// the traces of `root`: those whose writer is no longer alive.
+/// the traces of `root` (the root's, and its children's in `ROOT.d`): those
+/// whose writer is no longer alive.
 fn abandoned_temps(root: &Path) -> Vec<PathBuf> {
     let (Some(dir), Some(name)) = (root.parent(), root.file_name()) else { return Vec::new() };
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-    let prefix = format!(".{}.", name.to_string_lossy()); // the root's and ROOT.PID's temps
+    let mut found = temps_in(dir, &format!(".{}.", name.to_string_lossy()));
+    let tree = names::tree_dir(root);
+    if std::fs::symlink_metadata(&tree).is_ok_and(|m| m.is_dir()) {
+        found.extend(temps_in(&tree, "."));
+    }
+    found
+}
+
+/// This user's files in `dir` named `PREFIX…-PID` whose writer `PID` is gone.
+fn temps_in(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .filter(|e| {
             let file = e.file_name().to_string_lossy().to_string();
-            if !file.starts_with(&prefix) {
+            if !file.starts_with(prefix) {
                 return false;
             }
             let writer = file.rsplit_once('-').and_then(|(_, pid)| pid.parse::<u32>().ok());
@@ -401,6 +411,49 @@ fn prepare_output(path: &Path) -> Result<RunStart, RecordError> {
     let _ = std::fs::remove_file(&probe);
     let m = m.map_err(unwritable)?;
     Ok(RunStart(m.ctime(), m.ctime_nsec()))
+}
+
+/// Makes `ROOT.d`, where the traced program's descendants write their
+/// traces (`names::tree_dir`), or takes the one an earlier run of this user
+/// left; it is removed again when dropped if it stays empty (whichever way
+/// the run ends: a program that could not start leaves nothing). A directory another user could write into is refused: what is
+/// planted there is read back as this run's. Private (0700): a child that
+/// changed its user asks `record` for its file (`broker.rs`).
+fn prepare_tree_dir(root: &Path) -> Result<TreeDir, RecordError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let dir = names::tree_dir(root);
+    let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    if let Err(e) = made {
+        if e.kind() != std::io::ErrorKind::AlreadyExists {
+            return Err(RecordError::Unwritable { path: dir, source: e });
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let why = match std::fs::symlink_metadata(&dir) {
+            Err(e) => Some(format!("cannot look at it: {e}")),
+            Ok(m) if !m.file_type().is_dir() => Some("not a directory (a link or a file)".into()),
+            Ok(m) if m.uid() != me => Some(format!("it belongs to user {}, not to this user ({me})", m.uid())),
+            Ok(m) if m.mode() & 0o022 != 0 => Some(format!("others can write into it (mode {:o})", m.mode() & 0o777)),
+            Ok(_) => None,
+        };
+        if let Some(why) = why {
+            return Err(RecordError::Output(format!(
+                "{} is already there and is not this user's directory of child traces: {why}; remove it or choose another name with -o",
+                dir.display()
+            )));
+        }
+    }
+    Ok(TreeDir(dir))
+}
+
+/// `ROOT.d` while a run uses it; removed on drop when no descendant wrote a
+/// trace into it, so a program that starts none leaves only its one trace.
+struct TreeDir(PathBuf);
+
+impl Drop for TreeDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 /// `prepare_output` for `record --pid` (attach/), which needs no run start.
@@ -601,6 +654,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let output = std::path::absolute(&cfg.output).map_err(|source| RecordError::Unwritable { path: cfg.output.clone(), source })?;
     crate::trace::rewrite::check_trace_output(&output).map_err(RecordError::Output)?;
     let run_start = prepare_output(&output)?;
+    let _tree_dir = if cfg.follow { Some(prepare_tree_dir(&output)?) } else { None };
     // Control pages left by a sampled run killed together with its record.
     crate::ctl::remove_dead_pages();
     let out_dir = HeldDir::open(&output);
@@ -1040,12 +1094,16 @@ mod tests {
     fn family_lists_root_then_children_in_pid_order() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("t.mtl");
-        for name in ["t.mtl", "t.mtl.20", "t.mtl.3", "t.mtl.3.1", "t.mtl.x", "t.mtl.3.1.2", "other"] {
+        std::fs::create_dir(dir.path().join("t.mtl.d")).unwrap();
+        for name in ["t.mtl", "t.mtl.d/20", "t.mtl.d/3", "t.mtl.d/3.1", "t.mtl.d/x", "t.mtl.d/3.1.2", "other", "t.mtl.7"] {
             std::fs::write(dir.path().join(name), b"").unwrap();
         }
-        let names: Vec<String> =
-            names::trace_family(&root).iter().map(|p| p.file_name().unwrap().to_string_lossy().to_string()).collect();
-        assert_eq!(names, ["t.mtl", "t.mtl.3", "t.mtl.3.1", "t.mtl.20"]);
+        let names: Vec<String> = names::trace_family(&root)
+            .iter()
+            .map(|p| p.strip_prefix(dir.path()).unwrap().to_string_lossy().to_string())
+            .collect();
+        // The layout before ROOT.d (t.mtl.7 beside the root) is read too.
+        assert_eq!(names, ["t.mtl", "t.mtl.d/3", "t.mtl.d/3.1", "t.mtl.7", "t.mtl.d/20"]);
     }
 
     #[test]

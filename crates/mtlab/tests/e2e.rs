@@ -395,7 +395,7 @@ fn fork_child_writes_its_own_trace() {
     let base_out = lab.record_ok("base.mtl", &prog, &["0", "0"]);
     let out = lab.record_ok("t.mtl", &prog, &[&a.to_string(), &b.to_string()]);
     let pid = child_pid(&out.stdout);
-    assert_eq!(lab.files_with_prefix("t.mtl"), ["t.mtl".to_string(), format!("t.mtl.{pid}")]);
+    assert_eq!(lab.family("t.mtl"), ["t.mtl".to_string(), format!("t.mtl.d/{pid}")]);
 
     let (base, r) = (lab.report("base.mtl"), lab.report("t.mtl"));
     let bpid = child_pid(&base_out.stdout);
@@ -410,7 +410,7 @@ fn fork_child_writes_its_own_trace() {
     assert_eq!(u(&child["pid"]), pid as u64);
     assert_eq!(u(&child["ppid"]), u(&r["pid"]));
     assert_eq!(child["cmdline"], r["cmdline"], "a fork child runs the same command line");
-    assert!(child["file"].as_str().unwrap().ends_with(&format!("t.mtl.{pid}")));
+    assert!(child["file"].as_str().unwrap().ends_with(&format!("t.mtl.d/{pid}")));
 
     // Parent: its A blocks, none of the child's.
     assert_eq!(call_deltas(&r, &base), deltas(&[("malloc", a as i64)]));
@@ -455,9 +455,9 @@ fn fork_exec_lists_the_exec_image_and_the_pre_exec_child() {
     let (c, m) = (30u64, 40u64);
     let out = lab.record_ok("t.mtl", &prog, &[&c.to_string(), &m.to_string()]);
     let pid = child_pid(&out.stdout);
-    // The fork child wrote FILE.PID (flushed at exec); the image it exec'd has
-    // the same pid and so wrote FILE.PID.1.
-    assert_eq!(lab.files_with_prefix("t.mtl"), ["t.mtl".to_string(), format!("t.mtl.{pid}"), format!("t.mtl.{pid}.1")]);
+    // The fork child wrote FILE.d/PID (flushed at exec); the image it exec'd
+    // has the same pid and so wrote FILE.d/PID.1.
+    assert_eq!(lab.family("t.mtl"), ["t.mtl".to_string(), format!("t.mtl.d/{pid}"), format!("t.mtl.d/{pid}.1")]);
     let r = lab.report("t.mtl");
     let children = r["children"].as_array().unwrap();
     assert_eq!(children.len(), 2);
@@ -489,7 +489,7 @@ fn fork_exec_child_without_events_leaves_no_trace() {
     let out = lab.record_ok("t.mtl", &prog, &["0", "25"]);
     let pid = child_pid(&out.stdout);
     // The fork child made no traced call before exec: only the image's trace.
-    assert_eq!(lab.files_with_prefix("t.mtl"), ["t.mtl".to_string(), format!("t.mtl.{pid}")]);
+    assert_eq!(lab.family("t.mtl"), ["t.mtl".to_string(), format!("t.mtl.d/{pid}")]);
     let r = lab.report("t.mtl");
     let children = r["children"].as_array().unwrap();
     assert_eq!(children.len(), 1);
@@ -967,7 +967,7 @@ fn exports_say_which_process_they_took_and_merge_sums_the_processes() {
     );
     let o = report_output(&lab, &["t.mtl", "--collapsed", "child.txt", "--pid", &child.to_string()]);
     assert_success(&o, "report --collapsed --pid");
-    assert!(stderr(&o).contains(&format!("mtlab: the exports are of process {child} (fork, ./t.mtl.{child})\n")), "{}", stderr(&o));
+    assert!(stderr(&o).contains(&format!("mtlab: the exports are of process {child} (fork, ./t.mtl.d/{child})\n")), "{}", stderr(&o));
     let o = report_output(&lab, &["t.mtl", "--collapsed", "merged.txt", "--merge"]);
     assert_success(&o, "report --collapsed --merge");
     assert!(stderr(&o).contains(&format!("mtlab: the exports sum the profiles of 2 processes: {root} (fork), {child} (fork)")), "{}", stderr(&o));
@@ -992,7 +992,7 @@ fn a_deleted_or_corrupt_child_trace_is_named() {
     let prog = lab.compile("fork");
     let out = lab.record_ok("t.mtl", &prog, &["5", "7"]);
     let child = child_pid(&out.stdout);
-    let file = format!("t.mtl.{child}");
+    let file = format!("t.mtl.d/{child}");
     std::fs::remove_file(lab.path(&file)).unwrap();
     let o = lab.command(MTLAB).args(["report", "--json", "t.mtl"]).output().unwrap();
     assert_success(&o, "report with a deleted child trace");

@@ -288,7 +288,7 @@ calls still pass through mtlab's shims (a little slower, never wrong)";
 
 #[derive(Args, Debug)]
 struct RecordArgs {
-    /// Trace file to write; traced children write FILE.PID beside it.
+    /// Trace file to write; traced children write FILE.d/PID (FILE.d is made 0700 and removed when empty).
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Capture call stacks (on) or not (none); --unwind says how.
@@ -676,7 +676,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         publish: push.as_ref().map(|p| crate::live::Publish { every: p.every / 2, slot: Default::default() }),
     });
     let output = match &live {
-        // The raw trace beside the profile: PROFILE.raw (its children's PROFILE.raw.PID).
+        // The raw trace beside the profile: PROFILE.raw (its children's PROFILE.raw.d/PID).
         Some(l) => {
             let mut raw = l.profile.clone().into_os_string();
             raw.push(".raw");
@@ -734,10 +734,11 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     let live_only = cfg.live.as_ref().is_some_and(|l| !l.keep_raw) && outcome.live.as_ref().is_some_and(|s| s.complete);
     match outcome.traces.first().filter(|_| !live_only) {
         Some(first) => say!(
-            "mtlab: wrote {} ({} trace file{}, {}) in {:.3} s; read it with `mtlab report {}`",
+            "mtlab: wrote {} ({} trace file{}{}, {}) in {:.3} s; read it with `mtlab report {}`",
             first.display(),
             n,
             if n == 1 { "" } else { "s" },
+            if n > 1 { format!(", the descendants' in {}", crate::platform::names::tree_dir(first).display()) } else { String::new() },
             report::human_bytes(outcome.bytes),
             outcome.wall.as_secs_f64(),
             crate::platform::process::shell_word(first)

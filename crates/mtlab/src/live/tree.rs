@@ -1,5 +1,5 @@
 //! Process trees under `record --live`: the traces of the root's
-//! descendants (forked children, exec'd images: `FILE.PID[.N]`) analysed
+//! descendants (forked children, exec'd images: `FILE.d/PID[.N]`) analysed
 //! into the same profile file, after the root's, each with the analysis
 //! `mtlab report` gives a finished trace; their raw traces are then removed
 //! (kept with `--keep-raw`). A descendant's trace has no watermark of its

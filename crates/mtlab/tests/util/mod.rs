@@ -194,6 +194,27 @@ impl Lab {
         v
     }
 
+    /// A run's trace files as `record -o ROOT` writes them: `ROOT`, then
+    /// `ROOT.d/NAME` for every file in `ROOT.d` (the descendants'), sorted;
+    /// and nothing else in the lab starts with ROOT but `ROOT.d`.
+    pub fn family(&self, root: &str) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        let beside = self.files_with_prefix(root);
+        assert!(beside.iter().all(|n| n == root || *n == format!("{root}.d")), "only ROOT and ROOT.d: {beside:?}");
+        if beside.iter().any(|n| n == root) {
+            v.push(root.to_string());
+        }
+        let tree = self.dir.path().join(format!("{root}.d"));
+        let mut children: Vec<String> = std::fs::read_dir(&tree)
+            .into_iter()
+            .flatten()
+            .map(|e| format!("{root}.d/{}", e.unwrap().file_name().to_string_lossy()))
+            .collect();
+        children.sort();
+        v.extend(children);
+        v
+    }
+
     /// Names of the files in the lab starting with `prefix`, sorted.
     pub fn files_with_prefix(&self, prefix: &str) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(self.dir.path())
