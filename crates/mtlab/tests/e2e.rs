@@ -436,6 +436,46 @@ fn fork_child_writes_its_own_trace() {
     assert_eq!(v["pid"], r["pid"]);
 }
 
+/// The report puts the kernel's count of the whole process beside the heap
+/// (issue 37 §3: a heap peak read as all the program used): a program that
+/// writes every byte of one 48 MiB block has a peak resident set of at least
+/// that, within mtlab's own buffers of the same program run untraced
+/// (`ru_maxrss` from wait4, the independent count).
+#[test]
+fn the_kernels_peak_resident_set_stands_beside_the_heap() {
+    let lab = Lab::new();
+    let prog = lab.compile("rss_touch");
+    let mib = 48u64;
+    // Reaped by wait4 below, which gives its rusage (std's wait does not).
+    #[allow(clippy::zombie_processes)]
+    let child = lab.command(&prog).arg(mib.to_string()).spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill in.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child; status and usage are valid for writes.
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    assert_eq!(status, 0, "rss_touch untraced");
+    let untraced = usage.ru_maxrss as u64 * 1024;
+
+    lab.record_ok("t.mtl", &prog, &[&mib.to_string()]);
+    let r = lab.report("t.mtl");
+    let rss = u(&r["max_rss_bytes"]);
+    assert_eq!(u(&r["peak"]["live_bytes"]), mib << 20);
+    assert!(rss >= mib << 20, "at least the block written: {rss}");
+    assert!(rss + (1 << 20) >= untraced, "not below the untraced run's {untraced}: {rss}");
+    assert!(rss <= untraced + (32 << 20), "the untraced run's {untraced} and mtlab's buffers: {rss}");
+    let text = lab.command(MTLAB).args(["report", "t.mtl"]).output().unwrap();
+    assert_success(&text, "report");
+    let shown = format!("the process's peak resident memory, as the kernel counts it at exit: {}", human_mib(rss));
+    assert!(String::from_utf8_lossy(&text.stdout).contains(&shown), "{shown}");
+}
+
+/// `human_bytes` as the report prints a size of some MiB.
+fn human_mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / 1048576.0)
+}
+
 #[test]
 fn no_follow_leaves_children_untraced() {
     let lab = Lab::new();

@@ -263,6 +263,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         overlapping_allocs: heap.overlapping_allocs,
         flight: flight_window(trace, heap.unknown_frees),
         program_mappings: pass.replay.program_maps.clone(),
+        max_rss_bytes: stat(keys::MAX_RSS_KIB).map(|kib| kib * 1024),
         stacks,
         slowdown,
         compact_quantum_ticks: compact_quantum,

@@ -443,6 +443,12 @@ pub struct ProcessReport {
     /// Set for a flight recorder's window (`record --keep-last`).
     pub flight: Option<FlightWindow>,
     pub program_mappings: ProgramMappings,
+    /// The kernel's peak resident set of the process (`getrusage` at its
+    /// exit, STATS `max_rss_kib`): everything it held — heap, its own
+    /// mappings, code, stacks and mtlab's buffers — beside which the heap's
+    /// figures read as the part they are. None without STATS (no clean exit).
+    #[serde(default)]
+    pub max_rss_bytes: Option<u64>,
     pub stacks: StackQuality,
     pub slowdown: Option<Slowdown>,
     /// Set for a compact trace (`mtlab compact`): the rounding of its time

@@ -414,6 +414,13 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
                         human_bytes(p.program_mappings.bytes)
                     )));
                 }
+                if let Some(rss) = p.max_rss_bytes {
+                    out.push(View::Note(format!(
+                        "the process's peak resident memory, as the kernel counts it at exit: {} (heap, the program's own \
+                         mappings, code, stacks, and mtlab's own buffers; the heap figures above are the part the heap manager holds)",
+                        human_bytes(rss)
+                    )));
+                }
                 let live: Vec<u64> = p.time_series.iter().map(|t| t.live_bytes).collect();
                 let mapped: Vec<u64> = p.time_series.iter().map(|t| t.mapped_bytes).collect();
                 if live.len() >= 2 && !page {
