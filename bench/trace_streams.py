@@ -72,5 +72,6 @@ def main(path):
         print(f"  {k:<14} {v:>11}")
 
 
-for a in sys.argv[1:]:
-    main(a)
+if __name__ == "__main__":
+    for a in sys.argv[1:]:
+        main(a)

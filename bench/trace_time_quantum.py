@@ -8,21 +8,9 @@ first_tsc, and the rounded deltas (in quanta, as varints) compressed alone
     bench/trace_time_quantum.py TRACE.mtl K [K ...]
 """
 import struct
-import subprocess
 import sys
 
-N_STREAMS = {1: 13, 2: 15, 3: 16}
-
-
-def varint(b, i):
-    x = s = 0
-    while True:
-        c = b[i]
-        i += 1
-        x |= (c & 0x7F) << s
-        s += 7
-        if c < 0x80:
-            return x, i
+from trace_streams import N_STREAMS, varint, zstd
 
 
 def put_varint(out, x):
@@ -30,10 +18,6 @@ def put_varint(out, x):
         out.append((x & 0x7F) | 0x80)
         x >>= 7
     out.append(x)
-
-
-def zstd(data, *args):
-    return subprocess.run(["zstd", "-q", "-c", *args], input=data, capture_output=True, check=True).stdout
 
 
 def main(path, ks):
