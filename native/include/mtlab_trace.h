@@ -25,6 +25,10 @@
 #define MTLAB_RECORD_HEADER 8u
 #define MTLAB_RECORD_FLAG_ZSTD 0x1u /* zstd frame (EVENTS: after the 24-byte chunk header) */
 #define MTLAB_RECORD_FLAG_COLUMNS 0x2u /* EVENTS, with ZSTD: events in the column layout (written by mtlab after the run) */
+/* EVENTS, raw (version 2): flushed while the process had only ever had one
+ * thread, so no other thread's event falls within the chunk's time: mtlab's
+ * rewrite may round its time stamps (docs/trace-format.md, *Solo chunks*). */
+#define MTLAB_RECORD_FLAG_SOLO 0x8u
 
 /* The watermark page: a memfd `mtlab record` passes to the traced program
  * (MTLAB_WATERMARK_FD) so it can rewrite the root trace's finished part while

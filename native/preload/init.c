@@ -41,6 +41,11 @@
 HIDDEN struct mtlab_config mtlab_cfg;
 HIDDEN _Atomic int mtlab_state;
 HIDDEN struct mtlab_counters mtlab_counters;
+#ifdef MTLAB_ATTACH
+HIDDEN _Atomic uint32_t mtlab_threads_beyond_first = 1; /* the process runs already: its threads are unknown */
+#else
+HIDDEN _Atomic uint32_t mtlab_threads_beyond_first;
+#endif
 HIDDEN uint32_t mtlab_pid;
 
 /* Settings come from the environment `mtlab record` set; attached, from the

@@ -364,6 +364,10 @@ struct mtlab_counters {
     _Atomic uint64_t stacks_overflowed;
 };
 extern HIDDEN struct mtlab_counters mtlab_counters;
+/* 1 once the process may have had a second thread (pthread_create called, a
+ * second event buffer taken, or attached to a running process): chunks
+ * flushed before it are marked MTLAB_RECORD_FLAG_SOLO. */
+extern HIDDEN _Atomic uint32_t mtlab_threads_beyond_first;
 
 HIDDEN void mtlab_init_brk(uint64_t brk);
 

@@ -200,11 +200,14 @@ fn a_control_page_left_by_a_killed_run_is_reclaimed_by_the_next_record() {
 #[test]
 fn a_trace_cut_by_a_full_disk_keeps_the_exit_status() {
     let lab = Lab::new();
+    // A one-thread program's trace rewrites into ~1 % of its rows (rounded
+    // time stamps): 8 MiB of rows, with every call's cycles, so that the
+    // rewrite needs more room than the one chunk the cut leaves.
     let prog = lab.compile("n_mallocs");
     std::fs::create_dir(lab.path("d")).unwrap();
     let script = format!(
-        "mount -t tmpfs -o size=1m tmpfs d\nhead -c 100000 /dev/zero > d/fill\n\
-         MTLAB_LIVE_FINISH=off \"$MTLAB\" record -o d/t.mtl -- {} 200000 48 0 2> err\n\
+        "mount -t tmpfs -o size=8m tmpfs d\nhead -c 100000 /dev/zero > d/fill\n\
+         MTLAB_LIVE_FINISH=off \"$MTLAB\" record --time every -o d/t.mtl -- {} 1000000 48 0 2> err\n\
          \"$MTLAB\" report --json d/t.mtl > report.json\n",
         prog.display()
     );
