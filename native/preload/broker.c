@@ -36,6 +36,7 @@
 
 #define BROKER_WAIT_MS 5000
 #define BROKER_MAGIC "mtlab-open1"
+#define PAGE_MAGIC "mtlab-page1"
 
 static int broker_fd = -1;
 static uint64_t broker_ino;
@@ -131,4 +132,32 @@ int mtlab_broker_open(int own_error, char *path, size_t cap) {
     }
     mtlab_sys_close(sv[0]);
     return got;
+}
+
+/* `record --live`: hands this image's watermark page (a memfd) to `record`,
+ * which reads the trace below it while the process runs. Nothing is waited
+ * for: a socket whose buffer is full refuses at once (-1), and the process
+ * is then read when the run ends. */
+int mtlab_broker_send_page(int memfd) {
+    if (!broker_usable()) return -1;
+    char req[sizeof PAGE_MAGIC];
+    memcpy(req, PAGE_MAGIC, sizeof PAGE_MAGIC);
+    struct iovec iov = {req, sizeof req};
+    union {
+        struct cmsghdr h;
+        char buf[CMSG_SPACE(sizeof(int))];
+    } c;
+    memset(&c, 0, sizeof c);
+    struct msghdr m;
+    memset(&m, 0, sizeof m);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = c.buf;
+    m.msg_controllen = sizeof c.buf;
+    struct cmsghdr *h = CMSG_FIRSTHDR(&m);
+    h->cmsg_level = SOL_SOCKET;
+    h->cmsg_type = SCM_RIGHTS;
+    h->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(h), &memfd, sizeof(int));
+    return mtlab_sys6(SYS_sendmsg, broker_fd, (long)&m, MSG_NOSIGNAL | MSG_DONTWAIT, 0, 0, 0) > 0 ? 0 : -1;
 }
