@@ -104,6 +104,8 @@ pub struct LiveSummary {
     pub seen: Vec<PathBuf>,
     /// Of those, the ones whose final figures are in the profile.
     pub covered: Vec<PathBuf>,
+    /// The most their raw traces took on disk at once.
+    pub descendants_max_raw_disk: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -233,6 +235,7 @@ fn consume_while_running(
                 summary.warnings.extend(t.take_warnings());
                 summary.seen = t.seen();
                 summary.covered = t.covered();
+                summary.descendants_max_raw_disk = t.max_disk;
             }
             return Ok(summary);
         }

@@ -8,8 +8,10 @@
 //! names the sender's pid, the page names the trace file (by inode) once it
 //! is open. An image has ended when its END record is read, when its pid no
 //! longer runs (killed, or a zombie), or when a later image of its pid sends
-//! a page (it exec'd); its last records are then read, its final figures
-//! kept, and its raw trace removed (kept with `--keep-raw`). An image that
+//! a page (it exec'd); its last records are then read and its final figures
+//! kept. Its raw trace (its header and holes by then) is removed once its
+//! pid has ended (kept with `--keep-raw`): a later image of the pid would
+//! take a name freed earlier, and the family's order would be lost. An image that
 //! could send no page (no memfd, a full socket) is analysed when the run
 //! ends, from its finished trace (`add_children`), as before live trees.
 
@@ -92,6 +94,8 @@ struct Member {
     superseded: bool,
     /// Its final figures, once it ended (then `consumer` is gone).
     done: Option<Done>,
+    /// Its raw trace is to be removed once its pid has ended.
+    remove: bool,
 }
 
 struct Done {
@@ -110,6 +114,8 @@ pub struct Tree {
     max_points: usize,
     members: Vec<Member>,
     warnings: Vec<String>,
+    /// The most the running images' raw traces took on disk at once.
+    pub max_disk: u64,
 }
 
 /// One process of a snapshot: its report, its exact profile (final figures
@@ -122,7 +128,7 @@ pub struct Snap {
 
 impl Tree {
     pub fn new(root: PathBuf, pages: Receiver<crate::live::Page>, keep_raw: bool, max_points: usize) -> Tree {
-        Tree { root, pages, keep_raw, max_points, members: Vec::new(), warnings: Vec::new() }
+        Tree { root, pages, keep_raw, max_points, members: Vec::new(), warnings: Vec::new(), max_disk: 0 }
     }
 
     /// Takes the pages sent since the last look, then analyses each running
@@ -143,6 +149,9 @@ impl Tree {
                 }
             }
         }
+        self.remove_ended(false);
+        let disk: u64 = self.members.iter().filter_map(|m| m.consumer.as_ref()).map(Consumer::disk_bytes).sum();
+        self.max_disk = self.max_disk.max(disk);
         // A page that never named a file, of an image that is gone: nothing to read.
         self.members.retain(|m| m.done.is_some() || m.consumer.is_some() || !(m.superseded || !running(m.pid)));
     }
@@ -160,7 +169,7 @@ impl Tree {
         for m in self.members.iter_mut().filter(|m| m.pid == pid && m.done.is_none()) {
             m.superseded = true;
         }
-        self.members.push(Member { pid, page, path: None, consumer: None, available: 0, superseded: false, done: None });
+        self.members.push(Member { pid, page, path: None, consumer: None, available: 0, superseded: false, done: None, remove: false });
     }
 
     fn step(&mut self, i: usize) -> Result<(), TraceError> {
@@ -184,7 +193,7 @@ impl Tree {
     }
 
     /// The image has ended: its last records read, its final figures kept,
-    /// its raw trace removed (unless `--keep-raw`).
+    /// its raw trace to be removed (unless `--keep-raw`).
     fn end_of(&mut self, i: usize, path: &Path) -> Result<(), TraceError> {
         let m = &mut self.members[i];
         let Some(mut c) = m.consumer.take() else { return Ok(()) };
@@ -204,13 +213,22 @@ impl Tree {
         let lag = lag(&c, len);
         self.warnings.extend(c.warnings().iter().map(|w| format!("{}: {w}", path.display())));
         drop(c);
-        if !self.keep_raw {
+        let m = &mut self.members[i];
+        m.done = Some(Done { report, data, lag, as_of: 0 });
+        m.remove = !self.keep_raw;
+        Ok(())
+    }
+
+    /// Removes the raw traces of ended images whose pid has ended too (all
+    /// of them once the run has ended: `all`).
+    fn remove_ended(&mut self, all: bool) {
+        for m in self.members.iter_mut().filter(|m| m.remove && (all || !running(m.pid))) {
+            m.remove = false;
+            let Some(path) = &m.path else { continue };
             if let Err(e) = std::fs::remove_file(path) {
                 self.warnings.push(format!("{}: analysed into the profile, but could not be removed: {e}", path.display()));
             }
         }
-        self.members[i].done = Some(Done { report, data, lag, as_of: 0 });
-        Ok(())
     }
 
     /// Every image with a trace, as of now: the ended ones' final figures,
@@ -268,6 +286,7 @@ impl Tree {
                 self.warnings.push(format!("{}: not in the live profile: {e}", path.display()));
             }
         }
+        self.remove_ended(true);
     }
 
     /// The traces whose final figures are in the profile (`finish` first).
