@@ -215,15 +215,25 @@ fn live_profile_of_a_tree_holds_a_running_childs_figures_and_bounds_its_raw_trac
     let live = live.unwrap();
     assert_eq!(live["state"], "ended");
     let children = v["children"].as_array().expect("children");
-    assert_eq!(children.len(), 2, "the steady child and the exec'd image (the fork child that only exec'd left no trace): {}", v["processes_index"]);
+    // The fork child that only exec'd left no trace; its pid's three images did.
+    assert_eq!(children.len(), 4, "the steady child and three exec'd images: {}", v["processes_index"]);
     let steady = &children[0];
     assert_eq!(site(steady, "steady_allocs"), site_of(TICKS * N, TICKS * N * 64, N, N * 64));
     assert_eq!(site(steady, "parent_allocs"), Site::default(), "the child starts empty at the fork");
     assert_eq!(site(&v, "parent_allocs"), site_of(50, 5_000, 50, 5_000));
     assert_eq!((calls(steady, "malloc"), calls(steady, "free")), (TICKS * N, (TICKS - 1) * N));
+    // One pid's images in the order they ran, each under a name of its own
+    // (an ended image's raw trace goes only once its pid has ended: a later
+    // image would take the freed name).
     assert_eq!(site(&children[1], "in_exec_image"), site_of(M, M * 400, 0, 0));
+    assert_eq!(site(&children[2], "in_mid_image"), site_of(M, M * 500, 0, 0));
+    assert_eq!(site(&children[3], "in_last_image"), site_of(M, M * 600, 0, 0));
+    let files: Vec<&str> = children.iter().map(|c| c["file"].as_str().unwrap()).collect();
+    let execd = children[1]["pid"].to_string();
+    let root = profile.with_extension("live.raw").display().to_string();
+    assert_eq!(files[1..], [format!("{root}.{execd}"), format!("{root}.{execd}.1"), format!("{root}.{execd}.2")], "{files:?}");
     let statuses = live["processes"].as_array().unwrap();
-    assert_eq!(statuses.len(), 3, "{live}");
+    assert_eq!(statuses.len(), 5, "{live}");
     assert!(statuses.iter().all(|s| s["state"] == "ended"), "{live}");
     // The steady child's own trace: analysed and released many times over its bound.
     let consumed = u(&statuses[1]["lag"]["consumed_bytes"]);
@@ -244,12 +254,13 @@ fn live_profile_of_a_tree_matches_the_full_trace_with_exact_counts() {
     let tree = lab.compile("live_tree");
     let (v, status) = same_both_ways(&lab, "lt", &tree, &["60", "1000", "200"]);
     let children = v["children"].as_array().expect("children");
-    assert_eq!(children.len(), 2, "{}", v["processes_index"]);
+    assert_eq!(children.len(), 4, "{}", v["processes_index"]);
     assert_eq!(site(&children[0], "steady_allocs"), site_of(60_000, 60_000 * 64, 1000, 64_000));
     assert_eq!((calls(&children[0], "malloc"), calls(&children[0], "free")), (60_000, 59_000), "the steady child's own calls, no more");
     assert_eq!(site(&children[1], "in_exec_image"), site_of(200, 80_000, 0, 0));
+    assert_eq!(site(&children[3], "in_last_image"), site_of(200, 120_000, 0, 0));
     let statuses = status["processes"].as_array().unwrap();
-    assert_eq!(statuses.len(), 3, "{status}");
+    assert_eq!(statuses.len(), 5, "{status}");
     assert_eq!(u(&statuses[1]["lag"]["late_events"]), 0, "{status}");
 }
 
