@@ -153,7 +153,7 @@ impl Tree {
         let disk: u64 = self.members.iter().filter_map(|m| m.consumer.as_ref()).map(Consumer::disk_bytes).sum();
         self.max_disk = self.max_disk.max(disk);
         // A page that never named a file, of an image that is gone: nothing to read.
-        self.members.retain(|m| m.done.is_some() || m.consumer.is_some() || !(m.superseded || !running(m.pid)));
+        self.members.retain(|m| m.done.is_some() || m.consumer.is_some() || (!m.superseded && running(m.pid)));
     }
 
     fn arrived(&mut self, pid: u32, fd: OwnedFd) {
