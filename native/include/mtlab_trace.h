@@ -43,12 +43,25 @@
  * writes the slot), the thread id, PENDING: the first time stamp of the
  * oldest event of the buffer that may not be below the watermark yet (0:
  * none), LAST: the first time stamp of its latest written chunk, with bit 63
- * set while the buffer holds no event. */
+ * set while the buffer holds no event.
+ *
+ * Under `record --live` every other traced process image (fork child, exec'd
+ * image: MTLAB_LIVE=1) makes a page of its own with the same layout, sends it
+ * to `record` over the broker's socket (broker.c; the kernel names the
+ * sender's pid) and writes in it the pid (u64 at OFF_PID) and, once its
+ * trace is open, the file's device (OFF_FILE_DEV), the header's start_tsc
+ * (OFF_START_TSC: an inode number freed by a removed file may be reused at
+ * once) and then its inode (OFF_FILE_INO, 0 until then): how `record` tells
+ * which ROOT.PID[.N] the page describes. */
 #define MTLAB_WATERMARK_SIZE 16384u
 #define MTLAB_WATERMARK_MAGIC 0x004d57424c41544dull /* "MTLABWM\0" */
 #define MTLAB_WATERMARK_OFF_MAGIC 8u
 #define MTLAB_WATERMARK_OFF_PROGRESS_USED 16u
 #define MTLAB_WATERMARK_OFF_PROGRESS_WANTED 24u
+#define MTLAB_WATERMARK_OFF_PID 32u
+#define MTLAB_WATERMARK_OFF_FILE_DEV 40u
+#define MTLAB_WATERMARK_OFF_FILE_INO 48u
+#define MTLAB_WATERMARK_OFF_START_TSC 56u
 #define MTLAB_WATERMARK_OFF_PROGRESS 64u
 #define MTLAB_WATERMARK_PROGRESS_SLOTS 510u /* (SIZE - OFF_PROGRESS) / 32 */
 

@@ -44,6 +44,7 @@ struct mtlab_config {
     uint64_t sample_seed;     /* 0: seed each thread from the TSC */
     uint64_t time_gap;        /* full trace: one call in time_gap timed on average (1: every call) */
     int ctl_thread;           /* sampling: start the control thread (MTLAB_CTL_THREAD, default 1) */
+    int live;                 /* `record --live` (MTLAB_LIVE=1): every traced image gets a watermark page */
     int is_glibc;  /* the program's malloc is glibc's: chunk headers readable */
     uint64_t tsc_hz;
     uint64_t brk_start; /* start of the brk heap ([heap] in maps, else the break) */
@@ -342,6 +343,7 @@ HIDDEN void mtlab_writer_before_exec(void); /* removes a file without events */
 HIDDEN void mtlab_writer_fork_child(void);
 HIDDEN void mtlab_set_root(int is_root);
 HIDDEN void mtlab_watermark_attach(long fd); /* root process: MTLAB_WATERMARK_FD */
+HIDDEN void mtlab_watermark_own(void); /* `record --live`, any other image: a page of its own */
 /* A buffer's progress for `record --live` (writer.c): its first event was
  * appended; its chunk was written. No-ops without a watermark page. */
 HIDDEN void mtlab_progress_started(struct mtlab_buf *b);
@@ -356,6 +358,7 @@ HIDDEN void mtlab_write_stats(void);
 HIDDEN void mtlab_broker_init(const char *fd_value, uint32_t record_pid);
 HIDDEN int mtlab_broker_preferred(void); /* a file of its own would be another user's */
 HIDDEN int mtlab_broker_open(int own_error, char *path, size_t cap);
+HIDDEN int mtlab_broker_send_page(int memfd); /* `record --live`: this image's page (0: sent) */
 
 struct mtlab_counters {
     _Atomic uint64_t events_written;

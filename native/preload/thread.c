@@ -372,6 +372,9 @@ void mtlab_fork_child_reset(void) {
         atomic_store(&b->busy, 0);
         atomic_store(&b->counted, 0);
         atomic_store(&b->owned, b == mtlab_tls.buf);
+        /* Its slot was in the parent's watermark page. */
+        b->progress = 0;
+        b->pending_tsc = b->flushed_end = b->last_first = 0;
     }
     if (mtlab_tls.buf) mtlab_tls.buf->tid = mtlab_gettid();
 }

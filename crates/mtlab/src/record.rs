@@ -751,6 +751,15 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         (Some(l), Some(f)) if !foreign => Some(crate::flight::Recorder::start(f, &l.profile, crate::flight::Feed::pushed_by_caller(), tsc_hz())),
         _ => None,
     };
+    // With --live the other images' watermark pages come over the broker's
+    // socket to the live analysis.
+    let (page_tx, page_rx) = match (&cfg.live, cfg.follow && !foreign) {
+        (Some(_), true) => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            (Some(tx), Some(rx))
+        }
+        _ => (None, None),
+    };
     // With --live the root trace is analysed while the program runs; else
     // it is rewritten while the program runs, as far as it is written.
     let mut analysed = match &cfg.live {
@@ -758,13 +767,18 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             // A profile that cannot be written is refused before the program runs.
             drop(crate::platform::safe_fs::replace(&l.profile, 0o644).map_err(|source| RecordError::Unwritable { path: l.profile.clone(), source })?);
             let sink = flight_of_live.as_ref().map(|f| Box::new(f.pusher()) as Box<dyn crate::live::RawSink>);
-            Some(crate::live::Live::start(output.clone(), l.clone(), sink).ok_or_else(|| {
+            Some(crate::live::Live::start(output.clone(), l.clone(), sink, page_rx).ok_or_else(|| {
                 RecordError::Output("--live needs a memfd for the trace's watermark, and this system gave none".into())
             })?)
         }
         None => None,
     };
     let mut live = if cfg.live.is_some() { None } else { crate::live_finish::LiveFinish::new(output.clone(), cfg.flight.is_some()) };
+    if page_tx.is_some() {
+        cmd.env("MTLAB_LIVE", "1");
+    } else {
+        cmd.env_remove("MTLAB_LIVE");
+    }
     if let Some(fd) = live.as_ref().and_then(|l| l.fd()).or_else(|| analysed.as_ref().and_then(|l| l.fd())) {
         cmd.env("MTLAB_WATERMARK_FD", fd.to_string());
     }
@@ -786,7 +800,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     };
     // Trace files for the processes that cannot make their own (a daemon's
     // workers after setuid or chroot): made here, named if they cannot be.
-    let broker = if cfg.follow && !foreign { crate::broker::Broker::start(&output).ok() } else { None };
+    let broker = if cfg.follow && !foreign { crate::broker::Broker::start(&output, page_tx).ok() } else { None };
     if let Some(b) = &broker {
         cmd.env("MTLAB_BROKER_FD", b.fd().to_string());
     } else {
@@ -903,6 +917,12 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         None => flight,
     };
     let keep_raw = cfg.live.as_ref().is_none_or(|l| l.keep_raw);
+    // Descendants read live are in the profile already; their traces, once
+    // analysed, were removed (unless --keep-raw).
+    let (seen_live, covered_live) = live_summary.as_ref().map(|s| (s.seen.clone(), s.covered.clone())).unwrap_or_default();
+    if !keep_raw {
+        traces.retain(|t| !covered_live.contains(t));
+    }
     let mut bytes = 0;
     // With --live, the descendants' finished traces go into the profile after the root's.
     let mut finished_children = Vec::new();
@@ -929,7 +949,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         };
         match finished {
             Ok(stats) => {
-                if !root {
+                if !root && !seen_live.contains(t) {
                     finished_children.push(t.clone());
                 }
                 warnings.extend(stats.warnings.into_iter().map(|w| format!("{}: {w}", t.display())));

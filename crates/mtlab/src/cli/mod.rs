@@ -711,11 +711,15 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         let p = crate::platform::process::shell_word(&l.profile);
         match s.complete {
             true => say!(
-                "mtlab: wrote {} (live profile, {} snapshot{}, raw trace on disk at most {}) in {:.3} s; read it with `mtlab report {p}`",
+                "mtlab: wrote {} (live profile, {} snapshot{}, raw trace on disk at most {}{}) in {:.3} s; read it with `mtlab report {p}`",
                 l.profile.display(),
                 s.snapshots,
                 if s.snapshots == 1 { "" } else { "s" },
                 report::human_bytes(s.lag.max_raw_disk_bytes),
+                match s.descendants_max_raw_disk {
+                    0 => String::new(),
+                    d => format!(", its descendants' at most {} at once", report::human_bytes(d)),
+                },
                 outcome.wall.as_secs_f64(),
             ),
             false => say!("mtlab: the live profile {} was not completed (see the warnings)", l.profile.display()),

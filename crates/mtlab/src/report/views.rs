@@ -350,6 +350,9 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
         };
         note(format!("══ {role} {} — {} ══", p.pid, p.cmdline.join(" ")));
         note(format!("trace: {}", p.file));
+        if let Some(s) = run.live.as_ref().and_then(|l| l.processes.iter().find(|s| s.file == p.file)) {
+            note(super::live::process_text(s));
+        }
         let dur = p.duration_ns.map(|n| format!("{:.3} s", n as f64 / 1e9)).unwrap_or_else(|| "unknown".into());
         let count = match &p.profile {
             Some(prof) => format!("samples: {}", prof.totals.samples),
