@@ -438,9 +438,11 @@ fn fork_child_writes_its_own_trace() {
 
 /// The report puts the kernel's count of the whole process beside the heap
 /// (issue 37 §3: a heap peak read as all the program used): a program that
-/// writes every byte of one 48 MiB block has a peak resident set of at least
-/// that, within mtlab's own buffers of the same program run untraced
-/// (`ru_maxrss` from wait4, the independent count).
+/// writes every page of one 48 MiB block has a peak resident set of at least
+/// that, and no more than the same program run untraced (`ru_maxrss` from
+/// wait4, the independent count) plus mtlab's own buffers. (Not "at least
+/// the untraced run's": transparent huge pages can make either run's count
+/// a few MiB larger than the other's.)
 #[test]
 fn the_kernels_peak_resident_set_stands_beside_the_heap() {
     let lab = Lab::new();
@@ -463,7 +465,6 @@ fn the_kernels_peak_resident_set_stands_beside_the_heap() {
     let rss = u(&r["max_rss_bytes"]);
     assert_eq!(u(&r["peak"]["live_bytes"]), mib << 20);
     assert!(rss >= mib << 20, "at least the block written: {rss}");
-    assert!(rss + (1 << 20) >= untraced, "not below the untraced run's {untraced}: {rss}");
     assert!(rss <= untraced + (32 << 20), "the untraced run's {untraced} and mtlab's buffers: {rss}");
     let text = lab.command(MTLAB).args(["report", "t.mtl"]).output().unwrap();
     assert_success(&text, "report");
