@@ -265,7 +265,7 @@ pub(crate) fn bound_label_values(bounds: &[Bounds; 4]) -> Vec<(String, LabelValu
     let mut out = Vec::new();
     for ((kind, unit), b) in SAMPLE_TYPES.iter().zip(bounds) {
         for (end, x) in [("low", b.low), ("high", b.high)] {
-            out.push((format!("{kind}_{end}"), LabelValue::Num(round_i64(x), *unit)));
+            out.push((format!("{kind}_{end}"), LabelValue::Num(round_i64(x), unit)));
         }
     }
     if bounds[3].samples == 0 {
