@@ -183,6 +183,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
                 unwind: trace.header.unwind.clone(),
                 started_inactive: trace.runinfo_get(keys::SAMPLE_STARTED_INACTIVE) == Some("1"),
                 top,
+                threads: p.threads,
             };
             (Some(summary), Some(p.data))
         }

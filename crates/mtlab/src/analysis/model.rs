@@ -469,7 +469,8 @@ pub struct ProcessReport {
     pub all_sites: Vec<SiteReport>,
     /// Each thread's allocations and the blocks it allocated still live at
     /// the end, by tid, when `AnalyzeOptions::threads` asked (`report
-    /// --threads`, the OTLP exports) of a full trace; empty otherwise.
+    /// --threads`, the OTLP exports) of a full trace; empty otherwise (a
+    /// sampled trace's estimates are `SampledSummary::threads`).
     #[serde(default)]
     pub threads: Vec<ThreadReport>,
     pub warnings: Vec<String>,
@@ -508,6 +509,10 @@ pub struct SampledSummary {
     /// it was on, if ever, the trace does not say).
     pub started_inactive: bool,
     pub top: Vec<SampledSite>,
+    /// Each thread's estimates, by tid, with `report --threads` (and the
+    /// OTLP exports); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<crate::profile::sampled::SampledThread>,
 }
 
 #[cfg(test)]

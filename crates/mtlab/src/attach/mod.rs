@@ -10,7 +10,9 @@
 //! same, calling `mtlab_attach_end()` (slots put back, trace finished), then
 //! `dlclose` once no thread holds an address of the library in its registers
 //! or on its stack. The trace is finished here, with RUNINFO saying when
-//! tracing started and how it ended.
+//! tracing started and how it ended. With `--push-every` (sampling), each
+//! window's profile is pushed over OTLP while attached (`otlp::periodic`,
+//! reading the process through its control page as `mtlab ctl dump` does).
 
 mod ptrace;
 pub mod target;
@@ -86,6 +88,8 @@ pub struct AttachOutcome {
     pub stopped_at_detach: Option<Duration>,
     /// The library was unloaded at detach (else it stays loaded, inert).
     pub unloaded: bool,
+    /// `--push-every`: where to, and how the window pushes went.
+    pub pushed: Option<(String, crate::otlp::periodic::PushStats)>,
     pub warnings: Vec<String>,
 }
 
@@ -438,6 +442,7 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
     };
     let started = Instant::now();
     let start_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let pusher = cfg.sample.as_ref().and_then(|s| s.push.clone()).map(|push| start_pusher(push, pid, &paths.out_here));
     say!(
         "mtlab: attached to process {pid} ({}); tracing until {}",
         if cfg.sample.is_some() { "sampling" } else { "full trace" },
@@ -474,9 +479,30 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
         }
     }
     let traced_for = started.elapsed();
+    // The last window: read from the trace as the detach (or the exit) left it.
+    let pushed = pusher.map(|(url, p)| (url, p.finish()));
     let trace = finish(&paths, pid, ended, start_ns, traced_for, &mut warnings);
     cleanup(&paths);
-    Ok(AttachOutcome { trace, ended, traced_for, stopped_at_attach, attach_steps, stopped_at_detach, unloaded, warnings })
+    Ok(AttachOutcome { trace, ended, traced_for, stopped_at_attach, attach_steps, stopped_at_detach, unloaded, pushed, warnings })
+}
+
+/// The pushing thread of an attached, sampled process: its source reads the
+/// process through its control page while attached, and the trace as left
+/// once detached.
+fn start_pusher(push: crate::otlp::periodic::Config, pid: i32, trace: &Path) -> (String, crate::otlp::periodic::Pusher) {
+    use crate::otlp::periodic::{Pusher, Snapshot};
+    let trace = trace.to_path_buf();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.to_string_lossy().trim_end_matches(" (deleted)").to_string()).unwrap_or_default();
+    let args: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
+        .unwrap_or_default();
+    let url = push.target.url.clone();
+    let source = Box::new(move |ended: bool| {
+        let (profile, allocator) = crate::ctl::profile_so_far(pid as u32, &trace, ended, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+        let process = crate::otlp::ProcessInfo { pid: pid as u32, exe: exe.clone(), args: args.clone() };
+        Ok(Snapshot { profile, process, allocator: Some(allocator).filter(|a| !a.is_empty()) })
+    });
+    (url, Pusher::start(push, source))
 }
 
 fn finish(paths: &Paths, pid: i32, ended: Ended, start_ns: u128, traced_for: Duration, warnings: &mut Vec<String>) -> Option<PathBuf> {

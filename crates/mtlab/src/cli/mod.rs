@@ -311,9 +311,12 @@ struct RecordArgs {
     /// window, then dropped and counted, never holding up the program.
     #[arg(long, value_name = "PERIOD", value_parser = otlp::parse_every)]
     push_every: Option<std::time::Duration>,
-    /// With --push-every: where to (OTLP/HTTP); without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318.
+    /// With --push-every: where to; without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318 (over gRPC :4317).
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "", requires = "push_every")]
     otlp_endpoint: Option<String>,
+    /// With --push-every: grpc, http/protobuf or http/json (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf).
+    #[arg(long, value_name = "PROTOCOL", value_parser = otlp::parse_protocol, requires = "push_every")]
+    otlp_protocol: Option<crate::otlp::Protocol>,
     /// With --push-every: the OTLP resource's service.name (default: $OTEL_SERVICE_NAME, else the program's name).
     #[arg(long, value_name = "NAME", requires = "push_every")]
     service: Option<String>,
@@ -649,23 +652,23 @@ fn default_output(program: &OsString) -> PathBuf {
 }
 
 fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
-    if let Some(pid) = a.attach.pid {
-        let sample = a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed, push: None });
-        return attach::cmd_attach(pid, a.attach, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks);
-    }
-    if a.push_every.is_some() && a.sample.is_none() && !a.live {
-        return Err(CliError::Other(
-            "--push-every pushes the profile of a running recording: add --sample INTERVAL (a sampled trace) or --live (the full trace analysed as it runs)".into(),
-        ));
-    }
     let push = match a.push_every {
         None => None,
         Some(every) => {
             let flag = a.otlp_endpoint.clone().unwrap_or_default();
-            let target = crate::otlp::push::target(&flag, crate::otlp::Signal::Profiles, &crate::otlp::push::real_env).map_err(crate::otlp::OtlpError::from)?;
+            let target = crate::otlp::push::target(&flag, a.otlp_protocol, crate::otlp::Signal::Profiles, &crate::otlp::push::real_env).map_err(crate::otlp::OtlpError::from)?;
             Some(crate::otlp::periodic::Config { target, every, service: a.service.clone() })
         }
     };
+    if let Some(pid) = a.attach.pid {
+        let sample = a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed, push: None });
+        return attach::cmd_attach(pid, a.attach, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks, push);
+    }
+    if push.is_some() && a.sample.is_none() && !a.live {
+        return Err(CliError::Other(
+            "--push-every pushes the profile of a running recording: add --sample INTERVAL (a sampled trace) or --live (the full trace analysed as it runs)".into(),
+        ));
+    }
     let mut command = a.command.into_iter();
     let program = command.next().expect("clap requires PROGRAM");
     let live = a.live.then(|| crate::live::LiveConfig {

@@ -63,6 +63,27 @@ fn threads(threads: &[crate::analysis::model::ThreadReport]) -> Table {
     t
 }
 
+/// `report --threads` of a sampled trace: each thread's estimates with their 95 % intervals.
+fn sampled_threads(threads: &[crate::profile::sampled::SampledThread]) -> Table {
+    let mut t = table(
+        "sampled_threads",
+        "by allocating thread, estimated (in use: the blocks it allocated, at the end; [low, high]: 95 % interval)",
+        &["thread id", "samples", "allocated bytes", "allocated objects", "in-use bytes", "in-use objects"],
+        1,
+    );
+    for th in threads {
+        t.push(vec![
+            Cell::Int(th.tid.into()),
+            Cell::Int(th.samples as i64),
+            Cell::text(estimate(&th.alloc_bytes, true)),
+            Cell::text(estimate(&th.alloc_objects, false)),
+            Cell::text(estimate(&th.inuse_bytes, true)),
+            Cell::text(estimate(&th.inuse_objects, false)),
+        ]);
+    }
+    t
+}
+
 /// A row of the heap table: its label and how it shows a snapshot.
 type HeapRow = (&'static str, fn(&HeapSnapshot) -> String);
 
@@ -390,7 +411,12 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
         }
         note(String::new());
         match &p.profile {
-            Some(profile) => out.extend(sampled(profile, run.frames)),
+            Some(profile) => {
+                out.extend(sampled(profile, run.frames));
+                if !profile.threads.is_empty() {
+                    out.push(View::Table(sampled_threads(&profile.threads)));
+                }
+            }
             None => {
                 out.push(View::Table(functions(p)));
                 out.push(View::Table(heap(&p.peak.heap, &p.end)));
