@@ -114,12 +114,12 @@ const SPILLED: u64 = (1 << EXTRA_BITS) - 1;
 #[inline(always)]
 fn pack(o: &Object) -> Option<u64> {
     let fits = o.size >> SIZE_BITS == 0 && (o.stack as u64) >> SITE_BITS == 0 && (o.usable_extra as u64) < SPILLED;
-    fits.then(|| o.usable_extra as u64 | (o.stack as u64) << EXTRA_BITS | o.size << (EXTRA_BITS + SITE_BITS))
+    fits.then_some(o.usable_extra as u64 | (o.stack as u64) << EXTRA_BITS | o.size << (EXTRA_BITS + SITE_BITS))
 }
 
 #[inline(always)]
 fn unpack(v: u64) -> Option<Object> {
-    (v & SPILLED != SPILLED).then(|| Object {
+    (v & SPILLED != SPILLED).then_some(Object {
         size: v >> (EXTRA_BITS + SITE_BITS),
         stack: (v >> EXTRA_BITS) as u32 & ((1 << SITE_BITS) - 1),
         usable_extra: (v & SPILLED) as u32,

@@ -224,7 +224,7 @@ mod tests {
             // Dense 16-byte blocks, sparse 64 KiB ones, and now and then an odd address.
             let a = match x % 7 {
                 0 => 0x7f00_0000_0000 + (x >> 8) % 512 * 65536,
-                1 if x % 11 == 0 => 0x5555_0000_0003 + (x >> 8) % 4000 * 16,
+                1 if x.is_multiple_of(11) => 0x5555_0000_0003 + (x >> 8) % 4000 * 16,
                 _ => 0x5555_0000_0000 + (x >> 8) % 40_000 * 16,
             };
             if r.contains(&a) {
