@@ -132,6 +132,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         None => feed(&mut items, &mut pass, &code, |_| {}),
     }
     pass.end_series();
+    pass.replay.release();
     let sampled = sampled.map(|s| s.finish(trace, &pass.stacks, maps.clone()));
         let mut decoded = finish::Decoded::default();
     decoded.add(&items);
