@@ -391,6 +391,39 @@ mod tests {
         assert_eq!(path(Part::Preload).unwrap(), p, "second call reuses the cached copy");
     }
 
+    /// The dynamic symbols an ELF file needs (undefined, not weak), or defines.
+    fn dynamic_symbols(elf: &[u8], defined: bool) -> std::collections::BTreeSet<String> {
+        use object::{Object, ObjectSymbol};
+        let file = object::File::parse(elf).unwrap();
+        file.dynamic_symbols()
+            .filter(|s| if defined { !s.is_undefined() } else { s.is_undefined() && !s.is_weak() })
+            .filter_map(|s| s.name().ok().map(str::to_string))
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+
+    /// musl's loader refuses a library that needs a symbol its libc lacks
+    /// (glibc-only ones such as `_dl_find_object`, `dladdr1`, `mallinfo2`):
+    /// the program would not start at all. Both musl builds need nothing
+    /// else than what musl's libc exports.
+    #[test]
+    fn the_musl_builds_need_only_what_musls_libc_exports() {
+        let libc = ["/lib/ld-musl-x86_64.so.1", "/usr/lib/x86_64-linux-musl/libc.so"].into_iter().find_map(|p| std::fs::read(p).ok());
+        let (Some(libc), true) = (libc, carries(Part::PreloadMusl)) else {
+            let why = "musl's libc or mtlab's musl build is missing (Debian: apt-get install musl-tools, then rebuild)";
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "would be SKIPPED, but CI=true: {why}");
+            eprintln!("SKIPPED {why}");
+            return;
+        };
+        let exported = dynamic_symbols(&libc, true);
+        for part in [Part::PreloadMusl, Part::AttachMusl] {
+            let missing: Vec<String> = dynamic_symbols(part.bytes(), false).difference(&exported).cloned().collect();
+            assert!(missing.is_empty(), "{part:?} needs symbols musl's libc does not export: {missing:?}");
+        }
+        // The glibc build does need glibc-only ones: the check can fail.
+        assert!(!dynamic_symbols(PRELOAD, false).is_subset(&exported));
+    }
+
     /// The preload library's thread-local block is exactly one page, so a
     /// traced program's thread stacks keep their offsets within pages (see
     /// `struct mtlab_tls` in native/preload/internal.h).
