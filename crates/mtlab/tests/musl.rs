@@ -167,3 +167,17 @@ fn a_static_musl_program_is_told_why_it_has_no_trace() {
     assert_eq!(o.status.code(), Some(3), "the program's own exit code");
     assert!(stderr(&o).contains("is statically linked: no dynamic loader runs"), "{}", stderr(&o));
 }
+
+/// `record --live` reads the trace as the program writes it: nothing of it
+/// depends on the C library, and the live profile's counts are exact.
+#[test]
+fn a_musl_program_recorded_live_counts_exactly() {
+    let lab = Lab::new();
+    let Some(musl) = lab.compile_musl("n_mallocs", "n_mallocs-musl", &[]) else { return };
+    let o = lab.record_cmd("live.mtl", &["--live"], &musl, &["1000", "48", "10"]).output().unwrap();
+    assert_success(&o, "mtlab record --live");
+    let r = lab.report("live.mtl");
+    assert_eq!(r["allocator"], "musl");
+    assert_eq!((calls(&r, "malloc"), calls(&r, "free")), (1000, 990));
+    assert_eq!(site(&r, "do_allocs"), site_of(1000, 48_000, 10, 480));
+}
