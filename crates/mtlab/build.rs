@@ -15,7 +15,7 @@ fn cc(out: &Path, sources: &[PathBuf], extra: &[&str], libs: &[&str]) {
 
 fn cc_with(compiler: &str, out: &Path, sources: &[PathBuf], extra: &[&str], libs: &[&str]) {
     let version = env::var("CARGO_PKG_VERSION").unwrap();
-    let mut cmd = Command::new(&compiler);
+    let mut cmd = Command::new(compiler);
     cmd.args(["-O2", "-g", "-fno-omit-frame-pointer", "-Wall", "-Wextra", "-pthread"])
         .arg(format!("-DMTLAB_VERSION=\"{version}\""))
         .args(extra)
