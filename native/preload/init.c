@@ -85,6 +85,7 @@ static void detect_allocator(void) {
     if (strstr(path, "jemalloc")) name = "jemalloc";
     else if (strstr(path, "tcmalloc")) name = "tcmalloc";
     else if (strstr(path, "mimalloc")) name = "mimalloc";
+    else if (strstr(path, "/ld-musl-") || strstr(path, "/libc.musl-")) name = "musl"; /* musl's libc is its loader */
     else if (strstr(path, "/libc.so") || strstr(path, "/libc-")) name = "glibc";
     copy(mtlab_cfg.allocator, sizeof mtlab_cfg.allocator, name);
     mtlab_cfg.is_glibc = strcmp(name, "glibc") == 0;

@@ -13,12 +13,20 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 #include "../include/mtlab_trace.h"
+
+/* musl (MTLAB_MUSL: the build for musl-linked programs, built.rs) defines
+ * mmap64 as a macro for mmap; its libc still exports the name, and a
+ * program built against an older musl may call it, so the shim keeps it. */
+#ifdef mmap64
+#undef mmap64
+#endif
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -122,6 +130,10 @@ extern HIDDEN struct mtlab_real mtlab_real;
  * entry is malloc's canonical address. */
 extern HIDDEN uintptr_t mtlab_loader_lo, mtlab_loader_hi;
 HIDDEN void mtlab_resolve(void);
+/* musl build (musl.c): whether the program (not a library) holds `f`, and
+ * takes `name` from another module (an undefined symbol it relocates):
+ * then `f` is its PLT entry made the function's canonical address. */
+HIDDEN int mtlab_program_imports(const char *name, const void *f);
 /* C++ operator new and delete behind the shims, by form (MTLAB_NEW_*,
  * MTLAB_DELETE_*): the next definition (a heap manager's own, or the C++
  * runtime's, which calls malloc), found when first needed — a C program

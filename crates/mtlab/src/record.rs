@@ -103,10 +103,26 @@ pub enum RecordError {
     Spawn { program: String, source: std::io::Error },
     #[error("libunwind is not installed (libunwind.so.8 not found): install it (apt-get install libunwind8) or use --unwind dwarf (the default)")]
     NoLibunwind,
+    #[error(
+        "{program} is linked against musl (its loader is {interp}) and this mtlab was built without musl-gcc, so it \
+         carries no library for musl: rebuild mtlab with musl-gcc installed (Debian: apt-get install musl-tools; or \
+         MTLAB_MUSL_CC=PATH-OF-A-MUSL-GCC-WRAPPER cargo build --release)"
+    )]
+    NoMuslBuild { program: String, interp: String },
     #[error(transparent)]
     Unpack(#[from] native::UnpackError),
     #[error(transparent)]
     Trace(#[from] TraceError),
+}
+
+/// Whether `interp` (a program's PT_INTERP) is musl's dynamic loader.
+fn is_musl_loader(interp: &str) -> bool {
+    Path::new(interp).file_name().is_some_and(|n| n.to_string_lossy().starts_with("ld-musl-"))
+}
+
+/// Whether the program at `path` is linked against musl: its loader is musl's.
+pub fn musl_linked(path: &Path) -> bool {
+    crate::symbolize::elf_interpreter(path).is_some_and(|i| is_musl_loader(&i))
 }
 
 /// What happened, for the summary and the exit code.
@@ -658,7 +674,12 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     // Control pages left by a sampled run killed together with its record.
     crate::ctl::remove_dead_pages();
     let out_dir = HeldDir::open(&output);
-    let preload = native::path(Part::Preload)?;
+    if let Some(interp) = crate::symbolize::elf_interpreter(&program).filter(|i| is_musl_loader(i)) {
+        if !native::carries(Part::PreloadMusl) {
+            return Err(RecordError::NoMuslBuild { program: program.display().to_string(), interp });
+        }
+    }
+    let preload = native::preload_list()?;
 
     // The untraced run's output goes nowhere: the program's output is the
     // traced run's, once. It reads stdin only when stdin is a regular file

@@ -202,7 +202,13 @@ impl RawSnapshot {
                     (self.sum_span - self.sum_region_live.min(self.sum_span)) as f64 / self.sum_span as f64
                 },
             },
-            utilization: if self.mapped_bytes == 0 { 0.0 } else { self.live_bytes as f64 / self.mapped_bytes as f64 },
+            // Unplaced bytes lie in no region `mapped_bytes` counts: left out,
+            // or a heap mtlab cannot see mapped (musl's) would be over 100 % used.
+            utilization: if self.mapped_bytes == 0 {
+                0.0
+            } else {
+                (self.live_bytes - self.unplaced_bytes.min(self.live_bytes)) as f64 / self.mapped_bytes as f64
+            },
         }
     }
 }
