@@ -11,8 +11,8 @@ import sys
 
 NAMES = ["kind", "time", "time_rest", "cycles", "cycles_rest", "stack", "size",
          "alloc_code", "free_code", "ptr_delta", "extra", "misc", "stack_defs",
-         "alloc_delta", "free_delta"]
-N_STREAMS = {1: 13, 2: 15}
+         "alloc_delta", "free_delta", "cycles_skip"]
+N_STREAMS = {1: 13, 2: 15, 3: 16}
 
 
 def varint(b, i):
@@ -72,5 +72,6 @@ def main(path):
         print(f"  {k:<14} {v:>11}")
 
 
-for a in sys.argv[1:]:
-    main(a)
+if __name__ == "__main__":
+    for a in sys.argv[1:]:
+        main(a)

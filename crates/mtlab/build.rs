@@ -10,8 +10,12 @@ use std::process::Command;
 /// objects that use it is dropped.
 fn cc(out: &Path, sources: &[PathBuf], extra: &[&str], libs: &[&str]) {
     let compiler = env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    cc_with(&compiler, out, sources, extra, libs);
+}
+
+fn cc_with(compiler: &str, out: &Path, sources: &[PathBuf], extra: &[&str], libs: &[&str]) {
     let version = env::var("CARGO_PKG_VERSION").unwrap();
-    let mut cmd = Command::new(&compiler);
+    let mut cmd = Command::new(compiler);
     cmd.args(["-O2", "-g", "-fno-omit-frame-pointer", "-Wall", "-Wextra", "-pthread"])
         .arg(format!("-DMTLAB_VERSION=\"{version}\""))
         .args(extra)
@@ -31,6 +35,53 @@ fn c_files(dir: &Path) -> Vec<PathBuf> {
         .collect();
     v.sort();
     v
+}
+
+/// The musl compiler wrapper: `$MTLAB_MUSL_CC`, else `musl-gcc` in PATH.
+fn musl_compiler() -> Option<String> {
+    if let Ok(cc) = env::var("MTLAB_MUSL_CC") {
+        return Some(cc).filter(|c| !c.is_empty());
+    }
+    let path = env::var_os("PATH")?;
+    env::split_paths(&path).map(|d| d.join("musl-gcc")).find(|p| p.is_file()).map(|p| p.display().to_string())
+}
+
+/// The preload and attach libraries built again against musl, for programs
+/// whose interpreter is musl's loader. Without musl-gcc the files are empty
+/// and mtlab says, for a musl program, that this build cannot trace it.
+/// musl-gcc has no kernel headers of its own: the system's `linux/`, `asm/`
+/// and `asm-generic/` are offered last (`-idirafter`), after musl's.
+fn musl_libraries(native: &Path, out: &Path) {
+    println!("cargo:rerun-if-env-changed=MTLAB_MUSL_CC");
+    let preload = out.join("libmtlab_preload_musl.so");
+    let attach = out.join("libmtlab_attach_musl.so");
+    match musl_compiler() {
+        Some(compiler) => {
+            let headers = out.join("musl-kernel-headers");
+            std::fs::create_dir_all(&headers).unwrap();
+            let arch_asm = ["/usr/include/x86_64-linux-gnu/asm", "/usr/include/asm"]
+                .into_iter()
+                .find(|p| Path::new(p).join("unistd.h").is_file())
+                .unwrap_or("/usr/include/asm");
+            for (name, target) in [("linux", "/usr/include/linux"), ("asm", arch_asm), ("asm-generic", "/usr/include/asm-generic")] {
+                let link = headers.join(name);
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(target, &link).unwrap();
+            }
+            let inc = headers.display().to_string();
+            let common = ["-fPIC", "-shared", "-fvisibility=hidden", "-fexceptions", "-DMTLAB_MUSL", "-idirafter", &inc];
+            let sources = c_files(&native.join("preload"));
+            cc_with(&compiler, &preload, &sources, &[&common[..], &["-ftls-model=initial-exec"]].concat(), &[]);
+            cc_with(&compiler, &attach, &sources, &[&common[..], &["-ftls-model=global-dynamic", "-DMTLAB_ATTACH"]].concat(), &[]);
+        }
+        None => {
+            println!("cargo:warning=musl-gcc not found: this mtlab cannot trace musl-linked programs (Debian: apt-get install musl-tools)");
+            std::fs::write(&preload, b"").unwrap();
+            std::fs::write(&attach, b"").unwrap();
+        }
+    }
+    println!("cargo:rustc-env=MTLAB_PRELOAD_MUSL_SO={}", preload.display());
+    println!("cargo:rustc-env=MTLAB_ATTACH_MUSL_SO={}", attach.display());
 }
 
 fn main() {
@@ -59,6 +110,7 @@ fn main() {
         &["-fPIC", "-shared", "-fvisibility=hidden", "-ftls-model=global-dynamic", "-fexceptions", "-DMTLAB_ATTACH"],
         &["-ldl", "-lm"],
     );
+    musl_libraries(&native, &out);
     let malloc_test = out.join("mtlab-malloc-test");
     cc(&malloc_test, &[native.join("bench/malloc_test.c")], &[], &[]);
     let latency_pipeline = out.join("mtlab-latency-pipeline");

@@ -25,6 +25,10 @@
 #define MTLAB_RECORD_HEADER 8u
 #define MTLAB_RECORD_FLAG_ZSTD 0x1u /* zstd frame (EVENTS: after the 24-byte chunk header) */
 #define MTLAB_RECORD_FLAG_COLUMNS 0x2u /* EVENTS, with ZSTD: events in the column layout (written by mtlab after the run) */
+/* EVENTS, raw (version 2): flushed while the process had only ever had one
+ * thread, so no other thread's event falls within the chunk's time: mtlab's
+ * rewrite may round its time stamps (docs/trace-format.md, *Solo chunks*). */
+#define MTLAB_RECORD_FLAG_SOLO 0x8u
 
 /* The watermark page: a memfd `mtlab record` passes to the traced program
  * (MTLAB_WATERMARK_FD) so it can rewrite the root trace's finished part while
@@ -39,7 +43,18 @@
  * writes the slot), the thread id, PENDING: the first time stamp of the
  * oldest event of the buffer that may not be below the watermark yet (0:
  * none), LAST: the first time stamp of its latest written chunk, with bit 63
- * set while the buffer holds no event. From OFF_PROGRESS_BUFS, one u64 per
+ * set while the buffer holds no event.
+ *
+ * Under `record --live` every other traced process image (fork child, exec'd
+ * image: MTLAB_LIVE=1) makes a page of its own with the same layout, sends it
+ * to `record` over the broker's socket (broker.c; the kernel names the
+ * sender's pid) and writes in it the pid (u64 at OFF_PID) and, once its
+ * trace is open, the file's device (OFF_FILE_DEV), the header's start_tsc
+ * (OFF_START_TSC: an inode number freed by a removed file may be reused at
+ * once) and then its inode (OFF_FILE_INO, 0 until then): how `record` tells
+ * which ROOT.d/PID[.N] the page describes.
+ *
+ * From OFF_PROGRESS_BUFS, one u64 per
  * slot: the address of the slot's buffer in the process (written once,
  * before the slot's first publication), so that the reader can copy the
  * events of a thread that stopped making calls (`record --live`,
@@ -50,6 +65,10 @@
 #define MTLAB_WATERMARK_OFF_MAGIC 8u
 #define MTLAB_WATERMARK_OFF_PROGRESS_USED 16u
 #define MTLAB_WATERMARK_OFF_PROGRESS_WANTED 24u
+#define MTLAB_WATERMARK_OFF_PID 32u
+#define MTLAB_WATERMARK_OFF_FILE_DEV 40u
+#define MTLAB_WATERMARK_OFF_FILE_INO 48u
+#define MTLAB_WATERMARK_OFF_START_TSC 56u
 #define MTLAB_WATERMARK_OFF_PROGRESS 64u
 #define MTLAB_WATERMARK_PROGRESS_SLOTS 510u /* (OFF_PROGRESS_BUFS - OFF_PROGRESS) / 32 */
 #define MTLAB_WATERMARK_OFF_PROGRESS_BUFS 16384u

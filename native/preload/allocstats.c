@@ -29,6 +29,10 @@ struct reading {
 
 static struct reading glibc_read(void) {
     struct reading r = {NULL, UINT64_MAX, UINT64_MAX, UINT64_MAX, UINT64_MAX};
+#ifdef MTLAB_MUSL
+    /* musl's mallocng keeps no figures it would give out: no mallinfo2. */
+    return r;
+#else
     struct mallinfo2 (*mi2)(void) = (struct mallinfo2 (*)(void))dlsym(RTLD_DEFAULT, "mallinfo2");
     if (!mi2) return r; /* glibc before 2.33 */
     struct mallinfo2 m = mi2();
@@ -41,6 +45,7 @@ static struct reading glibc_read(void) {
     r.mmapped = m.hblkhd;
     r.free = m.fordblks;
     return r;
+#endif
 }
 
 static struct reading jemalloc_read(void) {

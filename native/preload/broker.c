@@ -10,7 +10,7 @@
  * high number, inherited across exec so that exec'd images have it too; not
  * close-on-exec, which posix_spawn's children would lose). A process that
  * needs a file sends a request with a socket of its own for the answer; the
- * kernel attaches its pid (SO_PASSCRED), so `record` creates ROOT.PID[.N]
+ * kernel attaches its pid (SO_PASSCRED), so `record` creates ROOT.d/PID[.N]
  * for that pid only, owned by mtlab's user, 0600, and sends the descriptor
  * back — or counts and names the process as untraced when it cannot. A
  * process whose own attempt failed for another reason (a full disk) asks too,
@@ -36,6 +36,7 @@
 
 #define BROKER_WAIT_MS 5000
 #define BROKER_MAGIC "mtlab-open1"
+#define PAGE_MAGIC "mtlab-page1"
 
 static int broker_fd = -1;
 static uint64_t broker_ino;
@@ -73,18 +74,9 @@ static int broker_usable(void) {
  * (another user's): then it asks first. */
 int mtlab_broker_preferred(void) { return broker_usable() && mtlab_sys_geteuid() != broker_uid; }
 
-/* Asks `record` for this process's trace file; `own_error` is why this
- * process could not create it itself (0: it did not try). Returns the
- * descriptor (name in `path`, up to `cap` bytes) or -1. */
-int mtlab_broker_open(int own_error, char *path, size_t cap) {
-    if (!broker_usable()) return -1;
-    int sv[2];
-    if (mtlab_sys6(SYS_socketpair, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, (long)sv, 0, 0) != 0) return -1;
-    char req[32];
-    memcpy(req, BROKER_MAGIC, sizeof BROKER_MAGIC);
-    int32_t e = own_error;
-    memcpy(req + sizeof BROKER_MAGIC, &e, 4);
-    struct iovec iov = {req, sizeof BROKER_MAGIC + 4};
+/* Sends `len` bytes of `data` to `record` with descriptor `fd` attached. */
+static long send_with_fd(const void *data, size_t len, int fd, int flags) {
+    struct iovec iov = {(void *)data, len};
     union {
         struct cmsghdr h;
         char buf[CMSG_SPACE(sizeof(int))];
@@ -100,11 +92,30 @@ int mtlab_broker_open(int own_error, char *path, size_t cap) {
     h->cmsg_level = SOL_SOCKET;
     h->cmsg_type = SCM_RIGHTS;
     h->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(h), &sv[1], sizeof(int));
-    long sent = mtlab_sys6(SYS_sendmsg, broker_fd, (long)&m, MSG_NOSIGNAL, 0, 0, 0);
+    memcpy(CMSG_DATA(h), &fd, sizeof(int));
+    return mtlab_sys6(SYS_sendmsg, broker_fd, (long)&m, flags, 0, 0, 0);
+}
+
+/* Asks `record` for this process's trace file; `own_error` is why this
+ * process could not create it itself (0: it did not try). Returns the
+ * descriptor (name in `path`, up to `cap` bytes) or -1. */
+int mtlab_broker_open(int own_error, char *path, size_t cap) {
+    if (!broker_usable()) return -1;
+    int sv[2];
+    if (mtlab_sys6(SYS_socketpair, AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, (long)sv, 0, 0) != 0) return -1;
+    char req[32];
+    memcpy(req, BROKER_MAGIC, sizeof BROKER_MAGIC);
+    int32_t e = own_error;
+    memcpy(req + sizeof BROKER_MAGIC, &e, 4);
+    long sent = send_with_fd(req, sizeof BROKER_MAGIC + 4, sv[1], MSG_NOSIGNAL);
     mtlab_sys_close(sv[1]);
     int got = -1;
     if (sent > 0) {
+        union {
+            struct cmsghdr h;
+            char buf[CMSG_SPACE(sizeof(int))];
+        } c;
+        struct msghdr m;
         struct pollfd p = {sv[0], POLLIN, 0};
         struct timespec ts = {BROKER_WAIT_MS / 1000, 0};
         long ready;
@@ -120,7 +131,7 @@ int mtlab_broker_open(int own_error, char *path, size_t cap) {
         m.msg_control = c.buf;
         m.msg_controllen = sizeof c.buf;
         long n = ready == 1 ? mtlab_sys6(SYS_recvmsg, sv[0], (long)&m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT, 0, 0, 0) : -1;
-        h = n > 0 ? CMSG_FIRSTHDR(&m) : NULL;
+        struct cmsghdr *h = n > 0 ? CMSG_FIRSTHDR(&m) : NULL;
         if (h && h->cmsg_level == SOL_SOCKET && h->cmsg_type == SCM_RIGHTS && h->cmsg_len == CMSG_LEN(sizeof(int))) {
             memcpy(&got, CMSG_DATA(h), sizeof(int));
             /* Answer: the file's path. */
@@ -131,4 +142,13 @@ int mtlab_broker_open(int own_error, char *path, size_t cap) {
     }
     mtlab_sys_close(sv[0]);
     return got;
+}
+
+/* `record --live`: hands this image's watermark page (a memfd) to `record`,
+ * which reads the trace below it while the process runs. Nothing is waited
+ * for: a socket whose buffer is full refuses at once (-1), and the process
+ * is then read when the run ends. */
+int mtlab_broker_send_page(int memfd) {
+    if (!broker_usable()) return -1;
+    return send_with_fd(PAGE_MAGIC, sizeof PAGE_MAGIC, memfd, MSG_NOSIGNAL | MSG_DONTWAIT) > 0 ? 0 : -1;
 }

@@ -108,6 +108,9 @@ static int collect(struct dl_phdr_info *info, size_t size, void *arg) {
     for (uint32_t i = 0; i < n_modules; i++)
         if (modules[i].dyn == dyn_of) return 0; /* scanned before (mtlab_got_add_loaded) */
     struct module m = {.name = info->dlpi_name ? info->dlpi_name : "", .base = info->dlpi_addr, .lo = UINTPTR_MAX};
+    /* glibc names the program "", musl by the path it was started with
+     * (which dlopen would not find): known by its program headers. */
+    if ((uintptr_t)info->dlpi_phdr == (uintptr_t)getauxval(AT_PHDR)) m.name = "";
     for (int i = 0; i < info->dlpi_phnum; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         uintptr_t start = info->dlpi_addr + ph->p_vaddr;

@@ -6,6 +6,8 @@
  *   MTLAB_OUT     trace path; without it the library stays inactive
  *   MTLAB_PARENT  pid of `mtlab record`: its direct child writes MTLAB_OUT
  *   MTLAB_WATERMARK_FD  (root only) memfd of the watermark page, see mtlab_trace.h
+ *   MTLAB_LIVE    1: `record --live`; every other traced image makes a watermark
+ *                 page of its own and sends it over the broker's socket
  *   MTLAB_BROKER_FD  socket to `mtlab record`, which makes trace files for
  *                 processes that cannot (broker.c)
  *   MTLAB_STACKS  fp (default) | none
@@ -41,6 +43,11 @@
 HIDDEN struct mtlab_config mtlab_cfg;
 HIDDEN _Atomic int mtlab_state;
 HIDDEN struct mtlab_counters mtlab_counters;
+#ifdef MTLAB_ATTACH
+HIDDEN _Atomic uint32_t mtlab_threads_beyond_first = 1; /* the process runs already: its threads are unknown */
+#else
+HIDDEN _Atomic uint32_t mtlab_threads_beyond_first;
+#endif
 HIDDEN uint32_t mtlab_pid;
 
 /* Settings come from the environment `mtlab record` set; attached, from the
@@ -78,6 +85,7 @@ static void detect_allocator(void) {
     if (strstr(path, "jemalloc")) name = "jemalloc";
     else if (strstr(path, "tcmalloc")) name = "tcmalloc";
     else if (strstr(path, "mimalloc")) name = "mimalloc";
+    else if (strstr(path, "/ld-musl-") || strstr(path, "/libc.musl-")) name = "musl"; /* musl's libc is its loader */
     else if (strstr(path, "/libc.so") || strstr(path, "/libc-")) name = "glibc";
     copy(mtlab_cfg.allocator, sizeof mtlab_cfg.allocator, name);
     mtlab_cfg.is_glibc = strcmp(name, "glibc") == 0;
@@ -122,6 +130,7 @@ static void become_child(void) {
          * inherited, as it is now (not as it was when the parent started). */
         mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);
         mtlab_init_brk(mtlab_cfg.brk_init);
+        if (mtlab_cfg.live) mtlab_watermark_own(); /* before its file is opened, as its only thread runs */
         mtlab_write_maps(); /* the child's own file, opened before it can drop privileges */
         if (mtlab_ctl) mtlab_sampler_fork_child();
     }
@@ -214,9 +223,12 @@ static void mtlab_start(void) {
     int root = record_pid == (uint64_t)getppid();
     if (mtlab_cfg.follow) mtlab_broker_init(getenv("MTLAB_BROKER_FD"), (uint32_t)record_pid);
     mtlab_set_root(root);
+    mtlab_cfg.live = env_u64("MTLAB_LIVE", 0) != 0;
     if (getenv("MTLAB_WATERMARK_FD")) {
         if (root) mtlab_watermark_attach((long)env_u64("MTLAB_WATERMARK_FD", 0));
         unsetenv("MTLAB_WATERMARK_FD"); /* for the root process alone */
+    } else if (mtlab_cfg.live && mtlab_cfg.follow) {
+        mtlab_watermark_own(); /* an exec'd image: before its trace is opened below */
     }
     if (!mtlab_cfg.follow) unsetenv("MTLAB_OUT"); /* children stay untraced */
 #endif

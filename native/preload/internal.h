@@ -13,12 +13,20 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 
 #include "../include/mtlab_trace.h"
+
+/* musl (MTLAB_MUSL: the build for musl-linked programs, built.rs) defines
+ * mmap64 as a macro for mmap; its libc still exports the name, and a
+ * program built against an older musl may call it, so the shim keeps it. */
+#ifdef mmap64
+#undef mmap64
+#endif
 
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -44,6 +52,7 @@ struct mtlab_config {
     uint64_t sample_seed;     /* 0: seed each thread from the TSC */
     uint64_t time_gap;        /* full trace: one call in time_gap timed on average (1: every call) */
     int ctl_thread;           /* sampling: start the control thread (MTLAB_CTL_THREAD, default 1) */
+    int live;                 /* `record --live` (MTLAB_LIVE=1): every traced image gets a watermark page */
     int is_glibc;  /* the program's malloc is glibc's: chunk headers readable */
     uint64_t tsc_hz;
     uint64_t brk_start; /* start of the brk heap ([heap] in maps, else the break) */
@@ -121,6 +130,10 @@ extern HIDDEN struct mtlab_real mtlab_real;
  * entry is malloc's canonical address. */
 extern HIDDEN uintptr_t mtlab_loader_lo, mtlab_loader_hi;
 HIDDEN void mtlab_resolve(void);
+/* musl build (musl.c): whether the program (not a library) holds `f`, and
+ * takes `name` from another module (an undefined symbol it relocates):
+ * then `f` is its PLT entry made the function's canonical address. */
+HIDDEN int mtlab_program_imports(const char *name, const void *f);
 /* C++ operator new and delete behind the shims, by form (MTLAB_NEW_*,
  * MTLAB_DELETE_*): the next definition (a heap manager's own, or the C++
  * runtime's, which calls malloc), found when first needed — a C program
@@ -351,6 +364,7 @@ HIDDEN void mtlab_writer_before_exec(void); /* removes a file without events */
 HIDDEN void mtlab_writer_fork_child(void);
 HIDDEN void mtlab_set_root(int is_root);
 HIDDEN void mtlab_watermark_attach(long fd); /* root process: MTLAB_WATERMARK_FD */
+HIDDEN void mtlab_watermark_own(void); /* `record --live`, any other image: a page of its own */
 /* A buffer's progress for `record --live` (writer.c): its first event was
  * appended; its chunk was written. No-ops without a watermark page. */
 HIDDEN void mtlab_progress_started(struct mtlab_buf *b);
@@ -365,6 +379,7 @@ HIDDEN void mtlab_write_stats(void);
 HIDDEN void mtlab_broker_init(const char *fd_value, uint32_t record_pid);
 HIDDEN int mtlab_broker_preferred(void); /* a file of its own would be another user's */
 HIDDEN int mtlab_broker_open(int own_error, char *path, size_t cap);
+HIDDEN int mtlab_broker_send_page(int memfd); /* `record --live`: this image's page (0: sent) */
 
 struct mtlab_counters {
     _Atomic uint64_t events_written;
@@ -373,6 +388,10 @@ struct mtlab_counters {
     _Atomic uint64_t stacks_overflowed;
 };
 extern HIDDEN struct mtlab_counters mtlab_counters;
+/* 1 once the process may have had a second thread (pthread_create called, a
+ * second event buffer taken, or attached to a running process): chunks
+ * flushed before it are marked MTLAB_RECORD_FLAG_SOLO. */
+extern HIDDEN _Atomic uint32_t mtlab_threads_beyond_first;
 
 HIDDEN void mtlab_init_brk(uint64_t brk);
 

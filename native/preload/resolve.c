@@ -92,10 +92,16 @@ static void note_loader(const struct module_spans *spans) {
 }
 
 static void *past_canonical_plt(const char *name, void *f) {
+#ifdef MTLAB_MUSL
+    /* musl has no dladdr1: the program's own relocations say whether it
+     * takes the name from elsewhere (musl.c). */
+    if (!f || !mtlab_program_imports(name, f)) return f;
+#else
     Dl_info info;
     const ElfW(Sym) *sym = NULL;
     /* dladdr matches undefined symbols that have a value: exactly these entries. */
     if (!f || !dladdr1(f, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym || sym->st_shndx != SHN_UNDEF) return f;
+#endif
     struct module_spans spans = {.n = 0}; /* on the stack: operator new's forms resolve on any thread */
     dl_iterate_phdr(span_of, &spans); /* no dlopen inside: the callback holds the loader's lock */
     if (!mtlab_loader_hi) note_loader(&spans);

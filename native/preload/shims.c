@@ -1024,6 +1024,8 @@ EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
  * lineage); otherwise the call goes straight through. */
 EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *), void *arg) {
     if (UNLIKELY(!mtlab_real.pthread_create)) mtlab_resolve();
+    /* Before the thread exists, so that every event it stamps comes after. */
+    atomic_store(&mtlab_threads_beyond_first, 1);
     if (mtlab_ctl && mtlab_cfg.sample_seed && !mtlab_tls.guard) return mtlab_sampler_spawn(th, attr, start, arg);
     int r = mtlab_real.pthread_create(th, attr, start, arg);
     /* `record --live` analyses only up to the oldest event still in a

@@ -36,10 +36,10 @@ static void reset(struct mtlab_buf *b) {
 }
 
 /* The record and chunk headers before `len` bytes of `n` events. */
-static void put_headers(uint8_t *h, uint32_t tid, uint32_t n, uint64_t first, uint64_t last, uint32_t len) {
+static void put_headers(uint8_t *h, uint32_t tid, uint32_t n, uint64_t first, uint64_t last, uint32_t len, uint16_t flags) {
     put_u32(h, MTLAB_EVENTS_HEADER + len);
     put_u16(h + 4, MTLAB_REC_EVENTS);
-    put_u16(h + 6, 0);
+    put_u16(h + 6, flags);
     put_u32(h + 8, tid);
     put_u32(h + 12, n);
     put_u64(h + 16, first);
@@ -85,7 +85,10 @@ void mtlab_flush_buf(struct mtlab_buf *b) {
         uint32_t counted = atomic_exchange(&b->counted, 0);
         atomic_fetch_add(&mtlab_counters.events_dropped, b->n_events > counted ? b->n_events - counted : 0);
     } else {
-        put_headers(b->data, b->tid, b->n_events, b->first_tsc, b->n_events ? b->prev_tsc : 0, len);
+        /* Only the one thread could have started another: if none was, no
+         * other thread's event can lie within this chunk's time. */
+        uint16_t solo = atomic_load(&mtlab_threads_beyond_first) ? 0 : MTLAB_RECORD_FLAG_SOLO;
+        put_headers(b->data, b->tid, b->n_events, b->first_tsc, b->n_events ? b->prev_tsc : 0, len, solo);
         write_counted(b->data, len, b->n_events);
     }
     uint64_t first = b->first_tsc;
@@ -242,6 +245,10 @@ struct mtlab_buf *mtlab_thread_buf(void) {
         errno = saved;
         return NULL;
     }
+    /* A second buffer taken: a thread not started by pthread_create (or a
+     * buffer taken again) ends the solo chunks too. */
+    static _Atomic uint32_t bufs_taken;
+    if (atomic_fetch_add(&bufs_taken, 1) != 0) atomic_store(&mtlab_threads_beyond_first, 1);
     reset(b);
     b->prev_tsc = 0;
     atomic_store(&b->lock, 0);
@@ -326,7 +333,7 @@ static void flush_foreign(struct mtlab_buf *b) {
         atomic_thread_fence(memory_order_acquire);
         if (atomic_load(&b->busy) || atomic_load(&b->gen) != gen) continue; /* torn: again */
         atomic_store(&b->counted, n);
-        put_headers(exit_copy, b->tid, n, first, last, len);
+        put_headers(exit_copy, b->tid, n, first, last, len, 0);
         write_counted(exit_copy, len, n);
         return;
     }
@@ -365,6 +372,9 @@ void mtlab_fork_child_reset(void) {
         atomic_store(&b->busy, 0);
         atomic_store(&b->counted, 0);
         atomic_store(&b->owned, b == mtlab_tls.buf);
+        /* Its slot was in the parent's watermark page. */
+        b->progress = 0;
+        b->pending_tsc = b->flushed_end = b->last_first = 0;
     }
     if (mtlab_tls.buf) mtlab_tls.buf->tid = mtlab_gettid();
 }

@@ -8,13 +8,14 @@
  * readers skip, and the events are counted as dropped.
  *
  * Naming: the process started by `mtlab record` writes FILE; every other
- * traced process (fork children, exec'd programs) writes FILE.PID, or
- * FILE.PID.N when an earlier image of the same pid already wrote FILE.PID.
+ * traced process (fork children, exec'd programs) writes FILE.d/PID, or
+ * FILE.d/PID.N when an earlier image of the same pid already wrote FILE.d/PID.
  * The file is created on the first write, so a fork child that only execs
  * leaves no empty trace behind.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -33,11 +34,15 @@ int mtlab_trace_fd(void) { return fd; }
 static _Atomic uint64_t file_off;
 static int is_root;
 /* The watermark page (mtlab_trace.h): set in the root process when
- * `mtlab record` passed one; published to only while this process writes
- * the root file itself (not a fork child, not an exec'd image). */
+ * `mtlab record` passed one, published to only while this process writes
+ * the root file itself; under `record --live`, in any other traced image, a
+ * page it made itself (mtlab_watermark_own). A fork child never writes into
+ * the page it inherited: it is unmapped there. */
 _Atomic uint64_t *mtlab_watermark; /* internal.h: read inline before any progress call */
 #define watermark mtlab_watermark
 static int owns_root_file;
+static int own_page; /* the page was made by this image: it describes whatever file it opens */
+static uint64_t file_dev, file_ino; /* of the trace file, checked before each write */
 
 void mtlab_watermark_attach(long wfd) {
     struct stat st;
@@ -53,6 +58,39 @@ void mtlab_watermark_attach(long wfd) {
     }
     watermark = (_Atomic uint64_t *)m;
     mtlab_sys_close((int)wfd); /* the program must not see an extra descriptor */
+}
+
+/* `record --live`, a traced image other than the root's first: a page of
+ * its own, handed to `record` over the broker's socket (which names this
+ * pid), so that its trace is read while it is written, as the root's is. No
+ * page (no memfd, no broker): its trace is read when the run ends. Called
+ * while the process is single-threaded (constructor, fork child), before
+ * the trace is opened, so that every buffer's first event is published. */
+void mtlab_watermark_own(void) {
+    long f = mtlab_sys6(SYS_memfd_create, (long)"mtlab-watermark", MFD_CLOEXEC, 0, 0, 0, 0);
+    if (f < 0) return;
+    void *m = mtlab_sys_ftruncate((int)f, MTLAB_WATERMARK_SIZE) == 0 ? mtlab_sys_mmap_shared(MTLAB_WATERMARK_SIZE, (int)f) : NULL;
+    if (m) {
+        _Atomic uint64_t *w = (_Atomic uint64_t *)m;
+        atomic_store(w + MTLAB_WATERMARK_OFF_MAGIC / 8, MTLAB_WATERMARK_MAGIC);
+        atomic_store(w + MTLAB_WATERMARK_OFF_PROGRESS_WANTED / 8, 1);
+        atomic_store(w + MTLAB_WATERMARK_OFF_PID / 8, mtlab_sys_getpid());
+        if (mtlab_broker_send_page((int)f) == 0) {
+            watermark = w;
+            own_page = 1;
+        } else {
+            mtlab_sys_munmap(m, MTLAB_WATERMARK_SIZE);
+        }
+    }
+    mtlab_sys_close((int)f);
+}
+
+/* The page says which file it describes (`record` matches it by inode). */
+static void page_names_file(void) {
+    if (!watermark || !own_page) return;
+    atomic_store(watermark + MTLAB_WATERMARK_OFF_FILE_DEV / 8, file_dev);
+    atomic_store(watermark + MTLAB_WATERMARK_OFF_START_TSC / 8, mtlab_cfg.start_tsc);
+    atomic_store_explicit(watermark + MTLAB_WATERMARK_OFF_FILE_INO / 8, file_ino, memory_order_release);
 }
 
 static void publish_watermark(uint64_t w) {
@@ -76,7 +114,7 @@ struct progress_slot {
 #define PROGRESS_EMPTY (1ull << 63)
 
 int mtlab_progress_wanted(void) {
-    return watermark && is_root && mtlab_cfg.sample_interval == 0 &&
+    return watermark && (is_root || own_page) && mtlab_cfg.sample_interval == 0 &&
            atomic_load_explicit(watermark + MTLAB_WATERMARK_OFF_PROGRESS_WANTED / 8, memory_order_relaxed);
 }
 
@@ -299,7 +337,6 @@ static uint64_t fsize_limit(void) {
     struct rlimit rl;
     return mtlab_sys_getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY ? rl.rlim_cur : 0;
 }
-static uint64_t file_dev, file_ino;
 static char path[4200];
 static atomic_int reopening;
 
@@ -434,7 +471,7 @@ static int reserve_and_write_at(const void *a, size_t alen, const void *b, size_
      * full disk, nothing from the failed record on: STATS and END may yet be
      * written there. */
     uint64_t reserved = atomic_load(&file_off);
-    if (atomic_fetch_sub(&inflight, 1) == 1 && watermark && owns_root_file) {
+    if (atomic_fetch_sub(&inflight, 1) == 1 && watermark && (owns_root_file || own_page)) {
         uint64_t full = atomic_load(&full_at); /* after every earlier writer counted out */
         publish_watermark(full < reserved ? full : reserved);
     }
@@ -461,13 +498,14 @@ void mtlab_writer_path(char *out, size_t cap) {
 
 /* The trace family's names, the only place the C side spells them (the
  * Rust side's are in crates/mtlab/src/platform/names.rs, `child_trace`):
- * ROOT for the root process, ROOT.PID for another, ROOT.PID.K (K >= 1) for
- * a later image of a pid whose ROOT.PID is taken. Written into `out`,
+ * ROOT for the root process, ROOT.d/PID for another, ROOT.d/PID.K (K >= 1)
+ * for a later image of a pid whose ROOT.d/PID is taken. Written into `out`,
  * NUL-terminated. */
 static void trace_name(char *out, char *end, uint32_t pid, uint64_t k, int root) {
     char *p = mtlab_append(out, end, mtlab_cfg.out_path);
     if (!root) {
-        p = mtlab_append(p, end, ".");
+        /* `record` made ROOT.d (platform/names.rs, tree_dir). */
+        p = mtlab_append(p, end, ".d/");
         p = mtlab_append_u64(p, end, pid);
         if (k) {
             p = mtlab_append(p, end, ".");
@@ -615,6 +653,7 @@ static int ensure_open(void) {
             file_dev = (uint64_t)st.st_dev;
             file_ino = (uint64_t)st.st_ino;
         }
+        page_names_file();
         atomic_store(&file_off, 0);
         write_header();
         atomic_store(&file_state, 2);
@@ -742,6 +781,10 @@ void mtlab_writer_release(void) {
 /* A fork child writes its own file, opened on its first write. */
 void mtlab_writer_fork_child(void) {
     owns_root_file = 0;
+    /* The parent's page: its reader must never see the child's offsets. */
+    if (watermark) mtlab_sys_munmap((void *)watermark, MTLAB_WATERMARK_SIZE);
+    watermark = NULL;
+    own_page = 0;
     atomic_store(&opener, 0);
     atomic_store(&reopens, 0);
     atomic_store(&reopen_gave_up, 0);

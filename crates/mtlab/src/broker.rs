@@ -2,18 +2,22 @@
 //! their own (the C side: `native/preload/broker.c`).
 //!
 //! A daemon drops privileges (setuid) or chroots, then forks its workers: a
-//! worker can no longer create `ROOT.PID` (its new user may not write in the
+//! worker can no longer create `ROOT.d/PID` (its new user may not write in the
 //! trace's directory; inside the jail the path is gone), and a file it did
 //! create would be another user's, which `record` refuses as planted. So the
 //! program gets one end of a socket pair; a process that needs its file sends
 //! a request carrying a socket for the answer, the kernel attaches its pid,
-//! and this side creates `ROOT.PID[.N]` for that pid — new (`O_EXCL`, no link
+//! and this side creates `ROOT.d/PID[.N]` for that pid — new (`O_EXCL`, no link
 //! followed), 0600, owned by mtlab's user like every other trace of the run —
 //! and sends the descriptor back. When it cannot, the process is counted and
 //! named (`Untraced`), and the report says so.
 //!
 //! Only holders of the socket can ask — the traced tree — and each only for
 //! names of its own pid, which the kernel vouches for.
+//!
+//! Under `record --live` the same socket carries each traced image's
+//! watermark page (a memfd, `mtlab-page1`): nothing is answered, the page
+//! and the sender's pid go to the live analysis (`Broker::start`'s `pages`).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -23,6 +27,14 @@ use std::sync::Arc;
 
 /// The request's first bytes (broker.c's BROKER_MAGIC, with its NUL).
 const MAGIC: &[u8] = b"mtlab-open1\0";
+/// A watermark page's message (broker.c's PAGE_MAGIC, with its NUL).
+const PAGE_MAGIC: &[u8] = b"mtlab-page1\0";
+/// Pages one run takes at most: a tree that sends more is read at the end.
+const MAX_PAGES: usize = 65536;
+
+/// A traced image's watermark page (`record --live`): the sender's pid, as
+/// the kernel gives it, and the memfd.
+pub type Page = (u32, OwnedFd);
 /// Files one run's broker makes at most: a program that asks for more is
 /// counted, not served.
 const MAX_FILES: usize = 65536;
@@ -73,8 +85,9 @@ fn last_err() -> io::Error {
 }
 
 impl Broker {
-    /// Starts the broker for the traces of `root`.
-    pub fn start(root: &Path) -> io::Result<Broker> {
+    /// Starts the broker for the traces of `root`; the watermark pages the
+    /// traced images send go to `pages` (none: they are closed).
+    pub fn start(root: &Path, pages: Option<std::sync::mpsc::Sender<Page>>) -> io::Result<Broker> {
         let mut fds = [0; 2];
         // SAFETY: socketpair fills two descriptors, owned by OwnedFds below.
         if unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) } != 0 {
@@ -100,7 +113,7 @@ impl Broker {
         let stop = Arc::new(AtomicBool::new(false));
         let root = root.to_path_buf();
         let flag = stop.clone();
-        let thread = std::thread::Builder::new().name("mtlab-broker".into()).spawn(move || serve(ours, &root, &flag))?;
+        let thread = std::thread::Builder::new().name("mtlab-broker".into()).spawn(move || serve(ours, &root, &flag, pages))?;
         Ok(Broker { theirs: Some(theirs), stop, thread })
     }
 
@@ -136,8 +149,9 @@ fn inheritable_high(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-fn serve(ours: OwnedFd, root: &Path, stop: &AtomicBool) -> Served {
+fn serve(ours: OwnedFd, root: &Path, stop: &AtomicBool, pages: Option<std::sync::mpsc::Sender<Page>>) -> Served {
     let mut served = Served::default();
+    let mut pages_sent = 0usize;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         let mut p = libc::pollfd { fd: ours.as_raw_fd(), events: libc::POLLIN, revents: 0 };
@@ -153,7 +167,13 @@ fn serve(ours: OwnedFd, root: &Path, stop: &AtomicBool) -> Served {
             continue;
         }
         match receive(&ours) {
-            Some(req) => answer(req, root, &mut served),
+            Some(Message::Open(req)) => answer(req, root, &mut served),
+            Some(Message::Page(pid, fd)) => {
+                if let Some(tx) = pages.as_ref().filter(|_| pages_sent < MAX_PAGES) {
+                    pages_sent += 1;
+                    let _ = tx.send((pid, fd));
+                }
+            }
             None if p.revents & (libc::POLLHUP | libc::POLLERR) != 0 && stopping => return served,
             None => {}
         }
@@ -168,7 +188,12 @@ struct Request {
     own_errno: i32,
 }
 
-fn receive(ours: &OwnedFd) -> Option<Request> {
+enum Message {
+    Open(Request),
+    Page(u32, OwnedFd),
+}
+
+fn receive(ours: &OwnedFd) -> Option<Message> {
     let mut data = [0u8; 64];
     // Room for a few descriptors (a request sends one; extra ones are closed)
     // and the credentials.
@@ -206,11 +231,18 @@ fn receive(ours: &OwnedFd) -> Option<Request> {
         }
     }
     let n = n as usize;
-    if n < MAGIC.len() + 4 || &data[..MAGIC.len()] != MAGIC || fds.len() != 1 {
+    let pid = pid.filter(|&p| p > 0)?;
+    if fds.len() != 1 {
+        return None;
+    }
+    if data[..n.min(data.len())] == *PAGE_MAGIC {
+        return Some(Message::Page(pid, fds.pop()?));
+    }
+    if n < MAGIC.len() + 4 || &data[..MAGIC.len()] != MAGIC {
         return None;
     }
     let own_errno = i32::from_ne_bytes(data[MAGIC.len()..MAGIC.len() + 4].try_into().ok()?);
-    Some(Request { pid: pid.filter(|&p| p > 0)?, reply: fds.pop()?, own_errno })
+    Some(Message::Open(Request { pid, reply: fds.pop()?, own_errno }))
 }
 
 fn answer(req: Request, root: &Path, served: &mut Served) {
@@ -236,13 +268,11 @@ fn answer(req: Request, root: &Path, served: &mut Served) {
     }
 }
 
-/// Creates `ROOT.PID`, or `ROOT.PID.N` when an earlier image of the pid has
-/// that name, as the library itself names them.
+/// Creates `ROOT.d/PID`, or `ROOT.d/PID.N` when an earlier image of the pid
+/// has that name, as the library itself names them.
 fn create_for(root: &Path, pid: u32) -> Result<(std::fs::File, PathBuf), i32> {
     for k in 0..1000u32 {
-        let mut name = root.as_os_str().to_owned();
-        name.push(if k == 0 { format!(".{pid}") } else { format!(".{pid}.{k}") });
-        let path = PathBuf::from(name);
+        let path = crate::platform::names::child_trace(root, pid, k);
         match crate::platform::safe_fs::create_new(&path, 0o600) {
             Ok(f) => return Ok((f, path)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -338,10 +368,11 @@ mod tests {
     fn a_file_is_made_for_the_asking_pid_only_and_never_over_another() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("t.mtl");
-        std::fs::write(dir.path().join("t.mtl.42"), b"x").unwrap();
+        std::fs::create_dir(dir.path().join("t.mtl.d")).unwrap();
+        std::fs::write(dir.path().join("t.mtl.d/42"), b"x").unwrap();
         let (_, path) = create_for(&root, 42).unwrap();
-        assert_eq!(path, dir.path().join("t.mtl.42.1"));
-        assert_eq!(std::fs::read(dir.path().join("t.mtl.42")).unwrap(), b"x");
+        assert_eq!(path, dir.path().join("t.mtl.d/42.1"));
+        assert_eq!(std::fs::read(dir.path().join("t.mtl.d/42")).unwrap(), b"x");
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
     }

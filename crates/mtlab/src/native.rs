@@ -19,6 +19,9 @@ use crate::platform::safe_fs;
 
 static PRELOAD: &[u8] = include_bytes!(env!("MTLAB_PRELOAD_SO"));
 static ATTACH: &[u8] = include_bytes!(env!("MTLAB_ATTACH_SO"));
+/// The same two built against musl (empty where mtlab was built without musl-gcc).
+static PRELOAD_MUSL: &[u8] = include_bytes!(env!("MTLAB_PRELOAD_MUSL_SO"));
+static ATTACH_MUSL: &[u8] = include_bytes!(env!("MTLAB_ATTACH_MUSL_SO"));
 static MALLOC_TEST: &[u8] = include_bytes!(env!("MTLAB_MALLOC_TEST"));
 static LATENCY_PIPELINE: &[u8] = include_bytes!(env!("MTLAB_LATENCY_PIPELINE"));
 static SERVICE: &[u8] = include_bytes!(env!("MTLAB_SERVICE"));
@@ -45,11 +48,15 @@ pub struct UnpackError {
 }
 
 /// A native part carried inside the binary.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Part {
     Preload,
     /// The preload library built to be dlopen'ed into a running process (`record --pid`).
     Attach,
+    /// The preload library built against musl, for musl-linked programs.
+    PreloadMusl,
+    /// The attach library built against musl.
+    AttachMusl,
     MallocTest,
     LatencyPipeline,
     /// A long-running service's heap traffic at a steady rate (`record --live`'s workload).
@@ -71,6 +78,10 @@ impl Part {
         match self {
             Part::Preload => "libmtlab_preload.so",
             Part::Attach => "libmtlab_attach.so",
+            // The same name as glibc's: LD_PRELOAD names one file, in a
+            // directory each loader picks for itself (`preload_list`).
+            Part::PreloadMusl => "libmtlab_preload.so",
+            Part::AttachMusl => "libmtlab_attach_musl.so",
             Part::MallocTest => "mtlab-malloc-test",
             Part::LatencyPipeline => "mtlab-latency-pipeline",
             Part::Service => "mtlab-service",
@@ -85,6 +96,8 @@ impl Part {
         match self {
             Part::Preload => PRELOAD,
             Part::Attach => ATTACH,
+            Part::PreloadMusl => PRELOAD_MUSL,
+            Part::AttachMusl => ATTACH_MUSL,
             Part::MallocTest => MALLOC_TEST,
             Part::LatencyPipeline => LATENCY_PIPELINE,
             Part::Service => SERVICE,
@@ -229,6 +242,42 @@ fn holds(target: &Path, bytes: &[u8]) -> bool {
     safe_fs::read_owned_regular(target, bytes.len() as u64 + 1).is_ok_and(|b| b == bytes)
 }
 
+/// Whether this binary carries `part` (the musl builds need musl-gcc where
+/// mtlab was built).
+pub fn carries(part: Part) -> bool {
+    !part.bytes().is_empty()
+}
+
+/// The value for LD_PRELOAD that loads mtlab's library into every process of
+/// a traced tree, each one's own libc build: glibc's loader expands
+/// `$PLATFORM` in it (to the kernel's AT_PLATFORM, `x86_64`, or on glibc
+/// 2.26–2.36 on some CPUs `haswell` or `xeon_phi`), musl's takes it
+/// literally. So `DIR/$PLATFORM/libmtlab_preload.so` is the glibc build for
+/// glibc's loader and the musl build, in a directory named `$PLATFORM`, for
+/// musl's: a glibc shell running a musl program (or the other way round)
+/// gets each one traced, where one library for both would stop the other
+/// libc's loader (it cannot load the library's C library: exit 127).
+/// Without the musl build, the glibc library's own path, as before.
+pub fn preload_list() -> Result<PathBuf, UnpackError> {
+    if !carries(Part::PreloadMusl) {
+        return path(Part::Preload);
+    }
+    let mut key = PRELOAD.to_vec();
+    key.extend_from_slice(PRELOAD_MUSL);
+    let dir = cache_dir(&format!("{}-{:016x}", env!("CARGO_PKG_VERSION"), fnv1a(&key)))?;
+    let glibc = Part::Preload;
+    let platform = std::env::consts::ARCH;
+    let names = [platform, "haswell", "xeon_phi"];
+    for (sub, part) in names.iter().map(|n| (*n, glibc)).chain([("$PLATFORM", Part::PreloadMusl)]) {
+        let d = safe_fs::private_dir(&dir.join(sub)).map_err(|source| UnpackError { dir: dir.join(sub), source })?;
+        let target = d.join(part.file_name());
+        if !holds(&target, part.bytes()) {
+            write_atomically(&d, &target, part.bytes()).map_err(|source| UnpackError { dir: d.clone(), source })?;
+        }
+    }
+    Ok(dir.join("$PLATFORM").join(glibc.file_name()))
+}
+
 /// Path of `part` on disk, writing it there first if needed.
 pub fn path(part: Part) -> Result<PathBuf, UnpackError> {
     let bytes = part.bytes();
@@ -340,6 +389,39 @@ mod tests {
         let head = std::fs::read(&p).unwrap();
         assert_eq!(&head[..4], b"\x7fELF");
         assert_eq!(path(Part::Preload).unwrap(), p, "second call reuses the cached copy");
+    }
+
+    /// The dynamic symbols an ELF file needs (undefined, not weak), or defines.
+    fn dynamic_symbols(elf: &[u8], defined: bool) -> std::collections::BTreeSet<String> {
+        use object::{Object, ObjectSymbol};
+        let file = object::File::parse(elf).unwrap();
+        file.dynamic_symbols()
+            .filter(|s| if defined { !s.is_undefined() } else { s.is_undefined() && !s.is_weak() })
+            .filter_map(|s| s.name().ok().map(str::to_string))
+            .filter(|n| !n.is_empty())
+            .collect()
+    }
+
+    /// musl's loader refuses a library that needs a symbol its libc lacks
+    /// (glibc-only ones such as `_dl_find_object`, `dladdr1`, `mallinfo2`):
+    /// the program would not start at all. Both musl builds need nothing
+    /// else than what musl's libc exports.
+    #[test]
+    fn the_musl_builds_need_only_what_musls_libc_exports() {
+        let libc = ["/lib/ld-musl-x86_64.so.1", "/usr/lib/x86_64-linux-musl/libc.so"].into_iter().find_map(|p| std::fs::read(p).ok());
+        let (Some(libc), true) = (libc, carries(Part::PreloadMusl)) else {
+            let why = "musl's libc or mtlab's musl build is missing (Debian: apt-get install musl-tools, then rebuild)";
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "would be SKIPPED, but CI=true: {why}");
+            eprintln!("SKIPPED {why}");
+            return;
+        };
+        let exported = dynamic_symbols(&libc, true);
+        for part in [Part::PreloadMusl, Part::AttachMusl] {
+            let missing: Vec<String> = dynamic_symbols(part.bytes(), false).difference(&exported).cloned().collect();
+            assert!(missing.is_empty(), "{part:?} needs symbols musl's libc does not export: {missing:?}");
+        }
+        // The glibc build does need glibc-only ones: the check can fail.
+        assert!(!dynamic_symbols(PRELOAD, false).is_subset(&exported));
     }
 
     /// The preload library's thread-local block is exactly one page, so a

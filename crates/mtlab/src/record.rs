@@ -103,10 +103,26 @@ pub enum RecordError {
     Spawn { program: String, source: std::io::Error },
     #[error("libunwind is not installed (libunwind.so.8 not found): install it (apt-get install libunwind8) or use --unwind dwarf (the default)")]
     NoLibunwind,
+    #[error(
+        "{program} is linked against musl (its loader is {interp}) and this mtlab was built without musl-gcc, so it \
+         carries no library for musl: rebuild mtlab with musl-gcc installed (Debian: apt-get install musl-tools; or \
+         MTLAB_MUSL_CC=PATH-OF-A-MUSL-GCC-WRAPPER cargo build --release)"
+    )]
+    NoMuslBuild { program: String, interp: String },
     #[error(transparent)]
     Unpack(#[from] native::UnpackError),
     #[error(transparent)]
     Trace(#[from] TraceError),
+}
+
+/// Whether `interp` (a program's PT_INTERP) is musl's dynamic loader.
+fn is_musl_loader(interp: &str) -> bool {
+    Path::new(interp).file_name().is_some_and(|n| n.to_string_lossy().starts_with("ld-musl-"))
+}
+
+/// Whether the program at `path` is linked against musl: its loader is musl's.
+pub fn musl_linked(path: &Path) -> bool {
+    crate::symbolize::elf_interpreter(path).is_some_and(|i| is_musl_loader(&i))
 }
 
 /// What happened, for the summary and the exit code.
@@ -222,13 +238,13 @@ impl RecordOutcome {
     }
 }
 
-/// Is the process that writes `t` (named ROOT.PID[.N], see `names::trace_family`) still alive and writing it?
+/// Is the process that writes `t` (named ROOT.d/PID[.N], see `names::trace_family`) still alive and writing it?
 fn still_running(root: &Path, t: &Path) -> bool {
     let pid = names::child_trace_suffix(root, t).and_then(|s| names::parse_child_suffix(&s)).and_then(|(pid, _)| u32::try_from(pid).ok());
     pid.is_some_and(|pid| holds_open(pid, t))
 }
 
-/// The RUNINFO list of the child traces beside `root` (`trace::family`).
+/// The RUNINFO list of the child traces of `root` (`trace::family`).
 fn child_traces(root: &Path, traces: &[PathBuf]) -> String {
     let entries: Vec<(String, String)> = traces
         .iter()
@@ -261,18 +277,28 @@ pub fn resolve_program(program: &OsString) -> Result<PathBuf, RecordError> {
 
 /// Temporary files (`.NAME.WHAT-PID`, see trace::rewrite::temp_beside) that
 /// an mtlab process killed before it could rename or remove them left beside
-/// the traces of `root`: those whose writer is no longer alive.
+/// the traces of `root` (the root's, and its children's in `ROOT.d`): those
+/// whose writer is no longer alive.
 fn abandoned_temps(root: &Path) -> Vec<PathBuf> {
     let (Some(dir), Some(name)) = (root.parent(), root.file_name()) else { return Vec::new() };
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-    let prefix = format!(".{}.", name.to_string_lossy()); // the root's and ROOT.PID's temps
+    let mut found = temps_in(dir, &format!(".{}.", name.to_string_lossy()));
+    let tree = names::tree_dir(root);
+    if std::fs::symlink_metadata(&tree).is_ok_and(|m| m.is_dir()) {
+        found.extend(temps_in(&tree, "."));
+    }
+    found
+}
+
+/// This user's files in `dir` named `PREFIX…-PID` whose writer `PID` is gone.
+fn temps_in(dir: &Path, prefix: &str) -> Vec<PathBuf> {
     std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
         .filter(|e| {
             let file = e.file_name().to_string_lossy().to_string();
-            if !file.starts_with(&prefix) {
+            if !file.starts_with(prefix) {
                 return false;
             }
             let writer = file.rsplit_once('-').and_then(|(_, pid)| pid.parse::<u32>().ok());
@@ -401,6 +427,49 @@ fn prepare_output(path: &Path) -> Result<RunStart, RecordError> {
     let _ = std::fs::remove_file(&probe);
     let m = m.map_err(unwritable)?;
     Ok(RunStart(m.ctime(), m.ctime_nsec()))
+}
+
+/// Makes `ROOT.d`, where the traced program's descendants write their
+/// traces (`names::tree_dir`), or takes the one an earlier run of this user
+/// left; it is removed again when dropped if it stays empty (whichever way
+/// the run ends: a program that could not start leaves nothing). A directory another user could write into is refused: what is
+/// planted there is read back as this run's. Private (0700): a child that
+/// changed its user asks `record` for its file (`broker.rs`).
+fn prepare_tree_dir(root: &Path) -> Result<TreeDir, RecordError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let dir = names::tree_dir(root);
+    let made = std::fs::DirBuilder::new().mode(0o700).create(&dir);
+    if let Err(e) = made {
+        if e.kind() != std::io::ErrorKind::AlreadyExists {
+            return Err(RecordError::Unwritable { path: dir, source: e });
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        let why = match std::fs::symlink_metadata(&dir) {
+            Err(e) => Some(format!("cannot look at it: {e}")),
+            Ok(m) if !m.file_type().is_dir() => Some("not a directory (a link or a file)".into()),
+            Ok(m) if m.uid() != me => Some(format!("it belongs to user {}, not to this user ({me})", m.uid())),
+            Ok(m) if m.mode() & 0o022 != 0 => Some(format!("others can write into it (mode {:o})", m.mode() & 0o777)),
+            Ok(_) => None,
+        };
+        if let Some(why) = why {
+            return Err(RecordError::Output(format!(
+                "{} is already there and is not this user's directory of child traces: {why}; remove it or choose another name with -o",
+                dir.display()
+            )));
+        }
+    }
+    Ok(TreeDir(dir))
+}
+
+/// `ROOT.d` while a run uses it; removed on drop when no descendant wrote a
+/// trace into it, so a program that starts none leaves only its one trace.
+struct TreeDir(PathBuf);
+
+impl Drop for TreeDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
 }
 
 /// `prepare_output` for `record --pid` (attach/), which needs no run start.
@@ -601,10 +670,16 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let output = std::path::absolute(&cfg.output).map_err(|source| RecordError::Unwritable { path: cfg.output.clone(), source })?;
     crate::trace::rewrite::check_trace_output(&output).map_err(RecordError::Output)?;
     let run_start = prepare_output(&output)?;
+    let _tree_dir = if cfg.follow { Some(prepare_tree_dir(&output)?) } else { None };
     // Control pages left by a sampled run killed together with its record.
     crate::ctl::remove_dead_pages();
     let out_dir = HeldDir::open(&output);
-    let preload = native::path(Part::Preload)?;
+    if let Some(interp) = crate::symbolize::elf_interpreter(&program).filter(|i| is_musl_loader(i)) {
+        if !native::carries(Part::PreloadMusl) {
+            return Err(RecordError::NoMuslBuild { program: program.display().to_string(), interp });
+        }
+    }
+    let preload = native::preload_list()?;
 
     // The untraced run's output goes nowhere: the program's output is the
     // traced run's, once. It reads stdin only when stdin is a regular file
@@ -697,6 +772,15 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         (Some(l), Some(f)) if !foreign => Some(crate::flight::Recorder::start(f, &l.profile, crate::flight::Feed::pushed_by_caller(), tsc_hz())),
         _ => None,
     };
+    // With --live the other images' watermark pages come over the broker's
+    // socket to the live analysis.
+    let (page_tx, page_rx) = match (&cfg.live, cfg.follow && !foreign) {
+        (Some(_), true) => {
+            let (tx, rx) = std::sync::mpsc::channel();
+            (Some(tx), Some(rx))
+        }
+        _ => (None, None),
+    };
     // With --live the root trace is analysed while the program runs; else
     // it is rewritten while the program runs, as far as it is written.
     let mut analysed = match &cfg.live {
@@ -704,13 +788,18 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             // A profile that cannot be written is refused before the program runs.
             drop(crate::platform::safe_fs::replace(&l.profile, 0o644).map_err(|source| RecordError::Unwritable { path: l.profile.clone(), source })?);
             let sink = flight_of_live.as_ref().map(|f| Box::new(f.pusher()) as Box<dyn crate::live::RawSink>);
-            Some(crate::live::Live::start(output.clone(), l.clone(), sink).ok_or_else(|| {
+            Some(crate::live::Live::start(output.clone(), l.clone(), sink, page_rx).ok_or_else(|| {
                 RecordError::Output("--live needs a memfd for the trace's watermark, and this system gave none".into())
             })?)
         }
         None => None,
     };
     let mut live = if cfg.live.is_some() { None } else { crate::live_finish::LiveFinish::new(output.clone(), cfg.flight.is_some()) };
+    if page_tx.is_some() {
+        cmd.env("MTLAB_LIVE", "1");
+    } else {
+        cmd.env_remove("MTLAB_LIVE");
+    }
     if let Some(fd) = live.as_ref().and_then(|l| l.fd()).or_else(|| analysed.as_ref().and_then(|l| l.fd())) {
         cmd.env("MTLAB_WATERMARK_FD", fd.to_string());
     }
@@ -732,7 +821,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     };
     // Trace files for the processes that cannot make their own (a daemon's
     // workers after setuid or chroot): made here, named if they cannot be.
-    let broker = if cfg.follow && !foreign { crate::broker::Broker::start(&output).ok() } else { None };
+    let broker = if cfg.follow && !foreign { crate::broker::Broker::start(&output, page_tx).ok() } else { None };
     if let Some(b) = &broker {
         cmd.env("MTLAB_BROKER_FD", b.fd().to_string());
     } else {
@@ -852,6 +941,12 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         None => flight,
     };
     let keep_raw = cfg.live.as_ref().is_none_or(|l| l.keep_raw);
+    // Descendants read live are in the profile already; their traces, once
+    // analysed, were removed (unless --keep-raw).
+    let (seen_live, covered_live) = live_summary.as_ref().map(|s| (s.seen.clone(), s.covered.clone())).unwrap_or_default();
+    if !keep_raw {
+        traces.retain(|t| !covered_live.contains(t));
+    }
     let mut bytes = 0;
     // With --live, the descendants' finished traces go into the profile after the root's.
     let mut finished_children = Vec::new();
@@ -878,7 +973,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         };
         match finished {
             Ok(stats) => {
-                if !root {
+                if !root && !seen_live.contains(t) {
                     finished_children.push(t.clone());
                 }
                 warnings.extend(stats.warnings.into_iter().map(|w| format!("{}: {w}", t.display())));
@@ -1043,12 +1138,16 @@ mod tests {
     fn family_lists_root_then_children_in_pid_order() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("t.mtl");
-        for name in ["t.mtl", "t.mtl.20", "t.mtl.3", "t.mtl.3.1", "t.mtl.x", "t.mtl.3.1.2", "other"] {
+        std::fs::create_dir(dir.path().join("t.mtl.d")).unwrap();
+        for name in ["t.mtl", "t.mtl.d/20", "t.mtl.d/3", "t.mtl.d/3.1", "t.mtl.d/x", "t.mtl.d/3.1.2", "other", "t.mtl.7"] {
             std::fs::write(dir.path().join(name), b"").unwrap();
         }
-        let names: Vec<String> =
-            names::trace_family(&root).iter().map(|p| p.file_name().unwrap().to_string_lossy().to_string()).collect();
-        assert_eq!(names, ["t.mtl", "t.mtl.3", "t.mtl.3.1", "t.mtl.20"]);
+        let names: Vec<String> = names::trace_family(&root)
+            .iter()
+            .map(|p| p.strip_prefix(dir.path()).unwrap().to_string_lossy().to_string())
+            .collect();
+        // The layout before ROOT.d (t.mtl.7 beside the root) is read too.
+        assert_eq!(names, ["t.mtl", "t.mtl.d/3", "t.mtl.d/3.1", "t.mtl.7", "t.mtl.d/20"]);
     }
 
     #[test]

@@ -323,6 +323,8 @@ struct ElfInfo {
     has_dwarf: bool,
     /// Whether it names a dynamic loader (PT_INTERP): false for a static program.
     has_interp: bool,
+    /// PT_INTERP's path (the dynamic loader the kernel starts), when readable.
+    interp: Option<String>,
     /// Whether it is a Go program (a `.go.buildinfo` or `.note.go.buildid` section).
     is_go: bool,
 }
@@ -341,6 +343,13 @@ fn build_id_note<Elf: FileHeader>(mut notes: NoteIterator<'_, Elf>, endian: Elf:
 /// None when it is not an ELF file (a script) or cannot be read.
 pub fn elf_has_interpreter(path: &Path) -> Option<bool> {
     read_elf_info(path).ok().map(|i| i.has_interp)
+}
+
+/// The dynamic loader the ELF file at `path` names (PT_INTERP), e.g.
+/// `/lib/ld-musl-x86_64.so.1`; None for a static program, a file that is not
+/// ELF (a script), or one that cannot be read.
+pub fn elf_interpreter(path: &Path) -> Option<String> {
+    read_elf_info(path).ok().and_then(|i| i.interp)
 }
 
 /// Whether the ELF file at `path` is a Go program; None when it is not an ELF
@@ -392,7 +401,13 @@ fn elf_info<Elf: FileHeader<Endian = Endianness>>(data: &ReadCache<File>) -> Res
                 vaddr: ph.p_vaddr(endian).into(),
                 filesz: ph.p_filesz(endian).into(),
             }),
-            elf::PT_INTERP => info.has_interp = true,
+            elf::PT_INTERP => {
+                info.has_interp = true;
+                if let Ok(bytes) = ph.data(endian, data) {
+                    let path = bytes.split(|&c| c == 0).next().unwrap_or_default();
+                    info.interp = Some(String::from_utf8_lossy(path).into_owned());
+                }
+            }
             elf::PT_NOTE if info.build_id.is_none() && ph.p_filesz(endian).into() <= MAX_TABLE => {
                 if let Ok(Some(notes)) = ph.notes(endian, data) {
                     info.build_id = build_id_note::<Elf>(notes, endian);

@@ -155,6 +155,48 @@ fn a_non_pie_program_with_canonical_plt_entries_is_routed() {
     assert_eq!(u(&r["profile"]["sample_frees"]), 200);
 }
 
+/// A musl-linked program: the musl build of the library is loaded (with
+/// musl's own dlopen), and every count is the glibc build's above — full,
+/// with threads, sampled, and non-PIE with canonical PLT entries. musl's
+/// dlclose unloads nothing, so the library stays mapped, inert, and a second
+/// attach is refused with what to do.
+#[test]
+fn a_musl_program_is_attached_to_with_the_counts_of_glibc() {
+    let lab = Lab::new();
+    let Some(prog) = lab.compile_musl("attach_phases", "musl_phases", &[]) else { return };
+    let musl_phase = |args: &[&str], trace: &str, extra: &[&str]| -> Value {
+        let mut t = Target::start(&lab, &prog, args);
+        let (m, err) = attach(&lab, t.pid(), trace, extra);
+        assert!(t.maps().contains("libmtlab_attach_musl.so"), "the musl build is loaded:\n{}", t.maps());
+        assert_eq!(t.next_phase(), "phase 1 done");
+        let said = detach(m, err);
+        assert!(said.contains("musl never unloads a library"), "{said}");
+        // A second attach is refused while the first one's library is there.
+        let o = lab.command(MTLAB).args(["record", "--pid", &t.pid().to_string(), "-o"]).arg(lab.path("again.mtl")).output().unwrap();
+        assert!(!o.status.success() && stderr(&o).contains("restart the process"), "{}", stderr(&o));
+        assert_eq!(finish(t), "phase 2 done 435", "the program runs on with its own output");
+        lab.report(trace)
+    };
+    let r = musl_phase(&[], "musl_full.mtl", &["--full"]);
+    assert_eq!(r["allocator"], "musl");
+    assert_eq!((calls(&r, "malloc"), calls(&r, "calloc"), calls(&r, "free")), (100, 10, 70));
+    assert_eq!(u(&r["unknown_frees"]), 20);
+    assert_eq!(u(&r["peak"]["live_objects"]), 100);
+    let r = musl_phase(&["7"], "musl_threads.mtl", &["--full"]);
+    assert_eq!((calls(&r, "malloc"), calls(&r, "free")), (800, 420));
+    let r = musl_phase(&[], "musl_sampled.mtl", &["--sample", "1"]);
+    assert_eq!((u(&r["profile"]["samples"]), u(&r["profile"]["sample_frees"])), (110, 50));
+
+    let Some(nopie) = lab.compile_musl("attach_phases", "musl_nopie", &["-fno-pic", "-no-pie", "-DCANONICAL_PLT"]) else { return };
+    let mut t = Target::start(&lab, &nopie, &["3"]);
+    let (m, err) = attach(&lab, t.pid(), "musl_nopie.mtl", &["--sample", "1"]);
+    assert_eq!(t.next_phase(), "phase 1 done");
+    detach(m, err);
+    assert_eq!(finish(t), "phase 2 done 435");
+    let r = lab.report("musl_nopie.mtl");
+    assert_eq!((u(&r["profile"]["samples"]), u(&r["profile"]["sample_frees"])), (410, 200));
+}
+
 /// Debian's python3 is such a program (non-PIE, its PLT entry malloc's
 /// canonical address): the interpreter's mallocs of a known phase are seen.
 #[test]

@@ -255,11 +255,12 @@ fn traces_and_the_store_are_private_and_unusable_paths_are_refused() {
         .output()
         .unwrap();
     assert_success(&o, "record fork");
-    let files = lab.files_with_prefix("f.mtl");
+    let files = lab.family("f.mtl");
     assert_eq!(files.len(), 2, "the root's and the child's trace: {files:?}");
     for f in &files {
         assert_eq!(std::fs::metadata(lab.path(f)).unwrap().mode() & 0o777, 0o600, "{f}");
     }
+    assert_eq!(std::fs::metadata(lab.path("f.mtl.d")).unwrap().mode() & 0o777, 0o700, "the children's directory");
 
     let bench = |store: &Path| {
         lab.command("sh")
@@ -319,7 +320,9 @@ fn links_at_every_predictable_name_of_a_record_are_never_followed() {
     for pid in first..first + 300 {
         // The control page lives in the machine's /dev/shm: tests/hostile_ctlpage.rs plants there, in a namespace.
         let page = mtlab::platform::names::ctl_page(pid);
-        names.extend(mtlab::platform::names::record_names(&out, pid, pid).into_iter().filter(|n| *n != out && *n != page));
+        // The children's directory planted is refused outright (below).
+        let tree = mtlab::platform::names::tree_dir(&out);
+        names.extend(mtlab::platform::names::record_names(&out, pid, pid).into_iter().filter(|n| *n != out && *n != page && *n != tree));
     }
     names.sort();
     names.dedup();
@@ -335,4 +338,19 @@ fn links_at_every_predictable_name_of_a_record_are_never_followed() {
     assert_eq!(owner_mode(&out), (0, 0o600));
     let r = lab.report_path(&out);
     assert!(u(&r["events"]) > 0, "the root trace was written");
+    let tree = mtlab::platform::names::tree_dir(&out);
+    let m = std::fs::symlink_metadata(&tree).expect("the children's directory");
+    assert!(m.is_dir() && m.uid() == 0 && m.mode() & 0o777 == 0o700, "ROOT.d: root's, private: {:o}", m.mode());
+
+    // The children's directory itself planted as a link by another user:
+    // refused before the program runs, nothing written through it.
+    let out2 = d.join("u.mtl");
+    let tree2 = mtlab::platform::names::tree_dir(&out2);
+    as_nobody(&format!("ln -s {} {}", q(d), q(&tree2)));
+    let o = lab.command(MTLAB).arg("record").arg("-o").arg(&out2).arg("--").arg(&prog).args(["3", "4"]).output().unwrap();
+    assert!(!o.status.success(), "record over a planted ROOT.d");
+    let e = stderr(&o);
+    assert!(e.contains("is not this user's directory of child traces") && e.contains("remove it or choose another name with -o"), "{e}");
+    assert!(std::fs::symlink_metadata(&tree2).unwrap().file_type().is_symlink(), "the link is left alone");
+    assert!(std::fs::symlink_metadata(&out2).is_err(), "no trace written");
 }

@@ -33,8 +33,40 @@ fn report_without_live(lab: &Lab, file: &Path) -> (Value, Option<Value>) {
     (v, live)
 }
 
+/// The finished trace rounds the time stamps of chunks written while the
+/// process had one thread (`trace::SOLO_QUANTUM` ticks, docs/trace-format.md,
+/// *Solo chunks*); the live profile analysed them exact. Asserts that each
+/// time (`ns`, `at_ns`) of `full` is at most that much earlier than `live`'s,
+/// and then sets it to `live`'s, so that every other figure is compared as it is.
+fn times_within_the_solo_quantum(live: &Value, full: &mut Value, name: &str, at: &str, hz: Option<f64>) {
+    match (live, full) {
+        (Value::Object(a), Value::Object(b)) => {
+            // A process's figures sit beside its clock rate, or below it.
+            let hz = a.get("tsc_hz").and_then(Value::as_f64).filter(|&h| h > 0.0).or(hz);
+            for (k, va) in a {
+                let Some(vb) = b.get_mut(k) else { continue };
+                match (k == "ns" || k == "at_ns", va.as_u64(), vb.as_u64()) {
+                    (true, Some(x), Some(y)) => {
+                        let hz = hz.unwrap_or_else(|| panic!("{name}: {at}.{k} has no tsc_hz beside or above it"));
+                        let most = (mtlab::trace::SOLO_QUANTUM as f64 * 1e9 / hz).ceil() as u64;
+                        assert!(y <= x && x - y <= most, "{name}: {at}.{k} {y} in the trace, {x} live: more than {most} ns apart");
+                        *vb = va.clone();
+                    }
+                    _ => times_within_the_solo_quantum(va, vb, name, &format!("{at}.{k}"), hz),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            for (i, (va, vb)) in a.iter().zip(b.iter_mut()).enumerate() {
+                times_within_the_solo_quantum(va, vb, name, &format!("{at}[{i}]"), hz);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Records PROGRAM live and keeping the raw trace; asserts the two reports
-/// are the same JSON; returns the profile's report and its live status.
+/// are the same JSON but for times within the solo quantum; returns the profile's report and its live status.
 fn same_both_ways(lab: &Lab, name: &str, prog: impl AsRef<std::ffi::OsStr>, args: &[&str]) -> (Value, Value) {
     same_both_ways_with(lab, name, &[], prog, args)
 }
@@ -50,6 +82,8 @@ fn same_both_ways_with(lab: &Lab, name: &str, extra: &[&str], prog: impl AsRef<s
     assert!(none.is_none(), "{name}: a trace's report has no live_profile key");
     let status = status.unwrap_or_else(|| panic!("{name}: a profile's report has a live_profile key"));
     assert_eq!(status["state"], "ended", "{name}: {status}");
+    let mut full = full;
+    times_within_the_solo_quantum(&live, &mut full, name, "", None);
     if live != full {
         let (a, b) = (serde_json::to_string_pretty(&live).unwrap(), serde_json::to_string_pretty(&full).unwrap());
         let first = a.lines().zip(b.lines()).enumerate().find(|(_, (x, y))| x != y);
@@ -145,6 +179,123 @@ fn live_profile_of_a_process_tree_matches_its_full_trace() {
     assert_eq!(lab.files_with_prefix("gone.live"), ["gone.live"], "only the profile is left");
     let (v, _) = report_without_live(&lab, &lab.path("gone.live"));
     assert_eq!(site(&v["children"][0], "child_allocs"), site_of(7, 1_400, 7, 1_400));
+}
+
+/// A process tree analysed while it runs: each traced process has a watermark
+/// page of its own, so a snapshot taken while the steady child allocates
+/// already holds its figures ("running", as of that snapshot), its raw trace
+/// is released as it is analysed, and at the end every process has its exact
+/// figures and every raw trace is gone.
+#[test]
+fn live_profile_of_a_tree_holds_a_running_childs_figures_and_bounds_its_raw_trace() {
+    use std::os::unix::fs::MetadataExt;
+    let lab = Lab::new();
+    let tree = lab.compile("live_tree");
+    // 300 ticks of 10 ms (> 3 s) of 2000 mallocs and frees: ~10 MB of raw trace.
+    const TICKS: u64 = 300;
+    const N: u64 = 2000;
+    const M: u64 = 300;
+    // Far below what the child writes; room for a consumer behind on a busy host.
+    const BOUND: u64 = 2 << 20;
+    let profile = lab.path("tree.live");
+    let mut child = lab
+        .record_cmd("tree.live", &["--live", "--snapshot-every", "0.1"], &tree, &[&TICKS.to_string(), &N.to_string(), &M.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    // (snapshot, the steady child's malloc calls) while the profile said it ran.
+    let mut running_child: Vec<(u64, u64)> = Vec::new();
+    let (mut looks, mut max_child_raw) = (0u64, 0u64);
+    while child.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(120), "a 3 s tree under record --live ends within 120 s");
+        // The children's raw traces (tree.live.raw.d/PID), as the steady child writes its own.
+        for name in lab.family("tree.live.raw").into_iter().filter(|n| n.contains(".d/")) {
+            if let Ok(m) = std::fs::metadata(lab.path(&name)) {
+                let on_disk = m.blocks() * 512;
+                max_child_raw = max_child_raw.max(on_disk);
+                assert!(on_disk <= BOUND, "look {looks}: {name} takes {on_disk} bytes on disk (bound {BOUND})");
+                looks += 1;
+            }
+        }
+        if let Ok(text) = std::fs::read(&profile) {
+            let v: Value = serde_json::from_slice(&text).expect("the profile is whole at every moment");
+            let n = u(&v["snapshot"]);
+            let procs = v["processes"].as_array().unwrap();
+            let status = v["process_status"].as_array().unwrap();
+            assert_eq!(procs.len(), status.len(), "one status per process: {}", v["process_status"]);
+            for (p, st) in procs.iter().zip(status) {
+                assert_eq!(p["pid"], st["pid"], "statuses in the processes' order");
+                let steady = site(p, "steady_allocs");
+                if st["state"] == "running" && steady.calls > 0 && running_child.last().is_none_or(|&(last, _)| last != n) {
+                    assert_eq!(u(&st["as_of_snapshot"]), n, "a running process's figures are this snapshot's: {st}");
+                    running_child.push((n, steady.calls));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = child.wait_with_output().unwrap();
+    assert_success(&o, "record --live of the tree");
+    assert!(running_child.len() >= 3, "snapshots holding the running child's figures: {running_child:?}");
+    for w in running_child.windows(2) {
+        assert!(w[1].1 > w[0].1, "each holds more of its calls than the one before: {running_child:?}");
+    }
+    assert!(running_child.iter().all(|&(_, c)| c < TICKS * N), "taken while it ran: {running_child:?}");
+    assert!(looks >= 10, "looked at the child's raw trace {looks} times");
+    assert_eq!(lab.files_with_prefix("tree.live"), ["tree.live"], "every raw trace is removed once analysed");
+    let (v, live) = report_without_live(&lab, &profile);
+    let live = live.unwrap();
+    assert_eq!(live["state"], "ended");
+    let children = v["children"].as_array().expect("children");
+    // The fork child that only exec'd left no trace; its pid's three images did.
+    assert_eq!(children.len(), 4, "the steady child and three exec'd images: {}", v["processes_index"]);
+    let steady = &children[0];
+    assert_eq!(site(steady, "steady_allocs"), site_of(TICKS * N, TICKS * N * 64, N, N * 64));
+    assert_eq!(site(steady, "parent_allocs"), Site::default(), "the child starts empty at the fork");
+    assert_eq!(site(&v, "parent_allocs"), site_of(50, 5_000, 50, 5_000));
+    assert_eq!((calls(steady, "malloc"), calls(steady, "free")), (TICKS * N, (TICKS - 1) * N));
+    // One pid's images in the order they ran, each under a name of its own
+    // (an ended image's raw trace goes only once its pid has ended: a later
+    // image would take the freed name).
+    assert_eq!(site(&children[1], "in_exec_image"), site_of(M, M * 400, 0, 0));
+    assert_eq!(site(&children[2], "in_mid_image"), site_of(M, M * 500, 0, 0));
+    assert_eq!(site(&children[3], "in_last_image"), site_of(M, M * 600, 0, 0));
+    let files: Vec<&str> = children.iter().map(|c| c["file"].as_str().unwrap()).collect();
+    let execd = children[1]["pid"].to_string();
+    let root = profile.with_extension("live.raw").display().to_string();
+    assert_eq!(files[1..], [format!("{root}.{execd}"), format!("{root}.{execd}.1"), format!("{root}.{execd}.2")], "{files:?}");
+    let statuses = live["processes"].as_array().unwrap();
+    assert_eq!(statuses.len(), 5, "{live}");
+    assert!(statuses.iter().all(|s| s["state"] == "ended"), "{live}");
+    // The steady child's own trace: analysed and released many times over its bound.
+    let consumed = u(&statuses[1]["lag"]["consumed_bytes"]);
+    let max_disk = u(&statuses[1]["lag"]["max_raw_disk_bytes"]);
+    assert!(consumed >= 3 * BOUND, "the steady child wrote {consumed} bytes of trace (bound {BOUND})");
+    assert!(max_disk <= BOUND && max_child_raw <= BOUND, "its raw trace stayed bounded: {}", statuses[1]);
+    let o = lab.command(MTLAB).arg("report").arg(&profile).output().unwrap();
+    assert_success(&o, "report of the tree's profile");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("live: ended; its final figures"), "each process says where its figures stand: {text}");
+}
+
+/// The same tree recorded live keeping the raw traces: the profile's report
+/// is the full trace's, process by process, with exact per-site counts.
+#[test]
+fn live_profile_of_a_tree_matches_the_full_trace_with_exact_counts() {
+    let lab = Lab::new();
+    let tree = lab.compile("live_tree");
+    let (v, status) = same_both_ways(&lab, "lt", &tree, &["60", "1000", "200"]);
+    let children = v["children"].as_array().expect("children");
+    assert_eq!(children.len(), 4, "{}", v["processes_index"]);
+    assert_eq!(site(&children[0], "steady_allocs"), site_of(60_000, 60_000 * 64, 1000, 64_000));
+    assert_eq!((calls(&children[0], "malloc"), calls(&children[0], "free")), (60_000, 59_000), "the steady child's own calls, no more");
+    assert_eq!(site(&children[1], "in_exec_image"), site_of(200, 80_000, 0, 0));
+    assert_eq!(site(&children[3], "in_last_image"), site_of(200, 120_000, 0, 0));
+    let statuses = status["processes"].as_array().unwrap();
+    assert_eq!(statuses.len(), 5, "{status}");
+    assert_eq!(u(&statuses[1]["lag"]["late_events"]), 0, "{status}");
 }
 
 /// `--sample --live`: the profile holds the sampled estimates and their

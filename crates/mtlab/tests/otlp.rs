@@ -3,8 +3,9 @@
 //! Collector received and wrote back out equals mtlab's own report — totals,
 //! per-stack values, attributes — for a full and a sampled trace, pushed by
 //! `report`, by a running `record --sample --push-every`, and a study run as
-//! metrics; and a Collector that is down gives `report` a clear error and a
-//! running `record` a counted failure that does not hold the program up.
+//! metrics, over OTLP/HTTP and OTLP/gRPC alike; and a Collector that is down
+//! gives `report` a clear error and a running `record` a counted failure
+//! that does not hold the program up.
 
 mod util;
 
@@ -49,6 +50,7 @@ fn any_in(v: &Value, strings: &[&str]) -> String {
 }
 
 /// A received profiles request, resolved through its dictionary.
+#[derive(Debug, PartialEq)]
 struct Received {
     resource: BTreeMap<String, String>,
     /// (sample type, leaf function) → summed value.
@@ -112,14 +114,19 @@ const SITES: [(&str, [i64; 4]); 3] = [
 ];
 const TYPES: [&str; 4] = ["alloc_objects", "alloc_space", "inuse_objects", "inuse_space"];
 
-#[test]
-fn the_collector_receives_the_full_and_the_sampled_profile_as_the_report_has_them() {
+/// s_estimator recorded as `full.mtl` and, sampled, as `s.mtl`; a Collector.
+fn estimator_traces() -> (Lab, Option<Collector>) {
     let lab = Lab::new();
     let prog = lab.compile("s_estimator");
     lab.record_ok("full.mtl", &prog, &[]);
     let o = lab.record_cmd("s.mtl", &["--sample", "64KiB", "--sample-seed", "11"], &prog, &[]).output().unwrap();
     assert_success(&o, "mtlab record --sample");
-    let Some(col) = Collector::start() else { return };
+    (lab, Collector::start())
+}
+
+#[test]
+fn the_collector_receives_the_full_and_the_sampled_profile_as_the_report_has_them() {
+    let (lab, Some(col)) = estimator_traces() else { return };
 
     // Full trace: exact figures, pushed as protobuf, and written as both files.
     let o = mtlab(&lab, &["report", "full.mtl", "--otlp-endpoint", &col.endpoint(), "--otlp", "full.otlp", "--otlp-json", "full.otlp.json", "--service", "estimator-test"]);
@@ -188,34 +195,44 @@ fn the_collector_receives_the_full_and_the_sampled_profile_as_the_report_has_the
     }
 }
 
-/// (sample type, thread.id, leaf function) → summed value, of a received request.
-fn by_thread(req: &Value) -> BTreeMap<(String, u32, String), i64> {
+/// (sample type, thread.id, leaf function) → summed value, of a received
+/// request; and → the attributes of that thread's sample.
+type ByThread<T> = BTreeMap<(String, u32, String), T>;
+
+fn by_thread(req: &Value) -> (ByThread<i64>, ByThread<BTreeMap<String, String>>) {
     let d = &req["dictionary"];
     let strings: Vec<&str> = d["stringTable"].as_array().unwrap().iter().map(|s| s.as_str().unwrap()).collect();
     let s = |i: &Value| strings[int(i) as usize].to_string();
     let table = |name: &str| d[name].as_array().cloned().unwrap_or_default();
     let (functions, locations, stacks, attributes) = (table("functionTable"), table("locationTable"), table("stackTable"), table("attributeTable"));
-    let mut out = BTreeMap::new();
+    let (mut out, mut attrs) = (BTreeMap::new(), BTreeMap::new());
     for p in req["resourceProfiles"][0]["scopeProfiles"][0]["profiles"].as_array().unwrap() {
         let kind = s(&p["sampleType"]["typeStrindex"]);
         for sample in p["samples"].as_array().cloned().unwrap_or_default() {
-            let tids: Vec<u32> = sample["attributeIndices"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
-                .iter()
-                .map(|i| &attributes[int(i) as usize])
-                .filter(|kv| s(&kv["keyStrindex"]) == "thread.id")
-                .map(|kv| int(&kv["value"]["intValue"]) as u32)
-                .collect();
+            let kvs: Vec<&Value> = sample["attributeIndices"].as_array().map(|a| a.iter().map(|i| &attributes[int(i) as usize]).collect()).unwrap_or_default();
+            let tids: Vec<u32> = kvs.iter().filter(|kv| s(&kv["keyStrindex"]) == "thread.id").map(|kv| int(&kv["value"]["intValue"]) as u32).collect();
             assert_eq!(tids.len(), 1, "one thread.id per sample: {sample}");
             let stack = &stacks[int(&sample["stackIndex"]) as usize];
             let leaf = &locations[int(&stack["locationIndices"][0]) as usize];
             let f = s(&functions[int(&leaf["lines"].as_array().unwrap().last().unwrap()["functionIndex"]) as usize]["nameStrindex"]);
-            *out.entry((kind.clone(), tids[0], f)).or_default() += int(&sample["values"][0]);
+            *out.entry((kind.clone(), tids[0], f.clone())).or_default() += int(&sample["values"][0]);
+            attrs.insert((kind.clone(), tids[0], f), kvs.iter().map(|kv| (s(&kv["keyStrindex"]), any_in(&kv["value"], &strings))).collect());
         }
     }
-    out
+    (out, attrs)
+}
+
+/// The "thread K TID" lines thread_shares.c prints: K → TID.
+fn printed_threads(o: &std::process::Output) -> BTreeMap<i64, u32> {
+    let printed: BTreeMap<i64, u32> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.len() == 3 && w[0] == "thread").then(|| (w[1].parse().unwrap(), w[2].parse().unwrap()))
+        })
+        .collect();
+    assert_eq!(printed.len(), 3, "{}", String::from_utf8_lossy(&o.stdout));
+    printed
 }
 
 /// A full trace's samples are split by the allocating thread: the Collector
@@ -229,18 +246,11 @@ fn the_collector_receives_each_threads_share_of_a_full_profile() {
     let o = lab.record_cmd("t.mtl", &[], &prog, &[]).output().unwrap();
     assert_success(&o, "record thread_shares");
     // "thread K TID" from the program: its own gettid().
-    let printed: BTreeMap<u32, u32> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| {
-            let w: Vec<&str> = l.split_whitespace().collect();
-            (w.len() == 3 && w[0] == "thread").then(|| (w[1].parse().unwrap(), w[2].parse().unwrap()))
-        })
-        .collect();
-    assert_eq!(printed.len(), 3, "{}", String::from_utf8_lossy(&o.stdout));
+    let printed = printed_threads(&o);
     let Some(col) = Collector::start() else { return };
     let o = mtlab(&lab, &["report", "t.mtl", "--otlp-endpoint", &col.endpoint()]);
     assert_success(&o, "report --otlp-endpoint");
-    let got = by_thread(&col.received("profiles", 1)[0]);
+    let (got, _) = by_thread(&col.received("profiles", 1)[0]);
     let o = mtlab(&lab, &["report", "t.mtl", "--json", "--threads"]);
     assert_success(&o, "report --json --threads");
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
@@ -255,12 +265,68 @@ fn the_collector_receives_each_threads_share_of_a_full_profile() {
         }
     }
     for (k, tid) in printed {
-        let k = k as i64;
         let at = |kind: &str| got.get(&(kind.to_string(), tid, "worker".to_string())).copied().unwrap_or(0);
         assert_eq!([at("alloc_objects"), at("alloc_space"), at("inuse_objects"), at("inuse_space")], [k * 1000, k * k * 64_000, k * 10, k * k * 640], "thread {k} ({tid})");
     }
     let total = |key: &str| threads.iter().map(|t| t[key].as_i64().unwrap()).sum::<i64>();
     assert_eq!((total("live_objects"), total("live_bytes")), (report["end"]["live_objects"].as_i64().unwrap(), report["end"]["live_bytes"].as_i64().unwrap()));
+}
+
+/// A sampled trace's estimates split by thread: `report --threads` gives
+/// each thread's estimates with their intervals, and the Collector receives
+/// each thread's part of a stack under its thread.id with that part's own
+/// interval. thread_shares.c's blocks, made 256 KiB and more, are all
+/// sampled at 4 KiB (p = 1 - exp(-64) rounds to 1), each weighing exactly
+/// its size, so every estimate is the program's figure.
+#[test]
+fn the_collector_receives_each_threads_estimate_of_a_sampled_profile() {
+    const MIB: i64 = 1 << 20;
+    let lab = Lab::new();
+    let prog = lab.compile("thread_shares");
+    // thread k: k*4 blocks of k*256 KiB, k of them kept.
+    let o = lab.record_cmd("s.mtl", &["--sample", "4KiB", "--sample-seed", "3"], &prog, &["4", "262144", "1"]).output().unwrap();
+    assert_success(&o, "record --sample thread_shares 4 262144 1");
+    let printed = printed_threads(&o);
+    // thread k: k*4 objects of k*256 KiB; k of them live at the end.
+    let want = |k: i64| [k * 4, k * k * MIB, k, k * k * MIB / 4];
+    let o = mtlab(&lab, &["report", "s.mtl", "--json", "--threads"]);
+    assert_success(&o, "report --json --threads (sampled)");
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let threads = processes(&report)[0]["profile"]["threads"].as_array().unwrap_or_else(|| panic!("no profile.threads: {report}")).clone();
+    for (&k, &tid) in &printed {
+        let th = threads.iter().find(|t| t["tid"] == tid).unwrap_or_else(|| panic!("thread {tid} not in {threads:?}"));
+        assert_eq!(th["samples"], k * 4, "every block of thread {k} sampled");
+        for (key, v) in ["alloc_objects", "alloc_bytes", "inuse_objects", "inuse_bytes"].iter().zip(want(k)) {
+            let e = &th[key];
+            assert_eq!(f(&e["value"]), v as f64, "{key} of thread {k}");
+            assert!(f(&e["low"]) <= v as f64 && v as f64 <= f(&e["high"]), "{key} of thread {k}: {e}");
+        }
+    }
+    // Without --threads the JSON has no split.
+    assert!(processes(&lab.report("s.mtl"))[0]["profile"]["threads"].is_null());
+    let o = mtlab(&lab, &["report", "s.mtl", "--threads"]);
+    assert_success(&o, "report --threads (sampled)");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("by allocating thread, estimated"), "{}", String::from_utf8_lossy(&o.stdout));
+
+    let Some(col) = Collector::start() else { return };
+    let o = mtlab(&lab, &["report", "s.mtl", "--otlp-endpoint", &col.endpoint()]);
+    assert_success(&o, "report --otlp-endpoint (sampled, threads)");
+    let (got, attrs) = by_thread(&col.received("profiles", 1)[0]);
+    for (&k, &tid) in &printed {
+        for (kind, v) in TYPES.iter().zip(want(k)) {
+            let key = (kind.to_string(), tid, "worker".to_string());
+            assert_eq!(got.get(&key).copied(), Some(v), "{kind} of thread {k} ({tid})");
+            let a = &attrs[&key];
+            let (low, high): (i64, i64) = (a[&format!("{kind}_low")].parse().unwrap(), a[&format!("{kind}_high")].parse().unwrap());
+            assert!(low <= v && v <= high, "{kind} of thread {k}: [{low}, {high}]");
+        }
+    }
+    // The threads' parts of worker's stack add up to the stack's estimate in the JSON report.
+    let top = processes(&lab.report("s.mtl"))[0]["profile"]["top"].as_array().unwrap().clone();
+    let worker = top.iter().find(|s| s["frames"][0]["function"] == "worker").unwrap();
+    let parts: i64 = got.iter().filter(|((k, _, f), _)| k == "alloc_space" && f == "worker").map(|(_, v)| v).sum();
+    assert_eq!(parts as f64, f(&worker["alloc_bytes"]["value"]));
+    assert_eq!(parts, 14 * MIB);
 }
 
 #[test]
@@ -275,10 +341,60 @@ fn a_collector_that_is_down_fails_report_clearly_after_showing_it() {
     assert!(err.contains(&format!("cannot push the profile to http://127.0.0.1:{port}/v1development/profiles")), "{err}");
     assert!(err.contains("3 tries") && err.contains("listening there"), "{err}");
     assert!(String::from_utf8_lossy(&o.stdout).contains("site_b"), "the report was shown before the push");
-    // gRPC is refused before any work, with what to do.
-    let o = lab.command(MTLAB).args(["report", "t.mtl", "--otlp-endpoint"]).env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc").output().unwrap();
+    // The same over gRPC (the exporters' variables): tried 3 times, then said.
+    let o = lab
+        .command(MTLAB)
+        .args(["report", "t.mtl", "--otlp-endpoint"])
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&format!("cannot push the profile to http://127.0.0.1:{port}: ")) && err.contains("3 tries") && err.contains("gRPC port 4317"), "{err}");
+    // An HTTP URL given for gRPC is refused before any work, with what to do.
+    let o = mtlab(&lab, &["report", "t.mtl", "--otlp-protocol", "grpc", "--otlp-endpoint", &format!("http://127.0.0.1:{port}/v1development/profiles")]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("HTTP only") && o.stdout.is_empty(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("a gRPC endpoint has no path") && o.stdout.is_empty(), "{}", stderr(&o));
+}
+
+/// The same traces pushed over OTLP/gRPC and OTLP/HTTP: the Collector
+/// receives the same exact figures, stacks and attributes, whether gRPC is
+/// asked for by the flag or by the exporters' variables.
+#[test]
+fn the_collector_receives_the_same_profile_over_grpc_as_over_http() {
+    let (lab, Some(col)) = estimator_traces() else { return };
+    let mut n = 0;
+    for trace in ["full.mtl", "s.mtl"] {
+        let o = mtlab(&lab, &["report", trace, "--otlp-endpoint", &col.endpoint(), "--service", "x"]);
+        assert_success(&o, "report --otlp-endpoint (HTTP)");
+        let o = mtlab(&lab, &["report", trace, "--otlp-endpoint", &col.grpc_endpoint(), "--otlp-protocol", "grpc", "--service", "x"]);
+        assert_success(&o, "report --otlp-protocol grpc");
+        assert!(stderr(&o).contains(&format!("pushed the profile to {}", col.grpc_endpoint())), "{}", stderr(&o));
+        let o = lab
+            .command(MTLAB)
+            .args(["report", trace, "--otlp-endpoint", "--service", "x"])
+            .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", col.grpc_endpoint())
+            .output()
+            .unwrap();
+        assert_success(&o, "report with OTEL_EXPORTER_OTLP_PROTOCOL=grpc");
+        n += 3;
+        let got = col.received("profiles", n);
+        let (http, grpc, by_env) = (resolve(&got[n - 3]), resolve(&got[n - 2]), resolve(&got[n - 1]));
+        assert_eq!(grpc, http, "{trace}: gRPC and HTTP");
+        assert_eq!(by_env, http, "{trace}: gRPC by the variables and HTTP");
+        if trace == "full.mtl" {
+            for (name, want) in SITES {
+                for (kind, v) in TYPES.iter().zip(want) {
+                    assert_eq!(grpc.values.get(&(kind.to_string(), name.to_string())).copied().unwrap_or(0), v, "{kind} of {name} over gRPC");
+                }
+            }
+        } else {
+            assert_eq!(grpc.period, 65536);
+            assert!(grpc.attrs[&("alloc_space".to_string(), "site_b".to_string())].contains_key("alloc_space_low"));
+        }
+    }
 }
 
 /// `record FLAGS -o OUT -- s_hold 1000 4096`, told to stop after 3.5 s:
@@ -300,19 +416,41 @@ fn a_running_record_pushes_each_window_and_a_down_collector_is_counted() {
     let lab = Lab::new();
     let prog = lab.compile("s_hold");
     let Some(col) = Collector::start() else { return };
-    let run = |endpoint: &str, trace: &str| hold_for_3_5_s(&lab, &prog, trace, &["--sample", "64KiB", "--sample-seed", "5", "--push-every", "1s", "--otlp-endpoint", endpoint]);
-    let (o, _) = run(&col.endpoint(), "s.mtl");
+    let run = |endpoint: &str, trace: &str, protocol: &str| {
+        hold_for_3_5_s(&lab, &prog, trace, &["--sample", "64KiB", "--sample-seed", "5", "--push-every", "1s", "--otlp-endpoint", endpoint, "--otlp-protocol", protocol])
+    };
+    let mut received = 0;
+    for (endpoint, protocol, trace) in [(col.endpoint(), "http/protobuf", "s.mtl"), (col.grpc_endpoint(), "grpc", "g.mtl")] {
+        let (o, _) = run(&endpoint, trace, protocol);
+        assert!(String::from_utf8_lossy(&o.stdout).contains("held"), "the program's own output");
+        received += windows_reach_the_collector(&lab, &col, o, trace, received);
+    }
+
+    // Nothing listening: every window dropped and counted, the program untouched.
+    for protocol in ["http/protobuf", "grpc"] {
+        let (o, took) = run(&format!("http://127.0.0.1:{}", free_port()), "d.mtl", protocol);
+        assert_success(&o, "record --push-every to a closed port");
+        assert!(String::from_utf8_lossy(&o.stdout).contains("held"));
+        let err = stderr(&o);
+        assert!(err.contains("pushed 0 window profiles") && err.contains("failed and were dropped"), "{protocol}: {err}");
+        assert!(took < Duration::from_secs(10), "{protocol}: the end was not held up by the pushes: {took:?}");
+    }
+}
+
+/// `record --sample --push-every` ended as `o` after writing `trace`: its
+/// windows (the Collector's requests after the first `before`) reached the
+/// Collector and add up to the run's profile; how many there were.
+fn windows_reach_the_collector(lab: &Lab, col: &Collector, o: std::process::Output, trace: &str, before: usize) -> usize {
     assert_success(&o, "record --push-every");
-    assert!(String::from_utf8_lossy(&o.stdout).contains("held"), "the program's own output");
     let err = stderr(&o);
     let pushed: u64 = err.split("pushed ").nth(1).and_then(|t| t.split(' ').next()).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{err}"));
     // About three windows in 3.5 s and the last; a loaded machine may make fewer.
     assert!(pushed >= 2, "a window while it ran and the last: {err}");
     assert!(!err.contains("dropped"), "{err}");
-    let got = col.received("profiles", pushed as usize);
-    let windows: Vec<Received> = got.iter().map(resolve).collect();
+    let got = col.received("profiles", before + pushed as usize);
+    let windows: Vec<Received> = got[before..].iter().map(resolve).collect();
     let alloc: i64 = windows.iter().flat_map(|w| w.values.iter().filter(|((k, _), _)| k == "alloc_space").map(|(_, v)| v)).sum();
-    let report = lab.report("s.mtl");
+    let report = lab.report(trace);
     let prof = &processes(&report)[0]["profile"];
     let whole = f(&prof["alloc_bytes"]["value"]);
     // Each window's stacks are rounded on their own: at most 1 B per stack and window.
@@ -322,14 +460,40 @@ fn a_running_record_pushes_each_window_and_a_down_collector_is_counted() {
     let inuse: i64 = last.values.iter().filter(|((k, _), _)| k == "inuse_space").map(|(_, v)| v).sum();
     assert!((inuse as f64 - f(&prof["inuse_bytes"]["value"])).abs() <= last.values.len() as f64, "the last window's in-use is the end's: {inuse} vs {}", prof["inuse_bytes"]);
     assert_eq!(last.resource["process.executable.name"], "s_hold");
+    pushed as usize
+}
 
-    // Nothing listening: every window dropped and counted, the program untouched.
-    let (o, took) = run(&format!("http://127.0.0.1:{}", free_port()), "d.mtl");
-    assert_success(&o, "record --push-every to a closed port");
-    assert!(String::from_utf8_lossy(&o.stdout).contains("held"));
-    let err = stderr(&o);
-    assert!(err.contains("pushed 0 window profiles") && err.contains("failed and were dropped"), "{err}");
-    assert!(took < Duration::from_secs(10), "the end was not held up by the pushes: {took:?}");
+/// `record --pid PID --sample --push-every 1s` (over gRPC): while attached to
+/// a running s_hold, each window reaches the Collector; they add up to the
+/// attached trace's profile; the process runs on and ends as it would.
+#[test]
+fn an_attached_recording_pushes_each_window() {
+    let lab = Lab::new();
+    let prog = lab.compile("s_hold");
+    let Some(col) = Collector::start() else { return };
+    let mut target = lab.command(&prog).args(["1000", "4096"]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
+    let mut out = std::io::BufReader::new(target.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("held") {
+        line.clear();
+        assert!(std::io::BufRead::read_line(&mut out, &mut line).unwrap() > 0, "s_hold ended early");
+    }
+    let pid = target.id().to_string();
+    let o = mtlab(
+        &lab,
+        &["record", "--pid", &pid, "-o", "a.mtl", "--sample", "64KiB", "--sample-seed", "5", "--duration", "3.5", "--push-every", "1s", "--otlp-protocol", "grpc", "--otlp-endpoint", &col.grpc_endpoint()],
+    );
+    assert!(stderr(&o).contains(&format!("detached from process {pid}")), "{}", stderr(&o));
+    windows_reach_the_collector(&lab, &col, o, "a.mtl", 0);
+    // The process runs on, and ends as it would have.
+    target.stdin.take().unwrap().write_all(b"stop\n").unwrap();
+    let status = target.wait().unwrap();
+    assert!(status.success(), "{status}");
+
+    // --full has no sampled windows to push: refused with what to do.
+    let o = mtlab(&lab, &["record", "--pid", &pid, "--full", "--push-every", "1s"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("leave out --full"), "{}", stderr(&o));
 }
 
 /// `record --live --push-every`: each window's exact profile (the live
@@ -374,6 +538,8 @@ fn a_live_recording_pushes_each_window_of_the_full_trace() {
     assert!(took < Duration::from_secs(10), "the end was not held up by the pushes: {took:?}");
 }
 
+/// A study run pushed by the study (HTTP) and by `runs export` (HTTP and
+/// gRPC): every repetition arrives as the store has it.
 #[test]
 fn a_study_run_reaches_the_collector_as_metrics() {
     let lab = Lab::new();
@@ -387,7 +553,11 @@ fn a_study_run_reaches_the_collector_as_metrics() {
     let o = mtlab(&lab, &["runs", "export", &id.to_string(), "--store", store, "--otlp-endpoint", &col.endpoint(), "--json"]);
     assert_success(&o, "runs export --otlp-endpoint");
     let run: Value = serde_json::from_slice(&o.stdout).unwrap();
-    let got = col.received("metrics", 2);
+    // And over gRPC.
+    let o = mtlab(&lab, &["runs", "export", &id.to_string(), "--store", store, "--otlp-endpoint", &col.grpc_endpoint(), "--otlp-protocol", "grpc"]);
+    assert_success(&o, "runs export --otlp-protocol grpc");
+    assert!(stderr(&o).contains(&format!("pushed the run's metrics to {}", col.grpc_endpoint())), "{}", stderr(&o));
+    let got = col.received("metrics", 3);
     for req in &got {
         let rm = &req["resourceMetrics"][0];
         let res: BTreeMap<String, String> = rm["resource"]["attributes"].as_array().unwrap().iter().map(|a| (a["key"].as_str().unwrap().to_string(), any(&a["value"]))).collect();

@@ -38,7 +38,7 @@ fn workers_forked_after_setuid_or_chroot_are_traced() {
         assert_eq!(made, n, "{mode}: the worker's own count");
         assert!(stderr(&o).contains("(2 trace files"), "{mode}: {}", stderr(&o));
         assert!(!stderr(&o).contains("not traced"), "{mode}: {}", stderr(&o));
-        let child = lab.path(&format!("{trace}.{pid}"));
+        let child = lab.path(&format!("{trace}.d/{pid}"));
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(&child).unwrap_or_else(|e| panic!("{mode}: {}: {e}", child.display()));
         assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o600), "{mode}: mtlab's user's, private");
@@ -75,7 +75,8 @@ fn forked_pids(stdout: &[u8]) -> Vec<u64> {
 }
 
 /// Where no trace file can be made for a process — here the file system has
-/// no inodes left once the root trace and the first child's exist — the
+/// no inodes left once the root trace, the children's directory and the
+/// first child's trace exist — the
 /// processes that got none are counted and named, not passed over.
 #[test]
 fn processes_that_get_no_trace_file_are_counted_and_named() {
@@ -83,7 +84,7 @@ fn processes_that_get_no_trace_file_are_counted_and_named() {
     let prog = lab.compile("fork_many");
     std::fs::create_dir(lab.path("d")).unwrap();
     let script = format!(
-        "mount -t tmpfs -o size=4m,nr_inodes=3 tmpfs d\n\"$MTLAB\" record -o d/f.mtl -- {} 20 10 > out 2> err || true\n",
+        "mount -t tmpfs -o size=4m,nr_inodes=4 tmpfs d\n\"$MTLAB\" record -o d/f.mtl -- {} 20 10 > out 2> err || true\n",
         prog.display()
     );
     let Some(o) = in_private_mounts(&lab, &script) else { return };
@@ -199,11 +200,14 @@ fn a_control_page_left_by_a_killed_run_is_reclaimed_by_the_next_record() {
 #[test]
 fn a_trace_cut_by_a_full_disk_keeps_the_exit_status() {
     let lab = Lab::new();
+    // A one-thread program's trace rewrites into ~1 % of its rows (rounded
+    // time stamps): 8 MiB of rows, with every call's cycles, so that the
+    // rewrite needs more room than the one chunk the cut leaves.
     let prog = lab.compile("n_mallocs");
     std::fs::create_dir(lab.path("d")).unwrap();
     let script = format!(
-        "mount -t tmpfs -o size=1m tmpfs d\nhead -c 100000 /dev/zero > d/fill\n\
-         MTLAB_LIVE_FINISH=off \"$MTLAB\" record -o d/t.mtl -- {} 200000 48 0 2> err\n\
+        "mount -t tmpfs -o size=8m tmpfs d\nhead -c 100000 /dev/zero > d/fill\n\
+         MTLAB_LIVE_FINISH=off \"$MTLAB\" record --time every -o d/t.mtl -- {} 1000000 48 0 2> err\n\
          \"$MTLAB\" report --json d/t.mtl > report.json\n",
         prog.display()
     );

@@ -121,7 +121,7 @@ fn the_pipe_ring_agrees_with_perf_bench_when_perf_runs() {
 
 #[test]
 fn musl_is_built_and_compared_with_glibc_when_installed() {
-    if which("musl-gcc").is_none() {
+    if find_in_path("musl-gcc").is_none() {
         skip("(musl part): musl-gcc is not installed (.ci/run installs musl-tools)");
         let lab = Lab::new();
         let o = lab.command(MTLAB).args(["threads", "create", "--libc", "musl", "--no-store"]).output().unwrap();
@@ -146,10 +146,6 @@ fn musl_is_built_and_compared_with_glibc_when_installed() {
         .as_f64()
         .unwrap();
     assert!(ratio > 0.0 && ratio.is_finite());
-}
-
-fn which(name: &str) -> Option<std::path::PathBuf> {
-    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 fn refused(lab: &Lab, args: &[&str], needle: &str) {

@@ -1,7 +1,7 @@
 //! The column layout is lossless on real programs' event streams: every
 //! thread's events of a real run, written as the preload library's rows and
-//! rewritten in columns (the current layout and the previous one, which
-//! version 3 traces hold), decode to the very same events, one by one.
+//! rewritten in columns (the current layout and the previous ones, which
+//! version 3 and 4 traces hold), decode to the very same events, one by one.
 
 mod util;
 
@@ -13,7 +13,7 @@ use util::*;
 /// Events per row chunk (the preload library's chunks are 64 KiB of rows).
 const CHUNK_EVENTS: usize = 4000;
 
-/// Every thread's events of `trace`, rewritten and decoded in both layouts;
+/// Every thread's events of `trace`, rewritten and decoded in every layout;
 /// the number of events compared.
 fn recode_all(trace: &std::path::Path) -> usize {
     let t = TraceFile::open(trace).unwrap();
@@ -40,7 +40,7 @@ fn recode_all(trace: &std::path::Path) -> usize {
             chunks.push((first.tsc, enc));
         }
         let rows: Vec<RowChunk> = chunks.iter().map(|(t0, e)| RowChunk { first_tsc: *t0, rows: e.body() }).collect();
-        for layout in [1, COLUMNS_LAYOUT] {
+        for layout in [1, 2, COLUMNS_LAYOUT] {
             let cols = split_layout(&rows, None, layout).unwrap();
             let back = decode_columns(&cols, rows[0].first_tsc, *tid).unwrap();
             assert_eq!(back.len(), items.len(), "thread {tid}, layout {layout}");
@@ -62,7 +62,7 @@ fn python3() -> String {
 }
 
 #[test]
-fn real_programs_event_streams_round_trip_through_both_layouts() {
+fn real_programs_event_streams_round_trip_through_every_layout() {
     let lab = Lab::new();
     let py = python3();
     // python3 with the system allocator: dict and string churn, glibc's
@@ -71,7 +71,7 @@ fn real_programs_event_streams_round_trip_through_both_layouts() {
     let o = lab.record_cmd("py.mtl", &[], &py, &["-c", churn]).env("PYTHONMALLOC", "malloc").output().unwrap();
     assert_success(&o, "mtlab record python3");
     let n = recode_all(&lab.path("py.mtl"));
-    assert!(n > 2 * 100_000, "{n} events compared");
+    assert!(n > 3 * 100_000, "{n} events compared");
 
     // A size-class allocator: the same program under mimalloc.
     let mi = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2";
@@ -84,7 +84,7 @@ fn real_programs_event_streams_round_trip_through_both_layouts() {
             .unwrap();
         assert_success(&o, "mtlab record python3 under mimalloc");
         let n = recode_all(&lab.path("mi.mtl"));
-        assert!(n > 2 * 100_000, "{n} events compared");
+        assert!(n > 3 * 100_000, "{n} events compared");
     } else {
         skip(&format!("{mi} not installed"));
     }

@@ -183,6 +183,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
                 unwind: trace.header.unwind.clone(),
                 started_inactive: trace.runinfo_get(keys::SAMPLE_STARTED_INACTIVE) == Some("1"),
                 top,
+                threads: p.threads,
             };
             (Some(summary), Some(p.data))
         }
@@ -263,6 +264,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         overlapping_allocs: heap.overlapping_allocs,
         flight: flight_window(trace, heap.unknown_frees),
         program_mappings: pass.replay.program_maps.clone(),
+        max_rss_bytes: stat(keys::MAX_RSS_KIB).map(|kib| kib * 1024),
         stacks,
         slowdown,
         compact_quantum_ticks: compact_quantum,

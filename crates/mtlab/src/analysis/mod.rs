@@ -111,7 +111,14 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
     }
     // A sampled trace's profile is estimated in this same decode pass.
     let readings = AllocatorReading::all_of(trace);
-    let mut sampled = (trace.header.sample_interval > 0).then(|| SampledPass::with_checkpoints(AllocatorReading::tscs(&readings)));
+    let mut sampled = (trace.header.sample_interval > 0).then(|| {
+        let s = SampledPass::with_checkpoints(AllocatorReading::tscs(&readings));
+        if opts.threads {
+            s.split_by_thread()
+        } else {
+            s
+        }
+    });
     let mut items = trace.items()?;
     // Without symbols or a profile no stack is shown: no maps to read (their
     // parse cost an index-only process as much as its heap's replay), stacks
@@ -125,6 +132,7 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
         None => feed(&mut items, &mut pass, &code, |_, _| {}),
     }
     pass.end_series();
+    pass.replay.release();
     let sampled = sampled.map(|s| s.finish(trace, &pass.stacks, maps.clone()));
         let mut decoded = finish::Decoded::default();
     decoded.add(&items);

@@ -443,6 +443,12 @@ pub struct ProcessReport {
     /// Set for a flight recorder's window (`record --keep-last`).
     pub flight: Option<FlightWindow>,
     pub program_mappings: ProgramMappings,
+    /// The kernel's peak resident set of the process (`getrusage` at its
+    /// exit, STATS `max_rss_kib`): everything it held — heap, its own
+    /// mappings, code, stacks and mtlab's buffers — beside which the heap's
+    /// figures read as the part they are. None without STATS (no clean exit).
+    #[serde(default)]
+    pub max_rss_bytes: Option<u64>,
     pub stacks: StackQuality,
     pub slowdown: Option<Slowdown>,
     /// Set for a compact trace (`mtlab compact`): the rounding of its time
@@ -463,7 +469,8 @@ pub struct ProcessReport {
     pub all_sites: Vec<SiteReport>,
     /// Each thread's allocations and the blocks it allocated still live at
     /// the end, by tid, when `AnalyzeOptions::threads` asked (`report
-    /// --threads`, the OTLP exports) of a full trace; empty otherwise.
+    /// --threads`, the OTLP exports) of a full trace; empty otherwise (a
+    /// sampled trace's estimates are `SampledSummary::threads`).
     #[serde(default)]
     pub threads: Vec<ThreadReport>,
     pub warnings: Vec<String>,
@@ -502,6 +509,10 @@ pub struct SampledSummary {
     /// it was on, if ever, the trace does not say).
     pub started_inactive: bool,
     pub top: Vec<SampledSite>,
+    /// Each thread's estimates, by tid, with `report --threads` (and the
+    /// OTLP exports); empty otherwise.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<crate::profile::sampled::SampledThread>,
 }
 
 #[cfg(test)]

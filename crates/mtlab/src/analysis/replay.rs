@@ -36,6 +36,8 @@ pub struct Replay {
     peak: PeakState,
     /// mmap calls of the program itself (not the allocator's).
     pub program_maps: ProgramMappings,
+    /// The heap at the end, once the pass is over (`release`).
+    end: Option<HeapSnapshot>,
 }
 
 impl Replay {
@@ -49,6 +51,7 @@ impl Replay {
             page: header.page_size.max(1),
             peak: PeakState::default(),
             program_maps: ProgramMappings { calls: 0, bytes: 0 },
+            end: None,
         }
     }
 
@@ -197,9 +200,18 @@ impl Replay {
         PeakReport { heap: self.peak.heap.finish(), at_event: self.peak.at_event, at_ns: self.peak.at_tsc.and_then(ns) }
     }
 
-    /// The heap as it is now.
+    /// The heap as it is now (as it was at `release`, after it).
     pub fn now(&self) -> HeapSnapshot {
-        self.heap.exact_snapshot()
+        self.end.unwrap_or_else(|| self.heap.exact_snapshot())
+    }
+
+    /// Ends the replay: the heap's figures at the end are kept, its blocks
+    /// dropped, before the report symbolizes its sites — the memory of
+    /// one is free for the other (python3 with 2.8 M live blocks: the
+    /// debug information read was 30 MiB on top of the table).
+    pub fn release(&mut self) {
+        self.end = Some(self.heap.exact_snapshot());
+        self.heap.release_blocks();
     }
 }
 

@@ -335,6 +335,7 @@ impl Sites {
                         alloc_bytes: c.bytes as f64,
                         inuse_objects: c.live_objects as f64,
                         inuse_bytes: c.live_bytes as f64,
+                        bounds: None,
                     })
                     .collect();
                 StackSample {

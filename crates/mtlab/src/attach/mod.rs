@@ -10,7 +10,9 @@
 //! same, calling `mtlab_attach_end()` (slots put back, trace finished), then
 //! `dlclose` once no thread holds an address of the library in its registers
 //! or on its stack. The trace is finished here, with RUNINFO saying when
-//! tracing started and how it ended.
+//! tracing started and how it ended. With `--push-every` (sampling), each
+//! window's profile is pushed over OTLP while attached (`otlp::periodic`,
+//! reading the process through its control page as `mtlab ctl dump` does).
 
 mod ptrace;
 pub mod target;
@@ -86,6 +88,8 @@ pub struct AttachOutcome {
     pub stopped_at_detach: Option<Duration>,
     /// The library was unloaded at detach (else it stays loaded, inert).
     pub unloaded: bool,
+    /// `--push-every`: where to, and how the window pushes went.
+    pub pushed: Option<(String, crate::otlp::periodic::PushStats)>,
     pub warnings: Vec<String>,
 }
 
@@ -137,9 +141,13 @@ struct Paths {
     out_final: PathBuf,
     /// Files made in the process's root for it (another mount namespace), removed at the end.
     copies: Vec<PathBuf>,
+    /// The library's build for the process's C library (glibc's or musl's).
+    part: Part,
 }
 
-fn checks(cfg: &AttachConfig) -> Result<(PathBuf, Vec<Mapping>, String), AttachError> {
+/// What the checks found: the executable, its maps, its C library's path, and
+/// the build of mtlab's library for that C library.
+fn checks(cfg: &AttachConfig) -> Result<(PathBuf, Vec<Mapping>, String, Part), AttachError> {
     let pid = cfg.pid;
     if let Some(r) = target::refusal_before_ptrace(&target::facts(pid), cfg.allow_seccomp) {
         return Err(r.into());
@@ -156,19 +164,30 @@ fn checks(cfg: &AttachConfig) -> Result<(PathBuf, Vec<Mapping>, String), AttachE
         return Err(Refusal::Static(pid).into());
     }
     let maps = target::maps(pid).map_err(|e| failed(pid, format!("cannot read its maps: {e}")))?;
-    let (libc_path, kind) = target::find_libc(&maps).ok_or(Refusal::NoLibc(pid))?;
-    if kind == Libc::Musl {
-        return Err(Refusal::Musl { pid }.into());
+    let (libc_path, mut kind) = target::find_libc(&maps).ok_or(Refusal::NoLibc(pid))?;
+    // The program's loader says it too, whatever its C library's file is called.
+    if crate::record::musl_linked(&exe) {
+        kind = Libc::Musl;
     }
-    Ok((exe, maps, libc_path))
+    // The library's own name, or its copy's in a container's /tmp (`place`).
+    let ours = |n: &std::ffi::OsStr| n.to_string_lossy().starts_with("libmtlab_attach") || n.to_string_lossy().starts_with("mtlab-attach-");
+    if maps.iter().any(|m| Path::new(&m.path).file_name().is_some_and(ours)) {
+        return Err(Refusal::StillLoaded { pid }.into());
+    }
+    let part = match kind {
+        Libc::Glibc => Part::Attach,
+        Libc::Musl if native::carries(Part::AttachMusl) => Part::AttachMusl,
+        Libc::Musl => return Err(Refusal::NoMuslBuild { pid }.into()),
+    };
+    Ok((exe, maps, libc_path, part))
 }
 
 /// The library and the trace where the process can reach them: mtlab's own
 /// paths in the same mount namespace; in another (a container), a copy of
 /// the library and the trace in the process's /tmp, reached from here
 /// through /proc/PID/root.
-fn place(cfg: &AttachConfig, output: &Path) -> Result<Paths, AttachError> {
-    let lib = native::path(Part::Attach)?;
+fn place(cfg: &AttachConfig, output: &Path, part: Part) -> Result<Paths, AttachError> {
+    let lib = native::path(part)?;
     if !target::other_mount_ns(cfg.pid) {
         return Ok(Paths {
             lib_in_target: lib.to_string_lossy().into_owned(),
@@ -176,6 +195,7 @@ fn place(cfg: &AttachConfig, output: &Path) -> Result<Paths, AttachError> {
             out_here: output.to_path_buf(),
             out_final: output.to_path_buf(),
             copies: vec![],
+            part,
         });
     }
     let tag = format!("{}-{}", std::process::id(), cfg.pid);
@@ -189,7 +209,7 @@ fn place(cfg: &AttachConfig, output: &Path) -> Result<Paths, AttachError> {
         std::io::Write::write_all(&mut f, &bytes)
     });
     copy.map_err(|e| failed(cfg.pid, format!("cannot put mtlab's library into its root as {}: {e}", lib_here.display())))?;
-    Ok(Paths { lib_in_target, out_in_target, out_here, out_final: output.to_path_buf(), copies: vec![lib_here] })
+    Ok(Paths { lib_in_target, out_in_target, out_here, out_final: output.to_path_buf(), copies: vec![lib_here], part })
 }
 
 fn settings(cfg: &AttachConfig, out: &str) -> String {
@@ -287,6 +307,8 @@ fn read_c_string(t: &Tracee, addr: u64) -> String {
 }
 
 struct Loaded {
+    /// musl's dlclose unloads nothing (by design): the library stays, inert.
+    unloadable: bool,
     handle: u64,
     lib_path: String,
     dlclose: u64,
@@ -315,7 +337,7 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
     let [Some(dlopen), Some(dlclose), Some(dlerror)] = offs[..] else {
         return Err(failed(pid, format!("its C library {libc_path} exports no dlopen (glibc before 2.34 is not supported)")));
     };
-    let lib_file = std::fs::read(native::path(Part::Attach)?).map_err(|e| failed(pid, e.to_string()))?;
+    let lib_file = std::fs::read(native::path(paths.part)?).map_err(|e| failed(pid, e.to_string()))?;
     let entry = symbols::exported(&lib_file, &["mtlab_attach_begin", "mtlab_attach_end"]).map_err(|e| failed(pid, e))?;
     let [Some(begin_off), Some(end_off)] = entry[..] else { return Err(failed(pid, "mtlab's library lacks its entry points")) };
 
@@ -337,7 +359,7 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
     let text = settings(cfg, &paths.out_in_target);
     let step = Instant::now();
     let r = call(&mut t, tid, "mtlab_attach_begin", lib_base + begin_off, &[DATA], &c_string(&text))?;
-    let loaded = Loaded { handle, lib_path: paths.lib_in_target.clone(), dlclose: libc_base + dlclose, end: lib_base + end_off };
+    let loaded = Loaded { unloadable: paths.part != Part::AttachMusl, handle, lib_path: paths.lib_in_target.clone(), dlclose: libc_base + dlclose, end: lib_base + end_off };
     if r as i32 != 0 {
         let _ = call(&mut t, tid, "mtlab_attach_end", loaded.end, &[], &[]);
         let _ = call(&mut t, tid, "dlclose", loaded.dlclose, &[handle], &[]);
@@ -386,6 +408,13 @@ fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Resu
     drop(boost);
     drop(t);
     let mut longest = stopped_at.elapsed();
+    if !loaded.unloadable {
+        warnings.push(format!(
+            "mtlab's library stays loaded in process {pid}: musl never unloads a library (its dlclose does nothing); it does \
+             nothing more, and the process cannot be attached to again until it restarts"
+        ));
+        return Ok((longest, false));
+    }
     for _ in 0..100 {
         let started = Instant::now();
         let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
@@ -420,10 +449,10 @@ fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Resu
 /// process's exit, detaches, and finishes the trace.
 pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError> {
     let pid = cfg.pid;
-    let (_exe, _maps, libc_path) = checks(cfg)?;
+    let (_exe, _maps, libc_path, part) = checks(cfg)?;
     let output = std::path::absolute(&cfg.output).map_err(|e| failed(pid, e.to_string()))?;
     crate::record::prepare_attach_output(&output)?;
-    let paths = place(cfg, &output)?;
+    let paths = place(cfg, &output, part)?;
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| failed(pid, format!("cannot catch signals: {e}")))?;
@@ -438,6 +467,7 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
     };
     let started = Instant::now();
     let start_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let pusher = cfg.sample.as_ref().and_then(|s| s.push.clone()).map(|push| start_pusher(push, pid, &paths.out_here));
     say!(
         "mtlab: attached to process {pid} ({}); tracing until {}",
         if cfg.sample.is_some() { "sampling" } else { "full trace" },
@@ -474,9 +504,30 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
         }
     }
     let traced_for = started.elapsed();
+    // The last window: read from the trace as the detach (or the exit) left it.
+    let pushed = pusher.map(|(url, p)| (url, p.finish()));
     let trace = finish(&paths, pid, ended, start_ns, traced_for, &mut warnings);
     cleanup(&paths);
-    Ok(AttachOutcome { trace, ended, traced_for, stopped_at_attach, attach_steps, stopped_at_detach, unloaded, warnings })
+    Ok(AttachOutcome { trace, ended, traced_for, stopped_at_attach, attach_steps, stopped_at_detach, unloaded, pushed, warnings })
+}
+
+/// The pushing thread of an attached, sampled process: its source reads the
+/// process through its control page while attached, and the trace as left
+/// once detached.
+fn start_pusher(push: crate::otlp::periodic::Config, pid: i32, trace: &Path) -> (String, crate::otlp::periodic::Pusher) {
+    use crate::otlp::periodic::{Pusher, Snapshot};
+    let trace = trace.to_path_buf();
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).map(|p| p.to_string_lossy().trim_end_matches(" (deleted)").to_string()).unwrap_or_default();
+    let args: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect())
+        .unwrap_or_default();
+    let url = push.target.url.clone();
+    let source = Box::new(move |ended: bool| {
+        let (profile, allocator) = crate::ctl::profile_so_far(pid as u32, &trace, ended, Duration::from_secs(5)).map_err(|e| e.to_string())?;
+        let process = crate::otlp::ProcessInfo { pid: pid as u32, exe: exe.clone(), args: args.clone() };
+        Ok(Snapshot { profile, process, allocator: Some(allocator).filter(|a| !a.is_empty()) })
+    });
+    (url, Pusher::start(push, source))
 }
 
 fn finish(paths: &Paths, pid: i32, ended: Ended, start_ns: u128, traced_for: Duration, warnings: &mut Vec<String>) -> Option<PathBuf> {

@@ -53,11 +53,17 @@ pub enum Libc {
 }
 
 /// The mapped C library: its path (as the process sees it) and kind. musl's
-/// C library is its dynamic loader (`ld-musl-*.so.1`, `libc.musl-*.so.1`).
+/// C library is its dynamic loader (`ld-musl-*.so.1`, `libc.musl-*.so.1`),
+/// which maps show by the file the loader's name links to: on Debian
+/// `/usr/lib/x86_64-linux-musl/libc.so`, in a directory named for musl.
 pub fn find_libc(maps: &[Mapping]) -> Option<(String, Libc)> {
     maps.iter().find_map(|m| {
-        let name = Path::new(&m.path).file_name()?.to_str()?;
-        if name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so")) {
+        let path = Path::new(&m.path);
+        let name = path.file_name()?.to_str()?;
+        let in_musl_dir = path.parent().and_then(|d| d.file_name()).is_some_and(|d| d.to_string_lossy().contains("musl"));
+        if name == "libc.so" && in_musl_dir {
+            Some((m.path.clone(), Libc::Musl))
+        } else if name.starts_with("libc.so") || (name.starts_with("libc-") && name.ends_with(".so")) {
             Some((m.path.clone(), Libc::Glibc))
         } else if name.starts_with("ld-musl-") || name.starts_with("libc.musl-") {
             Some((m.path.clone(), Libc::Musl))
@@ -134,8 +140,14 @@ pub enum Refusal {
     SeccompFilter(i32),
     #[error("process {0} has no C library mapped that mtlab knows (glibc or musl): nothing to call dlopen in")]
     NoLibc(i32),
-    #[error("process {pid} runs musl; attaching to musl-linked programs is not supported yet: restart it under `mtlab record -- PROGRAM`")]
-    Musl { pid: i32 },
+    #[error(
+        "process {pid} runs musl and this mtlab was built without musl-gcc, so it carries no library for musl: rebuild mtlab with musl-gcc installed (Debian: apt-get install musl-tools)"
+    )]
+    NoMuslBuild { pid: i32 },
+    #[error(
+        "process {pid} still has mtlab's library of an earlier attach loaded (musl never unloads one; with glibc, it was left inert when a thread held an address of it): it cannot start again in this process; restart the process to attach to it again"
+    )]
+    StillLoaded { pid: i32 },
 }
 
 /// The checks made before any ptrace call, from what /proc shows.
@@ -291,6 +303,9 @@ mod tests {
         assert_eq!(object_range(&m, "/usr/lib/x86_64-linux-gnu/libc.so.6"), Some((0x7f00, 0x7f20)));
         let musl = parse_maps("1000-2000 r-xp 00000000 08:01 1 /lib/ld-musl-x86_64.so.1\n");
         assert_eq!(find_libc(&musl).map(|l| l.1), Some(Libc::Musl));
+        // Debian's musl: the loader's name links to libc.so in musl's own directory.
+        let debian = parse_maps("1000-2000 r-xp 00000000 08:01 1 /usr/lib/x86_64-linux-musl/libc.so\n");
+        assert_eq!(find_libc(&debian), Some(("/usr/lib/x86_64-linux-musl/libc.so".into(), Libc::Musl)));
     }
 
     #[test]

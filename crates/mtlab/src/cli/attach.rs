@@ -42,11 +42,15 @@ pub fn cmd_attach(
     unwind: Unwind,
     depth: u32,
     free_stacks: bool,
+    push: Option<crate::otlp::periodic::Config>,
 ) -> Result<ExitCode, CliError> {
+    if a.full && push.is_some() {
+        return Err(CliError::Other("--push-every with --pid pushes the sampled profile: leave out --full (sampling, 512KiB by default, or --sample INTERVAL)".into()));
+    }
     let sample = match (a.full, sample) {
         (true, _) => None,
-        (false, Some(s)) => Some(s),
-        (false, None) => Some(SampleConfig { interval: DEFAULT_INTERVAL, inactive: false, seed: 0, push: None }),
+        (false, Some(s)) => Some(SampleConfig { push, ..s }),
+        (false, None) => Some(SampleConfig { interval: DEFAULT_INTERVAL, inactive: false, seed: 0, push }),
     };
     if let Some(d) = a.duration.filter(|d| !(d.is_finite() && *d > 0.0)) {
         return Err(CliError::Other(format!("--duration {d}: give a positive number of seconds")));
@@ -86,6 +90,9 @@ pub fn cmd_attach(
     }
     if let Some(t) = &out.trace {
         say!("mtlab: wrote {}; read it with `mtlab report {}`", t.display(), crate::platform::process::shell_word(t));
+    }
+    if let Some((url, stats)) = &out.pushed {
+        say!("mtlab: {}{}", if stats.dropped > 0 { "warning: " } else { "" }, stats.summary(url));
     }
     for w in &out.warnings {
         say!("mtlab: warning: {w}");

@@ -288,7 +288,7 @@ calls still pass through mtlab's shims (a little slower, never wrong)";
 
 #[derive(Args, Debug)]
 struct RecordArgs {
-    /// Trace file to write; traced children write FILE.PID beside it.
+    /// Trace file to write; traced children write FILE.d/PID (FILE.d is made 0700 and removed when empty).
     #[arg(short, long, value_name = "FILE")]
     output: Option<PathBuf>,
     /// Capture call stacks (on) or not (none); --unwind says how.
@@ -311,9 +311,12 @@ struct RecordArgs {
     /// window, then dropped and counted, never holding up the program.
     #[arg(long, value_name = "PERIOD", value_parser = otlp::parse_every)]
     push_every: Option<std::time::Duration>,
-    /// With --push-every: where to (OTLP/HTTP); without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318.
+    /// With --push-every: where to; without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318 (over gRPC :4317).
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "", requires = "push_every")]
     otlp_endpoint: Option<String>,
+    /// With --push-every: grpc, http/protobuf or http/json (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf).
+    #[arg(long, value_name = "PROTOCOL", value_parser = otlp::parse_protocol, requires = "push_every")]
+    otlp_protocol: Option<crate::otlp::Protocol>,
     /// With --push-every: the OTLP resource's service.name (default: $OTEL_SERVICE_NAME, else the program's name).
     #[arg(long, value_name = "NAME", requires = "push_every")]
     service: Option<String>,
@@ -650,23 +653,23 @@ fn default_output(program: &OsString) -> PathBuf {
 }
 
 fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
-    if let Some(pid) = a.attach.pid {
-        let sample = a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed, push: None });
-        return attach::cmd_attach(pid, a.attach, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks);
-    }
-    if a.push_every.is_some() && a.sample.is_none() && !a.live {
-        return Err(CliError::Other(
-            "--push-every pushes the profile of a running recording: add --sample INTERVAL (a sampled trace) or --live (the full trace analysed as it runs)".into(),
-        ));
-    }
     let push = match a.push_every {
         None => None,
         Some(every) => {
             let flag = a.otlp_endpoint.clone().unwrap_or_default();
-            let target = crate::otlp::push::target(&flag, crate::otlp::Signal::Profiles, &crate::otlp::push::real_env).map_err(crate::otlp::OtlpError::from)?;
+            let target = crate::otlp::push::target(&flag, a.otlp_protocol, crate::otlp::Signal::Profiles, &crate::otlp::push::real_env).map_err(crate::otlp::OtlpError::from)?;
             Some(crate::otlp::periodic::Config { target, every, service: a.service.clone() })
         }
     };
+    if let Some(pid) = a.attach.pid {
+        let sample = a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed, push: None });
+        return attach::cmd_attach(pid, a.attach, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks, push);
+    }
+    if push.is_some() && a.sample.is_none() && !a.live {
+        return Err(CliError::Other(
+            "--push-every pushes the profile of a running recording: add --sample INTERVAL (a sampled trace) or --live (the full trace analysed as it runs)".into(),
+        ));
+    }
     let mut command = a.command.into_iter();
     let program = command.next().expect("clap requires PROGRAM");
     let live = a.live.then(|| crate::live::LiveConfig {
@@ -677,7 +680,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         publish: push.as_ref().map(|p| crate::live::Publish { every: p.every / 2, slot: Default::default() }),
     });
     let output = match &live {
-        // The raw trace beside the profile: PROFILE.raw (its children's PROFILE.raw.PID).
+        // The raw trace beside the profile: PROFILE.raw (its children's PROFILE.raw.d/PID).
         Some(l) => {
             let mut raw = l.profile.clone().into_os_string();
             raw.push(".raw");
@@ -712,11 +715,15 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         let p = crate::platform::process::shell_word(&l.profile);
         match s.complete {
             true => say!(
-                "mtlab: wrote {} (live profile, {} snapshot{}, raw trace on disk at most {}) in {:.3} s; read it with `mtlab report {p}`",
+                "mtlab: wrote {} (live profile, {} snapshot{}, raw trace on disk at most {}{}) in {:.3} s; read it with `mtlab report {p}`",
                 l.profile.display(),
                 s.snapshots,
                 if s.snapshots == 1 { "" } else { "s" },
                 report::human_bytes(s.lag.max_raw_disk_bytes),
+                match s.descendants_max_raw_disk {
+                    0 => String::new(),
+                    d => format!(", its descendants' at most {} at once", report::human_bytes(d)),
+                },
                 outcome.wall.as_secs_f64(),
             ),
             false => say!("mtlab: the live profile {} was not completed (see the warnings)", l.profile.display()),
@@ -731,10 +738,11 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     let live_only = cfg.live.as_ref().is_some_and(|l| !l.keep_raw) && outcome.live.as_ref().is_some_and(|s| s.complete);
     match outcome.traces.first().filter(|_| !live_only) {
         Some(first) => say!(
-            "mtlab: wrote {} ({} trace file{}, {}) in {:.3} s; read it with `mtlab report {}`",
+            "mtlab: wrote {} ({} trace file{}{}, {}) in {:.3} s; read it with `mtlab report {}`",
             first.display(),
             n,
             if n == 1 { "" } else { "s" },
+            if n > 1 { format!(", the descendants' in {}", crate::platform::names::tree_dir(first).display()) } else { String::new() },
             report::human_bytes(outcome.bytes),
             outcome.wall.as_secs_f64(),
             crate::platform::process::shell_word(first)

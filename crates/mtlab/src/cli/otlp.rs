@@ -9,7 +9,7 @@ use clap::Args;
 use opentelemetry_proto::tonic::collector::profiles::v1development::ExportProfilesServiceRequest;
 
 use super::CliError;
-use crate::otlp::{self, push, ProcessInfo, Retry, Signal, Target};
+use crate::otlp::{self, push, ProcessInfo, Protocol, Retry, Signal, Target};
 use crate::report::RunReport;
 
 #[derive(Args, Debug, Clone, Default)]
@@ -20,10 +20,13 @@ pub struct ProfileOtlpArgs {
     /// Write the heap profile as an OTLP profiles request in OTLP/JSON.
     #[arg(long, value_name = "FILE")]
     pub otlp_json: Option<PathBuf>,
-    /// Push the heap profile over OTLP/HTTP to URL (a Collector, Pyroscope, …); without URL, to
-    /// $OTEL_EXPORTER_OTLP_ENDPOINT (else http://localhost:4318). A push that fails ends mtlab with an error.
+    /// Push the heap profile over OTLP to URL (a Collector, Pyroscope, …); without URL, to
+    /// $OTEL_EXPORTER_OTLP_ENDPOINT (else http://localhost:4318, over gRPC :4317). A push that fails ends mtlab with an error.
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     pub otlp_endpoint: Option<String>,
+    /// With --otlp-endpoint: grpc, http/protobuf or http/json (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf).
+    #[arg(long, value_name = "PROTOCOL", value_parser = parse_protocol, requires = "otlp_endpoint")]
+    pub otlp_protocol: Option<Protocol>,
     /// The OTLP resource's service.name (default: $OTEL_SERVICE_NAME, else the program's name).
     #[arg(long, value_name = "NAME")]
     pub service: Option<String>,
@@ -38,7 +41,7 @@ impl ProfileOtlpArgs {
     pub fn target(&self, signal: Signal) -> Result<Option<Target>, CliError> {
         match &self.otlp_endpoint {
             None => Ok(None),
-            Some(flag) => Ok(Some(push::target(flag, signal, &push::real_env).map_err(otlp::OtlpError::from)?)),
+            Some(flag) => Ok(Some(push::target(flag, self.otlp_protocol, signal, &push::real_env).map_err(otlp::OtlpError::from)?)),
         }
     }
 
@@ -105,6 +108,11 @@ pub fn run_exports(run: &crate::study::model::Run, target: Option<&Target>, file
         say!("mtlab: {}", otlp::accepted_message("the run's metrics", t, &accepted));
     }
     Ok(())
+}
+
+/// `--otlp-protocol`: the names OTEL_EXPORTER_OTLP_PROTOCOL takes.
+pub fn parse_protocol(s: &str) -> Result<Protocol, String> {
+    Protocol::parse(s)
 }
 
 /// `--push-every`: a duration as people write it (`60s`, `5m`, `500ms`, `90`

@@ -52,7 +52,7 @@ pub struct SimulateArgs {
 
 
 /// The trace of process `pid` among FILE and its children's traces. A process
-/// that called exec has one trace per image (FILE.PID.N): the last image is
+/// that called exec has one trace per image (FILE.d/PID.N): the last image is
 /// taken, and the others are named on stderr.
 fn trace_of_pid(file: &std::path::Path, pid: u32) -> Result<TraceFile, CliError> {
     let mut seen = Vec::new();

@@ -46,16 +46,19 @@ pub struct OutputArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub store: StoreArgs,
-    /// Also push the run as OTLP metrics over HTTP to URL (one point per configuration and repetition;
-    /// docs/otlp.md); without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318.
+    /// Also push the run as OTLP metrics to URL (one point per configuration and repetition;
+    /// docs/otlp.md); without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318 (over gRPC :4317).
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     pub otlp_endpoint: Option<String>,
+    /// With --otlp-endpoint: grpc, http/protobuf or http/json (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf).
+    #[arg(long, value_name = "PROTOCOL", value_parser = super::otlp::parse_protocol, requires = "otlp_endpoint")]
+    pub otlp_protocol: Option<crate::otlp::Protocol>,
 }
 
 /// `--otlp-endpoint` of a study or `runs export`, checked before any work.
-fn metrics_target(flag: &Option<String>) -> Result<Option<crate::otlp::Target>, CliError> {
+fn metrics_target(flag: &Option<String>, protocol: Option<crate::otlp::Protocol>) -> Result<Option<crate::otlp::Target>, CliError> {
     flag.as_deref()
-        .map(|f| crate::otlp::push::target(f, crate::otlp::Signal::Metrics, &crate::otlp::push::real_env).map_err(|e| crate::otlp::OtlpError::from(e).into()))
+        .map(|f| crate::otlp::push::target(f, protocol, crate::otlp::Signal::Metrics, &crate::otlp::push::real_env).map_err(|e| crate::otlp::OtlpError::from(e).into()))
         .transpose()
 }
 
@@ -343,7 +346,7 @@ pub fn finish(run: Run, out: &OutputArgs) -> Result<ExitCode, CliError> {
 
 /// `finish`, giving back the document shown (for `mtlab demo`'s page).
 pub fn finish_keep(mut run: Run, out: &OutputArgs) -> Result<Document, CliError> {
-    let target = metrics_target(&out.otlp_endpoint)?;
+    let target = metrics_target(&out.otlp_endpoint, out.otlp_protocol)?;
     let stored = if out.store.no_store {
         None
     } else {
@@ -440,9 +443,12 @@ struct ExportArgs {
     /// Write the run as an OTLP metrics request in OTLP/JSON to FILE.
     #[arg(long, value_name = "FILE")]
     otlp_json: Option<PathBuf>,
-    /// Push the run as OTLP metrics over HTTP to URL; without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318.
+    /// Push the run as OTLP metrics to URL; without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318 (over gRPC :4317).
     #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = "")]
     otlp_endpoint: Option<String>,
+    /// With --otlp-endpoint: grpc, http/protobuf or http/json (default: $OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf).
+    #[arg(long, value_name = "PROTOCOL", value_parser = super::otlp::parse_protocol, requires = "otlp_endpoint")]
+    otlp_protocol: Option<crate::otlp::Protocol>,
     #[command(flatten)]
     store: StorePath,
 }
@@ -488,7 +494,7 @@ pub fn runs(a: RunsArgs) -> Result<ExitCode, CliError> {
             }
         }
         RunsAction::Export(e) => {
-            let target = metrics_target(&e.otlp_endpoint)?;
+            let target = metrics_target(&e.otlp_endpoint, e.otlp_protocol)?;
             let store = e.store.existing()?;
             let run = store.get(e.id.resolve(&store)?)?;
             if e.json || e.csv.is_some() {

@@ -209,7 +209,7 @@ impl Ring {
 
     fn record(&mut self, ty: u16, flags: u16, payload: Vec<u8>) {
         match ty {
-            REC_EVENTS if flags == 0 && payload.len() >= EVENTS_HEADER as usize => self.events(payload),
+            REC_EVENTS if flags & !RECORD_FLAG_SOLO == 0 && payload.len() >= EVENTS_HEADER as usize => self.events(payload),
             REC_MAPS => {
                 if self.maps_first.is_none() {
                     self.maps_first = Some(record_bytes(ty, flags, &payload));

@@ -4,31 +4,23 @@
 //! every event, each region's fragmentation (a division) at the next
 //! snapshot for the regions changed since.
 //!
-//! A region's *span* runs from its start to the end of its last live object.
-//! Live objects sit in a hash map keyed by address (`live::LiveMap`, one
-//! lookup per event); each region keeps
-//! the ends of its objects in a max-heap with lazy deletion, so that when its
-//! last object is freed the new last end is found by popping stale entries
-//! (amortised O(log n)), without an ordered map of all objects. New entries
-//! wait in a plain list until that happens: a growing heap places each new
-//! object above all others, which a push would sift all the way up. Whether an
-//! entry is stale is read from the block's generation in a slab indexed by
-//! its slot, not from the hash map: the heaps are swept often, and a hash
-//! lookup per entry there cost more than the events themselves.
-//!
-//! The table by address holds only a block's slot and site (8 bytes); its
-//! size, usable extra and generation sit in the slab (16 bytes), which holds
-//! as many blocks as were ever live at once. With the table at most half full
-//! that is 16 bytes a table slot and 16 a live block, against 32 and 4 when
-//! the table held everything: python3's 4.9 M live blocks took 532 MiB of
-//! tables, each page of which the report faulted in.
+//! A region's *span* runs from its start to the end of its last live object
+//! (the one at the highest address). Live objects sit in a table by address
+//! (`live::LiveMap`, one lookup per event) whose value is the whole block —
+//! size, site and usable extra packed in 8 bytes, the rare block that does
+//! not fit spilled to a map of its own — and their start addresses in a
+//! sparse bitmap (`starts::Starts`): when a region's last object is freed,
+//! the new last one is the highest start below it, and when a region
+//! appears, the blocks it takes in are the starts in its range. A table
+//! slot, 16 bytes, at 64 % to 80 % fill, and a bit: about 22 bytes a live
+//! block, where a table at most half full, a slab entry and heaps of region
+//! ends took ~130 (python3 with 2.8 M live blocks: 365 MiB of report).
 
-
-
-use super::dheap::DHeap;
-use super::region_index::RegionIndex;
 use super::live::LiveMap;
+use super::region_index::RegionIndex;
+use super::starts::Starts;
 
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -51,13 +43,10 @@ struct Region {
     kind: RegionKind,
     live_bytes: u64,
     live_count: u64,
+    /// Start of the last live object (the highest); meaningless when none.
+    last_start: u64,
     /// End of the last live object; == start when none.
     last_end: u64,
-    /// Objects placed here, by end; entries of freed objects stay until they
-    /// reach the top or the heap is compacted.
-    ends: DHeap<End>,
-    /// Entries not yet in `ends` (moved there when the last object is freed).
-    pending: Vec<End>,
     /// `frag_fixed(start)` as last counted in `ShadowHeap::sum_frag`.
     frag: u64,
     /// Changed since `frag` was computed (and listed in `ShadowHeap::dirty`).
@@ -67,18 +56,7 @@ struct Region {
 impl Region {
     /// An empty region at 0 (a vacant slot of the slab, or the base of a new one).
     fn vacant() -> Region {
-        Region {
-            start: 0,
-            end: 0,
-            kind: RegionKind::Brk,
-            live_bytes: 0,
-            live_count: 0,
-            last_end: 0,
-            ends: DHeap::new(),
-            pending: Vec::new(),
-            frag: 0,
-            dirty: false,
-        }
+        Region { start: 0, end: 0, kind: RegionKind::Brk, live_bytes: 0, live_count: 0, last_start: 0, last_end: 0, frag: 0, dirty: false }
     }
 
     fn span(&self, start: u64) -> u64 {
@@ -86,6 +64,17 @@ impl Region {
     }
     fn frag_fixed(&self, start: u64) -> u64 {
         frag_fixed(self.span(start), self.live_bytes)
+    }
+
+    /// Counts a live object of `size` bytes at `addr` in the region.
+    #[inline(always)]
+    fn place(&mut self, addr: u64, size: u64) {
+        self.live_bytes += size;
+        if self.live_count == 0 || addr >= self.last_start {
+            self.last_start = addr;
+            self.last_end = addr + size;
+        }
+        self.live_count += 1;
     }
 }
 
@@ -109,77 +98,42 @@ const REGION_CACHE: usize = 1024;
 /// `ShadowHeap::last_region`'s index for a gap between regions.
 const NO_REGION: u32 = u32::MAX;
 
-/// `ShadowHeap::spare`: buffers kept, and the largest kept (entries).
-const SPARE_BUFFERS: usize = 64;
-const SPARE_CAPACITY: usize = 64;
-
-/// Slab bytes (64 K blocks) from which the slab is kept in huge pages.
-const LARGE_SLAB: usize = 1 << 20;
-
-/// A region's entries of region ends (16 bytes each) per live block, at
-/// most, before its stale ones are dropped: two keeps them within 32 bytes
-/// a live block (four let them reach 64: python3's 2.8 M live blocks) while
-/// each drop still comes after as many frees as the live blocks it keeps.
-const STALE_ENDS: usize = 2;
-
 /// Fragmentation 1.0 in the fixed-point form of `frag_fixed`.
 const FRAG_ONE: f64 = (1u64 << 52) as f64;
 
-/// A heap-of-ends entry: valid while `blocks[slot].gen == gen`. The block's
-/// address is not kept (16 bytes, not 24: one entry per allocation waits in
-/// `pending`, 8 M of them for python3's dict): a valid entry's block starts
-/// at `end` minus the slab's size.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct End {
-    end: u64,
-    slot: u32,
-    gen: u32,
+/// A live block as the table by address stores it: usable extra in the low
+/// 12 bits, then the site in 24, the size in the top 28. A block with any
+/// of them larger (256 MiB and more, a site past 16 M, an extra of 4 KiB
+/// and more: rare, and each a large block) has every extra bit set, and
+/// its details in `ShadowHeap::spilled`.
+const EXTRA_BITS: u32 = 12;
+const SITE_BITS: u32 = 24;
+const SIZE_BITS: u32 = 64 - EXTRA_BITS - SITE_BITS;
+const SPILLED: u64 = (1 << EXTRA_BITS) - 1;
+
+#[inline(always)]
+fn pack(o: &Object) -> Option<u64> {
+    let fits = o.size >> SIZE_BITS == 0 && (o.stack as u64) >> SITE_BITS == 0 && (o.usable_extra as u64) < SPILLED;
+    fits.then_some(o.usable_extra as u64 | (o.stack as u64) << EXTRA_BITS | o.size << (EXTRA_BITS + SITE_BITS))
 }
 
-/// A live block's entry in the table by address. The region holding it is
-/// the one holding its address (`ShadowHeap` keeps every live block in the
-/// region around it, or in `unplaced` when none is known): not stored.
-#[derive(Clone, Copy, Debug, Default)]
-struct Entry {
-    /// Index in the slab.
-    slot: u32,
-    /// The caller's tag for the allocation site.
-    stack: u32,
-}
-
-impl Entry {
-    /// As the table by address stores it.
-    #[inline(always)]
-    fn packed(self) -> u64 {
-        self.slot as u64 | (self.stack as u64) << 32
-    }
-    #[inline(always)]
-    fn unpacked(v: u64) -> Entry {
-        Entry { slot: v as u32, stack: (v >> 32) as u32 }
-    }
-}
-
-/// A slab slot: the details of the live block that holds it, or of the last
-/// one that did.
-#[derive(Clone, Copy, Debug, Default)]
-struct Block {
-    size: u64,
-    usable_extra: u32,
-    /// Changes when the block is freed or leaves its region, which makes
-    /// its heap-of-ends entries stale.
-    gen: u32,
+#[inline(always)]
+fn unpack(v: u64) -> Option<Object> {
+    (v & SPILLED != SPILLED).then_some(Object {
+        size: v >> (EXTRA_BITS + SITE_BITS),
+        stack: (v >> EXTRA_BITS) as u32 & ((1 << SITE_BITS) - 1),
+        usable_extra: (v & SPILLED) as u32,
+    })
 }
 
 /// A live block, as the shadow heap hands it out.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct Object {
     pub size: u64,
     /// The caller's tag for the allocation site (`analyze` passes its dense site index).
     pub stack: u32,
     /// malloc_usable_size minus size (saturated).
     usable_extra: u32,
-    /// Index in the slab.
-    slot: u32,
 }
 
 impl Object {
@@ -248,7 +202,13 @@ impl RawSnapshot {
                     (self.sum_span - self.sum_region_live.min(self.sum_span)) as f64 / self.sum_span as f64
                 },
             },
-            utilization: if self.mapped_bytes == 0 { 0.0 } else { self.live_bytes as f64 / self.mapped_bytes as f64 },
+            // Unplaced bytes lie in no region `mapped_bytes` counts: left out,
+            // or a heap mtlab cannot see mapped (musl's) would be over 100 % used.
+            utilization: if self.mapped_bytes == 0 {
+                0.0
+            } else {
+                (self.live_bytes - self.unplaced_bytes.min(self.live_bytes)) as f64 / self.mapped_bytes as f64
+            },
         }
     }
 }
@@ -261,23 +221,18 @@ pub struct Fragmentation {
 
 #[derive(Default)]
 pub struct ShadowHeap {
+    /// Live blocks by address, packed (`pack`).
     objects: LiveMap,
-    /// Live blocks' details by slot, and the slots free for reuse.
-    blocks: Vec<Block>,
-    free_slots: Vec<u32>,
-    /// Live blocks in no known region, for `map` to take in when their
-    /// region appears: (address, slab slot, generation), stale once the
-    /// slot's generation has moved on (the block freed or taken into a
-    /// region); stale entries are dropped when they outnumber the live
-    /// ones. A set by address cost a free of such a block a hash lookup,
-    /// most often a miss (jemalloc maps its first chunk before tracing
-    /// starts: an eighth of its blocks are here).
-    unplaced: Vec<(u64, u32, u32)>,
-    /// Live entries of `unplaced`.
+    /// The live blocks that do not pack, by address.
+    spilled: FxHashMap<u64, Object>,
+    /// Every live block's start.
+    starts: Starts,
+    /// Live blocks in no known region: how many, their bytes, and an
+    /// interval their addresses are all in (it only grows while there are
+    /// any), so that a new region elsewhere (most, in a program whose
+    /// allocator mapped one chunk before tracing) looks for none.
     unplaced_live: usize,
-    /// Every entry of `unplaced` has its address in [lo, hi]: a new region
-    /// elsewhere (most, in a program whose allocator mapped one chunk before
-    /// tracing) need not scan the list.
+    unplaced_bytes: u64,
     unplaced_span: (u64, u64),
     /// Regions by start: their index in `slab`, where they live so that a
     /// lookup's result (`last_region`) leads to the region itself without
@@ -285,12 +240,9 @@ pub struct ShadowHeap {
     regions: RegionIndex,
     slab: Vec<Region>,
     free_regions: Vec<u32>,
-    /// Emptied buffers of regions that are gone, for new ones' `pending`.
-    spare: Vec<Vec<End>>,
     brk_start: u64,
     live_bytes: u64,
     live_usable: u64,
-    unplaced_bytes: u64,
     mapped_bytes: u64,
     brk_bytes: u64,
     /// Regions other than the brk heap (a snapshot at every new peak
@@ -326,8 +278,9 @@ pub struct ShadowHeap {
 
 impl ShadowHeap {
     pub fn new(brk_start: u64) -> Self {
-        ShadowHeap { brk_start, region_cache: vec![Default::default(); REGION_CACHE], ..Default::default() }
+        ShadowHeap { brk_start, starts: Starts::new(), region_cache: vec![Default::default(); REGION_CACHE], ..Default::default() }
     }
+
 
     #[inline(always)]
     fn cache_slot(addr: u64) -> usize {
@@ -406,12 +359,12 @@ impl ShadowHeap {
     /// (its fragmentation at the next snapshot). Returns false when there is
     /// no region at `start`.
     #[inline(always)]
-    fn update_region(&mut self, i: u32, f: impl FnOnce(&mut Region, &[Block])) {
+    fn update_region(&mut self, i: u32, f: impl FnOnce(&mut Region)) {
         let r = &mut self.slab[i as usize];
         let start = r.start;
         self.sum_span -= r.span(start);
         self.sum_region_live -= r.live_bytes;
-        f(r, &self.blocks);
+        f(r);
         self.sum_span += r.span(start);
         self.sum_region_live += r.live_bytes;
         if !r.dirty {
@@ -442,16 +395,6 @@ impl ShadowHeap {
         self.dirty.clear();
     }
 
-    #[inline(always)]
-    fn new_slot(&mut self) -> u32 {
-        self.free_slots.pop().unwrap_or_else(|| {
-            // A free reads its entry at a random slot: in 4 KiB pages, a TLB
-            // miss too.
-            crate::platform::huge_pages::reserve(&mut self.blocks, 1, LARGE_SLAB);
-            self.blocks.push(Block::default());
-            (self.blocks.len() - 1) as u32
-        })
-    }
 
     /// Starts loading what an allocation or free of `addr` will read.
     #[inline(always)]
@@ -459,57 +402,44 @@ impl ShadowHeap {
         self.objects.prefetch(addr);
     }
 
-    /// Starts loading the slab entry of the live block at `addr` and returns
-    /// its site: a free reads the table slot, then the slab entry it names,
-    /// two misses one after the other unless this runs once the slot is
-    /// cached (`prefetch` some events before) and the entry's miss overlaps
-    /// the replay of the events in between.
+    /// The site of the live block at `addr`, for the pass to start loading
+    /// its counters (`prefetch` some events before brought the table slot).
     #[inline(always)]
     pub fn prefetch_block(&self, addr: u64) -> Option<u32> {
-        let e = Entry::unpacked(self.objects.get(addr)?);
-        if let Some(b) = self.blocks.get(e.slot as usize) {
-            super::prefetch::prefetch(b);
-        }
-        Some(e.stack)
+        self.get(addr).map(|o| o.stack)
     }
 
-    /// Makes the slot's heap entries stale.
-    fn bump(&mut self, slot: u32) {
-        let g = &mut self.blocks[slot as usize].gen;
-        *g = g.wrapping_add(1);
-    }
-
-    /// The live block in `slot` whose site is `stack`.
-    fn object(&self, e: Entry) -> Object {
-        let b = self.blocks[e.slot as usize];
-        Object { size: b.size, stack: e.stack, usable_extra: b.usable_extra, slot: e.slot }
+    /// The object a table value stands for (`addr` finds a spilled one).
+    #[inline(always)]
+    fn object(&self, addr: u64, v: u64) -> Object {
+        unpack(v).unwrap_or_else(|| self.spilled.get(&addr).copied().unwrap_or_default())
     }
 
     #[inline(always)]
     pub fn alloc(&mut self, addr: u64, size: u64, usable: u64, stack: u32) -> Option<Object> {
         let region = self.region_at(addr);
         let extra = usable.saturating_sub(size).min(u32::MAX as u64) as u32;
-        let slot = self.new_slot();
-        let b = &mut self.blocks[slot as usize];
-        b.size = size;
-        b.usable_extra = extra;
-        let entry = Entry { slot, stack };
+        let obj = Object { size, stack, usable_extra: extra };
+        let packed = pack(&obj);
+        let v = packed.unwrap_or(SPILLED);
         // One hash lookup on the common path; an address still live is rare.
-        let replaced = if self.objects.insert_new(addr, entry.packed()) {
+        let replaced = if self.objects.insert_new(addr, v) {
             None
         } else {
             let old = self.free(addr);
             self.overlapping_allocs += 1;
-            self.objects.insert(addr, entry.packed());
+            self.objects.insert(addr, v);
             old
         };
+        if packed.is_none() {
+            self.spilled.insert(addr, obj);
+        }
+        self.starts.insert(addr);
         self.live_bytes += size;
-        self.live_usable += size + extra as u64;
+        self.live_usable += obj.usable();
         match region {
-            Some(i) => {
-                self.update_region(i, |r, blocks| place(r, addr, size, slot, blocks));
-            }
-            None => self.add_unplaced(addr, slot),
+            Some(i) => self.update_region(i, |r| r.place(addr, size)),
+            None => self.add_unplaced(addr, addr, 1, size),
         }
         replaced
     }
@@ -522,35 +452,51 @@ impl ShadowHeap {
     /// As `free`, with the start and kind of the region that held the object.
     #[inline(always)]
     pub fn free_in(&mut self, addr: u64) -> Option<(Object, Option<(u64, RegionKind)>)> {
-        let entry = Entry::unpacked(self.objects.remove(addr)?);
-        let obj = self.object(entry);
+        let v = self.objects.remove(addr)?;
+        let obj = match unpack(v) {
+            Some(o) => o,
+            None => self.spilled.remove(&addr).unwrap_or_default(),
+        };
+        self.starts.remove(addr);
         self.live_bytes -= obj.size;
         self.live_usable -= obj.usable();
-        self.bump(obj.slot);
-        self.free_slots.push(obj.slot);
         let mut held = None;
         let region = self.region_at(addr);
         if let Some(i) = region {
-            self.update_region(i, |r, blocks| {
-                held = Some((r.start, r.kind));
-                r.live_bytes -= obj.size;
-                r.live_count -= 1;
-                if addr + obj.size >= r.last_end {
-                    r.last_end = top_end(r, blocks);
+            let starts = &self.starts;
+            let objects = &self.objects;
+            let spilled = &self.spilled;
+            let r = &mut self.slab[i as usize];
+            let start = r.start;
+            self.sum_span -= r.span(start);
+            self.sum_region_live -= r.live_bytes;
+            held = Some((r.start, r.kind));
+            r.live_bytes -= obj.size;
+            r.live_count -= 1;
+            if r.live_count == 0 {
+                r.last_end = r.start;
+            } else if addr == r.last_start {
+                // The last object freed: the new last one is the highest
+                // start below it.
+                match starts.highest_in(r.start, addr) {
+                    Some(a) => {
+                        let v = objects.get(a).expect("a live start is in the table");
+                        let size = unpack(v).unwrap_or_else(|| spilled.get(&a).copied().unwrap_or_default()).size;
+                        (r.last_start, r.last_end) = (a, a + size);
+                    }
+                    None => r.last_end = r.start,
                 }
-                if r.ends.len() + r.pending.len() > STALE_ENDS * r.live_count as usize + 4096 {
-                    compact(r, blocks);
-                }
-            });
+            }
+            self.sum_span += r.span(start);
+            self.sum_region_live += r.live_bytes;
+            if !r.dirty {
+                r.dirty = true;
+                self.dirty.push((i, start));
+            }
         } else {
-            // Its entry in `unplaced` went stale with the slot's bump above.
-            debug_assert!(self.unplaced_live > 0, "a block in no region was not listed");
+            debug_assert!(self.unplaced_live > 0, "a block in no region was not counted");
             self.unplaced_live = self.unplaced_live.saturating_sub(1);
             self.unplaced_bytes = self.unplaced_bytes.saturating_sub(obj.size);
-            if self.unplaced.len() > 2 * self.unplaced_live + 1024 {
-                let blocks = &self.blocks;
-                self.unplaced.retain(|&(_, slot, gen)| blocks[slot as usize].gen == gen);
-            }
         }
         Some((obj, held))
     }
@@ -561,50 +507,55 @@ impl ShadowHeap {
         Some((r.start, r.kind))
     }
 
-    /// Files the live block at `addr` (slab `slot`) as in no known region.
-    fn add_unplaced(&mut self, addr: u64, slot: u32) {
-        let b = self.blocks[slot as usize];
-        if self.unplaced.is_empty() {
-            self.unplaced_span = (addr, addr);
+    /// Counts `count` live blocks of `bytes` with starts in [lo, hi] as in
+    /// no known region.
+    fn add_unplaced(&mut self, lo: u64, hi: u64, count: usize, bytes: u64) {
+        if count == 0 {
+            return;
         }
-        self.unplaced_span = (self.unplaced_span.0.min(addr), self.unplaced_span.1.max(addr));
-        self.unplaced.push((addr, slot, b.gen));
-        self.unplaced_live += 1;
-        self.unplaced_bytes += b.size;
+        if self.unplaced_live == 0 {
+            self.unplaced_span = (lo, hi);
+        }
+        self.unplaced_span = (self.unplaced_span.0.min(lo), self.unplaced_span.1.max(hi));
+        self.unplaced_live += count;
+        self.unplaced_bytes += bytes;
     }
 
-    /// Takes the unplaced live blocks in [start, end) out of `unplaced`
-    /// (dropping the stale entries on the way): (address, slot) of each.
-    fn take_unplaced(&mut self, start: u64, end: u64) -> Vec<(u64, u32)> {
+    /// Places the unplaced live blocks with starts in [start, end) in the
+    /// region in slot `i` (which now holds that range).
+    fn take_unplaced(&mut self, i: u32, start: u64, end: u64) {
         let (lo, hi) = self.unplaced_span;
         // An empty range too: a break that did not move resizes its region
         // to the same end (1 M unplaced blocks made each such event 1.6 ms).
-        if self.unplaced.is_empty() || end <= start || end <= lo || start > hi {
-            return Vec::new();
+        if self.unplaced_live == 0 || end <= start || end <= lo || start > hi {
+            return;
         }
-        let mut taken = Vec::new();
-        let blocks = &self.blocks;
-        self.unplaced.retain(|&(a, slot, gen)| {
-            let b = blocks[slot as usize];
-            if b.gen != gen {
-                return false;
+        let found = self.starts.all_in(start, end);
+        if found.is_empty() {
+            return;
+        }
+        let (mut n, mut bytes) = (0usize, 0u64);
+        let mut placed: Vec<(u64, u64)> = Vec::with_capacity(found.len());
+        for a in found {
+            let v = self.objects.get(a).expect("a live start is in the table");
+            let size = self.object(a, v).size;
+            placed.push((a, size));
+            n += 1;
+            bytes += size;
+        }
+        self.update_region(i, |r| {
+            for (a, size) in placed {
+                r.place(a, size);
             }
-            if a < start || a >= end {
-                return true;
-            }
-            taken.push((a, slot, b.size));
-            false
         });
-        self.unplaced_span = self.unplaced.iter().fold((u64::MAX, 0), |(lo, hi), e| (lo.min(e.0), hi.max(e.0)));
-        self.unplaced_live -= taken.len();
-        self.unplaced_bytes -= taken.iter().map(|t| t.2).sum::<u64>();
-        taken.into_iter().map(|(a, slot, _)| (a, slot)).collect()
+        self.unplaced_live -= n;
+        self.unplaced_bytes -= bytes;
     }
 
     /// The addresses of the live blocks in no known region.
     #[cfg(test)]
     fn unplaced_addrs(&self) -> Vec<u64> {
-        self.unplaced.iter().filter(|&&(_, slot, gen)| self.blocks[slot as usize].gen == gen).map(|t| t.0).collect()
+        self.starts.all_in(0, u64::MAX).into_iter().filter(|&a| self.region_at(a).is_none()).collect()
     }
 
     pub fn count_unknown_free(&mut self) {
@@ -612,7 +563,7 @@ impl ShadowHeap {
     }
 
     pub fn get(&self, addr: u64) -> Option<Object> {
-        self.objects.get(addr).map(|e| self.object(Entry::unpacked(e)))
+        self.objects.get(addr).map(|v| self.object(addr, v))
     }
 
     /// Adds a region, or — for the brk heap and arena heaps, which grow and
@@ -632,22 +583,18 @@ impl ShadowHeap {
             return;
         }
         self.unmap(start, end);
-        let mut region = Region { start, end, kind, last_end: start, pending: self.spare.pop().unwrap_or_default(), ..Region::vacant() };
-        // Objects seen before their region was known are taken in now.
-        for (a, slot) in self.take_unplaced(start, end) {
-            place(&mut region, a, self.blocks[slot as usize].size, slot, &self.blocks);
-        }
+        let region = Region { start, end, kind, last_end: start, ..Region::vacant() };
         self.mapped_bytes += end - start;
         if kind == RegionKind::Brk {
             self.brk_bytes += end - start;
         } else {
             self.mmap_regions += 1;
         }
-        self.sum_span += region.span(start);
-        self.sum_region_live += region.live_bytes;
-        region.frag = region.frag_fixed(start);
-        self.sum_frag += region.frag as u128;
+        // Empty: span 0, fragmentation 0, until it takes blocks in.
         self.insert_region(region);
+        let i = self.regions.get(start).expect("just inserted");
+        // Objects seen before their region was known are taken in now.
+        self.take_unplaced(i, start, end);
     }
 
     fn set_region_end(&mut self, start: u64, end: u64, old_end: u64) {
@@ -668,10 +615,7 @@ impl ShadowHeap {
             self.brk_bytes += grow;
         }
         // Objects seen in the grown part before the growth was are taken in.
-        for (a, slot) in self.take_unplaced(old_end, end) {
-            let size = self.blocks[slot as usize].size;
-            self.update_region(i, |r, blocks| place(r, a, size, slot, blocks));
-        }
+        self.take_unplaced(i, old_end, end);
     }
 
     /// Removes [start, end) from every region it touches (munmap semantics).
@@ -704,18 +648,6 @@ impl ShadowHeap {
         }
     }
 
-    /// Keeps the buffers of a region that is gone for the next ones: a
-    /// program whose large blocks are each their own mapping makes and
-    /// drops a region per block, and their buffers were an allocation and
-    /// a free each (9 % of such a report).
-    fn recycle(&mut self, r: Region) {
-        for mut v in [r.ends.into_vec(), r.pending] {
-            if v.capacity() > 0 && v.capacity() <= SPARE_CAPACITY && self.spare.len() < SPARE_BUFFERS {
-                v.clear();
-                self.spare.push(v);
-            }
-        }
-    }
 
     /// Removes [start, end) from the region at `s`, which overlaps it.
     fn unmap_from(&mut self, s: u64, start: u64, end: u64) {
@@ -733,14 +665,8 @@ impl ShadowHeap {
         } else {
             self.mmap_regions -= 1;
         }
-        for e in r.ends.iter().chain(&r.pending) {
-            if is_valid(e, &self.blocks) {
-                let size = self.blocks[e.slot as usize].size;
-                // Bumped first: the unplaced entry takes the new generation.
-                self.bump(e.slot);
-                self.add_unplaced(e.end - size, e.slot);
-            }
-        }
+        // Its live blocks are in no region now (their starts are in [s, r.end)).
+        self.add_unplaced(s, r.end - 1, r.live_count as usize, r.live_bytes);
         // Pieces outside the unmapped range survive as regions of the same kind.
         if s < start {
             self.map(s, start, r.kind);
@@ -748,19 +674,18 @@ impl ShadowHeap {
         if r.end > end {
             self.map(end, r.end, r.kind);
         }
-        self.recycle(r);
     }
 
     /// Cuts [start, end) off the region at `s` in place when that is its
-    /// tail and no live block reaches into it — glibc trimming the free top
-    /// of its heap, the usual shrink. Its span and live bytes stay as they
-    /// were. Otherwise (false) `unmap` takes the region out and maps the
-    /// piece that is left, moving every live block out and back in: with a
-    /// million of them, 12 ms a trim.
+    /// tail and no live block starts or reaches into it — glibc trimming
+    /// the free top of its heap, the usual shrink. Its span and live bytes
+    /// stay as they were. Otherwise (false) `unmap` takes the region out
+    /// and maps the piece that is left, moving every live block out and
+    /// back in: with a million of them, 12 ms a trim.
     fn cut_free_tail(&mut self, s: u64, start: u64, end: u64) -> bool {
         let Some(i) = self.regions.get(s) else { return false };
         let r = &mut self.slab[i as usize];
-        if r.end > end || r.last_end > start {
+        if r.end > end || r.last_end > start || (r.live_count > 0 && r.last_start >= start) {
             return false;
         }
         let cut = r.end - start;
@@ -840,6 +765,14 @@ impl ShadowHeap {
         }
     }
 
+    /// Drops the live blocks' table and starts, for good: what is read
+    /// after (snapshots) no longer counts them.
+    pub fn release_blocks(&mut self) {
+        self.objects = LiveMap::default();
+        self.spilled = FxHashMap::default();
+        self.starts = Starts::new();
+    }
+
     pub fn live_bytes(&self) -> u64 {
         self.live_bytes
     }
@@ -851,61 +784,6 @@ impl ShadowHeap {
     pub fn is_large(&self) -> bool {
         self.objects.table_bytes() >= 8 << 20
     }
-}
-
-/// Counts an object of `size` bytes at `addr` as live in `r`.
-/// `slot` holds its generation now, so the entry is valid until it changes.
-fn place(r: &mut Region, addr: u64, size: u64, slot: u32, blocks: &[Block]) {
-    r.live_bytes += size;
-    r.live_count += 1;
-    r.last_end = r.last_end.max(addr + size);
-    r.pending.push(End { end: addr + size, slot, gen: blocks[slot as usize].gen });
-}
-
-/// Is the entry still that of a live object placed in its region?
-#[inline]
-fn is_valid(e: &End, blocks: &[Block]) -> bool {
-    blocks[e.slot as usize].gen == e.gen
-}
-
-/// Drops stale entries, so the heap holds each placed object once.
-#[cold]
-fn compact(r: &mut Region, blocks: &[Block]) {
-    let mut live = std::mem::take(&mut r.ends).into_vec();
-    live.append(&mut r.pending);
-    live.retain(|e| is_valid(e, blocks));
-    r.ends = DHeap::from_vec(live);
-}
-
-/// End of the last live object of `r`, dropping stale entries on the way.
-#[inline(never)]
-fn top_end(r: &mut Region, blocks: &[Block]) -> u64 {
-    // Entries gone stale since they were placed are dropped before they
-    // reach the heap. A stack-like program frees the block it allocated
-    // last: its entry is still pending (malloc-test: every free; a merge
-    // and a pop were 200 instructions each). And a program freeing recent
-    // blocks in any order would leave them to be popped later, when their
-    // slab entries have left the cache (python3: 3 M such pops, a sixth
-    // of its report); pending ones were written since the last merge.
-    r.pending.retain(|e| is_valid(e, blocks));
-    // `pending` keeps its buffer for the next batch: not allocated anew
-    // for every last-object free (malloc-test: one for every free).
-    r.ends.append(&mut r.pending);
-    while let Some(e) = r.ends.peek() {
-        // The next top is among these when this one is stale: their slab
-        // entries load while this one's is read (each a miss in a large
-        // program: 3 M stale tops were a sixth of a python3 report).
-        for next in r.ends.next_tops() {
-            if let Some(b) = blocks.get(next.slot as usize) {
-                super::prefetch::prefetch(b);
-            }
-        }
-        if is_valid(e, blocks) {
-            return e.end;
-        }
-        r.ends.pop();
-    }
-    r.start
 }
 
 #[cfg(test)]
@@ -969,8 +847,7 @@ mod tests {
         assert_eq!(s.fragmentation.total, 0.0, "span shrank back to the bottom object");
         let r = &h.region(0x10000).unwrap();
         assert_eq!(r.last_end, 0x10000 + 64);
-        let entries = r.ends.len() + r.pending.len();
-        assert!(entries <= STALE_ENDS * r.live_count as usize + 4096, "{entries} entries");
+        assert_eq!(h.starts.leaves(), 3, "a leaf of starts for each 4 KiB used, reused");
         // The top object freed while a lower one lives: span = up to the lower one.
         h.alloc(0x11000, 100, 100, 4);
         h.alloc(0x12000, 100, 100, 4);
@@ -1010,8 +887,6 @@ mod tests {
 
     #[test]
     fn a_block_whose_region_goes_keeps_its_address_until_another_takes_it() {
-        // Heap-of-ends entries keep no address: an unmapped region's live
-        // blocks are found at their end minus their size.
         let mut h = ShadowHeap::new(0);
         h.map(0x10000, 0x20000, RegionKind::Mmap);
         h.alloc(0x10100, 100, 112, 7);
@@ -1028,6 +903,45 @@ mod tests {
         assert_eq!((o.size, o.stack, o.usable()), (100, 7, 112));
         assert_eq!(h.region(0x10000).unwrap().last_end, 0x10000);
         assert_eq!(h.snapshot().live_bytes, 0);
+    }
+
+    #[test]
+    fn blocks_that_do_not_pack_are_kept_whole() {
+        // Sizes from 256 MiB, usable extras from 4 KiB, sites from 16 M:
+        // spilled to a map, and found there by every path that reads a block.
+        let mut h = ShadowHeap::new(0);
+        h.map(0x10_0000, 0x8000_0000, RegionKind::Mmap);
+        let blocks = [
+            (0x10_0000u64, 1u64 << 30, (1u64 << 30) + 4000, 3u32),
+            (0x20_0000, 100, 100 + 5000, 4),
+            (0x30_0000, 64, 64, 1 << 25),
+            (0x30_0040, 64, 72, 5),
+        ];
+        for &(a, size, usable, site) in &blocks {
+            h.alloc(a, size, usable, site);
+        }
+        assert_eq!(h.spilled.len(), 3);
+        for &(a, size, usable, site) in &blocks {
+            let o = h.get(a).unwrap();
+            assert_eq!((o.size, o.stack, o.usable()), (size, site, usable), "{a:#x}");
+        }
+        let s = h.snapshot();
+        assert_eq!(s.live_bytes, blocks.iter().map(|b| b.1).sum::<u64>());
+        assert_eq!(s.live_usable_bytes, blocks.iter().map(|b| b.2).sum::<u64>());
+        // Each free of the last block finds the one below, spilled or not.
+        let last_end = |h: &ShadowHeap| h.region(0x10_0000).unwrap().last_end;
+        assert_eq!(h.free(0x30_0040).map(|o| o.usable()), Some(72));
+        assert_eq!(last_end(&h), 0x30_0000 + 64);
+        assert_eq!(h.free(0x30_0000).map(|o| o.stack), Some(1 << 25));
+        assert_eq!(last_end(&h), 0x20_0000 + 100);
+        h.free(0x20_0000);
+        assert_eq!(last_end(&h), 0x10_0000 + (1 << 30));
+        assert_eq!(h.spilled.len(), 1);
+        // Unmapped and mapped again: taken in with its spilled size.
+        h.unmap(0x10_0000, 0x8000_0000);
+        assert_eq!(h.snapshot().unplaced_bytes, 1 << 30);
+        h.map(0x10_0000, 0x8000_0000, RegionKind::Mmap);
+        assert_eq!((h.snapshot().unplaced_bytes, last_end(&h)), (0, 0x10_0000 + (1 << 30)));
     }
 
     #[test]
@@ -1080,8 +994,7 @@ mod tests {
             assert_eq!(got, want, "step {i}");
             assert_eq!(h.unplaced_live, want.len(), "step {i}");
             assert_eq!(h.unplaced_bytes, want.iter().map(|a| live[a]).sum::<u64>(), "step {i}");
-            assert!(h.unplaced.len() <= 2 * h.unplaced_live + 1024 + 1, "stale entries dropped");
-            assert!(h.unplaced.iter().all(|e| e.0 >= h.unplaced_span.0 && e.0 <= h.unplaced_span.1), "step {i}");
+            assert!(want.iter().all(|&a| a >= h.unplaced_span.0 && a <= h.unplaced_span.1), "step {i}");
         }
     }
 
@@ -1223,19 +1136,21 @@ mod tests {
                     assert_eq!(h.region_of(a), region_of(&regs, a), "seed {seed} step {step} region_of a {a:#x}");
                 }
                 // per-region live and unplaced
-                let mut per: HashMap<u64, (u64, u64, u64)> = HashMap::new();
+                let mut per: HashMap<u64, (u64, u64, u64, u64)> = HashMap::new();
                 let mut unpl = (0u64, 0usize);
                 for (&b, &sz) in &live {
                     match region_of(&regs, b) {
-                        Some((s, _)) => { let e = per.entry(s).or_insert((0, 0, s)); e.0 += sz; e.1 += 1; e.2 = e.2.max(b + sz); }
+                        // The span ends where the last object (highest start) ends,
+                        // whether or not a lower one, overlapping it, reaches further.
+                        Some((s, _)) => { let e = per.entry(s).or_insert((0, 0, s, 0)); e.0 += sz; e.1 += 1; if b >= e.3 { (e.2, e.3) = (b + sz, b) } }
                         None => { unpl.0 += sz; unpl.1 += 1; }
                     }
                 }
                 let (mut span, mut rlive) = (0u64, 0u64);
                 for (s, i) in h.regions.iter() {
                     let r = &h.slab[i as usize];
-                    let w = per.get(&s).copied().unwrap_or((0, 0, s));
-                    assert_eq!((r.live_bytes, r.live_count, r.last_end), w, "seed {seed} step {step} region {s:#x}");
+                    let w = per.get(&s).copied().unwrap_or((0, 0, s, 0));
+                    assert_eq!((r.live_bytes, r.live_count, r.last_end), (w.0, w.1, w.2), "seed {seed} step {step} region {s:#x}");
                     span += w.2 - s; rlive += w.0;
                 }
                 assert_eq!(h.unplaced_bytes, unpl.0, "seed {seed} step {step} unplaced bytes");

@@ -496,6 +496,17 @@ impl Consumer {
         }
     }
 
+    /// The file was removed (by its writer: an image that wrote no event
+    /// before it exec'd).
+    pub fn file_removed(&self) -> bool {
+        self.file.metadata().map_or(true, |m| m.nlink() == 0)
+    }
+
+    /// The END record was read: the writer wrote its last record.
+    pub fn saw_end(&self) -> bool {
+        self.end.is_some()
+    }
+
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }

@@ -77,6 +77,22 @@ pub fn late_text(lag: &Lag) -> String {
     )
 }
 
+/// Where one process's figures stand in a snapshot (`process_status`, one
+/// per process of `processes`, in the same order).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessLive {
+    pub pid: u32,
+    /// Its trace, as the process's report names it.
+    pub file: String,
+    /// `running`: its figures are so far; `ended`: its final figures.
+    pub state: State,
+    /// The snapshot its figures are as of: this one while it runs, the
+    /// first written after it ended once it has.
+    pub as_of_snapshot: u64,
+    /// Its own trace's lag (the top-level `lag` is the root's).
+    pub lag: Lag,
+}
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct LiveProfile {
     pub mtlab_live_profile: u32,
@@ -91,8 +107,12 @@ pub struct LiveProfile {
     /// The report options the data was made with.
     pub top: usize,
     pub max_points: usize,
-    /// The traced process (the root), as `report --json` shows it.
+    /// The traced processes, as `report --json` shows each: the root
+    /// first, then its descendants analysed so far, in the family's order.
     pub processes: Vec<ProcessReport>,
+    /// Where each process's figures stand (a profile of an older mtlab has none).
+    #[serde(default)]
+    pub process_status: Vec<ProcessLive>,
     /// Each process's whole exact profile (for `--pprof`, `--flamegraph`,
     /// …; only in the last snapshot).
     pub profile_data: Vec<Option<ProfileData>>,
@@ -117,6 +137,30 @@ impl LiveProfile {
         out.write_all(&text).map_err(err)?;
         out.file().sync_data().map_err(err)?;
         out.commit().map_err(err)
+    }
+
+    /// The descendants (after the root) put in the family's order, the
+    /// order `mtlab report` lists a run's traces in: by pid, then image.
+    pub fn sort_family(&mut self) {
+        let Some(root) = self.processes.first().map(|r| std::path::PathBuf::from(&r.file)) else { return };
+        let n = self.processes.len();
+        let order = |r: &ProcessReport| {
+            crate::platform::names::child_trace_suffix(&root, Path::new(&r.file))
+                .and_then(|s| crate::platform::names::parse_child_suffix(&s))
+                .unwrap_or((u64::MAX, u64::MAX))
+        };
+        let mut idx: Vec<usize> = (1..n).collect();
+        idx.sort_by_key(|&i| order(&self.processes[i]));
+        let mut procs: Vec<Option<ProcessReport>> = std::mem::take(&mut self.processes).into_iter().map(Some).collect();
+        let mut data: Vec<Option<Option<ProfileData>>> = std::mem::take(&mut self.profile_data).into_iter().map(Some).collect();
+        data.resize(n, Some(None));
+        let mut status: Vec<Option<ProcessLive>> = std::mem::take(&mut self.process_status).into_iter().map(Some).collect();
+        status.resize(n, None);
+        for i in std::iter::once(0).chain(idx) {
+            self.processes.extend(procs[i].take());
+            self.profile_data.push(data[i].take().flatten());
+            self.process_status.extend(status[i].take());
+        }
     }
 
     pub fn read(path: &Path) -> Result<LiveProfile, ProfileFileError> {

@@ -11,8 +11,10 @@
 //! - `progress`: the horizon: the time before which every thread's events
 //!   are in the file, from the per-buffer progress the writer publishes, so
 //!   that several threads' events are analysed in the whole trace's order.
-//! - `tree`: the root's descendants' traces, finished when the run ends,
-//!   analysed into the same profile after the root.
+//! - `tree`: the root's descendants (fork children, exec'd images), each
+//!   read below a watermark page of its own by a consumer of its own on the
+//!   same thread, into the same profile; an image without a page is
+//!   analysed from its finished trace when the run ends.
 //! - `file`: the profile file: the report data (`ProcessReport`) as of the
 //!   last snapshot, replaced whole at each one, and its state and lag.
 //!
@@ -30,6 +32,7 @@ pub mod tree;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -39,7 +42,11 @@ use crate::platform::shared_page::SharedPage;
 use consume::{Consumer, Look};
 use progress::Progress;
 pub use consume::RawSink;
-use file::{Lag, LiveProfile, ProfileFileError, State};
+use file::{Lag, LiveProfile, ProcessLive, ProfileFileError, State};
+
+/// A traced image's watermark page (`record --live`, a process other than
+/// the root's first): its pid, as the kernel named the sender, and the memfd.
+pub type Page = (u32, OwnedFd);
 
 /// What `record --live` was asked for.
 #[derive(Debug, Clone)]
@@ -100,6 +107,12 @@ pub struct LiveSummary {
     pub warnings: Vec<String>,
     /// The last snapshot is the whole run's.
     pub complete: bool,
+    /// Descendants' traces read live (`tree`): not to be added again at the end.
+    pub seen: Vec<PathBuf>,
+    /// Of those, the ones whose final figures are in the profile.
+    pub covered: Vec<PathBuf>,
+    /// The most their raw traces took on disk at once.
+    pub descendants_max_raw_disk: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,8 +138,9 @@ pub struct Live {
 
 impl Live {
     /// Starts the consumer of the raw trace at `raw`, which the program will
-    /// create; None when the system offers no memfd for the watermark.
-    pub fn start(raw: PathBuf, cfg: LiveConfig, sink: Option<Box<dyn RawSink>>) -> Option<Live> {
+    /// create, and of the other images' traces whose pages arrive on
+    /// `pages`; None when the system offers no memfd for the watermark.
+    pub fn start(raw: PathBuf, cfg: LiveConfig, sink: Option<Box<dyn RawSink>>, pages: Option<Receiver<Page>>) -> Option<Live> {
         let (fd, page) = crate::live_finish::watermark_page()?;
         // The writer's per-buffer progress: only this reader uses it.
         page.u64_at(crate::trace::format::WATERMARK_OFF_PROGRESS_WANTED).store(1, Ordering::Release);
@@ -137,7 +151,7 @@ impl Live {
             let (end, ended, pid) = (Arc::clone(&end), Arc::clone(&ended), Arc::clone(&pid));
             std::thread::Builder::new()
                 .name("mtlab-live".into())
-                .spawn(move || consume_while_running(raw, cfg, sink, &page, &end, &ended, &pid))
+                .spawn(move || consume_while_running(raw, cfg, sink, pages, &page, &end, &ended, &pid))
                 .ok()?
         };
         Some(Live { fd: Some(fd), end, ended, pid, thread: Some(thread) })
@@ -186,12 +200,14 @@ fn consume_while_running(
     raw: PathBuf,
     cfg: LiveConfig,
     sink: Option<Box<dyn RawSink>>,
+    pages: Option<Receiver<Page>>,
     page: &SharedPage,
     end: &RunFacts,
     ended: &AtomicBool,
     pid: &AtomicU32,
 ) -> Result<LiveSummary, LiveError> {
     let snap_opts = AnalyzeOptions { callers: false, profile: false, ..AnalyzeOptions::default() };
+    let mut tree = pages.map(|p| tree::Tree::new(raw.clone(), p, cfg.keep_raw, snap_opts.max_points));
     let mut consumer: Option<Consumer> = None;
     let mut sink = sink;
     let mut summary = LiveSummary::default();
@@ -204,19 +220,7 @@ fn consume_while_running(
     // second (it sleeps after each batch for as long as the batch would
     // take at that pace), so that a test can make it fall behind a small program.
     let pace = std::env::var("MTLAB_LIVE_TEST_PACE").ok().and_then(|v| v.parse::<u64>().ok()).filter(|&p| p > 0);
-    let lag = |c: &Consumer, available: u64, now_tsc: u64| Lag {
-        behind_bytes: available.saturating_sub(c.consumed()),
-        max_behind_bytes: c.max_behind,
-        consumed_bytes: c.consumed(),
-        raw_disk_bytes: c.disk_bytes(),
-        max_raw_disk_bytes: c.max_disk,
-        late_events: c.late_events,
-        late_bytes: c.late_bytes,
-        // Every byte written analysed: a program that makes no calls is not "behind".
-        behind_ns: if available > c.consumed() { c.behind_ns(now_tsc) } else { 0 },
-        buffer_copies: c.copies,
-        held_back_passed: c.forced,
-    };
+    let lag = tree::lag;
     loop {
         let done = ended.load(Ordering::Acquire);
         if consumer.is_none() && raw.exists() {
@@ -227,6 +231,9 @@ fn consume_while_running(
             let (Some(c), Some(runinfo)) = (consumer.as_mut(), runinfo) else { return Ok(summary) };
             let len = std::fs::metadata(&raw).map(|m| m.len()).unwrap_or(0);
             c.advance(len, None)?;
+            if let Some(t) = tree.as_mut() {
+                t.finish();
+            }
             let opts = tree::last_snapshot_options();
             if let Some(mut p) = c.report(&opts, &runinfo, true) {
                 let data = p.profile_data.take();
@@ -234,7 +241,9 @@ fn consume_while_running(
                     pb.put(&p, data.as_ref(), true);
                 }
                 summary.lag = lag(c, len, 0);
-                match write(&cfg, &opts, summary.snapshots + 1, State::Ended, summary.lag, p, data) {
+                let n = summary.snapshots + 1;
+                let children = tree.as_mut().map(|t| t.snapshot(&opts, n)).unwrap_or_default();
+                match write(&cfg, &opts, n, State::Ended, summary.lag, (p, data), children) {
                     Ok(()) => {
                         summary.snapshots += 1;
                         summary.complete = true;
@@ -243,11 +252,20 @@ fn consume_while_running(
                 }
             }
             summary.warnings.extend(c.warnings().iter().cloned());
+            if let Some(t) = tree.as_mut() {
+                summary.warnings.extend(t.take_warnings());
+                summary.seen = t.seen();
+                summary.covered = t.covered();
+                summary.descendants_max_raw_disk = t.max_disk;
+            }
             return Ok(summary);
         }
         std::thread::sleep(POLL);
         if status.is_none() {
             status = Some(pid.load(Ordering::Acquire)).filter(|&p| p != 0).and_then(|p| status::StatusPage::create(p).ok());
+        }
+        if let Some(t) = tree.as_mut() {
+            t.poll();
         }
         let Some(c) = consumer.as_mut() else { continue };
         // The progress before the watermark: a buffer's chunk it counts as
@@ -284,9 +302,11 @@ fn consume_while_running(
         if last_snapshot.elapsed() >= cfg.snapshot_every {
             last_snapshot = Instant::now();
             if let Some(p) = c.report(&snap_opts, &[], false) {
+                let n = summary.snapshots + 1;
+                let children = tree.as_mut().map(|t| t.snapshot(&snap_opts, n)).unwrap_or_default();
                 // A snapshot that cannot be written (a full disk) is said
                 // once and tried again at the next; the analysis goes on.
-                match write(&cfg, &snap_opts, summary.snapshots + 1, State::Running, lag(c, available, now), p, None) {
+                match write(&cfg, &snap_opts, n, State::Running, lag(c, available, now), (p, None), children) {
                     Ok(()) => summary.snapshots += 1,
                     Err(e) if !said_unwritable => {
                         said_unwritable = true;
@@ -354,9 +374,18 @@ fn write(
     snapshot: u64,
     state: State,
     lag: Lag,
-    p: crate::analysis::ProcessReport,
-    data: Option<crate::profile::ProfileData>,
+    (p, data): (crate::analysis::ProcessReport, Option<crate::profile::ProfileData>),
+    children: Vec<tree::Snap>,
 ) -> Result<(), ProfileFileError> {
+    let root = ProcessLive { pid: p.pid, file: p.file.clone(), state, as_of_snapshot: snapshot, lag };
+    let mut process_status = vec![root];
+    let mut processes = vec![p];
+    let mut profile_data = vec![data];
+    for c in children {
+        process_status.push(c.status);
+        processes.push(c.report);
+        profile_data.push(c.data);
+    }
     LiveProfile {
         mtlab_live_profile: file::VERSION,
         snapshot,
@@ -366,8 +395,9 @@ fn write(
         lag,
         top: opts.top,
         max_points: opts.max_points,
-        processes: vec![p],
-        profile_data: vec![data],
+        processes,
+        process_status,
+        profile_data,
     }
     .write(&cfg.profile)
 }

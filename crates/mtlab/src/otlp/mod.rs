@@ -1,19 +1,21 @@
 //! OpenTelemetry (OTLP) exports: heap profiles as the `profiles/v1development`
 //! signal, study results as metrics; written to a file or pushed over
-//! OTLP/HTTP to a Collector or a backend that speaks OTLP (Pyroscope, Parca,
-//! …). The messages are `opentelemetry-proto`'s (proto v1.10.0, what the
+//! OTLP/HTTP or OTLP/gRPC to a Collector or a backend that speaks OTLP
+//! (Pyroscope, Parca, …). The messages are `opentelemetry-proto`'s (proto v1.10.0, what the
 //! OpenTelemetry Collector v0.161.0 decodes).
 //!
 //! - `profiles.rs`: a pprof profile (`profile::pprof`) as an OTLP request.
 //! - `resource.rs`: the process as OTLP resource attributes, with
 //!   `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME`.
 //! - `metrics.rs`: a study run (`study::model::Run`) as OTLP metrics.
-//! - `push.rs`: the endpoint, protocol, headers and time-out from the flag
-//!   and the exporters' variables; the HTTP request and its retries.
+//! - `push.rs`: the endpoint, protocol, headers and time-out from the flags
+//!   and the exporters' variables; the HTTP request and the retries.
+//! - `grpc.rs`: the gRPC request (tonic, on a runtime made for the push).
 //! - `periodic.rs`: the pushes of a running `record --sample --push-every`:
 //!   each window's profile, on a thread of their own, retried, then dropped
 //!   and counted; the program is never waited on.
 
+mod grpc;
 pub mod metrics;
 pub mod periodic;
 pub mod profiles;
@@ -26,7 +28,7 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{ExportMetricsServiceReq
 use opentelemetry_proto::tonic::collector::profiles::v1development::{ExportProfilesServiceRequest, ExportProfilesServiceResponse};
 use prost::Message;
 
-pub use push::{Accepted, PushError, Retry, Signal, Target};
+pub use push::{Accepted, Protocol, PushError, Retry, Signal, Target};
 pub use resource::ProcessInfo;
 
 #[derive(Debug, thiserror::Error)]
@@ -97,20 +99,31 @@ fn answer<R: Message + Default + serde::de::DeserializeOwned>(body: &[u8], encod
 
 /// Pushes a profiles request to `t`.
 pub fn push_profiles(t: &Target, req: &ExportProfilesServiceRequest, retry: Retry) -> Result<Accepted, PushError> {
-    send_request(t, req, retry, |b, e| {
-        answer(b, e, |r: ExportProfilesServiceResponse| r.partial_success.map(|p| (p.rejected_profiles, p.error_message)).unwrap_or_default())
-    })
+    match t.protocol {
+        push::Protocol::Grpc => over_grpc(t, retry, |s| s.export_profiles(t, req)),
+        push::Protocol::Http(e) => push::send(t, e, &encode(req, e), retry, |b, e| {
+            answer(b, e, |r: ExportProfilesServiceResponse| r.partial_success.map(|p| (p.rejected_profiles, p.error_message)).unwrap_or_default())
+        }),
+    }
 }
 
 /// Pushes a metrics request to `t`.
 pub fn push_metrics(t: &Target, req: &ExportMetricsServiceRequest, retry: Retry) -> Result<Accepted, PushError> {
-    send_request(t, req, retry, |b, e| {
-        answer(b, e, |r: ExportMetricsServiceResponse| r.partial_success.map(|p| (p.rejected_data_points, p.error_message)).unwrap_or_default())
-    })
+    match t.protocol {
+        push::Protocol::Grpc => over_grpc(t, retry, |s| s.export_metrics(t, req)),
+        push::Protocol::Http(e) => push::send(t, e, &encode(req, e), retry, |b, e| {
+            answer(b, e, |r: ExportMetricsServiceResponse| r.partial_success.map(|p| (p.rejected_data_points, p.error_message)).unwrap_or_default())
+        }),
+    }
 }
 
-fn send_request<M: Message + serde::Serialize>(t: &Target, req: &M, retry: Retry, decode: impl Fn(&[u8], push::Encoding) -> (i64, String)) -> Result<Accepted, PushError> {
-    push::send(t, &encode(req, t.encoding), retry, decode)
+/// The tries of one gRPC push, on one runtime.
+fn over_grpc(t: &Target, retry: Retry, once: impl Fn(&grpc::Session) -> Result<(i64, String), push::TryFailure>) -> Result<Accepted, PushError> {
+    let session = grpc::Session::new();
+    push::retrying(t, retry, || match &session {
+        Ok(s) => once(s),
+        Err(f) => Err(push::TryFailure { again: false, why: f.why.clone() }),
+    })
 }
 
 /// The sentence `report` and `runs export` print after a push.

@@ -199,7 +199,7 @@ mod tests {
     #[test]
     fn a_failing_source_and_a_closed_port_are_counted_not_waited_on() {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let target = super::super::push::target(&format!("http://127.0.0.1:{port}"), super::super::Signal::Profiles, &|_| None).unwrap();
+        let target = super::super::push::target(&format!("http://127.0.0.1:{port}"), None, super::super::Signal::Profiles, &|_| None).unwrap();
         let mut calls = 0;
         let source: Source = Box::new(move |_| {
             calls += 1;

@@ -25,7 +25,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, Instrumentatio
 use opentelemetry_proto::tonic::profiles::v1development as otlp;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use crate::profile::pprof::{proto as pprof, round_i64};
+use crate::profile::pprof::{bound_label_values, proto as pprof, round_i64, LabelValue};
 use crate::profile::ProfileData;
 
 /// The instrumentation scope every request names.
@@ -83,18 +83,19 @@ pub fn request(p: &pprof::Profile, data: &ProfileData, resource: Resource, alloc
     if strings.is_empty() {
         strings.push(String::new());
     }
+    let mut index: HashMap<String, i32> = HashMap::new();
+    for (i, x) in strings.iter().enumerate().rev() {
+        index.insert(x.clone(), i as i32);
+    }
     let mut intern = |s: &str| -> i32 {
-        match strings.iter().position(|x| x == s) {
-            Some(i) => i as i32,
-            None => {
-                strings.push(s.to_string());
-                strings.len() as i32 - 1
-            }
-        }
+        *index.entry(s.to_string()).or_insert_with(|| {
+            strings.push(s.to_string());
+            strings.len() as i32 - 1
+        })
     };
-    let allocator_kv = allocator.map(|a| (intern("allocator"), intern(a)));
-    let thread_key = intern("thread.id");
     let mut attrs = Attributes::new();
+    let allocator_attr = allocator.map(|a| attrs.intern(intern("allocator"), any_value::Value::StringValue(a.to_string()), 0));
+    let thread_key = intern("thread.id");
 
     let mut mapping_table = vec![otlp::Mapping::default()];
     mapping_table.extend(p.mapping.iter().map(|m| otlp::Mapping {
@@ -136,20 +137,37 @@ pub fn request(p: &pprof::Profile, data: &ProfileData, resource: Resource, alloc
                 attrs.intern(idx(l.key), value, idx(l.num_unit))
             })
             .collect();
-        if let Some((key, name)) = allocator_kv {
-            a.push(attrs.intern(key, any_value::Value::StringValue(strings[name as usize].clone()), 0));
-        }
+        a.extend(allocator_attr);
         sample_attrs.push(a);
     }
 
-    // Each thread's attribute once.
-    let thread_attrs: HashMap<u32, i32> = data
-        .samples
-        .iter()
-        .flat_map(|s| s.threads.iter().map(|t| t.tid))
-        .collect::<std::collections::BTreeSet<u32>>()
-        .into_iter()
-        .map(|tid| (tid, attrs.intern(thread_key, any_value::Value::IntValue(tid.into()), 0)))
+    // Each thread's part of a stack: the stack's attributes, or (a sampled
+    // trace's) its own intervals in their place; then `thread.id`.
+    let thread_sample_attrs: Vec<Vec<Vec<i32>>> = (0..p.sample.len())
+        .map(|i| {
+            let threads = data.samples.get(i).map(|d| &d.threads[..]).unwrap_or_default();
+            threads
+                .iter()
+                .map(|t| {
+                    let mut a = match &t.bounds {
+                        None => sample_attrs[i].clone(),
+                        Some(b) => {
+                            let mut a: Vec<i32> = bound_label_values(b)
+                                .into_iter()
+                                .map(|(key, value)| match value {
+                                    LabelValue::Num(n, unit) => attrs.intern(intern(&key), any_value::Value::IntValue(n), intern(unit)),
+                                    LabelValue::Str(v) => attrs.intern(intern(&key), any_value::Value::StringValue(v.to_string()), 0),
+                                })
+                                .collect();
+                            a.extend(allocator_attr);
+                            a
+                        }
+                    };
+                    a.push(attrs.intern(thread_key, any_value::Value::IntValue(t.tid.into()), 0));
+                    a
+                })
+                .collect()
+        })
         .collect();
     let period_type = p.period_type.as_ref().map(|t| otlp::ValueType { type_strindex: idx(t.r#type), unit_strindex: idx(t.unit) });
     let profiles = p
@@ -175,11 +193,10 @@ pub fn request(p: &pprof::Profile, data: &ProfileData, resource: Resource, alloc
                         [] => vec![sample(sample_attrs[i].clone(), s.value[k])],
                         threads => threads
                             .iter()
-                            .filter_map(|t| {
+                            .zip(&thread_sample_attrs[i])
+                            .filter_map(|(t, a)| {
                                 let v = round_i64([t.alloc_objects, t.alloc_bytes, t.inuse_objects, t.inuse_bytes][k.min(3)]);
-                                let mut a = sample_attrs[i].clone();
-                                a.push(thread_attrs[&t.tid]);
-                                (v != 0).then(|| sample(a, v))
+                                (v != 0).then(|| sample(a.clone(), v))
                             })
                             .collect(),
                     }
@@ -308,7 +325,7 @@ mod tests {
     #[test]
     fn a_stack_split_by_thread_is_one_sample_per_thread_with_its_id() {
         let (leaf, root) = test_pcs();
-        let share = |tid, objects: f64, inuse: f64| crate::profile::ThreadShare { tid, alloc_objects: objects, alloc_bytes: objects * 100.0, inuse_objects: inuse, inuse_bytes: inuse * 100.0 };
+        let share = |tid, objects: f64, inuse: f64| crate::profile::ThreadShare { tid, alloc_objects: objects, alloc_bytes: objects * 100.0, inuse_objects: inuse, inuse_bytes: inuse * 100.0, bounds: None };
         let data = ProfileData {
             samples: vec![StackSample {
                 pcs: vec![leaf, root],

@@ -19,6 +19,7 @@
 //! - `names.rs`: every predictable name mtlab uses, the trace family's included
 //!   (the hostile-user tests `tests/hostile_*.rs` plant at each).
 
+pub mod anon_table;
 pub mod huge_pages;
 pub mod interrupt;
 pub mod names;

@@ -93,25 +93,38 @@ fn canonical_number(s: &str) -> Option<u32> {
     (n.to_string() == s).then_some(n)
 }
 
-/// `ROOT.PID` (`.N` for the N-th image of one pid): the trace of a process
-/// the traced program started, beside the root trace (the C side builds the
-/// same names in `native/preload/writer.c`, `trace_name`). Below: the
-/// same family read back (`child_trace_suffix`, `parse_child_suffix`,
-/// `trace_family`).
-pub fn child_trace(root: &Path, pid: u32, generation: u32) -> PathBuf {
+/// `ROOT.d`: the directory beside the root trace that holds the traces of
+/// the processes the traced program started, so that a tree of a hundred
+/// processes leaves two entries where it ran, not a hundred. `record` makes
+/// it before the program starts (0700: a child that changed its user asks
+/// `record` for its file, `broker.rs`) and removes it when it stays empty.
+pub fn tree_dir(root: &Path) -> PathBuf {
     let mut name = root.as_os_str().to_owned();
-    name.push(format!(".{pid}"));
-    if generation > 0 {
-        name.push(format!(".{generation}"));
-    }
+    name.push(".d");
     PathBuf::from(name)
 }
 
-/// The `PID[.N]` of a child trace's name (`ROOT.PID[.N]` beside `root`),
-/// as it stands, if the name starts as one does.
+/// `ROOT.d/PID` (`.N` for the N-th image of one pid): the trace of a process
+/// the traced program started (the C side builds the same names in
+/// `native/preload/writer.c`, `trace_name`). Below: the same family read
+/// back (`child_trace_suffix`, `parse_child_suffix`, `trace_family`), which
+/// also reads the layout before `ROOT.d` (`ROOT.PID[.N]` beside the root).
+pub fn child_trace(root: &Path, pid: u32, generation: u32) -> PathBuf {
+    let name = if generation > 0 { format!("{pid}.{generation}") } else { pid.to_string() };
+    tree_dir(root).join(name)
+}
+
+/// The `PID[.N]` of a child trace's name (`ROOT.d/PID[.N]`, or `ROOT.PID[.N]`
+/// beside `root` as earlier versions wrote them), as it stands, if the name
+/// is spelt as one is.
 pub fn child_trace_suffix(root: &Path, child: &Path) -> Option<String> {
+    let file = child.file_name()?.to_string_lossy();
+    let in_tree_dir = child.parent().and_then(Path::file_name) == tree_dir(root).file_name();
+    if in_tree_dir {
+        return Some(file.into_owned());
+    }
     let prefix = format!("{}.", root.file_name()?.to_string_lossy());
-    child.file_name()?.to_string_lossy().strip_prefix(&prefix).map(str::to_string)
+    file.strip_prefix(&prefix).map(str::to_string)
 }
 
 /// (pid, N) of a child trace's suffix `PID` or `PID.N` (N 0 for `PID`):
@@ -126,20 +139,31 @@ pub fn parse_child_suffix(suffix: &str) -> Option<(u64, u64)> {
     parts.next().is_none().then_some((pid, generation))
 }
 
-/// `ROOT.SUFFIX` beside `root`, spelt as `trace_family` spells the files it
-/// finds (`./` before a root without a directory).
+/// The child trace `SUFFIX` of `root`, spelt as `trace_family` spells the
+/// files it finds (`./` before a root without a directory): `ROOT.d/SUFFIX`,
+/// or `ROOT.SUFFIX` where only that earlier layout's file is there.
 pub fn child_trace_at(root: &Path, suffix: &str) -> PathBuf {
-    let mut name = root.file_name().unwrap_or_default().to_os_string();
-    name.push(".");
-    name.push(suffix);
-    match root.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir.join(name),
-        _ => Path::new(".").join(name),
+    let mut dir_name = root.file_name().unwrap_or_default().to_os_string();
+    dir_name.push(".d");
+    let mut old_name = root.file_name().unwrap_or_default().to_os_string();
+    old_name.push(".");
+    old_name.push(suffix);
+    let dir = match root.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let new = dir.join(dir_name).join(suffix);
+    let old = dir.join(old_name);
+    if std::fs::symlink_metadata(&new).is_err() && std::fs::symlink_metadata(&old).is_ok() {
+        old
+    } else {
+        new
     }
 }
 
 /// Trace files written by a run whose root trace is `root`: the root first,
-/// then `ROOT.PID` and `ROOT.PID.N` in pid order (docs/trace-format.md).
+/// then `ROOT.d/PID` and `ROOT.d/PID.N` in pid order (docs/trace-format.md);
+/// a family of the earlier layout (`ROOT.PID[.N]` beside the root) too.
 pub fn trace_family(root: &Path) -> Vec<PathBuf> {
     family_of(root, true)
 }
@@ -154,12 +178,25 @@ pub fn family_of(root: &Path, regular_only: bool) -> Vec<PathBuf> {
     }
     let (Some(dir), Some(_)) = (root.parent(), root.file_name()) else { return out };
     let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-    let mut children: Vec<(u64, u64, PathBuf)> = std::fs::read_dir(dir)
+    let tree = dir.join(tree_dir(root).file_name().unwrap_or_default());
+    // The directory itself is only read when it is one (a link planted at
+    // its name is not followed: `record` refuses to run over it).
+    let tree_entries = std::fs::symlink_metadata(&tree)
+        .ok()
+        .filter(|m| m.is_dir())
+        .and_then(|_| std::fs::read_dir(&tree).ok())
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| {
-            let (pid, generation) = parse_child_suffix(&child_trace_suffix(root, Path::new(&e.file_name()))?)?;
+        .filter_map(|e| Some((parse_child_suffix(&e.file_name().to_string_lossy())?, e)));
+    let beside = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((parse_child_suffix(&child_trace_suffix(root, Path::new(&e.file_name()))?)?, e)));
+    let mut children: Vec<(u64, u64, PathBuf)> = tree_entries
+        .chain(beside)
+        .filter_map(|((pid, generation), e)| {
             // A link, FIFO or directory is no trace the library wrote (it
             // creates regular files only); following one reads what it points at.
             if regular_only && !e.file_type().is_ok_and(|t| t.is_file()) {
@@ -191,9 +228,8 @@ pub fn temp_beside(dst: &Path, what: &str, pid: u32) -> PathBuf {
 pub fn record_names(root: &Path, mtlab_pid: u32, program_pid: u32) -> Vec<PathBuf> {
     vec![
         root.to_path_buf(),
-        child_trace(root, program_pid, 0),
-        child_trace(root, program_pid + 1, 0),
-        child_trace(root, program_pid + 1, 1),
+        // The children's traces are inside it, where only this user can write.
+        tree_dir(root),
         temp_beside(root, "finish", mtlab_pid),
         temp_beside(root, "compact", mtlab_pid),
         temp_beside(root, "probe", mtlab_pid),
@@ -208,16 +244,18 @@ mod tests {
     #[test]
     fn a_child_trace_is_named_and_read_back_by_its_suffix() {
         let root = Path::new("/tmp/x/t.mtl");
-        assert_eq!(child_trace(root, 42, 0), Path::new("/tmp/x/t.mtl.42"));
-        assert_eq!(child_trace(root, 42, 1), Path::new("/tmp/x/t.mtl.42.1"));
+        assert_eq!(child_trace(root, 42, 0), Path::new("/tmp/x/t.mtl.d/42"));
+        assert_eq!(child_trace(root, 42, 1), Path::new("/tmp/x/t.mtl.d/42.1"));
         assert_eq!(child_trace_suffix(root, &child_trace(root, 42, 1)).as_deref(), Some("42.1"));
+        assert_eq!(child_trace_suffix(root, Path::new("/tmp/x/t.mtl.42.1")).as_deref(), Some("42.1"), "the earlier layout");
         assert_eq!(child_trace_suffix(root, Path::new("/tmp/x/u.mtl.42")), None);
+        assert_eq!(child_trace_suffix(root, Path::new("/tmp/x/u.mtl.d/42")), None);
         assert_eq!(parse_child_suffix("42.1"), Some((42, 1)));
         assert_eq!(parse_child_suffix("42"), Some((42, 0)));
         for bad in ["", "x", "42.", "42.x", "42.1.2", "-1"] {
             assert_eq!(parse_child_suffix(bad), None, "{bad}");
         }
-        assert_eq!(child_trace_at(root, "42.1"), Path::new("/tmp/x/t.mtl.42.1"));
-        assert_eq!(child_trace_at(Path::new("t.mtl"), "42"), Path::new("./t.mtl.42"));
+        assert_eq!(child_trace_at(root, "42.1"), Path::new("/tmp/x/t.mtl.d/42.1"));
+        assert_eq!(child_trace_at(Path::new("t.mtl"), "42"), Path::new("./t.mtl.d/42"));
     }
 }

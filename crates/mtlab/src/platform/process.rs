@@ -34,6 +34,15 @@ pub fn pid_alive(pid: u32) -> bool {
     std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
+/// Whether process `pid` exists and has not ended: a zombie (exited, not
+/// reaped yet by its parent) does not run.
+pub fn pid_runs(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    // The state follows the command name, which may hold spaces and ')'.
+    let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_ascii_whitespace().next());
+    !matches!(state, None | Some("Z") | Some("X"))
+}
+
 /// The first file called `name` in the directories of `PATH`, as the shell
 /// would find a command (executable or not: callers check what they need).
 pub fn find_in_path(name: impl AsRef<OsStr>) -> Option<PathBuf> {
@@ -105,6 +114,22 @@ pub fn read_memory(pid: u32, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zombie_does_not_run_and_this_process_does() {
+        assert!(pid_runs(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not reaped yet: a zombie once it has exited.
+        let start = std::time::Instant::now();
+        while pid_runs(pid) && start.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(!pid_runs(pid), "an exited, unreaped child is a zombie");
+        assert!(pid_alive(pid), "kill(0) still finds the zombie");
+        child.wait().unwrap();
+        assert!(!pid_runs(pid));
+    }
 
     #[test]
     fn shell_words_are_quoted_only_when_a_shell_would_split_or_expand_them() {

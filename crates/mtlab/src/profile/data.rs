@@ -14,8 +14,9 @@ pub struct StackSample {
     /// For a sampled profile: each value's 95 % interval, in the order above
     /// (None: exact figures from a full trace).
     pub bounds: Option<[Bounds; 4]>,
-    /// A full trace's figures above split by the allocating thread, when
-    /// the analysis asked (`AnalyzeOptions::threads`); empty otherwise.
+    /// The figures above split by the allocating thread, when the analysis
+    /// asked (`AnalyzeOptions::threads`): exact of a full trace, estimates
+    /// with their intervals of a sampled one; empty otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub threads: Vec<ThreadShare>,
 }
@@ -28,6 +29,9 @@ pub struct ThreadShare {
     pub alloc_bytes: f64,
     pub inuse_objects: f64,
     pub inuse_bytes: f64,
+    /// A sampled trace's 95 % intervals of the four, in [`StackSample`]'s order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bounds: Option<[Bounds; 4]>,
 }
 
 /// An estimated value's 95 % interval and the samples behind it (0: "not sampled").

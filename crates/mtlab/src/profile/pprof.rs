@@ -240,21 +240,39 @@ pub(crate) fn round_i64(x: f64) -> i64 {
 /// so its `*_objects_*` labels are not to be trusted (its bytes are).
 fn bound_labels(bounds: Option<&[Bounds; 4]>, strings: &mut Strings) -> Vec<proto::Label> {
     let Some(bounds) = bounds else { return Vec::new() };
+    bound_label_values(bounds)
+        .into_iter()
+        .map(|(key, value)| {
+            let key = strings.intern(&key);
+            match value {
+                LabelValue::Num(num, unit) => proto::Label { key, str: 0, num, num_unit: strings.intern(unit) },
+                LabelValue::Str(v) => proto::Label { key, str: strings.intern(v), num: 0, num_unit: 0 },
+            }
+        })
+        .collect()
+}
+
+/// A label's value: a number with its unit, or a string.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum LabelValue {
+    Num(i64, &'static str),
+    Str(&'static str),
+}
+
+/// The labels [`bound_labels`] makes of `bounds`, as (key, value): the OTLP
+/// export writes the same as attributes.
+pub(crate) fn bound_label_values(bounds: &[Bounds; 4]) -> Vec<(String, LabelValue)> {
     let mut out = Vec::new();
     for ((kind, unit), b) in SAMPLE_TYPES.iter().zip(bounds) {
-        let num_unit = strings.intern(unit);
         for (end, x) in [("low", b.low), ("high", b.high)] {
-            let key = strings.intern(&format!("{kind}_{end}"));
-            out.push(proto::Label { key, str: 0, num: round_i64(x), num_unit });
+            out.push((format!("{kind}_{end}"), LabelValue::Num(round_i64(x), unit)));
         }
     }
     if bounds[3].samples == 0 {
-        let (key, str) = (strings.intern("inuse"), strings.intern("not sampled"));
-        out.push(proto::Label { key, str, num: 0, num_unit: 0 });
+        out.push(("inuse".to_string(), LabelValue::Str("not sampled")));
     }
     if bounds.iter().any(|b| b.unreliable) {
-        let (key, str) = (strings.intern("objects"), strings.intern(MIXED_SIZES_LABEL));
-        out.push(proto::Label { key, str, num: 0, num_unit: 0 });
+        out.push(("objects".to_string(), LabelValue::Str(MIXED_SIZES_LABEL)));
     }
     out
 }

@@ -10,7 +10,7 @@
 use rustc_hash::FxHashMap as HashMap;
 use serde::Serialize;
 
-use super::data::{Bounds, ProfileData, StackSample};
+use super::data::{Bounds, ProfileData, StackSample, ThreadShare};
 use super::interval::{gamma_interval, shown_low};
 use crate::symbolize::{parse_all_maps, CodeRanges, Mapping};
 use crate::trace::{Event, EventKind, Item, StackTable, TraceError, TraceFile};
@@ -160,11 +160,27 @@ pub struct SampledTotals {
     pub inuse_objects: Estimate,
 }
 
+/// One thread's estimates (`report --threads` of a sampled trace): what it
+/// allocated, and what of that was still live at the end.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct SampledThread {
+    /// The kernel's thread id.
+    pub tid: u32,
+    pub samples: u64,
+    pub alloc_bytes: Estimate,
+    pub alloc_objects: Estimate,
+    pub inuse_bytes: Estimate,
+    pub inuse_objects: Estimate,
+}
+
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct SampledProfile {
     #[serde(flatten)]
     pub totals: SampledTotals,
     pub stacks: Vec<SampledStack>,
+    /// Each thread's estimates, by tid, when asked (`SampledPass::split_by_thread`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub threads: Vec<SampledThread>,
     #[serde(skip)]
     pub data: ProfileData,
     /// The in-use estimate at each checkpoint (`SampledPass::with_checkpoints`).
@@ -175,6 +191,7 @@ pub struct SampledProfile {
 #[derive(Clone)]
 struct Live {
     stack: u32,
+    tid: u32,
     size: u64,
     bytes: f64,
     objects: f64,
@@ -246,6 +263,17 @@ pub struct SampledPass {
     /// taken there so far.
     checkpoints: Vec<u64>,
     inuse_at: Vec<Estimate>,
+    /// The same estimates by allocating thread, when asked.
+    threads: Option<ThreadEstimates>,
+}
+
+/// Estimates per (stack, thread) and per thread: a sample counts towards
+/// the thread that allocated it, and its block's in-use weight stays that
+/// thread's whichever thread frees it (as `analysis::threads` in a full trace).
+#[derive(Clone, Default)]
+struct ThreadEstimates {
+    per: HashMap<(u32, u32), SampledStack>,
+    totals: HashMap<u32, SampledStack>,
 }
 
 impl Default for SampledPass {
@@ -261,6 +289,7 @@ impl Default for SampledPass {
             last_tsc: 0,
             checkpoints: Vec::new(),
             inuse_at: Vec::new(),
+            threads: None,
         }
     }
 }
@@ -283,6 +312,13 @@ impl SampledPass {
     pub fn with_checkpoints(mut tscs: Vec<u64>) -> Self {
         tscs.sort_unstable();
         SampledPass { checkpoints: tscs, ..SampledPass::default() }
+    }
+
+    /// Also estimate each stack's and each thread's figures by allocating
+    /// thread (`report --threads`, the OTLP exports' `thread.id`).
+    pub fn split_by_thread(mut self) -> Self {
+        self.threads = Some(ThreadEstimates::default());
+        self
     }
 
     /// The checkpoints known so far, when they come while the trace is read
@@ -330,7 +366,13 @@ impl SampledPass {
                 s.samples += 1;
                 let (b, o, q) = add_sample(&mut s.alloc_bytes, &mut s.alloc_objects, size, interval);
                 add_sample(&mut self.total.alloc_bytes, &mut self.total.alloc_objects, size, interval);
-                self.live.insert(ptr, Live { stack: ev.stack, size, bytes: b, objects: o, weight: q });
+                if let Some(t) = &mut self.threads {
+                    for s in [t.per.entry((ev.stack, ev.tid)).or_insert_with(|| empty_stack(ev.stack)), t.totals.entry(ev.tid).or_insert_with(|| empty_stack(0))] {
+                        s.samples += 1;
+                        add_sample(&mut s.alloc_bytes, &mut s.alloc_objects, size, interval);
+                    }
+                }
+                self.live.insert(ptr, Live { stack: ev.stack, tid: ev.tid, size, bytes: b, objects: o, weight: q });
             }
             EventKind::SampleFree { ptr } => {
                 self.frees += 1;
@@ -344,10 +386,17 @@ impl SampledPass {
     /// the trace's stack definitions, `maps` its mappings (`parse_all_maps`).
     pub fn finish(mut self, trace: &TraceFile, stacks: &StackTable, maps: Vec<Mapping>) -> SampledProfile {
         self.take_checkpoints_before(u64::MAX);
-        let SampledPass { mut per, live, intervals, samples, frees, mut total, first_tsc, last_tsc, checkpoints: _, inuse_at } = self;
+        let SampledPass { mut per, live, intervals, samples, frees, mut total, first_tsc, last_tsc, checkpoints: _, inuse_at, threads } = self;
+        let mut threads = threads.unwrap_or_default();
         for l in live.values() {
             add_live(&mut total, l);
             if let Some(s) = per.get_mut(&l.stack) {
+                add_live(s, l);
+            }
+            if let Some(s) = threads.per.get_mut(&(l.stack, l.tid)) {
+                add_live(s, l);
+            }
+            if let Some(s) = threads.totals.get_mut(&l.tid) {
                 add_live(s, l);
             }
         }
@@ -364,6 +413,30 @@ impl SampledPass {
             })
             .collect();
         list.sort_by(|a, b| b.alloc_bytes.value.total_cmp(&a.alloc_bytes.value).then(a.stack_id.cmp(&b.stack_id)));
+        // Each stack's parts by thread (by tid), closed as the stack's own rows.
+        let mut parts: HashMap<u32, Vec<ThreadShare>> = HashMap::default();
+        let mut split: Vec<((u32, u32), SampledStack)> = threads.per.into_iter().collect();
+        split.sort_by_key(|&(k, _)| k);
+        for ((stack, tid), mut s) in split {
+            close_stack(&mut s, interval, interval, true);
+            parts.entry(stack).or_default().push(ThreadShare {
+                tid,
+                alloc_objects: s.alloc_objects.value,
+                alloc_bytes: s.alloc_bytes.value,
+                inuse_objects: s.inuse_objects.value,
+                inuse_bytes: s.inuse_bytes.value,
+                bounds: Some(four_bounds(&s)),
+            });
+        }
+        let mut by_thread: Vec<SampledThread> = threads
+            .totals
+            .into_iter()
+            .map(|(tid, mut s)| {
+                close_stack(&mut s, interval, interval, false);
+                SampledThread { tid, samples: s.samples, alloc_bytes: s.alloc_bytes, alloc_objects: s.alloc_objects, inuse_bytes: s.inuse_bytes, inuse_objects: s.inuse_objects }
+            })
+            .collect();
+        by_thread.sort_by_key(|t| t.tid);
         let data = ProfileData {
             samples: list
                 .iter()
@@ -373,8 +446,8 @@ impl SampledPass {
                     alloc_bytes: s.alloc_bytes.value,
                     inuse_objects: s.inuse_objects.value,
                     inuse_bytes: s.inuse_bytes.value,
-                    bounds: Some([&s.alloc_objects, &s.alloc_bytes, &s.inuse_objects, &s.inuse_bytes].map(Estimate::bounds)),
-                    threads: Vec::new(),
+                    bounds: Some(four_bounds(s)),
+                    threads: parts.remove(&s.stack_id).unwrap_or_default(),
                 })
                 .collect(),
             maps,
@@ -393,10 +466,17 @@ impl SampledPass {
                 inuse_objects: total.inuse_objects,
             },
             stacks: list,
+            threads: by_thread,
             data,
             inuse_at_checkpoints: inuse_at,
         }
     }
+}
+
+/// A stack's four intervals in the profile's order (alloc objects, alloc
+/// bytes, in-use objects, in-use bytes).
+fn four_bounds(s: &SampledStack) -> [Bounds; 4] {
+    [&s.alloc_objects, &s.alloc_bytes, &s.inuse_objects, &s.inuse_bytes].map(Estimate::bounds)
 }
 
 /// The sampled profile of `trace`, with the in-use estimate at each of `checkpoints` (TSC).
@@ -509,7 +589,7 @@ mod calibration {
                     let (b, o, q) = add_sample(&mut s.alloc_bytes, &mut s.alloc_objects, size, interval);
                     add_sample(&mut total.alloc_bytes, &mut total.alloc_objects, size, interval);
                     if i < live {
-                        let l = Live { stack: 0, size, bytes: b, objects: o, weight: q };
+                        let l = Live { stack: 0, tid: 0, size, bytes: b, objects: o, weight: q };
                         add_live(&mut s, &l);
                         add_live(&mut total, &l);
                     }

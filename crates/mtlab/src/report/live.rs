@@ -24,6 +24,7 @@ pub fn load(path: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     let mut p = LiveProfile::read(path)?;
     if !children {
         p.processes.truncate(1);
+        p.process_status.truncate(1);
     }
     let mut notes = Vec::new();
     if opts.top > p.top {
@@ -51,7 +52,7 @@ pub fn load(path: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection)
     }
     let mut reported = index.iter().map(|row| row.reported);
     processes.retain(|_| reported.next().unwrap_or(false));
-    let live = LiveStatus { snapshot: p.snapshot, state: p.state, written_ns: p.written_ns, lag: p.lag, notes };
+    let live = LiveStatus { snapshot: p.snapshot, state: p.state, written_ns: p.written_ns, lag: p.lag, processes: p.process_status, notes };
     Ok(RunReport { processes, index, missing: Vec::new(), untraced: None, frames: 0, execd_root_ended: None, profiles: Vec::new(), live: Some(live) })
 }
 
@@ -62,6 +63,8 @@ pub struct LiveStatus {
     pub state: crate::live::file::State,
     pub written_ns: u64,
     pub lag: crate::live::file::Lag,
+    /// Where each process's figures stand, the root first.
+    pub processes: Vec<crate::live::file::ProcessLive>,
     #[serde(skip)]
     pub notes: Vec<String>,
 }
@@ -84,6 +87,14 @@ impl LiveStatus {
                 format!("live profile, snapshot {} ({when}): the whole run, analysed while it ran", self.snapshot)
             }
         }
+    }
+}
+
+/// The line under a process's heading: still running or ended, as of which snapshot.
+pub fn process_text(s: &crate::live::file::ProcessLive) -> String {
+    match s.state {
+        crate::live::file::State::Running => format!("live: still running; its figures are as of snapshot {}", s.as_of_snapshot),
+        crate::live::file::State::Ended => format!("live: ended; its final figures, in the profile since snapshot {}", s.as_of_snapshot),
     }
 }
 

@@ -20,7 +20,7 @@ use crate::platform::process::shell_word;
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct MissingTrace {
     pub file: String,
-    /// From the file's name (`ROOT.PID[.N]`).
+    /// From the file's name (`ROOT.d/PID[.N]`).
     pub pid: Option<u32>,
     /// From the root trace's list of child traces, when it has one.
     pub command: Option<String>,
@@ -126,7 +126,7 @@ pub fn load(file: &Path, children: bool, opts: &AnalyzeOptions, sel: &Selection,
                 file: names::child_trace_at(file, &l.suffix).display().to_string(),
                 pid: Some(l.pid),
                 command: Some(l.command.clone()),
-                reason: "mtlab record found it beside the root trace when the run ended; it is not there now (deleted or moved)"
+                reason: "mtlab record found it among the root trace's children when the run ended; it is not there now (deleted or moved)"
                     .into(),
             });
         }

@@ -35,6 +35,9 @@ pub fn summary(run: &RunReport) -> Option<Summary> {
         }
         items.push(("leaked (live at the end)".into(), format!("{} in {} blocks", human_bytes(p.leaks.bytes), p.leaks.objects)));
     }
+    if let Some(rss) = p.max_rss_bytes {
+        items.push(("peak resident memory (the kernel's count, all of the process)".into(), human_bytes(rss)));
+    }
     // A mean of a few calls (a startup calloc) says little: among the
     // functions called at least 1 % as often as the most called one.
     let most = p.functions.values().map(|f| f.calls).max().unwrap_or(0);

@@ -63,6 +63,27 @@ fn threads(threads: &[crate::analysis::model::ThreadReport]) -> Table {
     t
 }
 
+/// `report --threads` of a sampled trace: each thread's estimates with their 95 % intervals.
+fn sampled_threads(threads: &[crate::profile::sampled::SampledThread]) -> Table {
+    let mut t = table(
+        "sampled_threads",
+        "by allocating thread, estimated (in use: the blocks it allocated, at the end; [low, high]: 95 % interval)",
+        &["thread id", "samples", "allocated bytes", "allocated objects", "in-use bytes", "in-use objects"],
+        1,
+    );
+    for th in threads {
+        t.push(vec![
+            Cell::Int(th.tid.into()),
+            Cell::Int(th.samples as i64),
+            Cell::text(estimate(&th.alloc_bytes, true)),
+            Cell::text(estimate(&th.alloc_objects, false)),
+            Cell::text(estimate(&th.inuse_bytes, true)),
+            Cell::text(estimate(&th.inuse_objects, false)),
+        ]);
+    }
+    t
+}
+
 /// A row of the heap table: its label and how it shows a snapshot.
 type HeapRow = (&'static str, fn(&HeapSnapshot) -> String);
 
@@ -351,6 +372,9 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
         };
         note(format!("══ {role} {} — {} ══", p.pid, p.cmdline.join(" ")));
         note(format!("trace: {}", p.file));
+        if let Some(s) = run.live.as_ref().and_then(|l| l.processes.iter().find(|s| s.file == p.file)) {
+            note(super::live::process_text(s));
+        }
         let dur = p.duration_ns.map(|n| format!("{:.3} s", n as f64 / 1e9)).unwrap_or_else(|| "unknown".into());
         let count = match &p.profile {
             Some(prof) => format!("samples: {}", prof.totals.samples),
@@ -388,7 +412,12 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
         }
         note(String::new());
         match &p.profile {
-            Some(profile) => out.extend(sampled(profile, run.frames)),
+            Some(profile) => {
+                out.extend(sampled(profile, run.frames));
+                if !profile.threads.is_empty() {
+                    out.push(View::Table(sampled_threads(&profile.threads)));
+                }
+            }
             None => {
                 out.push(View::Table(functions(p)));
                 out.push(View::Table(heap(&p.peak.heap, &p.end)));
@@ -413,6 +442,13 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
                          {} calls, {} mapped in all; not in the heap's live and mapped bytes above",
                         p.program_mappings.calls,
                         human_bytes(p.program_mappings.bytes)
+                    )));
+                }
+                if let Some(rss) = p.max_rss_bytes {
+                    out.push(View::Note(format!(
+                        "the process's peak resident memory, as the kernel counts it at exit: {} (heap, the program's own \
+                         mappings, code, stacks, and mtlab's own buffers; the heap figures above are the part the heap manager holds)",
+                        human_bytes(rss)
                     )));
                 }
                 let live: Vec<u64> = p.time_series.iter().map(|t| t.live_bytes).collect();

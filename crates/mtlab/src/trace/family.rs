@@ -1,6 +1,6 @@
 //! The list of child traces `mtlab record` keeps in the root trace's RUNINFO
-//! (`keys::CHILD_TRACES`). Child processes write `ROOT.PID[.N]` beside the
-//! root file, and a child that made no traced call writes nothing, so a file
+//! (`keys::CHILD_TRACES`). Child processes write `ROOT.d/PID[.N]` (`ROOT.PID[.N]` beside the
+//! root file before `ROOT.d`), and a child that made no traced call writes nothing, so a file
 //! that is not there is not evidence of anything by itself; the list of what
 //! was there when the run ended is.
 //!

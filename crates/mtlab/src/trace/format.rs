@@ -6,12 +6,13 @@
 
 /// File magic: the first 8 bytes of every trace.
 pub const TRACE_MAGIC: [u8; 8] = *b"MTLABTR\0";
-/// The newest format version this mtlab reads and writes: version 3 and 4
-/// files are mtlab's rewrites (`finish`, `compact`), where every EVENTS
-/// record carries checksums (`RECORD_FLAG_CRC`); version 4's column chunks
-/// are in layout 2 (`columns::COLUMNS_LAYOUT`), which older readers do not
-/// know.
-pub const TRACE_VERSION: u32 = 4;
+/// The newest format version this mtlab reads and writes: versions 3 to 5
+/// are mtlab's rewrites (`finish`, `compact`), where every EVENTS record
+/// carries checksums (`RECORD_FLAG_CRC`); version 4's column chunks are in
+/// layout 2, version 5's in layout 3 (`columns::COLUMNS_LAYOUT`: the timed
+/// calls' cycles coded by the gaps between them, and solo chunks' time
+/// stamps rounded), which older readers do not know.
+pub const TRACE_VERSION: u32 = 5;
 /// The first version of mtlab's rewrites (checksummed chunks).
 pub const FIRST_REWRITTEN_VERSION: u32 = 3;
 /// The version the preload library writes (raw chunks, no checksums).
@@ -30,6 +31,10 @@ pub const RECORD_FLAG_COLUMNS: u16 = 0x2;
 /// record's framing (its 8-byte header and 24-byte chunk header) and of the
 /// event bytes between them. Always set in version 3 files.
 pub const RECORD_FLAG_CRC: u16 = 0x4;
+/// EVENTS, raw: the preload library flushed the chunk while the process had
+/// only ever had one thread, so no other thread's event lies within its
+/// time, and the rewrite may round its stamps (`finish`).
+pub const RECORD_FLAG_SOLO: u16 = 0x8;
 /// u32 framing CRC, u32 body CRC.
 pub const CHECK_TRAILER: u32 = 8;
 
@@ -39,6 +44,10 @@ pub const WATERMARK_MAGIC: u64 = 0x004d_5742_4c41_544d;
 pub const WATERMARK_OFF_MAGIC: u32 = 8;
 pub const WATERMARK_OFF_PROGRESS_USED: u32 = 16;
 pub const WATERMARK_OFF_PROGRESS_WANTED: u32 = 24;
+pub const WATERMARK_OFF_PID: u32 = 32;
+pub const WATERMARK_OFF_FILE_DEV: u32 = 40;
+pub const WATERMARK_OFF_FILE_INO: u32 = 48;
+pub const WATERMARK_OFF_START_TSC: u32 = 56;
 pub const WATERMARK_OFF_PROGRESS: u32 = 64;
 pub const WATERMARK_PROGRESS_SLOTS: u32 = (WATERMARK_OFF_PROGRESS_BUFS - WATERMARK_OFF_PROGRESS) / 32;
 pub const WATERMARK_OFF_PROGRESS_BUFS: u32 = 16384;
@@ -181,11 +190,16 @@ mod tests {
             ("RECORD_HEADER", RECORD_HEADER as u64),
             ("RECORD_FLAG_ZSTD", RECORD_FLAG_ZSTD as u64),
             ("RECORD_FLAG_COLUMNS", RECORD_FLAG_COLUMNS as u64),
+            ("RECORD_FLAG_SOLO", RECORD_FLAG_SOLO as u64),
             ("WATERMARK_SIZE", WATERMARK_SIZE as u64),
             ("WATERMARK_MAGIC", WATERMARK_MAGIC),
             ("WATERMARK_OFF_MAGIC", WATERMARK_OFF_MAGIC as u64),
             ("WATERMARK_OFF_PROGRESS_USED", WATERMARK_OFF_PROGRESS_USED as u64),
             ("WATERMARK_OFF_PROGRESS", WATERMARK_OFF_PROGRESS as u64),
+            ("WATERMARK_OFF_PID", WATERMARK_OFF_PID as u64),
+            ("WATERMARK_OFF_FILE_DEV", WATERMARK_OFF_FILE_DEV as u64),
+            ("WATERMARK_OFF_FILE_INO", WATERMARK_OFF_FILE_INO as u64),
+            ("WATERMARK_OFF_START_TSC", WATERMARK_OFF_START_TSC as u64),
             ("WATERMARK_OFF_PROGRESS_WANTED", WATERMARK_OFF_PROGRESS_WANTED as u64),
             ("WATERMARK_PROGRESS_SLOTS", WATERMARK_PROGRESS_SLOTS as u64),
             ("WATERMARK_OFF_PROGRESS_BUFS", WATERMARK_OFF_PROGRESS_BUFS as u64),

@@ -71,7 +71,7 @@ fn link_unnamed(file: &File, path: &Path) -> io::Result<()> {
 /// over it). Anything else is refused: writing `-o /dev/null` as root once
 /// replaced the device with a regular file, a FIFO or `/dev/stdout` got no
 /// bytes, and a symbolic link would be replaced — or, followed, would put
-/// the children's `FILE.PID` traces beside its target, where a report of
+/// the children's `FILE.d/PID` traces beside its target, where a report of
 /// the link does not look.
 pub fn check_trace_output(path: &Path) -> Result<(), String> {
     let meta = match fs::symlink_metadata(path) {

@@ -1,7 +1,7 @@
 //! A real OpenTelemetry Collector for the OTLP tests: built once per machine
 //! by `.ci/otelcol/build.sh` (the Collector's own builder; cached under
 //! `target/otelcol/`), started on 127.0.0.1 with the profiles feature gate,
-//! its otlp receiver's HTTP port free for the test, writing what it
+//! its otlp receiver's HTTP and gRPC ports free for the test, writing what it
 //! receives as OTLP/JSON lines (the contrib file exporter) that a test reads,
 //! and stopped when dropped.
 
@@ -15,6 +15,7 @@ use serde_json::Value;
 pub struct Collector {
     child: Child,
     pub port: u16,
+    pub grpc_port: u16,
     pub dir: tempfile::TempDir,
 }
 
@@ -58,9 +59,9 @@ impl Collector {
         };
         let mut dir = tempfile::Builder::new().prefix("mtlab-otelcol-").tempdir().unwrap();
         for _ in 0..5 {
-            let port = free_port();
+            let (port, grpc_port) = (free_port(), free_port());
             let config = format!(
-                "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n\
+                "receivers:\n  otlp:\n    protocols:\n      http:\n        endpoint: 127.0.0.1:{port}\n      grpc:\n        endpoint: 127.0.0.1:{grpc_port}\n\
                  exporters:\n  file/profiles:\n    path: {d}/profiles.json\n    flush_interval: 50ms\n\
                  \x20 file/metrics:\n    path: {d}/metrics.json\n    flush_interval: 50ms\n\
                  service:\n  telemetry:\n    metrics:\n      level: none\n\
@@ -80,7 +81,7 @@ impl Collector {
                 .stderr(log)
                 .spawn()
                 .unwrap();
-            let mut c = Collector { child, port, dir };
+            let mut c = Collector { child, port, grpc_port, dir };
             let started = Instant::now();
             while started.elapsed() < Duration::from_secs(30) {
                 if c.log().contains("Everything is ready") {
@@ -101,6 +102,11 @@ impl Collector {
 
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Its otlp receiver's gRPC endpoint.
+    pub fn grpc_endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.grpc_port)
     }
 
     pub fn log(&self) -> String {

@@ -98,6 +98,37 @@ impl Lab {
         out
     }
 
+    /// Compiles native/tests/NAME.c with musl-gcc into the lab as OUT, with
+    /// EXTRA after the usual flags; None (said as SKIPPED, a failure under
+    /// CI) where musl-gcc is not installed. musl-gcc has no kernel headers
+    /// of its own: the system's are offered after musl's, as build.rs does.
+    pub fn compile_musl(&self, name: &str, out: &str, extra: &[&str]) -> Option<PathBuf> {
+        let Some(musl_gcc) = find_in_path("musl-gcc") else {
+            skip("(musl part): musl-gcc is not installed (.ci/run installs musl-tools)");
+            return None;
+        };
+        let headers = self.path("musl-kernel-headers");
+        if !headers.exists() {
+            std::fs::create_dir(&headers).unwrap();
+            let asm = ["/usr/include/x86_64-linux-gnu/asm", "/usr/include/asm"].into_iter().find(|p| Path::new(p).is_dir()).unwrap();
+            for (link, target) in [("linux", "/usr/include/linux"), ("asm", asm), ("asm-generic", "/usr/include/asm-generic")] {
+                std::os::unix::fs::symlink(target, headers.join(link)).unwrap();
+            }
+        }
+        let out = self.path(out);
+        let o = Command::new(&musl_gcc)
+            .args(["-O0", "-g", "-fno-omit-frame-pointer", "-pthread", "-Wall", "-Wextra", "-idirafter"])
+            .arg(&headers)
+            .args(extra)
+            .arg("-o")
+            .arg(&out)
+            .arg(test_source(name))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "musl-gcc {name}.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
+        Some(out)
+    }
+
     /// Compiles native/tests/LIB.c as the shared library libLIB.so in the lab.
     pub fn compile_shared(&self, lib: &str) -> PathBuf {
         let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -194,6 +225,27 @@ impl Lab {
         v
     }
 
+    /// A run's trace files as `record -o ROOT` writes them: `ROOT`, then
+    /// `ROOT.d/NAME` for every file in `ROOT.d` (the descendants'), sorted;
+    /// and nothing else in the lab starts with ROOT but `ROOT.d`.
+    pub fn family(&self, root: &str) -> Vec<String> {
+        let mut v: Vec<String> = Vec::new();
+        let beside = self.files_with_prefix(root);
+        assert!(beside.iter().all(|n| n == root || *n == format!("{root}.d")), "only ROOT and ROOT.d: {beside:?}");
+        if beside.iter().any(|n| n == root) {
+            v.push(root.to_string());
+        }
+        let tree = self.dir.path().join(format!("{root}.d"));
+        let mut children: Vec<String> = std::fs::read_dir(&tree)
+            .into_iter()
+            .flatten()
+            .map(|e| format!("{root}.d/{}", e.unwrap().file_name().to_string_lossy()))
+            .collect();
+        children.sort();
+        v.extend(children);
+        v
+    }
+
     /// Names of the files in the lab starting with `prefix`, sorted.
     pub fn files_with_prefix(&self, prefix: &str) -> Vec<String> {
         let mut v: Vec<String> = std::fs::read_dir(self.dir.path())
@@ -204,6 +256,11 @@ impl Lab {
         v.sort();
         v
     }
+}
+
+/// The first executable file called `name` in PATH.
+pub fn find_in_path(name: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// Waits for `child` at most `limit`; kills it and returns None after that (a hang).
