@@ -151,7 +151,7 @@ impl Live {
             let (end, ended, pid) = (Arc::clone(&end), Arc::clone(&ended), Arc::clone(&pid));
             std::thread::Builder::new()
                 .name("mtlab-live".into())
-                .spawn(move || consume_while_running(raw, cfg, sink, pages, &page, &end, &ended, &pid))
+                .spawn(move || consume_while_running(raw, cfg, sink, pages, &page, Program { end: &end, ended: &ended, pid: &pid }))
                 .ok()?
         };
         Some(Live { fd: Some(fd), end, ended, pid, thread: Some(thread) })
@@ -196,16 +196,23 @@ fn now_ns() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
 }
 
+/// What `record` tells the live thread about the program: its pid once it
+/// runs (for the lag page), that it has ended, and its end's RUNINFO.
+struct Program<'a> {
+    end: &'a RunFacts,
+    ended: &'a AtomicBool,
+    pid: &'a AtomicU32,
+}
+
 fn consume_while_running(
     raw: PathBuf,
     cfg: LiveConfig,
     sink: Option<Box<dyn RawSink>>,
     pages: Option<Receiver<Page>>,
     page: &SharedPage,
-    end: &RunFacts,
-    ended: &AtomicBool,
-    pid: &AtomicU32,
+    program: Program,
 ) -> Result<LiveSummary, LiveError> {
+    let Program { end, ended, pid } = program;
     let snap_opts = AnalyzeOptions { callers: false, profile: false, ..AnalyzeOptions::default() };
     let mut tree = pages.map(|p| tree::Tree::new(raw.clone(), p, cfg.keep_raw, snap_opts.max_points));
     let mut consumer: Option<Consumer> = None;
