@@ -422,22 +422,7 @@ pub fn status_line(pid: u32, page: &CtlPage) -> String {
 /// page; otherwise, when PID is a `mtlab record` (what `$!` gives after
 /// `mtlab record … &`), the one child of it that has one.
 pub fn traced_pid(pid: u32) -> u32 {
-    let has_page = |p: u32| page_file_of(p).is_ok();
-    if has_page(pid) {
-        return pid;
-    }
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return pid };
-    let mut found: Vec<u32> = tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).collect::<Vec<_>>())
-        .filter(|&c| has_page(c))
-        .collect();
-    found.dedup();
-    match found[..] {
-        [one] => one,
-        _ => pid,
-    }
+    crate::platform::recorder_page::pid_or_child_with(pid, |p| page_file_of(p).is_ok()).unwrap_or(pid)
 }
 
 /// How long `mtlab ctl` waits for a process that is starting (`mtlab record

@@ -101,7 +101,12 @@ fn parent_of(pid: u32) -> Option<u32> {
 /// The program `mtlab ctl PID` means when `page_of(program)` exists: PID
 /// itself, or the one child of PID (a `mtlab record`, `$!`) that has one.
 pub fn recorded_pid(pid: u32, page_of: impl Fn(u32) -> std::path::PathBuf) -> Option<u32> {
-    let has = |p: u32| std::fs::symlink_metadata(page_of(p)).is_ok();
+    pid_or_child_with(pid, |p| std::fs::symlink_metadata(page_of(p)).is_ok())
+}
+
+/// PID when `has(PID)`; else the one child of PID for which `has` holds
+/// (what `$!` names after `mtlab record … &` is the recorder, not the program).
+pub fn pid_or_child_with(pid: u32, has: impl Fn(u32) -> bool) -> Option<u32> {
     if has(pid) {
         return Some(pid);
     }
