@@ -178,9 +178,18 @@ fn interrupt_a_stubborn_program(twice: bool) -> std::time::Duration {
     assert_eq!(status.signal(), Some(libc::SIGINT));
     // The program is gone (or a zombie waiting for init), not running on alone.
     // A /proc entry that is gone means reaped; a zombie (Z) awaits reaping.
-    let state = std::fs::read_to_string(format!("/proc/{program}/stat")).ok();
-    let running = state.as_deref().is_some_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')));
-    assert!(!running, "the measured program outlived mtlab: {state:?}");
+    // A killed process may still be tearing itself down (state D with
+    // PF_EXITING) for a moment after mtlab is gone: give that a second.
+    let dying_deadline = Instant::now() + Duration::from_secs(2);
+    let running = |state: &Option<String>| {
+        state.as_deref().is_some_and(|s| s.rsplit(')').next().is_some_and(|rest| !rest.trim_start().starts_with('Z')))
+    };
+    let mut state = std::fs::read_to_string(format!("/proc/{program}/stat")).ok();
+    while running(&state) && Instant::now() < dying_deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        state = std::fs::read_to_string(format!("/proc/{program}/stat")).ok();
+    }
+    assert!(!running(&state), "the measured program outlived mtlab: {state:?}");
     took
 }
 
