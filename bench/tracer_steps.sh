@@ -9,6 +9,9 @@
 # is, per round, the whole library's cycles/op minus that build's; the
 # script prints each configuration's median cycles/op and ratio to
 # untraced, and each step's median cost with its min-max over the rounds.
+# With valgrind installed it first counts each build's instructions per
+# pair (cachegrind, one thread, 200 000 pairs minus 100 000: start-up and
+# exit cancel), which the host's load does not move.
 #
 # The library is preloaded directly with the environment `mtlab record`
 # gives a program (read from `mtlab record -- env`), so `record`'s own
@@ -67,6 +70,28 @@ run() {
 
 names="untraced"
 for v in $variants; do names="$names ${v%%:*}"; done
+
+# Instructions per pair: deterministic, one thread.
+instructions() { # name, iterations
+    rm -rf "$work/i.mtl" "$work/i.mtl.d"
+    pre=""
+    [ "$1" = untraced ] || pre="$work/$1.so"
+    # shellcheck disable=SC2086
+    env $settings MTLAB_OUT="$work/i.mtl" MTLAB_PARENT=$$ LD_PRELOAD="$pre" \
+        valgrind --tool=cachegrind --cache-sim=no --cachegrind-out-file=/dev/null \
+        "$work/malloc-test" --threads 1 --size 512 --depth 10 --iterations "$2" --warmup 0 2>&1 >/dev/null |
+        sed -n 's/.*I *refs: *//p' | tr -d ,
+}
+if command -v valgrind >/dev/null; then
+    echo "instructions per malloc/free pair (cachegrind, 1 thread):"
+    for n in $names; do
+        a=$(instructions "$n" 100000)
+        b=$(instructions "$n" 200000)
+        echo "  $n $(( (b - a) / 100000 ))"
+    done
+else
+    echo "valgrind not found: no instruction counts"
+fi
 count=$(echo "$names" | wc -w)
 r=0
 while [ "$r" -lt "$rounds" ]; do
