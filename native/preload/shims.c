@@ -293,15 +293,30 @@ static inline __attribute__((always_inline)) uint64_t enter_alloc(struct mtlab_t
 #define LEAVE_ALLOC(t, t1) ((t1) = stamp(t), (t)->in_alloc--)
 
 /* A release is stamped when its real call begins (t0); its end (t1) is read
- * only when the call is timed, else t1 is 0. */
-static inline __attribute__((always_inline)) uint64_t enter_release(struct mtlab_tls *t, int *timed) {
-    *timed = mtlab_time_this(t);
+ * only when the call is timed, else t1 is 0. Whether it is timed is decided
+ * before t0, in a branch of its own around the call: a branch on it between
+ * the call's return and t1, rarely taken and so mispredicted when taken,
+ * put its penalty into every timed release (cc1's sampled free p50 read
+ * 52 cycles against 26 with every call timed). */
+static inline __attribute__((always_inline)) int enter_release(struct mtlab_tls *t) {
+    int timed = mtlab_time_this(t);
     t->in_alloc++;
     MTLAB_NOTE_FRAME(t->alloc_sp, t->alloc_w);
-    return stamp(t);
+    return timed;
 }
-#define ENTER_RELEASE(t, timed) enter_release(t, &(timed))
-#define LEAVE_RELEASE(t, t1, timed) ((t1) = (timed) ? stamp(t) : 0, (t)->in_alloc--)
+#define TIMED_RELEASE(t, t0, t1, CALL)                                                                        \
+    do {                                                                                                      \
+        if (UNLIKELY(enter_release(t))) {                                                                     \
+            (t0) = stamp(t);                                                                                  \
+            CALL;                                                                                             \
+            (t1) = stamp(t);                                                                                  \
+        } else {                                                                                              \
+            (t0) = stamp(t);                                                                                  \
+            CALL;                                                                                             \
+            (t1) = 0;                                                                                         \
+        }                                                                                                     \
+        (t)->in_alloc--;                                                                                      \
+    } while (0)
 
 static inline void ensure_real(void) {
     if (UNLIKELY(!mtlab_real.malloc)) mtlab_resolve();
@@ -399,10 +414,8 @@ __attribute__((noinline)) static void free_full(void *p) {
         return;
     }
     uint64_t ar = arena_of(p); /* before the free, which may unmap the block's heap */
-    int timed;
-    uint64_t t1, t0 = ENTER_RELEASE(t, timed);
-    mtlab_real.free(p);
-    LEAVE_RELEASE(t, t1, timed);
+    uint64_t t0, t1;
+    TIMED_RELEASE(t, t0, t1, mtlab_real.free(p));
     record_release(MTLAB_EV_FREE, ~0u, p, t0, t1, __builtin_frame_address(0), ar);
 }
 
@@ -665,10 +678,8 @@ NEW_SHIM(_ZnamSt11align_val_tRKSt9nothrow_t, MTLAB_NEW_ARRAY | MTLAB_NEW_ALIGNED
             return;                                                                                           \
         }                                                                                                     \
         uint64_t ar = arena_of(p);                                                                            \
-        int timed_;                                                                                           \
-        uint64_t t1, t0 = ENTER_RELEASE(t, timed_);                                                           \
-        real ARGS;                                                                                            \
-        LEAVE_RELEASE(t, t1, timed_);                                                                         \
+        uint64_t t0, t1;                                                                                      \
+        TIMED_RELEASE(t, t0, t1, real ARGS);                                                                  \
         record_release(MTLAB_EV_DELETE, FORM, p, t0, t1, __builtin_frame_address(0), ar);                     \
     }
 
