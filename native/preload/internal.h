@@ -28,6 +28,25 @@
 #undef mmap64
 #endif
 
+/* Bench builds only: bench/tracer_steps.sh builds the library with
+ * -DMTLAB_BENCH_SKIP=MASK to leave steps of a traced call out, one at a
+ * time, and measures what each costs (the TSC is all this VM offers: no
+ * hardware counters). Every real build has 0, where each test is a constant
+ * and the code is as without them. A build with any step left out writes
+ * traces that are not to be read. */
+#ifndef MTLAB_BENCH_SKIP
+#define MTLAB_BENCH_SKIP 0
+#endif
+enum {
+    MTLAB_SKIP_TSC = 1,     /* time stamps from a per-thread counter, not the TSC */
+    MTLAB_SKIP_STACK = 2,   /* no stack id (the memo check, the walk) */
+    MTLAB_SKIP_HEAP = 4,    /* no heap facts: break, glibc arena, usable size */
+    MTLAB_SKIP_WRITE = 8,   /* full buffers emptied, not written to the file */
+    MTLAB_SKIP_EVENT = 16,  /* no event appended (no stack either) */
+    MTLAB_SKIP_RECORD = 32, /* the shim calls the real function and returns */
+};
+#define MTLAB_SKIP(step) ((MTLAB_BENCH_SKIP & (step)) != 0)
+
 #define LIKELY(x) __builtin_expect(!!(x), 1)
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -262,6 +281,7 @@ struct mtlab_tls {
             int sampler_init;
             int64_t time_left; /* full trace: calls until the next timed one (timing.c) */
             uint64_t time_rng; /* ... its draws' xorshift state (0: not seeded yet) */
+            uint64_t bench_clock; /* MTLAB_SKIP_TSC: the counter standing in for the TSC */
             uint64_t lineage;  /* sampler: this thread's place in the creation tree (0: unknown) */
             uint32_t children; /* sampler: threads this thread has created through pthread_create */
             uint64_t dump_seen, last_flush_tsc;
