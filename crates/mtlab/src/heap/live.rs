@@ -486,6 +486,32 @@ mod tests {
     }
 
     #[test]
+    fn a_large_table_fills_to_seven_eighths_before_it_grows() {
+        // Small tables grow at four fifths; once a table holds 8 MiB of
+        // slots it takes entries up to seven eighths of its homes first.
+        let mut m: LiveMap = LiveMap::default();
+        let key = |i: u64| 0x5555_0000_0000 + i * 32;
+        let mut n = 0u64;
+        let mut small_homes = 0;
+        while m.homes < FULLER_FROM {
+            small_homes = m.homes;
+            assert!(m.insert_new(key(n), n));
+            n += 1;
+        }
+        assert!(5 * (n as usize - 1) <= 4 * small_homes, "the small table grew at four fifths");
+        let homes = m.homes;
+        while (n as usize) < homes * 7 / 8 {
+            assert!(m.insert_new(key(n), n));
+            n += 1;
+        }
+        assert_eq!(m.homes, homes, "no growth up to seven eighths ({n} entries, {homes} homes)");
+        assert!(m.insert_new(key(n), n));
+        assert!(m.homes > homes, "grown past seven eighths");
+        check_invariants(&m);
+        assert!((0..=n).step_by(97).all(|i| m.get(key(i)) == Some(i)));
+    }
+
+    #[test]
     fn densely_packed_small_blocks_make_short_runs() {
         // 8-byte blocks side by side, as jemalloc hands them out: four
         // keys a home, homes colliding. An insertion and a removal move
