@@ -134,7 +134,10 @@ fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Re
     pass.end_series();
     pass.replay.release();
     let sampled = sampled.map(|s| s.finish(trace, &pass.stacks, maps.clone()));
-        let mut decoded = finish::Decoded::default();
+    let mut decoded = finish::Decoded::default();
     decoded.add(&items);
+    // The decoder's buffers go before the sites are symbolized (2 MiB of
+    // the report's peak on python3 with 2.8 M live blocks).
+    drop(items);
     Ok(finish::report(&pass, finish::Inputs { trace, opts, symbolize, maps, decoded: &decoded, sampled, readings }))
 }

@@ -7,16 +7,18 @@
 //! per lookup, so a slot holds both. Kept sorted, a run is left as soon as a
 //! slot holds a greater hash: a miss (every allocation's insert starts with
 //! one) reads as few slots as a hit, where plain linear probing at this fill
-//! reads a whole run. That lets the table be fuller — four fifths, not half:
-//! python3's 2.8 M live blocks took 128 MiB of table at most half full, plus
-//! the 64 MiB one it grew from while it rehashed.
+//! reads a whole run. That lets the table be fuller — four fifths, and seven
+//! eighths once it outgrows a last-level cache (`most`), not half: python3's
+//! 2.8 M live blocks took 128 MiB of table at most half full, plus the
+//! 64 MiB one it grew from while it rehashed; now 51 MiB.
 //!
 //! Sorted by hash, the table grows in place: its memory is remapped larger
 //! (`platform::anon_table`, no second copy), its entries pushed to the end
 //! in order, then laid out again from the start with the homes of the new
 //! size (a home is the hash scaled to the size, so order is kept). It grows
-//! by a quarter, so it stays between 64 % and 80 % full: 20 to 25 bytes a
-//! live block, where it was 32 to 64 and up to 96 while doubling.
+//! by a quarter, so it stays between 64 % and 80 % full (70 % and 87.5 %
+//! once large): 20 to 25 bytes a live block (18 to 23), where it was 32 to
+//! 64 and up to 96 while doubling.
 //!
 //! Removal shifts the entries that follow back (no tombstones). There is no
 //! wrap-around: entries whose run passes the last home go on into a few
@@ -93,6 +95,23 @@ fn key_of(stored: u64) -> u64 {
     unmix(h >> SPAN_BITS) << SPAN_BITS | (h & ((1 << SPAN_BITS) - 1))
 }
 
+/// Homes from which a table is filled to seven eighths (8 MiB of slots,
+/// where `ShadowHeap::is_large` starts prefetching).
+const FULLER_FROM: usize = (8 << 20) / 16;
+
+/// Entries a table of `homes` holds before it grows: four fifths while it
+/// is small, seven eighths once it has outgrown a last-level cache. A large
+/// table is most of a report's memory and its lookups miss the cache
+/// anyway; the longer runs cost python3's report with 2.8 M live blocks
+/// ~8 % more CPU for a table of 51 MiB instead of 63.
+fn most(homes: usize) -> usize {
+    if homes >= FULLER_FROM {
+        homes * 7 / 8
+    } else {
+        homes * 4 / 5
+    }
+}
+
 /// Homes (entries) of a new table.
 const FIRST_HOMES: usize = 1 << 10;
 
@@ -108,6 +127,8 @@ pub(crate) struct LiveMap {
     /// Home slots: a key's home is its hash scaled to [0, homes).
     homes: usize,
     len: usize,
+    /// Entries from which the table grows (`most`).
+    limit: usize,
     /// The value of the key whose stored form is EMPTY.
     apart: Option<u64>,
 }
@@ -120,7 +141,7 @@ impl Default for LiveMap {
 
 impl LiveMap {
     fn with_homes(homes: usize) -> Self {
-        LiveMap { slots: AnonPairs::zeroed(homes + spare(homes)), homes, len: 0, apart: None }
+        LiveMap { slots: AnonPairs::zeroed(homes + spare(homes)), homes, len: 0, limit: most(homes), apart: None }
     }
 
     /// The home slot of a stored key: its hash times the homes, over 2^64.
@@ -203,10 +224,11 @@ impl LiveMap {
             while self.slots[end].0 != EMPTY {
                 end += 1;
             }
-            // At most four fifths full: a run is 3 slots long on average
-            // at that fill, and so is the part of it a lookup reads. The
-            // last slot stays empty.
-            if 5 * (self.len + 1) > 4 * self.homes || end + 1 >= self.slots.len() {
+            // At most four fifths full (seven eighths once large): a run
+            // is 3 slots long on average at four fifths (4.5 at seven
+            // eighths), and so is the part of it a lookup reads. The last
+            // slot stays empty.
+            if self.len >= self.limit || end + 1 >= self.slots.len() {
                 self.grow();
                 continue;
             }
@@ -269,6 +291,7 @@ impl LiveMap {
         // above: the rest of the entries fit after it), so none overwrites
         // one not yet read.
         self.homes = homes;
+        self.limit = most(homes);
         let mut next = 0usize;
         for r in w..new_len - 1 {
             let e = self.slots[r];
@@ -439,7 +462,7 @@ mod tests {
         got.sort();
         want.sort();
         assert_eq!(got, want);
-        assert!(5 * m.len() <= 4 * m.homes, "at most four fifths full");
+        assert!(m.homes < FULLER_FROM && 5 * m.len() <= 4 * m.homes, "small: at most four fifths full");
     }
 
     #[test]
@@ -455,10 +478,37 @@ mod tests {
             assert_eq!(m.get(0x5555_0000_0000 + i * 32), Some(i));
         }
         assert_eq!(m.get(0x5555_0000_0000 + n * 32), None);
-        // Between 64 % and 80 % full: at most 25 bytes of table an entry
-        // (and the spare slots).
+        // Large: between 70 % and 87.5 % full, at most 23 bytes of table
+        // an entry (and the spare slots).
         let per_entry = m.table_bytes() as f64 / n as f64;
-        assert!((20.0..26.0).contains(&per_entry), "{per_entry} bytes an entry");
+        assert!((18.0..23.5).contains(&per_entry), "{per_entry} bytes an entry");
+        assert!(m.homes >= FULLER_FROM && 8 * m.len() <= 7 * m.homes, "at most seven eighths full");
+    }
+
+    #[test]
+    fn a_large_table_fills_to_seven_eighths_before_it_grows() {
+        // Small tables grow at four fifths; once a table holds 8 MiB of
+        // slots it takes entries up to seven eighths of its homes first.
+        let mut m: LiveMap = LiveMap::default();
+        let key = |i: u64| 0x5555_0000_0000 + i * 32;
+        let mut n = 0u64;
+        let mut small_homes = 0;
+        while m.homes < FULLER_FROM {
+            small_homes = m.homes;
+            assert!(m.insert_new(key(n), n));
+            n += 1;
+        }
+        assert!(5 * (n as usize - 1) <= 4 * small_homes, "the small table grew at four fifths");
+        let homes = m.homes;
+        while (n as usize) < homes * 7 / 8 {
+            assert!(m.insert_new(key(n), n));
+            n += 1;
+        }
+        assert_eq!(m.homes, homes, "no growth up to seven eighths ({n} entries, {homes} homes)");
+        assert!(m.insert_new(key(n), n));
+        assert!(m.homes > homes, "grown past seven eighths");
+        check_invariants(&m);
+        assert!((0..=n).step_by(97).all(|i| m.get(key(i)) == Some(i)));
     }
 
     #[test]

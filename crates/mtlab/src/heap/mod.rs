@@ -4,8 +4,9 @@
 //! Live objects are kept by address in `live.rs`'s table — ordered open
 //! addressing (each run sorted by hash), each key beside its value, the
 //! blocks of a 32-byte span of address space at one home so that
-//! neighbouring blocks share cache lines, four fifths full at most and grown
-//! in place by a quarter (`platform::anon_table`: remapped, never copied),
+//! neighbouring blocks share cache lines, four fifths full at most (seven
+//! eighths once larger than a last-level cache) and grown in place by a
+//! quarter (`platform::anon_table`: remapped, never copied),
 //! in huge pages once large. The value is the whole block (size, site,
 //! usable extra, packed; a block that does not pack is spilled to a map).
 //! Every live block's start is also a bit in `starts.rs`'s sparse bitmap of

@@ -12,9 +12,10 @@
 //! sparse bitmap (`starts::Starts`): when a region's last object is freed,
 //! the new last one is the highest start below it, and when a region
 //! appears, the blocks it takes in are the starts in its range. A table
-//! slot, 16 bytes, at 64 % to 80 % fill, and a bit: about 22 bytes a live
-//! block, where a table at most half full, a slab entry and heaps of region
-//! ends took ~130 (python3 with 2.8 M live blocks: 365 MiB of report).
+//! slot, 16 bytes, at 64 % to 80 % fill (70 % to 87.5 % once the table is
+//! large), and a bit: about 20 bytes a live block, where a table at most
+//! half full, a slab entry and heaps of region ends took ~130 (python3 with
+//! 2.8 M live blocks: 365 MiB of report).
 
 use super::live::LiveMap;
 use super::region_index::RegionIndex;

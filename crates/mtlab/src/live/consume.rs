@@ -542,6 +542,13 @@ impl Consumer {
         let sampled = self.sampled.clone().map(|s| s.finish(&trace, &pass.stacks, maps.clone()));
         let series = (!last).then(|| pass.series.clone());
         pass.end_series();
+        if last {
+            // No event comes after the last report: the blocks go before
+            // the sites are symbolized, as `mtlab report` drops them (python3
+            // with 2.8 M live blocks: a 63 MiB table beside the debug
+            // information and the profile being written).
+            pass.replay.release();
+        }
         let report = finish::report(
             pass,
             finish::Inputs { trace: &trace, opts, symbolize: true, maps, decoded: &decoded, sampled, readings },

@@ -133,8 +133,13 @@ impl LiveProfile {
     pub fn write(&self, path: &Path) -> Result<(), ProfileFileError> {
         let err = |source| ProfileFileError::Write { path: path.display().to_string(), source };
         let mut out = crate::platform::safe_fs::replace(path, 0o644).map_err(err)?;
-        let text = serde_json::to_vec(self).map_err(|e| err(std::io::Error::other(e)))?;
-        out.write_all(&text).map_err(err)?;
+        // Written as it is made: the whole text in memory was as large as
+        // the file (14 MB with the profile of python3's last snapshot).
+        let mut buf = std::io::BufWriter::with_capacity(1 << 16, &mut out);
+        // An io error comes back as itself (a full disk says so).
+        serde_json::to_writer(&mut buf, self).map_err(|e| err(std::io::Error::from(e)))?;
+        buf.flush().map_err(err)?;
+        drop(buf);
         out.file().sync_data().map_err(err)?;
         out.commit().map_err(err)
     }
