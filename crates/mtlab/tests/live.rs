@@ -280,6 +280,15 @@ fn live_profile_of_a_tree_holds_a_running_childs_figures_and_bounds_its_raw_trac
     let max_disk = u(&statuses[1]["lag"]["max_raw_disk_bytes"]);
     assert!(consumed >= 3 * BOUND, "the steady child wrote {consumed} bytes of trace (bound {BOUND})");
     assert!(max_disk <= BOUND && max_child_raw <= BOUND, "its raw trace stayed bounded: {}", statuses[1]);
+    // The top-level lag is the tree's: each process's own summed, and the
+    // most raw disk at once at least any one process's most.
+    let sum = |k: &str| statuses.iter().map(|s| u(&s["lag"][k])).sum::<u64>();
+    for k in ["consumed_bytes", "behind_bytes", "late_events", "late_bytes", "buffer_copies", "held_back_passed"] {
+        assert_eq!(u(&live["lag"][k]), sum(k), "lag.{k} sums the processes': {live}");
+    }
+    assert!(u(&live["lag"]["consumed_bytes"]) >= u(&statuses[0]["lag"]["consumed_bytes"]) + consumed, "the steady child's bytes are in the tree's: {live}");
+    let most = statuses.iter().map(|s| u(&s["lag"]["max_raw_disk_bytes"])).max().unwrap();
+    assert!(u(&live["lag"]["max_raw_disk_bytes"]) >= most, "the tree's most at once is at least each one's: {live}");
     let o = lab.command(MTLAB).arg("report").arg(&profile).output().unwrap();
     assert_success(&o, "report of the tree's profile");
     let text = String::from_utf8_lossy(&o.stdout);

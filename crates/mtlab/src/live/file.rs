@@ -67,6 +67,35 @@ pub struct Lag {
     pub held_back_passed: u64,
 }
 
+impl Lag {
+    /// A process tree's lag: `root`'s and the other processes' summed
+    /// (behind, consumed, late, copies, passes; the raw disk of the root
+    /// and of those still running), `behind_ns` the most of them, and
+    /// `max_raw_disk_bytes` the most the tree's raw traces took on disk at
+    /// once (`disk_at_once`, sampled at each look; never below one
+    /// process's own most).
+    pub fn tree<'a>(root: Lag, others: impl IntoIterator<Item = &'a ProcessLive>, disk_at_once: u64) -> Lag {
+        let mut t = root;
+        t.max_raw_disk_bytes = t.max_raw_disk_bytes.max(disk_at_once);
+        for p in others {
+            let l = &p.lag;
+            t.behind_bytes += l.behind_bytes;
+            t.max_behind_bytes += l.max_behind_bytes;
+            t.consumed_bytes += l.consumed_bytes;
+            if p.state == State::Running {
+                t.raw_disk_bytes += l.raw_disk_bytes;
+            }
+            t.max_raw_disk_bytes = t.max_raw_disk_bytes.max(l.max_raw_disk_bytes);
+            t.late_events += l.late_events;
+            t.late_bytes += l.late_bytes;
+            t.behind_ns = t.behind_ns.max(l.behind_ns);
+            t.buffer_copies += l.buffer_copies;
+            t.held_back_passed += l.held_back_passed;
+        }
+        t
+    }
+}
+
 /// What late events mean for the figures, in one sentence.
 pub fn late_text(lag: &Lag) -> String {
     format!(
@@ -89,7 +118,7 @@ pub struct ProcessLive {
     /// The snapshot its figures are as of: this one while it runs, the
     /// first written after it ended once it has.
     pub as_of_snapshot: u64,
-    /// Its own trace's lag (the top-level `lag` is the root's).
+    /// Its own trace's lag (the top-level `lag` is the whole tree's, `Lag::tree`).
     pub lag: Lag,
 }
 
@@ -184,4 +213,23 @@ pub fn is_profile(path: &Path) -> bool {
     use std::io::Read;
     let mut head = [0u8; MAGIC.len()];
     std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head)).is_ok() && head == MAGIC.as_bytes()
+}
+
+#[cfg(test)]
+mod tree_lag_tests {
+    use super::*;
+
+    #[test]
+    fn a_trees_lag_sums_its_processes_and_keeps_the_most_disk_at_once() {
+        let l = |n: u64| Lag { behind_bytes: n, max_behind_bytes: 2 * n, consumed_bytes: 3 * n, raw_disk_bytes: 4 * n, max_raw_disk_bytes: 5 * n, late_events: n, late_bytes: 7 * n, behind_ns: 8 * n, buffer_copies: n, held_back_passed: n };
+        let p = |state, lag| ProcessLive { pid: 1, file: String::new(), state, as_of_snapshot: 1, lag };
+        let others = [p(State::Running, l(10)), p(State::Ended, l(100))];
+        let t = Lag::tree(l(1), &others, 300);
+        assert_eq!((t.behind_bytes, t.max_behind_bytes, t.consumed_bytes), (111, 222, 333));
+        assert_eq!(t.raw_disk_bytes, 4 + 40, "an ended process's raw trace is not on disk any more");
+        assert_eq!(t.max_raw_disk_bytes, 500, "never below one process's own most");
+        assert_eq!((t.late_events, t.late_bytes, t.behind_ns, t.buffer_copies, t.held_back_passed), (111, 777, 800, 111, 111));
+        assert_eq!(Lag::tree(l(1), &others[..1], 999).max_raw_disk_bytes, 999);
+        assert_eq!(Lag::tree(l(1), [], 0), l(1), "one process: its own lag");
+    }
 }

@@ -228,6 +228,8 @@ fn consume_while_running(
     // take at that pace), so that a test can make it fall behind a small program.
     let pace = std::env::var("MTLAB_LIVE_TEST_PACE").ok().and_then(|v| v.parse::<u64>().ok()).filter(|&p| p > 0);
     let lag = tree::lag;
+    // The most raw trace the whole tree held on disk at once (the profile's top-level lag).
+    let mut disk_at_once = 0u64;
     loop {
         let done = ended.load(Ordering::Acquire);
         if consumer.is_none() && raw.exists() {
@@ -250,7 +252,7 @@ fn consume_while_running(
                 summary.lag = lag(c, len, 0);
                 let n = summary.snapshots + 1;
                 let children = tree.as_mut().map(|t| t.snapshot(&opts, n)).unwrap_or_default();
-                match write(&cfg, &opts, n, State::Ended, summary.lag, (p, data), children) {
+                match write(&cfg, &opts, n, State::Ended, (summary.lag, disk_at_once), (p, data), children) {
                     Ok(()) => {
                         summary.snapshots += 1;
                         summary.complete = true;
@@ -290,6 +292,7 @@ fn consume_while_running(
         publish(status.as_ref(), c, lag(c, available, now));
         behind_said.look(available.saturating_sub(before), c.max_behind.max(available.saturating_sub(before)));
         c.advance(available, Some(&Look { progress: &progress, page, now, settle }))?;
+        disk_at_once = disk_at_once.max(c.disk_bytes() + tree.as_ref().map_or(0, |t| t.disk));
         if let Some(p) = pace {
             std::thread::sleep(Duration::from_secs_f64((c.consumed() - before) as f64 / p as f64));
         }
@@ -313,7 +316,7 @@ fn consume_while_running(
                 let children = tree.as_mut().map(|t| t.snapshot(&snap_opts, n)).unwrap_or_default();
                 // A snapshot that cannot be written (a full disk) is said
                 // once and tried again at the next; the analysis goes on.
-                match write(&cfg, &snap_opts, n, State::Running, lag(c, available, now), (p, None), children) {
+                match write(&cfg, &snap_opts, n, State::Running, (lag(c, available, now), disk_at_once), (p, None), children) {
                     Ok(()) => summary.snapshots += 1,
                     Err(e) if !said_unwritable => {
                         said_unwritable = true;
@@ -380,7 +383,7 @@ fn write(
     opts: &AnalyzeOptions,
     snapshot: u64,
     state: State,
-    lag: Lag,
+    (lag, disk_at_once): (Lag, u64),
     (p, data): (crate::analysis::ProcessReport, Option<crate::profile::ProfileData>),
     children: Vec<tree::Snap>,
 ) -> Result<(), ProfileFileError> {
@@ -393,6 +396,8 @@ fn write(
         processes.push(c.report);
         profile_data.push(c.data);
     }
+    // The top-level lag is the tree's; each process keeps its own in process_status.
+    let lag = Lag::tree(lag, &process_status[1..], disk_at_once);
     LiveProfile {
         mtlab_live_profile: file::VERSION,
         snapshot,

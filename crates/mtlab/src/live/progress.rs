@@ -78,6 +78,24 @@ impl Progress {
         Some(h)
     }
 
+    /// The oldest pending event of a thread whose events are on their way
+    /// to the file (u64::MAX: none): a chunk it wrote is not read yet (it
+    /// lies above the watermark, which waits until no write is in flight),
+    /// or its slot has moved since it was read (it wrote a chunk or started
+    /// a buffer meanwhile). The horizon is never forced past such a thread
+    /// (`HOLD_BYTES`): its events arrive without a copy, and passing them
+    /// would replay them late. `now(index)` rereads a slot (None: being written).
+    pub fn arriving_floor(&self, read: &HashMap<u32, u64>, now: impl Fn(u32) -> Option<Slot>) -> u64 {
+        let unread_chunk = |s: &Slot| s.last_first != 0 && read.get(&s.tid).is_none_or(|&f| f < s.last_first);
+        self.slots
+            .iter()
+            .filter(|s| !s.done(read))
+            .filter(|s| unread_chunk(s) || now(s.index).is_none_or(|n| n.seq != s.seq || unread_chunk(&n)))
+            .map(|s| s.pending)
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
     /// The slots that hold the horizon back and have held it since before
     /// `before`: the buffers worth copying.
     pub fn quiet<'a>(&'a self, read: &'a HashMap<u32, u64>, before: u64) -> impl Iterator<Item = &'a Slot> {
@@ -163,6 +181,27 @@ mod tests {
         assert_eq!(p.horizon(&read, &copied), Some(u64::MAX));
         assert_eq!(p.quiet(&read, 300).map(|s| s.tid).collect::<Vec<_>>(), [4], "only the buffer holding events, held since before 300");
         assert_eq!(p.quiet(&read, 250).count(), 0);
+    }
+
+    #[test]
+    fn the_horizon_is_not_forced_past_a_thread_whose_events_are_arriving() {
+        let p = Progress {
+            slots: vec![
+                slot(1, 100, 90, false),  // its chunk at 90 read, events in its buffer: stuck
+                slot(2, 200, 300, false), // wrote a chunk at 300, not read yet (above the watermark)
+                slot(3, 150, 140, false), // read, but republished since the look
+            ],
+            unknown: false,
+        };
+        let read: HashMap<u32, u64> = [(1, 90), (2, 250), (3, 140)].into_iter().collect();
+        let same = |i: u32| p.slots.iter().find(|s| s.index == i).copied();
+        assert_eq!(p.arriving_floor(&read, same), 200, "thread 2's chunk at 300 is written: its events from 200 arrive");
+        let moved = |i: u32| same(i).map(|s| if s.tid == 3 { Slot { seq: s.seq + 2, ..s } } else { s });
+        assert_eq!(p.arriving_floor(&read, moved), 150, "thread 3 wrote a chunk since the look");
+        let being_written = |i: u32| if i == 1 { None } else { same(i) };
+        assert_eq!(p.arriving_floor(&read, being_written), 100, "a slot being written: its owner is writing");
+        let all_read: HashMap<u32, u64> = [(1, 90), (2, 300), (3, 140)].into_iter().collect();
+        assert_eq!(p.arriving_floor(&all_read, same), u64::MAX, "only buffered events, nothing moving: the horizon may pass them");
     }
 
     #[test]

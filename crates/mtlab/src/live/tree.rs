@@ -122,6 +122,8 @@ pub struct Tree {
     warnings: Vec<String>,
     /// The most the running images' raw traces took on disk at once.
     pub max_disk: u64,
+    /// What they take at the last poll.
+    pub disk: u64,
 }
 
 /// One process of a snapshot: its report, its exact profile (final figures
@@ -134,7 +136,7 @@ pub struct Snap {
 
 impl Tree {
     pub fn new(root: PathBuf, pages: Receiver<crate::live::Page>, keep_raw: bool, max_points: usize) -> Tree {
-        Tree { root, pages, keep_raw, max_points, members: Vec::new(), warnings: Vec::new(), max_disk: 0 }
+        Tree { root, pages, keep_raw, max_points, members: Vec::new(), warnings: Vec::new(), max_disk: 0, disk: 0 }
     }
 
     /// Takes the pages sent since the last look, then analyses each running
@@ -158,6 +160,7 @@ impl Tree {
         self.remove_ended(false);
         let disk: u64 = self.members.iter().filter_map(|m| m.consumer.as_ref()).map(Consumer::disk_bytes).sum();
         self.max_disk = self.max_disk.max(disk);
+        self.disk = disk;
         // A page that never named a file, of an image that is gone: nothing to read.
         self.members.retain(|m| m.done.is_some() || m.consumer.is_some() || (!m.superseded && running(m.pid)));
     }
