@@ -311,7 +311,18 @@ pub struct Finisher {
     /// taken; and how far it is released (a block boundary).
     release: Option<File>,
     released: u64,
+    /// Where the SKIP record over the released records starts (0: none yet).
+    skip_at: u64,
 }
+
+/// What the raw trace says where its records were released, for a reader of
+/// it when the rewrite never finished (`mtlab record` killed): a RUNINFO
+/// record with this warning, then a SKIP record over the zeros.
+pub const RELEASED_NOTE: &str = "mtlab record rewrote the start of this trace while the program ran and was stopped \
+     before it finished: the raw events it had taken were released from the file and are missing from every figure";
+/// The longest SKIP record over released records; a longer run of them is
+/// covered by several (readers refuse records beyond `MAX_PAYLOAD`).
+const SKIP_MAX: u64 = 256 << 20;
 
 /// Bytes taken between two punches of the source (`releasing`): one
 /// `fallocate` per MiB read.
@@ -359,6 +370,7 @@ impl Finisher {
             workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8),
             release: None,
             released: 0,
+            skip_at: 0,
         })
     }
 
@@ -405,11 +417,31 @@ impl Finisher {
     /// without `releasing`.
     fn release_taken(&mut self, min_step: u64) -> Result<(), TraceError> {
         let Some(f) = &self.release else { return Ok(()) };
-        let from = (self.released / BLOCK * BLOCK).max(self.header_end);
         let to = self.off;
-        if to < from + min_step.max(1) {
+        let note = {
+            let text = kv_text([(keys::FINISH_WARNING, RELEASED_NOTE)]);
+            let mut rec = Vec::new();
+            write_record(&mut rec, REC_RUNINFO, 0, &[text.as_bytes()]).map_err(TraceError::io(&self.path))?;
+            rec
+        };
+        let first = self.skip_at == 0;
+        let start = if first { self.header_end + note.len() as u64 } else { self.skip_at };
+        if to < (self.released / BLOCK * BLOCK).max(start + RECORD_HEADER as u64) + min_step.max(1) {
             return Ok(());
         }
+        // The note and SKIP headers first, then the zeros: a reader of the
+        // file at any moment finds records that chain to the untaken ones.
+        let io = |e| TraceError::io(&self.path)(e);
+        if first {
+            f.write_all_at(&note, self.header_end).map_err(io)?;
+            self.skip_at = start;
+        } else if to - self.skip_at - RECORD_HEADER as u64 > SKIP_MAX {
+            // The last SKIP ends where the last release did (a record boundary).
+            self.skip_at = self.released;
+        }
+        let skip_len = to - self.skip_at - RECORD_HEADER as u64;
+        f.write_all_at(&super::records::record_header(REC_SKIP, 0, skip_len as usize), self.skip_at).map_err(io)?;
+        let from = (self.released / BLOCK * BLOCK).max(self.skip_at + RECORD_HEADER as u64);
         use std::os::fd::AsRawFd;
         // SAFETY: fallocate on a descriptor this struct owns, over a range
         // of the file this rewrite has read and holds.
