@@ -67,7 +67,7 @@ pub enum Stopped {
     /// raw byte): the whole file is finished from the start.
     Nothing,
     /// The rewrite so far, for `Finisher::finish` to complete.
-    Partial(Finisher),
+    Partial(Box<Finisher>),
     /// The rewrite failed after the raw bytes it held were punched out of
     /// the file: why, and how many bytes of the raw trace are lost.
     Lost { why: String, released: u64 },
@@ -223,7 +223,7 @@ fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool, wh
     }
     prio.set(Priority::Idle);
     match finisher {
-        Some(f) => Stopped::Partial(f),
+        Some(f) => Stopped::Partial(Box::new(f)),
         None => Stopped::Nothing,
     }
 }

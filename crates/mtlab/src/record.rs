@@ -907,7 +907,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let stopped = live.map(|l| l.stop());
     let live_stop = program_end.elapsed();
     let (mut root_finisher, mut root_lost) = match stopped {
-        Some(crate::live_finish::Stopped::Partial(f)) => (Some(f), None),
+        Some(crate::live_finish::Stopped::Partial(f)) => (Some(*f), None),
         Some(crate::live_finish::Stopped::Lost { why, released }) => (None, Some((why, released))),
         _ => (None, None),
     };
