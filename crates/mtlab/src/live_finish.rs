@@ -78,6 +78,8 @@ pub struct LiveFinish {
     fd: Option<OwnedFd>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Stopped>>,
+    /// The thread's id, for `stop` to lift its priority.
+    tid: Arc<std::sync::atomic::AtomicI32>,
     page: Arc<SharedPage>,
 }
 
@@ -98,15 +100,20 @@ impl LiveFinish {
         }
         let (fd, page) = watermark_page()?;
         let stop = Arc::new(AtomicBool::new(false));
+        let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
         let watermark = Arc::clone(&page);
         let thread = {
-            let (page, stop) = (Arc::clone(&page), Arc::clone(&stop));
+            let (page, stop, tid) = (Arc::clone(&page), Arc::clone(&stop), Arc::clone(&tid));
             std::thread::Builder::new()
                 .name("mtlab-finish".into())
-                .spawn(move || rewrite_while_running(root, &page, &stop, when, release))
+                .spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    tid.store(unsafe { libc::gettid() }, Ordering::Release);
+                    rewrite_while_running(root, &page, &stop, when, release)
+                })
                 .ok()?
         };
-        Some(LiveFinish { fd: Some(fd), stop, thread: Some(thread), page: watermark })
+        Some(LiveFinish { fd: Some(fd), stop, thread: Some(thread), page: watermark, tid })
     }
 
     /// The descriptor to pass in MTLAB_WATERMARK_FD.
@@ -130,6 +137,20 @@ impl LiveFinish {
     /// so far, for `Finisher::finish` to complete.
     pub fn stop(mut self) -> Stopped {
         self.stop.store(true, Ordering::Release);
+        // The program has ended: the step the thread is on is now what
+        // `record` waits for, and as SCHED_IDLE on a loaded host it could
+        // take many seconds (17 s measured at load 21). Normal priority.
+        let tid = self.tid.load(Ordering::Acquire);
+        if tid > 0 {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: sched_setscheduler and setpriority on a thread of this
+            // process (joined below, so its id is not reused before), with a
+            // parameter that lives across the call; failure leaves it as it was.
+            unsafe {
+                libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param);
+                libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 0);
+            }
+        }
         let joined = self.thread.take().map(|t| t.join());
         match joined {
             Some(Ok(s)) => s,
