@@ -2,31 +2,38 @@
 //!
 //! `mtlab record` rewrites every trace after the program has ended (join,
 //! column layout, zstd: `trace::Finisher`). For a long program that is a
-//! second or more of waiting at the end, while one core sat idle during the
-//! run. So the root process gets a watermark page (a memfd, layout in
-//! mtlab_trace.h): its writer publishes the file offset below which every
-//! reserved byte is written, and a low-priority thread here rewrites the
-//! records below it as the program goes. What is left is done at the end.
+//! second or more of waiting at the end, and the raw rows (12–30× the
+//! finished trace) sit on disk until then. So the root process gets a
+//! watermark page (a memfd, layout in mtlab_trace.h): its writer publishes
+//! the file offset below which every reserved byte is written, and a thread
+//! here rewrites the records below it as the program goes, punching the raw
+//! bytes it has taken out of the file (`Finisher::releasing`): on disk there
+//! is the rewrite so far and the raw backlog, not the whole raw trace.
 //!
-//! `MTLAB_LIVE_FINISH` chooses when: `idle` (the default) rewrites only
-//! after a poll in which some CPU sat idle, `always` at every poll (a
-//! shorter wait at the end, some CPU taken from a program that keeps every
-//! CPU busy), `off` never (all of it at the end).
+//! How it shares the CPUs (`MTLAB_LIVE_FINISH`): `auto` (the default)
+//! rewrites everything written after a 20 ms poll in which some CPU sat idle,
+//! as SCHED_IDLE; after a poll in which none did, it still rewrites, at
+//! normal priority but within a budget of its own CPU time per second that
+//! grows with the raw backlog (`Budget`): at most 5 % of one CPU, so the
+//! program is slowed by at most that much while the backlog stays bounded
+//! on a host with some idle time. `idle` rewrites only after idle polls,
+//! `always` at every poll without a budget, `off` never (all of it at the end).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::trace::format::{WATERMARK_MAGIC, WATERMARK_OFF_MAGIC, WATERMARK_SIZE};
 use crate::platform::shared_page::SharedPage;
+use crate::trace::format::{WATERMARK_MAGIC, WATERMARK_OFF_MAGIC, WATERMARK_SIZE};
 use crate::trace::Finisher;
 
 /// When the thread rewrites (`MTLAB_LIVE_FINISH`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum When {
+    Auto,
     Idle,
     Always,
     Off,
@@ -35,17 +42,18 @@ enum When {
 impl When {
     fn from_env() -> When {
         match std::env::var("MTLAB_LIVE_FINISH") {
-            Err(_) => When::Idle,
+            Err(_) => When::Auto,
             Ok(v) => When::parse(&v).unwrap_or_else(|| {
-                say!("mtlab: MTLAB_LIVE_FINISH={v:?} is not idle, always or off; using idle");
-                When::Idle
+                say!("mtlab: MTLAB_LIVE_FINISH={v:?} is not auto, idle, always or off; using auto");
+                When::Auto
             }),
         }
     }
 
     fn parse(v: &str) -> Option<When> {
         match v {
-            "idle" | "" => Some(When::Idle),
+            "auto" | "" => Some(When::Auto),
+            "idle" => Some(When::Idle),
             "always" => Some(When::Always),
             "off" => Some(When::Off),
             _ => None,
@@ -53,11 +61,25 @@ impl When {
     }
 }
 
+/// How the rewrite during the run ended, for `record` to finish the trace.
+pub enum Stopped {
+    /// Nothing was rewritten (or the rewrite failed before it released any
+    /// raw byte): the whole file is finished from the start.
+    Nothing,
+    /// The rewrite so far, for `Finisher::finish` to complete.
+    Partial(Box<Finisher>),
+    /// The rewrite failed after the raw bytes it held were punched out of
+    /// the file: why, and how many bytes of the raw trace are lost.
+    Lost { why: String, released: u64 },
+}
+
 /// The watermark memfd (until the program is spawned) and the thread.
 pub struct LiveFinish {
     fd: Option<OwnedFd>,
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<Option<Finisher>>>,
+    thread: Option<JoinHandle<Stopped>>,
+    /// The thread's id, for `stop` to lift its priority.
+    tid: Arc<std::sync::atomic::AtomicI32>,
     page: Arc<SharedPage>,
 }
 
@@ -68,23 +90,30 @@ impl LiveFinish {
     ///
     /// With `page_needed` (a flight recorder reads the watermark too) the
     /// page is made even when `MTLAB_LIVE_FINISH=off`; the thread then only
-    /// waits.
-    pub fn new(root: PathBuf, page_needed: bool) -> Option<LiveFinish> {
+    /// waits. With `release`, the raw bytes rewritten are punched out of
+    /// the file; without, the raw file stays whole for another reader
+    /// (the flight recorder, `mtlab ctl dump` of a sampled run).
+    pub fn new(root: PathBuf, page_needed: bool, release: bool) -> Option<LiveFinish> {
         let when = When::from_env();
         if when == When::Off && !page_needed {
             return None;
         }
         let (fd, page) = watermark_page()?;
         let stop = Arc::new(AtomicBool::new(false));
+        let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
         let watermark = Arc::clone(&page);
         let thread = {
-            let (page, stop) = (Arc::clone(&page), Arc::clone(&stop));
+            let (page, stop, tid) = (Arc::clone(&page), Arc::clone(&stop), Arc::clone(&tid));
             std::thread::Builder::new()
                 .name("mtlab-finish".into())
-                .spawn(move || rewrite_while_running(root, &page, &stop, when))
+                .spawn(move || {
+                    // SAFETY: gettid has no preconditions.
+                    tid.store(unsafe { libc::gettid() }, Ordering::Release);
+                    rewrite_while_running(root, &page, &stop, when, release)
+                })
                 .ok()?
         };
-        Some(LiveFinish { fd: Some(fd), stop, thread: Some(thread), page: watermark })
+        Some(LiveFinish { fd: Some(fd), stop, thread: Some(thread), page: watermark, tid })
     }
 
     /// The descriptor to pass in MTLAB_WATERMARK_FD.
@@ -105,10 +134,29 @@ impl LiveFinish {
     }
 
     /// Stops the thread once the program has ended; returns the rewrite
-    /// so far, for `Finisher::finish` to complete (None: start over).
-    pub fn stop(mut self) -> Option<Finisher> {
+    /// so far, for `Finisher::finish` to complete.
+    pub fn stop(mut self) -> Stopped {
         self.stop.store(true, Ordering::Release);
-        self.thread.take().and_then(|t| t.join().ok()).flatten()
+        // The program has ended: the step the thread is on is now what
+        // `record` waits for, and as SCHED_IDLE on a loaded host it could
+        // take many seconds (17 s measured at load 21). Normal priority.
+        let tid = self.tid.load(Ordering::Acquire);
+        if tid > 0 {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: sched_setscheduler and setpriority on a thread of this
+            // process (joined below, so its id is not reused before), with a
+            // parameter that lives across the call; failure leaves it as it was.
+            unsafe {
+                libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param);
+                libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 0);
+            }
+        }
+        let joined = self.thread.take().map(|t| t.join());
+        match joined {
+            Some(Ok(s)) => s,
+            Some(Err(_)) => Stopped::Lost { why: "the rewrite thread panicked".into(), released: 0 },
+            None => Stopped::Nothing,
+        }
     }
 }
 
@@ -134,28 +182,30 @@ pub fn watermark_page() -> Option<(OwnedFd, Arc<SharedPage>)> {
     Some((fd, page))
 }
 
-fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool, when: When) -> Option<Finisher> {
-    // The program's threads come first: this thread only uses idle time.
-    // SCHED_IDLE never preempts them on wake-up, which nice 19 still does;
-    // nice 19 is the fallback where the policy is refused.
-    let idle = libc::sched_param { sched_priority: 0 };
-    // SAFETY: sched_setscheduler and setpriority on this thread's own id,
-    // with a parameter that lives across the call.
-    unsafe {
-        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &idle) != 0 {
-            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
-        }
-    }
+/// How often the thread looks at the watermark.
+const POLL: Duration = Duration::from_millis(20);
+/// Raw bytes taken per step while the program runs: the thread checks
+/// `stop` and its budget between steps, so the program's end waits for at
+/// most one step (and the batch it completes) on one core.
+const STEP: u64 = 4 << 20;
+
+fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool, when: When, release: bool) -> Stopped {
+    let mut prio = Priority::Normal;
+    prio.set(Priority::Idle);
     let mut finisher: Option<Finisher> = None;
     let mut idle = IdleCpu::new();
+    let mut budget = Budget::new(Instant::now());
     while !stop.load(Ordering::Acquire) {
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(POLL);
         // SCHED_IDLE alone does not keep this thread off a busy CPU: woken
         // with work, it is still picked for a whole scheduler tick now and
         // then, taken from the program (2 threads on 2 CPUs: ~4 cycles of
-        // malloc-test's ~130 per call). So it works only after a poll
-        // interval in which some CPU sat idle; what it leaves, the end does.
-        if when == When::Off || (!idle.was_idle() && when == When::Idle) {
+        // malloc-test's ~130 per call). So after a poll interval in which
+        // some CPU sat idle it takes all there is; after one in which none
+        // did, only what its budget allows (`auto`), or nothing (`idle`).
+        let was_idle = idle.was_idle();
+        budget.refill(Instant::now());
+        if when == When::Off || (!was_idle && when == When::Idle) {
             continue;
         }
         let written = page.u64_at(0).load(Ordering::Acquire);
@@ -163,16 +213,144 @@ fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool, wh
             continue;
         }
         if finisher.is_none() {
-            finisher = Finisher::start(&root, written).ok();
+            match start_finisher(&root, written, release) {
+                Some(f) => finisher = Some(f),
+                None => continue,
+            }
         }
-        if let Some(f) = finisher.as_mut() {
-            if f.advance(written).is_err() {
-                // Dropping it removes its temp file; the end does it all.
-                return None;
+        let Some(f) = finisher.as_mut() else { continue };
+        let budgeted = when == When::Auto && !was_idle;
+        prio.set(if budgeted { Priority::Normal } else { Priority::Idle });
+        budget.set_backlog(written.saturating_sub(f.taken()), backlog_target(f));
+        while f.taken() < written && !stop.load(Ordering::Acquire) && (!budgeted || budget.left()) {
+            let cpu = thread_cpu();
+            let to = written.min(f.taken() + STEP);
+            if let Err(e) = f.advance(to) {
+                let released = f.released();
+                // Dropping it removes its temp file; with nothing released
+                // the end does it all from the file.
+                return match released {
+                    0 => Stopped::Nothing,
+                    _ => Stopped::Lost { why: e.to_string(), released },
+                };
+            }
+            if budgeted {
+                budget.spend(thread_cpu().saturating_sub(cpu));
+            }
+            if f.taken() < to {
+                break; // the next record is not all there yet
             }
         }
     }
-    finisher
+    prio.set(Priority::Idle);
+    match finisher {
+        Some(f) => Stopped::Partial(Box::new(f)),
+        None => Stopped::Nothing,
+    }
+}
+
+fn start_finisher(root: &std::path::Path, written: u64, release: bool) -> Option<Finisher> {
+    let mut f = Finisher::start(root, written).ok()?;
+    f.one_worker();
+    if release {
+        // A file that cannot be opened for writing is rewritten all the same, whole.
+        let _ = f.releasing();
+    }
+    Some(f)
+}
+
+/// The raw backlog (written, not yet rewritten) the budget aims to stay
+/// under: a quarter of the rewrite so far, so that the disk holds at most
+/// ~1.25× the finished trace (and at least 1 MiB, for the trace's start).
+fn backlog_target(f: &Finisher) -> u64 {
+    (f.rewritten() / 4).max(1 << 20)
+}
+
+/// The thread's CPU time on a busy host: a share of one CPU per second of
+/// wall time, from `SHARE_MIN` with no backlog up to `SHARE_MAX` when the
+/// backlog is `SHARE_MAX / SHARE_MIN` times its target. A bucket: a batch's
+/// compression (~16 MiB of rows at once) overdraws it, and it refills.
+struct Budget {
+    at: Instant,
+    /// Seconds of CPU time the thread may still use (negative: overdrawn).
+    left: f64,
+    share: f64,
+}
+
+const SHARE_MIN: f64 = 0.01;
+const SHARE_MAX: f64 = 0.05;
+/// The most the bucket holds: what it saved while there was nothing to do
+/// is not spent at once.
+const BUCKET_MAX: f64 = 0.05;
+
+impl Budget {
+    fn new(now: Instant) -> Budget {
+        Budget { at: now, left: 0.0, share: SHARE_MIN }
+    }
+
+    fn set_backlog(&mut self, backlog: u64, target: u64) {
+        self.share = share_for(backlog, target);
+    }
+
+    fn refill(&mut self, now: Instant) {
+        let dt = now.duration_since(self.at).as_secs_f64();
+        self.at = now;
+        self.left = (self.left + dt * self.share).min(BUCKET_MAX);
+    }
+
+    fn left(&self) -> bool {
+        self.left > 0.0
+    }
+
+    fn spend(&mut self, cpu: Duration) {
+        self.left -= cpu.as_secs_f64();
+    }
+}
+
+/// The share of one CPU the rewrite may take with `backlog` raw bytes
+/// waiting against a target of `target`.
+fn share_for(backlog: u64, target: u64) -> f64 {
+    (SHARE_MIN * backlog as f64 / target.max(1) as f64).clamp(SHARE_MIN, SHARE_MAX)
+}
+
+/// This thread's CPU time.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec, which lives across the call.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The thread's scheduling: SCHED_IDLE when it uses idle CPUs (it never
+/// preempts the program's threads on wake-up, which nice 19 still does),
+/// normal when it spends its budget on a busy host.
+#[derive(Clone, Copy, PartialEq)]
+enum Priority {
+    Idle,
+    Normal,
+}
+
+impl Priority {
+    fn set(&mut self, want: Priority) {
+        if *self == want {
+            return;
+        }
+        let param = libc::sched_param { sched_priority: 0 };
+        let policy = if want == Priority::Idle { libc::SCHED_IDLE } else { libc::SCHED_OTHER };
+        // SAFETY: sched_setscheduler on this thread, with a parameter that
+        // lives across the call.
+        let ok = unsafe { libc::sched_setscheduler(0, policy, &param) } == 0;
+        if ok {
+            *self = want;
+        } else if want == Priority::Idle {
+            // Where the policy is refused: nice 19, for good (it cannot be lowered again unprivileged).
+            // SAFETY: setpriority on this thread's own id.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19) };
+            *self = want;
+        }
+        // Back to normal refused (leaving SCHED_IDLE needs RLIMIT_NICE or
+        // CAP_SYS_NICE): the budget is then spent at idle priority.
+    }
 }
 
 /// Whether any CPU sat idle since the last call, from the idle and iowait
@@ -216,12 +394,22 @@ fn parse_idle_ticks(stat: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_idle_ticks, When};
+    use super::{parse_idle_ticks, share_for, When, SHARE_MAX, SHARE_MIN};
+
+    #[test]
+    fn the_budget_grows_with_the_backlog_up_to_its_cap() {
+        let t = 1 << 20;
+        assert_eq!(share_for(0, t), SHARE_MIN);
+        assert_eq!(share_for(t, t), SHARE_MIN);
+        assert!((share_for(3 * t, t) - 3.0 * SHARE_MIN).abs() < 1e-12);
+        assert_eq!(share_for(100 * t, t), SHARE_MAX);
+    }
 
     #[test]
     fn live_finish_modes_parse() {
+        assert_eq!(When::parse("auto"), Some(When::Auto));
         assert_eq!(When::parse("idle"), Some(When::Idle));
-        assert_eq!(When::parse(""), Some(When::Idle));
+        assert_eq!(When::parse(""), Some(When::Auto));
         assert_eq!(When::parse("always"), Some(When::Always));
         assert_eq!(When::parse("off"), Some(When::Off));
         assert_eq!(When::parse("sometimes"), None);

@@ -146,6 +146,37 @@ pub struct RecordOutcome {
     pub flight: crate::flight::Outcome,
     /// `--push-every`: where the window profiles went, and how many.
     pub pushed: Option<(String, crate::otlp::periodic::PushStats)>,
+    /// Where the time went (`record -v`), with the wall time from the
+    /// program's end to the traces' being finished; None when the root
+    /// trace was not finished here.
+    pub stages: Option<(Stages, Duration)>,
+}
+
+/// `record -v`'s line: seconds of wall time for the program and for
+/// everything after it, then the parts of the latter (the finish's stages
+/// are thread time summed over its workers, so they can add up to more than
+/// its wall time).
+pub fn stages_line(st: &Stages, after: Duration) -> String {
+    format!(
+        "stages: program {:.3} s, after it {:.3} s: rewrite thread stop {:.3} s, finish {:.3} s (thread time: join {:.3} s, \
+         columns {:.3} s, compression {:.3} s)",
+        st.program.as_secs_f64(),
+        after.as_secs_f64(),
+        st.live_stop.as_secs_f64(),
+        st.finish.wall.as_secs_f64(),
+        st.finish.join.as_secs_f64(),
+        st.finish.rewrite.as_secs_f64(),
+        st.finish.compression.as_secs_f64()
+    )
+}
+
+/// `record`'s stages for the root trace: the program, waiting for the
+/// rewrite thread to stop at its end, and the rest of the rewrite.
+#[derive(Debug, Clone, Copy)]
+pub struct Stages {
+    pub program: Duration,
+    pub live_stop: Duration,
+    pub finish: trace::FinishStages,
 }
 
 /// The ELF class and machine mtlab's preload library is built for (this
@@ -794,7 +825,11 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         }
         None => None,
     };
-    let mut live = if cfg.live.is_some() { None } else { crate::live_finish::LiveFinish::new(output.clone(), cfg.flight.is_some()) };
+    // The raw bytes rewritten are released from the file unless another
+    // reader wants the raw trace while the program runs: the flight
+    // recorder, `mtlab ctl dump` of a sampled run.
+    let release = cfg.flight.is_none() && cfg.sample.is_none();
+    let mut live = if cfg.live.is_some() { None } else { crate::live_finish::LiveFinish::new(output.clone(), cfg.flight.is_some(), release) };
     if page_tx.is_some() {
         cmd.env("MTLAB_LIVE", "1");
     } else {
@@ -868,7 +903,14 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         l.spawned();
     }
     let pushed = pusher.map(|(url, p)| (url, p.finish()));
-    let mut root_finisher = live.and_then(|l| l.stop());
+    let program_end = Instant::now();
+    let stopped = live.map(|l| l.stop());
+    let live_stop = program_end.elapsed();
+    let (mut root_finisher, mut root_lost) = match stopped {
+        Some(crate::live_finish::Stopped::Partial(f)) => (Some(*f), None),
+        Some(crate::live_finish::Stopped::Lost { why, released }) => (None, Some((why, released))),
+        _ => (None, None),
+    };
     let served = broker.map(|b| b.stop()).unwrap_or_default();
     let (status, wall) = ran?;
     // Before the root is finished: the ring takes the rest of the raw file.
@@ -948,6 +990,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         traces.retain(|t| !covered_live.contains(t));
     }
     let mut bytes = 0;
+    let mut stages = None;
     // With --live, the descendants' finished traces go into the profile after the root's.
     let mut finished_children = Vec::new();
     for (i, t) in traces.iter().enumerate() {
@@ -967,10 +1010,28 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             continue;
         }
         let info: &[(String, String)] = if root { &runinfo } else { &[] };
+        if let Some((why, released)) = root_lost.take().filter(|_| root) {
+            // The rewrite failed after it had released raw records: the file
+            // cannot be finished from the start any more.
+            let kept = match trace::append_runinfo(t, info) {
+                Ok(()) => "the exit status and run facts were added to it",
+                Err(_) => "nor could the exit status be added",
+            };
+            bytes += std::fs::metadata(t).map(|m| m.len()).unwrap_or(0);
+            warnings.push(format!(
+                "{}: the rewrite while the program ran failed ({why}) after it had released {released} bytes of raw \
+                 records from the file: those events are lost, the rest is left as written ({kept})",
+                t.display()
+            ));
+            continue;
+        }
         let finished = match root_finisher.take().filter(|_| root) {
             Some(f) => f.finish(info),
             None => trace::finish_trace(t, info),
         };
+        if let (true, Ok(stats)) = (root, &finished) {
+            stages = Some(Stages { program: wall, live_stop, finish: stats.stages });
+        }
         match finished {
             Ok(stats) => {
                 if !root && !seen_live.contains(t) {
@@ -1016,7 +1077,8 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     if !traces.is_empty() && crate::symbolize::elf_is_go(&program) == Some(true) {
         warnings.push(GO_EXIT.replace("{}", &program.display().to_string()));
     }
-    Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings, root_unwritten, live: live_summary, flight, pushed })
+    let stages = stages.map(|s| (s, program_end.elapsed()));
+    Ok(RecordOutcome { status, program, traces, wall, baseline_wall, bytes, warnings, root_unwritten, live: live_summary, flight, pushed, stages })
 }
 
 /// The thread of `record --sample --push-every`: its source reads the

@@ -277,9 +277,10 @@ enum ProfileCommand {
 /// The environment variables `record` reads (the program's own environment
 /// passes through untouched otherwise).
 const RECORD_ENVIRONMENT: &str = "Environment:\n  \
-MTLAB_LIVE_FINISH=idle|always|off  when the trace is rewritten (joined, put in columns, compressed) while the \
-program runs: idle (the default) only while some CPU sits idle, so the rewrite never takes a CPU the program \
-could use; always at every 20 ms poll; off only after the program exits\n  \
+MTLAB_LIVE_FINISH=auto|idle|always|off  when the trace is rewritten (joined, put in columns, compressed, its raw \
+records released from the file) while the program runs: auto (the default) all of it while some CPU sits idle, \
+and within a budget of at most 5 % of one CPU when none does; idle only while some CPU sits idle; always at \
+every 20 ms poll, without a budget; off only after the program exits\n  \
 MTLAB_CTL_THREAD=0  with --sample, no control thread in the program: `mtlab ctl` then signals it, and its \
 system calls may see EINTR (for a program that must stay single-threaded, e.g. to call \
 unshare(CLONE_NEWUSER))\n  \
@@ -338,6 +339,10 @@ struct RecordArgs {
     /// discarded; it reads stdin only when stdin is a file (< FILE), else nothing
     #[arg(long)]
     baseline: bool,
+    /// Print where record's own time went once it is done: the program, the end of the rewrite that ran
+    /// beside it, and the rest of the rewrite (joining each thread's chunks, columns, compression).
+    #[arg(short, long)]
+    verbose: bool,
     /// Keep a compact trace: time stamps rounded to 65536 ticks and each function's call cycles kept
     /// as a distribution per chunk (every per-function figure stays exact); see `mtlab compact`.
     #[arg(long)]
@@ -761,6 +766,9 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     }
     for w in &outcome.warnings {
         say!("mtlab: warning: {w}");
+    }
+    if let (true, Some((st, after))) = (a.verbose, &outcome.stages) {
+        say!("mtlab: {}", record::stages_line(st, *after));
     }
     for w in &outcome.flight.warnings {
         say!("mtlab: warning: {w}");

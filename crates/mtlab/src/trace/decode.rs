@@ -1578,9 +1578,26 @@ pub(crate) mod tests {
 
     #[test]
     fn finishing_in_steps_writes_the_same_file() {
-        // A Finisher advanced to many limits (mid-record ones included), as
-        // `mtlab record` does while the program runs, ends with the same
-        // bytes as finishing in one go.
+        finish_in_steps(false);
+    }
+
+    #[test]
+    fn finishing_in_steps_releasing_the_raw_blocks_writes_the_same_file() {
+        // As `mtlab record` does: the raw records taken are punched out of
+        // the file as it goes; the rewrite is the same, and the raw file's
+        // blocks are gone but for the header's and the untaken tail's.
+        finish_in_steps(true);
+    }
+
+    fn allocated(path: &std::path::Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    /// A Finisher advanced to many limits (mid-record ones included), as
+    /// `mtlab record` does while the program runs, ends with the same
+    /// bytes as finishing in one go.
+    fn finish_in_steps(release: bool) {
         let dir = tempfile::tempdir().unwrap();
         let one = dir.path().join("one.mtl");
         let mut w = TraceWriter::create(&one, header_pairs()).unwrap();
@@ -1603,10 +1620,26 @@ pub(crate) mod tests {
             read_file_header(&f, &steps, len).unwrap().2
         };
         let mut f = crate::trace::Finisher::start(&steps, header_len).unwrap();
+        if release {
+            f.one_worker();
+            f.releasing().unwrap();
+        }
+        let before = allocated(&steps);
         let mut limit = header_len;
         while limit < len {
             f.advance(limit).unwrap();
             limit += 7919;
+        }
+        if release {
+            // All taken but the last partial step: every whole block but
+            // the header's and the last few released.
+            let (left, taken) = (allocated(&steps), f.taken());
+            assert!(taken > len / 2, "taken {taken} of {len}");
+            assert_eq!(f.released(), taken - header_len);
+            // Whole blocks are freed; the ones a punch ended in are zeroed, and freed by the next.
+            assert!(left <= before.saturating_sub(f.released()) + 2 * 4096, "{left} bytes still allocated of {before}, {} released", f.released());
+        } else {
+            assert_eq!(f.released(), 0);
         }
         f.finish(&info).unwrap();
         let (a, b) = (std::fs::read(&one).unwrap(), std::fs::read(&steps).unwrap());

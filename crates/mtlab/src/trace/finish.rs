@@ -26,6 +26,22 @@ pub struct FinishStats {
     pub chunks_compressed: u64,
     /// Damage found (the records from there on were dropped).
     pub warnings: Vec<String>,
+    /// Where `finish` spent its time (the part after the program ended).
+    pub stages: FinishStages,
+}
+
+/// The time `Finisher::finish` spent on each stage, summed over its
+/// threads (the rewrite and compression run on all cores), and its wall
+/// time from start to the rename.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FinishStages {
+    /// Reading the records and joining each thread's chunks into groups.
+    pub join: std::time::Duration,
+    /// Rows rewritten in columns (`columns::split`).
+    pub rewrite: std::time::Duration,
+    /// zstd.
+    pub compression: std::time::Duration,
+    pub wall: std::time::Duration,
 }
 
 /// Uncompressed EVENTS payload bytes gathered before they are rewritten together, on all cores.
@@ -129,8 +145,10 @@ fn rewrite_group(
     comp: &mut zstd::bulk::Compressor<'_>,
     g: &Group,
     batch: &[(ChunkHead, Vec<u8>)],
+    spent: &mut GroupTimes,
 ) -> io::Result<Vec<Rewritten>> {
     let head = EVENTS_HEADER as usize;
+    let t = std::time::Instant::now();
     let rows: Vec<RowChunk> = g
         .members
         .iter()
@@ -140,8 +158,11 @@ fn rewrite_group(
         })
         .collect();
     let cols = if g.solo { split_rounded(&rows, SOLO_QUANTUM) } else { split(&rows) };
+    let t = spent.rewrite_since(t);
     if let Ok(cols) = cols {
-        let c = comp.compress(&cols)?;
+        let c = comp.compress(&cols);
+        spent.compression += t.elapsed();
+        let c = c?;
         if c.len() < g.row_bytes {
             return Ok(vec![Rewritten {
                 head: chunk_head_bytes(g.tid, g.n_events as u32, g.first_tsc, g.last_tsc),
@@ -154,7 +175,9 @@ fn rewrite_group(
     for &i in &g.members {
         let payload = &batch[i].1;
         let body = &payload[head..];
+        let t = std::time::Instant::now();
         let c = if body.is_empty() { None } else { Some(comp.compress(body)?) };
+        spent.compression += t.elapsed();
         let mut h = [0u8; EVENTS_HEADER as usize];
         h.copy_from_slice(&payload[..head]);
         out.push(match c {
@@ -165,42 +188,63 @@ fn rewrite_group(
     Ok(out)
 }
 
-/// Rewrites the EVENTS payloads in `batch` (in parallel: the program has
-/// ended, its cores are free) and writes the records in order. Returns the
-/// bytes written and empties the batch.
+/// Time one worker spent on a batch's groups, by stage.
+#[derive(Default)]
+struct GroupTimes {
+    rewrite: std::time::Duration,
+    compression: std::time::Duration,
+}
+
+impl GroupTimes {
+    /// Adds the time since `t` to the rewrite; returns now.
+    fn rewrite_since(&mut self, t: std::time::Instant) -> std::time::Instant {
+        let now = std::time::Instant::now();
+        self.rewrite += now - t;
+        now
+    }
+}
+
+/// Rewrites the EVENTS payloads in `batch` on `workers` threads (all cores
+/// once the program has ended; one, this thread, while it runs) and writes
+/// the records in order. Returns the bytes written and empties the batch.
 fn write_compressed_batch(
     batch: &mut Vec<(ChunkHead, Vec<u8>)>,
     out: &mut impl Write,
     stats: &mut FinishStats,
+    workers: usize,
 ) -> io::Result<u64> {
     if batch.is_empty() {
         return Ok(0);
     }
+    let t = std::time::Instant::now();
     let groups = group_chunks(batch);
-    let workers = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
+    stats.stages.join += t.elapsed();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<std::sync::Mutex<Option<Vec<Rewritten>>>> =
         groups.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let batch_ref: &[(ChunkHead, Vec<u8>)] = batch;
-    std::thread::scope(|scope| -> io::Result<()> {
-        let jobs: Vec<_> = (0..workers.min(groups.len()))
-            .map(|_| {
-                scope.spawn(|| -> io::Result<()> {
-                    let mut comp = zstd::bulk::Compressor::new(FINISH_ZSTD_LEVEL)?;
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(g) = groups.get(i) else { return Ok(()) };
-                        let r = rewrite_group(&mut comp, g, batch_ref)?;
-                        *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-                    }
-                })
-            })
-            .collect();
-        for j in jobs {
-            j.join().map_err(|_| io::Error::other("a compression thread panicked"))??;
+    let work = || -> io::Result<GroupTimes> {
+        let mut comp = zstd::bulk::Compressor::new(FINISH_ZSTD_LEVEL)?;
+        let mut spent = GroupTimes::default();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(g) = groups.get(i) else { return Ok(spent) };
+            let r = rewrite_group(&mut comp, g, batch_ref, &mut spent)?;
+            *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
         }
-        Ok(())
-    })?;
+    };
+    let spent: Vec<GroupTimes> = if workers <= 1 {
+        vec![work()?]
+    } else {
+        std::thread::scope(|scope| -> io::Result<Vec<GroupTimes>> {
+            let jobs: Vec<_> = (0..workers.min(groups.len())).map(|_| scope.spawn(work)).collect();
+            jobs.into_iter().map(|j| j.join().map_err(|_| io::Error::other("a compression thread panicked"))?).collect()
+        })?
+    };
+    for s in spent {
+        stats.stages.rewrite += s.rewrite;
+        stats.stages.compression += s.compression;
+    }
     let mut written = 0u64;
     for r in results {
         let recs = r.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_default();
@@ -261,7 +305,30 @@ pub struct Finisher {
     header_end: u64,
     advanced_to: u64,
     written: u64,
+    /// Threads that rewrite a batch: all cores once the program has ended.
+    workers: usize,
+    /// `releasing`: the source opened for writing, to punch out what was
+    /// taken; and how far it is released (a block boundary).
+    release: Option<File>,
+    released: u64,
+    /// Where the SKIP record over the released records starts (0: none yet).
+    skip_at: u64,
 }
+
+/// What the raw trace says where its records were released, for a reader of
+/// it when the rewrite never finished (`mtlab record` killed): a RUNINFO
+/// record with this warning, then a SKIP record over the zeros.
+pub const RELEASED_NOTE: &str = "mtlab record rewrote the start of this trace while the program ran and was stopped \
+     before it finished: the raw events it had taken were released from the file and are missing from every figure";
+/// The longest SKIP record over released records; a longer run of them is
+/// covered by several (readers refuse records beyond `MAX_PAYLOAD`).
+const SKIP_MAX: u64 = 256 << 20;
+
+/// Bytes taken between two punches of the source (`releasing`): one
+/// `fallocate` per MiB read.
+const RELEASE_STEP: u64 = 1 << 20;
+/// Holes are punched in whole file system blocks.
+const BLOCK: u64 = 4096;
 
 /// What one step of the rewrite did with a record.
 enum Next {
@@ -300,7 +367,101 @@ impl Finisher {
             header_end,
             advanced_to: header_end,
             written: header_end,
+            workers: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8),
+            release: None,
+            released: 0,
+            skip_at: 0,
         })
+    }
+
+    /// From now on, the source's records are punched out of it (whole
+    /// blocks, its header kept) once this rewrite holds them, so that the
+    /// raw trace and its rewrite are not both on disk. The source is then
+    /// no longer a readable trace: if the rewrite fails, what it held is
+    /// lost (`released` says how much).
+    pub fn releasing(&mut self) -> Result<(), TraceError> {
+        let f = crate::platform::safe_fs::open_owned_regular(&self.path, true).map_err(TraceError::io(&self.path))?;
+        self.release = Some(f);
+        Ok(())
+    }
+
+    /// Rewrite each batch on this thread only (while the program runs, so as
+    /// not to take more than one core from it); `finish` uses all cores.
+    pub fn one_worker(&mut self) {
+        self.workers = 1;
+    }
+
+    /// Where the source is read up to: every byte before it is this
+    /// rewrite's (written, or in the batch held in memory).
+    pub fn taken(&self) -> u64 {
+        self.off
+    }
+
+    /// Bytes of the rewrite so far (written, or buffered to be).
+    pub fn rewritten(&self) -> u64 {
+        self.written
+    }
+
+    /// The source's bytes punched out so far (its records from the header's
+    /// end on).
+    pub fn released(&self) -> u64 {
+        self.released.saturating_sub(self.header_end)
+    }
+
+    /// Punches the source's taken records out (`releasing`): from the block
+    /// the last punch ended in (its taken part was zeroed, now the whole
+    /// block goes) to the end of the last record taken, so the file reads
+    /// as its header, zeros where the taken records were (damage a reader
+    /// resyncs after) and the records not taken yet. A file system that
+    /// cannot punch holes keeps them: the raw trace then stays whole, as
+    /// without `releasing`.
+    fn release_taken(&mut self, min_step: u64) -> Result<(), TraceError> {
+        let Some(f) = &self.release else { return Ok(()) };
+        let to = self.off;
+        let note = {
+            let text = kv_text([(keys::FINISH_WARNING, RELEASED_NOTE)]);
+            let mut rec = Vec::new();
+            write_record(&mut rec, REC_RUNINFO, 0, &[text.as_bytes()]).map_err(TraceError::io(&self.path))?;
+            rec
+        };
+        let first = self.skip_at == 0;
+        let start = if first { self.header_end + note.len() as u64 } else { self.skip_at };
+        if to < (self.released / BLOCK * BLOCK).max(start + RECORD_HEADER as u64) + min_step.max(1) {
+            return Ok(());
+        }
+        // The note and SKIP headers first, then the zeros: a reader of the
+        // file at any moment finds records that chain to the untaken ones.
+        let io = |e| TraceError::io(&self.path)(e);
+        if first {
+            f.write_all_at(&note, self.header_end).map_err(io)?;
+            self.skip_at = start;
+        } else if to - self.skip_at - RECORD_HEADER as u64 > SKIP_MAX {
+            // The last SKIP ends where the last release did (a record boundary).
+            self.skip_at = self.released;
+        }
+        let skip_len = to - self.skip_at - RECORD_HEADER as u64;
+        f.write_all_at(&super::records::record_header(REC_SKIP, 0, skip_len as usize), self.skip_at).map_err(io)?;
+        let from = (self.released / BLOCK * BLOCK).max(self.skip_at + RECORD_HEADER as u64);
+        use std::os::fd::AsRawFd;
+        // SAFETY: fallocate on a descriptor this struct owns, over a range
+        // of the file this rewrite has read and holds.
+        let r = unsafe {
+            libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, from as libc::off_t, (to - from) as libc::off_t)
+        };
+        if r == 0 {
+            self.released = to;
+        } else {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                self.release = None;
+                self.stats.warnings.push(format!(
+                    "the raw trace's rewritten records could not be released while finishing ({e}): this file system does not punch holes"
+                ));
+            } else {
+                return Err(TraceError::io(&self.path)(e));
+            }
+        }
+        Ok(())
     }
 
     fn tmp_err(&self) -> impl FnOnce(io::Error) -> TraceError + '_ {
@@ -312,6 +473,7 @@ impl Finisher {
     /// `finish`, which judges it on the whole file.
     pub fn advance(&mut self, available: u64) -> Result<(), TraceError> {
         self.run(available)?;
+        self.release_taken(0)?;
         self.advanced_to = self.off;
         Ok(())
     }
@@ -325,8 +487,10 @@ impl Finisher {
                 Err(d) => return Ok(Next::Stop(d)),
             };
             if rec.ty == REC_EVENTS && rec.flags & RECORD_FLAG_ZSTD == 0 {
+                let t = std::time::Instant::now();
                 let mut payload = vec![0u8; rec.payload_len as usize];
                 self.src.read_exact_at(&mut payload, rec.payload_offset()).map_err(TraceError::io(&path))?;
+                self.stats.stages.join += t.elapsed();
                 let info = match parse_chunk_header(&rec, &payload) {
                     Ok(info) => info,
                     Err(d) => return Ok(Next::Stop(d)),
@@ -348,6 +512,9 @@ impl Finisher {
                 if self.batch_bytes >= FINISH_BATCH_BYTES {
                     self.flush_batch()?;
                 }
+                self.off = rec.end();
+                self.release_taken(RELEASE_STEP)?;
+                continue;
             } else if rec.ty == REC_EVENTS && rec.flags & RECORD_FLAG_CRC == 0 {
                 // Compressed already (a trace finished by an mtlab before
                 // checksums): kept as it is, with checksums added.
@@ -370,7 +537,7 @@ impl Finisher {
 
     fn flush_batch(&mut self) -> Result<(), TraceError> {
         let mut batch = std::mem::take(&mut self.batch);
-        let n = write_compressed_batch(&mut batch, &mut self.out, &mut self.stats);
+        let n = write_compressed_batch(&mut batch, &mut self.out, &mut self.stats, self.workers);
         self.batch = batch;
         self.written += n.map_err(self.tmp_err())?;
         self.batch_bytes = 0;
@@ -380,6 +547,9 @@ impl Finisher {
     /// Rewrites the rest of the (now complete) file, appends RUNINFO with
     /// `runinfo`, and replaces the trace with the rewrite.
     pub fn finish(mut self, runinfo: &[(String, String)]) -> Result<FinishStats, TraceError> {
+        let start = std::time::Instant::now();
+        // The stages of the part done after the program ended.
+        self.stats.stages = FinishStages::default();
         let path = self.path.clone();
         let meta = self.src.metadata().map_err(TraceError::io(&path))?;
         self.stats.bytes_before = meta.len();
@@ -406,6 +576,7 @@ impl Finisher {
         drop(self.reader);
         self.guard.install(self.out, Some(meta.permissions()), false, &path)?;
         self.stats.bytes_after = self.written;
+        self.stats.stages.wall = start.elapsed();
         Ok(self.stats)
     }
 }

@@ -69,6 +69,9 @@ pub const REC_RUNINFO: u16 = 4;
 pub const REC_STATS: u16 = 5;
 /// The heap manager's own figures read after `mtlab ctl dump` (key=value text).
 pub const REC_ALLOCSTATS: u16 = 6;
+/// A range readers skip (writer.c's REC_SKIP: a chunk that could not be
+/// written in full; `Finisher::releasing`: raw records punched out).
+pub const REC_SKIP: u16 = 0x7fff;
 
 /// u32 tid, u32 n_events, u64 first_tsc, u64 last_tsc.
 pub const EVENTS_HEADER: u32 = 24;

@@ -62,6 +62,6 @@ pub use decode::{read_header, Header, ItemRef, Items, NewChunk, TraceFile};
 pub use encode::{ChunkEncoder, TraceWriter};
 pub use error::TraceError;
 pub use event::{Event, EventKind, Func, Item, UNTIMED};
-pub use finish::{append_runinfo, finish_trace, FinishStats, Finisher, SOLO_QUANTUM};
+pub use finish::{append_runinfo, finish_trace, FinishStages, FinishStats, Finisher, SOLO_QUANTUM};
 pub use records::{ChunkInfo, EndRecord};
 pub use stacks::{StackRef, StackTable};

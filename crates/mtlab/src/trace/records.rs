@@ -391,7 +391,7 @@ pub(crate) fn write_checked_events(out: &mut impl Write, flags: u16, chunk_head:
 }
 
 /// The 8-byte header of a record of `len` payload bytes.
-fn record_header(ty: u16, flags: u16, len: usize) -> [u8; RECORD_HEADER as usize] {
+pub(crate) fn record_header(ty: u16, flags: u16, len: usize) -> [u8; RECORD_HEADER as usize] {
     let mut h = [0u8; RECORD_HEADER as usize];
     h[0..4].copy_from_slice(&(len as u32).to_le_bytes());
     h[4..6].copy_from_slice(&ty.to_le_bytes());
