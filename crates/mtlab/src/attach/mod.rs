@@ -274,16 +274,19 @@ fn quiet_thread(pid: i32) -> Option<i32> {
 /// is stopped alone (the others are never stopped: with busy threads, stopping
 /// them all until one is chosen was a third of the stop at attach); else every
 /// thread is stopped and one chosen from their registers. Retries for up to
-/// ~2 s while every thread is busy elsewhere.
-fn stop_for_call(pid: i32, avoid: &[(u64, u64)]) -> Result<(Tracee, i32, Instant), AttachError> {
+/// ~2 s while every thread is busy elsewhere. The chosen thread has nice -20
+/// while the returned Boost lives: given before the stop where the thread is
+/// known, so that on a busy machine it gets a CPU at once to take the stop.
+fn stop_for_call(pid: i32, avoid: &[(u64, u64)]) -> Result<(Tracee, i32, Instant, ptrace::Boost), AttachError> {
     for attempt in 0.. {
         let maps = target::maps(pid).map_err(|e| failed(pid, format!("cannot read its maps: {e}")))?;
         let exe = exe_ranges(pid, &maps);
         if let Some(tid) = quiet_thread(pid) {
+            let boost = ptrace::Boost::new(tid);
             let stopped_at = Instant::now();
             match Tracee::stop_one(pid, tid) {
                 // Still there after the stop (it may have woken meanwhile).
-                Ok(t) if safe_thread(&t, &exe, avoid) == Some(tid) => return Ok((t, tid, stopped_at)),
+                Ok(t) if safe_thread(&t, &exe, avoid) == Some(tid) => return Ok((t, tid, stopped_at, boost)),
                 Ok(_) | Err(_) if !running(pid) => return Err(Refusal::NoProcess(pid).into()),
                 Ok(_) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Err(stop_error(pid, e)),
@@ -297,7 +300,7 @@ fn stop_for_call(pid: i32, avoid: &[(u64, u64)]) -> Result<(Tracee, i32, Instant
         }
         if let Some(tid) = safe_thread(&t, &exe, avoid) {
             t.release_others(tid);
-            return Ok((t, tid, stopped_at));
+            return Ok((t, tid, stopped_at, ptrace::Boost::new(tid)));
         }
         drop(t);
         if attempt == 400 {
@@ -396,7 +399,7 @@ fn loaded_at(t: &Tracee, handle: u64, lib_path: &str) -> Option<u64> {
         }
     }
     let maps = target::maps(t.pid()).ok()?;
-    target::object_range(&maps, lib_path).map(|(base, _)| base)
+    target::object_range(&maps, &target::seen_here(t.pid(), lib_path)).map(|(base, _)| base)
 }
 
 /// Loads the library and starts tracing; returns how long the chosen thread was stopped, and where that went.
@@ -405,7 +408,7 @@ fn loaded_at(t: &Tracee, handle: u64, lib_path: &str) -> Option<u64> {
 /// measure) is done before the stop.
 fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<(Loaded, Duration, AttachSteps), AttachError> {
     let pid = cfg.pid;
-    let libc_file = std::fs::read(target::in_root(pid, libc_path))
+    let libc_file = std::fs::read(target::in_root(pid, &target::seen_there(pid, libc_path)))
         .map_err(|e| failed(pid, format!("cannot read its C library {libc_path}: {e}")))?;
     let offs = symbols::exported(&libc_file, &["dlopen", "dlclose", "dlerror"]).map_err(|e| failed(pid, e))?;
     let [Some(dlopen), Some(dlclose), Some(dlerror)] = offs[..] else {
@@ -418,12 +421,10 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
     let (libc_base, _) = target::object_range(&maps, libc_path).ok_or_else(|| failed(pid, "its C library is not in its maps"))?;
     let text = settings(cfg, &paths.out_in_target);
 
-    let (mut t, tid, stopped_at) = stop_for_call(pid, &[])?;
+    let (mut t, tid, stopped_at, boost) = stop_for_call(pid, &[])?;
     let mut steps = AttachSteps { threads: t.stopped_count(), all_stopped: stopped_at.elapsed(), ..AttachSteps::default() };
     steps.outside.0.push(("choosing a thread", steps.all_stopped));
     let mut clock = Instant::now();
-    let boost = ptrace::Boost::new(tid);
-    steps.outside.lap(&mut clock, "nice -20");
     let handle = call(&mut t, tid, "dlopen", libc_base + dlopen, &[DATA, RTLD_NOW], &c_string(&paths.lib_in_target))?;
     if handle == 0 {
         let msg = call(&mut t, tid, "dlerror", libc_base + dlerror, &[], &[]).map(|p| read_c_string(&t, p)).unwrap_or_default();
@@ -460,10 +461,11 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
 
 /// Ranges of the library's executable mappings.
 fn lib_code(pid: i32, lib_path: &str) -> Vec<(u64, u64)> {
+    let here = target::seen_here(pid, lib_path);
     target::maps(pid)
         .unwrap_or_default()
         .into_iter()
-        .filter(|m| m.path == lib_path && m.perms.contains('x'))
+        .filter(|m| m.path == here && m.perms.contains('x'))
         .map(|m| (m.start, m.end))
         .collect()
 }
@@ -490,11 +492,9 @@ fn quiescent(t: &Tracee, maps: &[Mapping], code: &[(u64, u64)]) -> bool {
 fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Result<(Duration, DetachSteps, bool), AttachError> {
     let code = lib_code(pid, &loaded.lib_path);
     let mut steps = DetachSteps::default();
-    let (mut t, tid, stopped_at) = stop_for_call(pid, &code)?;
+    let (mut t, tid, stopped_at, boost) = stop_for_call(pid, &code)?;
     steps.end.0.push(("choosing a thread", stopped_at.elapsed()));
     let mut clock = Instant::now();
-    let boost = ptrace::Boost::new(tid);
-    steps.end.lap(&mut clock, "nice -20");
     call(&mut t, tid, "mtlab_attach_end", loaded.end, &[], &[])?;
     steps.end.lap(&mut clock, "mtlab_attach_end");
     steps.inside = Steps::from_marks(&read_marks(&t, loaded.marks), true);
@@ -512,36 +512,27 @@ fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Resu
     }
     for _ in 0..100 {
         let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
-        let exe = exe_ranges(pid, &maps);
-        let started = Instant::now();
-        let mut clock = started;
         let mut unload = Steps::default();
-        let mut t = Tracee::stop_all(pid).map_err(|e| failed(pid, format!("cannot stop it again: {e}")))?;
-        unload.lap(&mut clock, "stopping every thread");
-        let quiet = quiescent(&t, &maps, &code);
-        unload.lap(&mut clock, "checking their registers and stacks");
+        let (quiet, slowest) = quiescent_each(pid, &maps, &code)?;
+        unload.0.push(("the longest stop of one thread for its check", slowest));
+        longest = longest.max(slowest);
         if quiet {
-            if let Some(tid) = safe_thread(&t, &exe, &code) {
-                t.release_others(tid);
-                unload.lap(&mut clock, "letting the others go");
-                let boost = ptrace::Boost::new(tid);
-                let r = call(&mut t, tid, "dlclose", loaded.dlclose, &[loaded.handle], &[])?;
-                unload.lap(&mut clock, "dlclose");
-                drop(boost);
-                drop(t);
-                unload.lap(&mut clock, "letting it go");
-                longest = longest.max(started.elapsed());
-                steps.unload = unload;
-                let gone = lib_code(pid, &loaded.lib_path).is_empty();
-                if r != 0 || !gone {
-                    warnings.push(format!("mtlab's library stays loaded in process {pid} (dlclose returned {r}); it does nothing more"));
-                }
-                return Ok((longest, steps, gone));
+            let (mut t, tid, stopped_at, boost) = stop_for_call(pid, &code)?;
+            let mut clock = Instant::now();
+            unload.0.push(("choosing a thread", clock - stopped_at));
+            let r = call(&mut t, tid, "dlclose", loaded.dlclose, &[loaded.handle], &[])?;
+            unload.lap(&mut clock, "dlclose");
+            drop(boost);
+            drop(t);
+            unload.lap(&mut clock, "letting it go");
+            longest = longest.max(stopped_at.elapsed());
+            steps.unload = unload;
+            let gone = lib_code(pid, &loaded.lib_path).is_empty();
+            if r != 0 || !gone {
+                warnings.push(format!("mtlab's library stays loaded in process {pid} (dlclose returned {r}); it does nothing more"));
             }
+            return Ok((longest, steps, gone));
         }
-        drop(t);
-        unload.lap(&mut clock, "letting them go");
-        longest = longest.max(started.elapsed());
         steps.unload = unload;
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -549,6 +540,31 @@ fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Resu
         "mtlab's library stays loaded in process {pid}: for 0.5 s some thread still had an address of it on its stack; it does nothing more"
     ));
     Ok((longest, steps, false))
+}
+
+/// The unload check thread by thread, each stopped alone for its own check
+/// (returns whether all passed, and the longest of those stops). Checking
+/// them one after the other is as good as all at once: once the end call
+/// has put every slot and stub word back, ended the control thread and put
+/// the signal disposition back, nothing enters the library's code again,
+/// so a thread found outside it stays outside.
+fn quiescent_each(pid: i32, maps: &[Mapping], code: &[(u64, u64)]) -> Result<(bool, Duration), AttachError> {
+    let mut slowest = Duration::ZERO;
+    for tid in ptrace::task_ids(pid).map_err(|e| stop_error(pid, e))? {
+        let started = Instant::now();
+        let t = match Tracee::stop_one(pid, tid) {
+            Ok(t) => t,
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue, // ended meanwhile
+            Err(e) => return Err(failed(pid, format!("cannot stop it again: {e}"))),
+        };
+        let quiet = quiescent(&t, maps, code);
+        drop(t);
+        slowest = slowest.max(started.elapsed());
+        if !quiet {
+            return Ok((false, slowest));
+        }
+    }
+    Ok((true, slowest))
 }
 
 /// Attaches, traces until the duration ends, Ctrl-C or SIGTERM, or the
