@@ -18,12 +18,23 @@
  */
 #define _GNU_SOURCE
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
 #ifdef MTLAB_ATTACH
 
 #define EXPORT __attribute__((visibility("default")))
+
+/* The steps' times (MTLAB_ATTACH_MARK): read by mtlab through /proc/PID/mem
+ * after each call, to say where the stop at attach and detach went. */
+EXPORT uint64_t mtlab_attach_marks[32];
+
+void mtlab_attach_mark(int step) {
+    struct timespec ts;
+    if (step < 0 || step >= 32 || clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return;
+    mtlab_attach_marks[step] = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 /* The settings, copied (the injector's text lies below the stopped thread's
  * stack pointer only for the duration of the call) as NUL-terminated
@@ -38,6 +49,8 @@ const char *mtlab_attach_conf(const char *name) {
 }
 
 EXPORT int mtlab_attach_begin(const char *text) {
+    memset(mtlab_attach_marks, 0, sizeof mtlab_attach_marks);
+    MTLAB_ATTACH_MARK(0);
     size_t n = strlen(text);
     if (n + 2 > sizeof settings) return -1;
     memcpy(settings, text, n);
@@ -64,11 +77,17 @@ void *mtlab_attach_dlopen(const char *file, int mode) {
 }
 
 EXPORT void mtlab_attach_end(void) {
+    MTLAB_ATTACH_MARK(16);
     mtlab_got_restore();
+    MTLAB_ATTACH_MARK(17);
     mtlab_attach_stop();
+    MTLAB_ATTACH_MARK(18);
     mtlab_sampler_release();
+    MTLAB_ATTACH_MARK(19);
     mtlab_writer_release();
+    MTLAB_ATTACH_MARK(20);
     mtlab_thread_release();
+    MTLAB_ATTACH_MARK(21);
 }
 
 #endif

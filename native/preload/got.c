@@ -30,6 +30,9 @@
  * of a function in a non-PIC executable is its PLT entry, whose jumps follow
  * the slot. The price: code built with -fno-plt, and glibc's own internal
  * malloc/free (GLOB_DAT in libc.so.6), still pass through the shims.
+ * Attached, where the shims are reached through slots alone, the malloc
+ * family's GLOB_DAT slots are routed too, through stubs whose address stays
+ * the same for the whole session (see "stubs" below).
  *
  * Everything is found once, in the constructor (mtlab_got_scan), and cached
  * in static arrays; mtlab_got_route only loads, stores and calls mprotect, so
@@ -43,6 +46,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 
 #include "internal.h"
 
@@ -70,6 +74,7 @@ struct slot {
     void **addr;
     void *orig; /* the value found at scan time (our shim, or a lazy-binding stub) */
     uint8_t fn;
+    uint8_t glob; /* an R_X86_64_GLOB_DAT slot (attached only): points at stubs_code[fn] */
 };
 
 struct module {
@@ -93,6 +98,83 @@ static _Atomic int applied = -1; /* W_* bits the slots hold; -1: not routed yet 
 
 static uintptr_t page_size;
 static uintptr_t page_down(uintptr_t a) { return a & ~(page_size - 1); }
+
+/* ---- stubs for GLOB_DAT slots (attached only) ----
+ *
+ * A GLOB_DAT slot is where position-independent code reads a function's
+ * address: to call it (-fno-plt code; glibc's own calls of malloc and free,
+ * from strdup, fopen, getline…) or to keep it (`obstack_init`, a table of
+ * destructors, `tdestroy(root, free)`). Attached, such slots of the malloc
+ * family point at a stub, `jmp *word`, whose word holds the shim while the
+ * session routes that function and the real one otherwise: a pointer read
+ * during the session and called after the detach, when the library is
+ * gone, still lands in the real function. The stubs live in two pages of a
+ * memfd named mtlab-stubs (code r-x, words rw-, both private: a fork child
+ * keeps its own words), made at the first attach and found in the maps by
+ * every later one, so the stub addresses stay the same for the process's
+ * life. No stubs (memfd_create or an executable mapping refused): GLOB_DAT
+ * slots are left alone, as before. */
+#ifdef MTLAB_ATTACH
+#define STUBS_NAME "/memfd:mtlab-stubs (deleted)"
+#define STUBS_MAGIC 0x3162757473626c6dull /* "mlbstub1" */
+#define STUB_BYTES 16
+struct stubs_words {
+    uint64_t magic, n, stub_bytes;
+    void *_Atomic word[MTLAB_GOT_N];
+};
+static unsigned char *stubs_code;
+static struct stubs_words *stubs_data;
+
+static int stubs_fit(const struct stubs_words *w) {
+    return w->magic == STUBS_MAGIC && w->n == MTLAB_GOT_N && w->stub_bytes == STUB_BYTES;
+}
+
+static void stubs_open(void) {
+    uint64_t lo = 0, hi = 0;
+    if (mtlab_find_mapping(STUBS_NAME, &lo, &hi) == 0) { /* an earlier session's: code page first */
+        struct stubs_words *w = (struct stubs_words *)(uintptr_t)(lo + page_size);
+        if (hi - lo == page_size && stubs_fit(w)) {
+            stubs_code = (unsigned char *)(uintptr_t)lo;
+            stubs_data = w;
+        }
+        return; /* another layout (another mtlab build): no GLOB_DAT routing */
+    }
+    int fd = (int)mtlab_sys6(SYS_memfd_create, (long)"mtlab-stubs", 1 /* MFD_CLOEXEC */, 0, 0, 0, 0);
+    if (fd < 0) return;
+    long at = -1;
+    if (mtlab_sys_ftruncate(fd, 2 * page_size) == 0)
+        at = mtlab_sys6(SYS_mmap, 0, (long)(2 * page_size), PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    mtlab_sys_close(fd);
+    if (at < 0 && at > -4096) return;
+    unsigned char *code = (unsigned char *)at;
+    struct stubs_words *w = (struct stubs_words *)(code + page_size);
+    for (int f = 0; f < MTLAB_GOT_N; f++) {
+        unsigned char *stub = code + f * STUB_BYTES;
+        int32_t disp = (int32_t)((unsigned char *)&w->word[f] - (stub + 6));
+        stub[0] = 0xff; /* jmp *disp32(%rip) */
+        stub[1] = 0x25;
+        memcpy(stub + 2, &disp, 4);
+        memset(stub + 6, 0xcc, STUB_BYTES - 6); /* int3 */
+        atomic_store(&w->word[f], real_of[f]);
+    }
+    w->n = MTLAB_GOT_N;
+    w->stub_bytes = STUB_BYTES;
+    w->magic = STUBS_MAGIC;
+    if (mtlab_sys_mprotect(code, page_size, PROT_READ | PROT_EXEC) != 0) {
+        /* Not executable here (a policy against it): no stubs, and no second
+         * mapping of that name for a later session to trip on. */
+        mtlab_sys_munmap(code, 2 * page_size);
+        return;
+    }
+    stubs_code = code;
+    stubs_data = w;
+}
+
+static inline void *stub_of(int fn) { return stubs_code + fn * STUB_BYTES; }
+#else
+static void *const stubs_data = NULL;
+static inline void *stub_of(int fn) { (void)fn; return NULL; }
+#endif
 
 /* ---- scan ---- */
 
@@ -153,7 +235,8 @@ static uintptr_t dptr(const struct module *m, uintptr_t v) { return v < m->base 
 static void scan_relocs(struct module *m, const ElfW(Rela) *rel, size_t bytes, const ElfW(Sym) *symtab,
                         const char *strtab, size_t strsz) {
     for (size_t i = 0; i < bytes / sizeof *rel; i++) {
-        if (ELF64_R_TYPE(rel[i].r_info) != R_X86_64_JUMP_SLOT) continue;
+        unsigned type = (unsigned)ELF64_R_TYPE(rel[i].r_info);
+        if (type != R_X86_64_JUMP_SLOT && !(type == R_X86_64_GLOB_DAT && stubs_data)) continue;
         const ElfW(Sym) *sym = &symtab[ELF64_R_SYM(rel[i].r_info)];
         if (!sym->st_name || (strsz && sym->st_name >= strsz)) continue;
         const char *name = strtab + sym->st_name;
@@ -161,6 +244,9 @@ static void scan_relocs(struct module *m, const ElfW(Rela) *rel, size_t bytes, c
         for (int f = 0; f < MTLAB_GOT_N; f++)
             if (routable[f] && strcmp(name, names[f]) == 0) fn = f;
         if (fn < 0) continue;
+        /* GLOB_DAT: the malloc family's, which a pointer read from the slot
+         * may outlive the session with (see the stubs above). */
+        if (type == R_X86_64_GLOB_DAT && fn >= MTLAB_GOT_FIRST_PASS) continue;
         void **addr = (void **)(m->base + rel[i].r_offset);
         if ((uintptr_t)addr < m->lo || (uintptr_t)addr + sizeof *addr > m->hi) continue;
         void *cur = __atomic_load_n(addr, __ATOMIC_RELAXED);
@@ -176,8 +262,9 @@ static void scan_relocs(struct module *m, const ElfW(Rela) *rel, size_t bytes, c
 #else
         if (cur != shim_of[fn] && !lazy) continue;
 #endif
+        if (type == R_X86_64_GLOB_DAT && cur != real_of[fn]) continue; /* bound elsewhere (a canonical PLT entry) */
         if (n_slots == MAX_SLOTS) return;
-        slots[n_slots++] = (struct slot){.addr = addr, .orig = cur, .fn = (uint8_t)fn};
+        slots[n_slots++] = (struct slot){.addr = addr, .orig = cur, .fn = (uint8_t)fn, .glob = type == R_X86_64_GLOB_DAT};
     }
 }
 
@@ -275,6 +362,9 @@ void mtlab_got_scan(void) {
         routable[f] = shim_of[f] && real_of[f] && real_of[f] != shim_of[f] && dlsym(RTLD_DEFAULT, names[f]) == shim_of[f];
 #endif
     pool_used = mtlab_pool_in_use();
+#ifdef MTLAB_ATTACH
+    if (!stubs_data) stubs_open();
+#endif
     n_modules = 0;
     n_slots = 0;
     scan_new();
@@ -301,18 +391,30 @@ static inline void *target(int fn, int w) {
     return to_shim ? shim_of[fn] : real_of[fn];
 }
 
+/* Where a slot points in state w: a GLOB_DAT slot at its stub for the
+ * whole session (its word follows the state), so that its value changes
+ * only at attach and detach. */
+static inline void *slot_target(const struct slot *s, int w) { return s->glob ? stub_of(s->fn) : target(s->fn, w); }
+
 /* A slot is written only while it holds a value mtlab put or found there. */
 static inline int ours(const struct slot *s, void *cur) {
+    if (s->glob) return cur == stub_of(s->fn) || cur == s->orig;
     return cur == shim_of[s->fn] || cur == real_of[s->fn] || cur == s->orig;
 }
 
 static void apply(int w) {
+#ifdef MTLAB_ATTACH
+    /* The words first: a slot newly pointed at its stub finds it set. */
+    if (stubs_data)
+        for (int f = 0; f < MTLAB_GOT_FIRST_PASS; f++)
+            if (routable[f]) atomic_store(&stubs_data->word[f], target(f, w));
+#endif
     for (uint32_t m = 0; m < n_modules; m++) {
         const struct module *mod = &modules[m];
         int dirty = 0;
         for (uint32_t i = mod->first; i < mod->first + mod->n && !dirty; i++) {
             void *cur = __atomic_load_n(slots[i].addr, __ATOMIC_RELAXED);
-            dirty = cur != target(slots[i].fn, w) && ours(&slots[i], cur);
+            dirty = cur != slot_target(&slots[i], w) && ours(&slots[i], cur);
         }
         if (!dirty) continue;
         if (mod->ro_hi &&
@@ -320,7 +422,7 @@ static void apply(int w) {
             continue;
         for (uint32_t i = mod->first; i < mod->first + mod->n; i++) {
             void *cur = __atomic_load_n(slots[i].addr, __ATOMIC_RELAXED);
-            void *to = target(slots[i].fn, w);
+            void *to = slot_target(&slots[i], w);
             /* One aligned 8-byte store: a thread jumping through the slot
              * meanwhile takes the old target or the new, both valid. */
             if (cur != to && ours(&slots[i], cur)) __atomic_store_n(slots[i].addr, to, __ATOMIC_RELAXED);
@@ -420,6 +522,12 @@ void mtlab_got_restore(void) {
         }
         if (mod->ro_hi) mtlab_sys_mprotect((void *)mod->ro_lo, mod->ro_hi - mod->ro_lo, PROT_READ);
     }
+#ifdef MTLAB_ATTACH
+    /* Pointers read from GLOB_DAT slots meanwhile keep the stubs: from now
+     * on they reach the real functions, with or without this library. */
+    if (stubs_data)
+        for (int f = 0; f < MTLAB_GOT_N; f++) atomic_store(&stubs_data->word[f], real_of[f]);
+#endif
     atomic_store(&applied, -1);
     /* busy stays set: routing is over for this copy of the library. */
 }

@@ -179,6 +179,7 @@ static void mtlab_start(void) {
     if (!atomic_compare_exchange_strong(&once, &expected, 1)) return;
     MTLAB_GUARD_ENTER(&mtlab_tls);
     mtlab_resolve();
+    MTLAB_ATTACH_MARK(1);
     /* A path: not taken from the environment of a set-id program, whose
      * user did not choose where its privileged process writes. */
 #ifdef MTLAB_ATTACH
@@ -214,6 +215,7 @@ static void mtlab_start(void) {
     mtlab_cfg.sample_seed = env_u64("MTLAB_SAMPLE_SEED", 0);
     mtlab_cfg.ctl_thread = env_u64("MTLAB_CTL_THREAD", 1) != 0;
     mtlab_cfg.tsc_hz = env_u64("MTLAB_TSC_HZ", 0);
+    MTLAB_ATTACH_MARK(2);
 #ifdef MTLAB_ATTACH
     /* The attached process writes the file named; its children and the
      * program's environment are left alone (MTLAB_FOLLOW is 0). */
@@ -234,6 +236,7 @@ static void mtlab_start(void) {
 #endif
     detect_allocator();
     mtlab_allocator_stats_start();
+    MTLAB_ATTACH_MARK(3);
     mtlab_cfg.brk_init = (uint64_t)mtlab_real.sbrk(0);
     uint64_t heap = 0, heap_end = 0;
     mtlab_find_mapping("[heap]", &heap, &heap_end);
@@ -252,6 +255,7 @@ static void mtlab_start(void) {
     const char *tunables = getenv("GLIBC_TUNABLES");
     mtlab_cfg.no_arena_heaps = tunables && strstr(tunables, "malloc.hugetlb") != NULL;
     mtlab_init_brk(mtlab_cfg.brk_init);
+    MTLAB_ATTACH_MARK(4);
     mtlab_stack_table_init();
     mtlab_thread_init_global();
     pthread_atfork(mtlab_fork_prepare, mtlab_fork_parent, mtlab_fork_child);
@@ -270,15 +274,19 @@ static void mtlab_start(void) {
     __cxa_atexit(mtlab_stop, NULL, NULL);
 #endif
     start_clock();
+    MTLAB_ATTACH_MARK(5);
     mtlab_state = MTLAB_TRACING;
     /* The file is opened now, before the program's code runs: a daemon that
      * drops privileges or chroots before its first flush keeps its trace,
      * and the control page (sampling mode) names it. */
     mtlab_write_maps();
+    MTLAB_ATTACH_MARK(6);
     if (mtlab_cfg.sample_interval) {
         int sig = (int)env_u64("MTLAB_SIGNAL", (uint64_t)(SIGRTMIN + 7));
         if (env_u64("MTLAB_GOT", 1)) mtlab_got_scan(); /* MTLAB_GOT=0: every call through the shims */
+        MTLAB_ATTACH_MARK(7);
         mtlab_sampler_init(mtlab_cfg.sample_interval, env_u64("MTLAB_INACTIVE", 0) == 0, sig);
+        MTLAB_ATTACH_MARK(8);
 #ifndef MTLAB_ATTACH
         mtlab_sampler_name_root(); /* the constructor runs on the initial thread */
 #endif
@@ -286,8 +294,12 @@ static void mtlab_start(void) {
 #ifdef MTLAB_ATTACH
     /* Attached, the GOT slots are the only way in: every call is routed to
      * the shims (in sampling mode as the control page says, above). */
-    if (!mtlab_cfg.sample_interval) mtlab_got_scan();
+    if (!mtlab_cfg.sample_interval) {
+        mtlab_got_scan();
+        MTLAB_ATTACH_MARK(7);
+    }
     mtlab_got_attach_route(mtlab_cfg.sample_interval == 0);
+    MTLAB_ATTACH_MARK(9);
 #endif
     mtlab_tls.guard--;
 }

@@ -107,6 +107,15 @@ HIDDEN void mtlab_finish_now(void);
 HIDDEN const char *mtlab_attach_conf(const char *name);
 HIDDEN int mtlab_attach_start(void);
 HIDDEN void mtlab_attach_stop(void);
+/* Where the time of the attach's two calls goes (attach.c): step i of
+ * mtlab_attach_begin (0..15) or mtlab_attach_end (16..31) done now, in
+ * CLOCK_MONOTONIC ns; mtlab reads the array after the call. */
+#ifdef MTLAB_ATTACH
+HIDDEN void mtlab_attach_mark(int step);
+#define MTLAB_ATTACH_MARK(step) mtlab_attach_mark(step)
+#else
+#define MTLAB_ATTACH_MARK(step) ((void)0)
+#endif
 extern void *__dso_handle;
 HIDDEN int mtlab_stopped_by_seccomp(void);
 HIDDEN int mtlab_trace_fd(void);

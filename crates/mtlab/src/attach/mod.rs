@@ -15,6 +15,7 @@
 //! reading the process through its control page as `mtlab ctl dump` does).
 
 mod ptrace;
+pub mod steps;
 pub mod target;
 mod symbols;
 
@@ -27,6 +28,7 @@ use crate::native::{self, Part};
 use crate::record::{SampleConfig, Stacks, Unwind};
 use crate::trace::keys;
 use ptrace::{CallError, Tracee, DATA};
+use steps::Steps;
 pub use target::Refusal;
 use target::{Libc, Mapping};
 
@@ -86,6 +88,8 @@ pub struct AttachOutcome {
     pub stopped_at_attach: Duration,
     pub attach_steps: AttachSteps,
     pub stopped_at_detach: Option<Duration>,
+    /// Where the stop at detach went (the end call's stop, then the unload's).
+    pub detach_steps: DetachSteps,
     /// The library was unloaded at detach (else it stays loaded, inert).
     pub unloaded: bool,
     /// `--push-every`: where to, and how the window pushes went.
@@ -249,24 +253,54 @@ fn safe_thread(t: &Tracee, exe: &[(u64, u64)], avoid: &[(u64, u64)]) -> Option<i
     })
 }
 
+fn stop_error(pid: i32, e: std::io::Error) -> AttachError {
+    match e.raw_os_error() {
+        Some(libc::EPERM) => AttachError::Refused(Refusal::Denied { pid, why: e.to_string() }),
+        Some(libc::ESRCH) | Some(libc::ENOENT) => AttachError::Refused(Refusal::NoProcess(pid)),
+        _ => failed(pid, format!("cannot stop it: {e}")),
+    }
+}
+
+/// A thread that /proc shows blocked in one of SAFE_SYSCALLS (the main
+/// thread first), read without stopping anything.
+fn quiet_thread(pid: i32) -> Option<i32> {
+    let mut tids = ptrace::task_ids(pid).ok()?;
+    tids.sort_by_key(|&tid| tid != pid);
+    tids.into_iter().find(|&tid| ptrace::blocked_in(pid, tid).is_some_and(|nr| SAFE_SYSCALLS.contains(&nr)))
+}
+
 /// Stops the process and returns it with one safe thread chosen, the others
-/// running again. Retries for up to ~2 s while every thread is busy elsewhere.
-fn stop_for_call(pid: i32, avoid: &[(u64, u64)]) -> Result<(Tracee, i32, Instant), AttachError> {
+/// running again. A thread /proc already shows blocked in a safe system call
+/// is stopped alone (the others are never stopped: with busy threads, stopping
+/// them all until one is chosen was a third of the stop at attach); else every
+/// thread is stopped and one chosen from their registers. Retries for up to
+/// ~2 s while every thread is busy elsewhere. The chosen thread has nice -20
+/// while the returned Boost lives: given before the stop where the thread is
+/// known, so that on a busy machine it gets a CPU at once to take the stop.
+fn stop_for_call(pid: i32, avoid: &[(u64, u64)]) -> Result<(Tracee, i32, Instant, ptrace::Boost), AttachError> {
     for attempt in 0.. {
         let maps = target::maps(pid).map_err(|e| failed(pid, format!("cannot read its maps: {e}")))?;
         let exe = exe_ranges(pid, &maps);
+        if let Some(tid) = quiet_thread(pid) {
+            let boost = ptrace::Boost::new(tid);
+            let stopped_at = Instant::now();
+            match Tracee::stop_one(pid, tid) {
+                // Still there after the stop (it may have woken meanwhile).
+                Ok(t) if safe_thread(&t, &exe, avoid) == Some(tid) => return Ok((t, tid, stopped_at, boost)),
+                Ok(_) | Err(_) if !running(pid) => return Err(Refusal::NoProcess(pid).into()),
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EPERM) => return Err(stop_error(pid, e)),
+                Err(_) => {} // the thread ended meanwhile: stop them all below
+            }
+        }
         let stopped_at = Instant::now();
-        let mut t = Tracee::stop_all(pid).map_err(|e| match e.raw_os_error() {
-            Some(libc::EPERM) => AttachError::Refused(Refusal::Denied { pid, why: e.to_string() }),
-            Some(libc::ESRCH) | Some(libc::ENOENT) => AttachError::Refused(Refusal::NoProcess(pid)),
-            _ => failed(pid, format!("cannot stop it: {e}")),
-        })?;
+        let mut t = Tracee::stop_all(pid).map_err(|e| stop_error(pid, e))?;
         if t.threads.is_empty() {
             return Err(Refusal::NoProcess(pid).into());
         }
         if let Some(tid) = safe_thread(&t, &exe, avoid) {
             t.release_others(tid);
-            return Ok((t, tid, stopped_at));
+            return Ok((t, tid, stopped_at, ptrace::Boost::new(tid)));
         }
         drop(t);
         if attempt == 400 {
@@ -313,12 +347,15 @@ struct Loaded {
     lib_path: String,
     dlclose: u64,
     end: u64,
+    /// `mtlab_attach_marks` in the process, if the library has it.
+    marks: Option<u64>,
 }
 
 /// Where the stop at attach went: what makes it long under load.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct AttachSteps {
-    /// Threads stopped at once (all of them, while one is chosen).
+    /// Threads stopped at once while one was chosen (1: one /proc showed
+    /// blocked in a safe system call was stopped alone).
     pub threads: usize,
     /// From the first stop request until one thread was chosen and the others let go.
     pub all_stopped: Duration,
@@ -326,57 +363,109 @@ pub struct AttachSteps {
     pub dlopen: Duration,
     /// mtlab_attach_begin (GOT scan and routing, trace file, control thread).
     pub begin: Duration,
+    /// Every step while the chosen thread was stopped, as mtlab timed them.
+    pub outside: Steps,
+    /// The steps inside mtlab_attach_begin, as the library timed them.
+    pub inside: Steps,
+}
+
+/// Where the stop at detach went.
+#[derive(Debug, Clone, Default)]
+pub struct DetachSteps {
+    /// The end call's stop, step by step, as mtlab timed them.
+    pub end: Steps,
+    /// The steps inside mtlab_attach_end, as the library timed them.
+    pub inside: Steps,
+    /// The last unload attempt's stop (every thread), step by step.
+    pub unload: Steps,
+}
+
+/// The library's step marks, read after a call (empty if unreadable).
+fn read_marks(t: &Tracee, at: Option<u64>) -> Vec<u64> {
+    at.and_then(|a| t.read_u64s(a, steps::MARKS).ok()).unwrap_or_default()
+}
+
+/// Where the library was loaded: glibc's dlopen handle is its `link_map`,
+/// musl's its `struct dso`, and both begin with the load address (the
+/// library's first segment is at 0). Checked by its ELF magic there; else
+/// from the maps.
+fn loaded_at(t: &Tracee, handle: u64, lib_path: &str) -> Option<u64> {
+    let mut word = [0u8; 8];
+    let mut magic = [0u8; 4];
+    if t.read(handle, &mut word).is_ok() {
+        let base = u64::from_ne_bytes(word);
+        if base != 0 && base & 0xfff == 0 && t.read(base, &mut magic).is_ok() && magic == *b"\x7fELF" {
+            return Some(base);
+        }
+    }
+    let maps = target::maps(t.pid()).ok()?;
+    target::object_range(&maps, &target::seen_here(t.pid(), lib_path)).map(|(base, _)| base)
 }
 
 /// Loads the library and starts tracing; returns how long the chosen thread was stopped, and where that went.
+/// Everything that needs no stopped thread (the ELF files' symbols, the C
+/// library's address, the settings with the TSC's rate, which takes 20 ms to
+/// measure) is done before the stop.
 fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<(Loaded, Duration, AttachSteps), AttachError> {
     let pid = cfg.pid;
-    let libc_file = std::fs::read(target::in_root(pid, libc_path))
+    let libc_file = std::fs::read(target::in_root(pid, &target::seen_there(pid, libc_path)))
         .map_err(|e| failed(pid, format!("cannot read its C library {libc_path}: {e}")))?;
     let offs = symbols::exported(&libc_file, &["dlopen", "dlclose", "dlerror"]).map_err(|e| failed(pid, e))?;
     let [Some(dlopen), Some(dlclose), Some(dlerror)] = offs[..] else {
         return Err(failed(pid, format!("its C library {libc_path} exports no dlopen (glibc before 2.34 is not supported)")));
     };
     let lib_file = std::fs::read(native::path(paths.part)?).map_err(|e| failed(pid, e.to_string()))?;
-    let entry = symbols::exported(&lib_file, &["mtlab_attach_begin", "mtlab_attach_end"]).map_err(|e| failed(pid, e))?;
-    let [Some(begin_off), Some(end_off)] = entry[..] else { return Err(failed(pid, "mtlab's library lacks its entry points")) };
-
-    let (mut t, tid, stopped_at) = stop_for_call(pid, &[])?;
-    let mut steps = AttachSteps { threads: t.stopped_count(), all_stopped: stopped_at.elapsed(), ..AttachSteps::default() };
-    let boost = ptrace::Boost::new(tid);
+    let entry = symbols::exported(&lib_file, &["mtlab_attach_begin", "mtlab_attach_end", "mtlab_attach_marks"]).map_err(|e| failed(pid, e))?;
+    let [Some(begin_off), Some(end_off), marks_off] = entry[..] else { return Err(failed(pid, "mtlab's library lacks its entry points")) };
     let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
-    let (libc_base, _) = target::object_range(&maps, libc_path).ok_or_else(|| failed(pid, "its C library moved"))?;
-    let step = Instant::now();
+    let (libc_base, _) = target::object_range(&maps, libc_path).ok_or_else(|| failed(pid, "its C library is not in its maps"))?;
+    let text = settings(cfg, &paths.out_in_target);
+
+    let (mut t, tid, stopped_at, boost) = stop_for_call(pid, &[])?;
+    let mut steps = AttachSteps { threads: t.stopped_count(), all_stopped: stopped_at.elapsed(), ..AttachSteps::default() };
+    steps.outside.0.push(("choosing a thread", steps.all_stopped));
+    let mut clock = Instant::now();
     let handle = call(&mut t, tid, "dlopen", libc_base + dlopen, &[DATA, RTLD_NOW], &c_string(&paths.lib_in_target))?;
     if handle == 0 {
         let msg = call(&mut t, tid, "dlerror", libc_base + dlerror, &[], &[]).map(|p| read_c_string(&t, p)).unwrap_or_default();
         return Err(failed(pid, format!("its dlopen of mtlab's library failed: {msg}")));
     }
-    let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
-    let (lib_base, _) = target::object_range(&maps, &paths.lib_in_target)
+    steps.outside.lap(&mut clock, "dlopen");
+    let lib_base = loaded_at(&t, handle, &paths.lib_in_target)
         .ok_or_else(|| failed(pid, format!("{} is not in its maps after dlopen", paths.lib_in_target)))?;
-    steps.dlopen = step.elapsed();
-    let text = settings(cfg, &paths.out_in_target);
-    let step = Instant::now();
+    steps.outside.lap(&mut clock, "the library's address");
+    steps.dlopen = steps.outside.get("dlopen") + steps.outside.get("the library's address");
     let r = call(&mut t, tid, "mtlab_attach_begin", lib_base + begin_off, &[DATA], &c_string(&text))?;
-    let loaded = Loaded { unloadable: paths.part != Part::AttachMusl, handle, lib_path: paths.lib_in_target.clone(), dlclose: libc_base + dlclose, end: lib_base + end_off };
+    let loaded = Loaded {
+        unloadable: paths.part != Part::AttachMusl,
+        handle,
+        lib_path: paths.lib_in_target.clone(),
+        dlclose: libc_base + dlclose,
+        end: lib_base + end_off,
+        marks: marks_off.map(|o| lib_base + o),
+    };
     if r as i32 != 0 {
         let _ = call(&mut t, tid, "mtlab_attach_end", loaded.end, &[], &[]);
         let _ = call(&mut t, tid, "dlclose", loaded.dlclose, &[handle], &[]);
         return Err(failed(pid, format!("mtlab's library could not start tracing (it cannot create {}?)", paths.out_in_target)));
     }
-    steps.begin = step.elapsed();
+    steps.outside.lap(&mut clock, "mtlab_attach_begin");
+    steps.begin = steps.outside.get("mtlab_attach_begin");
+    steps.inside = Steps::from_marks(&read_marks(&t, loaded.marks), false);
+    clock = Instant::now(); // reading the marks is not part of the stop's work
     drop(boost);
     drop(t);
+    steps.outside.lap(&mut clock, "letting it go");
     Ok((loaded, stopped_at.elapsed(), steps))
 }
 
 /// Ranges of the library's executable mappings.
 fn lib_code(pid: i32, lib_path: &str) -> Vec<(u64, u64)> {
+    let here = target::seen_here(pid, lib_path);
     target::maps(pid)
         .unwrap_or_default()
         .into_iter()
-        .filter(|m| m.path == lib_path && m.perms.contains('x'))
+        .filter(|m| m.path == here && m.perms.contains('x'))
         .map(|m| (m.start, m.end))
         .collect()
 }
@@ -399,50 +488,83 @@ fn quiescent(t: &Tracee, maps: &[Mapping], code: &[(u64, u64)]) -> bool {
     })
 }
 
-/// Ends tracing and unloads the library; returns the longest stop and whether it was unloaded.
-fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Result<(Duration, bool), AttachError> {
+/// Ends tracing and unloads the library; returns the longest stop, where it went, and whether it was unloaded.
+fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Result<(Duration, DetachSteps, bool), AttachError> {
     let code = lib_code(pid, &loaded.lib_path);
-    let (mut t, tid, stopped_at) = stop_for_call(pid, &code)?;
-    let boost = ptrace::Boost::new(tid);
+    let mut steps = DetachSteps::default();
+    let (mut t, tid, stopped_at, boost) = stop_for_call(pid, &code)?;
+    steps.end.0.push(("choosing a thread", stopped_at.elapsed()));
+    let mut clock = Instant::now();
     call(&mut t, tid, "mtlab_attach_end", loaded.end, &[], &[])?;
+    steps.end.lap(&mut clock, "mtlab_attach_end");
+    steps.inside = Steps::from_marks(&read_marks(&t, loaded.marks), true);
+    clock = Instant::now();
     drop(boost);
     drop(t);
+    steps.end.lap(&mut clock, "letting it go");
     let mut longest = stopped_at.elapsed();
     if !loaded.unloadable {
         warnings.push(format!(
             "mtlab's library stays loaded in process {pid}: musl never unloads a library (its dlclose does nothing); it does \
              nothing more, and the process cannot be attached to again until it restarts"
         ));
-        return Ok((longest, false));
+        return Ok((longest, steps, false));
     }
     for _ in 0..100 {
-        let started = Instant::now();
         let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
-        let mut t = Tracee::stop_all(pid).map_err(|e| failed(pid, format!("cannot stop it again: {e}")))?;
-        if quiescent(&t, &maps, &code) {
-            let exe = exe_ranges(pid, &maps);
-            if let Some(tid) = safe_thread(&t, &exe, &code) {
-                t.release_others(tid);
-                let boost = ptrace::Boost::new(tid);
-                let r = call(&mut t, tid, "dlclose", loaded.dlclose, &[loaded.handle], &[])?;
-                drop(boost);
-                drop(t);
-                longest = longest.max(started.elapsed());
-                let gone = lib_code(pid, &loaded.lib_path).is_empty();
-                if r != 0 || !gone {
-                    warnings.push(format!("mtlab's library stays loaded in process {pid} (dlclose returned {r}); it does nothing more"));
-                }
-                return Ok((longest, gone));
+        let mut unload = Steps::default();
+        let (quiet, slowest) = quiescent_each(pid, &maps, &code)?;
+        unload.0.push(("the longest stop of one thread for its check", slowest));
+        longest = longest.max(slowest);
+        if quiet {
+            let (mut t, tid, stopped_at, boost) = stop_for_call(pid, &code)?;
+            let mut clock = Instant::now();
+            unload.0.push(("choosing a thread", clock - stopped_at));
+            let r = call(&mut t, tid, "dlclose", loaded.dlclose, &[loaded.handle], &[])?;
+            unload.lap(&mut clock, "dlclose");
+            drop(boost);
+            drop(t);
+            unload.lap(&mut clock, "letting it go");
+            longest = longest.max(stopped_at.elapsed());
+            steps.unload = unload;
+            let gone = lib_code(pid, &loaded.lib_path).is_empty();
+            if r != 0 || !gone {
+                warnings.push(format!("mtlab's library stays loaded in process {pid} (dlclose returned {r}); it does nothing more"));
             }
+            return Ok((longest, steps, gone));
         }
-        drop(t);
-        longest = longest.max(started.elapsed());
+        steps.unload = unload;
         std::thread::sleep(Duration::from_millis(5));
     }
     warnings.push(format!(
         "mtlab's library stays loaded in process {pid}: for 0.5 s some thread still had an address of it on its stack; it does nothing more"
     ));
-    Ok((longest, false))
+    Ok((longest, steps, false))
+}
+
+/// The unload check thread by thread, each stopped alone for its own check
+/// (returns whether all passed, and the longest of those stops). Checking
+/// them one after the other is as good as all at once: once the end call
+/// has put every slot and stub word back, ended the control thread and put
+/// the signal disposition back, nothing enters the library's code again,
+/// so a thread found outside it stays outside.
+fn quiescent_each(pid: i32, maps: &[Mapping], code: &[(u64, u64)]) -> Result<(bool, Duration), AttachError> {
+    let mut slowest = Duration::ZERO;
+    for tid in ptrace::task_ids(pid).map_err(|e| stop_error(pid, e))? {
+        let started = Instant::now();
+        let t = match Tracee::stop_one(pid, tid) {
+            Ok(t) => t,
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue, // ended meanwhile
+            Err(e) => return Err(failed(pid, format!("cannot stop it again: {e}"))),
+        };
+        let quiet = quiescent(&t, maps, code);
+        drop(t);
+        slowest = slowest.max(started.elapsed());
+        if !quiet {
+            return Ok((false, slowest));
+        }
+    }
+    Ok((true, slowest))
 }
 
 /// Attaches, traces until the duration ends, Ctrl-C or SIGTERM, or the
@@ -489,11 +611,13 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
     }
     let mut warnings = Vec::new();
     let mut stopped_at_detach = None;
+    let mut detach_steps = DetachSteps::default();
     let mut unloaded = false;
     if ended == Ended::Detached {
         match end_and_unload(pid, &loaded, &mut warnings) {
-            Ok((d, u)) => {
+            Ok((d, st, u)) => {
                 stopped_at_detach = Some(d);
+                detach_steps = st;
                 unloaded = u;
             }
             Err(_) if !running(pid) => ended = Ended::Exited,
@@ -508,7 +632,7 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
     let pushed = pusher.map(|(url, p)| (url, p.finish()));
     let trace = finish(&paths, pid, ended, start_ns, traced_for, &mut warnings);
     cleanup(&paths);
-    Ok(AttachOutcome { trace, ended, traced_for, stopped_at_attach, attach_steps, stopped_at_detach, unloaded, pushed, warnings })
+    Ok(AttachOutcome { trace, ended, traced_for, stopped_at_attach, attach_steps, stopped_at_detach, detach_steps, unloaded, pushed, warnings })
 }
 
 /// The pushing thread of an attached, sampled process: its source reads the

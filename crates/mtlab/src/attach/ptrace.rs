@@ -65,6 +65,30 @@ fn wait_status(tid: i32, limit: Duration) -> io::Result<Option<i32>> {
     }
 }
 
+/// Seizes `tid` and asks it to stop; false if it ended meanwhile.
+fn seize(tid: i32) -> io::Result<bool> {
+    match ptrace(libc::PTRACE_SEIZE, tid, 0, 0) {
+        Ok(_) => {}
+        Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    let _ = ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0);
+    Ok(true)
+}
+
+/// The system call thread `tid` is blocked in, as /proc says without
+/// stopping it; None while it runs (or is not in a system call).
+pub fn blocked_in(pid: i32, tid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?;
+    parse_syscall(&text)
+}
+
+/// The number on a /proc/PID/syscall line: "running", "-1 SP PC" (blocked
+/// outside a system call) or "NR ARGS… SP PC".
+fn parse_syscall(text: &str) -> Option<u64> {
+    text.split_whitespace().next()?.parse::<i64>().ok().filter(|&n| n >= 0).map(|n| n as u64)
+}
+
 pub fn task_ids(pid: i32) -> io::Result<Vec<i32>> {
     let mut v: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
@@ -101,8 +125,7 @@ impl Tracee {
     /// Seizes and stops every thread of `pid` (threads started meanwhile
     /// too: the task list is read until it holds no new thread).
     pub fn stop_all(pid: i32) -> io::Result<Tracee> {
-        let mem = File::options().read(true).write(true).open(format!("/proc/{pid}/mem"))?;
-        let mut t = Tracee { pid, mem, threads: BTreeMap::new(), held: 0 };
+        let mut t = Tracee::open(pid)?;
         let mut seized: Vec<i32> = Vec::new();
         loop {
             let mut new = 0;
@@ -110,9 +133,9 @@ impl Tracee {
                 if seized.contains(&tid) {
                     continue;
                 }
-                match ptrace(libc::PTRACE_SEIZE, tid, 0, 0) {
-                    Ok(_) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue, // ended meanwhile
+                match seize(tid) {
+                    Ok(true) => {}
+                    Ok(false) => continue, // ended meanwhile
                     Err(e) => {
                         t.release_seized(&seized);
                         return Err(e);
@@ -120,17 +143,37 @@ impl Tracee {
                 }
                 seized.push(tid);
                 new += 1;
-                let _ = ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0);
             }
             if new == 0 {
                 break;
             }
         }
-        for &tid in &seized {
+        t.wait_stops(&seized)?;
+        Ok(t)
+    }
+
+    /// Seizes and stops thread `tid` of `pid` alone: the others run on.
+    pub fn stop_one(pid: i32, tid: i32) -> io::Result<Tracee> {
+        let mut t = Tracee::open(pid)?;
+        if !seize(tid)? {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        t.wait_stops(&[tid])?;
+        Ok(t)
+    }
+
+    fn open(pid: i32) -> io::Result<Tracee> {
+        let mem = File::options().read(true).write(true).open(format!("/proc/{pid}/mem"))?;
+        Ok(Tracee { pid, mem, threads: BTreeMap::new(), held: 0 })
+    }
+
+    /// Waits for each seized thread's interrupt stop and keeps its registers.
+    fn wait_stops(&mut self, seized: &[i32]) -> io::Result<()> {
+        for &tid in seized {
             let mut pending_signal = 0;
             loop {
                 let Some(status) = wait_status(tid, Duration::from_secs(5))? else {
-                    t.release_seized(&seized);
+                    self.release_seized(seized);
                     return Err(io::Error::new(io::ErrorKind::TimedOut, format!("thread {tid} did not stop within 5 s")));
                 };
                 if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
@@ -142,7 +185,7 @@ impl Tracee {
                 let sig = libc::WSTOPSIG(status);
                 if status >> 16 == PTRACE_EVENT_STOP {
                     if let Ok(regs) = get_regs(tid) {
-                        t.threads.insert(tid, Stopped { regs, pending_signal });
+                        self.threads.insert(tid, Stopped { regs, pending_signal });
                     } // else: gone
                     break;
                 }
@@ -152,8 +195,8 @@ impl Tracee {
                 let _ = ptrace(libc::PTRACE_CONT, tid, 0, 0);
             }
         }
-        t.held = t.threads.len();
-        Ok(t)
+        self.held = self.threads.len();
+        Ok(())
     }
 
     fn release_seized(&self, seized: &[i32]) {
@@ -327,4 +370,31 @@ fn nice_of(tid: i32) -> Option<i32> {
 fn set_nice(tid: i32, nice: i32) -> bool {
     // SAFETY: setpriority takes integers; PRIO_PROCESS with a thread id sets that thread's nice value.
     unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_syscall_line_gives_the_blocking_call() {
+        assert_eq!(parse_syscall("running\n"), None);
+        assert_eq!(parse_syscall("-1 0x7ffc 0x7f00\n"), None);
+        assert_eq!(parse_syscall("7 0x5581 0x1 0xffffffff 0x0 0x0 0x0 0x7ffd 0x7f12\n"), Some(7));
+        // This thread, blocked in nanosleep (35) or clock_nanosleep (230) while another reads it.
+        let me = std::process::id() as i32;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sleeper = std::thread::spawn(move || {
+            // SAFETY: gettid takes no arguments.
+            tx.send(unsafe { libc::gettid() }).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        let tid = rx.recv().unwrap();
+        let seen = (0..100).find_map(|_| {
+            std::thread::sleep(Duration::from_millis(2));
+            blocked_in(me, tid)
+        });
+        assert!(matches!(seen, Some(35) | Some(230)), "{seen:?}");
+        sleeper.join().unwrap();
+    }
 }

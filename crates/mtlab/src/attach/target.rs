@@ -87,6 +87,32 @@ pub fn in_root(pid: i32, path: &str) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/root{path}"))
 }
 
+/// The process's root directory as mtlab sees it, where it is not mtlab's
+/// own ("/"): a chroot's, e.g. a container started with its own root.
+fn root_here(pid: i32) -> Option<String> {
+    let root = std::fs::read_link(format!("/proc/{pid}/root")).ok()?;
+    let root = root.to_string_lossy().trim_end_matches('/').to_string();
+    (!root.is_empty()).then_some(root)
+}
+
+/// A path as the process sees it, as its maps show it to mtlab: a file
+/// under a chroot shows with the chroot's directory before it.
+pub fn seen_here(pid: i32, path: &str) -> String {
+    match root_here(pid) {
+        Some(root) => format!("{root}{path}"),
+        None => path.to_string(),
+    }
+}
+
+/// A path from the process's maps as mtlab reads them, as the process sees
+/// it (the inverse of `seen_here`).
+pub fn seen_there(pid: i32, map_path: &str) -> String {
+    match root_here(pid) {
+        Some(root) => map_path.strip_prefix(&root).filter(|p| p.starts_with('/')).unwrap_or(map_path).to_string(),
+        None => map_path.to_string(),
+    }
+}
+
 /// The process lives in another mount namespace than mtlab (a container).
 pub fn other_mount_ns(pid: i32) -> bool {
     match (std::fs::read_link(format!("/proc/{pid}/ns/mnt")), std::fs::read_link("/proc/self/ns/mnt")) {

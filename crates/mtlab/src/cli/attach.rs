@@ -79,7 +79,7 @@ pub fn cmd_attach(
     };
     say!("mtlab: {how}");
     if out.ended == Ended::Detached {
-        let st = out.attach_steps;
+        let st = &out.attach_steps;
         say!(
             "mtlab: at attach, its {} threads were stopped for {:.1} ms until one was chosen; on that one dlopen took {:.1} ms, starting the trace {:.1} ms",
             st.threads,
@@ -87,6 +87,14 @@ pub fn cmd_attach(
             st.dlopen.as_secs_f64() * 1e3,
             st.begin.as_secs_f64() * 1e3
         );
+        say!("mtlab: the stop at attach, step by step: {}", st.outside.line());
+        say!("mtlab: inside mtlab_attach_begin: {}", st.inside.line());
+        let d = &out.detach_steps;
+        say!("mtlab: the stop at detach, step by step: {}", d.end.line());
+        say!("mtlab: inside mtlab_attach_end: {}", d.inside.line());
+        if !d.unload.0.is_empty() {
+            say!("mtlab: the unload's stop (every thread), step by step: {}", d.unload.line());
+        }
     }
     if let Some(t) = &out.trace {
         say!("mtlab: wrote {}; read it with `mtlab report {}`", t.display(), crate::platform::process::shell_word(t));
