@@ -23,7 +23,7 @@ pub struct Layout {
 /// Why `ctl` does not use a page.
 #[derive(Debug)]
 pub enum OpenError {
-    /// There is none: the program is not recorded that way.
+    /// There is none, or its recorder has ended: the program is not recorded that way.
     Missing,
     NotIts(String),
 }
@@ -76,7 +76,10 @@ pub fn open(pid: u32, path: &Path, l: &Layout) -> Result<SharedPage, OpenError> 
         return Err(OpenError::NotIts("it is shorter than a page".into()));
     }
     let page = SharedPage::map(&f, l.size).map_err(|e| OpenError::NotIts(e.to_string()))?;
-    let recorder = recorder_alive(&page, l).ok_or_else(|| OpenError::NotIts("the recorder that made it has ended (delete the file)".into()))?;
+    // A page whose recorder has ended is as good as none: a recorder killed
+    // outright leaves its page behind, and its pid may be reused since by a
+    // program recorded another way (the next recorder of that pid replaces it).
+    let recorder = recorder_alive(&page, l).ok_or(OpenError::Missing)?;
     if parent_of(pid) != Some(recorder) {
         return Err(OpenError::NotIts(format!("process {pid} is not a child of the recorder {recorder}")));
     }
@@ -121,5 +124,30 @@ pub fn pid_or_child_with(pid: u32, has: impl Fn(u32) -> bool) -> Option<u32> {
     match found[..] {
         [one] => Some(one),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Layout = Layout { size: 4096, magic: 0x6d74_6c61_6274_6573, off_magic: 0, off_recorder: 8 };
+
+    #[test]
+    fn a_page_whose_recorder_has_ended_reads_as_none() {
+        let dir = std::env::temp_dir().join(format!("mtlab-recorder-page-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        let path = dir.join("page");
+        let page = create(&path, &L).unwrap();
+        // Our own page: alive, but this test is not the program's parent.
+        assert!(matches!(open(1, &path, &L), Err(OpenError::NotIts(_))));
+        // The recorder gone (a reaped child's pid): as if there were no page.
+        let gone = std::process::Command::new("true").spawn().unwrap();
+        let gone_pid = gone.id();
+        gone.wait_with_output().unwrap();
+        page.u64_at(L.off_recorder).store(gone_pid as u64, Ordering::Relaxed);
+        assert!(matches!(open(1, &path, &L), Err(OpenError::Missing)));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
