@@ -16,16 +16,9 @@ set -euo pipefail
 rounds=${1:-5}
 duration=${DURATION:-10}
 window=${WINDOW:-2}
-threads=${THREADS:-8}
 mtlab=$(realpath "${MTLAB:-$(dirname "$0")/../target/release/mtlab}")
-src=$(realpath "$(dirname "$0")")
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-cd "$work"
-cc -O2 -pthread -o attach_loop "$src/attach_loop.c"
-./attach_loop "$threads" > out.txt &
-pid=$!
-sleep 1
+# shellcheck source=bench/attach_loop_start.sh
+source "$(dirname "$0")/attach_loop_start.sh"
 
 # Blocks allocated per second over one window (two "ops N T" lines).
 rate() {

@@ -10,17 +10,10 @@
 set -euo pipefail
 rounds=${1:-10}
 duration=${DURATION:-1}
-threads=${THREADS:-8}
 a=$(realpath "${MTLAB_A:?the build to compare against}")
 b=$(realpath "${MTLAB_B:-$(dirname "$0")/../target/release/mtlab}")
-src=$(realpath "$(dirname "$0")")
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-cd "$work"
-cc -O2 -pthread -o attach_loop "$src/attach_loop.c"
-./attach_loop "$threads" > out.txt &
-pid=$!
-sleep 1
+# shellcheck source=bench/attach_loop_start.sh
+source "$(dirname "$0")/attach_loop_start.sh"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 one() {
   "$1" record --pid "$pid" --duration "$duration" -o t.mtl 2> err.txt || { cat err.txt; exit 1; }

@@ -423,12 +423,7 @@ fn attach_into_another_mount_and_pid_namespace() {
     let mut t = Target { child, out };
     assert_eq!(t.line(), "ready");
     // The program is unshare's child: pid 1 in its namespace.
-    let inner: i32 = std::fs::read_to_string(format!("/proc/{}/task/{}/children", t.pid(), t.pid()))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("unshare's child");
+    let inner = unshares_child(&t);
     assert!(!std::fs::read_dir(format!("/proc/{inner}/root/tmp")).unwrap().any(|e| e.unwrap().file_name() == "mtlab-e2e"));
     let (m, err) = attach(&lab, inner, "ns.mtl", &["--full"]);
     signal(inner, libc::SIGUSR1);
@@ -488,12 +483,7 @@ fn a_musl_program_in_a_container_of_its_own() {
         skip(&format!("unshare --pid --mount --root is not permitted here: {}", why.trim()));
         return;
     }
-    let inner: i32 = std::fs::read_to_string(format!("/proc/{}/task/{}/children", t.pid(), t.pid()))
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .and_then(|p| p.parse().ok())
-        .expect("unshare's child");
+    let inner = unshares_child(&t);
     let (m, err) = attach(&lab, inner, "musl_ct.mtl", &["--full"]);
     let maps = std::fs::read_to_string(format!("/proc/{inner}/maps")).unwrap();
     assert!(maps.contains("/tmp/mtlab-attach-"), "the library's copy in its /tmp is loaded:\n{maps}");
@@ -511,4 +501,14 @@ fn a_musl_program_in_a_container_of_its_own() {
     assert_eq!(u(&r["unknown_frees"]), 20);
     assert_eq!(u(&r["pid"]), 1, "its own view of its pid");
     assert_eq!(u(&r["attached"]["pid"]), inner as u64);
+}
+
+/// The program `unshare --fork` started: its one child (pid 1 in its namespace).
+fn unshares_child(t: &Target) -> i32 {
+    std::fs::read_to_string(format!("/proc/{}/task/{}/children", t.pid(), t.pid()))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .and_then(|p| p.parse().ok())
+        .expect("unshare's child")
 }
