@@ -12,7 +12,7 @@
 # on: build, serialise, parse and sort 200 k dicts), py_churn (dict/str churn
 # with PYTHONMALLOC=malloc), py_live (2.8 M blocks live at the peak, ditto).
 # Peak memory is read from /proc while the tool runs (VmHWM only grows, so
-# the last read before it exits is its peak, to within 0.2 s of growth).
+# the last read before it exits is its peak, to within 10 ms of growth).
 set -euo pipefail
 
 RUNS=3
@@ -54,7 +54,16 @@ wanted() {
 }
 
 # VmHWM in KiB of PID (0 once it is gone).
-hwm() { awk '/VmHWM/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+# Read with bash's own `read` (no process started): it runs every 10 ms.
+hwm() {
+    local k v _
+    {
+        while read -r k v _; do
+            [ "$k" = VmHWM: ] && { echo "$v"; return; }
+        done <"/proc/$1/status"
+    } 2>/dev/null
+    echo 0
+}
 blocks() { [ -e "$1" ] && echo $(($(stat -c %b "$1") * 512)) || echo 0; }
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 
@@ -68,11 +77,13 @@ for entry in "${PROGRAMS[@]}"; do
     # shellcheck disable=SC2086
     env "${envv[@]}" "$MTLAB" record --live -o "$TMP/$name.live" -- $cmd >/dev/null 2>"$TMP/$name.live.err" &
     pid=$!
-    live_rss=0 raw_max=0
+    live_rss=0 raw_max=0 tick=0
     while kill -0 "$pid" 2>/dev/null; do
         r=$(hwm "$pid"); [ "${r:-0}" -gt "$live_rss" ] && live_rss=$r
-        b=$(blocks "$TMP/$name.live.raw"); [ "$b" -gt "$raw_max" ] && raw_max=$b
-        sleep 0.2
+        if [ $((tick++ % 20)) = 0 ]; then
+            b=$(blocks "$TMP/$name.live.raw"); [ "$b" -gt "$raw_max" ] && raw_max=$b
+        fi
+        sleep 0.01
     done
     wait "$pid" || { echo "$name: record --live failed:"; cat "$TMP/$name.live.err"; exit 1; }
     consumer_max=$("$MTLAB" report --json "$TMP/$name.live" | python3 -c 'import json,sys; print(json.load(sys.stdin)["live_profile"]["lag"]["max_raw_disk_bytes"])')
@@ -90,12 +101,13 @@ for entry in "${PROGRAMS[@]}"; do
     # shellcheck disable=SC2086
     (cd "$TMP/ht_$name" && env "${envv[@]}" heaptrack -o "$TMP/ht_$name/t" $cmd >/dev/null 2>&1) &
     hpid=$!
-    int_rss=0
+    int_rss=0 ips=""
     while kill -0 "$hpid" 2>/dev/null; do
-        for ip in $(pgrep -f heaptrack_interpret || true); do
+        [ -n "$ips" ] || ips=$(pgrep -f heaptrack_interpret || true)
+        for ip in $ips; do
             r=$(hwm "$ip"); [ "${r:-0}" -gt "$int_rss" ] && int_rss=$r
         done
-        sleep 0.2
+        sleep 0.01
     done
     wait "$hpid" || echo "# $name: heaptrack exited non-zero"
     printf "%-9s %9s MiB %11s MiB %8s MiB %8s MiB %6s KiB %16s\n" "$name" "$((live_rss / 1024))" "$((int_rss / 1024))" \
