@@ -320,6 +320,13 @@ fn refusals_say_what_to_do() {
     let err = refused(&lab, 999_999_999, &[]);
     assert!(err.contains("no process 999999999"), "{err}");
 
+    // Modes that do not attach yet are refused, not ignored (a sampled
+    // session was made under --live's name before).
+    for mode in [&["--live"][..], &["--keep-last", "10s"][..]] {
+        let err = refused(&lab, std::process::id() as i32, mode);
+        assert!(err.contains("cannot be used with") && err.contains(mode[0]), "{err}");
+    }
+
     // A static program.
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let stat = lab.path("static_phases");

@@ -17,8 +17,9 @@ const DEFAULT_INTERVAL: u64 = 512 * 1024;
 pub struct AttachArgs {
     /// Attach to the running process PID instead of starting a program: sample it (--sample,
     /// 512KiB by default) or trace every call (--full) until --duration ends, Ctrl-C, or its
-    /// exit; then detach, leaving it running as before.
-    #[arg(long, value_name = "PID", conflicts_with_all = ["baseline", "compact", "no_follow"])]
+    /// exit; then detach, leaving it running as before. (`--live` and `--keep-last` do not
+    /// attach yet: they are refused, not ignored.)
+    #[arg(long, value_name = "PID", conflicts_with_all = ["baseline", "compact", "no_follow", "live", "keep_last"])]
     pub pid: Option<i32>,
     /// With --pid: a full trace of every allocation call instead of sampling.
     #[arg(long, requires = "pid", conflicts_with = "sample")]
