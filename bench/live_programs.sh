@@ -28,13 +28,12 @@ while getopts "r:b:p:h" opt; do
         *) echo "live_programs.sh: -h for usage" >&2; exit 2 ;;
     esac
 done
-[ -x "$MTLAB" ] || { echo "live_programs.sh: $MTLAB is not an executable mtlab (cargo build --release)" >&2; exit 1; }
-for tool in heaptrack python3 gcc; do
-    command -v "$tool" >/dev/null || { echo "live_programs.sh: $tool not found (apt-get install heaptrack gcc python3)" >&2; exit 1; }
-done
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/live_programs.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+ME=live_programs.sh
+# shellcheck source=bench/bench_lib.sh
+source "$HERE/bench_lib.sh"
+need_mtlab
+need_tools "heaptrack gcc python3" heaptrack python3 gcc
+make_tmp
 PY=$(python3 -c 'import sys; print(sys.executable)')
 eval "$("$HERE/cc1_input.sh")"
 
@@ -45,13 +44,6 @@ PROGRAMS=(
     "py_churn|PYTHONMALLOC=malloc|$PY $HERE/py_dict_churn.py"
     "py_live|PYTHONMALLOC=malloc|$PY $HERE/py_live_peak.py"
 )
-
-wanted() {
-    [ ${#ONLY[@]} -eq 0 ] && return 0
-    local n
-    for n in "${ONLY[@]}"; do [ "$n" = "$1" ] && return 0; done
-    return 1
-}
 
 # VmHWM in KiB of PID (0 once it is gone).
 # Read with bash's own `read` (no process started): it runs every 10 ms.

@@ -35,15 +35,14 @@ while getopts "s:r:b:p:Hh" opt; do
     esac
 done
 [ -n "$SRC" ] && [ -d "$SRC/bench/cfrac" ] || { echo "record_wall.sh: -s must name a mimalloc-bench checkout (with bench/cfrac)" >&2; exit 2; }
-[ -x "$MTLAB" ] || { echo "record_wall.sh: $MTLAB is not an executable mtlab (cargo build --release)" >&2; exit 1; }
+ME=record_wall.sh
+# shellcheck source=bench/bench_lib.sh
+source "$HERE/bench_lib.sh"
+need_mtlab
 tools=(cc c++ python3)
 [ "$HEAPTRACK" = 1 ] && tools+=(heaptrack)
-for tool in "${tools[@]}"; do
-    command -v "$tool" >/dev/null || { echo "record_wall.sh: $tool not found (apt-get install gcc g++ python3 heaptrack)" >&2; exit 1; }
-done
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/record_wall.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+need_tools "gcc g++ python3 heaptrack" "${tools[@]}"
+make_tmp
 B=$SRC/bench
 CFLAGS=(-O3 -DNDEBUG -w)
 (
@@ -71,13 +70,6 @@ PROGRAMS=(
     "alloc-test|$TMP/alloc-test 2"
     "cache-scratch|$TMP/cache-scratch 2 1000 1 2000000 2"
 )
-
-wanted() {
-    [ ${#ONLY[@]} -eq 0 ] && return 0
-    local n
-    for n in "${ONLY[@]}"; do [ "$n" = "$1" ] && return 0; done
-    return 1
-}
 
 now() { date +%s.%N; }
 # Runs `$@` from TMP (glibc-simple writes a file there) and prints its wall seconds.

@@ -26,13 +26,12 @@ while getopts "r:b:p:h" opt; do
         *) echo "side_by_side.sh: -h for usage" >&2; exit 2 ;;
     esac
 done
-[ -x "$MTLAB" ] || { echo "side_by_side.sh: $MTLAB is not an executable mtlab (cargo build --release)" >&2; exit 1; }
-for tool in heaptrack heaptrack_print python3 cc; do
-    command -v "$tool" >/dev/null || { echo "side_by_side.sh: $tool not found (apt-get install heaptrack gcc python3)" >&2; exit 1; }
-done
-
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/side_by_side.XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+ME=side_by_side.sh
+# shellcheck source=bench/bench_lib.sh
+source "$HERE/bench_lib.sh"
+need_mtlab
+need_tools "heaptrack gcc python3" heaptrack heaptrack_print python3 cc
+make_tmp
 
 # The interpreter itself, not a launcher script (pyenv's shims are bash:
 # both tools would trace bash first).
@@ -47,13 +46,6 @@ PROGRAMS=(
     "threads8|-|$TMP/report_shapes threads 2500000 8"
     "py_live|PYTHONMALLOC=malloc|$PY $HERE/py_live_peak.py"
 )
-
-wanted() {
-    [ ${#ONLY[@]} -eq 0 ] && return 0
-    local n
-    for n in "${ONLY[@]}"; do [ "$n" = "$1" ] && return 0; done
-    return 1
-}
 
 median_range() { # seconds, one a line → "median (min–max)"
     sort -n | awk '{ v[NR] = $1 } END { printf "%.2f (%.2f–%.2f)", v[int((NR + 1) / 2)], v[1], v[NR] }'
