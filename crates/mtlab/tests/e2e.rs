@@ -2004,10 +2004,24 @@ fn a_seccomp_filter_finishes_the_trace_before_it_and_leaves_the_program_alone() 
 /// Records PROGRAM ARGS on the full disk and once without limit; checks that
 /// the program ran to its end, that the file reads cleanly to an END record,
 /// and that every event is either in it or counted as dropped.
-fn full_disk_keeps_count(lab: &Lab, disk: &SmallDisk, name: &str, prog: &std::path::Path, args: &[&str]) {
+///
+/// `live_finish`: MTLAB_LIVE_FINISH, when the rewrite while the program runs
+/// (which punches the raw records it took, and whose freed blocks the
+/// program's writer then fills) is to run at every poll.
+fn full_disk_keeps_count(lab: &Lab, disk: &SmallDisk, name: &str, prog: &std::path::Path, args: &[&str], live_finish: &str) {
     let trace = disk.0.join(format!("{name}.mtl"));
     let _ = std::fs::remove_file(&trace);
-    let o = lab.command(MTLAB).arg("record").arg("-o").arg(&trace).arg("--").arg(prog).args(args).output().unwrap();
+    let o = lab
+        .command(MTLAB)
+        .env("MTLAB_LIVE_FINISH", live_finish)
+        .arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(prog)
+        .args(args)
+        .output()
+        .unwrap();
     assert_success(&o, &format!("{name}: a traced program whose trace fills the disk"));
     let v = lab.report_path(&trace);
     assert_eq!(v["clean_end"], true, "{name}: END is written");
@@ -2030,19 +2044,22 @@ fn full_disk_keeps_count(lab: &Lab, disk: &SmallDisk, name: &str, prog: &std::pa
 /// exit code, and the trace reads cleanly and counts what it could not hold
 /// (the writer cuts the file at the first record that did not fit and puts
 /// STATS and END there). With many threads failing at once, and with
-/// threads whose buffers only the exit flush writes.
+/// threads whose buffers only the exit flush writes; and with the rewrite
+/// during the run releasing raw records the disk then fills again.
 #[test]
 fn a_full_disk_leaves_the_program_alone_and_the_trace_counted() {
     let lab = Lab::new();
     let Some(disk) = SmallDisk::mount(&lab) else { return };
     let n_mallocs = lab.compile("n_mallocs");
-    full_disk_keeps_count(&lab, &disk, "one", &n_mallocs, &["200000", "48", "0"]);
+    full_disk_keeps_count(&lab, &disk, "one", &n_mallocs, &["200000", "48", "0"], "auto");
+    full_disk_keeps_count(&lab, &disk, "one_always", &n_mallocs, &["200000", "48", "0"], "always");
     let threads = lab.compile("threads");
-    for i in 0..5 {
-        full_disk_keeps_count(&lab, &disk, &format!("many{i}"), &threads, &["32", "20000"]);
+    for i in 0..6 {
+        let live_finish = if i % 2 == 0 { "auto" } else { "always" };
+        full_disk_keeps_count(&lab, &disk, &format!("many{i}"), &threads, &["32", "20000"], live_finish);
     }
     let parked = lab.compile("park_at_exit");
-    full_disk_keeps_count(&lab, &disk, "parked", &parked, &["200000", "8", "1000"]);
+    full_disk_keeps_count(&lab, &disk, "parked", &parked, &["200000", "8", "1000"], "auto");
 }
 
 // ---------------------------------------------------------------------------

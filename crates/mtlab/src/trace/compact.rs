@@ -413,7 +413,8 @@ pub fn compact(tf: &TraceFile, dst: &Path, quantum: u64, extra: &[(String, Strin
             .chain(stats.warnings.iter().map(|m| (FINISH_WARNING, m.as_str()))),
     );
     w.written += write_record(&mut w.out, REC_RUNINFO, 0, &[text.as_bytes()]).map_err(w.io())?;
-    guard.install(w.out, source.metadata().ok().map(|m| m.permissions()), true, dst)?;
+    let out = w.out.into_inner().map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e.into_error() })?;
+    guard.install(out, source.metadata().ok().map(|m| m.permissions()), true, dst)?;
     stats.bytes_after = w.written;
     Ok(stats)
 }

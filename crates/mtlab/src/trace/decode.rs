@@ -1589,6 +1589,63 @@ pub(crate) mod tests {
         finish_in_steps(true);
     }
 
+    /// `mtlab record` on a disk the program fills: the rewrite while it
+    /// ran punched raw records out, the program's writer took the blocks
+    /// freed, and the disk is full when the rest is finished. Nothing is
+    /// lost: the output waits in memory for the room the last punches make,
+    /// and the file is the one finishing in one go writes.
+    #[test]
+    fn finishing_releasing_on_a_disk_the_program_filled_loses_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let one = dir.path().join("one.mtl");
+        let mut w = TraceWriter::create(&one, header_pairs()).unwrap();
+        for k in 0..36u64 {
+            w.events_chunk(1 + (k % 3) as u32, &mallocs(1 + (k % 3) as u32, 1000 + k * 100_000, 2000, k << 20)).unwrap();
+        }
+        w.finish().unwrap();
+        let len = std::fs::metadata(&one).unwrap().len();
+        assert!(len > 300 << 10 && len < 1 << 20, "{len}: more than the output, less than one release step");
+        let disk = dir.path().join("disk");
+        std::fs::create_dir(&disk).unwrap();
+        let size = format!("size={}k", len / 1024 + 64);
+        let mounted = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", &size, "tmpfs"]).arg(&disk).status();
+        if !mounted.is_ok_and(|s| s.success()) {
+            say!("skipped: mounting a small tmpfs needs root");
+            return;
+        }
+        struct Unmount<'a>(&'a std::path::Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(self.0).status();
+            }
+        }
+        let _unmount = Unmount(&disk);
+        let fill = |name: &str| {
+            use std::io::Write;
+            let mut f = std::fs::File::create(disk.join(name)).unwrap();
+            while f.write_all(&[0u8; 4096]).is_ok() {}
+        };
+        let steps = disk.join("steps.mtl");
+        std::fs::copy(&one, &steps).unwrap();
+        let info = vec![("wall_ns".to_string(), "5".to_string())];
+        finish_trace(&one, &info).unwrap();
+        let header_len = read_file_header(&std::fs::File::open(&steps).unwrap(), &steps, len).unwrap().2;
+        let mut f = crate::trace::Finisher::start(&steps, header_len).unwrap();
+        f.one_worker();
+        f.releasing().unwrap();
+        fill("before");
+        f.advance(len / 3).unwrap();
+        assert!(f.released() > 0);
+        fill("after"); // the program's writer takes what the punches freed
+        f.finish(&info).expect("finished on a full disk");
+        let (a, b) = (std::fs::read(&one).unwrap(), std::fs::read(&steps).unwrap());
+        let cut = |v: &[u8]| {
+            let at = v.windows(8).rposition(|w| w == b"wall_ns=").unwrap() - RECORD_HEADER as usize;
+            v[..at].to_vec()
+        };
+        assert!(cut(&a) == cut(&b), "the rewrites differ before RUNINFO");
+    }
+
     fn allocated(path: &std::path::Path) -> u64 {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(path).unwrap().blocks() * 512

@@ -3,13 +3,14 @@
 //! columns and compresses them, on all cores.
 
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::columns::{split, split_rounded, RowChunk};
 use super::error::TraceError;
 use super::format::*;
+use super::held::HeldWriter;
 use super::keys;
 use super::kv::kv_text;
 use super::records::{next_record, parse_chunk_header, read_file_header, write_checked_events, write_record, Damage, RepeatedChunks};
@@ -292,7 +293,10 @@ pub struct Finisher {
     reader: File,
     tmp_path: PathBuf,
     guard: TempGuard,
-    out: BufWriter<File>,
+    out: HeldWriter,
+    /// Output bytes `run` may hold in memory while the disk is full before
+    /// it stops taking records (while the program runs; none once it ended).
+    hold_limit: Option<usize>,
     stats: FinishStats,
     batch: Vec<(ChunkHead, Vec<u8>)>,
     batch_bytes: usize,
@@ -327,6 +331,8 @@ const SKIP_MAX: u64 = 256 << 20;
 /// Bytes taken between two punches of the source (`releasing`): one
 /// `fallocate` per MiB read.
 const RELEASE_STEP: u64 = 1 << 20;
+/// Output `advance` may hold in memory while the disk has no room for it.
+const HOLD_WHILE_RUNNING: usize = 64 << 20;
 /// Holes are punched in whole file system blocks.
 const BLOCK: u64 = 4096;
 
@@ -347,7 +353,7 @@ impl Finisher {
         let src = crate::platform::safe_fs::open_owned_regular(path, false).map_err(TraceError::io(path))?;
         let (_version, _text, header_end) = read_file_header(&src, path, available)?;
         let (tmp, tmp_path, guard) = temp_beside(path, "finish")?;
-        let mut out = BufWriter::with_capacity(1 << 20, tmp);
+        let mut out = HeldWriter::new(tmp, 0);
         let head = header_at_this_version(&src, path, header_end)?;
         out.write_all(&head).map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e })?;
         let reader = src.try_clone().map_err(TraceError::io(path))?;
@@ -358,6 +364,7 @@ impl Finisher {
             tmp_path,
             guard,
             out,
+            hold_limit: Some(HOLD_WHILE_RUNNING),
             stats: FinishStats::default(),
             batch: Vec::new(),
             batch_bytes: 0,
@@ -450,6 +457,10 @@ impl Finisher {
         };
         if r == 0 {
             self.released = to;
+            if self.out.waiting_for_room() {
+                // The blocks just freed may be what the held output needs.
+                self.out.try_write().map_err(self.tmp_err())?;
+            }
         } else {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
@@ -481,6 +492,11 @@ impl Finisher {
     fn run(&mut self, available: u64) -> Result<Next, TraceError> {
         let path = self.path.clone();
         loop {
+            if self.hold_limit.is_some_and(|m| self.out.held() > m) && !self.out.try_write().map_err(self.tmp_err())? {
+                // The disk is full and stays so: what is not taken waits
+                // for `finish`, which takes it all (its punches free room).
+                return Ok(Next::Done);
+            }
             let rec = match next_record(&self.src, self.off, available).map_err(TraceError::io(&path))? {
                 Ok(Some(r)) => r,
                 Ok(None) => return Ok(Next::Done),
@@ -550,6 +566,7 @@ impl Finisher {
         let start = std::time::Instant::now();
         // The stages of the part done after the program ended.
         self.stats.stages = FinishStages::default();
+        self.hold_limit = None;
         let path = self.path.clone();
         let meta = self.src.metadata().map_err(TraceError::io(&path))?;
         self.stats.bytes_before = meta.len();
@@ -559,6 +576,10 @@ impl Finisher {
         }
         self.stats.warnings.extend(self.repeated.warning());
         self.flush_batch()?;
+        // Everything is taken: the raw records still on disk go before the
+        // output is written out, for a disk the program filled has room
+        // only for what was punched.
+        self.release_taken(0)?;
 
         // RUNINFO, with the damage found here: the records after it are gone
         // from the rewritten file, so the report must still be able to say so.
@@ -574,7 +595,9 @@ impl Finisher {
 
         drop(self.src);
         drop(self.reader);
-        self.guard.install(self.out, Some(meta.permissions()), false, &path)?;
+        let tmp_path = self.tmp_path.clone();
+        let out = self.out.into_file().map_err(|e| TraceError::Io { path: tmp_path, source: e })?;
+        self.guard.install(out, Some(meta.permissions()), false, &path)?;
         self.stats.bytes_after = self.written;
         self.stats.stages.wall = start.elapsed();
         Ok(self.stats)

@@ -3,7 +3,7 @@
 //! Modules depend on modules above them in this list only (tests aside):
 //! `format`, `event`, `error`, `kv`, `keys`, `family`, `fields` → `varint`, `records`
 //! (the primitives readers and writers share) → `columns`, `maps`, `resync` → `decode`; then
-//! the writer and the rewrites built on them: `encode`, `rewrite`, `finish`,
+//! the writer and the rewrites built on them: `encode`, `rewrite`, `held`, `finish`,
 //! `compact`; `stacks` (the table of stacks a report keeps) on none.
 //!
 //! - `format.rs`: constants mirrored from the C header, checked by a test;
@@ -27,7 +27,8 @@
 //!   both rewrites share: the temp file beside the trace, `copy_record`,
 //!   `install` over it.
 //! - `finish.rs`: `finish_trace`/`Finisher`: the post-run join, column rewrite
-//!   and compression, on all cores.
+//!   and compression, on all cores; `held.rs`: its output, held in memory
+//!   while the disk is full (the raw records it holds are punched out already).
 //! - `stacks.rs`: the stacks a report keeps: frames end to end in blocks of 8
 //!   MiB that never move (huge pages after the first), definitions appended;
 //!   distinct ids and redefinitions from a bitset; the index by id (a hash map,
@@ -47,6 +48,7 @@ pub mod family;
 pub mod fields;
 pub mod finish;
 pub mod format;
+mod held;
 mod predict;
 pub mod keys;
 pub mod kv;

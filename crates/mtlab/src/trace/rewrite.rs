@@ -3,7 +3,7 @@
 //! the install over the original.
 
 use std::fs::{self, File};
-use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -128,18 +128,17 @@ pub(crate) fn copy_record(
 }
 
 impl TempGuard {
-    /// Replaces `dst` with the finished rewrite in `out` (this guard's temp
-    /// file): flushed, given the read and write bits of `perms`, synced to
+    /// Replaces `dst` with the finished rewrite in `file` (this guard's temp
+    /// file, all written): given the read and write bits of `perms`, synced to
     /// disk when `durable`, renamed.
     pub(crate) fn install(
         mut self,
-        out: BufWriter<File>,
+        file: File,
         perms: Option<fs::Permissions>,
         durable: bool,
         dst: &Path,
     ) -> Result<(), TraceError> {
         let tmp_path = self.0.clone().expect("an armed guard");
-        let file = out.into_inner().map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e.into_error() })?;
         if let Some(p) = perms {
             // The original's read and write bits only: no set-id, sticky or
             // execute bit is carried over to a file this process owns.
