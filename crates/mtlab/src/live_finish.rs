@@ -17,7 +17,8 @@
 //! grows with the raw backlog (`Budget`): at most 5 % of one CPU, so the
 //! program is slowed by at most that much while the backlog stays bounded
 //! on a host with some idle time. `idle` rewrites only after idle polls,
-//! `always` at every poll without a budget, `off` never (all of it at the end).
+//! `always` at every poll at normal priority without a budget, `off` never
+//! (all of it at the end).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -220,7 +221,9 @@ fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool, wh
         }
         let Some(f) = finisher.as_mut() else { continue };
         let budgeted = when == When::Auto && !was_idle;
-        prio.set(if budgeted { Priority::Normal } else { Priority::Idle });
+        // `always` asks for the rewrite whatever the load: as SCHED_IDLE it
+        // would get no CPU on a host with none idle.
+        prio.set(if budgeted || when == When::Always { Priority::Normal } else { Priority::Idle });
         budget.set_backlog(written.saturating_sub(f.taken()), backlog_target(f));
         while f.taken() < written && !stop.load(Ordering::Acquire) && (!budgeted || budget.left()) {
             let cpu = thread_cpu();

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use super::bufcopy::{self, BufferCopy};
 use super::progress::{self, Progress};
+use super::spool::{Spool, FILL_EVERY};
 use crate::analysis::finish::{self, Decoded};
 use crate::analysis::pass::{feed, Pass};
 use crate::analysis::{AnalyzeOptions, ProcessReport};
@@ -110,6 +111,8 @@ pub struct Consumer {
     copy_error: Option<String>,
     pub max_disk: u64,
     pub max_behind: u64,
+    /// The raw file read ahead during long replays (once the header is read).
+    spool: Option<Spool>,
     sink: Option<Box<dyn RawSink>>,
     warnings: Vec<String>,
 }
@@ -149,6 +152,7 @@ impl Consumer {
             copy_error: std::env::var_os("MTLAB_LIVE_COPY").is_some_and(|v| v == "0").then(|| "MTLAB_LIVE_COPY=0".to_string()),
             max_disk: 0,
             max_behind: 0,
+            spool: None,
             sink,
             warnings: Vec::new(),
         })
@@ -210,12 +214,69 @@ impl Consumer {
             self.sampled = (header.sample_interval > 0).then(SampledPass::default);
             self.off = end;
             self.header = Some((header, end));
+            let file = self.file.try_clone().map_err(TraceError::io(&self.path))?;
+            self.spool = Some(Spool::new(file, end, !self.keep_raw));
         }
+        let Some(spool) = self.spool.take() else { return Ok(()) };
+        let r = self.read_records(available, ended, first, &spool);
+        self.spool = Some(spool);
+        let (start, mut chunks, span) = r?;
+        let mut copied = HashSet::new();
+        if let Some(look) = look {
+            let quiet = look.now.saturating_sub(self.tsc_hz().saturating_mul(QUIET_MS) / 1000);
+            copied = self.copy_quiet(look, &mut chunks, quiet);
+        }
+        let mut added = !chunks.is_empty();
+        self.add_chunks(chunks)?;
+        // What was read is in memory now: its bytes go to the sink and its
+        // blocks are released before the replay, which may take long
+        // enough for the program to write megabytes (a burst of
+        // allocations faster than one thread analyses them): the backlog
+        // waits in memory, not on disk.
+        if let Some(spool) = self.spool.as_mut() {
+            if self.off > start {
+                if let Some(sink) = self.sink.as_mut() {
+                    let mut bytes = vec![0u8; (self.off - start) as usize];
+                    spool.read_exact_at(&mut bytes, start).map_err(TraceError::io(&self.path))?;
+                    let (first, last) = if span.0 == u64::MAX { (0, 0) } else { span };
+                    sink.consumed(&bytes, first, last);
+                }
+            }
+            spool.consumed(self.off);
+        }
+        self.release();
+        let horizon = match look {
+            None => u64::MAX,
+            Some(look) => {
+                // Raw bytes pile up behind a thread not quiet for long yet: copied now.
+                if self.held() > HOLD_BYTES {
+                    let mut more = Vec::new();
+                    copied.extend(self.copy_quiet(look, &mut more, u64::MAX));
+                    added |= !more.is_empty();
+                    self.add_chunks(more)?;
+                }
+                let h = look.progress.horizon(&self.read_first, &copied).unwrap_or(u64::MAX).min(look.now.saturating_sub(look.settle));
+                self.held_to(h, look)
+            }
+        };
+        if self.items.is_some() && (added || horizon != self.replayed_to) {
+            self.update_code();
+            self.replay(horizon, look.map(|l| l.page));
+        }
+        self.max_disk = self.max_disk.max(self.disk_bytes());
+        Ok(())
+    }
+
+    /// Reads the records that end within the first `available` bytes (from
+    /// `spool`: what it holds in memory, the rest from the file): the
+    /// chunks to merge, and the other records' contents. Returns where the
+    /// reading started, the chunks, and their time span.
+    fn read_records(&mut self, available: u64, ended: bool, first: bool, spool: &Spool) -> Result<(u64, Vec<NewChunk>, (u64, u64)), TraceError> {
         let start = if first { 0 } else { self.off };
         let mut chunks = Vec::new();
         let mut span = (u64::MAX, 0u64);
         loop {
-            let rec = match next_record(&self.file, self.off, available).map_err(TraceError::io(&self.path))? {
+            let rec = match next_record(spool, self.off, available).map_err(TraceError::io(&self.path))? {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
                 Err(d) => {
@@ -226,7 +287,7 @@ impl Consumer {
                 }
             };
             let mut payload = vec![0u8; rec.payload_len as usize];
-            self.file.read_exact_at(&mut payload, rec.payload_offset()).map_err(TraceError::io(&self.path))?;
+            spool.read_exact_at(&mut payload, rec.payload_offset()).map_err(TraceError::io(&self.path))?;
             match rec.ty {
                 REC_EVENTS => match parse_chunk_header(&rec, &payload) {
                     Ok(info) if self.repeated.is_repeat(&info) => {}
@@ -235,7 +296,16 @@ impl Consumer {
                         let f = self.read_first.entry(info.tid).or_insert(0);
                         *f = (*f).max(info.first_tsc);
                         let skip = self.copied_part(&info, &payload);
-                        chunks.push(NewChunk { info, memory: None, skip });
+                        // Kept in memory, as read: the file's blocks go
+                        // before the replay (`release`), and the decoder
+                        // does not read them a second time.
+                        let memory = (!info.compressed).then(|| {
+                            let len = info.event_bytes().1;
+                            payload.drain(..EVENTS_HEADER as usize);
+                            payload.truncate(len);
+                            std::mem::take(&mut payload)
+                        });
+                        chunks.push(NewChunk { info, memory, skip });
                     }
                     Err(d) => self.warnings.push(d.message(chunks.len())),
                 },
@@ -257,47 +327,18 @@ impl Consumer {
             }
             self.off = rec.end();
         }
-        let mut copied = HashSet::new();
-        if let Some(look) = look {
-            let quiet = look.now.saturating_sub(self.tsc_hz().saturating_mul(QUIET_MS) / 1000);
-            copied = self.copy_quiet(look, &mut chunks, quiet);
-        }
-        let mut added = !chunks.is_empty();
-        self.add_chunks(chunks)?;
-        let horizon = match look {
-            None => u64::MAX,
-            Some(look) => {
-                // Raw bytes pile up behind a thread not quiet for long yet: copied now.
-                if self.held() > HOLD_BYTES {
-                    let mut more = Vec::new();
-                    copied.extend(self.copy_quiet(look, &mut more, u64::MAX));
-                    added |= !more.is_empty();
-                    self.add_chunks(more)?;
-                }
-                let h = look.progress.horizon(&self.read_first, &copied).unwrap_or(u64::MAX).min(look.now.saturating_sub(look.settle));
-                self.held_to(h, look)
-            }
-        };
-        if self.items.is_some() && (added || horizon != self.replayed_to) {
-            self.update_code();
-            self.replay(horizon);
-        }
-        if self.off > start {
-            if let Some(sink) = self.sink.as_mut() {
-                let mut bytes = vec![0u8; (self.off - start) as usize];
-                self.file.read_exact_at(&mut bytes, start).map_err(TraceError::io(&self.path))?;
-                let (first, last) = if span.0 == u64::MAX { (0, 0) } else { span };
-                sink.consumed(&bytes, first, last);
-            }
-        }
-        self.release();
-        self.max_disk = self.max_disk.max(self.disk_bytes());
-        Ok(())
+        Ok((start, chunks, span))
     }
 
     /// Replays the merged chunks' events before `horizon`.
-    fn replay(&mut self, horizon: u64) {
+    /// Every `FILL_EVERY` events it copies what the writer has made complete
+    /// since (`page`'s watermark) into the spool, releasing it from disk.
+    fn replay(&mut self, horizon: u64, page: Option<&SharedPage>) {
         let (Some(pass), Some(items)) = (self.pass.as_mut(), self.items.as_mut()) else { return };
+        // Chunks the decoder reads from the file stay there.
+        let ceiling = items.unread_from_file();
+        let mut spool = self.spool.as_mut().zip(page);
+        let mut n = 0u64;
         items.set_horizon(horizon);
         if let Some(s) = self.sampled.as_mut() {
             s.set_checkpoints(reading_tscs(&self.allocator_readings));
@@ -317,6 +358,12 @@ impl Consumer {
             last = last.max(ev.tsc);
             if let Some(s) = sampled.as_mut() {
                 s.event(ev);
+            }
+            n += 1;
+            if n % FILL_EVERY == 0 {
+                if let Some((spool, page)) = spool.as_mut() {
+                    spool.fill(page.u64_at(0).load(std::sync::atomic::Ordering::Acquire), ceiling);
+                }
             }
         });
         self.late_events += late;
@@ -479,8 +526,9 @@ impl Consumer {
         }
         const BLOCK: u64 = 4096;
         let from = self.released.max(header_end.next_multiple_of(BLOCK));
-        // Chunks merged but not read yet (after the horizon) stay in the file.
-        let unread = self.items.as_ref().map_or(u64::MAX, Items::unread_from);
+        // Chunks merged but not read yet (after the horizon) stay in the
+        // file, unless they are held in memory.
+        let unread = self.items.as_ref().map_or(u64::MAX, Items::unread_from_file);
         let to = self.off.min(unread) / BLOCK * BLOCK;
         if to <= from {
             return;

@@ -6,8 +6,12 @@
 //!   chunks merged by time (`trace::Items`, kept across batches) and fed to
 //!   one `analysis::pass::Pass` up to the horizon; the bytes read handed to
 //!   an optional `RawSink` (`Consumer::advance`, the one place every raw
-//!   byte passes), then punched out of the file, so the raw file's disk use
-//!   is what the analysis has not reached yet.
+//!   byte passes), then punched out of the file before they are replayed
+//!   (the chunks are held in memory), so the raw file's disk use is what
+//!   the consumer has not read yet.
+//! - `spool`: the raw file read ahead into memory every `FILL_EVERY` events
+//!   of a long replay and released from disk, so that a burst the analysis
+//!   cannot keep up with waits in memory, not on disk.
 //! - `progress`: the horizon: the time before which every thread's events
 //!   are in the file, from the per-buffer progress the writer publishes, so
 //!   that several threads' events are analysed in the whole trace's order.
@@ -27,6 +31,7 @@ pub mod consume;
 pub mod file;
 pub mod progress;
 pub mod status;
+mod spool;
 pub mod tree;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

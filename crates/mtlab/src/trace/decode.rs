@@ -1045,6 +1045,17 @@ impl Items {
         self.order[self.next_pending..].iter().map(|&i| self.chunks[i as usize].offset).min().unwrap_or(u64::MAX)
     }
 
+    /// `unread_from` over the chunks the decoder will read from the file
+    /// (not those held in memory).
+    pub fn unread_from_file(&self) -> u64 {
+        self.order[self.next_pending..]
+            .iter()
+            .filter(|i| !self.memory.contains_key(i))
+            .map(|&i| self.chunks[i as usize].offset)
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
     /// The horizon (`set_horizon`) at which every chunk not read yet that
     /// starts below file offset `offset` would be read: the bytes below
     /// `offset` could then be released. 0: none is waiting.

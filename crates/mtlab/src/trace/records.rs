@@ -283,7 +283,7 @@ pub(crate) fn read_file_header(file: &File, path: &Path, file_len: u64) -> Resul
 }
 
 /// Reads the record header at `offset`: `Ok(None)` at a clean end of file.
-pub(crate) fn next_record(file: &File, offset: u64, file_len: u64) -> io::Result<Result<Option<RecHdr>, Damage>> {
+pub(crate) fn next_record(file: &impl std::os::unix::fs::FileExt, offset: u64, file_len: u64) -> io::Result<Result<Option<RecHdr>, Damage>> {
     if offset >= file_len {
         return Ok(Ok(None));
     }
