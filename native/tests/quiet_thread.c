@@ -3,13 +3,15 @@
  * read while another allocates steadily for MS milliseconds; then the
  * quiet thread is woken, frees two of its blocks and ends.
  *
- * Usage: quiet_thread MS
+ * Usage: quiet_thread MS [ROUNDS]
  *
  * Expected, from this program:
  *   quiet_allocs: 5 mallocs of 1000 B, 2 freed (by the same thread, after
  *     the busy thread is done): 3 blocks, 3000 B live at the end;
  *   busy_pairs: rounds of 100 pairs of malloc(64) + free until MS have
- *     passed, and one malloc(48) kept per round (busy_keep):
+ *     passed and at least ROUNDS (default 0) are done, so that a test can
+ *     ask for a volume of trace however loaded the host is, and one
+ *     malloc(48) kept per round (busy_keep):
  *     live at the end = rounds blocks of 48 B.
  * Prints "rounds N" on stdout (N: the busy thread's rounds). Exit code 0;
  * 2 on bad arguments, 3 on a failed call.
@@ -22,7 +24,7 @@
 
 static int wake[2];
 static void *volatile sink;
-static long ms;
+static long ms, min_rounds;
 
 __attribute__((noinline)) static void *quiet_allocs(void *arg) {
     (void)arg;
@@ -50,7 +52,7 @@ __attribute__((noinline)) static void busy_keep(void) {
 __attribute__((noinline)) static long busy_pairs(void) {
     double start = now_ms();
     long rounds = 0;
-    while (now_ms() - start < ms) {
+    while (now_ms() - start < ms || rounds < min_rounds) {
         for (int i = 0; i < 100; i++) {
             void *p = malloc(64);
             if (!p) exit(3);
@@ -68,7 +70,8 @@ __attribute__((noinline)) static long busy_pairs(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2 || (ms = atol(argv[1])) < 1) return 2;
+    if (argc < 2 || argc > 3 || (ms = atol(argv[1])) < 1) return 2;
+    if (argc == 3 && (min_rounds = atol(argv[2])) < 0) return 2;
     if (pipe(wake) != 0) return 3;
     pthread_t q;
     if (pthread_create(&q, NULL, quiet_allocs, NULL) != 0) return 3;

@@ -518,16 +518,16 @@ fn full_disk_keeps_the_programs_output_and_exit_code() {
     assert_eq!(o.stdout, plain.stdout, "output unchanged");
 }
 
-/// `quiet_thread MS` under `record --live` (extra flags first), the raw
-/// file's blocks on disk sampled every 50 ms while it runs: the output,
-/// the most seen on disk, the busy thread's rounds.
-fn record_quiet(lab: &Lab, name: &str, env: &[(&str, &str)], extra: &[&str], ms: &str) -> (std::process::Output, u64, u64) {
+/// `quiet_thread ARGS` (MS [ROUNDS]) under `record --live` (extra flags
+/// first), the raw file's blocks on disk sampled every 50 ms while it runs:
+/// the output, the most seen on disk, the busy thread's rounds.
+fn record_quiet(lab: &Lab, name: &str, env: &[(&str, &str)], extra: &[&str], args: &[&str]) -> (std::process::Output, u64, u64) {
     use std::os::unix::fs::MetadataExt;
     let prog = lab.compile("quiet_thread");
     let mut flags = vec!["--live", "--snapshot-every", "0.5"];
     flags.extend_from_slice(extra);
     let raw = lab.path(&format!("{name}.live.raw"));
-    let mut cmd = lab.record_cmd(&format!("{name}.live"), &flags, &prog, &[ms]);
+    let mut cmd = lab.record_cmd(&format!("{name}.live"), &flags, &prog, args);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -567,7 +567,7 @@ fn assert_quiet_counts(v: &Value, rounds: u64) {
 #[test]
 fn a_blocked_thread_holds_neither_the_analysis_nor_the_disk() {
     let lab = Lab::new();
-    let (_, max_raw, rounds) = record_quiet(&lab, "q", &[], &[], "4000");
+    let (_, max_raw, rounds) = record_quiet(&lab, "q", &[], &[], &["4000"]);
     let (v, status) = report_without_live(&lab, &lab.path("q.live"));
     let status = status.unwrap();
     assert_quiet_counts(&v, rounds);
@@ -598,7 +598,10 @@ fn a_blocked_thread_holds_neither_the_analysis_nor_the_disk() {
 fn a_thread_that_cannot_be_copied_is_waited_for_only_up_to_the_hold_limit() {
     let lab = Lab::new();
     let no_copy = [("MTLAB_LIVE_COPY", "0")];
-    let (_, max_raw, rounds) = record_quiet(&lab, "nc", &no_copy, &[], "6000");
+    // At least 12 000 rounds (~1.4 KiB of trace each: ~17 MiB): the busy
+    // thread's 6 s alone gave less than the 12 MiB the check below needs
+    // at load 20, where it gets less of a CPU.
+    let (_, max_raw, rounds) = record_quiet(&lab, "nc", &no_copy, &[], &["6000", "12000"]);
     let (v, status) = report_without_live(&lab, &lab.path("nc.live"));
     let status = status.unwrap();
     assert_quiet_counts(&v, rounds);
@@ -608,7 +611,7 @@ fn a_thread_that_cannot_be_copied_is_waited_for_only_up_to_the_hold_limit() {
     assert!(consumed > 2 * BOUND, "the busy thread wrote more than twice the bound: {status}");
     assert!(max_raw <= BOUND, "the raw file took {max_raw} bytes on disk (bound {BOUND}): {status}");
     // The same with the raw trace kept, to compare with the full trace.
-    let (o, _, rounds) = record_quiet(&lab, "nck", &no_copy, &["--keep-raw"], "3000");
+    let (o, _, rounds) = record_quiet(&lab, "nck", &no_copy, &["--keep-raw"], &["3000"]);
     let (live, status) = report_without_live(&lab, &lab.path("nck.live"));
     let (full, _) = report_without_live(&lab, &lab.path("nck.live.raw"));
     let status = status.unwrap();

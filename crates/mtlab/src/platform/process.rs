@@ -37,10 +37,23 @@ pub fn pid_alive(pid: u32) -> bool {
 /// Whether process `pid` exists and has not ended: a zombie (exited, not
 /// reaped yet by its parent) does not run.
 pub fn pid_runs(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+    !matches!(state_at(&format!("/proc/{pid}/stat")).as_deref(), None | Some("Z") | Some("X"))
+}
+
+/// Whether thread `tid` of process `pid` goes on by itself: it runs or
+/// waits for a CPU (state R), or waits inside the kernel for something
+/// that does not depend on the program (state D: a write waiting for the
+/// file's lock held by another writer), as opposed to asleep on something
+/// (a pipe, a lock of the program), stopped, or gone.
+pub fn thread_goes_on(pid: u32, tid: u32) -> bool {
+    matches!(state_at(&format!("/proc/{pid}/task/{tid}/stat")).as_deref(), Some("R") | Some("D"))
+}
+
+/// The state letter of a `/proc/.../stat` file (None: unreadable).
+fn state_at(path: &str) -> Option<String> {
+    let stat = std::fs::read_to_string(path).ok()?;
     // The state follows the command name, which may hold spaces and ')'.
-    let state = stat.rfind(')').and_then(|i| stat[i + 1..].split_ascii_whitespace().next());
-    !matches!(state, None | Some("Z") | Some("X"))
+    stat.rfind(')').and_then(|i| stat[i + 1..].split_ascii_whitespace().next()).map(str::to_string)
 }
 
 /// The first file called `name` in the directories of `PATH`, as the shell
@@ -129,6 +142,39 @@ mod tests {
         assert!(pid_alive(pid), "kill(0) still finds the zombie");
         child.wait().unwrap();
         assert!(!pid_runs(pid));
+    }
+
+    #[test]
+    fn a_thread_asleep_does_not_go_on_and_a_spinning_one_does() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{mpsc, Arc};
+        let me = std::process::id();
+        // SAFETY: gettid has no preconditions.
+        let gettid = || unsafe { libc::gettid() } as u32;
+        let (wake, asleep) = mpsc::channel::<()>();
+        let (tid_tx, tids) = mpsc::channel::<(bool, u32)>();
+        let spin_tx = tid_tx.clone();
+        let sleeper = std::thread::spawn(move || {
+            let _ = tid_tx.send((false, gettid()));
+            let _ = asleep.recv();
+        });
+        let stop = Arc::new(AtomicBool::new(false));
+        let spinning = Arc::clone(&stop);
+        let spinner = std::thread::spawn(move || {
+            let _ = spin_tx.send((true, gettid()));
+            while !spinning.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+            }
+        });
+        let two = [tids.recv().unwrap(), tids.recv().unwrap()];
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let seen: Vec<(bool, bool)> = two.iter().map(|&(spins, tid)| (spins, thread_goes_on(me, tid))).collect();
+        let _ = wake.send(());
+        stop.store(true, Ordering::Relaxed);
+        sleeper.join().unwrap();
+        spinner.join().unwrap();
+        assert!(seen.iter().all(|&(spins, runnable)| spins == runnable), "(spins, goes on): {seen:?}");
+        assert!(!thread_goes_on(me, u32::MAX - 1), "no such thread");
     }
 
     #[test]
