@@ -668,7 +668,8 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     };
     if let Some(pid) = a.attach.pid {
         let sample = a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed, push: None });
-        return attach::cmd_attach(pid, a.attach, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks, push);
+        let live = attach::LiveArgs { live: a.live, snapshot_every: a.snapshot_every, keep_raw: a.keep_raw };
+        return attach::cmd_attach(pid, a.attach, live, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks, push);
     }
     if push.is_some() && a.sample.is_none() && !a.live {
         return Err(CliError::Other(
@@ -980,6 +981,13 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
         say!("mtlab: the flight recorder of process {pid} wrote {}; read it with `mtlab report {}`", path.display(), crate::platform::process::shell_word(&path));
         print_out(format!("{}\n", path.display()));
         return Ok(ExitCode::SUCCESS);
+    }
+    // `record --pid PID --live`: stop is the detach (its full trace has no sampler to switch off).
+    if let (Some(pid), CtlAction::Stop) = (crate::live::status::recorded_pid(a.pid), &a.action) {
+        if crate::live::status::request_detach(pid).map_err(CliError::Other)? {
+            say!("mtlab: asked the live recorder attached to process {pid} to detach; it finishes the profile and exits");
+            return Ok(ExitCode::SUCCESS);
+        }
     }
     // `record --live`: how far behind its analysis is; a full trace has no sampler to show.
     if let (Some(pid), CtlAction::Status) = (crate::live::status::recorded_pid(a.pid), &a.action) {
