@@ -499,6 +499,17 @@ fn attach_into_another_mount_and_pid_namespace() {
         return;
     }
     let lab = Lab::new();
+    let full = attach_in_namespace(&lab, "ns.mtl", &["--full"]);
+    // --live: the process's watermark page is opened from the host through
+    // /proc/PID/fd (its own /proc could not reach mtlab's), its trace read
+    // in its /tmp through /proc/PID/root, and removed from there after.
+    let live = attach_in_namespace(&lab, "ns.live", &["--live", "--snapshot-every", "0.1"]);
+    assert_eq!(attach_figures(&live), attach_figures(&full));
+    assert_eq!(u(&live["pid"]), 1, "its own view of its pid");
+}
+
+/// Attaches to attach_phases in its own mount and PID namespace for phase 1; its report.
+fn attach_in_namespace(lab: &Lab, trace: &str, extra: &[&str]) -> Value {
     let prog = lab.compile("attach_phases");
     let mut cmd = lab.command("unshare");
     // The program opened before its /tmp (where the lab is) is hidden by a new one.
@@ -511,7 +522,7 @@ fn attach_into_another_mount_and_pid_namespace() {
     // The program is unshare's child: pid 1 in its namespace.
     let inner = unshares_child(&t);
     assert!(!std::fs::read_dir(format!("/proc/{inner}/root/tmp")).unwrap().any(|e| e.unwrap().file_name() == "mtlab-e2e"));
-    let (m, err) = attach(&lab, inner, "ns.mtl", &["--full"]);
+    let (m, err) = attach(lab, inner, trace, extra);
     signal(inner, libc::SIGUSR1);
     assert_eq!(t.line(), "phase 1 done");
     detach(m, err);
@@ -519,11 +530,12 @@ fn attach_into_another_mount_and_pid_namespace() {
     signal(inner, libc::SIGUSR1);
     assert_eq!(t.line(), "phase 2 done 435");
     assert!(wait_within(&mut t.child, Duration::from_secs(10)).expect("it ends").success());
-    let r = lab.report("ns.mtl");
+    let r = lab.report(trace);
     assert_eq!(calls(&r, "malloc"), 100);
     assert_eq!(calls(&r, "free"), 70);
     assert_eq!(u(&r["pid"]), 1, "its own view of its pid");
     assert_eq!(u(&r["attached"]["pid"]), inner as u64, "and the one mtlab attached to");
+    r
 }
 
 /// A musl-linked program in a container as Alpine's are: its own mount and
