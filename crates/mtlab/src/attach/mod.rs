@@ -625,9 +625,11 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
             (None, Some(l)) => format!("full trace analysed live into {}", l.profile.display()),
             (None, None) => "full trace".to_string(),
         },
-        match cfg.duration {
-            Some(d) => format!("{:.1} s have passed, Ctrl-C or the process's exit", d.as_secs_f64()),
-            None => "Ctrl-C or the process's exit".into(),
+        match (cfg.duration, cfg.live.is_some()) {
+            (Some(d), false) => format!("{:.1} s have passed, Ctrl-C or the process's exit", d.as_secs_f64()),
+            (Some(d), true) => format!("{:.1} s have passed, Ctrl-C, `mtlab ctl {pid} stop` or the process's exit", d.as_secs_f64()),
+            (None, false) => "Ctrl-C or the process's exit".into(),
+            (None, true) => format!("Ctrl-C, `mtlab ctl {pid} stop` or the process's exit"),
         }
     );
     let mut ended = Ended::Detached;

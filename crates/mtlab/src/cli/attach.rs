@@ -34,7 +34,6 @@ pub struct AttachArgs {
     pub allow_seccomp: bool,
 }
 
-#[allow(clippy::too_many_arguments)]
 /// `--live` with `--pid`: the profile and its snapshots' period.
 pub struct LiveArgs {
     pub live: bool,
@@ -42,6 +41,7 @@ pub struct LiveArgs {
     pub keep_raw: bool,
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn cmd_attach(
     pid: i32,
     a: AttachArgs,
@@ -77,12 +77,8 @@ pub fn cmd_attach(
         publish: None,
     });
     let output = match &live {
-        // The raw trace beside the profile, as `record --live -- PROGRAM` puts it: PROFILE.raw.
-        Some(l) => {
-            let mut raw = l.profile.clone().into_os_string();
-            raw.push(".raw");
-            PathBuf::from(raw)
-        }
+        // The raw trace beside the profile, as `record --live -- PROGRAM` puts it.
+        Some(l) => super::live_raw(&l.profile),
         None => output.unwrap_or_else(|| PathBuf::from(format!("mtlab.pid{pid}.mtl"))),
     };
     let cfg = AttachConfig {
@@ -128,23 +124,7 @@ pub fn cmd_attach(
         }
     }
     if let (Some(l), Some(s)) = (&cfg.live, &out.live) {
-        match s.complete {
-            true => say!(
-                "mtlab: wrote {} (live profile, {} snapshot{}, raw trace on disk at most {}); read it with `mtlab report {}`",
-                l.profile.display(),
-                s.snapshots,
-                if s.snapshots == 1 { "" } else { "s" },
-                crate::units::human_bytes(s.lag.max_raw_disk_bytes),
-                crate::platform::process::shell_word(&l.profile)
-            ),
-            false => say!("mtlab: the live profile {} was not completed (see the warnings)", l.profile.display()),
-        }
-        for w in &s.warnings {
-            say!("mtlab: warning: {w}");
-        }
-        if s.lag.late_events > 0 {
-            say!("mtlab: warning: {}", crate::live::file::late_text(&s.lag));
-        }
+        super::say_live(&l.profile, s, "");
     }
     if let Some(t) = &out.trace {
         say!("mtlab: wrote {}; read it with `mtlab report {}`", t.display(), crate::platform::process::shell_word(t));
