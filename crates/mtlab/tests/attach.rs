@@ -136,7 +136,11 @@ fn live_attach_counts_what_the_full_trace_attach_counts() {
         let profile = format!("t{threads}.live");
         let (live, said) = traced_phase(&lab, &prog, &[threads], &profile, &["--live", "--snapshot-every", "0.1"]);
         assert!(said.contains(&format!("wrote {}", lab.path(&profile).display())) && said.contains("live profile"), "{said}");
-        assert_eq!(attach_figures(&live), attach_figures(&full), "{threads} extra threads");
+        // glibc's thread exits add free(NULL) calls, a varying number of
+        // them (see the next test): with threads, free's calls are compared
+        // by what they freed (the live blocks), the rest exactly.
+        let same = |r: &Value| attach_figures(r).into_iter().filter(|(k, _)| threads == "0" || k != "free").collect::<Vec<_>>();
+        assert_eq!(same(&live), same(&full), "{threads} extra threads");
         assert_eq!(live["attached"]["ended_by"], "detach");
         assert!(live["attached"]["at_ns"].as_u64().is_some_and(|t| t > 0), "when tracing began: {}", live["attached"]);
         assert!(!lab.path(&format!("{profile}.raw")).exists(), "the raw trace is released and removed");
