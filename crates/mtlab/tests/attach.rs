@@ -405,7 +405,7 @@ fn refusals_say_what_to_do() {
 
     // The flight recorder does not attach: refused, not ignored.
     let err = refused(&lab, std::process::id() as i32, &["--keep-last", "10s"]);
-    assert!(err.contains("cannot be used with") && err.contains("--keep-last"), "{err}");
+    assert!(err.contains("--keep-last does not attach") && err.contains("--live") && err.contains("record --keep-last DURATION -- PROGRAM"), "{err}");
     // --live analyses the full trace: a sampling interval with it is refused.
     let err = refused(&lab, std::process::id() as i32, &["--live", "--sample", "4096"]);
     assert!(err.contains("--live with --pid analyses the full trace") && err.contains("leave out --sample"), "{err}");

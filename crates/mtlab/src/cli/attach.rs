@@ -17,10 +17,10 @@ const DEFAULT_INTERVAL: u64 = 512 * 1024;
 pub struct AttachArgs {
     /// Attach to the running process PID instead of starting a program: sample it (--sample,
     /// 512KiB by default), trace every call (--full), or analyse every call live into a profile
-    /// (--live, -o default mtlab.pidPID.live) until --duration ends, Ctrl-C, `mtlab ctl PID stop`
-    /// or its exit; then detach, leaving it running as before. (`--keep-last` does not attach:
+    /// (--live, -o default mtlab.pidPID.live) until --duration ends, Ctrl-C (with --live also
+    /// `mtlab ctl PID stop`) or its exit; then detach, leaving it running as before. (`--keep-last` does not attach:
     /// it is refused, not ignored.)
-    #[arg(long, value_name = "PID", conflicts_with_all = ["baseline", "compact", "no_follow", "keep_last"])]
+    #[arg(long, value_name = "PID", conflicts_with_all = ["baseline", "compact", "no_follow"])]
     pub pid: Option<i32>,
     /// With --pid: a full trace of every allocation call instead of sampling.
     #[arg(long, requires = "pid", conflicts_with = "sample")]

@@ -699,6 +699,14 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         }
     };
     if let Some(pid) = a.attach.pid {
+        if a.keep_last.is_some() {
+            // The flight recorder's ring and triggers are set up around a spawned program
+            // (record.rs); an attached session has neither (not wired yet).
+            return Err(CliError::Other(format!(
+                "--keep-last does not attach to a running process: use `mtlab record --pid {pid} --live` (its whole trace \
+                 analysed while attached, in bounded disk) or `--full`, or start the program under `mtlab record --keep-last DURATION -- PROGRAM`"
+            )));
+        }
         let sample = a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed, push: None });
         let live = attach::LiveArgs { live: a.live, snapshot_every: a.snapshot_every, keep_raw: a.keep_raw };
         return attach::cmd_attach(pid, a.attach, live, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks, push);
