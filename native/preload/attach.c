@@ -30,6 +30,11 @@
  * after each call, to say where the stop at attach and detach went. */
 EXPORT uint64_t mtlab_attach_marks[32];
 
+/* `record --pid --live`: the descriptor of the watermark page this process
+ * made (-1: none), read by mtlab after mtlab_attach_begin to open the page
+ * through /proc/PID/fd. */
+EXPORT int mtlab_attach_watermark_fd = -1;
+
 void mtlab_attach_mark(int step) {
     struct timespec ts;
     if (step < 0 || step >= 32 || clock_gettime(CLOCK_MONOTONIC, &ts) != 0) return;

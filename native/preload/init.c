@@ -220,6 +220,8 @@ static void mtlab_start(void) {
     /* The attached process writes the file named; its children and the
      * program's environment are left alone (MTLAB_FOLLOW is 0). */
     mtlab_set_root(1);
+    /* `record --pid --live`: the page record reads the trace below, before the file is opened. */
+    if (env_u64("MTLAB_LIVE", 0)) mtlab_attach_watermark_fd = mtlab_watermark_make_attached();
 #else
     uint64_t record_pid = env_u64("MTLAB_PARENT", 0);
     int root = record_pid == (uint64_t)getppid();

@@ -113,6 +113,7 @@ HIDDEN void mtlab_attach_stop(void);
 #ifdef MTLAB_ATTACH
 HIDDEN void mtlab_attach_mark(int step);
 #define MTLAB_ATTACH_MARK(step) mtlab_attach_mark(step)
+extern int mtlab_attach_watermark_fd; /* attach.c: `record --pid --live`'s page, for mtlab to open */
 #else
 #define MTLAB_ATTACH_MARK(step) ((void)0)
 #endif
@@ -394,6 +395,7 @@ HIDDEN void mtlab_writer_fork_child(void);
 HIDDEN void mtlab_set_root(int is_root);
 HIDDEN void mtlab_watermark_attach(long fd); /* root process: MTLAB_WATERMARK_FD */
 HIDDEN void mtlab_watermark_own(void); /* `record --live`, any other image: a page of its own */
+HIDDEN int mtlab_watermark_make_attached(void); /* `record --pid --live`: the page, made here; its fd or -1 */
 /* A buffer's progress for `record --live` (writer.c): its first event was
  * appended; its chunk was written. No-ops without a watermark page. */
 HIDDEN void mtlab_progress_started(struct mtlab_buf *b);

@@ -85,6 +85,34 @@ void mtlab_watermark_own(void) {
     mtlab_sys_close((int)f);
 }
 
+#ifdef MTLAB_ATTACH
+/* `record --pid PID --live`: the attached process cannot inherit record's
+ * page, so it makes one and keeps its descriptor open while attached;
+ * record, the tracer, opens it through /proc/PID/fd/N, which works from the
+ * host for a process in its own mount and PID namespace too (the process
+ * could not reach record's descriptor: its /proc is its own namespace's, or
+ * absent). It is the root page (record reads the file it named), with the
+ * per-buffer progress wanted from the first chunk on. Returns the
+ * descriptor, or -1 (no memfd: the session is refused). */
+static int attach_page_fd = -1;
+int mtlab_watermark_make_attached(void) {
+    long f = mtlab_sys6(SYS_memfd_create, (long)"mtlab-watermark", MFD_CLOEXEC, 0, 0, 0, 0);
+    if (f < 0) return -1;
+    void *m = mtlab_sys_ftruncate((int)f, MTLAB_WATERMARK_SIZE) == 0 ? mtlab_sys_mmap_shared(MTLAB_WATERMARK_SIZE, (int)f) : NULL;
+    if (!m) {
+        mtlab_sys_close((int)f);
+        return -1;
+    }
+    _Atomic uint64_t *w = (_Atomic uint64_t *)m;
+    atomic_store(w + MTLAB_WATERMARK_OFF_MAGIC / 8, MTLAB_WATERMARK_MAGIC);
+    atomic_store(w + MTLAB_WATERMARK_OFF_PROGRESS_WANTED / 8, 1);
+    atomic_store(w + MTLAB_WATERMARK_OFF_PID / 8, mtlab_sys_getpid());
+    watermark = w;
+    attach_page_fd = (int)f;
+    return (int)f;
+}
+#endif
+
 /* The page says which file it describes (`record` matches it by inode). */
 static void page_names_file(void) {
     if (!watermark || !own_page) return;
@@ -774,6 +802,16 @@ void mtlab_write_stats(void) {
 void mtlab_writer_release(void) {
     if (fd >= 0 && fd_still_ours()) mtlab_sys_close(fd);
     fd = -1;
+#ifdef MTLAB_ATTACH
+    /* The trace is finished (mtlab_attach_stop): nothing publishes to the page any more. */
+    if (attach_page_fd >= 0) {
+        _Atomic uint64_t *w = watermark;
+        watermark = NULL;
+        if (w) mtlab_sys_munmap((void *)w, MTLAB_WATERMARK_SIZE);
+        mtlab_sys_close(attach_page_fd);
+        attach_page_fd = -1;
+    }
+#endif
     if (proc_fd >= 0) mtlab_sys_close(proc_fd);
     proc_fd = -1;
 }

@@ -113,6 +113,89 @@ fn full_trace_counts_exactly_what_was_allocated_while_attached() {
     assert!(text.contains("frees of blocks allocated before the attach: 20"), "{text}");
 }
 
+/// The figures of a report that the full-trace attach and the live one must share.
+fn attach_figures(r: &Value) -> Vec<(String, u64)> {
+    let mut f: Vec<(String, u64)> = ["malloc", "calloc", "realloc", "free"].iter().map(|n| (n.to_string(), calls(r, n))).collect();
+    f.push(("unknown_frees".into(), u(&r["unknown_frees"])));
+    f.push(("peak.live_objects".into(), u(&r["peak"]["live_objects"])));
+    f.push(("end.live_objects".into(), u(&r["end"]["live_objects"])));
+    f.push(("end.live_bytes".into(), u(&r["end"]["live_bytes"])));
+    f
+}
+
+/// `record --pid PID --live`: the attached process's full trace analysed
+/// while attached into a live profile whose figures are the full-trace
+/// attach's of the same program, exactly; the raw trace is gone after, and
+/// the program runs on with its own output and exit code.
+#[test]
+fn live_attach_counts_what_the_full_trace_attach_counts() {
+    let lab = Lab::new();
+    let prog = lab.compile("attach_phases");
+    for threads in ["0", "7"] {
+        let (full, _) = traced_phase(&lab, &prog, &[threads], "full.mtl", &["--full"]);
+        let profile = format!("t{threads}.live");
+        let (live, said) = traced_phase(&lab, &prog, &[threads], &profile, &["--live", "--snapshot-every", "0.1"]);
+        assert!(said.contains(&format!("wrote {}", lab.path(&profile).display())) && said.contains("live profile"), "{said}");
+        // glibc's thread exits add free(NULL) calls, a varying number of
+        // them (see the next test): with threads, free's calls are compared
+        // by what they freed (the live blocks), the rest exactly.
+        let same = |r: &Value| attach_figures(r).into_iter().filter(|(k, _)| threads == "0" || k != "free").collect::<Vec<_>>();
+        assert_eq!(same(&live), same(&full), "{threads} extra threads");
+        assert_eq!(live["attached"]["ended_by"], "detach");
+        assert!(live["attached"]["at_ns"].as_u64().is_some_and(|t| t > 0), "when tracing began: {}", live["attached"]);
+        assert!(!lab.path(&format!("{profile}.raw")).exists(), "the raw trace is released and removed");
+        std::fs::remove_file(lab.path("full.mtl")).unwrap();
+    }
+    let live = lab.report("t0.live");
+    assert_eq!(calls(&live, "malloc"), 100, "phase 1's mallocs, none of phase 2's or before the attach");
+    assert_eq!(u(&live["unknown_frees"]), 20, "the frees of blocks allocated before the attach");
+    let text = lab.command(MTLAB).arg("report").arg(lab.path("t0.live")).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("attached to the running process: tracing started at"), "{text}");
+}
+
+/// A long attach to a loop that allocates all the time: the raw trace is
+/// released as it is analysed (its most on disk a fraction of what was
+/// written), `mtlab ctl PID status` shows the lag while attached, `mtlab
+/// ctl PID stop` detaches, and the loop runs on to its own end.
+#[test]
+fn live_attach_keeps_the_disk_bounded_and_ctl_stop_detaches() {
+    let lab = Lab::new();
+    let prog = lab.compile("attach_loop");
+    let mut t = Target::start(&lab, &prog, &[]);
+    let pid = t.pid();
+    let (mut m, mut err) = attach(&lab, pid, "loop.live", &["--live", "--snapshot-every", "0.5"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let o = lab.command(MTLAB).args(["ctl", &pid.to_string(), "status"]).output().unwrap();
+    assert_success(&o, "mtlab ctl PID status");
+    let status = String::from_utf8_lossy(&o.stdout);
+    assert!(status.contains(&format!("process {pid}: live analysis")) && status.contains("events analysed"), "{status}");
+    std::thread::sleep(Duration::from_millis(2500));
+    let o = lab.command(MTLAB).args(["ctl", &pid.to_string(), "stop"]).output().unwrap();
+    assert_success(&o, "mtlab ctl PID stop");
+    assert!(stderr(&o).contains("to detach"), "{}", stderr(&o));
+    let status = wait_within(&mut m, Duration::from_secs(30)).expect("mtlab detaches at ctl stop");
+    let mut said = String::new();
+    err.read_to_string(&mut said).unwrap();
+    assert!(status.success() && said.contains("detached from process"), "{said}");
+    assert!(!t.maps().contains("libmtlab_attach"), "the library is unloaded at detach");
+    std::thread::sleep(Duration::from_millis(100));
+    signal(pid, libc::SIGUSR1);
+    let last = t.line();
+    assert!(last.starts_with("done "), "the loop's own end: {last}");
+    assert!(wait_within(&mut t.child, Duration::from_secs(10)).expect("the loop ends").success());
+    let o = lab.command(MTLAB).args(["report", "--json"]).arg(lab.path("loop.live")).output().unwrap();
+    assert_success(&o, "mtlab report --json");
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (mallocs, frees) = (calls(&r, "malloc"), calls(&r, "free"));
+    assert!(mallocs >= 50_000, "4 s of 100 mallocs every ~2 ms: {mallocs}");
+    assert!(mallocs.abs_diff(frees) <= 1, "one block live at a time: {mallocs} mallocs, {frees} frees");
+    let lag = &r["live_profile"]["lag"];
+    let consumed = u(&lag["consumed_bytes"]);
+    assert!(u(&lag["max_raw_disk_bytes"]) * 4 < consumed, "the raw trace is released as it is analysed: {lag}");
+    assert!(!lab.path("loop.live.raw").exists());
+}
+
 #[test]
 fn full_trace_of_threads_running_while_attached() {
     let lab = Lab::new();
@@ -320,12 +403,12 @@ fn refusals_say_what_to_do() {
     let err = refused(&lab, 999_999_999, &[]);
     assert!(err.contains("no process 999999999"), "{err}");
 
-    // Modes that do not attach yet are refused, not ignored (a sampled
-    // session was made under --live's name before).
-    for mode in [&["--live"][..], &["--keep-last", "10s"][..]] {
-        let err = refused(&lab, std::process::id() as i32, mode);
-        assert!(err.contains("cannot be used with") && err.contains(mode[0]), "{err}");
-    }
+    // The flight recorder does not attach: refused, not ignored.
+    let err = refused(&lab, std::process::id() as i32, &["--keep-last", "10s"]);
+    assert!(err.contains("--keep-last does not attach") && err.contains("--live") && err.contains("record --keep-last DURATION -- PROGRAM"), "{err}");
+    // --live analyses the full trace: a sampling interval with it is refused.
+    let err = refused(&lab, std::process::id() as i32, &["--live", "--sample", "4096"]);
+    assert!(err.contains("--live with --pid analyses the full trace") && err.contains("leave out --sample"), "{err}");
 
     // A static program.
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
@@ -420,6 +503,17 @@ fn attach_into_another_mount_and_pid_namespace() {
         return;
     }
     let lab = Lab::new();
+    let full = attach_in_namespace(&lab, "ns.mtl", &["--full"]);
+    // --live: the process's watermark page is opened from the host through
+    // /proc/PID/fd (its own /proc could not reach mtlab's), its trace read
+    // in its /tmp through /proc/PID/root, and removed from there after.
+    let live = attach_in_namespace(&lab, "ns.live", &["--live", "--snapshot-every", "0.1"]);
+    assert_eq!(attach_figures(&live), attach_figures(&full));
+    assert_eq!(u(&live["pid"]), 1, "its own view of its pid");
+}
+
+/// Attaches to attach_phases in its own mount and PID namespace for phase 1; its report.
+fn attach_in_namespace(lab: &Lab, trace: &str, extra: &[&str]) -> Value {
     let prog = lab.compile("attach_phases");
     let mut cmd = lab.command("unshare");
     // The program opened before its /tmp (where the lab is) is hidden by a new one.
@@ -432,7 +526,7 @@ fn attach_into_another_mount_and_pid_namespace() {
     // The program is unshare's child: pid 1 in its namespace.
     let inner = unshares_child(&t);
     assert!(!std::fs::read_dir(format!("/proc/{inner}/root/tmp")).unwrap().any(|e| e.unwrap().file_name() == "mtlab-e2e"));
-    let (m, err) = attach(&lab, inner, "ns.mtl", &["--full"]);
+    let (m, err) = attach(lab, inner, trace, extra);
     signal(inner, libc::SIGUSR1);
     assert_eq!(t.line(), "phase 1 done");
     detach(m, err);
@@ -440,11 +534,12 @@ fn attach_into_another_mount_and_pid_namespace() {
     signal(inner, libc::SIGUSR1);
     assert_eq!(t.line(), "phase 2 done 435");
     assert!(wait_within(&mut t.child, Duration::from_secs(10)).expect("it ends").success());
-    let r = lab.report("ns.mtl");
+    let r = lab.report(trace);
     assert_eq!(calls(&r, "malloc"), 100);
     assert_eq!(calls(&r, "free"), 70);
     assert_eq!(u(&r["pid"]), 1, "its own view of its pid");
     assert_eq!(u(&r["attached"]["pid"]), inner as u64, "and the one mtlab attached to");
+    r
 }
 
 /// A musl-linked program in a container as Alpine's are: its own mount and

@@ -46,6 +46,9 @@ pub struct AttachConfig {
     pub duration: Option<Duration>,
     /// Attach even though the process has a seccomp filter.
     pub allow_seccomp: bool,
+    /// `--live`: the full trace analysed while attached into this profile,
+    /// the raw trace released as it is read (`sample` is None).
+    pub live: Option<crate::live::LiveConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +61,8 @@ pub enum AttachError {
     Record(#[from] crate::record::RecordError),
     #[error(transparent)]
     Unpack(#[from] native::UnpackError),
+    #[error(transparent)]
+    Live(#[from] crate::live::LiveError),
 }
 
 /// How the session ended.
@@ -94,6 +99,8 @@ pub struct AttachOutcome {
     pub unloaded: bool,
     /// `--push-every`: where to, and how the window pushes went.
     pub pushed: Option<(String, crate::otlp::periodic::PushStats)>,
+    /// `--live`: what the live analysis came to.
+    pub live: Option<crate::live::LiveSummary>,
     pub warnings: Vec<String>,
 }
 
@@ -225,6 +232,9 @@ fn settings(cfg: &AttachConfig, out: &str) -> String {
         cfg.unwind.name(),
         crate::record::tsc_hz()
     );
+    if cfg.live.is_some() {
+        s += "MTLAB_LIVE=1\n";
+    }
     if let Some(sm) = &cfg.sample {
         s += &format!("MTLAB_SAMPLE={}\nMTLAB_INACTIVE={}\nMTLAB_SAMPLE_SEED={}\n", sm.interval, u8::from(sm.inactive), sm.seed);
     }
@@ -349,6 +359,8 @@ struct Loaded {
     end: u64,
     /// `mtlab_attach_marks` in the process, if the library has it.
     marks: Option<u64>,
+    /// `--live`: the descriptor of the watermark page the process made.
+    page_fd: Option<i32>,
 }
 
 /// Where the stop at attach went: what makes it long under load.
@@ -415,8 +427,8 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
         return Err(failed(pid, format!("its C library {libc_path} exports no dlopen (glibc before 2.34 is not supported)")));
     };
     let lib_file = std::fs::read(native::path(paths.part)?).map_err(|e| failed(pid, e.to_string()))?;
-    let entry = symbols::exported(&lib_file, &["mtlab_attach_begin", "mtlab_attach_end", "mtlab_attach_marks"]).map_err(|e| failed(pid, e))?;
-    let [Some(begin_off), Some(end_off), marks_off] = entry[..] else { return Err(failed(pid, "mtlab's library lacks its entry points")) };
+    let entry = symbols::exported(&lib_file, &["mtlab_attach_begin", "mtlab_attach_end", "mtlab_attach_marks", "mtlab_attach_watermark_fd"]).map_err(|e| failed(pid, e))?;
+    let [Some(begin_off), Some(end_off), marks_off, page_fd_off] = entry[..] else { return Err(failed(pid, "mtlab's library lacks its entry points")) };
     let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
     let (libc_base, _) = target::object_range(&maps, libc_path).ok_or_else(|| failed(pid, "its C library is not in its maps"))?;
     let text = settings(cfg, &paths.out_in_target);
@@ -443,7 +455,9 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
         dlclose: libc_base + dlclose,
         end: lib_base + end_off,
         marks: marks_off.map(|o| lib_base + o),
+        page_fd: None,
     };
+    let mut loaded = loaded;
     if r as i32 != 0 {
         let _ = call(&mut t, tid, "mtlab_attach_end", loaded.end, &[], &[]);
         let _ = call(&mut t, tid, "dlclose", loaded.dlclose, &[handle], &[]);
@@ -452,6 +466,10 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
     steps.outside.lap(&mut clock, "mtlab_attach_begin");
     steps.begin = steps.outside.get("mtlab_attach_begin");
     steps.inside = Steps::from_marks(&read_marks(&t, loaded.marks), false);
+    if cfg.live.is_some() {
+        let mut word = [0u8; 4];
+        loaded.page_fd = page_fd_off.filter(|&o| t.read(lib_base + o, &mut word).is_ok()).map(|_| i32::from_ne_bytes(word)).filter(|&fd| fd >= 0);
+    }
     clock = Instant::now(); // reading the marks is not part of the stop's work
     drop(boost);
     drop(t);
@@ -589,13 +607,29 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
     };
     let started = Instant::now();
     let start_ns = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let live = match cfg.live.as_ref().map(|l| start_live(pid, &loaded, &paths, l)) {
+        None => None,
+        Some(Ok(live)) => Some(live),
+        Some(Err(e)) => {
+            let _ = end_and_unload(pid, &loaded, &mut Vec::new());
+            let _ = std::fs::remove_file(&paths.out_here);
+            cleanup(&paths);
+            return Err(e);
+        }
+    };
     let pusher = cfg.sample.as_ref().and_then(|s| s.push.clone()).map(|push| start_pusher(push, pid, &paths.out_here));
     say!(
         "mtlab: attached to process {pid} ({}); tracing until {}",
-        if cfg.sample.is_some() { "sampling" } else { "full trace" },
-        match cfg.duration {
-            Some(d) => format!("{:.1} s have passed, Ctrl-C or the process's exit", d.as_secs_f64()),
-            None => "Ctrl-C or the process's exit".into(),
+        match (&cfg.sample, &cfg.live) {
+            (Some(_), _) => "sampling".to_string(),
+            (None, Some(l)) => format!("full trace analysed live into {}", l.profile.display()),
+            (None, None) => "full trace".to_string(),
+        },
+        match (cfg.duration, cfg.live.is_some()) {
+            (Some(d), false) => format!("{:.1} s have passed, Ctrl-C or the process's exit", d.as_secs_f64()),
+            (Some(d), true) => format!("{:.1} s have passed, Ctrl-C, `mtlab ctl {pid} stop` or the process's exit", d.as_secs_f64()),
+            (None, false) => "Ctrl-C or the process's exit".into(),
+            (None, true) => format!("Ctrl-C, `mtlab ctl {pid} stop` or the process's exit"),
         }
     );
     let mut ended = Ended::Detached;
@@ -604,7 +638,9 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
             ended = Ended::Exited;
             break;
         }
-        if stop.load(Ordering::Relaxed) || cfg.duration.is_some_and(|d| started.elapsed() >= d) {
+        // `mtlab ctl PID stop`: through the live analysis's status page.
+        let ctl_stop = live.is_some() && crate::live::status::detach_wanted(pid as u32);
+        if ctl_stop || stop.load(Ordering::Relaxed) || cfg.duration.is_some_and(|d| started.elapsed() >= d) {
             break;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -630,9 +666,59 @@ pub fn record_attached(cfg: &AttachConfig) -> Result<AttachOutcome, AttachError>
     let traced_for = started.elapsed();
     // The last window: read from the trace as the detach (or the exit) left it.
     let pushed = pusher.map(|(url, p)| (url, p.finish()));
-    let trace = finish(&paths, pid, ended, start_ns, traced_for, &mut warnings);
+    let runinfo = runinfo(pid, ended, start_ns, traced_for);
+    let (trace, live) = match live {
+        None => (finish(&paths, &runinfo, &mut warnings), None),
+        Some(l) => {
+            let keep_raw = cfg.live.as_ref().is_some_and(|c| c.keep_raw);
+            let summary = l.finish(runinfo.clone());
+            // Analysed into the profile (its blocks released as it went):
+            // what is left of the raw trace is its header and the holes.
+            let trace = match keep_raw {
+                true => finish(&paths, &runinfo, &mut warnings),
+                false => {
+                    let _ = std::fs::remove_file(&paths.out_here);
+                    None
+                }
+            };
+            match summary {
+                Ok(s) => (trace, Some(s)),
+                Err(e) => {
+                    cleanup(&paths);
+                    return Err(e.into());
+                }
+            }
+        }
+    };
     cleanup(&paths);
-    Ok(AttachOutcome { trace, ended, traced_for, stopped_at_attach, attach_steps, stopped_at_detach, detach_steps, unloaded, pushed, warnings })
+    Ok(AttachOutcome { trace, ended, traced_for, stopped_at_attach, attach_steps, stopped_at_detach, detach_steps, unloaded, pushed, live, warnings })
+}
+
+/// `--live`: the watermark page the process made, opened through
+/// /proc/PID/fd (mtlab is its tracer, so it may, in whatever namespace the
+/// process runs), and the live consumer of its trace started on it.
+fn start_live(pid: i32, loaded: &Loaded, paths: &Paths, cfg: &crate::live::LiveConfig) -> Result<crate::live::Live, AttachError> {
+    use crate::trace::format::{WATERMARK_MAGIC, WATERMARK_OFF_MAGIC, WATERMARK_SIZE};
+    let no_page = |why: String| failed(pid, format!("--live needs the watermark page the process makes for it, and {why}; record without --live (--full) instead"));
+    let fd = loaded.page_fd.ok_or_else(|| no_page("it made none (its system gave it no memfd)".into()))?;
+    let at = format!("/proc/{pid}/fd/{fd}");
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(&at).map_err(|e| no_page(format!("{at} cannot be opened: {e}")))?;
+    let page = crate::platform::shared_page::SharedPage::map(&file, WATERMARK_SIZE as usize).map_err(|e| no_page(format!("{at} cannot be mapped: {e}")))?;
+    if page.u64_at(WATERMARK_OFF_MAGIC).load(Ordering::Acquire) != WATERMARK_MAGIC {
+        return Err(no_page(format!("{at} is not that page")));
+    }
+    crate::live::Live::attached(paths.out_here.clone(), cfg.clone(), page, pid as u32)
+        .ok_or_else(|| failed(pid, "cannot start the live analysis's thread"))
+}
+
+/// The trace's RUNINFO: when tracing started and how it ended.
+fn runinfo(pid: i32, ended: Ended, start_ns: u128, traced_for: Duration) -> Vec<(String, String)> {
+    vec![
+        (keys::WALL_NS.to_string(), traced_for.as_nanos().to_string()),
+        (keys::ATTACHED_PID.to_string(), pid.to_string()),
+        (keys::ATTACHED_AT_NS.to_string(), start_ns.to_string()),
+        (keys::ATTACH_ENDED_BY.to_string(), ended.name().to_string()),
+    ]
 }
 
 /// The pushing thread of an attached, sampled process: its source reads the
@@ -654,19 +740,13 @@ fn start_pusher(push: crate::otlp::periodic::Config, pid: i32, trace: &Path) -> 
     (url, Pusher::start(push, source))
 }
 
-fn finish(paths: &Paths, pid: i32, ended: Ended, start_ns: u128, traced_for: Duration, warnings: &mut Vec<String>) -> Option<PathBuf> {
+fn finish(paths: &Paths, runinfo: &[(String, String)], warnings: &mut Vec<String>) -> Option<PathBuf> {
     let here = &paths.out_here;
     if std::fs::symlink_metadata(here).is_err() {
-        warnings.push(format!("process {pid} wrote no trace to {}", paths.out_in_target));
+        warnings.push(format!("the process wrote no trace to {}", paths.out_in_target));
         return None;
     }
-    let runinfo = vec![
-        (keys::WALL_NS.to_string(), traced_for.as_nanos().to_string()),
-        (keys::ATTACHED_PID.to_string(), pid.to_string()),
-        (keys::ATTACHED_AT_NS.to_string(), start_ns.to_string()),
-        (keys::ATTACH_ENDED_BY.to_string(), ended.name().to_string()),
-    ];
-    if let Err(e) = crate::trace::finish_trace(here, &runinfo) {
+    if let Err(e) = crate::trace::finish_trace(here, runinfo) {
         warnings.push(format!("{}: not finished (left as written): {e}", here.display()));
     }
     if *here == paths.out_final {

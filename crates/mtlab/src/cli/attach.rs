@@ -16,10 +16,11 @@ const DEFAULT_INTERVAL: u64 = 512 * 1024;
 #[derive(Args, Debug)]
 pub struct AttachArgs {
     /// Attach to the running process PID instead of starting a program: sample it (--sample,
-    /// 512KiB by default) or trace every call (--full) until --duration ends, Ctrl-C, or its
-    /// exit; then detach, leaving it running as before. (`--live` and `--keep-last` do not
-    /// attach yet: they are refused, not ignored.)
-    #[arg(long, value_name = "PID", conflicts_with_all = ["baseline", "compact", "no_follow", "live", "keep_last"])]
+    /// 512KiB by default), trace every call (--full), or analyse every call live into a profile
+    /// (--live, -o default mtlab.pidPID.live) until --duration ends, Ctrl-C (with --live also
+    /// `mtlab ctl PID stop`) or its exit; then detach, leaving it running as before. (`--keep-last` does not attach:
+    /// it is refused, not ignored.)
+    #[arg(long, value_name = "PID", conflicts_with_all = ["baseline", "compact", "no_follow"])]
     pub pid: Option<i32>,
     /// With --pid: a full trace of every allocation call instead of sampling.
     #[arg(long, requires = "pid", conflicts_with = "sample")]
@@ -33,10 +34,18 @@ pub struct AttachArgs {
     pub allow_seccomp: bool,
 }
 
+/// `--live` with `--pid`: the profile and its snapshots' period.
+pub struct LiveArgs {
+    pub live: bool,
+    pub snapshot_every: Duration,
+    pub keep_raw: bool,
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn cmd_attach(
     pid: i32,
     a: AttachArgs,
+    l: LiveArgs,
     output: Option<PathBuf>,
     sample: Option<SampleConfig>,
     stacks: Stacks,
@@ -48,7 +57,12 @@ pub fn cmd_attach(
     if a.full && push.is_some() {
         return Err(CliError::Other("--push-every with --pid pushes the sampled profile: leave out --full (sampling, 512KiB by default, or --sample INTERVAL)".into()));
     }
-    let sample = match (a.full, sample) {
+    if l.live && (push.is_some() || sample.is_some()) {
+        return Err(CliError::Other(
+            "--live with --pid analyses the full trace: leave out --sample and --push-every (or drop --live to sample the process)".into(),
+        ));
+    }
+    let sample = match (a.full || l.live, sample) {
         (true, _) => None,
         (false, Some(s)) => Some(SampleConfig { push, ..s }),
         (false, None) => Some(SampleConfig { interval: DEFAULT_INTERVAL, inactive: false, seed: 0, push }),
@@ -56,9 +70,20 @@ pub fn cmd_attach(
     if let Some(d) = a.duration.filter(|d| !(d.is_finite() && *d > 0.0)) {
         return Err(CliError::Other(format!("--duration {d}: give a positive number of seconds")));
     }
+    let live = l.live.then(|| crate::live::LiveConfig {
+        profile: output.clone().unwrap_or_else(|| PathBuf::from(format!("mtlab.pid{pid}.live"))),
+        snapshot_every: l.snapshot_every,
+        keep_raw: l.keep_raw,
+        publish: None,
+    });
+    let output = match &live {
+        // The raw trace beside the profile, as `record --live -- PROGRAM` puts it.
+        Some(l) => super::live_raw(&l.profile),
+        None => output.unwrap_or_else(|| PathBuf::from(format!("mtlab.pid{pid}.mtl"))),
+    };
     let cfg = AttachConfig {
         pid,
-        output: output.unwrap_or_else(|| PathBuf::from(format!("mtlab.pid{pid}.mtl"))),
+        output,
         sample,
         stacks,
         unwind,
@@ -66,6 +91,7 @@ pub fn cmd_attach(
         free_stacks,
         duration: a.duration.map(Duration::from_secs_f64),
         allow_seccomp: a.allow_seccomp,
+        live,
     };
     let out = attach::record_attached(&cfg).map_err(|e| CliError::Other(e.to_string()))?;
     let how = match out.ended {
@@ -96,6 +122,9 @@ pub fn cmd_attach(
         if !d.unload.0.is_empty() {
             say!("mtlab: the unload's stop (every thread), step by step: {}", d.unload.line());
         }
+    }
+    if let (Some(l), Some(s)) = (&cfg.live, &out.live) {
+        super::say_live(&l.profile, s, "");
     }
     if let Some(t) = &out.trace {
         say!("mtlab: wrote {}; read it with `mtlab report {}`", t.display(), crate::platform::process::shell_word(t));

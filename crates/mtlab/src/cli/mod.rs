@@ -657,6 +657,38 @@ fn default_output(program: &OsString) -> PathBuf {
     PathBuf::from(format!("mtlab.{name}.mtl"))
 }
 
+/// What `record --live` (of a program, or attached) came to, on stderr; `took`: after the sizes.
+fn say_live(profile: &std::path::Path, s: &crate::live::LiveSummary, took: &str) {
+    let p = crate::platform::process::shell_word(profile);
+    match s.complete {
+        true => say!(
+            "mtlab: wrote {} (live profile, {} snapshot{}, raw trace on disk at most {}{}){took}; read it with `mtlab report {p}`",
+            profile.display(),
+            s.snapshots,
+            if s.snapshots == 1 { "" } else { "s" },
+            report::human_bytes(s.lag.max_raw_disk_bytes),
+            match s.descendants_max_raw_disk {
+                0 => String::new(),
+                d => format!(", its descendants' at most {} at once", report::human_bytes(d)),
+            },
+        ),
+        false => say!("mtlab: the live profile {} was not completed (see the warnings)", profile.display()),
+    }
+    for w in &s.warnings {
+        say!("mtlab: warning: {w}");
+    }
+    if s.lag.late_events > 0 {
+        say!("mtlab: warning: {}", crate::live::file::late_text(&s.lag));
+    }
+}
+
+/// The raw trace beside a live profile: PROFILE.raw (its children's PROFILE.raw.d/PID).
+fn live_raw(profile: &std::path::Path) -> PathBuf {
+    let mut raw = profile.to_path_buf().into_os_string();
+    raw.push(".raw");
+    PathBuf::from(raw)
+}
+
 fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     let push = match a.push_every {
         None => None,
@@ -667,8 +699,17 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         }
     };
     if let Some(pid) = a.attach.pid {
+        if a.keep_last.is_some() {
+            // The flight recorder's ring and triggers are set up around a spawned program
+            // (record.rs); an attached session has neither (not wired yet).
+            return Err(CliError::Other(format!(
+                "--keep-last does not attach to a running process: use `mtlab record --pid {pid} --live` (its whole trace \
+                 analysed while attached, in bounded disk) or `--full`, or start the program under `mtlab record --keep-last DURATION -- PROGRAM`"
+            )));
+        }
         let sample = a.sample.map(|interval| SampleConfig { interval, inactive: a.inactive, seed: a.sample_seed, push: None });
-        return attach::cmd_attach(pid, a.attach, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks, push);
+        let live = attach::LiveArgs { live: a.live, snapshot_every: a.snapshot_every, keep_raw: a.keep_raw };
+        return attach::cmd_attach(pid, a.attach, live, a.output, sample, a.stacks, a.unwind, a.depth, a.free_stacks, push);
     }
     if push.is_some() && a.sample.is_none() && !a.live {
         return Err(CliError::Other(
@@ -685,12 +726,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         publish: push.as_ref().map(|p| crate::live::Publish { every: p.every / 2, slot: Default::default() }),
     });
     let output = match &live {
-        // The raw trace beside the profile: PROFILE.raw (its children's PROFILE.raw.d/PID).
-        Some(l) => {
-            let mut raw = l.profile.clone().into_os_string();
-            raw.push(".raw");
-            PathBuf::from(raw)
-        }
+        Some(l) => live_raw(&l.profile),
         None => a.output.unwrap_or_else(|| default_output(&program)),
     };
     let cfg = RecordConfig {
@@ -717,28 +753,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
     let outcome = record::record(&cfg)?;
     let n = outcome.traces.len();
     if let (Some(l), Some(s)) = (&cfg.live, &outcome.live) {
-        let p = crate::platform::process::shell_word(&l.profile);
-        match s.complete {
-            true => say!(
-                "mtlab: wrote {} (live profile, {} snapshot{}, raw trace on disk at most {}{}) in {:.3} s; read it with `mtlab report {p}`",
-                l.profile.display(),
-                s.snapshots,
-                if s.snapshots == 1 { "" } else { "s" },
-                report::human_bytes(s.lag.max_raw_disk_bytes),
-                match s.descendants_max_raw_disk {
-                    0 => String::new(),
-                    d => format!(", its descendants' at most {} at once", report::human_bytes(d)),
-                },
-                outcome.wall.as_secs_f64(),
-            ),
-            false => say!("mtlab: the live profile {} was not completed (see the warnings)", l.profile.display()),
-        }
-        for w in &s.warnings {
-            say!("mtlab: warning: {w}");
-        }
-        if s.lag.late_events > 0 {
-            say!("mtlab: warning: {}", crate::live::file::late_text(&s.lag));
-        }
+        say_live(&l.profile, s, &format!(" in {:.3} s", outcome.wall.as_secs_f64()));
     }
     let live_only = cfg.live.as_ref().is_some_and(|l| !l.keep_raw) && outcome.live.as_ref().is_some_and(|s| s.complete);
     match outcome.traces.first().filter(|_| !live_only) {
@@ -980,6 +995,13 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
         say!("mtlab: the flight recorder of process {pid} wrote {}; read it with `mtlab report {}`", path.display(), crate::platform::process::shell_word(&path));
         print_out(format!("{}\n", path.display()));
         return Ok(ExitCode::SUCCESS);
+    }
+    // `record --pid PID --live`: stop is the detach (its full trace has no sampler to switch off).
+    if let (Some(pid), CtlAction::Stop) = (crate::live::status::recorded_pid(a.pid), &a.action) {
+        if crate::live::status::request_detach(pid).map_err(CliError::Other)? {
+            say!("mtlab: asked the live recorder attached to process {pid} to detach; it finishes the profile and exits");
+            return Ok(ExitCode::SUCCESS);
+        }
     }
     // `record --live`: how far behind its analysis is; a full trace has no sampler to show.
     if let (Some(pid), CtlAction::Status) = (crate::live::status::recorded_pid(a.pid), &a.action) {

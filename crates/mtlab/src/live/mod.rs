@@ -149,6 +149,26 @@ impl Live {
         let (fd, page) = crate::live_finish::watermark_page()?;
         // The writer's per-buffer progress: only this reader uses it.
         page.u64_at(crate::trace::format::WATERMARK_OFF_PROGRESS_WANTED).store(1, Ordering::Release);
+        Live::run(raw, cfg, sink, pages, Some(fd), page)
+    }
+
+    /// `record --pid PID --live`: the consumer of the trace at `raw` that
+    /// the attached process `pid` writes below the watermark page it made
+    /// itself (opened by the caller through /proc/PID/fd), for `pid`.
+    pub fn attached(raw: PathBuf, cfg: LiveConfig, page: SharedPage, pid: u32) -> Option<Live> {
+        let live = Live::run(raw, cfg, None, None, None, Arc::new(page))?;
+        live.started(pid);
+        Some(live)
+    }
+
+    fn run(
+        raw: PathBuf,
+        cfg: LiveConfig,
+        sink: Option<Box<dyn RawSink>>,
+        pages: Option<Receiver<Page>>,
+        fd: Option<OwnedFd>,
+        page: Arc<SharedPage>,
+    ) -> Option<Live> {
         let end = Arc::new(Mutex::new(None));
         let ended = Arc::new(AtomicBool::new(false));
         let pid = Arc::new(AtomicU32::new(0));
@@ -159,7 +179,7 @@ impl Live {
                 .spawn(move || consume_while_running(raw, cfg, sink, pages, &page, Program { end: &end, ended: &ended, pid: &pid }))
                 .ok()?
         };
-        Some(Live { fd: Some(fd), end, ended, pid, thread: Some(thread) })
+        Some(Live { fd, end, ended, pid, thread: Some(thread) })
     }
 
     /// The descriptor to pass in MTLAB_WATERMARK_FD.

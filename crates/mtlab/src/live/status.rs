@@ -15,6 +15,8 @@ const MAGIC: u64 = 0x4741_4c45_5649_4c4d; // "MLIVELAG"
 const OFF_MAGIC: u32 = 0;
 const OFF_RECORDER: u32 = 8;
 const OFF_SEQ: u32 = 16;
+/// `mtlab ctl PID stop` of an attached process: 1 asks its recorder to detach.
+const OFF_DETACH: u32 = 24;
 /// The figures of `Now`, in its order, one u64 each.
 const OFF_FIGURES: u32 = 32;
 const LAYOUT: Layout = Layout { size: SIZE, magic: MAGIC, off_magic: OFF_MAGIC, off_recorder: OFF_RECORDER };
@@ -114,6 +116,28 @@ impl StatusPage {
 impl Drop for StatusPage {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// `mtlab ctl PID stop` asked the recorder attached to `pid` (this one:
+/// the page is read only while it exists) to detach.
+pub fn detach_wanted(pid: u32) -> bool {
+    recorder_page::open(pid, &names::live_page(pid), &LAYOUT).is_ok_and(|p| p.u64_at(OFF_DETACH).load(Ordering::Acquire) != 0)
+}
+
+/// `mtlab ctl PID stop` of a process `record --pid PID --live` is attached
+/// to: asks its recorder to detach. Ok(false): no such recorder.
+pub fn request_detach(pid: u32) -> Result<bool, String> {
+    if !recorder_page::attached(pid) {
+        return Ok(false);
+    }
+    match recorder_page::open(pid, &names::live_page(pid), &LAYOUT) {
+        Ok(page) => {
+            page.u64_at(OFF_DETACH).store(1, Ordering::Release);
+            Ok(true)
+        }
+        Err(OpenError::Missing) => Ok(false),
+        Err(OpenError::NotIts(why)) => Err(format!("{} is not the live recorder's page of process {pid}: {why}", names::live_page(pid).display())),
     }
 }
 

@@ -80,8 +80,8 @@ pub fn open(pid: u32, path: &Path, l: &Layout) -> Result<SharedPage, OpenError> 
     // outright leaves its page behind, and its pid may be reused since by a
     // program recorded another way (the next recorder of that pid replaces it).
     let recorder = recorder_alive(&page, l).ok_or(OpenError::Missing)?;
-    if parent_of(pid) != Some(recorder) {
-        return Err(OpenError::NotIts(format!("process {pid} is not a child of the recorder {recorder}")));
+    if parent_of(pid) != Some(recorder) && !attached(pid) {
+        return Err(OpenError::NotIts(format!("process {pid} is neither a child of the recorder {recorder} nor attached to by mtlab")));
     }
     Ok(page)
 }
@@ -93,6 +93,12 @@ fn recorder_alive(page: &SharedPage, l: &Layout) -> Option<u32> {
     }
     let pid = page.u64_at(l.off_recorder).load(Ordering::Relaxed) as u32;
     super::process::pid_alive(pid).then_some(pid)
+}
+
+/// `record --pid PID` is attached to `pid`: its library is in the process's
+/// maps (the recorder is then not the process's parent).
+pub fn attached(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.lines().any(|l| l.contains("/libmtlab_attach") || l.contains("/mtlab-attach-")))
 }
 
 /// The parent of `pid`, from /proc/PID/stat.
