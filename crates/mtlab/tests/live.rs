@@ -835,3 +835,27 @@ fn interrupt_or_ctl_stop_finishes_live_while_the_child_still_runs() {
         assert!(err.iter().any(|l| l.contains(&format!("its process {child} still runs"))), "{how}: stderr names the child left running: {err:?}");
     }
 }
+
+/// Without `--live`, record does not wait for a process that outlives the
+/// program (a build leaving a server behind would never end): it ends with
+/// the program's exit code, the child still running, and a warning names it.
+#[test]
+fn without_live_record_does_not_wait_for_a_child_that_outlives_the_program() {
+    use std::io::BufRead;
+    let lab = Lab::new();
+    let prog = lab.compile("daemon_child");
+    // 100 000 ticks: far longer than record takes.
+    let o = lab.record_cmd("nl.mtl", &[], &prog, &["100000", "10"]).output().unwrap();
+    let line = o.stdout.lines().next().and_then(Result::ok).unwrap_or_default();
+    let child: u32 = line.strip_prefix("child ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("the parent's line: {line:?}"));
+    let running = crate_alive(child);
+    let _ = std::process::Command::new("kill").args(["-KILL", &child.to_string()]).status();
+    assert_eq!(o.status.code(), Some(7), "record's exit code is the parent's: {}", stderr(&o));
+    assert!(running, "record ended while the child ran");
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("its process {child} outlived the program and still runs")) && err.contains("`record --live` analyses such processes"),
+        "{err}"
+    );
+    assert!(!err.contains("analysing it until it ends"), "{err}");
+}
