@@ -467,16 +467,7 @@ fn consume_while_running(
 /// The lag for `mtlab ctl PID status`.
 fn publish(page: Option<&status::StatusPage>, c: &Consumer, l: Lag) {
     if let Some(page) = page {
-        page.publish(&status::Now {
-            behind_bytes: l.behind_bytes,
-            max_behind_bytes: l.max_behind_bytes,
-            behind_ns: l.behind_ns,
-            events: c.events(),
-            consumed_bytes: l.consumed_bytes,
-            raw_disk_bytes: l.raw_disk_bytes,
-            late_events: l.late_events,
-            late_bytes: l.late_bytes,
-        });
+        page.publish(&status::Now::of(&l, c.events()));
     }
 }
 

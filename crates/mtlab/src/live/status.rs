@@ -46,6 +46,20 @@ pub struct Now {
 }
 
 impl Now {
+    /// A consumer's lag and the events it analysed.
+    pub fn of(l: &super::file::Lag, events: u64) -> Now {
+        Now {
+            behind_bytes: l.behind_bytes,
+            max_behind_bytes: l.max_behind_bytes,
+            behind_ns: l.behind_ns,
+            events,
+            consumed_bytes: l.consumed_bytes,
+            raw_disk_bytes: l.raw_disk_bytes,
+            late_events: l.late_events,
+            late_bytes: l.late_bytes,
+        }
+    }
+
     fn words(&self) -> [u64; 8] {
         [
             self.behind_bytes,

@@ -313,17 +313,7 @@ impl Tree {
     pub fn status_of(&self, pid: u32) -> Option<super::status::Now> {
         let m = self.members.iter().find(|m| m.pid == pid && m.done.is_none() && !m.superseded)?;
         let c = m.consumer.as_ref()?;
-        let l = lag(c, m.available, crate::platform::tsc::now());
-        Some(super::status::Now {
-            behind_bytes: l.behind_bytes,
-            max_behind_bytes: l.max_behind_bytes,
-            behind_ns: l.behind_ns,
-            events: c.events(),
-            consumed_bytes: l.consumed_bytes,
-            raw_disk_bytes: l.raw_disk_bytes,
-            late_events: l.late_events,
-            late_bytes: l.late_bytes,
-        })
+        Some(super::status::Now::of(&lag(c, m.available, crate::platform::tsc::now()), c.events()))
     }
 
     /// The traces whose final figures are in the profile (`finish` first).
