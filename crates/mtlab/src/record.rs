@@ -271,8 +271,12 @@ impl RecordOutcome {
 
 /// Is the process that writes `t` (named ROOT.d/PID[.N], see `names::trace_family`) still alive and writing it?
 fn still_running(root: &Path, t: &Path) -> bool {
-    let pid = names::child_trace_suffix(root, t).and_then(|s| names::parse_child_suffix(&s)).and_then(|(pid, _)| u32::try_from(pid).ok());
-    pid.is_some_and(|pid| holds_open(pid, t))
+    child_pid(root, t).is_some_and(|pid| holds_open(pid, t))
+}
+
+/// The pid that the child trace `t` of `root` is named after.
+fn child_pid(root: &Path, t: &Path) -> Option<u32> {
+    names::child_trace_suffix(root, t).and_then(|s| names::parse_child_suffix(&s)).and_then(|(pid, _)| u32::try_from(pid).ok())
 }
 
 /// The RUNINFO list of the child traces of `root` (`trace::family`).
@@ -539,14 +543,23 @@ pub fn tsc_hz() -> u64 {
     ((t1.wrapping_sub(t0)) as f64 * 1e9 / ns) as u64
 }
 
-/// Runs `cmd` to its end; `on_start` is given its pid once it runs.
-fn run(mut cmd: Command, program: &str, on_start: impl FnOnce(u32)) -> Result<(ExitStatus, Duration), RecordError> {
+/// Runs `cmd` to its end; `on_start` is given its pid once it runs, and
+/// `after_exit` runs once it has exited, before the terminal's signals are
+/// mtlab's own again (it may `SignalGuard::finish_on_signal`).
+fn run(
+    mut cmd: Command,
+    program: &str,
+    on_start: impl FnOnce(u32),
+    after_exit: impl FnOnce(&SignalGuard),
+) -> Result<(ExitStatus, Duration), RecordError> {
     let start = Instant::now();
     let mut child = cmd.spawn().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
     on_start(child.id());
-    let _guard = SignalGuard::new(child.id());
+    let guard = SignalGuard::new(child.id());
     let status = child.wait().map_err(|source| RecordError::Spawn { program: program.to_string(), source })?;
-    Ok((status, start.elapsed()))
+    let wall = start.elapsed();
+    after_exit(&guard);
+    Ok((status, wall))
 }
 
 /// A child that waits, between fork and exec, until `say(pid)` has run here.
@@ -627,11 +640,27 @@ struct SignalGuard {
     old: [libc::sighandler_t; 4],
 }
 
+/// A signal came while `record --live` waited for the processes that
+/// outlived the program (`SignalGuard::finish_on_signal`).
+static FINISH_ASKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn finish_now(sig: libc::c_int) {
+    if FINISH_ASKED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        // A second one: the user wants mtlab gone now.
+        // SAFETY: signal and raise are async-signal-safe.
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
+        }
+    }
+}
+
 const GUARDED: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
 
 impl SignalGuard {
     fn new(child: u32) -> Self {
         CHILD.store(child as i32, std::sync::atomic::Ordering::Relaxed);
+        FINISH_ASKED.store(false, std::sync::atomic::Ordering::SeqCst);
         let handler = forward as extern "C" fn(libc::c_int) as libc::sighandler_t;
         // SAFETY: installing SIG_IGN or an async-signal-safe handler; restored on drop.
         unsafe {
@@ -645,6 +674,27 @@ impl SignalGuard {
             }
         }
     }
+}
+
+impl SignalGuard {
+    /// The program has exited and `record` stays for what it left running:
+    /// the first ^C, ^\, TERM or HUP now asks to finish (`finish_asked`),
+    /// a second ends mtlab at once. A signal mtlab was started ignoring
+    /// (`nohup`) stays ignored.
+    fn finish_on_signal(&self) {
+        let handler = finish_now as extern "C" fn(libc::c_int) as libc::sighandler_t;
+        for (sig, old) in GUARDED.iter().zip(self.old) {
+            if old != libc::SIG_IGN {
+                // SAFETY: installs an async-signal-safe handler; drop restores the old one.
+                unsafe { libc::signal(*sig, handler) };
+            }
+        }
+    }
+}
+
+/// Whether a signal asked `record` to finish now (`SignalGuard::finish_on_signal`).
+fn finish_asked() -> bool {
+    FINISH_ASKED.load(std::sync::atomic::Ordering::SeqCst)
 }
 
 impl Drop for SignalGuard {
@@ -731,7 +781,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
                 say!("mtlab: baseline run of {shown} (untraced, its output discarded, stdin from /dev/null)");
             }
         }
-        Some(run(cmd, &shown, |_| {})?.1)
+        Some(run(cmd, &shown, |_| {}, |_| {})?.1)
     } else {
         None
     };
@@ -884,15 +934,38 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         })?),
         _ => None,
     };
-    let ran = run(cmd, &shown, |pid| {
-        program_pid.store(pid, std::sync::atomic::Ordering::Release);
-        if let Some(f) = &flight {
-            f.spawned(pid);
-        }
-        if let Some(l) = &analysed {
-            l.started(pid);
-        }
-    });
+    // `record --live` waits for the traced processes the program leaves
+    // running (a daemon), as their subreaper: they stay its descendants
+    // (`mtlab ctl PID` finds their recorder) and their ends are its to reap.
+    let outliving = cfg.live.is_some() && cfg.follow && !foreign;
+    let subreaper = outliving && crate::platform::process::set_child_subreaper(true).is_ok();
+    let reaper = std::cell::RefCell::new(None);
+    let ran = run(
+        cmd,
+        &shown,
+        |pid| {
+            program_pid.store(pid, std::sync::atomic::Ordering::Release);
+            if let Some(f) = &flight {
+                f.spawned(pid);
+            }
+            if let Some(l) = &analysed {
+                l.started(pid);
+            }
+            if subreaper {
+                *reaper.borrow_mut() = Some(crate::platform::process::Reaper::start(pid));
+            }
+        },
+        |guard| {
+            if let Some(l) = analysed.as_ref().filter(|_| outliving) {
+                guard.finish_on_signal();
+                l.outlived(finish_asked);
+            }
+        },
+    );
+    drop(reaper.take());
+    if subreaper {
+        let _ = crate::platform::process::set_child_subreaper(false);
+    }
     if let Some(a) = announced {
         a.finish();
     }
@@ -1005,8 +1078,19 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         }
         if !root && still_running(&output, t) {
             // A descendant outlived the program: its file is still being
-            // written and must not be replaced under it.
-            warnings.push(format!("{}: its process is still running; left as written (uncompressed)", t.display()));
+            // written and must not be replaced under it. Without --live,
+            // record does not wait for it: a build that leaves a server
+            // behind (a compiler cache, an agent) would never end.
+            // Under --live it was waited for, and the live analysis said why it still runs.
+            if !seen_live.contains(t) {
+                warnings.push(format!(
+                    "{}: its process {} outlived the program and still runs; its trace is left as written (uncompressed) \
+                     and grows until it ends (then `mtlab report` reads it as written); `record --live` analyses such \
+                     processes until they end",
+                    t.display(),
+                    child_pid(&output, t).map_or_else(|| "?".to_string(), |p| p.to_string())
+                ));
+            }
             continue;
         }
         let info: &[(String, String)] = if root { &runinfo } else { &[] };

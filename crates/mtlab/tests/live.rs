@@ -684,3 +684,181 @@ fn ctl_status_shows_the_lag_and_stderr_says_behind_and_caught_up() {
     assert_eq!(site(&v, "burst"), site_of(3_000_000, 192_000_000, 0, 0));
     assert!(u(&status.unwrap()["lag"]["max_behind_bytes"]) >= 16 << 20);
 }
+
+/// `record --live` of DAEMON_CHILD TICKS N (native/tests/daemon_child.c),
+/// its stdout and stderr read line by line as they come: the child's pid
+/// (the parent's first line), and a channel of stderr's lines.
+fn record_daemon(lab: &Lab, name: &str, ticks: u64, n: u64) -> (std::process::Child, u32, std::sync::mpsc::Receiver<String>) {
+    use std::io::BufRead;
+    let prog = lab.compile("daemon_child");
+    let mut rec = lab
+        .record_cmd(name, &["--live", "--snapshot-every", "0.1"], &prog, &[&ticks.to_string(), &n.to_string()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(rec.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let child: u32 = line.strip_prefix("child ").and_then(|p| p.trim().parse().ok()).unwrap_or_else(|| panic!("the parent's line: {line:?}"));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let err = rec.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    (rec, child, rx)
+}
+
+/// The line `record --live` says once the program exited and `child` still runs.
+fn outlived_line(child: u32) -> String {
+    format!(
+        "mtlab: the program exited; 1 traced process still runs ({child}); analysing it until it ends — Ctrl-C or \
+         `mtlab ctl {child} stop` to finish now"
+    )
+}
+
+/// A daemon-like child that allocates for ~2 s after its parent exited:
+/// record waits for it (snapshots go on, the root's figures final, the
+/// child's so far), the profile holds the child's exact final counts, its
+/// raw trace stays bounded and is removed, and record's exit code is the
+/// parent's.
+#[test]
+fn live_waits_for_a_child_that_outlives_the_program_and_keeps_its_exact_counts() {
+    use std::os::unix::fs::MetadataExt;
+    let lab = Lab::new();
+    // 200 ticks of 10 ms of 2000 mallocs and frees: ~2 s, several MB of raw trace.
+    const TICKS: u64 = 200;
+    const N: u64 = 2000;
+    const BOUND: u64 = 2 << 20;
+    let (mut rec, child, lines) = record_daemon(&lab, "dc.live", TICKS, N);
+    let profile = lab.path("dc.live");
+    let start = Instant::now();
+    // Snapshots written after the parent exited while the child ran: its malloc calls in each.
+    let mut after_exit: Vec<(u64, u64)> = Vec::new();
+    let mut max_child_raw = 0u64;
+    while rec.try_wait().unwrap().is_none() {
+        assert!(start.elapsed() < Duration::from_secs(120), "a 2 s child under record --live ends within 120 s");
+        for name in lab.family("dc.live.raw").into_iter().filter(|n| n.contains(".d/")) {
+            if let Ok(m) = std::fs::metadata(lab.path(&name)) {
+                max_child_raw = max_child_raw.max(m.blocks() * 512);
+            }
+        }
+        if let Ok(text) = std::fs::read(&profile) {
+            let v: Value = serde_json::from_slice(&text).expect("the profile is whole at every moment");
+            let st = v["process_status"].as_array().unwrap();
+            if v["state"] == "running" && st.len() == 2 && st[0]["state"] == "ended" && st[1]["state"] == "running" {
+                let n = u(&v["snapshot"]);
+                let c = site(&v["processes"][1], "child_allocs").calls;
+                if after_exit.last().is_none_or(|&(last, _)| last != n) {
+                    after_exit.push((n, c));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let o = rec.wait_with_output().unwrap();
+    let err: Vec<String> = lines.try_iter().collect();
+    assert_eq!(o.status.code(), Some(7), "record's exit code is the parent's: {err:?}");
+    assert!(!crate_alive(child), "record ended once the child had ended");
+    let said = outlived_line(child);
+    assert_eq!(err.iter().filter(|l| **l == said).count(), 1, "stderr says once that it waits for {child}: {err:?}");
+    assert!(after_exit.len() >= 3, "snapshots went on while the child ran after the parent's exit: {after_exit:?}");
+    assert!(after_exit.windows(2).all(|w| w[1].1 >= w[0].1) && after_exit[0].1 < TICKS * N, "{after_exit:?}");
+    assert_eq!(lab.files_with_prefix("dc.live"), ["dc.live"], "the raw traces are removed once analysed");
+    let (v, live) = report_without_live(&lab, &profile);
+    let live = live.unwrap();
+    assert_eq!(live["state"], "ended", "{live}");
+    assert_eq!(v["exit"], "exit code 7");
+    assert_eq!(site(&v, "parent_allocs"), site_of(10, 1000, 10, 1000));
+    let kid = &v["children"][0];
+    assert_eq!(u(&kid["pid"]), u64::from(child));
+    assert_eq!(site(kid, "child_allocs"), site_of(TICKS * N, TICKS * N * 48, N, N * 48));
+    assert_eq!(site(kid, "child_frees"), Site::default(), "frees allocate nothing");
+    assert_eq!((calls(kid, "malloc"), calls(kid, "free")), (TICKS * N, (TICKS - 1) * N));
+    assert_eq!(kid["clean_end"], true, "{}", kid["exit"]);
+    let statuses = live["processes"].as_array().unwrap();
+    assert!(statuses.iter().all(|s| s["state"] == "ended"), "{live}");
+    let consumed = u(&statuses[1]["lag"]["consumed_bytes"]);
+    let max_disk = u(&statuses[1]["lag"]["max_raw_disk_bytes"]);
+    assert!(consumed >= 2 * BOUND, "the child wrote {consumed} bytes of trace (bound {BOUND})");
+    assert!(max_disk <= BOUND && max_child_raw <= BOUND, "its raw trace stayed bounded ({max_child_raw} seen): {}", statuses[1]);
+}
+
+/// The same child left running: Ctrl-C (SIGINT to record) and `mtlab ctl
+/// PID stop` each finish the recording now; the profile is written, says
+/// the child still runs (its figures so far), and record's exit code is
+/// the parent's.
+#[test]
+fn interrupt_or_ctl_stop_finishes_live_while_the_child_still_runs() {
+    let lab = Lab::new();
+    for how in ["SIGINT", "ctl stop"] {
+        let name = if how == "SIGINT" { "int.live" } else { "stop.live" };
+        // 10 000 ticks: ~100 s, far longer than the test waits.
+        let (rec, child, lines) = record_daemon(&lab, name, 10_000, 100);
+        let said = outlived_line(child);
+        let start = Instant::now();
+        let mut err = Vec::new();
+        while !err.contains(&said) {
+            assert!(start.elapsed() < Duration::from_secs(60), "{how}: stderr says it waits for {child}: {err:?}");
+            err.extend(lines.recv_timeout(Duration::from_millis(100)).ok());
+        }
+        // A snapshot with some of the child's calls, then the stop.
+        let profile = lab.path(name);
+        let ran = |v: &Value| v["processes"].as_array().is_some_and(|p| p.len() == 2 && site(&p[1], "child_allocs").calls > 0);
+        while !std::fs::read(&profile).ok().and_then(|t| serde_json::from_slice::<Value>(&t).ok()).is_some_and(|v| ran(&v)) {
+            assert!(start.elapsed() < Duration::from_secs(60), "{how}: a snapshot of the running child");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        if how == "SIGINT" {
+            let _ = std::process::Command::new("kill").args(["-INT", &rec.id().to_string()]).status();
+        } else {
+            let o = lab.command(MTLAB).args(["ctl", &child.to_string(), "stop"]).output().unwrap();
+            assert_success(&o, "mtlab ctl CHILD stop");
+        }
+        let o = rec.wait_with_output().unwrap();
+        assert!(crate_alive(child), "{how}: the child is left running");
+        let _ = std::process::Command::new("kill").args(["-KILL", &child.to_string()]).status();
+        err.extend(lines.try_iter());
+        assert_eq!(o.status.code(), Some(7), "{how}: record's exit code is the parent's: {err:?}");
+        let (v, live) = report_without_live(&lab, &profile);
+        let live = live.unwrap();
+        assert_eq!(live["processes"][1]["state"], "running", "{how}: {live}");
+        assert_eq!(live["processes"][0]["state"], "ended", "{how}: {live}");
+        let kid = &v["children"][0];
+        assert_eq!(u(&kid["pid"]), u64::from(child));
+        assert_eq!(kid["running"], true, "{how}: its report reads as a running process's");
+        let calls = site(kid, "child_allocs").calls;
+        assert!(calls > 0 && calls < 10_000 * 100, "{how}: its calls so far: {calls}");
+        let o = lab.command(MTLAB).arg("report").arg(&profile).output().unwrap();
+        assert_success(&o, "report of the profile");
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains(&format!("process {child} is still running")), "{how}: {text}");
+        assert!(text.contains("live: still running"), "{how}: {text}");
+        assert!(err.iter().any(|l| l.contains(&format!("its process {child} still runs"))), "{how}: stderr names the child left running: {err:?}");
+    }
+}
+
+/// Without `--live`, record does not wait for a process that outlives the
+/// program (a build leaving a server behind would never end): it ends with
+/// the program's exit code, the child still running, and a warning names it.
+#[test]
+fn without_live_record_does_not_wait_for_a_child_that_outlives_the_program() {
+    use std::io::BufRead;
+    let lab = Lab::new();
+    let prog = lab.compile("daemon_child");
+    // 100 000 ticks: far longer than record takes.
+    let o = lab.record_cmd("nl.mtl", &[], &prog, &["100000", "10"]).output().unwrap();
+    let line = o.stdout.lines().next().and_then(Result::ok).unwrap_or_default();
+    let child: u32 = line.strip_prefix("child ").and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("the parent's line: {line:?}"));
+    let running = crate_alive(child);
+    let _ = std::process::Command::new("kill").args(["-KILL", &child.to_string()]).status();
+    assert_eq!(o.status.code(), Some(7), "record's exit code is the parent's: {}", stderr(&o));
+    assert!(running, "record ended while the child ran");
+    let err = stderr(&o);
+    assert!(
+        err.contains(&format!("its process {child} outlived the program and still runs")) && err.contains("`record --live` analyses such processes"),
+        "{err}"
+    );
+    assert!(!err.contains("analysing it until it ends"), "{err}");
+}

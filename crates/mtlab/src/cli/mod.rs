@@ -489,7 +489,9 @@ struct CtlArgs {
 enum CtlAction {
     /// Switch sampling on.
     Start,
-    /// Switch sampling off (already sampled blocks still have their frees recorded).
+    /// Switch sampling off (already sampled blocks still have their frees
+    /// recorded); under `record --live`, once the program has exited and
+    /// processes it started still run, finish the recording now.
     Stop,
     /// Change the mean sampling interval, e.g. 2MiB.
     Interval {
@@ -985,6 +987,9 @@ fn reading_lines(d: &crate::ctl::Dump) -> String {
     report::views::allocator_reading_text(r, &d.allocator)
 }
 
+/// How long `mtlab ctl PID stop` waits for a live recorder to write its profile and end.
+const LIVE_STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
 fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
     use crate::ctl::{self, CtlPage};
     if let (Some(pid), CtlAction::Dump { output, timeout }) = (crate::flight::control::recorded_pid(a.pid), &a.action) {
@@ -1001,6 +1006,27 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
         if crate::live::status::request_detach(pid).map_err(CliError::Other)? {
             say!("mtlab: asked the live recorder attached to process {pid} to detach; it finishes the profile and exits");
             return Ok(ExitCode::SUCCESS);
+        }
+    }
+    // `record --live` waiting for processes that outlived the program: finish now.
+    if let CtlAction::Stop = a.action {
+        if let Some(recorder) = crate::live::status::request_stop(a.pid).map_err(CliError::Other)? {
+            say!("mtlab: asked `mtlab record` (process {recorder}) to finish now; the processes that still run are left running");
+            let start = std::time::Instant::now();
+            while crate::platform::process::pid_runs(recorder) && start.elapsed() < LIVE_STOP_WAIT {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            if crate::platform::process::pid_runs(recorder) {
+                say!("mtlab: it is still writing the profile after {} s", LIVE_STOP_WAIT.as_secs());
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        if crate::live::status::recorded_pid(a.pid).is_some_and(crate::live::status::program_runs) && ctl::CtlPage::open(a.pid).is_err() {
+            return Err(CliError::Other(format!(
+                "process {} runs under `record --live`, which ends when the program does: `ctl stop` finishes it early only \
+                 once the program has exited and processes it started still run",
+                a.pid
+            )));
         }
     }
     // `record --live`: how far behind its analysis is; a full trace has no sampler to show.

@@ -22,6 +22,12 @@
 //! - `file`: the profile file: the report data (`ProcessReport`) as of the
 //!   last snapshot, replaced whole at each one, and its state and lag.
 //!
+//! When the program exits while traced processes it started still run (a
+//! daemon: `sh -c 'service &'`), `record` waits for them (it is their
+//! subreaper, `Live::outlived`): they are analysed, and snapshots written,
+//! until they end or the user finishes the recording (Ctrl-C, `mtlab ctl
+//! PID stop`); the profile then says which still ran.
+//!
 //! The program is never waited for: its writes go to the file as without
 //! `--live`; an analysis that falls behind leaves more of the file on disk
 //! (said on stderr, counted in the profile's `lag`), and loses nothing.
@@ -131,6 +137,37 @@ pub enum LiveError {
 /// The run's facts (RUNINFO), handed to the consumer once the program has ended.
 type RunFacts = Mutex<Option<Vec<(String, String)>>>;
 
+/// The processes that outlived the program, as the live thread sees them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outliving {
+    /// The program runs, or its exit is not looked at yet.
+    NotYet,
+    /// These traced processes still run; the recording waits for them.
+    Waiting(Vec<u32>),
+    /// None runs any more, or the user asked to finish now.
+    Over,
+}
+
+/// What `record` and the live thread share once the program has exited.
+#[derive(Debug)]
+struct AfterExit {
+    /// The program has exited (its exit status is taken).
+    exited: AtomicBool,
+    /// Finish now, whatever still runs (Ctrl-C).
+    stop: AtomicBool,
+    outliving: Mutex<Outliving>,
+}
+
+impl AfterExit {
+    fn set(&self, o: Outliving) {
+        *self.outliving.lock().unwrap_or_else(|e| e.into_inner()) = o;
+    }
+
+    fn get(&self) -> Outliving {
+        self.outliving.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
 /// The watermark descriptor (until the program is spawned) and the consumer thread.
 pub struct Live {
     fd: Option<OwnedFd>,
@@ -138,6 +175,7 @@ pub struct Live {
     ended: Arc<AtomicBool>,
     /// The program's pid, once it is spawned (0 before).
     pid: Arc<AtomicU32>,
+    after: Arc<AfterExit>,
     thread: Option<JoinHandle<Result<LiveSummary, LiveError>>>,
 }
 
@@ -172,14 +210,17 @@ impl Live {
         let end = Arc::new(Mutex::new(None));
         let ended = Arc::new(AtomicBool::new(false));
         let pid = Arc::new(AtomicU32::new(0));
+        let after = Arc::new(AfterExit { exited: AtomicBool::new(false), stop: AtomicBool::new(false), outliving: Mutex::new(Outliving::NotYet) });
         let thread = {
-            let (end, ended, pid) = (Arc::clone(&end), Arc::clone(&ended), Arc::clone(&pid));
+            let (end, ended, pid, after) = (Arc::clone(&end), Arc::clone(&ended), Arc::clone(&pid), Arc::clone(&after));
             std::thread::Builder::new()
                 .name("mtlab-live".into())
-                .spawn(move || consume_while_running(raw, cfg, sink, pages, &page, Program { end: &end, ended: &ended, pid: &pid }))
+                .spawn(move || {
+                    consume_while_running(raw, cfg, sink, pages, &page, Program { end: &end, ended: &ended, pid: &pid, after: &after })
+                })
                 .ok()?
         };
-        Some(Live { fd, end, ended, pid, thread: Some(thread) })
+        Some(Live { fd, end, ended, pid, after, thread: Some(thread) })
     }
 
     /// The descriptor to pass in MTLAB_WATERMARK_FD.
@@ -190,6 +231,23 @@ impl Live {
     /// The program runs as `pid`: `mtlab ctl PID status` can find the lag.
     pub fn started(&self, pid: u32) {
         self.pid.store(pid, Ordering::Release);
+    }
+
+    /// The program has exited: returns once no traced process it started
+    /// still runs (they are analysed meanwhile, and the profile's snapshots
+    /// go on), or once `interrupted()` (polled) or `mtlab ctl PID stop`
+    /// asks to finish now.
+    pub fn outlived(&self, interrupted: impl Fn() -> bool) {
+        self.after.exited.store(true, Ordering::Release);
+        loop {
+            if self.after.get() == Outliving::Over || self.thread.as_ref().is_none_or(|t| t.is_finished()) {
+                return;
+            }
+            if interrupted() {
+                self.after.stop.store(true, Ordering::Release);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// After the spawn: the program has its copy.
@@ -227,6 +285,7 @@ struct Program<'a> {
     end: &'a RunFacts,
     ended: &'a AtomicBool,
     pid: &'a AtomicU32,
+    after: &'a AfterExit,
 }
 
 fn consume_while_running(
@@ -237,7 +296,11 @@ fn consume_while_running(
     page: &SharedPage,
     program: Program,
 ) -> Result<LiveSummary, LiveError> {
-    let Program { end, ended, pid } = program;
+    let Program { end, ended, pid, after } = program;
+    // After the program exited: the pages of the processes that outlived it (`ctl PID status|stop`).
+    let mut outlived: Option<std::collections::BTreeMap<u32, status::StatusPage>> = None;
+    // The first snapshot written after the program exited: its figures are final from there on.
+    let mut root_ended_as_of: Option<u64> = None;
     let snap_opts = AnalyzeOptions { callers: false, profile: false, ..AnalyzeOptions::default() };
     let mut tree = pages.map(|p| tree::Tree::new(raw.clone(), p, cfg.keep_raw, snap_opts.max_points));
     let mut consumer: Option<Consumer> = None;
@@ -277,7 +340,7 @@ fn consume_while_running(
                 summary.lag = lag(c, len, 0);
                 let n = summary.snapshots + 1;
                 let children = tree.as_mut().map(|t| t.snapshot(&opts, n)).unwrap_or_default();
-                match write(&cfg, &opts, n, State::Ended, (summary.lag, disk_at_once), (p, data), children) {
+                match write(&cfg, &opts, n, (State::Ended, State::Ended, root_ended_as_of.unwrap_or(n)), (summary.lag, disk_at_once), (p, data), children) {
                     Ok(()) => {
                         summary.snapshots += 1;
                         summary.complete = true;
@@ -293,6 +356,78 @@ fn consume_while_running(
                 summary.descendants_max_raw_disk = t.max_disk;
             }
             return Ok(summary);
+        }
+        if outlived.is_none() && after.exited.load(Ordering::Acquire) {
+            // The program has exited: its trace is read to its end, and
+            // what it left running is waited for.
+            status = None;
+            if let Some(c) = consumer.as_mut() {
+                c.advance(std::fs::metadata(&raw).map(|m| m.len()).unwrap_or(0), None)?;
+            }
+            if let Some(t) = tree.as_mut() {
+                t.poll();
+            }
+            let pids = tree.as_ref().map(tree::Tree::running_pids).unwrap_or_default();
+            if pids.is_empty() {
+                after.set(Outliving::Over);
+            } else {
+                say!("{}", outlived_line(&pids));
+                after.set(Outliving::Waiting(pids));
+            }
+            outlived = Some(Default::default());
+        }
+        if let (Some(pages), Some(t)) = (outlived.as_mut(), tree.as_mut()) {
+            if after.get() == Outliving::Over {
+                pages.clear();
+                std::thread::sleep(POLL);
+                continue;
+            }
+            std::thread::sleep(POLL);
+            t.poll();
+            let pids = t.running_pids();
+            pages.retain(|p, _| pids.contains(p));
+            for &p in &pids {
+                if let std::collections::btree_map::Entry::Vacant(e) = pages.entry(p) {
+                    if let Ok(page) = status::StatusPage::create_outlived(p) {
+                        e.insert(page);
+                    }
+                }
+                if let (Some(page), Some(now)) = (pages.get(&p), t.status_of(p)) {
+                    page.publish(&now);
+                }
+            }
+            disk_at_once = disk_at_once.max(consumer.as_ref().map_or(0, Consumer::disk_bytes) + t.disk);
+            let asked = after.stop.load(Ordering::Acquire) || pages.values().any(status::StatusPage::stop_requested);
+            if pids.is_empty() || asked {
+                pages.clear();
+                after.set(Outliving::Over);
+                continue;
+            }
+            after.set(Outliving::Waiting(pids));
+            if last_snapshot.elapsed() >= cfg.snapshot_every {
+                last_snapshot = Instant::now();
+                let Some(c) = consumer.as_mut() else { continue };
+                if let Some(p) = c.report(&snap_opts, &[], false) {
+                    let n = summary.snapshots + 1;
+                    let children = t.snapshot(&snap_opts, n);
+                    let l = lag(c, c.consumed(), 0);
+                    let as_of = *root_ended_as_of.get_or_insert(n);
+                    match write(&cfg, &snap_opts, n, (State::Running, State::Ended, as_of), (l, disk_at_once), (p, None), children) {
+                        Ok(()) => summary.snapshots += 1,
+                        Err(e) if !said_unwritable => {
+                            said_unwritable = true;
+                            say!("mtlab: {e}; the analysis goes on and the next snapshot tries again");
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+            continue;
+        }
+        if outlived.is_some() {
+            // No tree: nothing but the program was traced.
+            std::thread::sleep(POLL);
+            continue;
         }
         std::thread::sleep(POLL);
         if status.is_none() {
@@ -341,7 +476,7 @@ fn consume_while_running(
                 let children = tree.as_mut().map(|t| t.snapshot(&snap_opts, n)).unwrap_or_default();
                 // A snapshot that cannot be written (a full disk) is said
                 // once and tried again at the next; the analysis goes on.
-                match write(&cfg, &snap_opts, n, State::Running, (lag(c, available, now), disk_at_once), (p, None), children) {
+                match write(&cfg, &snap_opts, n, (State::Running, State::Running, n), (lag(c, available, now), disk_at_once), (p, None), children) {
                     Ok(()) => summary.snapshots += 1,
                     Err(e) if !said_unwritable => {
                         said_unwritable = true;
@@ -357,16 +492,7 @@ fn consume_while_running(
 /// The lag for `mtlab ctl PID status`.
 fn publish(page: Option<&status::StatusPage>, c: &Consumer, l: Lag) {
     if let Some(page) = page {
-        page.publish(&status::Now {
-            behind_bytes: l.behind_bytes,
-            max_behind_bytes: l.max_behind_bytes,
-            behind_ns: l.behind_ns,
-            events: c.events(),
-            consumed_bytes: l.consumed_bytes,
-            raw_disk_bytes: l.raw_disk_bytes,
-            late_events: l.late_events,
-            late_bytes: l.late_bytes,
-        });
+        page.publish(&status::Now::of(&l, c.events()));
     }
 }
 
@@ -403,16 +529,29 @@ impl BehindSaid {
     }
 }
 
+/// What stderr says once when the program has exited and `pids` still run.
+fn outlived_line(pids: &[u32]) -> String {
+    let list = pids.iter().map(u32::to_string).collect::<Vec<_>>().join(", ");
+    let (n, them, they) = match pids.len() {
+        1 => ("1 traced process still runs".to_string(), "it", "it ends"),
+        n => (format!("{n} traced processes still run"), "them", "they end"),
+    };
+    let first = pids.first().copied().unwrap_or(0);
+    format!("mtlab: the program exited; {n} ({list}); analysing {them} until {they} — Ctrl-C or `mtlab ctl {first} stop` to finish now")
+}
+
+/// Writes snapshot number `snapshot`: the whole recording's state and the
+/// root's (ended while processes it started still run).
 fn write(
     cfg: &LiveConfig,
     opts: &AnalyzeOptions,
     snapshot: u64,
-    state: State,
+    (state, root_state, root_as_of): (State, State, u64),
     (lag, disk_at_once): (Lag, u64),
     (p, data): (crate::analysis::ProcessReport, Option<crate::profile::ProfileData>),
     children: Vec<tree::Snap>,
 ) -> Result<(), ProfileFileError> {
-    let root = ProcessLive { pid: p.pid, file: p.file.clone(), state, as_of_snapshot: snapshot, lag };
+    let root = ProcessLive { pid: p.pid, file: p.file.clone(), state: root_state, as_of_snapshot: root_as_of, lag };
     let mut process_status = vec![root];
     let mut processes = vec![p];
     let mut profile_data = vec![data];

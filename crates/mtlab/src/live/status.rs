@@ -1,7 +1,10 @@
 //! How far behind the live analysis is, for `mtlab ctl PID status`: a page
 //! the recorder makes at `/dev/shm/mtlab-live-PID` (PID: the program's;
 //! `platform::recorder_page` checks it) and rewrites at every look (50 ms),
-//! under a sequence number (odd while it writes).
+//! under a sequence number (odd while it writes). Once the program has
+//! exited, each traced process that outlived it has a page of its own
+//! (`live_page(ITS PID)`, marked outlived), and `mtlab ctl PID stop`
+//! counts a request on it: the recorder then finishes.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -15,10 +18,15 @@ const MAGIC: u64 = 0x4741_4c45_5649_4c4d; // "MLIVELAG"
 const OFF_MAGIC: u32 = 0;
 const OFF_RECORDER: u32 = 8;
 const OFF_SEQ: u32 = 16;
-/// `mtlab ctl PID stop` of an attached process: 1 asks its recorder to detach.
-const OFF_DETACH: u32 = 24;
+/// `mtlab ctl PID stop`'s requests, counted: nonzero asks the recorder to
+/// finish now (an attached process's to detach; one analysing a process
+/// that outlived the program to stop waiting for it).
+const OFF_STOP: u32 = 24;
 /// The figures of `Now`, in its order, one u64 each.
 const OFF_FIGURES: u32 = 32;
+/// 1: the page is of a process that outlived the program, which the
+/// recorder analyses until it ends or `ctl stop` asks it to finish.
+const OFF_OUTLIVED: u32 = OFF_FIGURES + 8 * 8;
 const LAYOUT: Layout = Layout { size: SIZE, magic: MAGIC, off_magic: OFF_MAGIC, off_recorder: OFF_RECORDER };
 
 /// Where the live analysis of a running program stands.
@@ -40,6 +48,20 @@ pub struct Now {
 }
 
 impl Now {
+    /// A consumer's lag and the events it analysed.
+    pub fn of(l: &super::file::Lag, events: u64) -> Now {
+        Now {
+            behind_bytes: l.behind_bytes,
+            max_behind_bytes: l.max_behind_bytes,
+            behind_ns: l.behind_ns,
+            events,
+            consumed_bytes: l.consumed_bytes,
+            raw_disk_bytes: l.raw_disk_bytes,
+            late_events: l.late_events,
+            late_bytes: l.late_bytes,
+        }
+    }
+
     fn words(&self) -> [u64; 8] {
         [
             self.behind_bytes,
@@ -101,6 +123,18 @@ impl StatusPage {
         Ok(StatusPage { page, path })
     }
 
+    /// The page of a process that outlived the program (`ctl stop` finishes the recording).
+    pub fn create_outlived(pid: u32) -> std::io::Result<StatusPage> {
+        let page = StatusPage::create(pid)?;
+        page.page.u64_at(OFF_OUTLIVED).store(1, Ordering::Release);
+        Ok(page)
+    }
+
+    /// `mtlab ctl PID stop` asked the recorder to finish.
+    pub fn stop_requested(&self) -> bool {
+        self.page.u64_at(OFF_STOP).load(Ordering::Acquire) > 0
+    }
+
     pub fn publish(&self, now: &Now) {
         let seq = self.page.u64_at(OFF_SEQ);
         let s = seq.load(Ordering::Relaxed);
@@ -122,7 +156,7 @@ impl Drop for StatusPage {
 /// `mtlab ctl PID stop` asked the recorder attached to `pid` (this one:
 /// the page is read only while it exists) to detach.
 pub fn detach_wanted(pid: u32) -> bool {
-    recorder_page::open(pid, &names::live_page(pid), &LAYOUT).is_ok_and(|p| p.u64_at(OFF_DETACH).load(Ordering::Acquire) != 0)
+    recorder_page::open(pid, &names::live_page(pid), &LAYOUT).is_ok_and(|p| p.u64_at(OFF_STOP).load(Ordering::Acquire) != 0)
 }
 
 /// `mtlab ctl PID stop` of a process `record --pid PID --live` is attached
@@ -133,7 +167,7 @@ pub fn request_detach(pid: u32) -> Result<bool, String> {
     }
     match recorder_page::open(pid, &names::live_page(pid), &LAYOUT) {
         Ok(page) => {
-            page.u64_at(OFF_DETACH).store(1, Ordering::Release);
+            page.u64_at(OFF_STOP).store(1, Ordering::Release);
             Ok(true)
         }
         Err(OpenError::Missing) => Ok(false),
@@ -170,6 +204,33 @@ pub fn read(pid: u32) -> Result<Option<Now>, String> {
         std::thread::sleep(std::time::Duration::from_micros(100));
     }
     Err(format!("the live recorder of process {pid} kept rewriting its page"))
+}
+
+/// `mtlab ctl PID stop` under `record --live`, once the program has
+/// exited and processes it started still run: PID is one of them, or the
+/// recorder itself (`$!`), whose children they are. Asks their recorder to
+/// finish; returns its pid, or None when PID names no such process.
+pub fn request_stop(pid: u32) -> Result<Option<u32>, String> {
+    let candidates = std::iter::once(pid).chain(crate::platform::process::children_of(pid));
+    for p in candidates {
+        let page = match recorder_page::open(p, &names::live_page(p), &LAYOUT) {
+            Ok(page) => page,
+            Err(OpenError::Missing) => continue,
+            Err(OpenError::NotIts(why)) => return Err(format!("{} is not the live recorder's page of process {p}: {why}", names::live_page(p).display())),
+        };
+        if page.u64_at(OFF_OUTLIVED).load(Ordering::Acquire) != 1 {
+            continue;
+        }
+        page.u64_at(OFF_STOP).fetch_add(1, Ordering::AcqRel);
+        return Ok(Some(page.u64_at(OFF_RECORDER).load(Ordering::Relaxed) as u32));
+    }
+    Ok(None)
+}
+
+/// Whether `pid`'s recording under `record --live` goes on while the program runs:
+/// a page of its own that is not of a process that outlived the program.
+pub fn program_runs(pid: u32) -> bool {
+    recorder_page::open(pid, &names::live_page(pid), &LAYOUT).is_ok_and(|p| p.u64_at(OFF_OUTLIVED).load(Ordering::Acquire) == 0)
 }
 
 #[cfg(test)]

@@ -272,9 +272,10 @@ impl Tree {
         out.into_iter().map(|(_, s)| s).collect()
     }
 
-    /// The run has ended: each image still under analysis is read to its
-    /// end if it is gone; one that still runs (a descendant that outlived
-    /// the program) keeps its figures so far, and its trace stays on disk.
+    /// The recording ends: each image still under analysis is read to its
+    /// end if it is gone; one that still runs (it outlived the program, and
+    /// the user finished the recording without waiting for it: Ctrl-C,
+    /// `mtlab ctl PID stop`) keeps its figures so far, and its trace stays on disk.
     pub fn finish(&mut self) {
         self.poll();
         for i in 0..self.members.len() {
@@ -285,9 +286,10 @@ impl Tree {
             let path = m.path.clone().expect("a consumer has its path");
             if running(m.pid) && !m.superseded {
                 self.warnings.push(format!(
-                    "{}: its process still runs; the profile holds its figures as of the run's end, and its trace stays \
-                     on disk (without the part analysed, when not --keep-raw)",
-                    path.display()
+                    "{}: its process {} still runs; the profile holds its figures as of the recording's end, and its \
+                     trace stays on disk (without the part analysed, when not --keep-raw), written to until it ends",
+                    path.display(),
+                    m.pid
                 ));
                 continue;
             }
@@ -296,6 +298,22 @@ impl Tree {
             }
         }
         self.remove_ended(true);
+    }
+
+    /// The traced processes still running, other than the root's first
+    /// image (after the program exited: those that outlived it), by pid.
+    pub fn running_pids(&self) -> Vec<u32> {
+        let mut pids: Vec<u32> = self.members.iter().filter(|m| m.done.is_none() && !m.superseded && running(m.pid)).map(|m| m.pid).collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Where the analysis of the running image of `pid` stands, for `mtlab ctl PID status`.
+    pub fn status_of(&self, pid: u32) -> Option<super::status::Now> {
+        let m = self.members.iter().find(|m| m.pid == pid && m.done.is_none() && !m.superseded)?;
+        let c = m.consumer.as_ref()?;
+        Some(super::status::Now::of(&lag(c, m.available, crate::platform::tsc::now()), c.events()))
     }
 
     /// The traces whose final figures are in the profile (`finish` first).

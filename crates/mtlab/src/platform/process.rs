@@ -124,6 +124,84 @@ pub fn read_memory(pid: u32, addr: u64, buf: &mut [u8]) -> std::io::Result<()> {
     }
 }
 
+/// Makes this process the reaper of its orphaned descendants
+/// (`PR_SET_CHILD_SUBREAPER`): a process the program started and left
+/// behind (a daemon) becomes this process's child instead of init's, so
+/// its parent stays the recorder while it runs, and its end is this
+/// process's to reap (`Reaper`). `on: false` undoes it.
+pub fn set_child_subreaper(on: bool) -> std::io::Result<()> {
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes one integer and no pointer.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, libc::c_ulong::from(on), 0, 0, 0) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The children of process `pid`, from `/proc/PID/task/*/children`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    let mut out: Vec<u32> = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>())
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// A thread that reaps, every `REAP_EVERY`, the children of this process
+/// that ended, but for the one `keep` names (the program, whose exit
+/// status its own `wait` takes): the orphans a subreaper adopts. Only the
+/// zombies are waited for, each by its pid, so a child that runs is never
+/// waited on here. While it lives, no other thread of mtlab may start
+/// children of its own.
+pub struct Reaper {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+const REAP_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+impl Reaper {
+    pub fn start(keep: u32) -> Reaper {
+        use std::sync::atomic::Ordering;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("mtlab-reaper".into())
+            .spawn(move || loop {
+                reap_ended(keep);
+                if stopped.load(Ordering::Acquire) {
+                    return;
+                }
+                std::thread::sleep(REAP_EVERY);
+            })
+            .ok();
+        Reaper { stop, thread }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Reaps the children but `keep` that have ended (zombies).
+fn reap_ended(keep: u32) {
+    for pid in children_of(std::process::id()).into_iter().filter(|&p| p != keep && !pid_runs(p)) {
+        let Ok(pid) = libc::pid_t::try_from(pid) else { continue };
+        let mut status = 0;
+        // SAFETY: waitpid of one pid, WNOHANG: it does not block, and fills `status`.
+        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

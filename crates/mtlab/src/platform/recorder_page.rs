@@ -2,7 +2,7 @@
 //! (`/dev/shm/mtlab-flight-PID`, `/dev/shm/mtlab-live-PID`): the recorder's
 //! own file (0600, created new, no link followed), which `ctl` uses only
 //! when it is this user's regular file, carries the page's magic, and the
-//! recorder whose pid it holds is alive and is the program's parent.
+//! recorder whose pid it holds is alive and is the program's parent (or an ancestor).
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
@@ -80,8 +80,8 @@ pub fn open(pid: u32, path: &Path, l: &Layout) -> Result<SharedPage, OpenError> 
     // outright leaves its page behind, and its pid may be reused since by a
     // program recorded another way (the next recorder of that pid replaces it).
     let recorder = recorder_alive(&page, l).ok_or(OpenError::Missing)?;
-    if parent_of(pid) != Some(recorder) && !attached(pid) {
-        return Err(OpenError::NotIts(format!("process {pid} is neither a child of the recorder {recorder} nor attached to by mtlab")));
+    if !descends_from(pid, recorder) && !attached(pid) {
+        return Err(OpenError::NotIts(format!("process {pid} is neither a descendant of the recorder {recorder} nor attached to by mtlab")));
     }
     Ok(page)
 }
@@ -99,6 +99,21 @@ fn recorder_alive(page: &SharedPage, l: &Layout) -> Option<u32> {
 /// maps (the recorder is then not the process's parent).
 pub fn attached(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.lines().any(|l| l.contains("/libmtlab_attach") || l.contains("/mtlab-attach-")))
+}
+
+/// Whether `pid` is `ancestor`'s child, or a child's child and so on: a
+/// process that outlived the program `record --live` ran is its child
+/// (record is their subreaper) or below one that is.
+fn descends_from(pid: u32, ancestor: u32) -> bool {
+    let mut at = pid;
+    for _ in 0..64 {
+        match parent_of(at) {
+            Some(p) if p == ancestor => return true,
+            Some(p) if p > 1 => at = p,
+            _ => return false,
+        }
+    }
+    false
 }
 
 /// The parent of `pid`, from /proc/PID/stat.
@@ -119,14 +134,7 @@ pub fn pid_or_child_with(pid: u32, has: impl Fn(u32) -> bool) -> Option<u32> {
     if has(pid) {
         return Some(pid);
     }
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    let mut found: Vec<u32> = tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
-        .flat_map(|c| c.split_whitespace().filter_map(|p| p.parse::<u32>().ok()).collect::<Vec<_>>())
-        .filter(|&c| has(c))
-        .collect();
-    found.dedup();
+    let found: Vec<u32> = super::process::children_of(pid).into_iter().filter(|&c| has(c)).collect();
     match found[..] {
         [one] => Some(one),
         _ => None,
