@@ -93,7 +93,11 @@ fn same_both_ways_with(lab: &Lab, name: &str, extra: &[&str], prog: impl AsRef<s
     if live != full {
         let (a, b) = (serde_json::to_string_pretty(&live).unwrap(), serde_json::to_string_pretty(&full).unwrap());
         let first = a.lines().zip(b.lines()).enumerate().find(|(_, (x, y))| x != y);
-        panic!("{name}: the live profile's report differs from the full trace's; first differing line: {first:?}");
+        panic!(
+            "{name}: the live profile's report differs from the full trace's; first differing line: {first:?}; live warnings {}, lag {}",
+            live["warnings"],
+            status["lag"]
+        );
     }
     (live, status)
 }

@@ -61,6 +61,14 @@ struct Copied {
     crc: u32,
 }
 
+/// What one `read_records` read: where it started, the chunks to merge,
+/// and their time span (first and last time stamp).
+struct ReadBatch {
+    start: u64,
+    chunks: Vec<NewChunk>,
+    span: (u64, u64),
+}
+
 /// Where each byte range the consumer read goes before it is released: the
 /// flight recorder's ring (`record --keep-last`) plugs in here. `first_tsc`
 /// and `last_tsc` are the time span of the range's events (0, 0: no events).
@@ -223,7 +231,7 @@ impl Consumer {
         let Some(spool) = self.spool.take() else { return Ok(()) };
         let r = self.read_records(available, ended, first, &spool);
         self.spool = Some(spool);
-        let (start, mut chunks, span) = r?;
+        let ReadBatch { start, mut chunks, span } = r?;
         let mut copied = HashSet::new();
         if let Some(look) = look {
             let quiet = look.now.saturating_sub(self.tsc_hz().saturating_mul(QUIET_MS) / 1000);
@@ -274,7 +282,7 @@ impl Consumer {
     /// `spool`: what it holds in memory, the rest from the file): the
     /// chunks to merge, and the other records' contents. Returns where the
     /// reading started, the chunks, and their time span.
-    fn read_records(&mut self, available: u64, ended: bool, first: bool, spool: &Spool) -> Result<(u64, Vec<NewChunk>, (u64, u64)), TraceError> {
+    fn read_records(&mut self, available: u64, ended: bool, first: bool, spool: &Spool) -> Result<ReadBatch, TraceError> {
         let start = if first { 0 } else { self.off };
         let mut chunks = Vec::new();
         let mut span = (u64::MAX, 0u64);
@@ -330,7 +338,7 @@ impl Consumer {
             }
             self.off = rec.end();
         }
-        Ok((start, chunks, span))
+        Ok(ReadBatch { start, chunks, span })
     }
 
     /// Replays the merged chunks' events before `horizon`.
@@ -363,7 +371,7 @@ impl Consumer {
                 s.event(ev);
             }
             n += 1;
-            if n % FILL_EVERY == 0 {
+            if n.is_multiple_of(FILL_EVERY) {
                 if let Some((spool, page)) = spool.as_mut() {
                     spool.fill(page.u64_at(0).load(std::sync::atomic::Ordering::Acquire), ceiling);
                 }

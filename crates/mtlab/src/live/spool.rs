@@ -29,14 +29,16 @@ pub(crate) struct Spool {
     /// Blocks below this are punched out (none below `floor`, the header's).
     released: u64,
     floor: u64,
-    /// Read ahead and release (false: the raw trace is kept, `--keep-raw`).
+    /// Release what is read ahead (false: the raw trace is kept,
+    /// `--keep-raw`; it is read ahead all the same, so that the records
+    /// are read as with release).
     release: bool,
 }
 
 impl Spool {
     /// A spool of `file` (opened for writing, to punch it) whose records
     /// start at `records`; nothing below them is ever released. Without
-    /// `release` it only reads the file.
+    /// `release` nothing is.
     pub(crate) fn new(file: File, records: u64, release: bool) -> Spool {
         Spool { file, base: records, bytes: Vec::new(), released: 0, floor: records.next_multiple_of(BLOCK), release }
     }
@@ -56,9 +58,6 @@ impl Spool {
     /// copied, below `ceiling` only (bytes a reader still reads from the
     /// file). A read or punch that fails leaves the rest on disk.
     pub(crate) fn fill(&mut self, watermark: u64, ceiling: u64) {
-        if !self.release {
-            return;
-        }
         let end = self.end();
         let n = watermark.saturating_sub(end).min(MOST.saturating_sub(self.bytes.len()) as u64) as usize;
         if n > 0 {
@@ -70,7 +69,7 @@ impl Spool {
         }
         let from = self.released.max(self.floor);
         let to = self.end().min(ceiling) / BLOCK * BLOCK;
-        if to <= from {
+        if !self.release || to <= from {
             return;
         }
         // SAFETY: fallocate on a descriptor this struct owns, over bytes it
@@ -153,5 +152,21 @@ mod tests {
         let mut tail = vec![0u8; 30_000];
         std::fs::File::open(&p).unwrap().read_exact_at(&mut tail, 130_000).unwrap();
         assert_eq!(tail, data[130_000..160_000]);
+    }
+
+    #[test]
+    fn a_kept_raw_trace_is_read_ahead_and_never_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("raw");
+        let data: Vec<u8> = (0..40_000u32).flat_map(|i| i.to_le_bytes()).collect();
+        std::fs::write(&p, &data).unwrap();
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+        let mut s = Spool::new(f, 100, false);
+        s.fill(120_000, u64::MAX);
+        assert_eq!(s.held(), 120_000 - 100);
+        assert_eq!(std::fs::read(&p).unwrap(), data, "the file is whole");
+        let mut buf = vec![0u8; 30_000];
+        s.read_exact_at(&mut buf, 100_000).unwrap();
+        assert_eq!(buf, data[100_000..130_000]);
     }
 }
