@@ -35,6 +35,10 @@ use crate::platform::shared_page::SharedPage;
 use crate::trace::records::{next_record, parse_chunk_header, read_file_header, ChunkInfo, RepeatedChunks};
 use crate::trace::{EndRecord, Header, Items, MapsKept, NewChunk, TraceError, TraceFile};
 
+/// Raw chunk bytes held in memory waiting for the replay (`read_records`):
+/// with the spool's as much again, the recorder's memory for a backlog the
+/// analysis has not reached; a longer backlog waits on disk.
+const MEMORY_CHUNKS: usize = 32 << 20;
 /// Raw bytes the horizon may hold on disk before it moves on without a
 /// thread whose buffer could not be copied.
 pub const HOLD_BYTES: u64 = 4 << 20;
@@ -284,6 +288,7 @@ impl Consumer {
     /// reading started, the chunks, and their time span.
     fn read_records(&mut self, available: u64, ended: bool, first: bool, spool: &Spool) -> Result<ReadBatch, TraceError> {
         let start = if first { 0 } else { self.off };
+        let mut held_in_memory = self.items.as_ref().map_or(0, Items::memory_bytes);
         let mut chunks = Vec::new();
         let mut span = (u64::MAX, 0u64);
         loop {
@@ -309,8 +314,14 @@ impl Consumer {
                         let skip = self.copied_part(&info, &payload);
                         // Kept in memory, as read: the file's blocks go
                         // before the replay (`release`), and the decoder
-                        // does not read them a second time.
-                        let memory = (!info.compressed).then(|| {
+                        // does not read them a second time. Up to
+                        // `MEMORY_CHUNKS`: a backlog beyond waits on disk,
+                        // but for what the spool read (its blocks may be
+                        // punched already; a raw trace being written holds
+                        // no compressed chunk).
+                        let room = held_in_memory < MEMORY_CHUNKS || spool.holds(rec.offset, rec.end());
+                        let memory = (room && !info.compressed).then(|| {
+                            held_in_memory += info.event_bytes().1;
                             let len = info.event_bytes().1;
                             payload.drain(..EVENTS_HEADER as usize);
                             payload.truncate(len);
@@ -452,10 +463,15 @@ impl Consumer {
                 Ok(None) => continue,
                 Err(e) => {
                     self.copy_error = Some(e.to_string());
-                    self.warnings.push(format!(
-                        "cannot read the buffers of quiet threads from process {pid} ({e}): a thread that makes no calls holds                          the analysis back until {} MiB of raw trace wait, then its events are analysed late",
-                        HOLD_BYTES >> 20
-                    ));
+                    // A process that has ended (ESRCH) wrote every buffer
+                    // at its exit: nothing waits for a copy.
+                    if e.raw_os_error() != Some(libc::ESRCH) {
+                        self.warnings.push(format!(
+                            "cannot read the buffers of quiet threads from process {pid} ({e}): a thread that makes no calls \
+                             holds the analysis back until {} MiB of raw trace wait, then its events are analysed late",
+                            HOLD_BYTES >> 20
+                        ));
+                    }
                     break;
                 }
             };

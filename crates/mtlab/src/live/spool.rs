@@ -16,8 +16,9 @@ use std::os::unix::fs::FileExt;
 
 /// Events replayed between two fills.
 pub(crate) const FILL_EVERY: u64 = 1 << 16;
-/// The most raw bytes held in memory: past it, the backlog stays on disk.
-const MOST: usize = 256 << 20;
+/// The most raw bytes held in memory: past it, the backlog stays on disk
+/// (the consumer holds as much again in chunks waiting for the replay).
+const MOST: usize = 32 << 20;
 /// Holes are punched in whole file system blocks.
 const BLOCK: u64 = 4096;
 
@@ -51,6 +52,12 @@ impl Spool {
     #[cfg(test)]
     fn held(&self) -> usize {
         self.bytes.len()
+    }
+
+    /// Whether some of the file's bytes from `from` to `to` are held here
+    /// (and so may be punched out of the file).
+    pub(crate) fn holds(&self, from: u64, to: u64) -> bool {
+        from < self.end() && to > self.base
     }
 
     /// Copies the file from where the spool ends up to `watermark` (every
@@ -143,6 +150,7 @@ mod tests {
         let mut buf = vec![0u8; 50_000];
         s.read_exact_at(&mut buf, 90_000).unwrap(); // across the spool's end into the file
         assert_eq!(buf, data[90_000..140_000]);
+        assert!(s.holds(119_000, 121_000) && s.holds(100, 200) && !s.holds(120_000, 130_000) && !s.holds(0, 100));
         s.consumed(110_000);
         assert_eq!(s.held(), 10_000);
         s.read_exact_at(&mut buf[..4], 119_996).unwrap();

@@ -1045,6 +1045,11 @@ impl Items {
         self.order[self.next_pending..].iter().map(|&i| self.chunks[i as usize].offset).min().unwrap_or(u64::MAX)
     }
 
+    /// Event bytes of the chunks held in memory, not yet read.
+    pub fn memory_bytes(&self) -> usize {
+        self.memory.values().map(Vec::len).sum()
+    }
+
     /// `unread_from` over the chunks the decoder will read from the file
     /// (not those held in memory).
     pub fn unread_from_file(&self) -> u64 {
