@@ -332,7 +332,10 @@ fn sampled_live_profile_holds_the_estimates_of_the_sampled_trace() {
     let est = &p["alloc_bytes"];
     let (lo, hi) = (f(&est["low"]), f(&est["high"]));
     assert!(lo < f(&est["value"]) && f(&est["value"]) < hi, "an estimate with its interval: {est}");
-    assert!(lo <= (160_000 * 64) as f64 && (160_000 * 64) as f64 <= hi, "the interval holds the true 10 240 000 B: {est}");
+    // The truth within four standard deviations of the estimate (the 95 %
+    // interval itself misses it in one run of twenty: 1 of 12 runs here).
+    let off = (f(&est["value"]) - (160_000 * 64) as f64).abs();
+    assert!(off <= 4.0 * f(&est["variance"]).sqrt(), "the estimate is within 4 sd of the true 10 240 000 B: {est}");
     let o = lab.command(MTLAB).arg("report").arg(lab.path("sampled.live")).output().unwrap();
     assert_success(&o, "report of a sampled live profile");
     let text = String::from_utf8_lossy(&o.stdout);
