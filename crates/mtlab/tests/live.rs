@@ -164,6 +164,29 @@ fn live_profile_of_python3_matches_its_full_trace() {
     assert!(calls(&v, "malloc") > 1000, "python3 makes heap calls");
 }
 
+/// GCC's compiler proper on a C file of its own making (no headers, so no
+/// include paths from the driver): the live profile's report is the full
+/// trace's, peak and time series included.
+#[test]
+fn live_profile_of_cc1_matches_its_full_trace() {
+    let cc1 = std::process::Command::new("gcc").arg("-print-prog-name=cc1").output().ok().map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let Some(cc1) = cc1.filter(|p| Path::new(p).is_absolute() && Path::new(p).exists()) else {
+        skip("gcc's cc1 not found (apt-get install gcc)");
+        return;
+    };
+    let lab = Lab::new();
+    let mut src = String::new();
+    for i in 0..300 {
+        src.push_str(&format!(
+            "int f{i}(int *a, int n) {{ int s = {i}; for (int k = 0; k < n; k++) {{ s += a[k] * (k ^ {i}); if (s > 1000) s -= a[k % 7]; }} return s; }}\n"
+        ));
+    }
+    let file = lab.path("gen.c");
+    std::fs::write(&file, src).unwrap();
+    let (v, _) = same_both_ways(&lab, "cc1", &cc1, &["-quiet", "-O2", file.to_str().unwrap(), "-o", "/dev/null"]);
+    assert!(calls(&v, "malloc") > 10_000, "cc1 -O2 on 300 functions makes heap calls: {}", calls(&v, "malloc"));
+}
+
 /// A process tree: the descendants' traces go into the profile after the
 /// root's, and the profile's report is the full trace's for the whole tree.
 #[test]
