@@ -17,7 +17,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
@@ -570,23 +569,12 @@ impl Consumer {
         if to <= from {
             return;
         }
-        // SAFETY: fallocate on a descriptor this struct owns; the range is
-        // within the part of the file already read and analysed.
-        let r = unsafe {
-            libc::fallocate(
-                self.file.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                from as libc::off_t,
-                (to - from) as libc::off_t,
-            )
-        };
-        if r == 0 {
-            self.released = to;
-        } else if self.warnings.iter().all(|w| !w.starts_with("cannot release")) {
-            self.warnings.push(format!(
-                "cannot release analysed trace bytes ({}): this file system does not punch holes; the raw file grows",
-                std::io::Error::last_os_error()
-            ));
+        match crate::platform::safe_fs::punch_hole(&self.file, from, to) {
+            Ok(()) => self.released = to,
+            Err(e) if self.warnings.iter().all(|w| !w.starts_with("cannot release")) => self.warnings.push(format!(
+                "cannot release analysed trace bytes ({e}): this file system does not punch holes; the raw file grows"
+            )),
+            Err(_) => {}
         }
     }
 

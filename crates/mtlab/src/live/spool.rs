@@ -11,7 +11,6 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 
 /// Events replayed between two fills.
@@ -79,17 +78,8 @@ impl Spool {
         if !self.release || to <= from {
             return;
         }
-        // SAFETY: fallocate on a descriptor this struct owns, over bytes it
-        // holds in memory; failure leaves them in the file.
-        let r = unsafe {
-            libc::fallocate(
-                self.file.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                from as libc::off_t,
-                (to - from) as libc::off_t,
-            )
-        };
-        if r == 0 {
+        // Failure leaves the bytes in the file as well as here.
+        if crate::platform::safe_fs::punch_hole(&self.file, from, to).is_ok() {
             self.released = to;
         }
     }

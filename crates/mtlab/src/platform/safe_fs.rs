@@ -23,6 +23,19 @@ fn denied(what: String) -> io::Error {
     io::Error::new(io::ErrorKind::PermissionDenied, what)
 }
 
+/// Frees the file system blocks of `file` from `from` to `to` (its size
+/// unchanged; the range reads as zeros): the raw trace's bytes once a
+/// rewrite or an analysis holds them.
+pub fn punch_hole(file: &File, from: u64, to: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fallocate on a descriptor the caller owns, over a range of it;
+    // failure changes nothing.
+    let r = unsafe {
+        libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, from as libc::off_t, (to - from) as libc::off_t)
+    };
+    if r == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
 /// Creates `path` as a new file with `mode` (masked by the umask): fails if
 /// anything — a file, a symlink, a FIFO — is already there.
 pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {

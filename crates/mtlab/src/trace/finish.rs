@@ -449,28 +449,21 @@ impl Finisher {
         let skip_len = to - self.skip_at - RECORD_HEADER as u64;
         f.write_all_at(&super::records::record_header(REC_SKIP, 0, skip_len as usize), self.skip_at).map_err(io)?;
         let from = (self.released / BLOCK * BLOCK).max(self.skip_at + RECORD_HEADER as u64);
-        use std::os::fd::AsRawFd;
-        // SAFETY: fallocate on a descriptor this struct owns, over a range
-        // of the file this rewrite has read and holds.
-        let r = unsafe {
-            libc::fallocate(f.as_raw_fd(), libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, from as libc::off_t, (to - from) as libc::off_t)
-        };
-        if r == 0 {
-            self.released = to;
-            if self.out.waiting_for_room() {
-                // The blocks just freed may be what the held output needs.
-                self.out.try_write().map_err(self.tmp_err())?;
+        match crate::platform::safe_fs::punch_hole(f, from, to) {
+            Ok(()) => {
+                self.released = to;
+                if self.out.waiting_for_room() {
+                    // The blocks just freed may be what the held output needs.
+                    self.out.try_write().map_err(self.tmp_err())?;
+                }
             }
-        } else {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
                 self.release = None;
                 self.stats.warnings.push(format!(
                     "the raw trace's rewritten records could not be released while finishing ({e}): this file system does not punch holes"
                 ));
-            } else {
-                return Err(TraceError::io(&self.path)(e));
             }
+            Err(e) => return Err(TraceError::io(&self.path)(e)),
         }
         Ok(())
     }
