@@ -123,13 +123,19 @@ mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
 
-    #[test]
-    fn reads_the_same_bytes_and_releases_the_blocks_it_holds() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A 160 000-byte file of counting words, opened for reading and writing.
+    fn raw_file(dir: &tempfile::TempDir) -> (std::path::PathBuf, Vec<u8>, File) {
         let p = dir.path().join("raw");
         let data: Vec<u8> = (0..40_000u32).flat_map(|i| i.to_le_bytes()).collect();
         std::fs::write(&p, &data).unwrap();
         let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+        (p, data, f)
+    }
+
+    #[test]
+    fn reads_the_same_bytes_and_releases_the_blocks_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let (p, data, f) = raw_file(&dir);
         let allocated = || std::fs::metadata(&p).unwrap().blocks() * 512;
         let before = allocated();
         let mut s = Spool::new(f, 100, true);
@@ -155,10 +161,7 @@ mod tests {
     #[test]
     fn a_kept_raw_trace_is_read_ahead_and_never_released() {
         let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("raw");
-        let data: Vec<u8> = (0..40_000u32).flat_map(|i| i.to_le_bytes()).collect();
-        std::fs::write(&p, &data).unwrap();
-        let f = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+        let (p, data, f) = raw_file(&dir);
         let mut s = Spool::new(f, 100, false);
         s.fill(120_000, u64::MAX);
         assert_eq!(s.held(), 120_000 - 100);
