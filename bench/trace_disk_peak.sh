@@ -7,14 +7,15 @@
 #   bench/trace_disk_peak.sh MTLAB OUTDIR -- PROGRAM [ARGS]
 set -euo pipefail
 MTLAB=$1 OUT=$2; shift 3
-mkdir -p "$OUT"; rm -f "$OUT"/peak.mtl*
+mkdir -p "$OUT"; rm -rf "$OUT"/peak.mtl*
 "$MTLAB" record -o "$OUT/peak.mtl" -- "$@" >/dev/null 2>"$OUT/peak.err" &
 rec=$!
 peak=0
 while kill -0 "$rec" 2>/dev/null; do
   # Each file once (by inode): the raw trace is both named and open. Blocks
   # allocated, not the length, so that holes punched in a file do not count.
-  n=$(for f in "$OUT"/peak.mtl* /proc/$rec/fd/*; do
+  # A process tree's descendants write into peak.mtl.d/.
+  n=$(for f in "$OUT"/peak.mtl* "$OUT"/peak.mtl.d/* /proc/$rec/fd/*; do
         [ -e "$f" ] || continue
         case "$f" in /proc/*) case "$(readlink "$f" 2>/dev/null)" in "$OUT"/*) ;; *) continue ;; esac ;; esac
         stat -L -c '%i %b %B' "$f" 2>/dev/null || true
@@ -23,5 +24,5 @@ while kill -0 "$rec" 2>/dev/null; do
   sleep 0.05
 done
 wait "$rec" || true
-final=$(stat -c '%b %B' "$OUT"/peak.mtl* | awk '{n += $1 * $2} END {print n}')
+final=$(find "$OUT" -path "$OUT/peak.mtl*" -type f -exec stat -c '%b %B' {} + | awk '{n += $1 * $2} END {print n}')
 awk -v p="$peak" -v f="$final" 'BEGIN{printf "peak %d bytes on disk, final %d bytes on disk, peak/final %.2f\n", p, f, p/f}'
