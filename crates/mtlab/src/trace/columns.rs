@@ -571,6 +571,41 @@ pub fn decode_columns_chained(
     Ok(items)
 }
 
+/// A field coded by runs of 0: before each value that is not 0, a run
+/// stream holds how many 0s came since the previous one.
+struct ZeroRuns {
+    on: bool,
+    /// 0s still to hand out before the next coded value, once `read` (the
+    /// run before it has been read).
+    left: u64,
+    read: bool,
+}
+
+impl ZeroRuns {
+    fn new(on: bool) -> ZeroRuns {
+        ZeroRuns { on, left: 0, read: false }
+    }
+
+    /// Whether the field's next value is a 0 of a run (else it is coded),
+    /// reading the run stream at `at` when a run starts.
+    #[inline(always)]
+    fn next_is_zero(&mut self, buf: &[u8], at: &mut usize) -> Result<bool, DecErr> {
+        if !self.on {
+            return Ok(false);
+        }
+        if !self.read {
+            self.left = varint(buf, at)?;
+            self.read = true;
+        }
+        if self.left > 0 {
+            self.left -= 1;
+            return Ok(true);
+        }
+        self.read = false;
+        Ok(false)
+    }
+}
+
 /// Reads a column-layout chunk's fields for the decoder (`fields::Fields`).
 pub(crate) struct ColumnFields {
     /// Read position and end of each stream in the chunk's bytes.
@@ -579,16 +614,10 @@ pub(crate) struct ColumnFields {
     time_step: u64,
     cycles_step: u64,
     pred: Predictor,
-    /// Layout 3: cycles are coded by gaps (`Stream::CyclesSkip`).
-    skips: bool,
-    /// Events of cycles 0 still to hand out before the next coded value,
-    /// once `skip_read` (the gap before it has been read).
-    zeros_left: u64,
-    skip_read: bool,
-    /// Layout 4: time deltas are coded by runs of 0 (`Stream::TimeSkip`).
-    time_skips: bool,
-    time_zeros_left: u64,
-    time_skip_read: bool,
+    /// Layout 3: cycles are coded by runs of 0 (`Stream::CyclesSkip`);
+    /// layout 4: time deltas too (`Stream::TimeSkip`).
+    cycle_zeros: ZeroRuns,
+    time_zeros: ZeroRuns,
     /// Layout 4: the record's place in its thread's chain (0: it starts one).
     chain_pos: u64,
     /// Layout 4: each item's stack comes before its kind byte, which is
@@ -652,12 +681,8 @@ impl ColumnFields {
             time_step,
             cycles_step,
             pred: Predictor::new(layout),
-            skips: layout >= 3,
-            zeros_left: 0,
-            skip_read: false,
-            time_skips: layout >= 4,
-            time_zeros_left: 0,
-            time_skip_read: false,
+            cycle_zeros: ZeroRuns::new(layout >= 3),
+            time_zeros: ZeroRuns::new(layout >= 4),
             chain_pos,
             kind_by_site: layout >= 4,
             stack: 0,
@@ -703,31 +728,15 @@ impl Fields for ColumnFields {
     fn value(&mut self, buf: &[u8], what: Field) -> Result<u64, DecErr> {
         match what {
             Field::Time => {
-                if self.time_skips {
-                    if !self.time_skip_read {
-                        self.time_zeros_left = self.v(buf, Stream::TimeSkip)?;
-                        self.time_skip_read = true;
-                    }
-                    if self.time_zeros_left > 0 {
-                        self.time_zeros_left -= 1;
-                        return Ok(0);
-                    }
-                    self.time_skip_read = false;
+                if self.time_zeros.next_is_zero(buf, &mut self.at[Stream::TimeSkip as usize])? {
+                    return Ok(0);
                 }
                 let (q, r) = (self.v(buf, Stream::Time)?, self.v(buf, Stream::TimeRest)?);
                 Ok(from_stepped(self.time_step, q, r))
             }
             Field::Cycles => {
-                if self.skips {
-                    if !self.skip_read {
-                        self.zeros_left = self.v(buf, Stream::CyclesSkip)?;
-                        self.skip_read = true;
-                    }
-                    if self.zeros_left > 0 {
-                        self.zeros_left -= 1;
-                        return Ok(0);
-                    }
-                    self.skip_read = false;
+                if self.cycle_zeros.next_is_zero(buf, &mut self.at[Stream::CyclesSkip as usize])? {
+                    return Ok(0);
                 }
                 let (q, r) = (self.v(buf, Stream::Cycles)?, self.v(buf, Stream::CyclesRest)?);
                 Ok(from_stepped(self.cycles_step, q, r))
