@@ -1566,7 +1566,7 @@ fn trace_from_a_newer_version_is_refused() {
     assert!(!o.status.success());
     assert!(o.stdout.is_empty());
     let e = stderr(&o);
-    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v5"), "{e}");
+    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v6"), "{e}");
 }
 
 #[test]
