@@ -650,7 +650,7 @@ impl ColumnFields {
     /// After the record's last event: its predictions, for the thread's
     /// next record (layout 4; None before it).
     pub fn into_chain(self) -> Option<Chain> {
-        (self.pred.layout() >= 4).then(|| Chain { pos: self.chain_pos, pred: self.pred })
+        (self.pred.layout() >= 4).then_some(Chain { pos: self.chain_pos, pred: self.pred })
     }
 
     /// Checks the layout header of `buf` (the decompressed body).
