@@ -1721,6 +1721,78 @@ pub(crate) mod tests {
         assert!(cut(&a) == cut(&b), "the rewrites differ before RUNINFO");
     }
 
+    /// Each thread's predictions run on across the Finisher's steps (a
+    /// record written while the program runs and the thread's next one,
+    /// written in a later step), and what each step has written is a
+    /// readable trace: every record there, none broken for want of its
+    /// chain's earlier records.
+    #[test]
+    fn chains_run_on_across_the_finishers_steps_and_each_step_leaves_a_readable_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.mtl");
+        let mut w = TraceWriter::create(&path, header_pairs()).unwrap();
+        for k in 0..24u64 {
+            for tid in 1..=2u32 {
+                let t0 = 1000 + k * 100_000 + tid as u64 * 40_000;
+                w.events_chunk(tid, &mallocs(tid, t0, 500, (k << 20) + ((tid as u64) << 40))).unwrap();
+            }
+            // A record that is not EVENTS: the batch so far is written.
+            w.maps("00400000-00401000 r-xp 00000000 08:01 1 /usr/bin/prog\n").unwrap();
+        }
+        w.finish().unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        let header_len = read_file_header(&File::open(&path).unwrap(), &path, len).unwrap().2;
+        let whole = dir.path().join("whole.mtl");
+        std::fs::copy(&path, &whole).unwrap();
+        finish_trace(&whole, &[]).unwrap();
+        let (want, _) = events_in(&whole);
+
+        let mut f = crate::trace::Finisher::start(&path, header_len).unwrap();
+        f.one_worker();
+        let prefix = dir.path().join("prefix.mtl");
+        let (mut chained, mut seen) = (0, 0);
+        for step in 1..=6 {
+            f.advance(header_len + (len - header_len) * step / 6).unwrap();
+            let bytes = f.output_so_far();
+            std::fs::write(&prefix, &bytes).unwrap();
+            let (got, warnings) = events_in(&prefix);
+            assert!(warnings.is_empty(), "step {step}: {warnings:?}");
+            for tid in 1..=2u32 {
+                let mine = |v: &[Event]| v.iter().filter(|e| e.tid == tid).cloned().collect::<Vec<_>>();
+                let (g, a) = (mine(&got), mine(&want));
+                assert!(g[..] == a[..g.len()], "step {step}: thread {tid}'s events are the first of the whole trace's");
+            }
+            assert!(got.len() > seen, "step {step} wrote records: {} events", got.len());
+            seen = got.len();
+            // The records written in this step whose predictions run on
+            // from an earlier record (their place in the chain, after the
+            // layout byte, is not 0).
+            let (fb, blen) = (File::open(&prefix).unwrap(), bytes.len() as u64);
+            let mut off = header_len;
+            chained = 0;
+            while let Ok(Some(rec)) = next_record(&fb, off, blen).unwrap() {
+                if rec.ty == REC_EVENTS && rec.flags & RECORD_FLAG_COLUMNS != 0 {
+                    let payload = &bytes[rec.payload_offset() as usize..rec.end() as usize];
+                    let body = &payload[EVENTS_HEADER as usize..payload.len() - CHECK_TRAILER as usize];
+                    let cols = zstd::bulk::decompress(body, 64 << 20).unwrap();
+                    assert_eq!(cols[0], crate::trace::columns::COLUMNS_LAYOUT);
+                    let mut at = 1;
+                    if crate::trace::varint::varint(&cols, &mut at).unwrap() > 0 {
+                        chained += 1;
+                    }
+                }
+                off = rec.end();
+            }
+        }
+        assert_eq!(seen, want.len(), "the last step took every record");
+        // 24 batches of one record per thread: all but each thread's first
+        // run on from the one before (chains of 32).
+        assert_eq!(chained, 2 * 23, "records whose chain ran on across steps");
+        f.finish(&[]).unwrap();
+        let (got, warnings) = events_in(&path);
+        assert!(got == want && warnings.is_empty(), "finished: the events of finishing in one go; {warnings:?}");
+    }
+
     fn allocated(path: &std::path::Path) -> u64 {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(path).unwrap().blocks() * 512

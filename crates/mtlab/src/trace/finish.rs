@@ -449,6 +449,13 @@ impl Finisher {
         self.written
     }
 
+    /// The rewrite so far, as a reader of its file would find it if
+    /// `mtlab record` were killed now.
+    #[cfg(test)]
+    pub(crate) fn output_so_far(&self) -> Vec<u8> {
+        self.out.contents().expect("the rewrite so far")
+    }
+
     /// The source's bytes punched out so far (its records from the header's
     /// end on).
     pub fn released(&self) -> u64 {
