@@ -2402,7 +2402,16 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
         damaged[off + 1] ^= 0x10;
         std::fs::write(lab.path("flipped.mtl"), &damaged).unwrap();
         let r = lab.report("flipped.mtl");
-        assert_eq!(r["chunks_damaged"], 1, "{trace}: {}", r["warnings"]);
+        // The record is lost, and so are the records of its thread whose
+        // predictions ran on from it (the rest of its chain, at most 31),
+        // each with a warning of its own; no other thread's.
+        let tid = u32::from_le_bytes(bytes[off + 8..off + 12].try_into().unwrap());
+        let warnings: Vec<&str> = r["warnings"].as_array().unwrap().iter().filter_map(|w| w.as_str()).collect();
+        let chained: Vec<&&str> = warnings.iter().filter(|w| w.contains("predictions run on from the previous record")).collect();
+        let mine = format!("(thread {tid})");
+        assert!(chained.iter().all(|w| w.contains(&mine)), "{trace}: only thread {tid}'s records go with it: {warnings:?}");
+        assert!(chained.len() <= 31, "{trace}: at most the rest of a chain: {warnings:?}");
+        assert_eq!(u(&r["chunks_damaged"]), 1 + chained.len() as u64, "{trace}: {warnings:?}");
         assert!(r["warnings"].to_string().contains("skipped to the next intact record"), "{}", r["warnings"]);
         let left = held(&r);
         assert!(left > 0 && left < held(&base), "{trace}: {left} of {} events and samples after a damaged length", held(&base));
