@@ -1,6 +1,8 @@
 //! `finish_trace`, which `mtlab record` runs on a trace while and after the
 //! traced program runs: joins each thread's chunks, rewrites them in
-//! columns and compresses them, on all cores.
+//! columns (a thread's records one after the other: each runs on from the
+//! predictions of the one before, threads in parallel) and compresses them
+//! (on all cores once the program has ended).
 
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -32,7 +34,7 @@ pub struct FinishStats {
 }
 
 /// The time `Finisher::finish` spent on each stage, summed over its
-/// threads (the rewrite and compression run on all cores), and its wall
+/// threads (threads' columns and all compression run in parallel), and its wall
 /// time from start to the rename.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FinishStages {
