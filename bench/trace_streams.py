@@ -11,8 +11,8 @@ import sys
 
 NAMES = ["kind", "time", "time_rest", "cycles", "cycles_rest", "stack", "size",
          "alloc_code", "free_code", "ptr_delta", "extra", "misc", "stack_defs",
-         "alloc_delta", "free_delta", "cycles_skip"]
-N_STREAMS = {1: 13, 2: 15, 3: 16}
+         "alloc_delta", "free_delta", "cycles_skip", "free_seq", "time_skip"]
+N_STREAMS = {1: 13, 2: 15, 3: 16, 4: 18}
 
 
 def varint(b, i):
@@ -48,6 +48,8 @@ def main(path):
             comp_streams += end - 24
             layout = body[0]
             i = 1
+            if layout >= 4:
+                _, i = varint(body, i)  # place in the thread's chain
             _, i = varint(body, i)
             _, i = varint(body, i)
             lens = []

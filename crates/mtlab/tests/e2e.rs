@@ -1566,7 +1566,7 @@ fn trace_from_a_newer_version_is_refused() {
     assert!(!o.status.success());
     assert!(o.stdout.is_empty());
     let e = stderr(&o);
-    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v5"), "{e}");
+    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v6"), "{e}");
 }
 
 #[test]
@@ -2364,7 +2364,7 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
     let mut seen = String::new();
     for trace in ["full.mtl", "sampled.mtl", "compact.mtl"] {
         let bytes = std::fs::read(lab.path(trace)).unwrap();
-        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 5, "{trace}: a rewritten trace is version 5");
+        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 6, "{trace}: a rewritten trace is version 6");
         let chunks: Vec<RawRecord> = raw_records(&bytes).into_iter().filter(|r| r.ty == 1).collect();
         assert!(chunks.len() >= 4, "{trace}: {} chunks", chunks.len());
         assert!(chunks.iter().all(|r| r.flags & 0x4 != 0), "{trace}: every chunk carries checksums");
@@ -2402,7 +2402,16 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
         damaged[off + 1] ^= 0x10;
         std::fs::write(lab.path("flipped.mtl"), &damaged).unwrap();
         let r = lab.report("flipped.mtl");
-        assert_eq!(r["chunks_damaged"], 1, "{trace}: {}", r["warnings"]);
+        // The record is lost, and so are the records of its thread whose
+        // predictions ran on from it (the rest of its chain, at most 31),
+        // each with a warning of its own; no other thread's.
+        let tid = u32::from_le_bytes(bytes[off + 8..off + 12].try_into().unwrap());
+        let warnings: Vec<&str> = r["warnings"].as_array().unwrap().iter().filter_map(|w| w.as_str()).collect();
+        let chained: Vec<&&str> = warnings.iter().filter(|w| w.contains("predictions run on from the previous record")).collect();
+        let mine = format!("(thread {tid})");
+        assert!(chained.iter().all(|w| w.contains(&mine)), "{trace}: only thread {tid}'s records go with it: {warnings:?}");
+        assert!(chained.len() <= 31, "{trace}: at most the rest of a chain: {warnings:?}");
+        assert_eq!(u(&r["chunks_damaged"]), 1 + chained.len() as u64, "{trace}: {warnings:?}");
         assert!(r["warnings"].to_string().contains("skipped to the next intact record"), "{}", r["warnings"]);
         let left = held(&r);
         assert!(left > 0 && left < held(&base), "{trace}: {left} of {} events and samples after a damaged length", held(&base));

@@ -1,11 +1,12 @@
 //! The column layout is lossless on real programs' event streams: every
 //! thread's events of a real run, written as the preload library's rows and
 //! rewritten in columns (the current layout and the previous ones, which
-//! version 3 and 4 traces hold), decode to the very same events, one by one.
+//! version 3 to 5 traces hold; the current one also as chained records),
+//! decode to the very same events, one by one.
 
 mod util;
 
-use mtlab::trace::columns::{decode_columns, split_layout, RowChunk, COLUMNS_LAYOUT};
+use mtlab::trace::columns::{decode_columns, decode_columns_chained, split_chained, split_layout, RowChunk, Stamps, COLUMNS_LAYOUT};
 use mtlab::trace::encode::ChunkEncoder;
 use mtlab::trace::{Item, TraceFile, UNTIMED};
 use util::*;
@@ -40,7 +41,7 @@ fn recode_all(trace: &std::path::Path) -> usize {
             chunks.push((first.tsc, enc));
         }
         let rows: Vec<RowChunk> = chunks.iter().map(|(t0, e)| RowChunk { first_tsc: *t0, rows: e.body() }).collect();
-        for layout in [1, 2, COLUMNS_LAYOUT] {
+        for layout in [1, 2, 3, COLUMNS_LAYOUT] {
             let cols = split_layout(&rows, None, layout).unwrap();
             let back = decode_columns(&cols, rows[0].first_tsc, *tid).unwrap();
             assert_eq!(back.len(), items.len(), "thread {tid}, layout {layout}");
@@ -48,6 +49,26 @@ fn recode_all(trace: &std::path::Path) -> usize {
                 assert_eq!(a, b, "thread {tid}, layout {layout}, event {i}");
             }
             compared += back.len();
+        }
+        // Layout 4 as `mtlab record` writes it: records of 8 row chunks,
+        // each running on from its thread's previous one (a chain), against
+        // the same records each standing alone.
+        let (mut wchain, mut rchain) = (None, None);
+        let (mut chained_bytes, mut alone_bytes) = (0, 0);
+        let mut back = Vec::new();
+        for rec in rows.chunks(8) {
+            let cols = split_chained(rec, Stamps::Exact, &mut wchain).unwrap();
+            back.extend(decode_columns_chained(&cols, rec[0].first_tsc, *tid, &mut rchain).unwrap());
+            chained_bytes += zstd::bulk::compress(&cols, 3).unwrap().len();
+            alone_bytes += zstd::bulk::compress(&split_chained(rec, Stamps::Exact, &mut None).unwrap(), 3).unwrap().len();
+        }
+        assert_eq!(back.len(), items.len(), "thread {tid}, chained");
+        for (i, (a, b)) in back.iter().zip(items).enumerate() {
+            assert_eq!(a, b, "thread {tid}, chained, event {i}");
+        }
+        compared += back.len();
+        if rows.len() > 8 {
+            assert!(chained_bytes < alone_bytes, "thread {tid}: chained {chained_bytes} vs alone {alone_bytes} bytes");
         }
     }
     compared
@@ -71,7 +92,7 @@ fn real_programs_event_streams_round_trip_through_every_layout() {
     let o = lab.record_cmd("py.mtl", &[], &py, &["-c", churn]).env("PYTHONMALLOC", "malloc").output().unwrap();
     assert_success(&o, "mtlab record python3");
     let n = recode_all(&lab.path("py.mtl"));
-    assert!(n > 3 * 100_000, "{n} events compared");
+    assert!(n > 4 * 100_000, "{n} events compared");
 
     // A size-class allocator: the same program under mimalloc.
     let mi = "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2";
@@ -84,7 +105,7 @@ fn real_programs_event_streams_round_trip_through_every_layout() {
             .unwrap();
         assert_success(&o, "mtlab record python3 under mimalloc");
         let n = recode_all(&lab.path("mi.mtl"));
-        assert!(n > 3 * 100_000, "{n} events compared");
+        assert!(n > 4 * 100_000, "{n} events compared");
     } else {
         skip(&format!("{mi} not installed"));
     }

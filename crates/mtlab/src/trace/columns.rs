@@ -33,8 +33,30 @@ use super::varint::{put_svarint, put_varint, varint, zigzag};
 /// First byte of a column-layout body: the layout's own version. Layout 2
 /// (version 4 traces) added the predictions of `predict`; layout 3 (version
 /// 5) codes the cycles of the timed calls by the gaps between them
-/// (`Stream::CyclesSkip`). Layouts 1 and 2 are still read.
-pub const COLUMNS_LAYOUT: u8 = 3;
+/// (`Stream::CyclesSkip`); layout 4 (version 6) carries the predictions
+/// from one record of a thread to its next (a *chain*, restarted every
+/// [`CHAIN_RECORDS`] records), codes frees of blocks allocated earlier in
+/// the chain by their allocation's number, sizes against their call site's
+/// last one, and time deltas of 0 by their runs. Layouts 1 to 3 are still read.
+pub const COLUMNS_LAYOUT: u8 = 4;
+
+/// Records of a thread whose predictions run on from one to the next: a
+/// record that cannot be read takes at most the rest of its chain with it.
+pub const CHAIN_RECORDS: u64 = 32;
+
+/// A thread's predictions carried from one of its records to the next
+/// (layout 4), and the record's place in its chain (0: it starts one).
+pub struct Chain {
+    pos: u64,
+    pred: Predictor,
+}
+
+impl Chain {
+    /// The record's place in its chain.
+    pub fn pos(&self) -> u64 {
+        self.pos
+    }
+}
 
 /// The streams a chunk's values are sorted into, in layout order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,20 +100,31 @@ pub(crate) enum Stream {
     /// hold only the cycles that are not 0: with one call in 32 timed, a
     /// byte per event of mostly zeros cost zstd seven times what the gaps do.
     CyclesSkip,
+    /// Layout 4: for each freed block allocated earlier in the chain (not
+    /// among the recent allocations), its allocation's number minus one
+    /// more than the previous such block's (zigzag): a program that frees
+    /// in the order it allocated writes runs of 0.
+    FreeSeq,
+    /// Layout 4: as `CyclesSkip`, for time deltas: the deltas of 0 before
+    /// each that is not (rounded stamps are mostly 0).
+    TimeSkip,
 }
 
 /// Streams of a layout-1 body.
 const N_STREAMS_V1: usize = 13;
 /// Streams of a layout-2 body.
 const N_STREAMS_V2: usize = 15;
-/// Streams of a layout-3 body (the most any layout has).
-pub const MAX_STREAMS: usize = 16;
+/// Streams of a layout-3 body.
+const N_STREAMS_V3: usize = 16;
+/// Streams of a layout-4 body (the most any layout has).
+pub const MAX_STREAMS: usize = 18;
 
 fn n_streams(layout: u8) -> Option<usize> {
     match layout {
         1 => Some(N_STREAMS_V1),
         2 => Some(N_STREAMS_V2),
-        3 => Some(MAX_STREAMS),
+        3 => Some(N_STREAMS_V3),
+        4 => Some(MAX_STREAMS),
         _ => None,
     }
 }
@@ -349,17 +382,53 @@ pub fn split_with_time_step(chunks: &[RowChunk], time_step: Option<u64>) -> Resu
 /// `quantum`): for chunks that no other thread's event falls within
 /// (`RECORD_FLAG_SOLO`), where stamps order nothing across threads.
 pub fn split_rounded(chunks: &[RowChunk], quantum: u64) -> Result<Vec<u8>, ColumnError> {
-    split_inner(chunks, Some(quantum), COLUMNS_LAYOUT, true)
+    split_inner(chunks, Some(quantum), COLUMNS_LAYOUT, true, &mut None)
 }
 
-/// `split_with_time_step` in a given layout (1 to 3): the tests write the
+/// `split_with_time_step` in a given layout (1 to 4): the tests write the
 /// previous layouts to check that they are still read.
 pub fn split_layout(chunks: &[RowChunk], time_step: Option<u64>, layout: u8) -> Result<Vec<u8>, ColumnError> {
-    split_inner(chunks, time_step, layout, false)
+    split_inner(chunks, time_step, layout, false, &mut None)
 }
 
-fn split_inner(chunks: &[RowChunk], time_step: Option<u64>, layout: u8, round: bool) -> Result<Vec<u8>, ColumnError> {
+/// How a record's time stamps are written (`split_chained`).
+#[derive(Debug, Clone, Copy)]
+pub enum Stamps {
+    /// As they are, with the time step detected.
+    Exact,
+    /// As they are, with this time step (a compact trace's quantum).
+    Step(u64),
+    /// Rounded down to multiples of this quantum (`split_rounded`).
+    Rounded(u64),
+}
+
+/// `split` for the next record of a thread whose previous record was
+/// written with `chain` (None: it starts a chain): the predictions run on
+/// from there, unless the chain is [`CHAIN_RECORDS`] long. Afterwards
+/// `chain` holds this record's (None after an error: the next record
+/// starts a chain). The record must follow the previous one of its thread
+/// in the file with no other record of the thread in between.
+pub fn split_chained(chunks: &[RowChunk], stamps: Stamps, chain: &mut Option<Chain>) -> Result<Vec<u8>, ColumnError> {
+    match stamps {
+        Stamps::Exact => split_inner(chunks, None, COLUMNS_LAYOUT, false, chain),
+        Stamps::Step(q) => split_inner(chunks, Some(q), COLUMNS_LAYOUT, false, chain),
+        Stamps::Rounded(q) => split_inner(chunks, Some(q), COLUMNS_LAYOUT, true, chain),
+    }
+}
+
+fn split_inner(
+    chunks: &[RowChunk],
+    time_step: Option<u64>,
+    layout: u8,
+    round: bool,
+    chain: &mut Option<Chain>,
+) -> Result<Vec<u8>, ColumnError> {
     let n_streams = n_streams(layout).ok_or(ColumnError::BadLayout("unknown layout version"))?;
+    // Taken now: after an error the next record starts a chain.
+    let (pos, mut pred) = match chain.take() {
+        Some(c) if layout >= 4 && c.pred.layout() == layout && c.pos + 1 < CHAIN_RECORDS => (c.pos + 1, c.pred),
+        _ => (0, Predictor::for_writer(layout)),
+    };
     // The steps are judged on the first values (`detect_step` looks at 1024).
     let (mut times, mut cycles) = (Vec::with_capacity(1024), Vec::with_capacity(1024));
     walk_rows(chunks, |t| {
@@ -378,16 +447,27 @@ fn split_inner(chunks: &[RowChunk], time_step: Option<u64>, layout: u8, round: b
     for st in s.iter_mut().take(n_streams) {
         st.reserve(rows / 8);
     }
-    let mut pred = Predictor::new(layout);
     // Rounding: the true and the rounded stamp, as offsets from the first.
     let (mut true_t, mut rounded_t) = (0u64, 0u64);
-    // Layout 3: events of cycles 0 since the last that was not.
-    let mut zeros = 0u64;
+    // Layout 3: events of cycles 0 since the last that was not; layout 4:
+    // the same for time deltas.
+    let (mut zeros, mut time_zeros) = (0u64, 0u64);
+    // Layout 4: the current event's kind byte, written at its stack.
+    let mut kind = 0u8;
     walk_rows(chunks, |t| {
         match t {
             Token::Kind(b) => {
                 pred.event();
-                s[Stream::Kind as usize].push(b)
+                if layout < 4 {
+                    s[Stream::Kind as usize].push(b)
+                } else if b & KIND_MASK == EV_STACK_DEF {
+                    // Layout 4: a STACK_DEF is stack 0; an event's kind byte
+                    // waits for its stack.
+                    put_varint(&mut s[Stream::Stack as usize], 0);
+                    s[Stream::Kind as usize].push(b ^ EV_STACK_DEF);
+                } else {
+                    kind = b;
+                }
             }
             Token::Value(f, v) => match f {
                 Field::Time => {
@@ -400,6 +480,14 @@ fn split_inner(chunks: &[RowChunk], time_step: Option<u64>, layout: u8, round: b
                     } else {
                         v
                     };
+                    if layout >= 4 {
+                        if v == 0 {
+                            time_zeros += 1;
+                            return true;
+                        }
+                        put_varint(&mut s[Stream::TimeSkip as usize], time_zeros);
+                        time_zeros = 0;
+                    }
                     let (a, b) = s.split_at_mut(Stream::TimeRest as usize);
                     put_stepped(v, td, &mut a[Stream::Time as usize], &mut b[0]);
                 }
@@ -412,12 +500,18 @@ fn split_inner(chunks: &[RowChunk], time_step: Option<u64>, layout: u8, round: b
                     let (a, b) = s.split_at_mut(Stream::CyclesRest as usize);
                     put_stepped(v, cd, &mut a[Stream::Cycles as usize], &mut b[0]);
                 }
-                Field::Stack => put_varint(&mut s[Stream::Stack as usize], v),
-                Field::Def => put_varint(&mut s[Stream::Defs as usize], v),
-                Field::Size => {
-                    pred.size(v);
-                    put_varint(&mut s[Stream::Size as usize], v)
+                Field::Stack if layout >= 4 => {
+                    pred.site(v);
+                    put_varint(&mut s[Stream::Stack as usize], v + 1);
+                    let code = pred.put_kind_at_site(kind);
+                    s[Stream::Kind as usize].push(code);
                 }
+                Field::Stack => {
+                    pred.site(v);
+                    put_varint(&mut s[Stream::Stack as usize], v)
+                }
+                Field::Def => put_varint(&mut s[Stream::Defs as usize], v),
+                Field::Size => pred.put_size(v, &mut s),
                 Field::Extra => pred.put_extra(v, &mut s),
                 Field::Misc => put_varint(&mut s[Stream::Misc as usize], v),
                 Field::NewPtr | Field::OldPtr | Field::Addr => pred.put(f, v, &mut s),
@@ -428,9 +522,16 @@ fn split_inner(chunks: &[RowChunk], time_step: Option<u64>, layout: u8, round: b
     if zeros > 0 {
         put_varint(&mut s[Stream::CyclesSkip as usize], zeros);
     }
+    if time_zeros > 0 {
+        put_varint(&mut s[Stream::TimeSkip as usize], time_zeros);
+    }
     let total: usize = s.iter().map(Vec::len).sum();
-    let mut out = Vec::with_capacity(total + 3 + 2 * 10 + n_streams * 5);
+    let mut out = Vec::with_capacity(total + 3 + 3 * 10 + n_streams * 5);
     out.push(layout);
+    if layout >= 4 {
+        put_varint(&mut out, pos);
+        *chain = Some(Chain { pos, pred });
+    }
     put_varint(&mut out, tq);
     put_varint(&mut out, cq);
     for st in &s[..n_streams] {
@@ -448,11 +549,61 @@ fn split_inner(chunks: &[RowChunk], time_step: Option<u64>, layout: u8, round: b
 /// The items of a column-layout body of thread `tid` whose time deltas start
 /// at `first_tsc`, as the decoder reads them (`split`'s inverse).
 pub fn decode_columns(cols: &[u8], first_tsc: u64, tid: u32) -> Result<Vec<super::Item>, String> {
-    let f = ColumnFields::new(cols).map_err(|e| e.to_string())?;
+    decode_columns_chained(cols, first_tsc, tid, &mut None)
+}
+
+/// `decode_columns` for the next record of a thread whose previous record
+/// was read with `chain` (`split_chained`'s inverse); `chain` then holds
+/// this record's, or None after an error.
+pub fn decode_columns_chained(
+    cols: &[u8],
+    first_tsc: u64,
+    tid: u32,
+    chain: &mut Option<Chain>,
+) -> Result<Vec<super::Item>, String> {
+    let mut f = ColumnFields::new(cols).map_err(|e| e.to_string())?;
+    f.resume(chain.take())?;
     let mut padded = Vec::with_capacity(cols.len() + ColumnFields::PADDING);
     padded.extend_from_slice(cols);
     padded.extend_from_slice(&[0; ColumnFields::PADDING]);
-    super::decode::decode_chunk(f, &padded, first_tsc, tid).map_err(|e| e.to_string())
+    let items = super::decode::decode_chunk_with(&mut f, &padded, first_tsc, tid).map_err(|e| e.to_string())?;
+    *chain = f.into_chain();
+    Ok(items)
+}
+
+/// A field coded by runs of 0: before each value that is not 0, a run
+/// stream holds how many 0s came since the previous one.
+struct ZeroRuns {
+    on: bool,
+    /// 0s still to hand out before the next coded value, once `read` (the
+    /// run before it has been read).
+    left: u64,
+    read: bool,
+}
+
+impl ZeroRuns {
+    fn new(on: bool) -> ZeroRuns {
+        ZeroRuns { on, left: 0, read: false }
+    }
+
+    /// Whether the field's next value is a 0 of a run (else it is coded),
+    /// reading the run stream at `at` when a run starts.
+    #[inline(always)]
+    fn next_is_zero(&mut self, buf: &[u8], at: &mut usize) -> Result<bool, DecErr> {
+        if !self.on {
+            return Ok(false);
+        }
+        if !self.read {
+            self.left = varint(buf, at)?;
+            self.read = true;
+        }
+        if self.left > 0 {
+            self.left -= 1;
+            return Ok(true);
+        }
+        self.read = false;
+        Ok(false)
+    }
 }
 
 /// Reads a column-layout chunk's fields for the decoder (`fields::Fields`).
@@ -463,20 +614,51 @@ pub(crate) struct ColumnFields {
     time_step: u64,
     cycles_step: u64,
     pred: Predictor,
-    /// Layout 3: cycles are coded by gaps (`Stream::CyclesSkip`).
-    skips: bool,
-    /// Events of cycles 0 still to hand out before the next coded value,
-    /// once `skip_read` (the gap before it has been read).
-    zeros_left: u64,
-    skip_read: bool,
+    /// Layout 3: cycles are coded by runs of 0 (`Stream::CyclesSkip`);
+    /// layout 4: time deltas too (`Stream::TimeSkip`).
+    cycle_zeros: ZeroRuns,
+    time_zeros: ZeroRuns,
+    /// Layout 4: the record's place in its thread's chain (0: it starts one).
+    chain_pos: u64,
+    /// Layout 4: each item's stack comes before its kind byte, which is
+    /// coded against its stack's (`Predictor::kind_at_site`); the current
+    /// event's stack.
+    kind_by_site: bool,
+    stack: u64,
 }
 
 impl ColumnFields {
+    /// Takes over the predictions of the thread's previous record, which a
+    /// record at a place above 0 in its chain needs: refused when there is
+    /// none or it was at another place than the one before this.
+    pub fn resume(&mut self, prev: Option<Chain>) -> Result<(), String> {
+        if self.chain_pos == 0 {
+            return Ok(());
+        }
+        match prev {
+            Some(c) if c.pos + 1 == self.chain_pos && c.pred.layout() == self.pred.layout() => {
+                self.pred = c.pred;
+                Ok(())
+            }
+            _ => Err(format!(
+                "its predictions run on from the previous record of its thread (place {} of its chain), which could not be read",
+                self.chain_pos
+            )),
+        }
+    }
+
+    /// After the record's last event: its predictions, for the thread's
+    /// next record (layout 4; None before it).
+    pub fn into_chain(self) -> Option<Chain> {
+        (self.pred.layout() >= 4).then_some(Chain { pos: self.chain_pos, pred: self.pred })
+    }
+
     /// Checks the layout header of `buf` (the decompressed body).
     pub fn new(buf: &[u8]) -> Result<ColumnFields, ColumnError> {
         let mut h = Reader::new(buf);
         let layout = h.byte()?;
         let n_streams = n_streams(layout).ok_or(ColumnError::BadLayout("unknown layout version"))?;
+        let chain_pos = if layout >= 4 { h.v()? } else { 0 };
         let (time_step, cycles_step) = (h.v()?, h.v()?);
         let mut lens = [0usize; MAX_STREAMS];
         for l in lens.iter_mut().take(n_streams) {
@@ -499,9 +681,11 @@ impl ColumnFields {
             time_step,
             cycles_step,
             pred: Predictor::new(layout),
-            skips: layout >= 3,
-            zeros_left: 0,
-            skip_read: false,
+            cycle_zeros: ZeroRuns::new(layout >= 3),
+            time_zeros: ZeroRuns::new(layout >= 4),
+            chain_pos,
+            kind_by_site: layout >= 4,
+            stack: 0,
         })
     }
 
@@ -518,42 +702,54 @@ impl ColumnFields {
 
 impl Fields for ColumnFields {
     #[inline(always)]
-    fn kind(&mut self, buf: &[u8]) -> Option<u8> {
+    fn kind(&mut self, buf: &[u8]) -> Result<Option<u8>, DecErr> {
         let i = Stream::Kind as usize;
         if self.at[i] >= self.end[i] {
-            return None;
+            return Ok(None);
         }
         self.at[i] += 1;
         self.pred.event();
-        Some(buf[self.at[i] - 1])
+        let code = buf[self.at[i] - 1];
+        if !self.kind_by_site {
+            return Ok(Some(code));
+        }
+        // Layout 4: the item's stack first (0: a STACK_DEF), then its kind
+        // byte against the one last seen at that stack.
+        match self.v(buf, Stream::Stack)? {
+            0 => Ok(Some(code ^ EV_STACK_DEF)),
+            s => {
+                self.stack = s - 1;
+                self.pred.site(self.stack);
+                Ok(Some(self.pred.kind_at_site(code)))
+            }
+        }
     }
     #[inline(always)]
     fn value(&mut self, buf: &[u8], what: Field) -> Result<u64, DecErr> {
         match what {
             Field::Time => {
+                if self.time_zeros.next_is_zero(buf, &mut self.at[Stream::TimeSkip as usize])? {
+                    return Ok(0);
+                }
                 let (q, r) = (self.v(buf, Stream::Time)?, self.v(buf, Stream::TimeRest)?);
                 Ok(from_stepped(self.time_step, q, r))
             }
             Field::Cycles => {
-                if self.skips {
-                    if !self.skip_read {
-                        self.zeros_left = self.v(buf, Stream::CyclesSkip)?;
-                        self.skip_read = true;
-                    }
-                    if self.zeros_left > 0 {
-                        self.zeros_left -= 1;
-                        return Ok(0);
-                    }
-                    self.skip_read = false;
+                if self.cycle_zeros.next_is_zero(buf, &mut self.at[Stream::CyclesSkip as usize])? {
+                    return Ok(0);
                 }
                 let (q, r) = (self.v(buf, Stream::Cycles)?, self.v(buf, Stream::CyclesRest)?);
                 Ok(from_stepped(self.cycles_step, q, r))
             }
-            Field::Stack => self.v(buf, Stream::Stack),
-            Field::Size => {
-                let v = self.v(buf, Stream::Size)?;
-                self.pred.size(v);
+            Field::Stack if self.kind_by_site => Ok(self.stack),
+            Field::Stack => {
+                let v = self.v(buf, Stream::Stack)?;
+                self.pred.site(v);
                 Ok(v)
+            }
+            Field::Size => {
+                let code = self.v(buf, Stream::Size)?;
+                Ok(self.pred.get_size(code))
             }
             Field::Extra => {
                 let code = self.v(buf, Stream::Extra)?;
@@ -608,7 +804,7 @@ mod tests {
     fn roundtrip_one(rows: &[u8], first_tsc: u64) -> Vec<u8> {
         let want = from_rows(rows, first_tsc);
         assert!(!want.is_empty());
-        for layout in [1, 2] {
+        for layout in [1, 2, 3] {
             let old = split_layout(&[RowChunk { first_tsc, rows }], None, layout).unwrap();
             assert_eq!(from_cols(&old, first_tsc).unwrap(), want, "layout {layout}");
         }
@@ -644,20 +840,21 @@ mod tests {
             enc.event(&e);
         }
         let cols = roundtrip_one(enc.body(), 100);
-        // Layout: version, steps (1: too few values to find one), then
-        // lengths: AllocRank holds 0 (miss), 0 (miss: b is not at a's end),
-        // 2 (rank 0 among frees) and FreeRank 2 (b: newest), 3 (a: second
-        // newest then), 0 (miss, whose delta FreeDelta holds).
+        // Layout: version, place in the chain, steps (1: too few values to
+        // find one), then lengths: AllocRank holds 0 (miss), 0 (miss: b is
+        // not at a's end), 2 (rank 0 among frees) and FreeRank 3 (b:
+        // newest), 4 (a: second newest then), 0 (miss, whose delta
+        // FreeDelta holds).
         let mut h = Reader::new(&cols);
         assert_eq!(h.byte().unwrap(), COLUMNS_LAYOUT);
-        assert_eq!((h.v().unwrap(), h.v().unwrap()), (1, 1));
+        assert_eq!((h.v().unwrap(), h.v().unwrap(), h.v().unwrap()), (0, 1, 1));
         let lens: Vec<usize> = (0..MAX_STREAMS).map(|_| h.v().unwrap() as usize).collect();
         let stream = |s: Stream| {
             let start = h.pos + lens[..s as usize].iter().sum::<usize>();
             &cols[start..start + lens[s as usize]]
         };
         assert_eq!(stream(Stream::AllocRank), &[0, 0, 2]);
-        assert_eq!(stream(Stream::FreeRank), &[2, 3, 0]);
+        assert_eq!(stream(Stream::FreeRank), &[3, 4, 0]);
         let mut dead = Vec::new();
         put_svarint(&mut dead, 0xdead);
         assert_eq!(stream(Stream::FreeDelta), &dead[..]);
@@ -667,7 +864,7 @@ mod tests {
     fn stream_of(cols: &[u8], which: Stream) -> Vec<u8> {
         let mut h = Reader::new(cols);
         assert_eq!(h.byte().unwrap(), COLUMNS_LAYOUT);
-        let _ = (h.v().unwrap(), h.v().unwrap());
+        let _ = (h.v().unwrap(), h.v().unwrap(), h.v().unwrap());
         let lens: Vec<usize> = (0..MAX_STREAMS).map(|_| h.v().unwrap() as usize).collect();
         let start = h.pos + lens[..which as usize].iter().sum::<usize>();
         cols[start..start + lens[which as usize]].to_vec()
@@ -698,6 +895,65 @@ mod tests {
         }
         let cols = roundtrip_one(enc.body(), 100);
         assert_eq!(stream_of(&cols, Stream::CyclesSkip), [0, 0, 0]);
+    }
+
+    #[test]
+    fn chained_records_name_earlier_blocks_by_number_and_restart() {
+        // 36 records of one thread: each allocates 300 blocks and frees, in
+        // order, the 300 the record before allocated — too far back for the
+        // recent allocations (256).
+        let block = |r: u64, j: u64| 0x5555_0000_0000 + (r * 300 + j) * 48;
+        let (mut wchain, mut rchain) = (None, None);
+        for r in 0..CHAIN_RECORDS + 4 {
+            let first = 1000 + r * 100_000;
+            let mut enc = ChunkEncoder::new(1);
+            for j in 0..300 {
+                enc.event(&malloc(first + j * 52, block(r, j)));
+                if r > 0 {
+                    enc.event(&free(first + j * 52 + 26, block(r - 1, j)));
+                }
+            }
+            let rows = enc.body();
+            let cols = split_chained(&[RowChunk { first_tsc: first, rows }], Stamps::Exact, &mut wchain).unwrap();
+            let pos = r % CHAIN_RECORDS;
+            assert_eq!(wchain.as_ref().unwrap().pos(), pos);
+            if pos > 0 {
+                // Not readable alone, nor after another place of the chain.
+                assert!(decode_columns(&cols, first, 1).is_err());
+                let mut wrong = Some(Chain { pos: pos + 1, pred: Predictor::new(COLUMNS_LAYOUT) });
+                assert!(decode_columns_chained(&cols, first, 1, &mut wrong).is_err());
+            }
+            let back = decode_columns_chained(&cols, first, 1, &mut rchain).unwrap();
+            assert_eq!(back, from_rows(rows, first), "record {r}");
+            let (seqs, misses) = (stream_of(&cols, Stream::FreeSeq), stream_of(&cols, Stream::FreeDelta));
+            if r == 0 {
+                assert!(seqs.is_empty() && misses.is_empty());
+            } else if pos == 0 {
+                // A new chain knows no earlier block: the frees are misses.
+                assert!(seqs.is_empty() && !misses.is_empty(), "record {r}");
+            } else {
+                // Each block freed is the one after the block freed before.
+                assert_eq!(seqs, vec![0u8; 300], "record {r}");
+                assert!(misses.is_empty(), "record {r}");
+            }
+        }
+    }
+
+    #[test]
+    fn sizes_and_idle_time_cost_little() {
+        // A call site's size repeated: 0 in SIZE; time deltas of 0 coded by
+        // their runs.
+        let mut enc = ChunkEncoder::new(1);
+        for i in 0..10u64 {
+            let mut e = malloc(1000 + if i < 6 { 0 } else { 26 * i }, 0x1000 + 64 * i);
+            e.stack = 1 + (i % 2) as u32;
+            enc.event(&e);
+        }
+        let cols = roundtrip_one(enc.body(), 1000);
+        // Sizes 40 at two sites: above the guess 0 at first (the size itself), then 0.
+        assert_eq!(stream_of(&cols, Stream::Size), [40, 40, 0, 0, 0, 0, 0, 0, 0, 0]);
+        // Six stamps equal to the first (deltas 0), then four that are not.
+        assert_eq!(stream_of(&cols, Stream::TimeSkip), [6, 0, 0, 0]);
     }
 
     #[test]
@@ -804,7 +1060,7 @@ mod tests {
         }
         let rows: Vec<RowChunk> = chunks.iter().map(|(f, e)| RowChunk { first_tsc: *f, rows: e.body() }).collect();
         let cols = split(&rows).unwrap();
-        assert_eq!((cols[1], cols[2]), (26, 26), "steps found");
+        assert_eq!((cols[1], cols[2], cols[3]), (0, 26, 26), "steps found");
         let want: Vec<Item> = chunks.iter().flat_map(|(f, e)| from_rows(e.body(), *f)).collect();
         assert_eq!(from_cols(&cols, chunks[0].0).unwrap(), want);
         // Compressed, the columns are smaller than the rows.
@@ -881,6 +1137,117 @@ mod tests {
                 let mut c = cols.clone();
                 c[i] ^= x;
                 let _ = from_cols(&c, 1000);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod recode_sizes {
+    //! `MTLAB_RECODE=TRACE [MTLAB_RECODE_LAYOUT=3] cargo test --release --lib
+    //! recode_sizes -- --ignored --nocapture`: a finished trace's events
+    //! rewritten in a layout as `finish_trace` joins them (1 MiB of rows a
+    //! record, a single thread's stamps rounded as solo chunks are), each
+    //! record compressed; prints the bytes, each stream's share (compressed
+    //! alone, record by record), and checks the round trip.
+    use super::*;
+    use crate::trace::encode::ChunkEncoder;
+    use crate::trace::{Item, TraceFile, UNTIMED};
+
+    const NAMES: [&str; MAX_STREAMS] = [
+        "kind", "time", "time_rest", "cycles", "cycles_rest", "stack", "size", "alloc_code", "free_code", "ptr_delta",
+        "extra", "misc", "stack_defs", "alloc_delta", "free_delta", "cycles_skip", "free_seq", "time_skip",
+    ];
+
+    #[test]
+    #[ignore]
+    fn recode_sizes() {
+        let Ok(path) = std::env::var("MTLAB_RECODE") else { return };
+        let layout: u8 = std::env::var("MTLAB_RECODE_LAYOUT").ok().and_then(|v| v.parse().ok()).unwrap_or(COLUMNS_LAYOUT);
+        let t = TraceFile::open(&path).unwrap();
+        let mut per_thread: std::collections::BTreeMap<u32, Vec<Item>> = Default::default();
+        let mut stacks = Vec::new();
+        for item in t.items().unwrap() {
+            match item {
+                Item::Event(mut e) => {
+                    if e.cycles == UNTIMED {
+                        e.cycles = 0;
+                    }
+                    let v = per_thread.entry(e.tid).or_default();
+                    v.append(&mut stacks);
+                    v.push(Item::Event(e));
+                }
+                s => stacks.push(s),
+            }
+        }
+        let solo = per_thread.len() == 1;
+        let (mut total, mut records) = (0usize, 0usize);
+        let mut per_stream = [0usize; MAX_STREAMS];
+        let mut comp = zstd::bulk::Compressor::new(3).unwrap();
+        let t0 = std::time::Instant::now();
+        for (tid, items) in &per_thread {
+            // Row chunks of about 64 KiB, joined up to 1 MiB of rows.
+            let mut encs: Vec<(u64, ChunkEncoder)> = Vec::new();
+            for it in items {
+                if encs.last().is_none_or(|(_, e)| e.body().len() >= 64 << 10) {
+                    encs.push((0, ChunkEncoder::new(*tid)));
+                }
+                let (t0, e) = encs.last_mut().unwrap();
+                if let Item::Event(ev) = it {
+                    if e.n_events() == 0 {
+                        *t0 = ev.tsc;
+                    }
+                }
+                e.item(it);
+            }
+            let mut groups: Vec<Vec<usize>> = Vec::new();
+            let mut bytes = 0;
+            for (i, (_, e)) in encs.iter().enumerate() {
+                if groups.is_empty() || bytes + e.body().len() > 1 << 20 {
+                    groups.push(Vec::new());
+                    bytes = 0;
+                }
+                bytes += e.body().len();
+                groups.last_mut().unwrap().push(i);
+            }
+            let (mut wchain, mut rchain) = (None, None);
+            for g in groups {
+                let rows: Vec<RowChunk> = g.iter().map(|&i| RowChunk { first_tsc: encs[i].0, rows: encs[i].1.body() }).collect();
+                let (tq, round) = if solo { (Some(1 << 16), true) } else { (None, false) };
+                let cols = split_inner(&rows, tq, layout, round, &mut wchain).unwrap();
+                total += comp.compress(&cols).unwrap().len();
+                records += 1;
+                // Each stream alone.
+                let f = ColumnFields::new(&cols).unwrap();
+                for (i, n) in per_stream.iter_mut().enumerate() {
+                    let part = &cols[f.at[i]..f.end[i]];
+                    if !part.is_empty() {
+                        *n += comp.compress(part).unwrap().len();
+                    }
+                }
+                let back = decode_columns_chained(&cols, rows[0].first_tsc, *tid, &mut rchain).unwrap();
+                let mut want = Vec::new();
+                for r in &rows {
+                    want.extend(crate::trace::decode::decode_chunk(crate::trace::decode::RowFields::default(), r.rows, r.first_tsc, *tid).unwrap());
+                }
+                let no_time = |v: Vec<Item>| -> Vec<Item> {
+                    v.into_iter()
+                        .map(|i| match i {
+                            Item::Event(mut e) if solo => {
+                                e.tsc = 0;
+                                Item::Event(e)
+                            }
+                            i => i,
+                        })
+                        .collect()
+                };
+                assert!(no_time(back) == no_time(want), "round trip");
+            }
+        }
+        say!("{path}: layout {layout}, {} threads, {records} records: {total} bytes ({:.1} s)", per_thread.len(), t0.elapsed().as_secs_f64());
+        for (i, n) in per_stream.iter().enumerate() {
+            if *n > 0 {
+                say!("  {:<12} {:>10}", NAMES[i], n);
             }
         }
     }

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use super::columns::{split_with_time_step, RowChunk};
+use super::columns::{split_chained, Chain, RowChunk, Stamps};
 use super::encode::ChunkEncoder;
 use super::error::TraceError;
 use super::event::{Event, EventKind, Item, FLAG_CHUNK_MMAPPED, FLAG_FAILED};
@@ -267,6 +267,8 @@ struct Writer {
     comp: zstd::bulk::Compressor<'static>,
     quantum: u64,
     written: u64,
+    /// Each thread's predictions, from its last chunk written (layout 4).
+    chains: HashMap<u32, Option<Chain>>,
 }
 
 impl Writer {
@@ -285,7 +287,8 @@ impl Writer {
         }
         let head = enc.chunk_header();
         let first_tsc = u64::from_le_bytes(head[8..16].try_into().expect("8 bytes"));
-        let cols = split_with_time_step(&[RowChunk { first_tsc, rows: enc.body() }], Some(self.quantum))
+        let chain = self.chains.entry(tid).or_default();
+        let cols = split_chained(&[RowChunk { first_tsc, rows: enc.body() }], Stamps::Step(self.quantum), chain)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))
             .map_err(self.io())?;
         let body = self.comp.compress(&cols).map_err(self.io())?;
@@ -328,6 +331,7 @@ pub fn compact(tf: &TraceFile, dst: &Path, quantum: u64, extra: &[(String, Strin
         tmp_path: tmp_path.clone(),
         quantum,
         written: 0,
+        chains: HashMap::default(),
     };
 
     // The quantum in the header too: RUNINFO is the file's last record, and

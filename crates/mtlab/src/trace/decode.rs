@@ -12,7 +12,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::columns::ColumnFields;
+use super::columns::{Chain, ColumnFields};
 use super::error::TraceError;
 use super::keys;
 use super::event::{Event, EventKind, Func, Item, UNTIMED};
@@ -210,6 +210,12 @@ fn give_back_dctx(d: Option<zstd::bulk::Decompressor<'static>>) {
 #[derive(Debug, thiserror::Error)]
 #[error("its event bytes do not match their checksum: damaged")]
 struct ChecksumMismatch;
+
+/// A chunk that needs the predictions of its thread's previous chunk
+/// (layout 4), which was not read to its end.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct BrokenChain(String);
 
 /// Buffers the index pass reuses from record to record.
 #[derive(Default)]
@@ -508,10 +514,10 @@ pub(crate) struct RowFields {
 
 impl Fields for RowFields {
     #[inline(always)]
-    fn kind(&mut self, buf: &[u8]) -> Option<u8> {
-        let b = *buf.get(self.pos)?;
+    fn kind(&mut self, buf: &[u8]) -> Result<Option<u8>, DecErr> {
+        let Some(&b) = buf.get(self.pos) else { return Ok(None) };
         self.pos += 1;
-        Some(b)
+        Ok(Some(b))
     }
     #[inline(always)]
     fn value(&mut self, buf: &[u8], what: Field) -> Result<u64, DecErr> {
@@ -607,10 +613,16 @@ pub fn row_stack_defs(rows: &[u8], first_tsc: u64, tid: u32) -> Result<Vec<(u32,
 
 /// Every item of one chunk's bytes, read through `f`.
 pub(crate) fn decode_chunk<F: Fields>(mut f: F, buf: &[u8], first_tsc: u64, tid: u32) -> Result<Vec<Item>, DecErr> {
+    decode_chunk_with(&mut f, buf, first_tsc, tid)
+}
+
+/// `decode_chunk` through a reader that outlives it (its predictions go on
+/// to the thread's next record).
+pub(crate) fn decode_chunk_with<F: Fields>(f: &mut F, buf: &[u8], first_tsc: u64, tid: u32) -> Result<Vec<Item>, DecErr> {
     let mut tsc = first_tsc;
     let mut out = Vec::new();
     let mut ev = Event { tid, tsc: 0, cycles: 0, stack: 0, flags: 0, kind: EventKind::Free { func: Func::Free, ptr: 0 } };
-    while let Some(step) = step_with(&mut f, buf, &mut tsc, tid, &mut ev)? {
+    while let Some(step) = step_with(f, buf, &mut tsc, tid, &mut ev)? {
         out.push(match step {
             Step::Event => Item::Event(ev.clone()),
             Step::Stack(id, pcs) => Item::Stack { id, pcs },
@@ -628,7 +640,7 @@ fn step_with<F: Fields>(
     tid: u32,
     out: &mut Event,
 ) -> Result<Option<Step>, DecErr> {
-    let Some(b) = f.kind(buf) else {
+    let Some(b) = f.kind(buf)? else {
         f.check_end()?;
         return Ok(None);
     };
@@ -907,6 +919,14 @@ pub struct Items {
     memory: rustc_hash::FxHashMap<u32, Vec<u8>>,
     /// Chunks whose first event bytes were yielded before ([`NewChunk::skip`]), by index.
     skip: rustc_hash::FxHashMap<u32, usize>,
+    /// Per chunk: the previous chunk of its thread in the file (NO_SLOT:
+    /// none), and whether a later one follows; the last chunk of each thread.
+    prev_of_thread: Vec<u32>,
+    has_later: Vec<bool>,
+    last_of_thread: rustc_hash::FxHashMap<u32, u32>,
+    /// Per thread: the predictions its last chunk read ended with, and
+    /// that chunk (layout 4: its next record runs on from them).
+    chains: rustc_hash::FxHashMap<u32, (u32, Chain)>,
 }
 
 /// A chunk added to the items of a trace still being written
@@ -957,9 +977,27 @@ impl Items {
             untimed_zero: false,
             memory: Default::default(),
             skip: Default::default(),
+            prev_of_thread: Vec::new(),
+            has_later: Vec::new(),
+            last_of_thread: Default::default(),
+            chains: Default::default(),
         };
+        it.link_threads(0);
         it.bound = it.compute_bound();
         it
+    }
+
+    /// Links chunks `from..` to the previous chunk of their thread.
+    fn link_threads(&mut self, from: usize) {
+        for i in from..self.chunks.len() {
+            let tid = self.chunks[i].tid;
+            let prev = self.last_of_thread.insert(tid, i as u32).unwrap_or(NO_SLOT);
+            if prev != NO_SLOT {
+                self.has_later[prev as usize] = true;
+            }
+            self.prev_of_thread.push(prev);
+            self.has_later.push(false);
+        }
     }
 
     /// Problems met while decoding (each abandons the rest of one chunk).
@@ -1018,6 +1056,7 @@ impl Items {
             }
             self.chunks.push(c.info);
         }
+        self.link_threads(from as usize);
         let mut order = self.order.split_off(self.next_pending);
         order.extend(from..self.chunks.len() as u32);
         order.sort_by_key(|&i| (self.chunks[i as usize].first_tsc, i));
@@ -1074,6 +1113,20 @@ impl Items {
             .unwrap_or(0)
     }
 
+    /// The current chunk has been read to its end: its predictions are kept
+    /// for its thread's next chunk, then its slot freed.
+    fn end_cur(&mut self) {
+        let a = &mut self.slots[self.cur as usize].cur;
+        if self.has_later[a.idx as usize] {
+            if let Layout::Columns(f) = std::mem::replace(&mut a.layout, Layout::Rows(RowFields::default())) {
+                if let Some(chain) = f.into_chain() {
+                    self.chains.insert(a.tid, (a.idx, chain));
+                }
+            }
+        }
+        self.release_cur();
+    }
+
     /// Frees the current chunk's slot, keeping its buffer for reuse.
     fn release_cur(&mut self) {
         let slot = self.cur;
@@ -1119,8 +1172,12 @@ impl Items {
                 };
                 zstd_decompress_into(d, &self.raw, &mut buf, MAX_PAYLOAD as u64)?;
                 if c.columns {
-                    let f = ColumnFields::new(&buf)
+                    let mut f = ColumnFields::new(&buf)
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+                    // The predictions of the thread's previous chunk, when
+                    // that chunk was read to its end (layout 4).
+                    let prev = self.chains.remove(&c.tid).filter(|(i, _)| *i == self.prev_of_thread[idx as usize]).map(|(_, ch)| ch);
+                    f.resume(prev).map_err(|why| io::Error::new(io::ErrorKind::InvalidData, BrokenChain(why)))?;
                     buf.extend_from_slice(&[0; ColumnFields::PADDING]);
                     return Ok(Layout::Columns(Box::new(f)));
                 }
@@ -1133,7 +1190,9 @@ impl Items {
         let layout = match res {
             Ok(l) => l,
             Err(e) => {
-                if e.get_ref().is_some_and(|inner| inner.is::<ChecksumMismatch>()) {
+                // A chunk whose predictions came from one that could not be
+                // read is lost with it: counted as damaged too.
+                if e.get_ref().is_some_and(|inner| inner.is::<ChecksumMismatch>() || inner.is::<BrokenChain>()) {
                     self.chunks_damaged += 1;
                     self.events_lost += c.n_events as u64;
                 }
@@ -1320,7 +1379,7 @@ impl Items {
             }
             Ok(Some(Step::Stack(id, pcs))) => Turn::Stack(id, pcs),
             Ok(None) => {
-                self.release_cur();
+                self.end_cur();
                 Turn::Again
             }
             Err(e) => {
@@ -1662,6 +1721,78 @@ pub(crate) mod tests {
         assert!(cut(&a) == cut(&b), "the rewrites differ before RUNINFO");
     }
 
+    /// Each thread's predictions run on across the Finisher's steps (a
+    /// record written while the program runs and the thread's next one,
+    /// written in a later step), and what each step has written is a
+    /// readable trace: every record there, none broken for want of its
+    /// chain's earlier records.
+    #[test]
+    fn chains_run_on_across_the_finishers_steps_and_each_step_leaves_a_readable_trace() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.mtl");
+        let mut w = TraceWriter::create(&path, header_pairs()).unwrap();
+        for k in 0..24u64 {
+            for tid in 1..=2u32 {
+                let t0 = 1000 + k * 100_000 + tid as u64 * 40_000;
+                w.events_chunk(tid, &mallocs(tid, t0, 500, (k << 20) + ((tid as u64) << 40))).unwrap();
+            }
+            // A record that is not EVENTS: the batch so far is written.
+            w.maps("00400000-00401000 r-xp 00000000 08:01 1 /usr/bin/prog\n").unwrap();
+        }
+        w.finish().unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        let header_len = read_file_header(&File::open(&path).unwrap(), &path, len).unwrap().2;
+        let whole = dir.path().join("whole.mtl");
+        std::fs::copy(&path, &whole).unwrap();
+        finish_trace(&whole, &[]).unwrap();
+        let (want, _) = events_in(&whole);
+
+        let mut f = crate::trace::Finisher::start(&path, header_len).unwrap();
+        f.one_worker();
+        let prefix = dir.path().join("prefix.mtl");
+        let (mut chained, mut seen) = (0, 0);
+        for step in 1..=6 {
+            f.advance(header_len + (len - header_len) * step / 6).unwrap();
+            let bytes = f.output_so_far();
+            std::fs::write(&prefix, &bytes).unwrap();
+            let (got, warnings) = events_in(&prefix);
+            assert!(warnings.is_empty(), "step {step}: {warnings:?}");
+            for tid in 1..=2u32 {
+                let mine = |v: &[Event]| v.iter().filter(|e| e.tid == tid).cloned().collect::<Vec<_>>();
+                let (g, a) = (mine(&got), mine(&want));
+                assert!(g[..] == a[..g.len()], "step {step}: thread {tid}'s events are the first of the whole trace's");
+            }
+            assert!(got.len() > seen, "step {step} wrote records: {} events", got.len());
+            seen = got.len();
+            // The records written in this step whose predictions run on
+            // from an earlier record (their place in the chain, after the
+            // layout byte, is not 0).
+            let (fb, blen) = (File::open(&prefix).unwrap(), bytes.len() as u64);
+            let mut off = header_len;
+            chained = 0;
+            while let Ok(Some(rec)) = next_record(&fb, off, blen).unwrap() {
+                if rec.ty == REC_EVENTS && rec.flags & RECORD_FLAG_COLUMNS != 0 {
+                    let payload = &bytes[rec.payload_offset() as usize..rec.end() as usize];
+                    let body = &payload[EVENTS_HEADER as usize..payload.len() - CHECK_TRAILER as usize];
+                    let cols = zstd::bulk::decompress(body, 64 << 20).unwrap();
+                    assert_eq!(cols[0], crate::trace::columns::COLUMNS_LAYOUT);
+                    let mut at = 1;
+                    if crate::trace::varint::varint(&cols, &mut at).unwrap() > 0 {
+                        chained += 1;
+                    }
+                }
+                off = rec.end();
+            }
+        }
+        assert_eq!(seen, want.len(), "the last step took every record");
+        // 24 batches of one record per thread: all but each thread's first
+        // run on from the one before (chains of 32).
+        assert_eq!(chained, 2 * 23, "records whose chain ran on across steps");
+        f.finish(&[]).unwrap();
+        let (got, warnings) = events_in(&path);
+        assert!(got == want && warnings.is_empty(), "finished: the events of finishing in one go; {warnings:?}");
+    }
+
     fn allocated(path: &std::path::Path) -> u64 {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(path).unwrap().blocks() * 512
@@ -1757,6 +1888,98 @@ pub(crate) mod tests {
             finish_trace(&path, &[]).unwrap();
             assert_eq!(events_in(&path).0, expect, "columns, time_sample {key:?}");
         }
+    }
+
+    /// Thread 1: 40 chunks of 25 mallocs and (from the 13th on) 25 frees of
+    /// the blocks its chunk twelve before allocated (so frees name blocks
+    /// of earlier records, beyond the recent allocations); thread 2: a short chunk overlapping the start of each of
+    /// thread 1's next, so that no two of thread 1's chunks are joined.
+    fn chained_trace(path: &Path) -> Vec<Event> {
+        let mut w = TraceWriter::create(path, header_pairs()).unwrap();
+        let mut all = Vec::new();
+        let block = |i: u64, j: u64| 0x5555_0000_0000 + (i * 25 + j) * 64;
+        for i in 0..40u64 {
+            let t = 1000 + i * 10_000;
+            let mut a = Vec::new();
+            for j in 0..25u64 {
+                a.push(ev(1, t + j * 52, 0, alloc(Func::Malloc, 48, 0, block(i, j), 56)));
+                if i >= 12 {
+                    a.push(ev(1, t + j * 52 + 26, 0, EventKind::Free { func: Func::Free, ptr: block(i - 12, j) }));
+                }
+            }
+            let b = vec![
+                ev(2, t + 9_999, 0, alloc(Func::Malloc, 16, 0, 0x7000_0000 + i * 32, 24)),
+                ev(2, t + 10_001, 0, EventKind::Free { func: Func::Free, ptr: 0x7000_0000 + i * 32 }),
+            ];
+            w.events_chunk(1, &a).unwrap();
+            w.events_chunk(2, &b).unwrap();
+            all.extend(events_of(&a));
+            all.extend(events_of(&b));
+        }
+        w.finish().unwrap();
+        all.sort_by_key(|e| e.tsc);
+        all
+    }
+
+    #[test]
+    fn a_damaged_record_takes_the_rest_of_its_chain_and_no_more() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.mtl");
+        let want = chained_trace(&path);
+        finish_trace(&path, &[]).unwrap();
+        let (got, warnings) = events_in(&path);
+        assert!(got == want, "round trip");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        // Thread 1's records, each a chunk, in chains of CHAIN_RECORDS.
+        let f = File::open(&path).unwrap();
+        let len = f.metadata().unwrap().len();
+        let mut off = read_file_header(&f, &path, len).unwrap().2;
+        let mut ones = Vec::new();
+        while let Ok(Some(rec)) = next_record(&f, off, len).unwrap() {
+            let mut tid = [0u8; 4];
+            if rec.ty == REC_EVENTS {
+                f.read_exact_at(&mut tid, rec.payload_offset()).unwrap();
+                if u32::from_le_bytes(tid) == 1 {
+                    ones.push(rec);
+                }
+            }
+            off = rec.end();
+        }
+        assert_eq!(ones.len(), 40, "one record per chunk of thread 1");
+        let chain = crate::trace::columns::CHAIN_RECORDS as usize;
+        // Damage the 6th record's event bytes: it and the records whose
+        // predictions run on from it (to the end of its chain) are lost.
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = ones[5].payload_offset() as usize + EVENTS_HEADER as usize + 3;
+        bytes[at] ^= 0x40;
+        std::fs::write(&path, &bytes).unwrap();
+        let tf = TraceFile::open(&path).unwrap();
+        let mut items = tf.items().unwrap();
+        let got = events_of(&(&mut items).collect::<Vec<_>>());
+        let lost = chain - 5;
+        assert_eq!(items.chunks_damaged().0, lost as u64, "{:?}", items.warnings());
+        assert_eq!(items.warnings().len(), lost, "{:?}", items.warnings());
+        assert!(items.warnings()[1].contains("could not be read"), "{:?}", items.warnings());
+        // Every other event is there, exactly: thread 2's, and thread 1's
+        // before the damage and from the next chain on.
+        let t_lost = 1000 + 5 * 10_000..1000 + chain as u64 * 10_000;
+        let expect: Vec<Event> = want.iter().filter(|e| e.tid == 2 || !t_lost.contains(&e.tsc)).cloned().collect();
+        assert_eq!(got.len(), expect.len());
+        assert!(got == expect, "the events outside the lost records");
+        assert_eq!(items.chunks_damaged().1, (want.len() - expect.len()) as u64);
+
+        // Its framing damaged instead (its length): the index resumes at the
+        // next intact record, and the records that ran on from the missing
+        // one are skipped as before.
+        bytes[at] ^= 0x40;
+        bytes[ones[5].offset as usize] ^= 0x01;
+        std::fs::write(&path, &bytes).unwrap();
+        let tf = TraceFile::open(&path).unwrap();
+        assert!(tf.warnings.iter().any(|w| w.contains("damaged")), "{:?}", tf.warnings);
+        let mut items = tf.items().unwrap();
+        let got = events_of(&(&mut items).collect::<Vec<_>>());
+        assert_eq!(items.chunks_damaged().0, lost as u64 - 1, "{:?}", items.warnings());
+        assert!(got == expect, "the events outside the lost records, after a resync");
     }
 
     #[test]

@@ -41,7 +41,7 @@ impl Field {
 /// sorts by; rows ignore the meaning (but for addresses: deltas).
 pub(crate) trait Fields {
     /// The next item's kind-and-flags byte; `None` at the end of the chunk.
-    fn kind(&mut self, buf: &[u8]) -> Option<u8>;
+    fn kind(&mut self, buf: &[u8]) -> Result<Option<u8>, DecErr>;
     /// The next value meaning `what` (addresses absolute).
     fn value(&mut self, buf: &[u8], what: Field) -> Result<u64, DecErr>;
     /// Upper bound of STACK_DEF frames still readable (to refuse absurd depths).

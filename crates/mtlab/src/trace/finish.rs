@@ -1,13 +1,15 @@
 //! `finish_trace`, which `mtlab record` runs on a trace while and after the
 //! traced program runs: joins each thread's chunks, rewrites them in
-//! columns and compresses them, on all cores.
+//! columns (a thread's records one after the other: each runs on from the
+//! predictions of the one before, threads in parallel) and compresses them
+//! (on all cores once the program has ended).
 
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::columns::{split, split_rounded, RowChunk};
+use super::columns::{split_chained, Chain, RowChunk, Stamps};
 use super::error::TraceError;
 use super::format::*;
 use super::held::HeldWriter;
@@ -32,7 +34,7 @@ pub struct FinishStats {
 }
 
 /// The time `Finisher::finish` spent on each stage, summed over its
-/// threads (the rewrite and compression run on all cores), and its wall
+/// threads (threads' columns and all compression run in parallel), and its wall
 /// time from start to the rename.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FinishStages {
@@ -139,17 +141,15 @@ fn chunk_head_bytes(tid: u32, n_events: u32, first_tsc: u64, last_tsc: u64) -> [
     h
 }
 
-/// Rewrites one group: joined in columns and compressed; when the rows
-/// cannot be read as columns (an unknown kind), each chunk is compressed as
-/// it is; a chunk that does not shrink is kept as it was.
-fn rewrite_group(
-    comp: &mut zstd::bulk::Compressor<'_>,
-    g: &Group,
-    batch: &[(ChunkHead, Vec<u8>)],
-    spent: &mut GroupTimes,
-) -> io::Result<Vec<Rewritten>> {
+/// Each thread's predictions, carried from its last record to its next
+/// (layout 4, `columns::split_chained`).
+pub(crate) type Chains = std::collections::HashMap<u32, Option<Chain>>;
+
+/// A group's rows in columns, for the thread's next record in the file
+/// after `chain`'s (None when the rows cannot be read as columns: an
+/// unknown kind; the thread's next group then starts a chain).
+fn split_group(g: &Group, batch: &[(ChunkHead, Vec<u8>)], chain: &mut Option<Chain>) -> Option<Vec<u8>> {
     let head = EVENTS_HEADER as usize;
-    let t = std::time::Instant::now();
     let rows: Vec<RowChunk> = g
         .members
         .iter()
@@ -158,27 +158,32 @@ fn rewrite_group(
             rows: &batch[i].1[head..],
         })
         .collect();
-    let cols = if g.solo { split_rounded(&rows, SOLO_QUANTUM) } else { split(&rows) };
-    let t = spent.rewrite_since(t);
-    if let Ok(cols) = cols {
-        let c = comp.compress(&cols);
-        spent.compression += t.elapsed();
-        let c = c?;
-        if c.len() < g.row_bytes {
-            return Ok(vec![Rewritten {
-                head: chunk_head_bytes(g.tid, g.n_events as u32, g.first_tsc, g.last_tsc),
-                flags: RECORD_FLAG_ZSTD | RECORD_FLAG_COLUMNS,
-                body: c,
-            }]);
-        }
+    let stamps = if g.solo { Stamps::Rounded(SOLO_QUANTUM) } else { Stamps::Exact };
+    split_chained(&rows, stamps, chain).ok()
+}
+
+/// Compresses one group: its columns when it has them (even where they do
+/// not shrink: the thread's next record may run on from its predictions),
+/// else each chunk as it is, or as it was when that does not shrink.
+fn compress_group(
+    comp: &mut zstd::bulk::Compressor<'_>,
+    g: &Group,
+    cols: Option<&[u8]>,
+    batch: &[(ChunkHead, Vec<u8>)],
+) -> io::Result<Vec<Rewritten>> {
+    let head = EVENTS_HEADER as usize;
+    if let Some(cols) = cols {
+        return Ok(vec![Rewritten {
+            head: chunk_head_bytes(g.tid, g.n_events as u32, g.first_tsc, g.last_tsc),
+            flags: RECORD_FLAG_ZSTD | RECORD_FLAG_COLUMNS,
+            body: comp.compress(cols)?,
+        }]);
     }
     let mut out = Vec::with_capacity(g.members.len());
     for &i in &g.members {
         let payload = &batch[i].1;
         let body = &payload[head..];
-        let t = std::time::Instant::now();
         let c = if body.is_empty() { None } else { Some(comp.compress(body)?) };
-        spent.compression += t.elapsed();
         let mut h = [0u8; EVENTS_HEADER as usize];
         h.copy_from_slice(&payload[..head]);
         out.push(match c {
@@ -189,27 +194,47 @@ fn rewrite_group(
     Ok(out)
 }
 
-/// Time one worker spent on a batch's groups, by stage.
-#[derive(Default)]
-struct GroupTimes {
-    rewrite: std::time::Duration,
-    compression: std::time::Duration,
-}
-
-impl GroupTimes {
-    /// Adds the time since `t` to the rewrite; returns now.
-    fn rewrite_since(&mut self, t: std::time::Instant) -> std::time::Instant {
-        let now = std::time::Instant::now();
-        self.rewrite += now - t;
-        now
-    }
+/// Runs `job(i)` for i in 0..n on `workers` threads (this one alone when
+/// 1) and returns the results in order, with the time the jobs took summed.
+fn parallel<T: Send>(
+    n: usize,
+    workers: usize,
+    job: impl Fn(usize) -> io::Result<T> + Sync,
+) -> io::Result<(Vec<T>, std::time::Duration)> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<T>>> = (0..n).map(|_| std::sync::Mutex::new(None)).collect();
+    let work = || -> io::Result<std::time::Duration> {
+        let t = std::time::Instant::now();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if i >= n {
+                return Ok(t.elapsed());
+            }
+            let r = job(i)?;
+            *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        }
+    };
+    let spent: Vec<std::time::Duration> = if workers <= 1 || n <= 1 {
+        vec![work()?]
+    } else {
+        std::thread::scope(|scope| -> io::Result<Vec<std::time::Duration>> {
+            let jobs: Vec<_> = (0..workers.min(n)).map(|_| scope.spawn(work)).collect();
+            jobs.into_iter().map(|j| j.join().map_err(|_| io::Error::other("a rewriting thread panicked"))?).collect()
+        })?
+    };
+    let results = results.into_iter().map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()).expect("every job ran"));
+    Ok((results.collect(), spent.into_iter().sum()))
 }
 
 /// Rewrites the EVENTS payloads in `batch` on `workers` threads (all cores
 /// once the program has ended; one, this thread, while it runs) and writes
-/// the records in order. Returns the bytes written and empties the batch.
+/// the records in order: each thread's groups put in columns one after the
+/// other (its predictions run on, `chains`), threads in parallel; then
+/// every group compressed in parallel. Returns the bytes written and
+/// empties the batch.
 fn write_compressed_batch(
     batch: &mut Vec<(ChunkHead, Vec<u8>)>,
+    chains: &mut Chains,
     out: &mut impl Write,
     stats: &mut FinishStats,
     workers: usize,
@@ -220,35 +245,49 @@ fn write_compressed_batch(
     let t = std::time::Instant::now();
     let groups = group_chunks(batch);
     stats.stages.join += t.elapsed();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<std::sync::Mutex<Option<Vec<Rewritten>>>> =
-        groups.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let batch_ref: &[(ChunkHead, Vec<u8>)] = batch;
-    let work = || -> io::Result<GroupTimes> {
-        let mut comp = zstd::bulk::Compressor::new(FINISH_ZSTD_LEVEL)?;
-        let mut spent = GroupTimes::default();
-        loop {
-            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let Some(g) = groups.get(i) else { return Ok(spent) };
-            let r = rewrite_group(&mut comp, g, batch_ref, &mut spent)?;
-            *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
-        }
-    };
-    let spent: Vec<GroupTimes> = if workers <= 1 {
-        vec![work()?]
-    } else {
-        std::thread::scope(|scope| -> io::Result<Vec<GroupTimes>> {
-            let jobs: Vec<_> = (0..workers.min(groups.len())).map(|_| scope.spawn(work)).collect();
-            jobs.into_iter().map(|j| j.join().map_err(|_| io::Error::other("a compression thread panicked"))?).collect()
-        })?
-    };
-    for s in spent {
-        stats.stages.rewrite += s.rewrite;
-        stats.stages.compression += s.compression;
+    // Each thread's groups, in file order, with its chain so far.
+    let mut threads: Vec<(u32, Vec<usize>)> = Vec::new();
+    let mut at: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    for (i, g) in groups.iter().enumerate() {
+        let t = *at.entry(g.tid).or_insert_with(|| {
+            threads.push((g.tid, Vec::new()));
+            threads.len() - 1
+        });
+        threads[t].1.push(i);
     }
+    let held: Vec<std::sync::Mutex<Option<Chain>>> =
+        threads.iter().map(|(tid, _)| std::sync::Mutex::new(chains.remove(tid).flatten())).collect();
+    let (split, spent) = parallel(threads.len(), workers, |t| {
+        let mut chain = held[t].lock().unwrap_or_else(|e| e.into_inner());
+        Ok(threads[t].1.iter().map(|&g| split_group(&groups[g], batch_ref, &mut chain)).collect::<Vec<_>>())
+    })?;
+    stats.stages.rewrite += spent;
+    for ((tid, _), chain) in threads.iter().zip(held) {
+        chains.insert(*tid, chain.into_inner().unwrap_or_else(|e| e.into_inner()));
+    }
+    let mut cols: Vec<Option<Vec<u8>>> = vec![None; groups.len()];
+    for ((_, members), split) in threads.iter().zip(split) {
+        for (&g, c) in members.iter().zip(split) {
+            cols[g] = c;
+        }
+    }
+    let (results, spent) = parallel(groups.len(), workers, |i| {
+        thread_local! {
+            static COMP: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
+        }
+        COMP.with(|c| {
+            let mut c = c.borrow_mut();
+            let comp = match c.as_mut() {
+                Some(comp) => comp,
+                None => c.insert(zstd::bulk::Compressor::new(FINISH_ZSTD_LEVEL)?),
+            };
+            compress_group(comp, &groups[i], cols[i].as_deref(), batch_ref)
+        })
+    })?;
+    stats.stages.compression += spent;
     let mut written = 0u64;
-    for r in results {
-        let recs = r.into_inner().unwrap_or_else(|e| e.into_inner()).unwrap_or_default();
+    for recs in results {
         for rec in recs {
             if rec.flags & RECORD_FLAG_ZSTD != 0 {
                 stats.chunks_compressed += 1;
@@ -300,6 +339,8 @@ pub struct Finisher {
     stats: FinishStats,
     batch: Vec<(ChunkHead, Vec<u8>)>,
     batch_bytes: usize,
+    /// Each thread's predictions, from its last record written.
+    chains: Chains,
     n_chunks: usize,
     repeated: RepeatedChunks,
     /// Where the next record starts in the source.
@@ -368,6 +409,7 @@ impl Finisher {
             stats: FinishStats::default(),
             batch: Vec::new(),
             batch_bytes: 0,
+            chains: Chains::new(),
             n_chunks: 0,
             repeated: RepeatedChunks::default(),
             off: header_end,
@@ -407,6 +449,13 @@ impl Finisher {
     /// Bytes of the rewrite so far (written, or buffered to be).
     pub fn rewritten(&self) -> u64 {
         self.written
+    }
+
+    /// The rewrite so far, as a reader of its file would find it if
+    /// `mtlab record` were killed now.
+    #[cfg(test)]
+    pub(crate) fn output_so_far(&self) -> Vec<u8> {
+        self.out.contents().expect("the rewrite so far")
     }
 
     /// The source's bytes punched out so far (its records from the header's
@@ -530,13 +579,25 @@ impl Finisher {
                 self.flush_batch()?;
                 let mut payload = vec![0u8; rec.payload_len as usize];
                 self.src.read_exact_at(&mut payload, rec.payload_offset()).map_err(TraceError::io(&path))?;
-                if let Err(d) = parse_chunk_header(&rec, &payload) {
-                    return Ok(Next::Stop(d));
-                }
+                match parse_chunk_header(&rec, &payload) {
+                    // The thread's next record written here starts a chain.
+                    Ok(info) => self.chains.remove(&info.tid),
+                    Err(d) => return Ok(Next::Stop(d)),
+                };
                 let (head, body) = payload.split_at(EVENTS_HEADER as usize);
                 self.written += write_checked_events(&mut self.out, rec.flags, head, body).map_err(self.tmp_err())?;
             } else {
                 self.flush_batch()?;
+                if rec.ty == REC_EVENTS {
+                    // A finished record kept as it is: its thread's next
+                    // record written here starts a chain of its own.
+                    let mut head = [0u8; 4];
+                    if rec.payload_len >= 4 && self.src.read_exact_at(&mut head, rec.payload_offset()).is_ok() {
+                        self.chains.remove(&u32::from_le_bytes(head));
+                    } else {
+                        self.chains.clear();
+                    }
+                }
                 // Verbatim, streamed (header included).
                 self.written += copy_record(&mut self.reader, &path, &rec, &mut self.out, &self.tmp_path)?;
             }
@@ -546,7 +607,7 @@ impl Finisher {
 
     fn flush_batch(&mut self) -> Result<(), TraceError> {
         let mut batch = std::mem::take(&mut self.batch);
-        let n = write_compressed_batch(&mut batch, &mut self.out, &mut self.stats, self.workers);
+        let n = write_compressed_batch(&mut batch, &mut self.chains, &mut self.out, &mut self.stats, self.workers);
         self.batch = batch;
         self.written += n.map_err(self.tmp_err())?;
         self.batch_bytes = 0;

@@ -67,6 +67,15 @@ impl HeldWriter {
         r
     }
 
+    /// Everything written so far: the file's bytes and those held.
+    #[cfg(test)]
+    pub(crate) fn contents(&self) -> io::Result<Vec<u8>> {
+        let mut v = vec![0u8; self.at as usize];
+        self.file.read_exact_at(&mut v, 0)?;
+        v.extend_from_slice(&self.held);
+        Ok(v)
+    }
+
     /// The file with everything written, cut where the output ends (a write
     /// that found no room may have left a partial block beyond it). A disk
     /// still full is an error: the output cannot be completed.

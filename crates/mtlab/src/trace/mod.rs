@@ -27,7 +27,8 @@
 //!   both rewrites share: the temp file beside the trace, `copy_record`,
 //!   `install` over it.
 //! - `finish.rs`: `finish_trace`/`Finisher`: the post-run join, column rewrite
-//!   and compression, on all cores; `held.rs`: its output, held in memory
+//!   (each thread's records in turn, its predictions carried from one to the
+//!   next) and compression (on all cores); `held.rs`: its output, held in memory
 //!   while the disk is full (the raw records it holds are punched out already).
 //! - `stacks.rs`: the stacks a report keeps: frames end to end in blocks of 8
 //!   MiB that never move (huge pages after the first), definitions appended;

@@ -20,8 +20,18 @@
 //!   against the extra last seen for the same requested size, else against
 //!   the rounding that makes the usable size agree modulo 16 with the last
 //!   one (glibc's sizes are all 8 mod 16).
+//!
+//! Layout 4 (version 6) keeps a thread's predictions from one record to its
+//! next (`columns::Chain`) and adds:
+//! - a free of a block allocated earlier in the chain (beyond the recent
+//!   allocations) named by the allocation's number, as a delta to the
+//!   number after the previous such free: a FIFO (a cache replacing its
+//!   oldest entry, a queue) costs a run of 0;
+//! - each size field against the value it had at the same call site last
+//!   time, and each kind byte against the call site's last one.
 
 use super::columns::Stream;
+use super::format::EV_MALLOC;
 use super::fields::{DecErr, Field};
 use super::varint::{put_svarint, put_varint, zigzag};
 
@@ -46,6 +56,29 @@ const ALLOC_RANK0: u64 = 2;
 const FREE_MISS: u64 = 0;
 const FREE_NULL: u64 = 1;
 const FREE_RANK0: u64 = 2;
+/// Layout 4: a block allocated earlier in the chain, named by its
+/// allocation number (`Stream::FreeSeq`); the ranks start one later.
+const FREE_FAR: u64 = 2;
+const FREE_RANK0_V4: u64 = 3;
+
+/// Layout 4: allocation results remembered by their number in the chain
+/// (a ring), for the frees of blocks allocated long before.
+pub(crate) const FAR_WINDOW: u64 = 1 << 19;
+/// Layout 4: blocks freed, remembered per usable size (direct-mapped lists):
+/// glibc's tcache and fastbins, and the size-class allocators, hand a
+/// size's last freed block out next, however many of other sizes were
+/// freed since.
+const SIZE_LISTS: usize = 1 << 10;
+/// Newest entries of a size's list an allocation is looked up among.
+const SIZE_WINDOW: usize = 16;
+/// Layout 4: an allocation result found among the freed blocks of its
+/// predicted usable size: this + its rank there (after the ranks among
+/// the recent frees).
+const ALLOC_SIZE0: u64 = ALLOC_RANK0 + FREE_WINDOW as u64;
+/// Layout 4: entries of the table of the last size seen per call site.
+const SITE_SIZES: usize = 1 << 14;
+/// Layout 4: entries of the table of the last kind byte per call site.
+const SITE_KINDS: usize = 1 << 12;
 
 pub(crate) type Streams = [Vec<u8>; super::columns::MAX_STREAMS];
 
@@ -72,6 +105,33 @@ pub(crate) struct Predictor {
     /// its allocation result.
     cur_size: u64,
     cur_new: u64,
+    // Layout 4 only.
+    /// Allocation results by their number in the chain (mod FAR_WINDOW),
+    /// and how many there were.
+    ring: Vec<u64>,
+    seq: u64,
+    /// Usable size of each allocation in the ring (u32::MAX: unknown), and
+    /// the number of each entry of `allocs`.
+    ring_usable: Vec<u32>,
+    allocs_seq: Vec<u64>,
+    /// Per usable size (direct-mapped on `size_slot`): the size the slot
+    /// holds, and its freed blocks, newest last.
+    size_tag: Vec<u64>,
+    size_frees: Vec<Vec<u64>>,
+    /// Number of the block the previous far free freed.
+    prev_far: u64,
+    /// Writer only (`for_writer`): each address's latest allocation number.
+    is_writer: bool,
+    seq_of: rustc_hash::FxHashMap<u64, u64>,
+    /// The current event's call site (stack id) and size fields so far;
+    /// per (site, field), direct-mapped: the size last seen (only a guess:
+    /// two sites may share a slot).
+    site: u64,
+    size_n: u64,
+    site_sizes: Vec<u64>,
+    /// The kind byte last seen per call site (direct-mapped, no key: only
+    /// a guess, which the stream corrects by XOR).
+    site_kinds: Vec<u8>,
 }
 
 /// Rank of `p` counted from the newest, among the last `window` entries.
@@ -153,7 +213,25 @@ impl Predictor {
             last_usable: 0,
             cur_size: 1,
             cur_new: 0,
+            ring: Vec::new(),
+            seq: 0,
+            ring_usable: Vec::new(),
+            allocs_seq: Vec::new(),
+            size_tag: if layout >= 4 { vec![u64::MAX; SIZE_LISTS] } else { Vec::new() },
+            size_frees: if layout >= 4 { vec![Vec::new(); SIZE_LISTS] } else { Vec::new() },
+            prev_far: u64::MAX,
+            is_writer: false,
+            seq_of: Default::default(),
+            site: 0,
+            size_n: 0,
+            site_sizes: if layout >= 4 { vec![0; SITE_SIZES] } else { Vec::new() },
+            site_kinds: if layout >= 4 { vec![EV_MALLOC; SITE_KINDS] } else { Vec::new() },
         }
+    }
+
+    /// The layout this predictor codes.
+    pub(crate) fn layout(&self) -> u8 {
+        self.layout
     }
 
     /// A new event starts (both sides call this at each kind byte).
@@ -161,6 +239,89 @@ impl Predictor {
     pub(crate) fn event(&mut self) {
         self.cur_size = 1;
         self.cur_new = 0;
+        self.size_n = 0;
+    }
+
+    /// The current event's stack id (both sides, layout 4: sizes are
+    /// predicted per call site).
+    #[inline(always)]
+    pub(crate) fn site(&mut self, stack: u64) {
+        self.site = stack;
+    }
+
+    #[inline(always)]
+    fn kind_slot(&self) -> usize {
+        (self.site.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize & (SITE_KINDS - 1)
+    }
+
+    /// Writer side (layout 4): the KIND stream's byte for kind byte `b` of
+    /// the current event, whose site is set: `b` XOR the site's last one.
+    #[inline(always)]
+    pub(crate) fn put_kind_at_site(&mut self, b: u8) -> u8 {
+        let i = self.kind_slot();
+        let code = b ^ self.site_kinds[i];
+        self.site_kinds[i] = b;
+        code
+    }
+
+    /// Reader side (layout 4): the kind byte coded by `code`.
+    #[inline(always)]
+    pub(crate) fn kind_at_site(&mut self, code: u8) -> u8 {
+        let i = self.kind_slot();
+        let b = code ^ self.site_kinds[i];
+        self.site_kinds[i] = b;
+        b
+    }
+
+    /// The table slot of the current size field.
+    #[inline(always)]
+    fn site_slot(&self) -> usize {
+        let key = self.site << 2 | self.size_n.min(3);
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 50) as usize & (SITE_SIZES - 1)
+    }
+
+    /// Writer side: codes size field `v` of the current event. Layout 4:
+    /// against the guess `g`, the size this field had at this call site
+    /// last time: 0 when `v` is `g`, `v + 1` below it, `v` above it (every
+    /// value has a code; a slot never written guesses 0, and then the code
+    /// is the size itself).
+    #[inline(always)]
+    pub(crate) fn put_size(&mut self, v: u64, out: &mut Streams) {
+        self.size(v);
+        if self.layout < 4 {
+            return put_varint(&mut out[Stream::Size as usize], v);
+        }
+        let i = self.site_slot();
+        let g = self.site_sizes[i];
+        let code = match v.cmp(&g) {
+            std::cmp::Ordering::Equal => 0,
+            std::cmp::Ordering::Less => v + 1,
+            std::cmp::Ordering::Greater => v,
+        };
+        put_varint(&mut out[Stream::Size as usize], code);
+        self.site_sizes[i] = v;
+        self.size_n += 1;
+    }
+
+    /// Reader side: the size coded by `code` (the Size stream's value).
+    #[inline(always)]
+    pub(crate) fn get_size(&mut self, code: u64) -> u64 {
+        let v = if self.layout < 4 {
+            code
+        } else {
+            let i = self.site_slot();
+            let g = self.site_sizes[i];
+            let v = match code {
+                0 => g,
+                c if c <= g => c - 1,
+                c => c,
+            };
+            self.site_sizes[i] = v;
+            self.size_n += 1;
+            v
+        };
+        self.size(v);
+        v
     }
 
     /// A size field of the current event was read or written.
@@ -180,6 +341,24 @@ impl Predictor {
             return self.put_v1(f, p, out);
         }
         match f {
+            Field::NewPtr if self.layout >= 4 => {
+                let list = self.size_list();
+                let code = if let Some(r) = rank_of(&self.frees, p, FREE_WINDOW) {
+                    take(&mut self.frees, r);
+                    ALLOC_RANK0 + r as u64
+                } else if let Some((i, r)) = list.and_then(|i| rank_of(&self.size_frees[i], p, SIZE_WINDOW).map(|r| (i, r))) {
+                    take(&mut self.size_frees[i], r);
+                    ALLOC_SIZE0 + r as u64
+                } else if p != self.alloc_guess() && p != 0 && p == self.class_end[class(self.cur_size)] {
+                    ALLOC_CLASS
+                } else {
+                    put_svarint(&mut out[Stream::AllocDelta as usize], p.wrapping_sub(self.alloc_guess()) as i64);
+                    self.learn_gap(p);
+                    ALLOC_MISS
+                };
+                put_varint(&mut out[Stream::AllocRank as usize], code);
+                self.unlist(list, p);
+            }
             Field::NewPtr => {
                 if let Some(r) = rank_of(&self.frees, p, FREE_WINDOW) {
                     put_varint(&mut out[Stream::AllocRank as usize], ALLOC_RANK0 + r as u64);
@@ -191,6 +370,25 @@ impl Predictor {
                     put_svarint(&mut out[Stream::AllocDelta as usize], p.wrapping_sub(self.alloc_guess()) as i64);
                     self.learn_gap(p);
                 }
+            }
+            Field::OldPtr if self.layout >= 4 => {
+                let code = if p == 0 {
+                    FREE_NULL
+                } else if let Some(r) = rank_of(&self.allocs, p, ALLOC_WINDOW) {
+                    let s = self.take_alloc(r).1;
+                    self.freed(p, s);
+                    FREE_RANK0_V4 + r as u64
+                } else if let Some(s) = self.far_seq(p) {
+                    put_svarint(&mut out[Stream::FreeSeq as usize], s.wrapping_sub(self.prev_far.wrapping_add(1)) as i64);
+                    self.prev_far = s;
+                    self.freed(p, s);
+                    FREE_FAR
+                } else {
+                    put_svarint(&mut out[Stream::FreeDelta as usize], p.wrapping_sub(self.prev_free_miss) as i64);
+                    self.prev_free_miss = p;
+                    FREE_MISS
+                };
+                put_varint(&mut out[Stream::FreeRank as usize], code);
             }
             Field::OldPtr => {
                 if p == 0 {
@@ -252,6 +450,24 @@ impl Predictor {
             }
         } else {
             match f {
+                Field::NewPtr if self.layout >= 4 => {
+                    let list = self.size_list();
+                    let p = match code {
+                        ALLOC_MISS => {
+                            let p = self.alloc_guess().wrapping_add(zigzag(delta(Stream::AllocDelta)?) as u64);
+                            self.learn_gap(p);
+                            p
+                        }
+                        ALLOC_CLASS => self.class_end[class(self.cur_size)],
+                        c if c >= ALLOC_SIZE0 => {
+                            let i = list.ok_or(DecErr::Columns("an address from a size with no freed blocks"))?;
+                            get_rank(&mut self.size_frees[i], SIZE_WINDOW, c - ALLOC_SIZE0)?
+                        }
+                        c => get_rank(&mut self.frees, FREE_WINDOW, c - ALLOC_RANK0)?,
+                    };
+                    self.unlist(list, p);
+                    p
+                }
                 Field::NewPtr => match code {
                     ALLOC_MISS => {
                         let p = self.alloc_guess().wrapping_add(zigzag(delta(Stream::AllocDelta)?) as u64);
@@ -260,6 +476,33 @@ impl Predictor {
                     }
                     ALLOC_CLASS => self.class_end[class(self.cur_size)],
                     c => get_rank(&mut self.frees, FREE_WINDOW, c - ALLOC_RANK0)?,
+                },
+                Field::OldPtr if self.layout >= 4 => match code {
+                    FREE_NULL => 0,
+                    FREE_MISS => {
+                        let p = self.prev_free_miss.wrapping_add(zigzag(delta(Stream::FreeDelta)?) as u64);
+                        self.prev_free_miss = p;
+                        p
+                    }
+                    FREE_FAR => {
+                        let s = self.prev_far.wrapping_add(1).wrapping_add(zigzag(delta(Stream::FreeSeq)?) as u64);
+                        if s >= self.seq || self.seq - s > FAR_WINDOW {
+                            return Err(DecErr::Columns("a freed block's number is out of range"));
+                        }
+                        self.prev_far = s;
+                        let p = self.ring[(s % FAR_WINDOW) as usize];
+                        self.freed(p, s);
+                        p
+                    }
+                    c => {
+                        let r = usize::try_from(c - FREE_RANK0_V4).map_err(|_| DecErr::Columns("address rank out of range"))?;
+                        if r >= ALLOC_WINDOW.min(self.allocs.len()) {
+                            return Err(DecErr::Columns("address rank out of range"));
+                        }
+                        let (p, s) = self.take_alloc(r);
+                        self.freed(p, s);
+                        p
+                    }
                 },
                 Field::OldPtr => match code {
                     FREE_NULL => 0,
@@ -285,9 +528,102 @@ impl Predictor {
         }
     }
 
+    /// Layout 4, writer: the number of the allocation that returned `p`,
+    /// when it is still in the ring and no later one returned `p`.
+    #[inline(always)]
+    fn far_seq(&self, p: u64) -> Option<u64> {
+        let &s = self.seq_of.get(&p)?;
+        (self.seq - s <= FAR_WINDOW && self.ring[(s % FAR_WINDOW) as usize] == p).then_some(s)
+    }
+
+    /// Layout 4: removes entry `r` (from the newest) of the recent
+    /// allocations: (its address, its number).
+    #[inline(always)]
+    fn take_alloc(&mut self, r: usize) -> (u64, u64) {
+        (take(&mut self.allocs, r), take(&mut self.allocs_seq, r))
+    }
+
+    /// Layout 4: the slot of usable size `u`'s freed blocks.
+    #[inline(always)]
+    fn size_slot(u: u64) -> usize {
+        (u.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 54) as usize & (SIZE_LISTS - 1)
+    }
+
+    /// Layout 4: the freed blocks of the current event's predicted usable
+    /// size (its size and predicted extra), when the slot holds that size.
+    #[inline(always)]
+    fn size_list(&self) -> Option<usize> {
+        let u = self.cur_size.wrapping_add(self.extra_guess());
+        let i = Self::size_slot(u);
+        (self.size_tag[i] == u).then_some(i)
+    }
+
+    /// Layout 4: block `p`, handed out again, leaves its size's list.
+    #[inline(always)]
+    fn unlist(&mut self, list: Option<usize>, p: u64) {
+        if let Some(i) = list {
+            if let Some(r) = rank_of(&self.size_frees[i], p, SIZE_WINDOW) {
+                take(&mut self.size_frees[i], r);
+            }
+        }
+    }
+
+    /// Layout 4: block `p` of allocation number `s` was freed: it joins the
+    /// list of its usable size, when that is known.
+    #[inline(always)]
+    fn freed(&mut self, p: u64, s: u64) {
+        if s >= self.seq || self.seq - s > FAR_WINDOW {
+            return;
+        }
+        let u = self.ring_usable[(s % FAR_WINDOW) as usize];
+        if u == u32::MAX {
+            return;
+        }
+        let u = u as u64;
+        let i = Self::size_slot(u);
+        if self.size_tag[i] != u {
+            self.size_tag[i] = u;
+            self.size_frees[i].clear();
+        }
+        push(&mut self.size_frees[i], p, SIZE_WINDOW);
+    }
+
+    /// The writer's predictor: it also finds each address's allocation
+    /// number (layout 4), which the reader is given.
+    pub(crate) fn for_writer(layout: u8) -> Predictor {
+        Predictor { is_writer: true, ..Predictor::new(layout) }
+    }
+
     #[inline(always)]
     fn after(&mut self, f: Field, p: u64) {
         match f {
+            Field::NewPtr if self.layout >= 4 => {
+                if p != 0 {
+                    // The ring grows to its window (a short chain's stays
+                    // small: the reader holds one per thread), then wraps.
+                    // The usable size is known once the event's extra is
+                    // (`after_extra`).
+                    if self.seq < FAR_WINDOW {
+                        self.ring.push(p);
+                        self.ring_usable.push(u32::MAX);
+                    } else {
+                        let slot = (self.seq % FAR_WINDOW) as usize;
+                        self.ring[slot] = p;
+                        self.ring_usable[slot] = u32::MAX;
+                    }
+                    if self.is_writer {
+                        self.seq_of.insert(p, self.seq);
+                    }
+                    if self.allocs.len() >= 4 * ALLOC_WINDOW {
+                        self.allocs.drain(..self.allocs.len() - ALLOC_WINDOW);
+                        self.allocs_seq.drain(..self.allocs_seq.len() - ALLOC_WINDOW);
+                    }
+                    self.allocs.push(p);
+                    self.allocs_seq.push(self.seq);
+                    self.seq += 1;
+                }
+                self.cur_new = p;
+            }
             Field::NewPtr => {
                 push(&mut self.allocs, p, ALLOC_WINDOW);
                 self.cur_new = p;
@@ -340,6 +676,11 @@ impl Predictor {
             let end = self.cur_new.wrapping_add(usable);
             self.next_end = end;
             self.class_end[class(size)] = end;
+            if self.layout >= 4 {
+                // The current event's allocation is the ring's newest.
+                let slot = (self.seq.wrapping_sub(1) % FAR_WINDOW) as usize;
+                self.ring_usable[slot] = u32::try_from(usable).unwrap_or(u32::MAX);
+            }
         }
     }
 }
