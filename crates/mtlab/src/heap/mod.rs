@@ -11,7 +11,8 @@
 //! usable extra, packed; a block that does not pack is spilled to a map).
 //! Every live block's start is also a bit in `starts.rs`'s sparse bitmap of
 //! address space, which gives a region's last live block when its last one
-//! is freed and the blocks a new region takes in.
+//! is freed and the blocks a new region takes in; its leaves are found by
+//! number in arrays over address space (`leaf_dir.rs`).
 //!
 //! A block's region is the one around its address; mapped regions live in a
 //! slab indexed by start (`region_index.rs`: a sorted vector of slots while
@@ -29,5 +30,6 @@
 pub(crate) mod live;
 pub mod model;
 pub(crate) mod prefetch;
+mod leaf_dir;
 mod region_index;
 mod starts;

@@ -1,7 +1,8 @@
 //! The start addresses of the live blocks, as a sparse bitmap of address
 //! space: one bit for each 8 bytes, in leaves of 512 bits (4 KiB of
-//! address space, one cache line), found by a hash of the leaf's number
-//! and ordered by a set of those numbers for the scans.
+//! address space, one cache line), found by the leaf's number in arrays
+//! over address space (`leaf_dir`) and ordered by a set of those numbers
+//! for the scans.
 //!
 //! The shadow heap asks it two things a table by address cannot answer:
 //! the last live block of a region once its last one is freed (the highest
@@ -14,7 +15,7 @@
 //! Starts that are not a multiple of 8 (no allocator returns one, but a
 //! trace may say so) are kept apart in an ordered set.
 
-use rustc_hash::FxHashMap;
+use super::leaf_dir::LeafDir;
 use std::collections::BTreeSet;
 
 /// log2 of the address space a leaf covers.
@@ -24,10 +25,9 @@ const WORDS: usize = 8;
 
 type Leaf = [u64; WORDS];
 
-#[derive(Default)]
 pub(crate) struct Starts {
     /// Leaf number (address >> LEAF_SHIFT) → index in `leaves`.
-    dir: FxHashMap<u64, u32>,
+    dir: LeafDir,
     /// The leaf numbers of `dir`, for the scans.
     order: BTreeSet<u64>,
     leaves: Vec<Leaf>,
@@ -44,6 +44,12 @@ pub(crate) struct Starts {
     odd: BTreeSet<u64>,
 }
 
+impl Default for Starts {
+    fn default() -> Starts {
+        Starts::new()
+    }
+}
+
 #[inline(always)]
 fn bit_of(addr: u64) -> (usize, u64) {
     let b = (addr >> 3) as usize & (WORDS * 64 - 1);
@@ -52,7 +58,15 @@ fn bit_of(addr: u64) -> (usize, u64) {
 
 impl Starts {
     pub fn new() -> Starts {
-        Starts { last: (u64::MAX, 0), ..Default::default() }
+        Starts {
+            dir: LeafDir::new(),
+            order: BTreeSet::new(),
+            leaves: Vec::new(),
+            free: Vec::new(),
+            empty: 0,
+            last: (u64::MAX, 0),
+            odd: BTreeSet::new(),
+        }
     }
 
     #[inline(always)]
@@ -60,7 +74,7 @@ impl Starts {
         if self.last.0 == key {
             return Some(self.last.1);
         }
-        let i = *self.dir.get(&key)?;
+        let i = self.dir.get(key)?;
         self.last = (key, i);
         Some(i)
     }
@@ -122,10 +136,15 @@ impl Starts {
 
     #[cold]
     fn drop_empty(&mut self) {
-        let leaves = &self.leaves;
-        let gone: Vec<(u64, u32)> = self.dir.iter().filter(|(_, &i)| leaves[i as usize].iter().all(|&w| w == 0)).map(|(&k, &i)| (k, i)).collect();
+        let (leaves, dir) = (&self.leaves, &self.dir);
+        let gone: Vec<(u64, u32)> = self
+            .order
+            .iter()
+            .filter_map(|&k| dir.get(k).map(|i| (k, i)))
+            .filter(|&(_, i)| leaves[i as usize].iter().all(|&w| w == 0))
+            .collect();
         for (k, i) in gone {
-            self.dir.remove(&k);
+            self.dir.remove(k);
             self.order.remove(&k);
             self.free.push(i);
         }
@@ -168,13 +187,13 @@ impl Starts {
         let odd = self.odd.range(lo..hi).next_back().copied();
         let top = (hi - 1) >> LEAF_SHIFT;
         // Most often in the top leaf itself: no walk of the ordered set.
-        let found = match self.dir.get(&top).and_then(|&i| self.highest_in_leaf(top, i, lo, hi)) {
+        let found = match self.dir.get(top).and_then(|i| self.highest_in_leaf(top, i, lo, hi)) {
             Some(a) => Some(a),
             None => self
                 .order
                 .range(lo >> LEAF_SHIFT..top)
                 .rev()
-                .find_map(|&k| self.highest_in_leaf(k, self.dir[&k], lo, hi)),
+                .find_map(|&k| self.highest_in_leaf(k, self.dir.get(k)?, lo, hi)),
         };
         found.max(odd)
     }
@@ -187,7 +206,7 @@ impl Starts {
         }
         for &k in self.order.range(lo >> LEAF_SHIFT..=(hi - 1) >> LEAF_SHIFT) {
             let base = k << LEAF_SHIFT;
-            for (w, &word) in self.leaves[self.dir[&k] as usize].iter().enumerate() {
+            for (w, &word) in self.leaves[self.leaf(k) as usize].iter().enumerate() {
                 let mut bits = word;
                 while bits != 0 {
                     let a = base + 8 * (w as u64 * 64 + bits.trailing_zeros() as u64);
@@ -199,6 +218,11 @@ impl Starts {
             }
         }
         out
+    }
+
+    /// The index of leaf `k`, one of `order`'s.
+    fn leaf(&self, k: u64) -> u32 {
+        self.dir.get(k).expect("every leaf number in order is in the directory")
     }
 
     /// Leaves held (empty ones included), for the tests' bounds.

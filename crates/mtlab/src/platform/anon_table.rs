@@ -72,6 +72,11 @@ impl AnonPairs {
         self.ptr = p as *mut (u64, u64);
         self.len = len;
         self.advise();
+        if len * PAIR >= HUGE_FROM {
+            // The pages touched while the table was small, and those a
+            // move split, are 4 KiB pages still.
+            super::huge_pages::collapse(&mut self[..]);
+        }
     }
 
     fn advise(&mut self) {

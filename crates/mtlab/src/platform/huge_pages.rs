@@ -39,17 +39,36 @@ pub fn advise<T>(table: &mut [T]) {
         p if p > 0 => p as usize,
         _ => return,
     };
+    // MADV_HUGEPAGE changes how memory is backed, never its contents, and
+    // its failure (EINVAL without transparent huge pages) is harmless.
+    madvise_inside(table, page, libc::MADV_HUGEPAGE);
+}
+
+/// `madvise(advice)` over the whole `unit`s (a power of two) inside
+/// `table`'s memory; `advice` must never change the memory's contents.
+fn madvise_inside<T>(table: &mut [T], unit: usize, advice: libc::c_int) {
     let start = table.as_mut_ptr() as usize;
     let end = start + std::mem::size_of_val(table);
-    // The whole pages inside the slice (madvise rounds a length up).
-    let (first, last) = (start.next_multiple_of(page), end / page * page);
+    // madvise rounds a length up: only whole units inside the slice.
+    let (first, last) = (start.next_multiple_of(unit), end / unit * unit);
     if last <= first {
         return;
     }
-    // SAFETY: [first, last) is whole pages of memory this slice owns;
-    // MADV_HUGEPAGE changes how it is backed, never its contents, and its
-    // failure (EINVAL without transparent huge pages) is harmless.
+    // SAFETY: [first, last) is whole pages of memory this slice owns, and
+    // the callers' advice leaves their contents as they are.
     unsafe {
-        libc::madvise(first as *mut libc::c_void, last - first, libc::MADV_HUGEPAGE);
+        libc::madvise(first as *mut libc::c_void, last - first, advice);
     }
+}
+
+/// Turns the 2 MiB-aligned parts of `table` that are in 4 KiB pages into
+/// huge pages now (`MADV_COLLAPSE`, Linux 6.1 on; best effort: nothing
+/// happens where the kernel cannot). For a table whose pages were touched
+/// before it was advised, or that a move split: advice only shapes the
+/// pages touched after it.
+pub fn collapse<T>(table: &mut [T]) {
+    // MADV_COLLAPSE copies pages into huge pages, never changing their
+    // contents; its failure (EINVAL on older kernels, EAGAIN without free
+    // huge pages) is harmless.
+    madvise_inside(table, 2 << 20, libc::MADV_COLLAPSE);
 }
