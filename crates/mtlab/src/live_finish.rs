@@ -204,7 +204,7 @@ fn rewrite_while_running(root: PathBuf, page: &SharedPage, stop: &AtomicBool, wh
         // malloc-test's ~130 per call). So after a poll interval in which
         // some CPU sat idle it takes all there is; after one in which none
         // did, only what its budget allows (`auto`), or nothing (`idle`).
-        let was_idle = idle.was_idle(prio == Priority::Idle);
+        let was_idle = idle.was_idle();
         budget.refill(Instant::now());
         if when == When::Off || (!was_idle && when == When::Idle) {
             continue;
@@ -359,39 +359,23 @@ impl Priority {
 /// Whether any CPU sat idle since the last call, from the idle and iowait
 /// times of /proc/stat's `cpu` line (in USER_HZ ticks: 10 ms). Unknown
 /// (no /proc) counts as idle, as before this check.
-///
-/// The CPU this thread took at idle priority counts as idle too: at
-/// SCHED_IDLE it runs only where nothing else wants to, so a single-threaded
-/// program on two CPUs leaves it one; without this, its own work made the
-/// next poll see no idle CPU and it fell back to the budget after one poll
-/// (the raw backlog then grew to 16–20× the finished trace on a quiet host).
 struct IdleCpu {
     last: Option<u64>,
-    at: Instant,
-    own: Duration,
 }
 
 impl IdleCpu {
     fn new() -> IdleCpu {
-        IdleCpu { last: idle_ticks(), at: Instant::now(), own: thread_cpu() }
+        IdleCpu { last: idle_ticks() }
     }
 
-    /// `at_idle_priority`: whether this thread ran as SCHED_IDLE since the
-    /// last call.
-    fn was_idle(&mut self, at_idle_priority: bool) -> bool {
-        let (now, at, own) = (idle_ticks(), Instant::now(), thread_cpu());
-        let idle = idle_in(self.last, now, at_idle_priority, own.saturating_sub(self.own), at.duration_since(self.at));
-        (self.last, self.at, self.own) = (now, at, own);
+    fn was_idle(&mut self) -> bool {
+        let now = idle_ticks();
+        let idle = match (self.last, now) {
+            (Some(a), Some(b)) => b > a,
+            _ => true,
+        };
+        self.last = now;
         idle
-    }
-}
-
-/// Whether a CPU sat idle in an interval of `wall`: the system's idle ticks
-/// grew, or this thread, at idle priority, ran for half of it or more.
-fn idle_in(before: Option<u64>, after: Option<u64>, at_idle_priority: bool, own: Duration, wall: Duration) -> bool {
-    match (before, after) {
-        (Some(a), Some(b)) => b > a || (at_idle_priority && own * 2 >= wall),
-        _ => true,
     }
 }
 
@@ -413,24 +397,7 @@ fn parse_idle_ticks(stat: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{idle_in, parse_idle_ticks, share_for, When, SHARE_MAX, SHARE_MIN};
-    use std::time::Duration;
-
-    #[test]
-    fn a_cpu_this_thread_took_at_idle_priority_counts_as_idle() {
-        let ms = Duration::from_millis;
-        // Idle ticks grew: idle, whatever this thread did.
-        assert!(idle_in(Some(10), Some(11), false, ms(0), ms(20)));
-        // None grew, and this thread ran most of the interval as SCHED_IDLE:
-        // nobody else wanted that CPU.
-        assert!(idle_in(Some(10), Some(10), true, ms(15), ms(20)));
-        // The same time at normal priority (its budget) proves nothing.
-        assert!(!idle_in(Some(10), Some(10), false, ms(15), ms(20)));
-        // At idle priority but only a sliver of the interval: a busy host.
-        assert!(!idle_in(Some(10), Some(10), true, ms(2), ms(20)));
-        // No /proc/stat: idle, as before the check.
-        assert!(idle_in(None, None, false, ms(0), ms(20)));
-    }
+    use super::{parse_idle_ticks, share_for, When, SHARE_MAX, SHARE_MIN};
 
     #[test]
     fn the_budget_grows_with_the_backlog_up_to_its_cap() {
