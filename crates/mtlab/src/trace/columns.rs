@@ -1183,6 +1183,11 @@ mod recode_sizes {
         let solo = per_thread.len() == 1;
         let (mut total, mut records) = (0usize, 0usize);
         let mut per_stream = [0usize; MAX_STREAMS];
+        // Across records: each record with its thread's previous one as a
+        // zstd dictionary (whole body, and stream by stream), and a thread's
+        // bodies as one frame (the most a larger window could find).
+        let (mut with_prev, mut one_frame) = (0usize, 0usize);
+        let mut per_stream_prev = [0usize; MAX_STREAMS];
         let mut comp = zstd::bulk::Compressor::new(3).unwrap();
         let t0 = std::time::Instant::now();
         for (tid, items) in &per_thread {
@@ -1211,20 +1216,37 @@ mod recode_sizes {
                 groups.last_mut().unwrap().push(i);
             }
             let (mut wchain, mut rchain) = (None, None);
+            let mut prev: Option<Vec<u8>> = None;
+            let mut all = Vec::new();
             for g in groups {
                 let rows: Vec<RowChunk> = g.iter().map(|&i| RowChunk { first_tsc: encs[i].0, rows: encs[i].1.body() }).collect();
                 let (tq, round) = if solo { (Some(1 << 16), true) } else { (None, false) };
                 let cols = split_inner(&rows, tq, layout, round, &mut wchain).unwrap();
                 total += comp.compress(&cols).unwrap().len();
                 records += 1;
+                all.extend_from_slice(&cols);
+                with_prev += match &prev {
+                    Some(p) => zstd::bulk::Compressor::with_dictionary(3, p).unwrap().compress(&cols).unwrap().len(),
+                    None => comp.compress(&cols).unwrap().len(),
+                };
                 // Each stream alone.
                 let f = ColumnFields::new(&cols).unwrap();
+                let pf = prev.as_ref().map(|p| ColumnFields::new(p).unwrap());
                 for (i, n) in per_stream.iter_mut().enumerate() {
                     let part = &cols[f.at[i]..f.end[i]];
                     if !part.is_empty() {
                         *n += comp.compress(part).unwrap().len();
+                        let pp = match (&prev, &pf) {
+                            (Some(p), Some(pf)) if pf.end[i] > pf.at[i] => Some(&p[pf.at[i]..pf.end[i]]),
+                            _ => None,
+                        };
+                        per_stream_prev[i] += match pp {
+                            Some(pp) => zstd::bulk::Compressor::with_dictionary(3, pp).unwrap().compress(part).unwrap().len(),
+                            None => comp.compress(part).unwrap().len(),
+                        };
                     }
                 }
+                prev = Some(cols.clone());
                 let back = decode_columns_chained(&cols, rows[0].first_tsc, *tid, &mut rchain).unwrap();
                 let mut want = Vec::new();
                 for r in &rows {
@@ -1243,11 +1265,15 @@ mod recode_sizes {
                 };
                 assert!(no_time(back) == no_time(want), "round trip");
             }
+            let mut big = zstd::bulk::Compressor::new(3).unwrap();
+            big.set_parameter(zstd::zstd_safe::CParameter::WindowLog(27)).unwrap();
+            one_frame += big.compress(&all).unwrap().len();
         }
+        say!("  with the previous record as dictionary: {with_prev} bytes; each thread one frame (window 2^27): {one_frame} bytes");
         say!("{path}: layout {layout}, {} threads, {records} records: {total} bytes ({:.1} s)", per_thread.len(), t0.elapsed().as_secs_f64());
         for (i, n) in per_stream.iter().enumerate() {
             if *n > 0 {
-                say!("  {:<12} {:>10}", NAMES[i], n);
+                say!("  {:<12} {:>10} {:>10}", NAMES[i], n, per_stream_prev[i]);
             }
         }
     }
