@@ -27,6 +27,7 @@
 
 use super::fields::{DecErr, Field, Fields};
 use super::format::*;
+use super::draws::{is_drawn, Draws, Thread};
 use super::predict::{Predictor, Streams};
 use super::varint::{put_svarint, put_varint, varint, zigzag};
 
@@ -37,8 +38,11 @@ use super::varint::{put_svarint, put_varint, varint, zigzag};
 /// from one record of a thread to its next (a *chain*, restarted every
 /// [`CHAIN_RECORDS`] records), codes frees of blocks allocated earlier in
 /// the chain by their allocation's number, sizes against their call site's
-/// last one, and time deltas of 0 by their runs. Layouts 1 to 3 are still read.
-pub const COLUMNS_LAYOUT: u8 = 4;
+/// last one, and time deltas of 0 by their runs; layout 5 (version 7)
+/// replays the preload library's timing draws (`draws`) and codes which
+/// calls were timed by where they depart from the replay. Layouts 1 to 4
+/// are still read.
+pub const COLUMNS_LAYOUT: u8 = 5;
 
 /// Records of a thread whose predictions run on from one to the next: a
 /// record that cannot be read takes at most the rest of its chain with it.
@@ -49,6 +53,49 @@ pub const CHAIN_RECORDS: u64 = 32;
 pub struct Chain {
     pos: u64,
     pred: Predictor,
+    /// Writer side (layout 5): where the thread's timing draws stand.
+    draws: Thread,
+}
+
+/// The writer's chain of each thread, by thread id (`finish_trace`): a
+/// thread not seen before starts with its timing draws not yet seeded.
+pub struct Chains {
+    time_sample: u64,
+    by_tid: std::collections::HashMap<u32, Option<Chain>>,
+}
+
+impl Chains {
+    /// For a trace whose header says `time_sample` (`trace::Header`).
+    pub fn new(time_sample: u64) -> Chains {
+        Chains { time_sample, by_tid: Default::default() }
+    }
+
+    /// The thread's chain, to write its next record with.
+    pub fn take(&mut self, tid: u32) -> Option<Chain> {
+        match self.by_tid.remove(&tid) {
+            Some(c) => c,
+            // A placeholder that starts a chain (its layout is none the
+            // writer writes) with the thread's draws from their start.
+            None => Some(Chain { pos: 0, pred: Predictor::new(1), draws: Thread::first(self.time_sample, tid) }),
+        }
+    }
+
+    /// The thread's chain after its record was written (None after an
+    /// error: its next record starts a chain, and its draws are lost).
+    pub fn put(&mut self, tid: u32, chain: Option<Chain>) {
+        self.by_tid.insert(tid, chain);
+    }
+
+    /// A record of the thread was kept as it was: its next record starts
+    /// a chain, and its draws are lost (that record's calls drew too).
+    pub fn remove(&mut self, tid: &u32) {
+        self.by_tid.insert(*tid, None);
+    }
+
+    /// `remove` for every thread seen so far.
+    pub fn clear(&mut self) {
+        self.by_tid.values_mut().for_each(|c| *c = None);
+    }
 }
 
 impl Chain {
@@ -124,7 +171,7 @@ fn n_streams(layout: u8) -> Option<usize> {
         1 => Some(N_STREAMS_V1),
         2 => Some(N_STREAMS_V2),
         3 => Some(N_STREAMS_V3),
-        4 => Some(MAX_STREAMS),
+        4 | 5 => Some(MAX_STREAMS),
         _ => None,
     }
 }
@@ -425,20 +472,37 @@ fn split_inner(
 ) -> Result<Vec<u8>, ColumnError> {
     let n_streams = n_streams(layout).ok_or(ColumnError::BadLayout("unknown layout version"))?;
     // Taken now: after an error the next record starts a chain.
-    let (pos, mut pred) = match chain.take() {
-        Some(c) if layout >= 4 && c.pred.layout() == layout && c.pos + 1 < CHAIN_RECORDS => (c.pos + 1, c.pred),
-        _ => (0, Predictor::for_writer(layout)),
+    let (pos, mut pred, thread) = match chain.take() {
+        Some(c) if layout >= 4 && c.pred.layout() == layout && c.pos + 1 < CHAIN_RECORDS => (c.pos + 1, c.pred, c.draws),
+        Some(c) => (0, Predictor::for_writer(layout), c.draws),
+        None => (0, Predictor::for_writer(layout), Thread::At(Draws::Unknown)),
     };
-    // The steps are judged on the first values (`detect_step` looks at 1024).
+    // The steps are judged on the first values (`detect_step` looks at 1024);
+    // an unseeded thread's draws on its first allocator call's stamp.
     let (mut times, mut cycles) = (Vec::with_capacity(1024), Vec::with_capacity(1024));
+    let mut want_stamp = layout >= 5 && thread.wants_stamp();
+    let (mut stamp, mut first_drawn) = (chunks.first().map_or(0, |c| c.first_tsc), None);
+    let mut drawn = false;
     walk_rows(chunks, |t| {
         match t {
-            Token::Value(Field::Time, v) if v != 0 && times.len() < 1024 => times.push(v),
+            Token::Kind(b) => drawn = is_drawn(b & KIND_MASK),
+            Token::Value(Field::Time, v) => {
+                stamp = stamp.wrapping_add(v);
+                if want_stamp && drawn {
+                    first_drawn = Some(stamp);
+                    want_stamp = false;
+                }
+                if v != 0 && times.len() < 1024 {
+                    times.push(v)
+                }
+            }
             Token::Value(Field::Cycles, v) if v != 0 && cycles.len() < 1024 => cycles.push(v),
             _ => {}
         }
-        times.len() < 1024 || cycles.len() < 1024
+        times.len() < 1024 || cycles.len() < 1024 || want_stamp
     })?;
+    let (mut draws, thread) = if layout >= 5 { (thread.start(first_drawn), thread) } else { (Draws::Unknown, thread) };
+    let started = draws;
     let (tq, cq) = (time_step.unwrap_or_else(|| detect_step(&times)).max(1), detect_step(&cycles));
     let (td, cd) = (Divisor::new(tq), Divisor::new(cq));
 
@@ -454,6 +518,9 @@ fn split_inner(
     let (mut zeros, mut time_zeros) = (0u64, 0u64);
     // Layout 4: the current event's kind byte, written at its stack.
     let mut kind = 0u8;
+    // Layout 5: the events since the last whose timing departed from the
+    // replay of the draws.
+    let mut kept = 0u64;
     walk_rows(chunks, |t| {
         match t {
             Token::Kind(b) => {
@@ -491,6 +558,22 @@ fn split_inner(
                     let (a, b) = s.split_at_mut(Stream::TimeRest as usize);
                     put_stepped(v, td, &mut a[Stream::Time as usize], &mut b[0]);
                 }
+                Field::Cycles if layout >= 5 => {
+                    let k = kind & KIND_MASK;
+                    let (predicted, due) = draws.predict(k);
+                    let timed = v != 0;
+                    draws.settle(due, timed, k);
+                    if predicted == timed {
+                        kept += 1;
+                    } else {
+                        put_varint(&mut s[Stream::CyclesSkip as usize], kept);
+                        kept = 0;
+                    }
+                    if timed {
+                        let (a, b) = s.split_at_mut(Stream::CyclesRest as usize);
+                        put_stepped(v, cd, &mut a[Stream::Cycles as usize], &mut b[0]);
+                    }
+                }
                 Field::Cycles if layout >= 3 && v == 0 => zeros += 1,
                 Field::Cycles => {
                     if layout >= 3 {
@@ -519,8 +602,8 @@ fn split_inner(
         }
         true
     })?;
-    if zeros > 0 {
-        put_varint(&mut s[Stream::CyclesSkip as usize], zeros);
+    if zeros > 0 || kept > 0 {
+        put_varint(&mut s[Stream::CyclesSkip as usize], zeros + kept);
     }
     if time_zeros > 0 {
         put_varint(&mut s[Stream::TimeSkip as usize], time_zeros);
@@ -530,10 +613,13 @@ fn split_inner(
     out.push(layout);
     if layout >= 4 {
         put_varint(&mut out, pos);
-        *chain = Some(Chain { pos, pred });
+        *chain = Some(Chain { pos, pred, draws: thread.after(started, draws) });
     }
     put_varint(&mut out, tq);
     put_varint(&mut out, cq);
+    if layout >= 5 {
+        started.put(&mut out);
+    }
     for st in &s[..n_streams] {
         put_varint(&mut out, st.len() as u64);
     }
@@ -620,6 +706,9 @@ pub(crate) struct ColumnFields {
     time_zeros: ZeroRuns,
     /// Layout 4: the record's place in its thread's chain (0: it starts one).
     chain_pos: u64,
+    /// Layout 5: the replay of the timing draws, and the current event's kind.
+    draws: Option<Draws>,
+    kind: u8,
     /// Layout 4: each item's stack comes before its kind byte, which is
     /// coded against its stack's (`Predictor::kind_at_site`); the current
     /// event's stack.
@@ -650,7 +739,7 @@ impl ColumnFields {
     /// After the record's last event: its predictions, for the thread's
     /// next record (layout 4; None before it).
     pub fn into_chain(self) -> Option<Chain> {
-        (self.pred.layout() >= 4).then_some(Chain { pos: self.chain_pos, pred: self.pred })
+        (self.pred.layout() >= 4).then_some(Chain { pos: self.chain_pos, pred: self.pred, draws: Thread::At(Draws::Unknown) })
     }
 
     /// Checks the layout header of `buf` (the decompressed body).
@@ -660,6 +749,7 @@ impl ColumnFields {
         let n_streams = n_streams(layout).ok_or(ColumnError::BadLayout("unknown layout version"))?;
         let chain_pos = if layout >= 4 { h.v()? } else { 0 };
         let (time_step, cycles_step) = (h.v()?, h.v()?);
+        let draws = if layout >= 5 { Some(Draws::get(buf, &mut h.pos).map_err(ColumnError::BadLayout)?) } else { None };
         let mut lens = [0usize; MAX_STREAMS];
         for l in lens.iter_mut().take(n_streams) {
             *l = usize::try_from(h.v()?).map_err(|_| ColumnError::BadLayout("stream too long"))?;
@@ -684,6 +774,8 @@ impl ColumnFields {
             cycle_zeros: ZeroRuns::new(layout >= 3),
             time_zeros: ZeroRuns::new(layout >= 4),
             chain_pos,
+            draws,
+            kind: 0,
             kind_by_site: layout >= 4,
             stack: 0,
         })
@@ -720,7 +812,9 @@ impl Fields for ColumnFields {
             s => {
                 self.stack = s - 1;
                 self.pred.site(self.stack);
-                Ok(Some(self.pred.kind_at_site(code)))
+                let k = self.pred.kind_at_site(code);
+                self.kind = k & KIND_MASK;
+                Ok(Some(k))
             }
         }
     }
@@ -733,6 +827,19 @@ impl Fields for ColumnFields {
                 }
                 let (q, r) = (self.v(buf, Stream::Time)?, self.v(buf, Stream::TimeRest)?);
                 Ok(from_stepped(self.time_step, q, r))
+            }
+            Field::Cycles if self.draws.is_some() => {
+                let draws = self.draws.as_mut().expect("layout 5");
+                let (predicted, due) = draws.predict(self.kind);
+                // A run of events as the replay predicts them, then one that departs.
+                let kept = self.cycle_zeros.next_is_zero(buf, &mut self.at[Stream::CyclesSkip as usize])?;
+                let timed = predicted == kept;
+                draws.settle(due, timed, self.kind);
+                if !timed {
+                    return Ok(0);
+                }
+                let (q, r) = (self.v(buf, Stream::Cycles)?, self.v(buf, Stream::CyclesRest)?);
+                Ok(from_stepped(self.cycles_step, q, r))
             }
             Field::Cycles => {
                 if self.cycle_zeros.next_is_zero(buf, &mut self.at[Stream::CyclesSkip as usize])? {
@@ -920,7 +1027,7 @@ mod tests {
             if pos > 0 {
                 // Not readable alone, nor after another place of the chain.
                 assert!(decode_columns(&cols, first, 1).is_err());
-                let mut wrong = Some(Chain { pos: pos + 1, pred: Predictor::new(COLUMNS_LAYOUT) });
+                let mut wrong = Some(Chain { pos: pos + 1, pred: Predictor::new(COLUMNS_LAYOUT), draws: Thread::At(Draws::Unknown) });
                 assert!(decode_columns_chained(&cols, first, 1, &mut wrong).is_err());
             }
             let back = decode_columns_chained(&cols, first, 1, &mut rchain).unwrap();
