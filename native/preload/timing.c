@@ -11,6 +11,11 @@
  * which is what independent coin flips give, with one draw per timed call.
  * Every call is still recorded, with its time stamp; only its cycles field
  * is 0 ("not timed") when it was not timed.
+ *
+ * The rewrite replays these draws bit for bit (crates/mtlab/src/trace/
+ * draws.rs) to store only the calls that depart from them: change the
+ * generator, the seed or gap() only together with it (the test
+ * the_preload_librarys_timing_draws_are_replayed fails otherwise).
  */
 #include <math.h>
 

@@ -629,6 +629,20 @@ fn split_inner(
     Ok(out)
 }
 
+/// The values of a layout-5 body's CYCLES_SKIP stream: one for each event
+/// whose timing departs from the replay of the draws, and at most one more
+/// (the record's last run); in earlier layouts, one for each timed call.
+pub fn timing_runs(cols: &[u8]) -> Result<usize, ColumnError> {
+    let f = ColumnFields::new(cols)?;
+    let (mut at, end) = (f.at[Stream::CyclesSkip as usize], f.end[Stream::CyclesSkip as usize]);
+    let mut n = 0;
+    while at < end {
+        varint(cols, &mut at).map_err(|_| ColumnError::Truncated)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 // ---------------------------------------------------------------------------
 // Reading columns.
 
@@ -1002,6 +1016,41 @@ mod tests {
         }
         let cols = roundtrip_one(enc.body(), 100);
         assert_eq!(stream_of(&cols, Stream::CyclesSkip), [0, 0, 0]);
+    }
+
+    #[test]
+    fn replayed_draws_leave_one_run_and_a_departure_stays_exact() {
+        // A thread's calls timed as the preload library chooses them, its
+        // generator seeded from the first call's stamp (100) and id (1).
+        let timed = crate::trace::draws::tests::preload_timed(3000, 32, 100, 1);
+        let events: Vec<Event> = (0..3000u64)
+            .map(|i| Event { cycles: if timed[i as usize] { 52 + i } else { 0 }, ..malloc(100 + 26 * i, 0x1000 + 64 * i) })
+            .collect();
+        let write = |events: &[Event]| {
+            let mut enc = ChunkEncoder::new(1);
+            events.iter().for_each(|e| enc.event(e));
+            let rows = enc.body().to_vec();
+            let mut chains = Chains::new(32);
+            let mut chain = chains.take(1);
+            let cols = split_chained(&[RowChunk { first_tsc: 100, rows: &rows }], Stamps::Exact, &mut chain).unwrap();
+            assert_eq!(from_cols(&cols, 100).unwrap(), from_rows(&rows, 100), "round trip");
+            cols
+        };
+        let cols = write(&events);
+        assert_eq!(stream_of(&cols, Stream::CyclesSkip), [0xb8, 0x17], "one run of the 3000 events, as predicted");
+        let n_timed = timed.iter().filter(|&&t| t).count();
+        assert!(n_timed > 50, "{n_timed} calls timed");
+        // A call timed where the replay says not: stored, and exact.
+        let mut departed = events.clone();
+        departed[1000].cycles = if departed[1000].cycles == 0 { 7 } else { 0 };
+        let cols = write(&departed);
+        assert!(stream_of(&cols, Stream::CyclesSkip).len() > 2);
+        // Without the seed (a thread whose first record was lost), the
+        // gaps are stored as before: one run per timed call.
+        let mut enc = ChunkEncoder::new(1);
+        events.iter().for_each(|e| enc.event(e));
+        let cols = roundtrip_one(enc.body(), 100);
+        assert!(stream_of(&cols, Stream::CyclesSkip).len() >= n_timed);
     }
 
     #[test]

@@ -212,7 +212,7 @@ impl Thread {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The preload library's choice of timed calls, as `timing.c` and
