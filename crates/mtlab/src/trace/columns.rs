@@ -962,13 +962,13 @@ mod tests {
         }
         let cols = roundtrip_one(enc.body(), 100);
         // Layout: version, place in the chain, steps (1: too few values to
-        // find one), then lengths: AllocRank holds 0 (miss), 0 (miss: b is
+        // find one), the timing draws (0: none replayed), then lengths: AllocRank holds 0 (miss), 0 (miss: b is
         // not at a's end), 2 (rank 0 among frees) and FreeRank 3 (b:
         // newest), 4 (a: second newest then), 0 (miss, whose delta
         // FreeDelta holds).
         let mut h = Reader::new(&cols);
         assert_eq!(h.byte().unwrap(), COLUMNS_LAYOUT);
-        assert_eq!((h.v().unwrap(), h.v().unwrap(), h.v().unwrap()), (0, 1, 1));
+        assert_eq!((h.v().unwrap(), h.v().unwrap(), h.v().unwrap(), h.v().unwrap()), (0, 1, 1, 0));
         let lens: Vec<usize> = (0..MAX_STREAMS).map(|_| h.v().unwrap() as usize).collect();
         let stream = |s: Stream| {
             let start = h.pos + lens[..s as usize].iter().sum::<usize>();
@@ -983,12 +983,9 @@ mod tests {
 
     /// The body's stream `which` of a current-layout body.
     fn stream_of(cols: &[u8], which: Stream) -> Vec<u8> {
-        let mut h = Reader::new(cols);
-        assert_eq!(h.byte().unwrap(), COLUMNS_LAYOUT);
-        let _ = (h.v().unwrap(), h.v().unwrap(), h.v().unwrap());
-        let lens: Vec<usize> = (0..MAX_STREAMS).map(|_| h.v().unwrap() as usize).collect();
-        let start = h.pos + lens[..which as usize].iter().sum::<usize>();
-        cols[start..start + lens[which as usize]].to_vec()
+        assert_eq!(cols[0], COLUMNS_LAYOUT);
+        let f = ColumnFields::new(cols).unwrap();
+        cols[f.at[which as usize]..f.end[which as usize]].to_vec()
     }
 
     #[test]
