@@ -520,7 +520,7 @@ fn split_inner(
     let mut kind = 0u8;
     // Layout 5: the events since the last whose timing departed from the
     // replay of the draws.
-    let mut kept = 0u64;
+    let (mut kept, mut departed, mut timed_drawn) = (0u64, 0u64, 0u64);
     walk_rows(chunks, |t| {
         match t {
             Token::Kind(b) => {
@@ -563,11 +563,13 @@ fn split_inner(
                     let (predicted, due) = draws.predict(k);
                     let timed = v != 0;
                     draws.settle(due, timed, k);
+                    timed_drawn += (timed && is_drawn(k)) as u64;
                     if predicted == timed {
                         kept += 1;
                     } else {
                         put_varint(&mut s[Stream::CyclesSkip as usize], kept);
                         kept = 0;
+                        departed += 1;
                     }
                     if timed {
                         let (a, b) = s.split_at_mut(Stream::CyclesRest as usize);
@@ -613,7 +615,7 @@ fn split_inner(
     out.push(layout);
     if layout >= 4 {
         put_varint(&mut out, pos);
-        *chain = Some(Chain { pos, pred, draws: thread.after(started, draws) });
+        *chain = Some(Chain { pos, pred, draws: thread.after(started, draws, departed, timed_drawn) });
     }
     put_varint(&mut out, tq);
     put_varint(&mut out, cq);

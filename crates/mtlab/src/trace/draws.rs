@@ -202,10 +202,16 @@ impl Thread {
         matches!(self, Thread::Unseeded { .. })
     }
 
-    /// After a record that started with `start`'s draws and ended at `end`.
-    pub(crate) fn after(self, started: Draws, end: Draws) -> Thread {
+    /// After a record that started with `start`'s draws and ended at `end`,
+    /// in which `departed` of the `timed` allocator calls' timings departed
+    /// from the replay. A replay out of step (a thread whose first calls
+    /// are not in this trace: a flight recorder's window, a thread id used
+    /// again) departs twice per timed call, where storing the gaps costs
+    /// one: such a thread's next records replay nothing.
+    pub(crate) fn after(self, started: Draws, end: Draws, departed: u64, timed: u64) -> Thread {
         match (self, started) {
             (Thread::Unseeded { .. }, Draws::Unknown) => self,
+            _ if matches!(started, Draws::Replay { .. }) && departed > 8 && departed * 2 > timed => Thread::At(Draws::Unknown),
             _ => Thread::At(end),
         }
     }
@@ -274,6 +280,16 @@ pub(crate) mod tests {
             assert_eq!(p, t);
             d.settle(due, t, EV_FREE);
         }
+    }
+
+    #[test]
+    fn a_replay_out_of_step_is_given_up() {
+        let d = Draws::Replay { n: 32, rng: 7, left: 3, seeding: false };
+        let t = Thread::At(d);
+        assert_eq!(t.after(d, d, 2, 100), Thread::At(d), "a few departures: replayed on");
+        assert_eq!(t.after(d, d, 100, 100), Thread::At(Draws::Unknown));
+        let u = Thread::first(32, 9);
+        assert_eq!(u.after(Draws::Unknown, Draws::Unknown, 0, 0), u, "not yet seeded");
     }
 
     #[test]
