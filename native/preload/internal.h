@@ -657,6 +657,19 @@ static inline __attribute__((always_inline)) int mtlab_time_this(struct mtlab_tl
 static inline __attribute__((always_inline)) void mtlab_time_after(struct mtlab_tls *t, uint64_t stamp) {
     if (UNLIKELY(t->time_left > MTLAB_TIME_REDRAW / 2)) mtlab_time_redraw(t, stamp);
 }
+/* The shims' call of it (`timed`: the call was timed). The attach build
+ * seeds at a thread's first call from the counter and draws after timed
+ * calls only, as before the draws were replayed: a draw after each thread's
+ * first call left an address of the library on the threads' stacks, which
+ * kept it loaded at detach. Its traces' draws are not replayed. */
+#ifdef MTLAB_ATTACH
+#define MTLAB_TIME_AFTER(t, timed, stamp) \
+    do {                                  \
+        if (timed) mtlab_time_after(t, stamp); \
+    } while (0)
+#else
+#define MTLAB_TIME_AFTER(t, timed, stamp) mtlab_time_after(t, stamp)
+#endif
 
 /* The cycles field of a timed call. In a sampled-timing trace 0 means "not
  * timed", so a timed call read as 0 cycles (a coarse counter) is written as 1. */

@@ -37,8 +37,18 @@ static int64_t gap(struct mtlab_tls *t) {
  * slowest: never timing it loses that one call's cycles, not the sample's
  * balance, since every later call is timed with probability 1/time_gap. */
 int mtlab_time_draw(struct mtlab_tls *t) {
+#ifdef MTLAB_ATTACH
+    /* Seeded now from the counter, the first gap counted from this call
+     * (see MTLAB_TIME_AFTER). */
+    t->time_rng = mtlab_time_seed(mtlab_tsc(), mtlab_gettid());
+    t->time_left = gap(t);
+    if (--t->time_left > 0) return 0;
+    t->time_left = MTLAB_TIME_REDRAW;
+    return 1;
+#else
     t->time_left = MTLAB_TIME_REDRAW;
     return 0;
+#endif
 }
 
 /* A timed call, or the thread's first, is over and its event written at
