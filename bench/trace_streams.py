@@ -12,7 +12,7 @@ import sys
 NAMES = ["kind", "time", "time_rest", "cycles", "cycles_rest", "stack", "size",
          "alloc_code", "free_code", "ptr_delta", "extra", "misc", "stack_defs",
          "alloc_delta", "free_delta", "cycles_skip", "free_seq", "time_skip"]
-N_STREAMS = {1: 13, 2: 15, 3: 16, 4: 18}
+N_STREAMS = {1: 13, 2: 15, 3: 16, 4: 18, 5: 18}
 
 
 def varint(b, i):
@@ -38,6 +38,7 @@ def main(path):
     streams = {n: bytearray() for n in NAMES}
     other = {"header": pos, "rows (events not in columns)": 0, "chunk headers+crc": 0}
     comp_streams = 0
+    draws = {}
     while pos + 8 <= len(b):
         plen, ty, fl = struct.unpack_from("<IHH", b, pos)
         p = b[pos + 8:pos + 8 + plen]
@@ -52,6 +53,13 @@ def main(path):
                 _, i = varint(body, i)  # place in the thread's chain
             _, i = varint(body, i)
             _, i = varint(body, i)
+            if layout >= 5:  # the timing draws' state at the record's start
+                mode, i = varint(body, i)
+                if mode == 2:
+                    _, i = varint(body, i)
+                    i += 8
+                    _, i = varint(body, i)
+                draws[mode] = draws.get(mode, 0) + 1
             lens = []
             for _ in range(N_STREAMS[layout]):
                 n, i = varint(body, i)
@@ -64,6 +72,9 @@ def main(path):
             other[name] = other.get(name, 0) + 8 + plen
         pos += 8 + plen
     print(f"{path}: {len(b)} bytes, version {version}; EVENTS column bodies {comp_streams} bytes compressed")
+    if draws:
+        modes = {0: "unknown", 1: "every call timed", 2: "replayed"}
+        print("  records by timing draws: " + ", ".join(f"{modes.get(m, m)} {n}" for m, n in sorted(draws.items())))
     sizes = {n: len(zstd(bytes(s), "-3")) if s else 0 for n, s in streams.items()}
     tot = sum(sizes.values()) or 1
     print(f"  {'stream':<14} {'raw':>11} {'zstd alone':>11} {'share':>6}")

@@ -125,6 +125,10 @@ static void become_child(void) {
         mtlab_stack_table_reset();
         mtlab_tls.arena_ar = 0;
         mtlab_tls.arenas_listed = 0;
+        /* Its timing draws start afresh, seeded from its own first call (a
+         * rewrite of its trace replays them from there). */
+        mtlab_tls.time_rng = 0;
+        mtlab_tls.time_left = 0;
         mtlab_arena_fork_child();
         /* The child's trace starts empty: its brk heap is the one it
          * inherited, as it is now (not as it was when the parent started). */

@@ -666,7 +666,12 @@ static inline uint64_t mtlab_mix64(uint64_t z) {
  * thread, timing.c), so no pattern of calls lines up with the timed ones.
  * An untimed call costs one decrement; with time_gap 1 every call is timed. */
 HIDDEN int mtlab_time_draw(struct mtlab_tls *t);
-HIDDEN void mtlab_time_redraw(struct mtlab_tls *t);
+HIDDEN void mtlab_time_redraw(struct mtlab_tls *t, uint64_t stamp);
+/* A thread's timing generator, seeded from its first traced call's time
+ * stamp and its thread id (crates/mtlab/src/trace/draws.rs replays it). */
+static inline uint64_t mtlab_time_seed(uint64_t stamp, uint32_t tid) {
+    return mtlab_mix64(stamp ^ ((uint64_t)tid * 0x9e3779b97f4a7c15ull)) | 1;
+}
 /* The next gap is drawn after the timed call (mtlab_time_after), not before
  * it: the draw's floating-point work, still in flight when the counter is
  * read, made timed frees one counter step (26 cycles) slower at the median. */
@@ -678,10 +683,24 @@ static inline __attribute__((always_inline)) int mtlab_time_this(struct mtlab_tl
     t->time_left = MTLAB_TIME_REDRAW;
     return 1;
 }
-/* After a timed call's end was read: draw the next gap if it is due. */
-static inline __attribute__((always_inline)) void mtlab_time_after(struct mtlab_tls *t) {
-    if (UNLIKELY(t->time_left > MTLAB_TIME_REDRAW / 2)) mtlab_time_redraw(t);
+/* After a call's event was written at `stamp`: draw the next gap if it is
+ * due (the call was timed, or was the thread's first). */
+static inline __attribute__((always_inline)) void mtlab_time_after(struct mtlab_tls *t, uint64_t stamp) {
+    if (UNLIKELY(t->time_left > MTLAB_TIME_REDRAW / 2)) mtlab_time_redraw(t, stamp);
 }
+/* The shims' call of it (`timed`: the call was timed). The attach build
+ * seeds at a thread's first call from the counter and draws after timed
+ * calls only, as before the draws were replayed: a draw after each thread's
+ * first call left an address of the library on the threads' stacks, which
+ * kept it loaded at detach. Its traces' draws are not replayed. */
+#ifdef MTLAB_ATTACH
+#define MTLAB_TIME_AFTER(t, timed, stamp) \
+    do {                                  \
+        if (timed) mtlab_time_after(t, stamp); \
+    } while (0)
+#else
+#define MTLAB_TIME_AFTER(t, timed, stamp) mtlab_time_after(t, stamp)
+#endif
 
 /* The cycles field of a timed call. In a sampled-timing trace 0 means "not
  * timed", so a timed call read as 0 cycles (a coarse counter) is written as 1. */

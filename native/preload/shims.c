@@ -271,7 +271,7 @@ static inline __attribute__((always_inline)) void record_alloc(unsigned kind, ui
         p = mtlab_put_varint(p, extra);
         commit(b, p);
     }
-    if (t0) mtlab_time_after(t);
+    MTLAB_TIME_AFTER(t, t0, t1);
     t->guard--;
     mtlab_resume_interrupted(t);
 }
@@ -400,7 +400,7 @@ static inline __attribute__((always_inline)) void record_release(unsigned kind, 
     }
     if (!MTLAB_SKIP(MTLAB_SKIP_HEAP) && mtlab_cfg.is_glibc && mtlab_real.curbrk && p) note_break((uint64_t)*mtlab_real.curbrk, &b, t1 ? t1 : t0);
     if (ar) note_arena(ar, &b, t1 ? t1 : t0);
-    if (t1) mtlab_time_after(t);
+    MTLAB_TIME_AFTER(t, t1, t0);
     t->guard--;
     mtlab_resume_interrupted(t);
 }
@@ -559,7 +559,7 @@ EXPORT size_t malloc_usable_size(void *p) {
         w = mtlab_put_ptr(b, w, (uint64_t)p);
         commit(b, mtlab_put_varint(w, r));
     }
-    if (t0) mtlab_time_after(t);
+    MTLAB_TIME_AFTER(t, t0, t1);
     t->guard--;
     return r;
 }

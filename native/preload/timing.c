@@ -11,6 +11,11 @@
  * which is what independent coin flips give, with one draw per timed call.
  * Every call is still recorded, with its time stamp; only its cycles field
  * is 0 ("not timed") when it was not timed.
+ *
+ * The rewrite replays these draws bit for bit (crates/mtlab/src/trace/
+ * draws.rs) to store only the calls that depart from them: change the
+ * generator, the seed or gap() only together with it (the test
+ * the_preload_librarys_timing_draws_are_replayed fails otherwise).
  */
 #include <math.h>
 
@@ -24,20 +29,32 @@ static int64_t gap(struct mtlab_tls *t) {
     return k < 1.0 ? 1 : k > 4e18 ? (int64_t)4e18 : (int64_t)k;
 }
 
-/* A thread's first call: seed its generator and draw where its first timed
- * call falls (not on the first call itself: a thread's first allocation is
- * often its slowest, and timing it always would bias short threads). By
- * memorylessness, the first gap is counted from this call. */
+/* A thread's first call is not timed: its generator is seeded once the
+ * call's event is written, from that event's time stamp (and the thread id),
+ * both in the trace, so that the rewrite can replay every draw and store
+ * only where a call's timing departs from the replay (docs/trace-format.md,
+ * *Replayed timing draws*). A thread's first allocation is often its
+ * slowest: never timing it loses that one call's cycles, not the sample's
+ * balance, since every later call is timed with probability 1/time_gap. */
 int mtlab_time_draw(struct mtlab_tls *t) {
-    t->time_rng = mtlab_mix64(mtlab_tsc() ^ ((uint64_t)mtlab_gettid() * 0x9e3779b97f4a7c15ull)) | 1;
+#ifdef MTLAB_ATTACH
+    /* Seeded now from the counter, the first gap counted from this call
+     * (see MTLAB_TIME_AFTER). */
+    t->time_rng = mtlab_time_seed(mtlab_tsc(), mtlab_gettid());
     t->time_left = gap(t);
     if (--t->time_left > 0) return 0;
     t->time_left = MTLAB_TIME_REDRAW;
     return 1;
+#else
+    t->time_left = MTLAB_TIME_REDRAW;
+    return 0;
+#endif
 }
 
-/* A timed call is over: the gap to the next one. Calls traced meanwhile (a
- * signal handler's) only counted the placeholder down. */
-void mtlab_time_redraw(struct mtlab_tls *t) {
+/* A timed call, or the thread's first, is over and its event written at
+ * `stamp`: the gap to the next timed call. Calls traced meanwhile (a signal
+ * handler's) only counted the placeholder down. */
+void mtlab_time_redraw(struct mtlab_tls *t, uint64_t stamp) {
+    if (t->time_rng == 0) t->time_rng = mtlab_time_seed(stamp, mtlab_gettid());
     t->time_left = gap(t);
 }

@@ -6,9 +6,11 @@
 
 mod util;
 
-use mtlab::trace::columns::{decode_columns, decode_columns_chained, split_chained, split_layout, RowChunk, Stamps, COLUMNS_LAYOUT};
+use mtlab::trace::columns::{
+    decode_columns, decode_columns_chained, split_chained, split_layout, timing_runs, RowChunk, Stamps, COLUMNS_LAYOUT,
+};
 use mtlab::trace::encode::ChunkEncoder;
-use mtlab::trace::{Item, TraceFile, UNTIMED};
+use mtlab::trace::{EventKind, Item, TraceFile, UNTIMED};
 use util::*;
 
 /// Events per row chunk (the preload library's chunks are 64 KiB of rows).
@@ -41,7 +43,7 @@ fn recode_all(trace: &std::path::Path) -> usize {
             chunks.push((first.tsc, enc));
         }
         let rows: Vec<RowChunk> = chunks.iter().map(|(t0, e)| RowChunk { first_tsc: *t0, rows: e.body() }).collect();
-        for layout in [1, 2, 3, COLUMNS_LAYOUT] {
+        for layout in [1, 2, 3, 4, COLUMNS_LAYOUT] {
             let cols = split_layout(&rows, None, layout).unwrap();
             let back = decode_columns(&cols, rows[0].first_tsc, *tid).unwrap();
             assert_eq!(back.len(), items.len(), "thread {tid}, layout {layout}");
@@ -108,5 +110,60 @@ fn real_programs_event_streams_round_trip_through_every_layout() {
         assert!(n > 4 * 100_000, "{n} events compared");
     } else {
         skip(&format!("{mi} not installed"));
+    }
+}
+
+/// A finished trace's EVENTS records in columns, and the values of their
+/// CYCLES_SKIP streams.
+fn records_and_timing_runs(trace: &std::path::Path) -> (usize, usize) {
+    let bytes = std::fs::read(trace).unwrap();
+    let (mut records, mut runs) = (0, 0);
+    for r in raw_records(&bytes).iter().filter(|r| r.ty == 1 && r.flags & 2 != 0) {
+        let crc = if r.flags & 4 != 0 { 8 } else { 0 };
+        let body = zstd::bulk::decompress(&bytes[r.offset as usize + 8 + 24..r.end as usize - crc], 64 << 20).unwrap();
+        runs += timing_runs(&body).unwrap();
+        records += 1;
+    }
+    (records, runs)
+}
+
+/// The rewrite replays the preload library's timing draws (each thread's
+/// generator seeded from its first call's stamp and id): in the finished
+/// traces of four threads and of a fork child, no call's timing departs
+/// from the replay, so each record's CYCLES_SKIP holds at most its last run,
+/// where it held one value per timed call before; the calls are still one
+/// in 32 timed, and a thread's first call never.
+#[test]
+fn the_preload_librarys_timing_draws_are_replayed() {
+    let lab = Lab::new();
+    let threads = lab.compile("threads");
+    let o = lab.record_cmd("t.mtl", &[], &threads, &["4", "40000"]).output().unwrap();
+    assert_success(&o, "mtlab record threads");
+    let fork = lab.compile("fork");
+    let o = lab.record_cmd("f.mtl", &[], &fork, &["30000", "30000"]).output().unwrap();
+    assert_success(&o, "mtlab record fork");
+    let mut traces = vec![lab.path("t.mtl"), lab.path("f.mtl")];
+    traces.extend(std::fs::read_dir(lab.path("f.mtl.d")).unwrap().map(|e| e.unwrap().path()));
+    assert_eq!(traces.len(), 3, "the fork child's trace: {traces:?}");
+    for trace in &traces {
+        let (records, runs) = records_and_timing_runs(trace);
+        assert!(records > 0, "{trace:?}: records in columns");
+        assert!(runs <= records, "{trace:?}: {runs} timing runs in {records} records: calls departed from the replayed draws");
+        let (mut calls, mut timed) = (0u64, 0u64);
+        let mut seen = std::collections::HashSet::new();
+        for item in TraceFile::open(trace).unwrap().items().unwrap() {
+            let Item::Event(e) = item else { continue };
+            if !matches!(e.kind, EventKind::Alloc { .. } | EventKind::Free { .. }) {
+                continue;
+            }
+            if seen.insert(e.tid) {
+                assert_eq!(e.cycles, UNTIMED, "{trace:?}: thread {}'s first call is not timed", e.tid);
+            }
+            calls += 1;
+            timed += (e.cycles != UNTIMED) as u64;
+        }
+        // 1/32 of 30 000 to 320 000 calls: the binomial's sd is under 3 %.
+        let share = timed as f64 * 32.0 / calls as f64;
+        assert!((0.85..1.15).contains(&share), "{trace:?}: {timed} of {calls} calls timed, {share:.3} x 1/32");
     }
 }

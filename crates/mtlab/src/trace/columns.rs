@@ -27,6 +27,7 @@
 
 use super::fields::{DecErr, Field, Fields};
 use super::format::*;
+use super::draws::{is_drawn, Draws, Thread};
 use super::predict::{Predictor, Streams};
 use super::varint::{put_svarint, put_varint, varint, zigzag};
 
@@ -37,8 +38,11 @@ use super::varint::{put_svarint, put_varint, varint, zigzag};
 /// from one record of a thread to its next (a *chain*, restarted every
 /// [`CHAIN_RECORDS`] records), codes frees of blocks allocated earlier in
 /// the chain by their allocation's number, sizes against their call site's
-/// last one, and time deltas of 0 by their runs. Layouts 1 to 3 are still read.
-pub const COLUMNS_LAYOUT: u8 = 4;
+/// last one, and time deltas of 0 by their runs; layout 5 (version 7)
+/// replays the preload library's timing draws (`draws`) and codes which
+/// calls were timed by where they depart from the replay. Layouts 1 to 4
+/// are still read.
+pub const COLUMNS_LAYOUT: u8 = 5;
 
 /// Records of a thread whose predictions run on from one to the next: a
 /// record that cannot be read takes at most the rest of its chain with it.
@@ -49,6 +53,49 @@ pub const CHAIN_RECORDS: u64 = 32;
 pub struct Chain {
     pos: u64,
     pred: Predictor,
+    /// Writer side (layout 5): where the thread's timing draws stand.
+    draws: Thread,
+}
+
+/// The writer's chain of each thread, by thread id (`finish_trace`): a
+/// thread not seen before starts with its timing draws not yet seeded.
+pub struct Chains {
+    time_sample: u64,
+    by_tid: std::collections::HashMap<u32, Option<Chain>>,
+}
+
+impl Chains {
+    /// For a trace whose header says `time_sample` (`trace::Header`).
+    pub fn new(time_sample: u64) -> Chains {
+        Chains { time_sample, by_tid: Default::default() }
+    }
+
+    /// The thread's chain, to write its next record with.
+    pub fn take(&mut self, tid: u32) -> Option<Chain> {
+        match self.by_tid.remove(&tid) {
+            Some(c) => c,
+            // A placeholder that starts a chain (its layout is none the
+            // writer writes) with the thread's draws from their start.
+            None => Some(Chain { pos: 0, pred: Predictor::new(1), draws: Thread::first(self.time_sample, tid) }),
+        }
+    }
+
+    /// The thread's chain after its record was written (None after an
+    /// error: its next record starts a chain, and its draws are lost).
+    pub fn put(&mut self, tid: u32, chain: Option<Chain>) {
+        self.by_tid.insert(tid, chain);
+    }
+
+    /// A record of the thread was kept as it was: its next record starts
+    /// a chain, and its draws are lost (that record's calls drew too).
+    pub fn remove(&mut self, tid: &u32) {
+        self.by_tid.insert(*tid, None);
+    }
+
+    /// `remove` for every thread seen so far.
+    pub fn clear(&mut self) {
+        self.by_tid.values_mut().for_each(|c| *c = None);
+    }
 }
 
 impl Chain {
@@ -124,7 +171,7 @@ fn n_streams(layout: u8) -> Option<usize> {
         1 => Some(N_STREAMS_V1),
         2 => Some(N_STREAMS_V2),
         3 => Some(N_STREAMS_V3),
-        4 => Some(MAX_STREAMS),
+        4 | 5 => Some(MAX_STREAMS),
         _ => None,
     }
 }
@@ -425,20 +472,37 @@ fn split_inner(
 ) -> Result<Vec<u8>, ColumnError> {
     let n_streams = n_streams(layout).ok_or(ColumnError::BadLayout("unknown layout version"))?;
     // Taken now: after an error the next record starts a chain.
-    let (pos, mut pred) = match chain.take() {
-        Some(c) if layout >= 4 && c.pred.layout() == layout && c.pos + 1 < CHAIN_RECORDS => (c.pos + 1, c.pred),
-        _ => (0, Predictor::for_writer(layout)),
+    let (pos, mut pred, thread) = match chain.take() {
+        Some(c) if layout >= 4 && c.pred.layout() == layout && c.pos + 1 < CHAIN_RECORDS => (c.pos + 1, c.pred, c.draws),
+        Some(c) => (0, Predictor::for_writer(layout), c.draws),
+        None => (0, Predictor::for_writer(layout), Thread::At(Draws::Unknown)),
     };
-    // The steps are judged on the first values (`detect_step` looks at 1024).
+    // The steps are judged on the first values (`detect_step` looks at 1024);
+    // an unseeded thread's draws on its first allocator call's stamp.
     let (mut times, mut cycles) = (Vec::with_capacity(1024), Vec::with_capacity(1024));
+    let mut want_stamp = layout >= 5 && thread.wants_stamp();
+    let (mut stamp, mut first_drawn) = (chunks.first().map_or(0, |c| c.first_tsc), None);
+    let mut drawn = false;
     walk_rows(chunks, |t| {
         match t {
-            Token::Value(Field::Time, v) if v != 0 && times.len() < 1024 => times.push(v),
+            Token::Kind(b) => drawn = is_drawn(b & KIND_MASK),
+            Token::Value(Field::Time, v) => {
+                stamp = stamp.wrapping_add(v);
+                if want_stamp && drawn {
+                    first_drawn = Some(stamp);
+                    want_stamp = false;
+                }
+                if v != 0 && times.len() < 1024 {
+                    times.push(v)
+                }
+            }
             Token::Value(Field::Cycles, v) if v != 0 && cycles.len() < 1024 => cycles.push(v),
             _ => {}
         }
-        times.len() < 1024 || cycles.len() < 1024
+        times.len() < 1024 || cycles.len() < 1024 || want_stamp
     })?;
+    let (mut draws, thread) = if layout >= 5 { (thread.start(first_drawn), thread) } else { (Draws::Unknown, thread) };
+    let started = draws;
     let (tq, cq) = (time_step.unwrap_or_else(|| detect_step(&times)).max(1), detect_step(&cycles));
     let (td, cd) = (Divisor::new(tq), Divisor::new(cq));
 
@@ -454,6 +518,9 @@ fn split_inner(
     let (mut zeros, mut time_zeros) = (0u64, 0u64);
     // Layout 4: the current event's kind byte, written at its stack.
     let mut kind = 0u8;
+    // Layout 5: the events since the last whose timing departed from the
+    // replay of the draws.
+    let (mut kept, mut departed, mut timed_drawn) = (0u64, 0u64, 0u64);
     walk_rows(chunks, |t| {
         match t {
             Token::Kind(b) => {
@@ -491,6 +558,24 @@ fn split_inner(
                     let (a, b) = s.split_at_mut(Stream::TimeRest as usize);
                     put_stepped(v, td, &mut a[Stream::Time as usize], &mut b[0]);
                 }
+                Field::Cycles if layout >= 5 => {
+                    let k = kind & KIND_MASK;
+                    let (predicted, due) = draws.predict(k);
+                    let timed = v != 0;
+                    draws.settle(due, timed, k);
+                    timed_drawn += (timed && is_drawn(k)) as u64;
+                    if predicted == timed {
+                        kept += 1;
+                    } else {
+                        put_varint(&mut s[Stream::CyclesSkip as usize], kept);
+                        kept = 0;
+                        departed += 1;
+                    }
+                    if timed {
+                        let (a, b) = s.split_at_mut(Stream::CyclesRest as usize);
+                        put_stepped(v, cd, &mut a[Stream::Cycles as usize], &mut b[0]);
+                    }
+                }
                 Field::Cycles if layout >= 3 && v == 0 => zeros += 1,
                 Field::Cycles => {
                     if layout >= 3 {
@@ -519,8 +604,8 @@ fn split_inner(
         }
         true
     })?;
-    if zeros > 0 {
-        put_varint(&mut s[Stream::CyclesSkip as usize], zeros);
+    if zeros > 0 || kept > 0 {
+        put_varint(&mut s[Stream::CyclesSkip as usize], zeros + kept);
     }
     if time_zeros > 0 {
         put_varint(&mut s[Stream::TimeSkip as usize], time_zeros);
@@ -530,10 +615,13 @@ fn split_inner(
     out.push(layout);
     if layout >= 4 {
         put_varint(&mut out, pos);
-        *chain = Some(Chain { pos, pred });
+        *chain = Some(Chain { pos, pred, draws: thread.after(started, draws, departed, timed_drawn) });
     }
     put_varint(&mut out, tq);
     put_varint(&mut out, cq);
+    if layout >= 5 {
+        started.put(&mut out);
+    }
     for st in &s[..n_streams] {
         put_varint(&mut out, st.len() as u64);
     }
@@ -541,6 +629,20 @@ fn split_inner(
         out.extend_from_slice(st);
     }
     Ok(out)
+}
+
+/// The values of a layout-5 body's CYCLES_SKIP stream: one for each event
+/// whose timing departs from the replay of the draws, and at most one more
+/// (the record's last run); in earlier layouts, one for each timed call.
+pub fn timing_runs(cols: &[u8]) -> Result<usize, ColumnError> {
+    let f = ColumnFields::new(cols)?;
+    let (mut at, end) = (f.at[Stream::CyclesSkip as usize], f.end[Stream::CyclesSkip as usize]);
+    let mut n = 0;
+    while at < end {
+        varint(cols, &mut at).map_err(|_| ColumnError::Truncated)?;
+        n += 1;
+    }
+    Ok(n)
 }
 
 // ---------------------------------------------------------------------------
@@ -620,6 +722,9 @@ pub(crate) struct ColumnFields {
     time_zeros: ZeroRuns,
     /// Layout 4: the record's place in its thread's chain (0: it starts one).
     chain_pos: u64,
+    /// Layout 5: the replay of the timing draws, and the current event's kind.
+    draws: Option<Draws>,
+    kind: u8,
     /// Layout 4: each item's stack comes before its kind byte, which is
     /// coded against its stack's (`Predictor::kind_at_site`); the current
     /// event's stack.
@@ -650,7 +755,7 @@ impl ColumnFields {
     /// After the record's last event: its predictions, for the thread's
     /// next record (layout 4; None before it).
     pub fn into_chain(self) -> Option<Chain> {
-        (self.pred.layout() >= 4).then_some(Chain { pos: self.chain_pos, pred: self.pred })
+        (self.pred.layout() >= 4).then_some(Chain { pos: self.chain_pos, pred: self.pred, draws: Thread::At(Draws::Unknown) })
     }
 
     /// Checks the layout header of `buf` (the decompressed body).
@@ -660,6 +765,7 @@ impl ColumnFields {
         let n_streams = n_streams(layout).ok_or(ColumnError::BadLayout("unknown layout version"))?;
         let chain_pos = if layout >= 4 { h.v()? } else { 0 };
         let (time_step, cycles_step) = (h.v()?, h.v()?);
+        let draws = if layout >= 5 { Some(Draws::get(buf, &mut h.pos).map_err(ColumnError::BadLayout)?) } else { None };
         let mut lens = [0usize; MAX_STREAMS];
         for l in lens.iter_mut().take(n_streams) {
             *l = usize::try_from(h.v()?).map_err(|_| ColumnError::BadLayout("stream too long"))?;
@@ -684,6 +790,8 @@ impl ColumnFields {
             cycle_zeros: ZeroRuns::new(layout >= 3),
             time_zeros: ZeroRuns::new(layout >= 4),
             chain_pos,
+            draws,
+            kind: 0,
             kind_by_site: layout >= 4,
             stack: 0,
         })
@@ -720,7 +828,9 @@ impl Fields for ColumnFields {
             s => {
                 self.stack = s - 1;
                 self.pred.site(self.stack);
-                Ok(Some(self.pred.kind_at_site(code)))
+                let k = self.pred.kind_at_site(code);
+                self.kind = k & KIND_MASK;
+                Ok(Some(k))
             }
         }
     }
@@ -733,6 +843,19 @@ impl Fields for ColumnFields {
                 }
                 let (q, r) = (self.v(buf, Stream::Time)?, self.v(buf, Stream::TimeRest)?);
                 Ok(from_stepped(self.time_step, q, r))
+            }
+            Field::Cycles if self.draws.is_some() => {
+                let draws = self.draws.as_mut().expect("layout 5");
+                let (predicted, due) = draws.predict(self.kind);
+                // A run of events as the replay predicts them, then one that departs.
+                let kept = self.cycle_zeros.next_is_zero(buf, &mut self.at[Stream::CyclesSkip as usize])?;
+                let timed = predicted == kept;
+                draws.settle(due, timed, self.kind);
+                if !timed {
+                    return Ok(0);
+                }
+                let (q, r) = (self.v(buf, Stream::Cycles)?, self.v(buf, Stream::CyclesRest)?);
+                Ok(from_stepped(self.cycles_step, q, r))
             }
             Field::Cycles => {
                 if self.cycle_zeros.next_is_zero(buf, &mut self.at[Stream::CyclesSkip as usize])? {
@@ -841,13 +964,13 @@ mod tests {
         }
         let cols = roundtrip_one(enc.body(), 100);
         // Layout: version, place in the chain, steps (1: too few values to
-        // find one), then lengths: AllocRank holds 0 (miss), 0 (miss: b is
+        // find one), the timing draws (0: none replayed), then lengths: AllocRank holds 0 (miss), 0 (miss: b is
         // not at a's end), 2 (rank 0 among frees) and FreeRank 3 (b:
         // newest), 4 (a: second newest then), 0 (miss, whose delta
         // FreeDelta holds).
         let mut h = Reader::new(&cols);
         assert_eq!(h.byte().unwrap(), COLUMNS_LAYOUT);
-        assert_eq!((h.v().unwrap(), h.v().unwrap(), h.v().unwrap()), (0, 1, 1));
+        assert_eq!((h.v().unwrap(), h.v().unwrap(), h.v().unwrap(), h.v().unwrap()), (0, 1, 1, 0));
         let lens: Vec<usize> = (0..MAX_STREAMS).map(|_| h.v().unwrap() as usize).collect();
         let stream = |s: Stream| {
             let start = h.pos + lens[..s as usize].iter().sum::<usize>();
@@ -862,12 +985,9 @@ mod tests {
 
     /// The body's stream `which` of a current-layout body.
     fn stream_of(cols: &[u8], which: Stream) -> Vec<u8> {
-        let mut h = Reader::new(cols);
-        assert_eq!(h.byte().unwrap(), COLUMNS_LAYOUT);
-        let _ = (h.v().unwrap(), h.v().unwrap(), h.v().unwrap());
-        let lens: Vec<usize> = (0..MAX_STREAMS).map(|_| h.v().unwrap() as usize).collect();
-        let start = h.pos + lens[..which as usize].iter().sum::<usize>();
-        cols[start..start + lens[which as usize]].to_vec()
+        assert_eq!(cols[0], COLUMNS_LAYOUT);
+        let f = ColumnFields::new(cols).unwrap();
+        cols[f.at[which as usize]..f.end[which as usize]].to_vec()
     }
 
     #[test]
@@ -898,6 +1018,41 @@ mod tests {
     }
 
     #[test]
+    fn replayed_draws_leave_one_run_and_a_departure_stays_exact() {
+        // A thread's calls timed as the preload library chooses them, its
+        // generator seeded from the first call's stamp (100) and id (1).
+        let timed = crate::trace::draws::tests::preload_timed(3000, 32, 100, 1);
+        let events: Vec<Event> = (0..3000u64)
+            .map(|i| Event { cycles: if timed[i as usize] { 52 + i } else { 0 }, ..malloc(100 + 26 * i, 0x1000 + 64 * i) })
+            .collect();
+        let write = |events: &[Event]| {
+            let mut enc = ChunkEncoder::new(1);
+            events.iter().for_each(|e| enc.event(e));
+            let rows = enc.body().to_vec();
+            let mut chains = Chains::new(32);
+            let mut chain = chains.take(1);
+            let cols = split_chained(&[RowChunk { first_tsc: 100, rows: &rows }], Stamps::Exact, &mut chain).unwrap();
+            assert_eq!(from_cols(&cols, 100).unwrap(), from_rows(&rows, 100), "round trip");
+            cols
+        };
+        let cols = write(&events);
+        assert_eq!(stream_of(&cols, Stream::CyclesSkip), [0xb8, 0x17], "one run of the 3000 events, as predicted");
+        let n_timed = timed.iter().filter(|&&t| t).count();
+        assert!(n_timed > 50, "{n_timed} calls timed");
+        // A call timed where the replay says not: stored, and exact.
+        let mut departed = events.clone();
+        departed[1000].cycles = if departed[1000].cycles == 0 { 7 } else { 0 };
+        let cols = write(&departed);
+        assert!(stream_of(&cols, Stream::CyclesSkip).len() > 2);
+        // Without the seed (a thread whose first record was lost), the
+        // gaps are stored as before: one run per timed call.
+        let mut enc = ChunkEncoder::new(1);
+        events.iter().for_each(|e| enc.event(e));
+        let cols = roundtrip_one(enc.body(), 100);
+        assert!(stream_of(&cols, Stream::CyclesSkip).len() >= n_timed);
+    }
+
+    #[test]
     fn chained_records_name_earlier_blocks_by_number_and_restart() {
         // 36 records of one thread: each allocates 300 blocks and frees, in
         // order, the 300 the record before allocated — too far back for the
@@ -920,7 +1075,7 @@ mod tests {
             if pos > 0 {
                 // Not readable alone, nor after another place of the chain.
                 assert!(decode_columns(&cols, first, 1).is_err());
-                let mut wrong = Some(Chain { pos: pos + 1, pred: Predictor::new(COLUMNS_LAYOUT) });
+                let mut wrong = Some(Chain { pos: pos + 1, pred: Predictor::new(COLUMNS_LAYOUT), draws: Thread::At(Draws::Unknown) });
                 assert!(decode_columns_chained(&cols, first, 1, &mut wrong).is_err());
             }
             let back = decode_columns_chained(&cols, first, 1, &mut rchain).unwrap();
@@ -1183,6 +1338,11 @@ mod recode_sizes {
         let solo = per_thread.len() == 1;
         let (mut total, mut records) = (0usize, 0usize);
         let mut per_stream = [0usize; MAX_STREAMS];
+        // Across records: each record with its thread's previous one as a
+        // zstd dictionary (whole body, and stream by stream), and a thread's
+        // bodies as one frame (the most a larger window could find).
+        let (mut with_prev, mut one_frame) = (0usize, 0usize);
+        let mut per_stream_prev = [0usize; MAX_STREAMS];
         let mut comp = zstd::bulk::Compressor::new(3).unwrap();
         let t0 = std::time::Instant::now();
         for (tid, items) in &per_thread {
@@ -1211,20 +1371,37 @@ mod recode_sizes {
                 groups.last_mut().unwrap().push(i);
             }
             let (mut wchain, mut rchain) = (None, None);
+            let mut prev: Option<Vec<u8>> = None;
+            let mut all = Vec::new();
             for g in groups {
                 let rows: Vec<RowChunk> = g.iter().map(|&i| RowChunk { first_tsc: encs[i].0, rows: encs[i].1.body() }).collect();
                 let (tq, round) = if solo { (Some(1 << 16), true) } else { (None, false) };
                 let cols = split_inner(&rows, tq, layout, round, &mut wchain).unwrap();
                 total += comp.compress(&cols).unwrap().len();
                 records += 1;
+                all.extend_from_slice(&cols);
+                with_prev += match &prev {
+                    Some(p) => zstd::bulk::Compressor::with_dictionary(3, p).unwrap().compress(&cols).unwrap().len(),
+                    None => comp.compress(&cols).unwrap().len(),
+                };
                 // Each stream alone.
                 let f = ColumnFields::new(&cols).unwrap();
+                let pf = prev.as_ref().map(|p| ColumnFields::new(p).unwrap());
                 for (i, n) in per_stream.iter_mut().enumerate() {
                     let part = &cols[f.at[i]..f.end[i]];
                     if !part.is_empty() {
                         *n += comp.compress(part).unwrap().len();
+                        let pp = match (&prev, &pf) {
+                            (Some(p), Some(pf)) if pf.end[i] > pf.at[i] => Some(&p[pf.at[i]..pf.end[i]]),
+                            _ => None,
+                        };
+                        per_stream_prev[i] += match pp {
+                            Some(pp) => zstd::bulk::Compressor::with_dictionary(3, pp).unwrap().compress(part).unwrap().len(),
+                            None => comp.compress(part).unwrap().len(),
+                        };
                     }
                 }
+                prev = Some(cols.clone());
                 let back = decode_columns_chained(&cols, rows[0].first_tsc, *tid, &mut rchain).unwrap();
                 let mut want = Vec::new();
                 for r in &rows {
@@ -1243,11 +1420,15 @@ mod recode_sizes {
                 };
                 assert!(no_time(back) == no_time(want), "round trip");
             }
+            let mut big = zstd::bulk::Compressor::new(3).unwrap();
+            big.set_parameter(zstd::zstd_safe::CParameter::WindowLog(27)).unwrap();
+            one_frame += big.compress(&all).unwrap().len();
         }
+        say!("  with the previous record as dictionary: {with_prev} bytes; each thread one frame (window 2^27): {one_frame} bytes");
         say!("{path}: layout {layout}, {} threads, {records} records: {total} bytes ({:.1} s)", per_thread.len(), t0.elapsed().as_secs_f64());
         for (i, n) in per_stream.iter().enumerate() {
             if *n > 0 {
-                say!("  {:<12} {:>10}", NAMES[i], n);
+                say!("  {:<12} {:>10} {:>10}", NAMES[i], n, per_stream_prev[i]);
             }
         }
     }

@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::columns::{split_chained, Chain, RowChunk, Stamps};
+use super::columns::{split_chained, Chain, Chains, RowChunk, Stamps};
 use super::error::TraceError;
 use super::format::*;
 use super::held::HeldWriter;
@@ -141,9 +141,6 @@ fn chunk_head_bytes(tid: u32, n_events: u32, first_tsc: u64, last_tsc: u64) -> [
     h
 }
 
-/// Each thread's predictions, carried from its last record to its next
-/// (layout 4, `columns::split_chained`).
-pub(crate) type Chains = std::collections::HashMap<u32, Option<Chain>>;
 
 /// A group's rows in columns, for the thread's next record in the file
 /// after `chain`'s (None when the rows cannot be read as columns: an
@@ -257,14 +254,14 @@ fn write_compressed_batch(
         threads[t].1.push(i);
     }
     let held: Vec<std::sync::Mutex<Option<Chain>>> =
-        threads.iter().map(|(tid, _)| std::sync::Mutex::new(chains.remove(tid).flatten())).collect();
+        threads.iter().map(|(tid, _)| std::sync::Mutex::new(chains.take(*tid))).collect();
     let (split, spent) = parallel(threads.len(), workers, |t| {
         let mut chain = held[t].lock().unwrap_or_else(|e| e.into_inner());
         Ok(threads[t].1.iter().map(|&g| split_group(&groups[g], batch_ref, &mut chain)).collect::<Vec<_>>())
     })?;
     stats.stages.rewrite += spent;
     for ((tid, _), chain) in threads.iter().zip(held) {
-        chains.insert(*tid, chain.into_inner().unwrap_or_else(|e| e.into_inner()));
+        chains.put(*tid, chain.into_inner().unwrap_or_else(|e| e.into_inner()));
     }
     let mut cols: Vec<Option<Vec<u8>>> = vec![None; groups.len()];
     for ((_, members), split) in threads.iter().zip(split) {
@@ -392,7 +389,7 @@ impl Finisher {
         // renamed over `path`, so reading a file that a link planted there
         // points at would copy it to where the link was.
         let src = crate::platform::safe_fs::open_owned_regular(path, false).map_err(TraceError::io(path))?;
-        let (_version, _text, header_end) = read_file_header(&src, path, available)?;
+        let (_version, text, header_end) = read_file_header(&src, path, available)?;
         let (tmp, tmp_path, guard) = temp_beside(path, "finish")?;
         let mut out = HeldWriter::new(tmp, 0);
         let head = header_at_this_version(&src, path, header_end)?;
@@ -409,7 +406,7 @@ impl Finisher {
             stats: FinishStats::default(),
             batch: Vec::new(),
             batch_bytes: 0,
-            chains: Chains::new(),
+            chains: Chains::new(super::decode::Header::parse(&text).0.time_sample),
             n_chunks: 0,
             repeated: RepeatedChunks::default(),
             off: header_end,

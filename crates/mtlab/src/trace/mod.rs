@@ -42,6 +42,7 @@
 pub mod columns;
 pub mod compact;
 pub mod decode;
+mod draws;
 pub mod encode;
 pub mod error;
 pub mod event;
