@@ -141,7 +141,6 @@ fn chunk_head_bytes(tid: u32, n_events: u32, first_tsc: u64, last_tsc: u64) -> [
     h
 }
 
-
 /// A group's rows in columns, for the thread's next record in the file
 /// after `chain`'s (None when the rows cannot be read as columns: an
 /// unknown kind; the thread's next group then starts a chain).
