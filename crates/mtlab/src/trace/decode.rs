@@ -12,7 +12,7 @@ use std::io::{self, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use super::columns::{Chain, ColumnFields};
+use super::columns::{Chain, ColumnFields, CHAIN_RECORDS};
 use super::error::TraceError;
 use super::keys;
 use super::event::{Event, EventKind, Func, Item, UNTIMED};
@@ -1114,12 +1114,14 @@ impl Items {
     }
 
     /// The current chunk has been read to its end: its predictions are kept
-    /// for its thread's next chunk, then its slot freed.
+    /// for its thread's next chunk — unless that one must start a chain of
+    /// its own (this one ends its chain: up to 6 MiB a thread were held for
+    /// nothing) — then its slot freed.
     fn end_cur(&mut self) {
         let a = &mut self.slots[self.cur as usize].cur;
         if self.has_later[a.idx as usize] {
             if let Layout::Columns(f) = std::mem::replace(&mut a.layout, Layout::Rows(RowFields::default())) {
-                if let Some(chain) = f.into_chain() {
+                if let Some(chain) = f.into_chain().filter(|c| c.pos() + 1 < CHAIN_RECORDS) {
                     self.chains.insert(a.tid, (a.idx, chain));
                 }
             }
@@ -1144,6 +1146,9 @@ impl Items {
         let (start, len) = c.event_bytes();
         let mut buf = self.pool.pop().unwrap_or_default();
         let in_memory = self.memory.remove(&idx);
+        // The predictions of the thread's previous chunk, when that chunk was
+        // read to its end (layout 4); let go here whatever this chunk is.
+        let prev = self.chains.remove(&c.tid).filter(|(i, _)| *i == self.prev_of_thread[idx as usize]).map(|(_, ch)| ch);
         let res: io::Result<Layout> = (|| {
             if let Some(bytes) = in_memory {
                 buf = bytes;
@@ -1174,9 +1179,6 @@ impl Items {
                 if c.columns {
                     let mut f = ColumnFields::new(&buf)
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
-                    // The predictions of the thread's previous chunk, when
-                    // that chunk was read to its end (layout 4).
-                    let prev = self.chains.remove(&c.tid).filter(|(i, _)| *i == self.prev_of_thread[idx as usize]).map(|(_, ch)| ch);
                     f.resume(prev).map_err(|why| io::Error::new(io::ErrorKind::InvalidData, BrokenChain(why)))?;
                     buf.extend_from_slice(&[0; ColumnFields::PADDING]);
                     return Ok(Layout::Columns(Box::new(f)));
@@ -1919,6 +1921,28 @@ pub(crate) mod tests {
         w.finish().unwrap();
         all.sort_by_key(|e| e.tsc);
         all
+    }
+
+    #[test]
+    fn the_predictions_of_a_chains_last_record_are_not_held() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.mtl");
+        let want = chained_trace(&path);
+        finish_trace(&path, &[]).unwrap();
+        let tf = TraceFile::open(&path).unwrap();
+        let mut items = tf.items().unwrap();
+        let last = crate::trace::columns::CHAIN_RECORDS - 1;
+        let (mut events, mut held) = (0, std::collections::BTreeSet::new());
+        while let Some(item) = items.next_ref() {
+            events += matches!(item, ItemRef::Event(_)) as usize;
+            held.extend(items.chains.values().map(|(_, c)| c.pos()));
+        }
+        assert_eq!(events, want.len());
+        assert!(items.warnings().is_empty(), "{:?}", items.warnings());
+        // Thread 1's 40 records: every place of the first chain but its last
+        // is held for the next record, and the second chain's (to 7).
+        assert_eq!(held, (0..last).collect(), "places of the chains held");
+        assert!(items.chains.is_empty(), "nothing held after the last record");
     }
 
     #[test]

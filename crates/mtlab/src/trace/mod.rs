@@ -17,6 +17,8 @@
 //! - `varint.rs`: the varint codec; `records.rs`: record headers: scanning,
 //!   checking, writing; chunk header and its checksums; END.
 //! - `resync.rs`: after damage in a checksummed file: the next intact record.
+//! - `ring.rs`: layout 4's ring of allocation numbers (address and usable
+//!   size packed in a word), which `predict` names far frees by.
 //! - `columns.rs`: the column layout of finished chunks: streams by field
 //!   meaning, TSC-step splitting, address ranks.
 //! - `decode.rs`: header, index pass, time-ordered merge of thread chunks in
@@ -52,6 +54,7 @@ pub mod finish;
 pub mod format;
 mod held;
 mod predict;
+mod ring;
 pub mod keys;
 pub mod kv;
 mod maps;

@@ -33,6 +33,7 @@
 use super::columns::Stream;
 use super::format::EV_MALLOC;
 use super::fields::{DecErr, Field};
+use super::ring::{Ring, UNKNOWN};
 use super::varint::{put_svarint, put_varint, zigzag};
 
 /// Recent allocation results a free is looked up among.
@@ -106,13 +107,11 @@ pub(crate) struct Predictor {
     cur_size: u64,
     cur_new: u64,
     // Layout 4 only.
-    /// Allocation results by their number in the chain (mod FAR_WINDOW),
-    /// and how many there were.
-    ring: Vec<u64>,
+    /// Allocation results and their usable sizes by their number in the
+    /// chain (mod FAR_WINDOW), and how many there were.
+    ring: Ring,
     seq: u64,
-    /// Usable size of each allocation in the ring (u32::MAX: unknown), and
-    /// the number of each entry of `allocs`.
-    ring_usable: Vec<u32>,
+    /// The number of each entry of `allocs`.
     allocs_seq: Vec<u64>,
     /// Per usable size (direct-mapped on `size_slot`): the size the slot
     /// holds, and its freed blocks, newest last.
@@ -213,9 +212,8 @@ impl Predictor {
             last_usable: 0,
             cur_size: 1,
             cur_new: 0,
-            ring: Vec::new(),
+            ring: Ring::default(),
             seq: 0,
-            ring_usable: Vec::new(),
             allocs_seq: Vec::new(),
             size_tag: if layout >= 4 { vec![u64::MAX; SIZE_LISTS] } else { Vec::new() },
             size_frees: if layout >= 4 { vec![Vec::new(); SIZE_LISTS] } else { Vec::new() },
@@ -490,7 +488,7 @@ impl Predictor {
                             return Err(DecErr::Columns("a freed block's number is out of range"));
                         }
                         self.prev_far = s;
-                        let p = self.ring[(s % FAR_WINDOW) as usize];
+                        let p = self.ring.addr((s % FAR_WINDOW) as usize);
                         self.freed(p, s);
                         p
                     }
@@ -539,7 +537,7 @@ impl Predictor {
             Some(r) => self.allocs_seq[past - 1 - r],
             None => *self.seq_of.get(&p)?,
         };
-        (self.seq - s <= FAR_WINDOW && self.ring[(s % FAR_WINDOW) as usize] == p).then_some(s)
+        (self.seq - s <= FAR_WINDOW && self.ring.addr((s % FAR_WINDOW) as usize) == p).then_some(s)
     }
 
     /// Layout 4: removes entry `r` (from the newest) of the recent
@@ -581,8 +579,8 @@ impl Predictor {
         if s >= self.seq || self.seq - s > FAR_WINDOW {
             return;
         }
-        let u = self.ring_usable[(s % FAR_WINDOW) as usize];
-        if u == u32::MAX {
+        let u = self.ring.get((s % FAR_WINDOW) as usize).1;
+        if u == UNKNOWN {
             return;
         }
         let u = u as u64;
@@ -611,11 +609,8 @@ impl Predictor {
                     // (`after_extra`).
                     if self.seq < FAR_WINDOW {
                         self.ring.push(p);
-                        self.ring_usable.push(u32::MAX);
                     } else {
-                        let slot = (self.seq % FAR_WINDOW) as usize;
-                        self.ring[slot] = p;
-                        self.ring_usable[slot] = u32::MAX;
+                        self.ring.set((self.seq % FAR_WINDOW) as usize, p, UNKNOWN);
                     }
                     if self.allocs.len() >= 4 * ALLOC_WINDOW {
                         let old = self.allocs.len() - ALLOC_WINDOW;
@@ -696,7 +691,7 @@ impl Predictor {
             if self.layout >= 4 {
                 // The current event's allocation is the ring's newest.
                 let slot = (self.seq.wrapping_sub(1) % FAR_WINDOW) as usize;
-                self.ring_usable[slot] = u32::try_from(usable).unwrap_or(u32::MAX);
+                self.ring.set_usable(slot, u32::try_from(usable).unwrap_or(UNKNOWN));
             }
         }
     }
