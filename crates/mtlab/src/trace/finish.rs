@@ -656,8 +656,11 @@ impl Finisher {
 
 #[cfg(test)]
 mod finish_speed {
-    /// `MTLAB_FINISH_TRACE=FILE cargo test --release --lib finish_speed -- --ignored --nocapture`:
-    /// times finish_trace on a copy of an unfinished trace.
+    /// `MTLAB_FINISH_TRACE=FILE [MTLAB_FINISH_OUT=OUT] cargo test --release --lib finish_speed -- --ignored --nocapture`:
+    /// times finish_trace on a copy of an unfinished trace (a child's
+    /// `FILE.d/PID`, copied before `record` finishes it), and keeps the
+    /// finished copy at OUT: two builds' outputs of one raw trace compare
+    /// byte for byte.
     #[test]
     #[ignore]
     fn finish_speed() {
@@ -667,6 +670,16 @@ mod finish_speed {
         std::fs::copy(&src, &p).unwrap();
         let t = std::time::Instant::now();
         let st = super::finish_trace(&p, &[]).unwrap();
-        say!("finish: {:.3} s, {} -> {} bytes", t.elapsed().as_secs_f64(), st.bytes_before, st.bytes_after);
+        say!(
+            "finish: {:.3} s, {} -> {} bytes; columns {:.3} s, compression {:.3} s of thread time",
+            t.elapsed().as_secs_f64(),
+            st.bytes_before,
+            st.bytes_after,
+            st.stages.rewrite.as_secs_f64(),
+            st.stages.compression.as_secs_f64()
+        );
+        if let Ok(out) = std::env::var("MTLAB_FINISH_OUT") {
+            std::fs::copy(&p, out).unwrap();
+        }
     }
 }
