@@ -226,6 +226,10 @@ fn plan_runs(thread: usize, members: &[usize], groups: &[Group], batch: &[(Chunk
     runs
 }
 
+/// A run's groups' columns (None: rows that are no columns), and the
+/// chain after its last.
+type RunDone = (Vec<Option<Vec<u8>>>, Option<Chain>);
+
 /// Whether the chain a run ended with is the one the next run was started
 /// after (`plan_runs`' replay agrees with `split_chained`).
 fn same_start(end: &Option<Chain>, planned: Option<Thread>) -> bool {
@@ -400,7 +404,7 @@ fn split_threads(
         let cols = threads[r.thread].1[r.from..r.to].iter().map(|&g| split_group(&groups[g], batch, &mut chain)).collect::<Vec<_>>();
         Ok((cols, chain))
     })?;
-    let mut done: Vec<Option<(Vec<Option<Vec<u8>>>, Option<Chain>)>> = (0..runs.len()).map(|_| None).collect();
+    let mut done: Vec<Option<RunDone>> = (0..runs.len()).map(|_| None).collect();
     for (k, r) in split.into_iter().enumerate() {
         done[order[k]] = Some(r);
     }
@@ -871,7 +875,7 @@ mod tests {
                         rng ^= rng << 13;
                         rng ^= rng >> 7;
                         rng ^= rng << 17;
-                        let t = if tid == 1 { timed[n as usize] } else { rng % 7 == 0 };
+                        let t = if tid == 1 { timed[n as usize] } else { rng.is_multiple_of(7) };
                         // Chunk k's last events come after chunk k + 1's first.
                         let tsc = 5000 + k * 1000 + i * 30 + tid as u64;
                         let ptr = 0x10_0000 + (tid as u64) * 0x1000_0000 + (n / 2) * 64;
