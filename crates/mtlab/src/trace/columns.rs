@@ -76,7 +76,7 @@ impl Chains {
             Some(c) => c,
             // A placeholder that starts a chain (its layout is none the
             // writer writes) with the thread's draws from their start.
-            None => Some(Chain { pos: 0, pred: Predictor::new(1), draws: Thread::first(self.time_sample, tid) }),
+            None => Some(Chain::restart(Thread::first(self.time_sample, tid))),
         }
     }
 
@@ -103,6 +103,69 @@ impl Chain {
     pub fn pos(&self) -> u64 {
         self.pos
     }
+
+    /// A placeholder (its layout is none the writer writes) whose thread's
+    /// next record starts a chain, with the thread's draws at `draws`.
+    pub(crate) fn restart(draws: Thread) -> Chain {
+        Chain { pos: 0, pred: Predictor::new(1), draws }
+    }
+
+    /// Whether the thread's next record (written by `split_chained`) runs
+    /// on from this chain's predictions rather than starting a chain.
+    pub(crate) fn runs_on(&self) -> bool {
+        self.pred.layout() == COLUMNS_LAYOUT && self.pos + 1 < CHAIN_RECORDS
+    }
+
+    /// Where the thread's timing draws stand after the record.
+    pub(crate) fn draws(&self) -> Thread {
+        self.draws
+    }
+}
+
+/// Where a thread's timing draws stand after `split_chained` wrote a record
+/// of `chunks` that started from `thread`, or the error it met: the draws
+/// alone, replayed without the predictions (a walk over the rows), so that
+/// the rewrite can start a later chain of the thread on another core
+/// (`finish`). Its caller checks the result against the chain that
+/// `split_chained` leaves.
+pub(crate) fn draws_after(chunks: &[RowChunk], thread: Thread) -> Result<Thread, ColumnError> {
+    let mut want_stamp = thread.wants_stamp();
+    let (mut stamp, mut first_drawn) = (chunks.first().map_or(0, |c| c.first_tsc), None);
+    let mut drawn = false;
+    if want_stamp {
+        walk_rows(chunks, |t| {
+            match t {
+                Token::Kind(b) => drawn = is_drawn(b & KIND_MASK),
+                Token::Value(Field::Time, v) => {
+                    stamp = stamp.wrapping_add(v);
+                    if drawn {
+                        first_drawn = Some(stamp);
+                        want_stamp = false;
+                    }
+                }
+                _ => {}
+            }
+            want_stamp
+        })?;
+    }
+    let started = thread.start(first_drawn);
+    let mut draws = started;
+    let (mut kind, mut departed, mut timed_drawn) = (0u8, 0u64, 0u64);
+    walk_rows(chunks, |t| {
+        match t {
+            Token::Kind(b) if b & KIND_MASK != EV_STACK_DEF => kind = b & KIND_MASK,
+            Token::Value(Field::Cycles, v) => {
+                let (predicted, due) = draws.predict(kind);
+                let timed = v != 0;
+                draws.settle(due, timed, kind);
+                timed_drawn += (timed && is_drawn(kind)) as u64;
+                departed += (predicted != timed) as u64;
+            }
+            _ => {}
+        }
+        true
+    })?;
+    Ok(thread.after(started, draws, departed, timed_drawn))
 }
 
 /// The streams a chunk's values are sorted into, in layout order.
