@@ -1008,8 +1008,11 @@ mod tests {
         };
         assert_eq!(stream(Stream::AllocRank), &[0, 0, 2]);
         assert_eq!(stream(Stream::FreeRank), &[3, 4, 0]);
+        // The miss's delta (layout 6): 0xdea units of 16 (zigzag, then a
+        // flag: low bits follow), and the low bits 0xd.
         let mut dead = Vec::new();
-        put_svarint(&mut dead, 0xdead);
+        put_varint(&mut dead, (0xdea << 2) | 1);
+        put_varint(&mut dead, 0xd);
         assert_eq!(stream(Stream::FreeDelta), &dead[..]);
     }
 
@@ -1137,8 +1140,43 @@ mod tests {
         let cols = roundtrip_one(enc.body(), 1000);
         // Sizes 40 at two sites: above the guess 0 at first (the size itself), then 0.
         assert_eq!(stream_of(&cols, Stream::Size), [40, 40, 0, 0, 0, 0, 0, 0, 0, 0]);
-        // Six stamps equal to the first (deltas 0), then four that are not.
-        assert_eq!(stream_of(&cols, Stream::TimeSkip), [6, 0, 0, 0]);
+        // Six stamps equal to the first (deltas 0), then four that are not:
+        // runs 6, 0, 0, 0, each against the previous (zigzag): +6, -6, 0, 0.
+        assert_eq!(stream_of(&cols, Stream::TimeSkip), [12, 11, 0, 0]);
+    }
+
+    #[test]
+    fn a_repeated_sequence_of_stacks_costs_its_rank() {
+        // Stacks 5, 9, 7, 9, 5, 9 and one new each time (100 + i), over
+        // and over: 9 is followed by 7, 5 and the new one in turn, so its
+        // list holds them at ranks below 3; 5 and 7 are followed by 9 alone.
+        let mut enc = ChunkEncoder::new(1);
+        let mut want = Vec::new();
+        for i in 0..210u64 {
+            let mut e = malloc(1000 + 26 * i, 0x1000 + 64 * i);
+            e.stack = if i % 7 == 6 { 100 + i as u32 } else { [5, 9, 7, 9][(i % 7 % 4) as usize] };
+            want.push(e.stack);
+            enc.event(&e);
+        }
+        let cols = roundtrip_one(enc.body(), 1000);
+        let s = stream_of(&cols, Stream::Stack);
+        let mut r = Reader::new(&s);
+        let codes: Vec<u64> = std::iter::from_fn(|| (!r.at_end()).then(|| r.v().unwrap())).collect();
+        assert_eq!(codes.len(), 210);
+        let escape = 1 + crate::trace::predict::STACK_MTF as u64;
+        for (i, (&c, &st)) in codes.iter().zip(&want).enumerate() {
+            match i % 7 {
+                // New: the escape and the id.
+                6 => assert_eq!(c, escape + u64::from(st), "event {i}"),
+                // After a new stack (no list yet): the escape and the id.
+                0 if i > 0 => assert_eq!(c, escape + 5, "event {i}"),
+                // After 5 or 7: 9, rank 0.
+                1 | 3 if i >= 7 => assert_eq!(c, 1, "event {i}"),
+                // After 9: 7 or 5, rank 2 (behind the new one and the other).
+                2 | 4 if i >= 14 => assert_eq!(c, 3, "event {i}"),
+                _ => {}
+            }
+        }
     }
 
     #[test]

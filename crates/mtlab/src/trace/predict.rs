@@ -884,6 +884,29 @@ mod tests {
     }
 
     #[test]
+    fn address_deltas_in_16_byte_units_round_trip() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut ds: Vec<i64> = vec![0, 1, -1, 15, -15, 16, -16, 17, -17, 4096, -4096, i64::MAX, i64::MIN, i64::MAX - 15, i64::MIN + 16];
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ds.push(x as i64 >> (x % 60));
+        }
+        for &d in &ds {
+            let mut out = Vec::new();
+            put_delta16(&mut out, d);
+            let mut at = 0;
+            let back = get_delta16(|| super::super::varint::varint(&out, &mut at)).unwrap();
+            assert_eq!(back as i64, d);
+            assert_eq!(at, out.len(), "{d}: all of it read");
+            if d % 16 == 0 && d.unsigned_abs() < 1 << 20 {
+                assert!(out.len() <= 3, "{d}: {out:?}");
+            }
+        }
+    }
+
+    #[test]
     fn size_classes_stay_in_the_table() {
         for s in (0..5000u64).chain([u64::MAX, u64::MAX / 2, 1 << 40]) {
             assert!(class(s) < CLASSES, "{s}");
