@@ -28,7 +28,7 @@
 use super::fields::{DecErr, Field, Fields};
 use super::format::*;
 use super::draws::{is_drawn, Draws, Thread};
-use super::predict::{Predictor, Streams};
+use super::predict::{Predictor, Streams, OPT_TIMESKIP};
 use super::varint::{put_svarint, put_varint, varint, zigzag};
 
 /// First byte of a column-layout body: the layout's own version. Layout 2
@@ -40,9 +40,12 @@ use super::varint::{put_svarint, put_varint, varint, zigzag};
 /// the chain by their allocation's number, sizes against their call site's
 /// last one, and time deltas of 0 by their runs; layout 5 (version 7)
 /// replays the preload library's timing draws (`draws`) and codes which
-/// calls were timed by where they depart from the replay. Layouts 1 to 4
-/// are still read.
-pub const COLUMNS_LAYOUT: u8 = 5;
+/// calls were timed by where they depart from the replay; layout 6
+/// (version 8) codes each event's stack by its rank among the stacks that
+/// followed the thread's previous event's stack, the runs of time deltas 0
+/// against the previous run, and the allocation and free misses' address
+/// deltas in units of 16 bytes (`predict`). Layouts 1 to 5 are still read.
+pub const COLUMNS_LAYOUT: u8 = 6;
 
 /// Records of a thread whose predictions run on from one to the next: a
 /// record that cannot be read takes at most the rest of its chain with it.
@@ -234,7 +237,7 @@ fn n_streams(layout: u8) -> Option<usize> {
         1 => Some(N_STREAMS_V1),
         2 => Some(N_STREAMS_V2),
         3 => Some(N_STREAMS_V3),
-        4 | 5 => Some(MAX_STREAMS),
+        4..=6 => Some(MAX_STREAMS),
         _ => None,
     }
 }
@@ -495,7 +498,7 @@ pub fn split_rounded(chunks: &[RowChunk], quantum: u64) -> Result<Vec<u8>, Colum
     split_inner(chunks, Some(quantum), COLUMNS_LAYOUT, true, &mut None)
 }
 
-/// `split_with_time_step` in a given layout (1 to 4): the tests write the
+/// `split_with_time_step` in a given layout (1 to 6): the tests write the
 /// previous layouts to check that they are still read.
 pub fn split_layout(chunks: &[RowChunk], time_step: Option<u64>, layout: u8) -> Result<Vec<u8>, ColumnError> {
     split_inner(chunks, time_step, layout, false, &mut None)
@@ -581,6 +584,8 @@ fn split_inner(
     let (mut zeros, mut time_zeros) = (0u64, 0u64);
     // Layout 4: the current event's kind byte, written at its stack.
     let mut kind = 0u8;
+    // Layout 6: runs of time deltas 0 against the previous run.
+    let mut time_runs = RunCoder { delta: pred.on(OPT_TIMESKIP), prev: 0 };
     // Layout 5: the events since the last whose timing departed from the
     // replay of the draws.
     let (mut kept, mut departed, mut timed_drawn) = (0u64, 0u64, 0u64);
@@ -615,7 +620,7 @@ fn split_inner(
                             time_zeros += 1;
                             return true;
                         }
-                        put_varint(&mut s[Stream::TimeSkip as usize], time_zeros);
+                        time_runs.put(time_zeros, &mut s[Stream::TimeSkip as usize]);
                         time_zeros = 0;
                     }
                     let (a, b) = s.split_at_mut(Stream::TimeRest as usize);
@@ -649,8 +654,7 @@ fn split_inner(
                     put_stepped(v, cd, &mut a[Stream::Cycles as usize], &mut b[0]);
                 }
                 Field::Stack if layout >= 4 => {
-                    pred.site(v);
-                    put_varint(&mut s[Stream::Stack as usize], v + 1);
+                    put_varint(&mut s[Stream::Stack as usize], pred.put_stack(v));
                     let code = pred.put_kind_at_site(kind);
                     s[Stream::Kind as usize].push(code);
                 }
@@ -671,7 +675,7 @@ fn split_inner(
         put_varint(&mut s[Stream::CyclesSkip as usize], zeros + kept);
     }
     if time_zeros > 0 {
-        put_varint(&mut s[Stream::TimeSkip as usize], time_zeros);
+        time_runs.put(time_zeros, &mut s[Stream::TimeSkip as usize]);
     }
     let total: usize = s.iter().map(Vec::len).sum();
     let mut out = Vec::with_capacity(total + 3 + 3 * 10 + n_streams * 5);
@@ -736,10 +740,32 @@ pub fn decode_columns_chained(
     Ok(items)
 }
 
+/// Writer side of a run stream: each run as it is, or (layout 6, time
+/// deltas) as the difference to the previous run (zigzag).
+struct RunCoder {
+    delta: bool,
+    prev: u64,
+}
+
+impl RunCoder {
+    #[inline(always)]
+    fn put(&mut self, run: u64, out: &mut Vec<u8>) {
+        if self.delta {
+            put_svarint(out, run.wrapping_sub(self.prev) as i64);
+            self.prev = run;
+        } else {
+            put_varint(out, run);
+        }
+    }
+}
+
 /// A field coded by runs of 0: before each value that is not 0, a run
 /// stream holds how many 0s came since the previous one.
 struct ZeroRuns {
     on: bool,
+    /// Runs coded against the previous one (`RunCoder`), which is `prev`.
+    delta: bool,
+    prev: u64,
     /// 0s still to hand out before the next coded value, once `read` (the
     /// run before it has been read).
     left: u64,
@@ -747,8 +773,8 @@ struct ZeroRuns {
 }
 
 impl ZeroRuns {
-    fn new(on: bool) -> ZeroRuns {
-        ZeroRuns { on, left: 0, read: false }
+    fn new(on: bool, delta: bool) -> ZeroRuns {
+        ZeroRuns { on, delta, prev: 0, left: 0, read: false }
     }
 
     /// Whether the field's next value is a 0 of a run (else it is coded),
@@ -760,6 +786,10 @@ impl ZeroRuns {
         }
         if !self.read {
             self.left = varint(buf, at)?;
+            if self.delta {
+                self.left = self.prev.wrapping_add(zigzag(self.left) as u64);
+                self.prev = self.left;
+            }
             self.read = true;
         }
         if self.left > 0 {
@@ -844,14 +874,15 @@ impl ColumnFields {
             pos += lens[i];
             end[i] = pos;
         }
+        let pred = Predictor::new(layout);
         Ok(ColumnFields {
             at,
             end,
             time_step,
             cycles_step,
-            pred: Predictor::new(layout),
-            cycle_zeros: ZeroRuns::new(layout >= 3),
-            time_zeros: ZeroRuns::new(layout >= 4),
+            cycle_zeros: ZeroRuns::new(layout >= 3, false),
+            time_zeros: ZeroRuns::new(layout >= 4, pred.on(OPT_TIMESKIP)),
+            pred,
             chain_pos,
             draws,
             kind: 0,
@@ -889,8 +920,7 @@ impl Fields for ColumnFields {
         match self.v(buf, Stream::Stack)? {
             0 => Ok(Some(code ^ EV_STACK_DEF)),
             s => {
-                self.stack = s - 1;
-                self.pred.site(self.stack);
+                self.stack = self.pred.get_stack(s)?;
                 let k = self.pred.kind_at_site(code);
                 self.kind = k & KIND_MASK;
                 Ok(Some(k))
@@ -990,7 +1020,7 @@ mod tests {
     fn roundtrip_one(rows: &[u8], first_tsc: u64) -> Vec<u8> {
         let want = from_rows(rows, first_tsc);
         assert!(!want.is_empty());
-        for layout in [1, 2, 3] {
+        for layout in [1, 2, 3, 4, 5] {
             let old = split_layout(&[RowChunk { first_tsc, rows }], None, layout).unwrap();
             assert_eq!(from_cols(&old, first_tsc).unwrap(), want, "layout {layout}");
         }
@@ -1041,8 +1071,11 @@ mod tests {
         };
         assert_eq!(stream(Stream::AllocRank), &[0, 0, 2]);
         assert_eq!(stream(Stream::FreeRank), &[3, 4, 0]);
+        // The miss's delta (layout 6): 0xdea units of 16 (zigzag, then a
+        // flag: low bits follow), and the low bits 0xd.
         let mut dead = Vec::new();
-        put_svarint(&mut dead, 0xdead);
+        put_varint(&mut dead, (0xdea << 2) | 1);
+        put_varint(&mut dead, 0xd);
         assert_eq!(stream(Stream::FreeDelta), &dead[..]);
     }
 
@@ -1170,8 +1203,43 @@ mod tests {
         let cols = roundtrip_one(enc.body(), 1000);
         // Sizes 40 at two sites: above the guess 0 at first (the size itself), then 0.
         assert_eq!(stream_of(&cols, Stream::Size), [40, 40, 0, 0, 0, 0, 0, 0, 0, 0]);
-        // Six stamps equal to the first (deltas 0), then four that are not.
-        assert_eq!(stream_of(&cols, Stream::TimeSkip), [6, 0, 0, 0]);
+        // Six stamps equal to the first (deltas 0), then four that are not:
+        // runs 6, 0, 0, 0, each against the previous (zigzag): +6, -6, 0, 0.
+        assert_eq!(stream_of(&cols, Stream::TimeSkip), [12, 11, 0, 0]);
+    }
+
+    #[test]
+    fn a_repeated_sequence_of_stacks_costs_its_rank() {
+        // Stacks 5, 9, 7, 9, 5, 9 and one new each time (100 + i), over
+        // and over: 9 is followed by 7, 5 and the new one in turn, so its
+        // list holds them at ranks below 3; 5 and 7 are followed by 9 alone.
+        let mut enc = ChunkEncoder::new(1);
+        let mut want = Vec::new();
+        for i in 0..210u64 {
+            let mut e = malloc(1000 + 26 * i, 0x1000 + 64 * i);
+            e.stack = if i % 7 == 6 { 100 + i as u32 } else { [5, 9, 7, 9][(i % 7 % 4) as usize] };
+            want.push(e.stack);
+            enc.event(&e);
+        }
+        let cols = roundtrip_one(enc.body(), 1000);
+        let s = stream_of(&cols, Stream::Stack);
+        let mut r = Reader::new(&s);
+        let codes: Vec<u64> = std::iter::from_fn(|| (!r.at_end()).then(|| r.v().unwrap())).collect();
+        assert_eq!(codes.len(), 210);
+        let escape = 1 + crate::trace::predict::STACK_MTF as u64;
+        for (i, (&c, &st)) in codes.iter().zip(&want).enumerate() {
+            match i % 7 {
+                // New: the escape and the id.
+                6 => assert_eq!(c, escape + u64::from(st), "event {i}"),
+                // After a new stack (no list yet): the escape and the id.
+                0 if i > 0 => assert_eq!(c, escape + 5, "event {i}"),
+                // After 5 or 7: 9, rank 0.
+                1 | 3 if i >= 7 => assert_eq!(c, 1, "event {i}"),
+                // After 9: 7 or 5, rank 2 (behind the new one and the other).
+                2 | 4 if i >= 14 => assert_eq!(c, 3, "event {i}"),
+                _ => {}
+            }
+        }
     }
 
     #[test]
@@ -1382,6 +1450,10 @@ mod recode_sizes {
     fn recode_sizes() {
         let Ok(path) = std::env::var("MTLAB_RECODE") else { return };
         let layout: u8 = std::env::var("MTLAB_RECODE_LAYOUT").ok().and_then(|v| v.parse().ok()).unwrap_or(COLUMNS_LAYOUT);
+        // Layout 6's codings to use (`predict::OPT_*` bits; all by default).
+        if let Some(o) = std::env::var("MTLAB_RECODE_OPTS").ok().and_then(|v| v.parse().ok()) {
+            crate::trace::predict::OPTS.with(|c| c.set(o));
+        }
         let t = TraceFile::open(&path).unwrap();
         let mut per_thread: std::collections::BTreeMap<u32, Vec<Item>> = Default::default();
         let mut stacks = Vec::new();

@@ -29,6 +29,19 @@
 //!   oldest entry, a queue) costs a run of 0;
 //! - each size field against the value it had at the same call site last
 //!   time, and each kind byte against the call site's last one.
+//!
+//! Layout 6 (version 8) adds:
+//! - each event's stack as its rank among the (at most [`STACK_MTF`])
+//!   stacks that followed the thread's previous event's stack, the latest
+//!   first, or an escape and the id: a compiler's calls come in long
+//!   sequences that repeat;
+//! - allocation and free misses' address deltas in units of 16 bytes (the
+//!   allocators' alignment), the low bits only when they are not 0.
+//!
+//! The state a chain carries is bounded per thread: the ring of
+//! [`FAR_WINDOW`] allocations (and the writer's index of them), the
+//! direct-mapped tables (sizes, kinds, extras, freed blocks per size, and
+//! layout 6's [`STACK_CTX`] lists of stacks), about 14 MB at most.
 
 use super::columns::Stream;
 use super::format::EV_MALLOC;
@@ -83,6 +96,63 @@ const SITE_KINDS: usize = 1 << 12;
 /// Slots of the writer's filter of recent allocations (`allocs_filter`):
 /// four times the most entries the list holds, 8 KiB.
 const FILTER_BITS: u32 = 12;
+
+/// Layout 6: stacks remembered per predecessor (direct-mapped on the
+/// thread's previous event's stack), and how many each.
+pub(crate) const STACK_CTX: usize = 1 << 14;
+pub(crate) const STACK_MTF: usize = 4;
+
+/// Layout 6's codings, each of which the recoding harness can turn off
+/// (`MTLAB_RECODE_OPTS`, a mask of these) to measure what it buys
+/// (docs/benchmarks.md, *Format v8*).
+pub(crate) const OPT_STACK: u32 = 1;
+pub(crate) const OPT_TIMESKIP: u32 = 8;
+pub(crate) const OPT_FREE16: u32 = 16;
+pub(crate) const OPT_ALLOC16: u32 = 32;
+
+#[cfg(test)]
+thread_local! {
+    pub(crate) static OPTS: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
+}
+
+fn layout6_opts() -> u32 {
+    #[cfg(test)]
+    {
+        OPTS.with(|o| o.get())
+    }
+    #[cfg(not(test))]
+    {
+        u32::MAX
+    }
+}
+
+/// Moves entry `r` of `l` to the front (`r` = len - 1 drops the last one
+/// for `v`, which is new): both sides' lists stay alike.
+#[inline(always)]
+fn to_front<T: Copy>(l: &mut [T], r: usize, v: T) {
+    l.copy_within(0..r, 1);
+    l[0] = v;
+}
+
+/// Layout 6: an address delta in units of 16 bytes (the allocators'
+/// alignment) with a flag, and its low bits after it when they are not 0.
+#[inline(always)]
+fn put_delta16(out: &mut Vec<u8>, d: i64) {
+    let low = d as u64 & 15;
+    // d >> 4 lies in [-2^59, 2^59): its zigzag and the flag fit 64 bits.
+    let h = d >> 4;
+    put_varint(out, ((h << 1) ^ (h >> 63)) as u64 * 2 + u64::from(low != 0));
+    if low != 0 {
+        put_varint(out, low);
+    }
+}
+
+#[inline(always)]
+fn get_delta16(mut read: impl FnMut() -> Result<u64, DecErr>) -> Result<u64, DecErr> {
+    let c = read()?;
+    let high = (zigzag(c >> 1) as u64) << 4;
+    Ok(if c & 1 != 0 { high | (read()? & 15) } else { high })
+}
 
 pub(crate) type Streams = [Vec<u8>; super::columns::MAX_STREAMS];
 
@@ -140,6 +210,14 @@ pub(crate) struct Predictor {
     /// The kind byte last seen per call site (direct-mapped, no key: only
     /// a guess, which the stream corrects by XOR).
     site_kinds: Vec<u8>,
+    // Layout 6 only.
+    /// Which of layout 6's codings are on (`OPT_*`; all but in the
+    /// harness's experiments).
+    opts: u32,
+    /// Per predecessor (direct-mapped on the thread's previous event's
+    /// stack): the stacks that followed it, the latest first.
+    stack_ctx: Vec<[u32; STACK_MTF]>,
+    prev_stack: u64,
 }
 
 /// Rank of `p` counted from the newest, among the last `window` entries.
@@ -234,12 +312,78 @@ impl Predictor {
             size_n: 0,
             site_sizes: if layout >= 4 { vec![0; SITE_SIZES] } else { Vec::new() },
             site_kinds: if layout >= 4 { vec![EV_MALLOC; SITE_KINDS] } else { Vec::new() },
+            opts: if layout >= 6 { layout6_opts() } else { 0 },
+            stack_ctx: if layout >= 6 { vec![[u32::MAX; STACK_MTF]; STACK_CTX] } else { Vec::new() },
+            prev_stack: 0,
         }
     }
 
     /// The layout this predictor codes.
     pub(crate) fn layout(&self) -> u8 {
         self.layout
+    }
+
+    /// Whether layout 6's coding `opt` is on.
+    #[inline(always)]
+    pub(crate) fn on(&self, opt: u32) -> bool {
+        self.opts & opt != 0
+    }
+
+    #[inline(always)]
+    fn ctx_slot(&self) -> usize {
+        (self.prev_stack.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 50) as usize & (STACK_CTX - 1)
+    }
+
+    /// Writer side (layouts 4 on): the STACK stream's code of an event's
+    /// stack `v` (0 is a STACK_DEF's). Layout 6: 1 + its rank among the
+    /// stacks that followed the thread's previous event's stack, or
+    /// 1 + STACK_MTF + `v` (a compiler's calls come in long sequences).
+    #[inline(always)]
+    pub(crate) fn put_stack(&mut self, v: u64) -> u64 {
+        self.site = v;
+        if !self.on(OPT_STACK) {
+            return v + 1;
+        }
+        let i = self.ctx_slot();
+        let l = &mut self.stack_ctx[i];
+        let code = match l.iter().position(|&x| u64::from(x) == v) {
+            Some(r) => {
+                to_front(l, r, v as u32);
+                r as u64 + 1
+            }
+            None => {
+                to_front(l, STACK_MTF - 1, v as u32);
+                1 + STACK_MTF as u64 + v
+            }
+        };
+        self.prev_stack = v;
+        code
+    }
+
+    /// Reader side: the stack coded by `code` (not 0).
+    #[inline(always)]
+    pub(crate) fn get_stack(&mut self, code: u64) -> Result<u64, DecErr> {
+        let v = if !self.on(OPT_STACK) {
+            code - 1
+        } else {
+            let i = self.ctx_slot();
+            let l = &mut self.stack_ctx[i];
+            let (r, v) = if code <= STACK_MTF as u64 {
+                let r = (code - 1) as usize;
+                (r, u64::from(l[r]))
+            } else {
+                let v = code - 1 - STACK_MTF as u64;
+                if v > u64::from(u32::MAX) {
+                    return Err(DecErr::Columns("a stack id does not fit 32 bits"));
+                }
+                (STACK_MTF - 1, v)
+            };
+            to_front(l, r, v as u32);
+            self.prev_stack = v;
+            v
+        };
+        self.site = v;
+        Ok(v)
     }
 
     /// A new event starts (both sides call this at each kind byte).
@@ -360,7 +504,12 @@ impl Predictor {
                 } else if p != self.alloc_guess() && p != 0 && p == self.class_end[class(self.cur_size)] {
                     ALLOC_CLASS
                 } else {
-                    put_svarint(&mut out[Stream::AllocDelta as usize], p.wrapping_sub(self.alloc_guess()) as i64);
+                    let d = p.wrapping_sub(self.alloc_guess()) as i64;
+                    if self.on(OPT_ALLOC16) {
+                        put_delta16(&mut out[Stream::AllocDelta as usize], d);
+                    } else {
+                        put_svarint(&mut out[Stream::AllocDelta as usize], d);
+                    }
                     self.learn_gap(p);
                     ALLOC_MISS
                 };
@@ -394,7 +543,12 @@ impl Predictor {
                     self.freed(p, s);
                     FREE_FAR
                 } else {
-                    put_svarint(&mut out[Stream::FreeDelta as usize], p.wrapping_sub(self.prev_free_miss) as i64);
+                    let d = p.wrapping_sub(self.prev_free_miss) as i64;
+                    if self.on(OPT_FREE16) {
+                        put_delta16(&mut out[Stream::FreeDelta as usize], d);
+                    } else {
+                        put_svarint(&mut out[Stream::FreeDelta as usize], d);
+                    }
                     self.prev_free_miss = p;
                     FREE_MISS
                 };
@@ -464,7 +618,12 @@ impl Predictor {
                     let list = self.size_list();
                     let p = match code {
                         ALLOC_MISS => {
-                            let p = self.alloc_guess().wrapping_add(zigzag(delta(Stream::AllocDelta)?) as u64);
+                            let d = if self.on(OPT_ALLOC16) {
+                                get_delta16(|| delta(Stream::AllocDelta))?
+                            } else {
+                                zigzag(delta(Stream::AllocDelta)?) as u64
+                            };
+                            let p = self.alloc_guess().wrapping_add(d);
                             self.learn_gap(p);
                             p
                         }
@@ -490,7 +649,12 @@ impl Predictor {
                 Field::OldPtr if self.layout >= 4 => match code {
                     FREE_NULL => 0,
                     FREE_MISS => {
-                        let p = self.prev_free_miss.wrapping_add(zigzag(delta(Stream::FreeDelta)?) as u64);
+                        let d = if self.on(OPT_FREE16) {
+                            get_delta16(|| delta(Stream::FreeDelta))?
+                        } else {
+                            zigzag(delta(Stream::FreeDelta)?) as u64
+                        };
+                        let p = self.prev_free_miss.wrapping_add(d);
                         self.prev_free_miss = p;
                         p
                     }
@@ -739,6 +903,29 @@ mod tests {
         assert_eq!(rank_of(&list, 11, 30), Some(29));
         let dup = [7u64, 9, 7, 3, 3, 3, 3, 3, 3, 3, 3];
         assert_eq!(rank_of(&dup, 7, 64), Some(8), "the newest of equal entries");
+    }
+
+    #[test]
+    fn address_deltas_in_16_byte_units_round_trip() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut ds: Vec<i64> = vec![0, 1, -1, 15, -15, 16, -16, 17, -17, 4096, -4096, i64::MAX, i64::MIN, i64::MAX - 15, i64::MIN + 16];
+        for _ in 0..2000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ds.push(x as i64 >> (x % 60));
+        }
+        for &d in &ds {
+            let mut out = Vec::new();
+            put_delta16(&mut out, d);
+            let mut at = 0;
+            let back = get_delta16(|| super::super::varint::varint(&out, &mut at)).unwrap();
+            assert_eq!(back as i64, d);
+            assert_eq!(at, out.len(), "{d}: all of it read");
+            if d % 16 == 0 && d.unsigned_abs() < 1 << 20 {
+                assert!(out.len() <= 3, "{d}: {out:?}");
+            }
+        }
     }
 
     #[test]
