@@ -2034,7 +2034,9 @@ fn full_disk_keeps_count(lab: &Lab, disk: &SmallDisk, name: &str, prog: &std::pa
     lab.record_ok(&free, prog, args);
     let all = u(&lab.report(&free)["events"]);
     let (events, dropped) = (u(&v["events"]), u(&v["events_dropped"]));
-    assert!(events > 0 && dropped > 0, "{name}: events {events}, dropped {dropped}");
+    // Without the rewrite during the run the raw rows cannot fit; with it, a
+    // rewrite that keeps up (a CPU idle) can leave the disk room for all.
+    assert!(events > 0 && (dropped > 0 || live_finish != "off"), "{name}: events {events}, dropped {dropped}");
     // The dropped chunks also held a few heap-extent observations, which are not calls.
     assert!(events + dropped >= all && events + dropped < all + 1000, "{name}: {events} + {dropped} vs {all}");
     std::fs::remove_file(&trace).unwrap();
@@ -2051,6 +2053,7 @@ fn a_full_disk_leaves_the_program_alone_and_the_trace_counted() {
     let lab = Lab::new();
     let Some(disk) = SmallDisk::mount(&lab) else { return };
     let n_mallocs = lab.compile("n_mallocs");
+    full_disk_keeps_count(&lab, &disk, "one_off", &n_mallocs, &["200000", "48", "0"], "off");
     full_disk_keeps_count(&lab, &disk, "one", &n_mallocs, &["200000", "48", "0"], "auto");
     full_disk_keeps_count(&lab, &disk, "one_always", &n_mallocs, &["200000", "48", "0"], "always");
     let threads = lab.compile("threads");
