@@ -47,7 +47,7 @@ use super::columns::Stream;
 use super::format::EV_MALLOC;
 use super::fields::{DecErr, Field};
 use super::ring::{Ring, UNKNOWN};
-use super::varint::{put_svarint, put_varint, zigzag};
+use super::varint::{put_svarint, put_varint, to_zigzag, zigzag};
 
 /// Recent allocation results a free is looked up among.
 pub(crate) const ALLOC_WINDOW: usize = 256;
@@ -141,7 +141,7 @@ fn put_delta16(out: &mut Vec<u8>, d: i64) {
     let low = d as u64 & 15;
     // d >> 4 lies in [-2^59, 2^59): its zigzag and the flag fit 64 bits.
     let h = d >> 4;
-    put_varint(out, ((h << 1) ^ (h >> 63)) as u64 * 2 + u64::from(low != 0));
+    put_varint(out, to_zigzag(h) * 2 + u64::from(low != 0));
     if low != 0 {
         put_varint(out, low);
     }

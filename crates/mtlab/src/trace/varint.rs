@@ -16,7 +16,13 @@ pub fn put_varint(buf: &mut Vec<u8>, mut v: u64) {
 /// Appends a zigzag-encoded signed varint.
 #[inline]
 pub fn put_svarint(buf: &mut Vec<u8>, v: i64) {
-    put_varint(buf, ((v << 1) ^ (v >> 63)) as u64);
+    put_varint(buf, to_zigzag(v));
+}
+
+/// The zigzag of a signed value: small magnitudes, either sign, stay small.
+#[inline(always)]
+pub(crate) fn to_zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
 }
 
 /// Undoes the zigzag of a signed varint.
