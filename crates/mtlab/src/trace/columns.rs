@@ -27,7 +27,7 @@
 
 use super::fields::{DecErr, Field, Fields};
 use super::format::*;
-use super::draws::{is_drawn, Draws, Thread};
+use super::draws::{is_drawn, Draws, Replay, Thread};
 use super::predict::{Predictor, Streams, OPT_TIMESKIP};
 use super::varint::{put_svarint, put_varint, varint, zigzag};
 
@@ -151,24 +151,19 @@ pub(crate) fn draws_after(chunks: &[RowChunk], thread: Thread) -> Result<Thread,
             want_stamp
         })?;
     }
-    let started = thread.start(first_drawn);
-    let mut draws = started;
-    let (mut kind, mut departed, mut timed_drawn) = (0u8, 0u64, 0u64);
+    let mut replay = Replay::new(thread.start(first_drawn));
+    let mut kind = 0u8;
     walk_rows(chunks, |t| {
         match t {
             Token::Kind(b) if b & KIND_MASK != EV_STACK_DEF => kind = b & KIND_MASK,
             Token::Value(Field::Cycles, v) => {
-                let (predicted, due) = draws.predict(kind);
-                let timed = v != 0;
-                draws.settle(due, timed, kind);
-                timed_drawn += (timed && is_drawn(kind)) as u64;
-                departed += (predicted != timed) as u64;
+                replay.call(kind, v != 0);
             }
             _ => {}
         }
         true
     })?;
-    Ok(thread.after(started, draws, departed, timed_drawn))
+    Ok(replay.end(thread))
 }
 
 /// The streams a chunk's values are sorted into, in layout order.
@@ -567,8 +562,8 @@ fn split_inner(
         }
         times.len() < 1024 || cycles.len() < 1024 || want_stamp
     })?;
-    let (mut draws, thread) = if layout >= 5 { (thread.start(first_drawn), thread) } else { (Draws::Unknown, thread) };
-    let started = draws;
+    let mut replay = Replay::new(if layout >= 5 { thread.start(first_drawn) } else { Draws::Unknown });
+    let started = replay.started;
     let (tq, cq) = (time_step.unwrap_or_else(|| detect_step(&times)).max(1), detect_step(&cycles));
     let (td, cd) = (Divisor::new(tq), Divisor::new(cq));
 
@@ -588,7 +583,7 @@ fn split_inner(
     let mut time_runs = RunCoder { delta: pred.on(OPT_TIMESKIP), prev: 0 };
     // Layout 5: the events since the last whose timing departed from the
     // replay of the draws.
-    let (mut kept, mut departed, mut timed_drawn) = (0u64, 0u64, 0u64);
+    let mut kept = 0u64;
     walk_rows(chunks, |t| {
         match t {
             Token::Kind(b) => {
@@ -627,17 +622,12 @@ fn split_inner(
                     put_stepped(v, td, &mut a[Stream::Time as usize], &mut b[0]);
                 }
                 Field::Cycles if layout >= 5 => {
-                    let k = kind & KIND_MASK;
-                    let (predicted, due) = draws.predict(k);
                     let timed = v != 0;
-                    draws.settle(due, timed, k);
-                    timed_drawn += (timed && is_drawn(k)) as u64;
-                    if predicted == timed {
+                    if replay.call(kind & KIND_MASK, timed) {
                         kept += 1;
                     } else {
                         put_varint(&mut s[Stream::CyclesSkip as usize], kept);
                         kept = 0;
-                        departed += 1;
                     }
                     if timed {
                         let (a, b) = s.split_at_mut(Stream::CyclesRest as usize);
@@ -682,7 +672,7 @@ fn split_inner(
     out.push(layout);
     if layout >= 4 {
         put_varint(&mut out, pos);
-        *chain = Some(Chain { pos, pred, draws: thread.after(started, draws, departed, timed_drawn) });
+        *chain = Some(Chain { pos, pred, draws: replay.end(thread) });
     }
     put_varint(&mut out, tq);
     put_varint(&mut out, cq);

@@ -217,6 +217,38 @@ impl Thread {
     }
 }
 
+/// The writer's replay of one record's draws, call by call: where they
+/// stand, and what `Thread::after` needs at the record's end.
+pub(crate) struct Replay {
+    pub(crate) started: Draws,
+    draws: Draws,
+    departed: u64,
+    timed_drawn: u64,
+}
+
+impl Replay {
+    pub(crate) fn new(started: Draws) -> Replay {
+        Replay { started, draws: started, departed: 0, timed_drawn: 0 }
+    }
+
+    /// An allocator call of `kind` (masked), `timed` or not: whether the
+    /// replay predicted that (else its timing departs).
+    #[inline(always)]
+    pub(crate) fn call(&mut self, kind: u8, timed: bool) -> bool {
+        let (predicted, due) = self.draws.predict(kind);
+        self.draws.settle(due, timed, kind);
+        self.timed_drawn += (timed && is_drawn(kind)) as u64;
+        let kept = predicted == timed;
+        self.departed += (!kept) as u64;
+        kept
+    }
+
+    /// The thread's draws after the record (`Thread::after`).
+    pub(crate) fn end(self, thread: Thread) -> Thread {
+        thread.after(self.started, self.draws, self.departed, self.timed_drawn)
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
