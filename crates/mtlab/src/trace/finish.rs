@@ -800,6 +800,57 @@ mod finish_speed {
             std::fs::copy(&p, out).unwrap();
         }
     }
+
+    /// `MTLAB_FINISH_TRACE=FILE cargo test --release --lib finish_speed -- --ignored --nocapture`
+    /// also finishes two copies of the unfinished trace, one in one go and
+    /// one as `mtlab record` does while the program runs (4 MiB steps, with
+    /// the watermark 8 MiB ahead, while another thread reads ahead and
+    /// punches every millisecond), and compares them up to RUNINFO.
+    #[test]
+    #[ignore]
+    fn finish_with_read_ahead_writes_the_bytes_of_a_finish_in_one_go() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        let Ok(src) = std::env::var("MTLAB_FINISH_TRACE") else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let (one, two) = (dir.path().join("one.mtl"), dir.path().join("two.mtl"));
+        std::fs::copy(&src, &one).unwrap();
+        std::fs::copy(&src, &two).unwrap();
+        let len = std::fs::metadata(&two).unwrap().len();
+        let info = vec![("wall_ns".to_string(), "5".to_string())];
+        super::finish_trace(&one, &info).unwrap();
+        let mut f = super::Finisher::start(&two, len).unwrap();
+        f.one_worker();
+        f.releasing().unwrap();
+        let ahead = f.read_ahead();
+        let (done, written, most) = (AtomicBool::new(false), AtomicU64::new(f.header_end), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    ahead.fill(written.load(Ordering::Acquire), 64 << 20).unwrap();
+                    ahead.punch(256 << 10).unwrap();
+                    most.fetch_max(ahead.progress().ahead, Ordering::Relaxed);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            });
+            let mut at = f.header_end;
+            while at < len {
+                written.store((at + (8 << 20)).min(len), Ordering::Release);
+                at = (at + (4 << 20)).min(len);
+                f.advance(at).unwrap();
+            }
+            done.store(true, Ordering::Release);
+        });
+        drop(ahead);
+        let released = f.released();
+        f.finish(&info).unwrap();
+        let cut = |v: &[u8]| {
+            let at = v.windows(8).rposition(|w| w == b"wall_ns=").unwrap() - super::RECORD_HEADER as usize;
+            v[..at].to_vec()
+        };
+        let (a, b) = (std::fs::read(&one).unwrap(), std::fs::read(&two).unwrap());
+        say!("read ahead: at most {} bytes held, {released} released of {len}", most.load(Ordering::Relaxed));
+        assert!(cut(&a) == cut(&b), "the rewrites differ before RUNINFO");
+    }
 }
 
 #[cfg(test)]
