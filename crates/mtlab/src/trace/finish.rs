@@ -810,17 +810,10 @@ mod finish_speed {
     #[ignore]
     fn finish_with_read_ahead_writes_the_bytes_of_a_finish_in_one_go() {
         use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use super::tests::{one_finished_and_a_finisher, same_before_runinfo, INFO};
         let Ok(src) = std::env::var("MTLAB_FINISH_TRACE") else { return };
         let dir = tempfile::tempdir().unwrap();
-        let (one, two) = (dir.path().join("one.mtl"), dir.path().join("two.mtl"));
-        std::fs::copy(&src, &one).unwrap();
-        std::fs::copy(&src, &two).unwrap();
-        let len = std::fs::metadata(&two).unwrap().len();
-        let info = vec![("wall_ns".to_string(), "5".to_string())];
-        super::finish_trace(&one, &info).unwrap();
-        let mut f = super::Finisher::start(&two, len).unwrap();
-        f.one_worker();
-        f.releasing().unwrap();
+        let (one, two, len, mut f) = one_finished_and_a_finisher(dir.path(), src.as_ref());
         let ahead = f.read_ahead();
         let (done, written, most) = (AtomicBool::new(false), AtomicU64::new(f.header_end), AtomicU64::new(0));
         std::thread::scope(|s| {
@@ -842,14 +835,9 @@ mod finish_speed {
         });
         drop(ahead);
         let released = f.released();
-        f.finish(&info).unwrap();
-        let cut = |v: &[u8]| {
-            let at = v.windows(8).rposition(|w| w == b"wall_ns=").unwrap() - super::RECORD_HEADER as usize;
-            v[..at].to_vec()
-        };
-        let (a, b) = (std::fs::read(&one).unwrap(), std::fs::read(&two).unwrap());
+        f.finish(INFO).unwrap();
         say!("read ahead: at most {} bytes held, {released} released of {len}", most.load(Ordering::Relaxed));
-        assert!(cut(&a) == cut(&b), "the rewrites differ before RUNINFO");
+        assert!(same_before_runinfo(&one, &two), "the rewrites differ before RUNINFO");
     }
 }
 
@@ -858,6 +846,7 @@ mod tests {
     use crate::trace::draws::tests::preload_timed;
     use crate::trace::encode::TraceWriter;
     use crate::trace::{Event, EventKind, Func, Item};
+    use std::path::PathBuf;
 
     /// Thread 1: 100 chunks that overlap in time, so that none is joined to
     /// the one before and each is a record (four chains in one batch),
@@ -901,6 +890,43 @@ mod tests {
         std::fs::metadata(path).unwrap().blocks() * 512
     }
 
+    /// The RUNINFO the traces compared are finished with.
+    pub(super) const INFO: &[(String, String)] = &[];
+
+    /// `src` copied twice into `dir`: the first copy finished in one go;
+    /// its length, and a Finisher releasing the second on one worker, as
+    /// `mtlab record` makes it while the program runs.
+    pub(super) fn one_finished_and_a_finisher(dir: &std::path::Path, src: &std::path::Path) -> (PathBuf, PathBuf, u64, super::Finisher) {
+        let (one, two) = (dir.join("one.mtl"), dir.join("two.mtl"));
+        std::fs::copy(src, &one).unwrap();
+        std::fs::copy(src, &two).unwrap();
+        let len = std::fs::metadata(&two).unwrap().len();
+        super::finish_trace(&one, INFO).unwrap();
+        let mut f = super::Finisher::start(&two, len).unwrap();
+        f.one_worker();
+        f.releasing().unwrap();
+        (one, two, len, f)
+    }
+
+    /// Whether two finished traces are the same but for their last RUNINFO
+    /// (whose `rewritten_while_running` differs).
+    pub(super) fn same_before_runinfo(a: &std::path::Path, b: &std::path::Path) -> bool {
+        let cut = |p: &std::path::Path| {
+            let f = std::fs::File::open(p).unwrap();
+            let len = f.metadata().unwrap().len();
+            let (_, _, mut off) = super::read_file_header(&f, p, len).unwrap();
+            let mut last = None;
+            while let Ok(Some(r)) = super::next_record(&f, off, len).unwrap() {
+                last = Some((off, r.ty));
+                off = r.end();
+            }
+            let (at, ty) = last.expect("records");
+            assert_eq!(ty, super::REC_RUNINFO, "{}: the last record is RUNINFO", p.display());
+            std::fs::read(p).unwrap()[..at as usize].to_vec()
+        };
+        cut(a) == cut(b)
+    }
+
     /// While the rewrite is busy (between two `advance`s), the records
     /// written since are read ahead into memory and punched out of the file
     /// (`Source::fill`, `punch`): the raw file then holds its header and a
@@ -909,15 +935,9 @@ mod tests {
     #[test]
     fn records_read_ahead_are_punched_at_once_and_rewritten_from_memory_to_the_same_bytes() {
         let dir = tempfile::tempdir().unwrap();
-        let (one, two) = (dir.path().join("one.mtl"), dir.path().join("two.mtl"));
-        trace(&one);
-        std::fs::copy(&one, &two).unwrap();
-        let len = std::fs::metadata(&two).unwrap().len();
-        let info = vec![("wall_ns".to_string(), "5".to_string())];
-        super::finish_trace(&one, &info).unwrap();
-        let mut f = super::Finisher::start(&two, len).unwrap();
-        f.one_worker();
-        f.releasing().unwrap();
+        let raw = dir.path().join("raw.mtl");
+        trace(&raw);
+        let (one, two, len, mut f) = one_finished_and_a_finisher(dir.path(), &raw);
         f.advance(len / 3).unwrap();
         let before = allocated(&two);
         assert!(before > len / 2, "{before} bytes allocated of {len}: the rest not taken yet");
@@ -931,13 +951,8 @@ mod tests {
         assert_eq!(f.taken(), len);
         assert_eq!(src.progress().ahead, 0, "what was read ahead was taken and dropped");
         drop(src);
-        f.finish(&info).unwrap();
-        let cut = |v: &[u8]| {
-            let at = v.windows(8).rposition(|w| w == b"wall_ns=").unwrap() - super::RECORD_HEADER as usize;
-            v[..at].to_vec()
-        };
-        let (a, b) = (std::fs::read(&one).unwrap(), std::fs::read(&two).unwrap());
-        assert!(cut(&a) == cut(&b), "the rewrites differ before RUNINFO");
+        f.finish(INFO).unwrap();
+        assert!(same_before_runinfo(&one, &two), "the rewrites differ before RUNINFO");
     }
 
     #[test]
