@@ -4,11 +4,13 @@
 //! predictions of the one before, threads in parallel) and compresses them
 //! (on all cores once the program has ended).
 
-use std::fs::{self, File};
+use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use super::ahead::Source;
 use super::columns::{draws_after, split_chained, Chain, Chains, RowChunk, Stamps, CHAIN_RECORDS};
 use super::draws::{Draws, Thread};
 use super::error::TraceError;
@@ -17,7 +19,7 @@ use super::held::HeldWriter;
 use super::keys;
 use super::kv::kv_text;
 use super::records::{next_record, parse_chunk_header, read_file_header, write_checked_events, write_record, Damage, RepeatedChunks};
-use super::rewrite::{copy_record, header_at_this_version, temp_beside, TempGuard};
+use super::rewrite::{header_at_this_version, temp_beside, TempGuard};
 
 /// zstd level `finish_trace` compresses EVENTS payloads with.
 pub const FINISH_ZSTD_LEVEL: i32 = 3;
@@ -476,8 +478,8 @@ pub fn finish_trace(path: &Path, runinfo: &[(String, String)]) -> Result<FinishS
 /// (`advance`), and the rest after it has ended (`finish`).
 pub struct Finisher {
     path: PathBuf,
-    src: File,
-    reader: File,
+    /// The raw trace, and its records read ahead into memory (`read_ahead`).
+    src: Arc<Source>,
     tmp_path: PathBuf,
     guard: TempGuard,
     out: HeldWriter,
@@ -504,30 +506,13 @@ pub struct Finisher {
     /// (`cores`).
     workers: usize,
     cores: usize,
-    /// `releasing`: the source opened for writing, to punch out what was
-    /// taken; and how far it is released (a block boundary).
-    release: Option<File>,
-    released: u64,
-    /// Where the SKIP record over the released records starts (0: none yet).
-    skip_at: u64,
 }
-
-/// What the raw trace says where its records were released, for a reader of
-/// it when the rewrite never finished (`mtlab record` killed): a RUNINFO
-/// record with this warning, then a SKIP record over the zeros.
-pub const RELEASED_NOTE: &str = "mtlab record rewrote the start of this trace while the program ran and was stopped \
-     before it finished: the raw events it had taken were released from the file and are missing from every figure";
-/// The longest SKIP record over released records; a longer run of them is
-/// covered by several (readers refuse records beyond `MAX_PAYLOAD`).
-const SKIP_MAX: u64 = 256 << 20;
 
 /// Bytes taken between two punches of the source (`releasing`): one
 /// `fallocate` per MiB read.
 const RELEASE_STEP: u64 = 1 << 20;
 /// Output `advance` may hold in memory while the disk has no room for it.
 const HOLD_WHILE_RUNNING: usize = 64 << 20;
-/// Holes are punched in whole file system blocks.
-const BLOCK: u64 = 4096;
 
 /// What one step of the rewrite did with a record.
 enum Next {
@@ -549,12 +534,10 @@ impl Finisher {
         let mut out = HeldWriter::new(tmp, 0);
         let head = header_at_this_version(&src, path, header_end)?;
         out.write_all(&head).map_err(|e| TraceError::Io { path: tmp_path.clone(), source: e })?;
-        let reader = src.try_clone().map_err(TraceError::io(path))?;
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 8);
         Ok(Finisher {
             path: path.to_path_buf(),
-            src,
-            reader,
+            src: Arc::new(Source::new(src, path, header_end)),
             tmp_path,
             guard,
             out,
@@ -572,9 +555,6 @@ impl Finisher {
             written: header_end,
             workers: cores,
             cores,
-            release: None,
-            released: 0,
-            skip_at: 0,
         })
     }
 
@@ -584,9 +564,14 @@ impl Finisher {
     /// no longer a readable trace: if the rewrite fails, what it held is
     /// lost (`released` says how much).
     pub fn releasing(&mut self) -> Result<(), TraceError> {
-        let f = crate::platform::safe_fs::open_owned_regular(&self.path, true).map_err(TraceError::io(&self.path))?;
-        self.release = Some(f);
-        Ok(())
+        self.src.releasing(self.header_end)
+    }
+
+    /// The source, for a thread that reads its records ahead into memory
+    /// and punches them out while this rewrite is busy (`Source::fill`,
+    /// `Source::punch`; only once `releasing`).
+    pub fn read_ahead(&self) -> Arc<Source> {
+        Arc::clone(&self.src)
     }
 
     /// Rewrite each batch on this thread only (while the program runs, so as
@@ -616,7 +601,7 @@ impl Finisher {
     /// The source's bytes punched out so far (its records from the header's
     /// end on).
     pub fn released(&self) -> u64 {
-        self.released.saturating_sub(self.header_end)
+        self.src.released()
     }
 
     /// Punches the source's taken records out (`releasing`): from the block
@@ -627,48 +612,12 @@ impl Finisher {
     /// cannot punch holes keeps them: the raw trace then stays whole, as
     /// without `releasing`.
     fn release_taken(&mut self, min_step: u64) -> Result<(), TraceError> {
-        let Some(f) = &self.release else { return Ok(()) };
-        let to = self.off;
-        let note = {
-            let text = kv_text([(keys::FINISH_WARNING, RELEASED_NOTE)]);
-            let mut rec = Vec::new();
-            write_record(&mut rec, REC_RUNINFO, 0, &[text.as_bytes()]).map_err(TraceError::io(&self.path))?;
-            rec
-        };
-        let first = self.skip_at == 0;
-        let start = if first { self.header_end + note.len() as u64 } else { self.skip_at };
-        if to < (self.released / BLOCK * BLOCK).max(start + RECORD_HEADER as u64) + min_step.max(1) {
-            return Ok(());
+        self.src.taken(self.off, self.written, self.batch.is_empty());
+        if self.src.punch(min_step)? && self.out.waiting_for_room() {
+            // The blocks just freed may be what the held output needs.
+            self.out.try_write().map_err(self.tmp_err())?;
         }
-        // The note and SKIP headers first, then the zeros: a reader of the
-        // file at any moment finds records that chain to the untaken ones.
-        let io = |e| TraceError::io(&self.path)(e);
-        if first {
-            f.write_all_at(&note, self.header_end).map_err(io)?;
-            self.skip_at = start;
-        } else if to - self.skip_at - RECORD_HEADER as u64 > SKIP_MAX {
-            // The last SKIP ends where the last release did (a record boundary).
-            self.skip_at = self.released;
-        }
-        let skip_len = to - self.skip_at - RECORD_HEADER as u64;
-        f.write_all_at(&super::records::record_header(REC_SKIP, 0, skip_len as usize), self.skip_at).map_err(io)?;
-        let from = (self.released / BLOCK * BLOCK).max(self.skip_at + RECORD_HEADER as u64);
-        match crate::platform::safe_fs::punch_hole(f, from, to) {
-            Ok(()) => {
-                self.released = to;
-                if self.out.waiting_for_room() {
-                    // The blocks just freed may be what the held output needs.
-                    self.out.try_write().map_err(self.tmp_err())?;
-                }
-            }
-            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                self.release = None;
-                self.stats.warnings.push(format!(
-                    "the raw trace's rewritten records could not be released while finishing ({e}): this file system does not punch holes"
-                ));
-            }
-            Err(e) => return Err(TraceError::io(&self.path)(e)),
-        }
+        self.stats.warnings.extend(self.src.take_warning());
         Ok(())
     }
 
@@ -694,7 +643,7 @@ impl Finisher {
                 // for `finish`, which takes it all (its punches free room).
                 return Ok(Next::Done);
             }
-            let rec = match next_record(&self.src, self.off, available).map_err(TraceError::io(&path))? {
+            let rec = match next_record(&*self.src, self.off, available).map_err(TraceError::io(&path))? {
                 Ok(Some(r)) => r,
                 Ok(None) => return Ok(Next::Done),
                 Err(d) => return Ok(Next::Stop(d)),
@@ -758,8 +707,11 @@ impl Finisher {
                         self.chains.clear();
                     }
                 }
-                // Verbatim, streamed (header included).
-                self.written += copy_record(&mut self.reader, &path, &rec, &mut self.out, &self.tmp_path)?;
+                // Verbatim, header included (from memory where it was read ahead).
+                let mut whole = vec![0u8; (rec.end() - rec.offset) as usize];
+                self.src.read_exact_at(&mut whole, rec.offset).map_err(TraceError::io(&path))?;
+                self.out.write_all(&whole).map_err(self.tmp_err())?;
+                self.written += whole.len() as u64;
             }
             self.off = rec.end();
         }
@@ -785,7 +737,7 @@ impl Finisher {
         // The program has ended: all cores (`one_worker` held it to one).
         self.workers = self.cores;
         let path = self.path.clone();
-        let meta = self.src.metadata().map_err(TraceError::io(&path))?;
+        let meta = self.src.file().metadata().map_err(TraceError::io(&path))?;
         self.stats.bytes_before = meta.len();
         let live = self.advanced_to - self.header_end;
         if let Next::Stop(d) = self.run(meta.len())? {
@@ -811,7 +763,6 @@ impl Finisher {
         self.written += write_record(&mut self.out, REC_RUNINFO, 0, &[text.as_bytes()]).map_err(self.tmp_err())?;
 
         drop(self.src);
-        drop(self.reader);
         let tmp_path = self.tmp_path.clone();
         let out = self.out.into_file().map_err(|e| TraceError::Io { path: tmp_path, source: e })?;
         self.guard.install(out, Some(meta.permissions()), false, &path)?;
@@ -849,6 +800,45 @@ mod finish_speed {
             std::fs::copy(&p, out).unwrap();
         }
     }
+
+    /// `MTLAB_FINISH_TRACE=FILE cargo test --release --lib finish_speed -- --ignored --nocapture`
+    /// also finishes two copies of the unfinished trace, one in one go and
+    /// one as `mtlab record` does while the program runs (4 MiB steps, with
+    /// the watermark 8 MiB ahead, while another thread reads ahead and
+    /// punches every millisecond), and compares them up to RUNINFO.
+    #[test]
+    #[ignore]
+    fn finish_with_read_ahead_writes_the_bytes_of_a_finish_in_one_go() {
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use super::tests::{one_finished_and_a_finisher, same_before_runinfo, INFO};
+        let Ok(src) = std::env::var("MTLAB_FINISH_TRACE") else { return };
+        let dir = tempfile::tempdir().unwrap();
+        let (one, two, len, mut f) = one_finished_and_a_finisher(dir.path(), src.as_ref());
+        let ahead = f.read_ahead();
+        let (done, written, most) = (AtomicBool::new(false), AtomicU64::new(f.header_end), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Ordering::Acquire) {
+                    ahead.fill(written.load(Ordering::Acquire), 64 << 20).unwrap();
+                    ahead.punch(256 << 10).unwrap();
+                    most.fetch_max(ahead.progress().ahead, Ordering::Relaxed);
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            });
+            let mut at = f.header_end;
+            while at < len {
+                written.store((at + (8 << 20)).min(len), Ordering::Release);
+                at = (at + (4 << 20)).min(len);
+                f.advance(at).unwrap();
+            }
+            done.store(true, Ordering::Release);
+        });
+        drop(ahead);
+        let released = f.released();
+        f.finish(INFO).unwrap();
+        say!("read ahead: at most {} bytes held, {released} released of {len}", most.load(Ordering::Relaxed));
+        assert!(same_before_runinfo(&one, &two), "the rewrites differ before RUNINFO");
+    }
 }
 
 #[cfg(test)]
@@ -856,6 +846,7 @@ mod tests {
     use crate::trace::draws::tests::preload_timed;
     use crate::trace::encode::TraceWriter;
     use crate::trace::{Event, EventKind, Func, Item};
+    use std::path::PathBuf;
 
     /// Thread 1: 100 chunks that overlap in time, so that none is joined to
     /// the one before and each is a record (four chains in one batch),
@@ -892,6 +883,76 @@ mod tests {
             }
         }
         w.finish().unwrap();
+    }
+
+    fn allocated(path: &std::path::Path) -> u64 {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(path).unwrap().blocks() * 512
+    }
+
+    /// The RUNINFO the traces compared are finished with.
+    pub(super) const INFO: &[(String, String)] = &[];
+
+    /// `src` copied twice into `dir`: the first copy finished in one go;
+    /// its length, and a Finisher releasing the second on one worker, as
+    /// `mtlab record` makes it while the program runs.
+    pub(super) fn one_finished_and_a_finisher(dir: &std::path::Path, src: &std::path::Path) -> (PathBuf, PathBuf, u64, super::Finisher) {
+        let (one, two) = (dir.join("one.mtl"), dir.join("two.mtl"));
+        std::fs::copy(src, &one).unwrap();
+        std::fs::copy(src, &two).unwrap();
+        let len = std::fs::metadata(&two).unwrap().len();
+        super::finish_trace(&one, INFO).unwrap();
+        let mut f = super::Finisher::start(&two, len).unwrap();
+        f.one_worker();
+        f.releasing().unwrap();
+        (one, two, len, f)
+    }
+
+    /// Whether two finished traces are the same but for their last RUNINFO
+    /// (whose `rewritten_while_running` differs).
+    pub(super) fn same_before_runinfo(a: &std::path::Path, b: &std::path::Path) -> bool {
+        let cut = |p: &std::path::Path| {
+            let f = std::fs::File::open(p).unwrap();
+            let len = f.metadata().unwrap().len();
+            let (_, _, mut off) = super::read_file_header(&f, p, len).unwrap();
+            let mut last = None;
+            while let Ok(Some(r)) = super::next_record(&f, off, len).unwrap() {
+                last = Some((off, r.ty));
+                off = r.end();
+            }
+            let (at, ty) = last.expect("records");
+            assert_eq!(ty, super::REC_RUNINFO, "{}: the last record is RUNINFO", p.display());
+            std::fs::read(p).unwrap()[..at as usize].to_vec()
+        };
+        cut(a) == cut(b)
+    }
+
+    /// While the rewrite is busy (between two `advance`s), the records
+    /// written since are read ahead into memory and punched out of the file
+    /// (`Source::fill`, `punch`): the raw file then holds its header and a
+    /// block or two, and the rewrite, reading them from memory, writes the
+    /// bytes of a finish in one go.
+    #[test]
+    fn records_read_ahead_are_punched_at_once_and_rewritten_from_memory_to_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let raw = dir.path().join("raw.mtl");
+        trace(&raw);
+        let (one, two, len, mut f) = one_finished_and_a_finisher(dir.path(), &raw);
+        f.advance(len / 3).unwrap();
+        let before = allocated(&two);
+        assert!(before > len / 2, "{before} bytes allocated of {len}: the rest not taken yet");
+        let src = f.read_ahead();
+        assert!(src.fill(len, 64 << 20).unwrap() > len / 2);
+        src.punch(0).unwrap();
+        assert_eq!(f.released(), len - f.header_end, "every record released");
+        let left = allocated(&two);
+        assert!(left <= f.header_end + 3 * 4096, "{left} bytes still allocated of {len}");
+        f.advance(len).unwrap();
+        assert_eq!(f.taken(), len);
+        assert_eq!(src.progress().ahead, 0, "what was read ahead was taken and dropped");
+        drop(src);
+        f.finish(INFO).unwrap();
+        assert!(same_before_runinfo(&one, &two), "the rewrites differ before RUNINFO");
     }
 
     #[test]

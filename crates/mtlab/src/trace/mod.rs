@@ -41,6 +41,7 @@
 //!   cross-thread order where threads touch the same block, region or break;
 //!   cycles sorted per function within a chunk.
 
+mod ahead;
 pub mod columns;
 pub mod compact;
 pub mod decode;
@@ -69,6 +70,7 @@ pub use decode::{read_header, Header, ItemRef, Items, NewChunk, TraceFile};
 pub use encode::{ChunkEncoder, TraceWriter};
 pub use error::TraceError;
 pub use event::{Event, EventKind, Func, Item, UNTIMED};
+pub use ahead::{Progress, Source};
 pub use finish::{append_runinfo, finish_trace, FinishStages, FinishStats, Finisher, SOLO_QUANTUM};
 pub use records::{ChunkInfo, EndRecord};
 pub use stacks::{StackRef, StackTable};
