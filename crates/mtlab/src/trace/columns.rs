@@ -51,6 +51,13 @@ pub const COLUMNS_LAYOUT: u8 = 6;
 /// record that cannot be read takes at most the rest of its chain with it.
 pub const CHAIN_RECORDS: u64 = 32;
 
+/// Row bytes after which the writer starts a thread's next record on a
+/// chain of its own, whatever its length in records: what a damaged
+/// record can take with it, and the rows the finish can put in columns
+/// apart, whether the records are 1 MiB (32 of them, the most) or 4 MiB.
+/// Readers do not depend on it: each record says its place in its chain.
+pub const CHAIN_ROWS: u64 = 32 << 20;
+
 /// A thread's predictions carried from one of its records to the next
 /// (layout 4), and the record's place in its chain (0: it starts one).
 pub struct Chain {
@@ -58,6 +65,14 @@ pub struct Chain {
     pred: Predictor,
     /// Writer side (layout 5): where the thread's timing draws stand.
     draws: Thread,
+    /// Writer side: the row bytes of the chain's records so far.
+    rows: u64,
+}
+
+/// Whether a thread's next record runs on from a chain whose last record
+/// has place `pos` and whose records hold `rows` row bytes (writer side).
+pub(crate) fn runs_on(pos: u64, rows: u64) -> bool {
+    pos + 1 < CHAIN_RECORDS && rows < CHAIN_ROWS
 }
 
 /// The writer's chain of each thread, by thread id (`finish_trace`): a
@@ -110,13 +125,18 @@ impl Chain {
     /// A placeholder (its layout is none the writer writes) whose thread's
     /// next record starts a chain, with the thread's draws at `draws`.
     pub(crate) fn restart(draws: Thread) -> Chain {
-        Chain { pos: 0, pred: Predictor::new(1), draws }
+        Chain { pos: 0, pred: Predictor::new(1), draws, rows: 0 }
     }
 
     /// Whether the thread's next record (written by `split_chained`) runs
     /// on from this chain's predictions rather than starting a chain.
     pub(crate) fn runs_on(&self) -> bool {
-        self.pred.layout() == COLUMNS_LAYOUT && self.pos + 1 < CHAIN_RECORDS
+        self.pred.layout() == COLUMNS_LAYOUT && runs_on(self.pos, self.rows)
+    }
+
+    /// The row bytes of the chain's records so far (writer side).
+    pub(crate) fn rows(&self) -> u64 {
+        self.rows
     }
 
     /// Where the thread's timing draws stand after the record.
@@ -512,7 +532,7 @@ pub enum Stamps {
 
 /// `split` for the next record of a thread whose previous record was
 /// written with `chain` (None: it starts a chain): the predictions run on
-/// from there, unless the chain is [`CHAIN_RECORDS`] long. Afterwards
+/// from there, unless the chain is [`CHAIN_RECORDS`] records or [`CHAIN_ROWS`] row bytes long. Afterwards
 /// `chain` holds this record's (None after an error: the next record
 /// starts a chain). The record must follow the previous one of its thread
 /// in the file with no other record of the thread in between.
@@ -533,11 +553,12 @@ fn split_inner(
 ) -> Result<Vec<u8>, ColumnError> {
     let n_streams = n_streams(layout).ok_or(ColumnError::BadLayout("unknown layout version"))?;
     // Taken now: after an error the next record starts a chain.
-    let (pos, mut pred, thread) = match chain.take() {
-        Some(c) if layout >= 4 && c.pred.layout() == layout && c.pos + 1 < CHAIN_RECORDS => (c.pos + 1, c.pred, c.draws),
-        Some(c) => (0, Predictor::for_writer(layout), c.draws),
-        None => (0, Predictor::for_writer(layout), Thread::At(Draws::Unknown)),
+    let (pos, mut pred, thread, chain_rows) = match chain.take() {
+        Some(c) if layout >= 4 && c.pred.layout() == layout && runs_on(c.pos, c.rows) => (c.pos + 1, c.pred, c.draws, c.rows),
+        Some(c) => (0, Predictor::for_writer(layout), c.draws, 0),
+        None => (0, Predictor::for_writer(layout), Thread::At(Draws::Unknown), 0),
     };
+    let chain_rows = chain_rows + chunks.iter().map(|c| c.rows.len() as u64).sum::<u64>();
     // The steps are judged on the first values (`detect_step` looks at 1024);
     // an unseeded thread's draws on its first allocator call's stamp.
     let (mut times, mut cycles) = (Vec::with_capacity(1024), Vec::with_capacity(1024));
@@ -672,7 +693,7 @@ fn split_inner(
     out.push(layout);
     if layout >= 4 {
         put_varint(&mut out, pos);
-        *chain = Some(Chain { pos, pred, draws: replay.end(thread) });
+        *chain = Some(Chain { pos, pred, draws: replay.end(thread), rows: chain_rows });
     }
     put_varint(&mut out, tq);
     put_varint(&mut out, cq);
@@ -838,7 +859,7 @@ impl ColumnFields {
     /// After the record's last event: its predictions, for the thread's
     /// next record (layout 4; None before it).
     pub fn into_chain(self) -> Option<Chain> {
-        (self.pred.layout() >= 4).then_some(Chain { pos: self.chain_pos, pred: self.pred, draws: Thread::At(Draws::Unknown) })
+        (self.pred.layout() >= 4).then_some(Chain { pos: self.chain_pos, pred: self.pred, draws: Thread::At(Draws::Unknown), rows: 0 })
     }
 
     /// Checks the layout header of `buf` (the decompressed body).
@@ -1077,6 +1098,28 @@ mod tests {
     }
 
     #[test]
+    fn a_chain_restarts_once_its_records_hold_chain_rows() {
+        // Records of a little less than a seventh of CHAIN_ROWS: seven hold
+        // less, eight more, so the ninth starts a chain, well before
+        // CHAIN_RECORDS records.
+        let mut enc = ChunkEncoder::new(1);
+        let mut i = 0u64;
+        while (enc.body().len() as u64) < CHAIN_ROWS / 7 - 100_000 {
+            enc.event(&malloc(100 + 26 * i, 0x1000 + 64 * i));
+            i += 1;
+        }
+        let rows = [RowChunk { first_tsc: 100, rows: enc.body() }];
+        let mut chain = None;
+        let places: Vec<u64> = (0..9)
+            .map(|_| {
+                split_chained(&rows, Stamps::Exact, &mut chain).unwrap();
+                chain.as_ref().unwrap().pos()
+            })
+            .collect();
+        assert_eq!(places, [0, 1, 2, 3, 4, 5, 6, 7, 0]);
+    }
+
+    #[test]
     fn untimed_calls_cost_a_gap_not_a_value() {
         // Cycles 0 (not timed) on all but the 3rd and 7th of 9 events: the
         // gaps before them (2, 3) and the 2 zeros at the end, and only the
@@ -1161,7 +1204,7 @@ mod tests {
             if pos > 0 {
                 // Not readable alone, nor after another place of the chain.
                 assert!(decode_columns(&cols, first, 1).is_err());
-                let mut wrong = Some(Chain { pos: pos + 1, pred: Predictor::new(COLUMNS_LAYOUT), draws: Thread::At(Draws::Unknown) });
+                let mut wrong = Some(Chain { pos: pos + 1, pred: Predictor::new(COLUMNS_LAYOUT), draws: Thread::At(Draws::Unknown), rows: 0 });
                 assert!(decode_columns_chained(&cols, first, 1, &mut wrong).is_err());
             }
             let back = decode_columns_chained(&cols, first, 1, &mut rchain).unwrap();
@@ -1422,7 +1465,7 @@ mod tests {
 mod recode_sizes {
     //! `MTLAB_RECODE=TRACE [MTLAB_RECODE_LAYOUT=3] cargo test --release --lib
     //! recode_sizes -- --ignored --nocapture`: a finished trace's events
-    //! rewritten in a layout as `finish_trace` joins them (1 MiB of rows a
+    //! rewritten in a layout as `finish_trace` joins them (`JOIN_MAX_BYTES` of rows a
     //! record, a single thread's stamps rounded as solo chunks are), each
     //! record compressed; prints the bytes, each stream's share (compressed
     //! alone, record by record), and checks the round trip.
@@ -1488,7 +1531,7 @@ mod recode_sizes {
             let mut groups: Vec<Vec<usize>> = Vec::new();
             let mut bytes = 0;
             for (i, (_, e)) in encs.iter().enumerate() {
-                if groups.is_empty() || bytes + e.body().len() > 1 << 20 {
+                if groups.is_empty() || bytes + e.body().len() > crate::trace::finish::JOIN_MAX_BYTES {
                     groups.push(Vec::new());
                     bytes = 0;
                 }

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::ahead::Source;
-use super::columns::{draws_after, split_chained, Chain, Chains, RowChunk, Stamps, CHAIN_RECORDS};
+use super::columns::{draws_after, runs_on, split_chained, Chain, Chains, RowChunk, Stamps, CHAIN_RECORDS, CHAIN_ROWS};
 use super::draws::{Draws, Thread};
 use super::error::TraceError;
 use super::format::*;
@@ -58,13 +58,15 @@ pub struct FinishStages {
 /// Uncompressed EVENTS payload bytes gathered before they are rewritten together, on all cores.
 const FINISH_BATCH_BYTES: usize = 16 << 20;
 /// Batches (of `FINISH_BATCH_BYTES`, each grouped as if alone) put in
-/// columns together once the program has ended: a thread's chain is
-/// `CHAIN_RECORDS` records of up to `JOIN_MAX_BYTES`, 32 MiB, and its chains
+/// columns together once the program has ended: a thread's chain is at
+/// most `CHAIN_ROWS` of rows (8 records of `JOIN_MAX_BYTES`), and its chains
 /// go to different cores only when several are at hand (64 MiB of rows held).
 const FINISH_PARTS: usize = 4;
 /// Row bytes joined into one chunk at most: the reader holds one such chunk
-/// per thread in memory while merging threads by time.
-const JOIN_MAX_BYTES: usize = 1 << 20;
+/// per thread in memory while merging threads by time (its columns, about
+/// 0.4× the rows). Each is compressed alone: 4 MiB, not 1, so that each
+/// record's streams are long enough for zstd to learn (`COLUMNS_LAYOUT`).
+pub(crate) const JOIN_MAX_BYTES: usize = 4 << 20;
 
 /// Time quantum of solo chunks' stamps (`RECORD_FLAG_SOLO`), in TSC ticks:
 /// 2¹⁶, 25 µs at 2.6 GHz, where heaptrack stamps every 10 ms. No other
@@ -201,26 +203,29 @@ struct Run {
 /// never bytes).
 fn plan_runs(thread: usize, members: &[usize], groups: &[Group], batch: &[(ChunkHead, Vec<u8>)], first: Option<Chain>) -> Vec<Run> {
     // The chain after each group as far as the runs need it: whether the
-    // next record runs on, its place, the draws (None: after an error).
-    let mut state = first.as_ref().map(|c| (c.runs_on(), c.pos(), c.draws()));
-    let bytes = |from: usize, to: usize| members[from..to].iter().map(|&g| groups[g].row_bytes).sum();
+    // next record runs on, its place, its rows, the draws (None: after an
+    // error).
+    let mut state = first.as_ref().map(|c| (c.runs_on(), c.pos(), c.rows(), c.draws()));
+    let bytes = |from: usize, to: usize| members[from..to].iter().map(|&g| groups[g].row_bytes).sum::<usize>();
     let mut runs = vec![Run { thread, from: 0, to: members.len(), start: first, planned: None, bytes: 0 }];
     for (j, &g) in members.iter().enumerate() {
-        let pos = match state {
-            Some((true, p, _)) => p + 1,
-            _ => 0,
+        let (pos, rows) = match state {
+            Some((true, p, r, _)) => (p + 1, r),
+            _ => (0, 0),
         };
         if pos == 0 && j > 0 {
             runs.last_mut().expect("a run").to = j;
-            let planned = state.map(|s| s.2);
+            let planned = state.map(|s| s.3);
             runs.push(Run { thread, from: j, to: members.len(), start: planned.map(Chain::restart), planned, bytes: 0 });
         }
         // The next chain starts past the last group: nothing more to cut.
-        if j + (CHAIN_RECORDS - pos) as usize >= members.len() {
+        let rest = members.len() - j;
+        if rest <= (CHAIN_RECORDS - pos) as usize && rows + (bytes(j, members.len() - 1) as u64) < CHAIN_ROWS {
             break;
         }
-        let draws = state.map_or(Thread::At(Draws::Unknown), |s| s.2);
-        state = draws_after(&group_rows(&groups[g], batch), draws).ok().map(|d| (pos + 1 < CHAIN_RECORDS, pos, d));
+        let draws = state.map_or(Thread::At(Draws::Unknown), |s| s.3);
+        let rows = rows + groups[g].row_bytes as u64;
+        state = draws_after(&group_rows(&groups[g], batch), draws).ok().map(|d| (runs_on(pos, rows), pos, rows, d));
     }
     for r in &mut runs {
         r.bytes = bytes(r.from, r.to);
