@@ -166,10 +166,10 @@ impl LiveMap {
     #[inline(always)]
     pub fn prefetch(&self, key: u64) {
         let i = self.home_of(stored(key));
-        super::prefetch::prefetch(&self.slots[i]);
+        crate::platform::prefetch::prefetch(&self.slots[i]);
         // And the line after: a key displaced from its home, and a
         // removal's look at the slot after the key's, may read it.
-        super::prefetch::prefetch(&self.slots[i + 4]);
+        crate::platform::prefetch::prefetch(&self.slots[i + 4]);
     }
 
     pub fn len(&self) -> usize {

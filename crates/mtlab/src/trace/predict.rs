@@ -318,6 +318,29 @@ impl Predictor {
         }
     }
 
+    /// Reader side (layout 4): whether `code` (the FreeRank stream's value)
+    /// names a block by its allocation number, read from the FreeSeq stream.
+    #[inline(always)]
+    pub(crate) fn is_far(&self, code: u64) -> bool {
+        self.layout >= 4 && code == FREE_FAR
+    }
+
+    /// Reader side (layout 4): the number of the block the previous far
+    /// free freed.
+    pub(crate) fn prev_far(&self) -> u64 {
+        self.prev_far
+    }
+
+    /// Reader side, ahead of the decode (layout 4): the number a far free
+    /// coded `code` in the FreeSeq stream names after number `prev`; its
+    /// ring entry starts loading. Only a hint: the decode checks the number.
+    #[inline(always)]
+    pub(crate) fn prefetch_far(&self, prev: u64, code: u64) -> u64 {
+        let s = prev.wrapping_add(1).wrapping_add(zigzag(code) as u64);
+        self.ring.prefetch((s % FAR_WINDOW) as usize);
+        s
+    }
+
     /// The layout this predictor codes.
     pub(crate) fn layout(&self) -> u8 {
         self.layout
