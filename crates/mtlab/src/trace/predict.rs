@@ -322,6 +322,14 @@ impl Predictor {
         }
     }
 
+    /// Reader side: a stand-in for layout `layout`'s predictions, with none
+    /// of its tables (half a MiB, layout 6's stacks most of it), for a record
+    /// that takes over its thread's previous record's predictions
+    /// (`ColumnFields::resume` replaces it before any event is read).
+    pub(crate) fn awaiting(layout: u8) -> Predictor {
+        Predictor { layout, opts: if layout >= 6 { layout6_opts() } else { 0 }, ..Predictor::new(1) }
+    }
+
     /// Reader side (layout 4): whether `code` (the FreeRank stream's value)
     /// names a block by its allocation number, read from the FreeSeq stream.
     #[inline(always)]
