@@ -10,7 +10,7 @@ use rustc_hash::FxHashMap as HashMap;
 use super::model::CallerReport;
 use super::step::{Block, Step};
 use super::symbols::Symbols;
-use crate::heap::prefetch::prefetch;
+use crate::platform::prefetch::prefetch;
 use super::threads::ThreadSplit;
 use crate::profile::{StackSample, ThreadShare};
 use crate::trace::{Event, EventKind, StackRef, StackTable};

@@ -166,10 +166,10 @@ impl LiveMap {
     #[inline(always)]
     pub fn prefetch(&self, key: u64) {
         let i = self.home_of(stored(key));
-        super::prefetch::prefetch(&self.slots[i]);
+        crate::platform::prefetch::prefetch(&self.slots[i]);
         // And the line after: a key displaced from its home, and a
         // removal's look at the slot after the key's, may read it.
-        super::prefetch::prefetch(&self.slots[i + 4]);
+        crate::platform::prefetch::prefetch(&self.slots[i + 4]);
     }
 
     pub fn len(&self) -> usize {
@@ -232,8 +232,12 @@ impl LiveMap {
                 self.grow();
                 continue;
             }
-            self.slots.copy_within(i..end, i + 1);
-            self.slots[i] = (s, val);
+            // Each entry handed on in a register: the run's part is a few
+            // slots, for which `copy_within` called libc's memmove.
+            let mut carry = (s, val);
+            for e in &mut self.slots[i..=end] {
+                carry = std::mem::replace(e, carry);
+            }
             self.len += 1;
             return true;
         }
@@ -319,12 +323,18 @@ impl LiveMap {
         self.len -= 1;
         // Backward shift: the entries after the hole that are past their
         // home move one slot back, up to the first at its home or empty.
-        let mut end = hole + 1;
-        while self.slots[end].0 != EMPTY && self.home_of(self.slots[end].0) < end {
-            end += 1;
+        // Moved while found (not with `copy_within`, a call to libc's
+        // memmove for a few slots).
+        let mut j = hole;
+        loop {
+            let next = self.slots[j + 1];
+            if next.0 == EMPTY || self.home_of(next.0) > j {
+                break;
+            }
+            self.slots[j] = next;
+            j += 1;
         }
-        self.slots.copy_within(hole + 1..end, hole);
-        self.slots[end - 1] = (EMPTY, 0);
+        self.slots[j] = (EMPTY, 0);
         Some(val)
     }
 

@@ -24,12 +24,11 @@
 //!
 //! Fragmentation is incremental, in fixed point (exact in any order; a changed
 //! region's ratio recomputed at the next snapshot, or carried unsettled by a
-//! snapshot when it is the only one). `prefetch.rs`: the hint the analysis's
-//! pass uses to overlap the misses of several events.
+//! snapshot when it is the only one). The analysis's pass overlaps the misses
+//! of several events with `platform::prefetch`.
 
 pub(crate) mod live;
 pub mod model;
-pub(crate) mod prefetch;
 mod leaf_dir;
 mod region_index;
 mod starts;

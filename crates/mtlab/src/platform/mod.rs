@@ -4,6 +4,8 @@
 //! - `process.rs`: `pid_alive`, `find_in_path`.
 //! - `shared_page.rs`: a page shared with a traced process (control page,
 //!   watermark page): mmap, atomic fields, unmap.
+//! - `prefetch.rs`: a hint to start loading a cache line soon read (the
+//!   report's replay and the reader's far frees overlap their misses).
 //! - `tsc.rs`: reading the cycle counter from Rust.
 //! - `huge_pages.rs`: asking for 2 MiB pages for the report's large tables;
 //!   `reserve` grows the slab into them.
@@ -23,6 +25,7 @@ pub mod anon_table;
 pub mod huge_pages;
 pub mod interrupt;
 pub mod names;
+pub mod prefetch;
 pub mod process;
 pub mod recorder_page;
 pub mod safe_fs;

@@ -127,11 +127,15 @@ fn layout6_opts() -> u32 {
 }
 
 /// Moves entry `r` of `l` to the front (`r` = len - 1 drops the last one
-/// for `v`, which is new): both sides' lists stay alike.
+/// for `v`, which is new): both sides' lists stay alike. Each entry handed
+/// on in a register: `copy_within` called libc's memmove for at most three
+/// entries, at every event of a layout-6 trace.
 #[inline(always)]
 fn to_front<T: Copy>(l: &mut [T], r: usize, v: T) {
-    l.copy_within(0..r, 1);
-    l[0] = v;
+    let mut carry = v;
+    for x in &mut l[..=r] {
+        carry = std::mem::replace(x, carry);
+    }
 }
 
 /// Layout 6: an address delta in units of 16 bytes (the allocators'
@@ -316,6 +320,37 @@ impl Predictor {
             stack_ctx: if layout >= 6 { vec![[u32::MAX; STACK_MTF]; STACK_CTX] } else { Vec::new() },
             prev_stack: 0,
         }
+    }
+
+    /// Reader side: a stand-in for layout `layout`'s predictions, with none
+    /// of its tables (half a MiB, layout 6's stacks most of it), for a record
+    /// that takes over its thread's previous record's predictions
+    /// (`ColumnFields::resume` replaces it before any event is read).
+    pub(crate) fn awaiting(layout: u8) -> Predictor {
+        Predictor { layout, opts: if layout >= 6 { layout6_opts() } else { 0 }, ..Predictor::new(1) }
+    }
+
+    /// Reader side (layout 4): whether `code` (the FreeRank stream's value)
+    /// names a block by its allocation number, read from the FreeSeq stream.
+    #[inline(always)]
+    pub(crate) fn is_far(&self, code: u64) -> bool {
+        self.layout >= 4 && code == FREE_FAR
+    }
+
+    /// Reader side (layout 4): the number of the block the previous far
+    /// free freed.
+    pub(crate) fn prev_far(&self) -> u64 {
+        self.prev_far
+    }
+
+    /// Reader side, ahead of the decode (layout 4): the number a far free
+    /// coded `code` in the FreeSeq stream names after number `prev`; its
+    /// ring entry starts loading. Only a hint: the decode checks the number.
+    #[inline(always)]
+    pub(crate) fn prefetch_far(&self, prev: u64, code: u64) -> u64 {
+        let s = prev.wrapping_add(1).wrapping_add(zigzag(code) as u64);
+        self.ring.prefetch((s % FAR_WINDOW) as usize);
+        s
     }
 
     /// The layout this predictor codes.

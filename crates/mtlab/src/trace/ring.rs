@@ -82,6 +82,15 @@ impl Ring {
         self.get(slot).0
     }
 
+    /// Starts loading entry `slot`'s word, which a far free will soon read
+    /// (`columns::ColumnFields` reads the far frees' numbers ahead).
+    #[inline(always)]
+    pub(crate) fn prefetch(&self, slot: usize) {
+        if let Some(w) = self.words.get(slot) {
+            crate::platform::prefetch::prefetch(w);
+        }
+    }
+
     /// Entry `slot`'s usable size is now known.
     #[inline(always)]
     pub(crate) fn set_usable(&mut self, slot: usize, usable: u32) {

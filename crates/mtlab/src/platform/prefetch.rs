@@ -1,4 +1,5 @@
-//! A hint to start loading a cache line that the replay will soon read.
+//! A hint to start loading a cache line that will soon be read (the
+//! analysis's replay, the reader's far frees).
 
 /// Starts loading the cache line holding `*p`; never faults, whatever `p` is.
 #[inline(always)]
