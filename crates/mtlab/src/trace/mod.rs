@@ -53,6 +53,7 @@ pub mod fields;
 pub mod finish;
 pub mod format;
 mod held;
+pub mod lean;
 mod predict;
 mod ring;
 pub mod keys;
