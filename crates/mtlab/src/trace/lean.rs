@@ -49,6 +49,10 @@ pub struct Lean {
     /// Each thread's next address and the end of its arena.
     arenas: HashMap<u32, (u64, u64)>,
     next_arena: u64,
+    /// Each thread's last allocated block (real, made up; 0s once freed):
+    /// a free of it is a temporary allocation (`analysis::sites`), and a
+    /// free of another block of its kind must not pick it.
+    last: HashMap<u32, (u64, u64)>,
 }
 
 impl Lean {
@@ -68,6 +72,7 @@ impl Lean {
             live: HashMap::default(),
             arenas: HashMap::default(),
             next_arena: ARENA_BASE,
+            last: HashMap::default(),
         }
     }
 
@@ -97,6 +102,7 @@ impl Lean {
         let p = self.bump(kind.tid, kind.usable.max(kind.size));
         self.real.insert(ptr, kind);
         self.live.entry(kind).or_default().push(p);
+        self.last.insert(kind.tid, (ptr, p));
         p
     }
 
@@ -105,14 +111,26 @@ impl Lean {
     fn named(&mut self, ptr: u64, take: bool) -> u64 {
         let Some(&kind) = self.real.get(&ptr) else { return ptr };
         let list = self.live.get_mut(&kind).expect("a live kind has a list");
-        let p = *list.last().expect("a live kind has a block");
-        if take {
-            list.pop();
-            if list.is_empty() {
-                self.live.remove(&kind);
-            }
-            self.real.remove(&ptr);
+        if !take {
+            return *list.last().expect("a live kind has a block");
         }
+        // The latest block of the kind, but its thread's last allocation
+        // exactly when the real block is that one: the temporary
+        // allocations stay those of the trace.
+        let last = self.last.get(&kind.tid).copied().unwrap_or_default();
+        let at = if last.0 == ptr {
+            self.last.insert(kind.tid, (0, 0));
+            list.iter().rposition(|&p| p == last.1).expect("a thread's last block is live")
+        } else if list.len() > 1 && list.last() == Some(&last.1) {
+            list.len() - 2
+        } else {
+            list.len() - 1
+        };
+        let p = list.remove(at);
+        if list.is_empty() {
+            self.live.remove(&kind);
+        }
+        self.real.remove(&ptr);
         p
     }
 
@@ -146,6 +164,97 @@ impl Lean {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alloc(tid: u32, stack: u32, size: u64, ptr: u64) -> Event {
+        Event { tid, tsc: 0, cycles: 0, stack, flags: 0, kind: EventKind::Alloc { func: Func::Malloc, size, align: 0, ptr, usable: size } }
+    }
+    fn free(tid: u32, ptr: u64) -> Event {
+        Event { tid, tsc: 0, cycles: 0, stack: 7, flags: 0, kind: EventKind::Free { func: Func::Free, ptr } }
+    }
+
+    /// Per thread, the frees of its own last allocation (the report's
+    /// temporary allocations), and per (thread, stack, size) the live count
+    /// after each event: what a lean trace must keep.
+    fn figures(evs: &[Event]) -> (u64, Vec<Vec<((u32, u32, u64), usize)>>) {
+        let mut kind_of: HashMap<u64, (u32, u32, u64)> = HashMap::default();
+        let mut live: std::collections::BTreeMap<(u32, u32, u64), usize> = Default::default();
+        let mut last: HashMap<u32, u64> = HashMap::default();
+        let (mut temporary, mut after) = (0, Vec::new());
+        for e in evs {
+            match e.kind {
+                EventKind::Alloc { size, ptr, .. } => {
+                    assert!(kind_of.insert(ptr, (e.tid, e.stack, size)).is_none(), "{ptr:#x} allocated while live");
+                    *live.entry((e.tid, e.stack, size)).or_default() += 1;
+                    last.insert(e.tid, ptr);
+                }
+                EventKind::Free { ptr, .. } => {
+                    let k = kind_of.remove(&ptr).expect("a free of a live block");
+                    *live.get_mut(&k).unwrap() -= 1;
+                    if last.get(&e.tid) == Some(&ptr) {
+                        temporary += 1;
+                        last.insert(e.tid, 0);
+                    }
+                }
+                _ => unreachable!(),
+            }
+            after.push(live.iter().map(|(&k, &n)| (k, n)).collect());
+        }
+        (temporary, after)
+    }
+
+    /// Three threads allocate two sizes at two stacks and free at random
+    /// (often their own last block, often another thread's): the made-up
+    /// addresses never collide, every free names a live block of the same
+    /// kind, the temporary allocations and live blocks per kind after every
+    /// event are the trace's, frees lose their stacks and the stacks only
+    /// frees named are dropped.
+    #[test]
+    fn made_up_addresses_keep_every_count_by_kind() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rnd = |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        let (mut live, mut next, mut evs) = (Vec::new(), 0x5555_0000u64, Vec::new());
+        for _ in 0..20_000 {
+            let tid = 1 + rnd(3) as u32;
+            if live.is_empty() || rnd(2) == 0 {
+                next += 64;
+                live.push(next);
+                evs.push(alloc(tid, 1 + rnd(2) as u32, 16 << rnd(2), next));
+            } else {
+                // Half the time the latest block: a temporary when its thread frees it.
+                let i = if rnd(2) == 0 { live.len() - 1 } else { rnd(live.len() as u64) as usize };
+                let p = live.swap_remove(i);
+                evs.push(free(tid, p));
+            }
+        }
+        let items = evs.iter().cloned().map(Item::Event).chain([Item::Stack { id: 7, pcs: vec![1] }]);
+        let mut lean = Lean::new(items);
+        assert!(lean.keeps(&Item::Stack { id: 1, pcs: vec![] }));
+        assert!(!lean.keeps(&Item::Stack { id: 7, pcs: vec![] }), "a stack only frees named");
+        let made: Vec<Event> = evs
+            .iter()
+            .map(|e| {
+                let mut e = e.clone();
+                lean.rewrite(&mut e);
+                e
+            })
+            .collect();
+        assert!(made.iter().all(|e| !matches!(e.kind, EventKind::Free { .. }) || e.stack == 0));
+        let (t0, a0) = figures(&evs);
+        let (t1, a1) = figures(&made);
+        assert!(t0 > 1000, "the test makes temporaries: {t0}");
+        assert_eq!(t0, t1);
+        assert!(a0 == a1, "live blocks per kind");
     }
 }
 
@@ -303,6 +412,11 @@ mod lean_sizes {
             return;
         }
         let out = dir.path().join("c.mtl");
+        // MTLAB_LEAN_OUT=FILE: the lean trace (quantum 2^16) kept, to report on.
+        if let Ok(keep) = std::env::var("MTLAB_LEAN_OUT") {
+            let st = compact_with(&tf, std::path::Path::new(&keep), 1 << 16, &[], true).unwrap();
+            say!("  lean trace written to {keep}: {} bytes", st.bytes_after);
+        }
         let st = compact(&tf, &out, 1 << 16, &[]).unwrap();
         say!("  compact, quantum 2^16: {} bytes", st.bytes_after);
         for q in [16, 20, 24] {
