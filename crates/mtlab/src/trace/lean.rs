@@ -140,11 +140,9 @@ impl Lean {
         let mmapped = ev.flags & FLAG_CHUNK_MMAPPED != 0;
         let (tid, stack) = (ev.tid, ev.stack);
         match &mut ev.kind {
-            EventKind::Alloc { func, size, align, ptr, usable } => {
-                if *ptr != 0 {
-                    let kind = Kind { size: *size, usable: *usable, align: *align, stack, tid, func: *func, mmapped };
-                    *ptr = self.born(*ptr, kind);
-                }
+            EventKind::Alloc { func, size, align, ptr, usable } if *ptr != 0 => {
+                let kind = Kind { size: *size, usable: *usable, align: *align, stack, tid, func: *func, mmapped };
+                *ptr = self.born(*ptr, kind);
             }
             EventKind::Free { ptr, .. } => {
                 *ptr = self.named(*ptr, true);
@@ -181,9 +179,12 @@ mod tests {
     /// Per thread, the frees of its own last allocation (the report's
     /// temporary allocations), and per (thread, stack, size) the live count
     /// after each event: what a lean trace must keep.
-    fn figures(evs: &[Event]) -> (u64, Vec<Vec<((u32, u32, u64), usize)>>) {
-        let mut kind_of: HashMap<u64, (u32, u32, u64)> = HashMap::default();
-        let mut live: std::collections::BTreeMap<(u32, u32, u64), usize> = Default::default();
+    /// A block's kind here: (thread, stack, size).
+    type Key = (u32, u32, u64);
+
+    fn figures(evs: &[Event]) -> (u64, Vec<Vec<(Key, usize)>>) {
+        let mut kind_of: HashMap<u64, Key> = HashMap::default();
+        let mut live: std::collections::BTreeMap<Key, usize> = Default::default();
         let mut last: HashMap<u32, u64> = HashMap::default();
         let (mut temporary, mut after) = (0, Vec::new());
         for e in evs {
