@@ -27,7 +27,8 @@ use super::encode::ChunkEncoder;
 use super::error::TraceError;
 use super::event::{Event, EventKind, Item, FLAG_CHUNK_MMAPPED, FLAG_FAILED};
 use super::format::*;
-use super::keys::{COMPACT_QUANTUM, FINISH_WARNING};
+use super::keys::{COMPACT_LEAN, COMPACT_QUANTUM, FINISH_WARNING};
+use super::lean::Lean;
 use super::kv::kv_text;
 use super::records::{next_record, read_file_header, write_checked_events, write_record};
 use super::rewrite::{copy_record, header_at_this_version, temp_beside};
@@ -313,6 +314,18 @@ pub fn refuse_compact(tf: &TraceFile) -> Result<(), CompactError> {
 /// Rewrites the opened trace `tf` as a compact trace at `dst` (which may be
 /// its own path), with `extra` added to its RUNINFO.
 pub fn compact(tf: &TraceFile, dst: &Path, quantum: u64, extra: &[(String, String)]) -> Result<CompactStats, CompactError> {
+    compact_with(tf, dst, quantum, extra, false)
+}
+
+/// [`compact`], and with `lean` the heap addresses made up and the frees'
+/// stacks dropped (`trace::lean`; RUNINFO `compact_lean`).
+pub fn compact_with(
+    tf: &TraceFile,
+    dst: &Path,
+    quantum: u64,
+    extra: &[(String, String)],
+    lean: bool,
+) -> Result<CompactStats, CompactError> {
     if !quantum.is_power_of_two() || !(2..=1 << 30).contains(&quantum) {
         return Err(CompactError::BadQuantum(quantum));
     }
@@ -338,7 +351,10 @@ pub fn compact(tf: &TraceFile, dst: &Path, quantum: u64, extra: &[(String, Strin
     // a copy cut short (a full disk, a partial transfer) lost it — then it
     // read as an exact trace and was compacted again.
     let mut head = header_at_this_version(&source, src, header_end)?;
-    let line = format!("{COMPACT_QUANTUM}={quantum}\n");
+    let mut line = format!("{COMPACT_QUANTUM}={quantum}\n");
+    if lean {
+        line.push_str(&format!("{COMPACT_LEAN}=1\n"));
+    }
     let text_len = u32::from_le_bytes(head[12..16].try_into().expect("4 bytes")) + line.len() as u32;
     head[12..16].copy_from_slice(&text_len.to_le_bytes());
     head.extend_from_slice(line.as_bytes());
@@ -352,11 +368,19 @@ pub fn compact(tf: &TraceFile, dst: &Path, quantum: u64, extra: &[(String, Strin
     let mut pending: HashMap<u32, Pending> = HashMap::default();
     // Stack definitions go into the chunk of the next event's thread.
     let mut stacks: Vec<Item> = Vec::new();
+    let mut lean = if lean { Some(Lean::new(tf.items()?)) } else { None };
     let mut items = tf.items()?;
     for item in &mut items {
         match item {
-            Item::Stack { .. } => stacks.push(item),
+            Item::Stack { .. } => {
+                if lean.as_ref().is_none_or(|l| l.keeps(&item)) {
+                    stacks.push(item)
+                }
+            }
             Item::Event(mut ev) => {
+                if let Some(l) = &mut lean {
+                    l.rewrite(&mut ev);
+                }
                 ev.tsc = stamper.stamp(&ev);
                 stats.events += ev.kind.func().is_some() as u64;
                 let tid = ev.tid;
@@ -413,6 +437,7 @@ pub fn compact(tf: &TraceFile, dst: &Path, quantum: u64, extra: &[(String, Strin
     let q = quantum.to_string();
     let text = kv_text(
         std::iter::once((COMPACT_QUANTUM, q.as_str()))
+            .chain(lean.is_some().then_some((COMPACT_LEAN, "1")))
             .chain(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .chain(stats.warnings.iter().map(|m| (FINISH_WARNING, m.as_str()))),
     );

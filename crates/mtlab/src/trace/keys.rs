@@ -49,6 +49,10 @@ pub const COMPACT_QUANTUM: &str = "compact_quantum";
 /// The heap's peak measured on the exact trace before compaction, as the
 /// JSON of an `analysis::model::PeakReport` (written by `mtlab compact`).
 pub const COMPACT_PEAK: &str = "compact_peak";
+/// `1` in a lean compact trace (`mtlab compact --lean`, `trace::lean`): its
+/// heap addresses are made up and its frees carry no stack, so every figure
+/// derived from addresses (fragmentation, mapped bytes, lifetimes) is gone.
+pub const COMPACT_LEAN: &str = "compact_lean";
 
 // ---------------------------------------------------------------------------
 // RUNINFO of a flight recorder's window (`record --keep-last`, `flight::`).

@@ -4,7 +4,7 @@
 //! `format`, `event`, `error`, `kv`, `keys`, `family`, `fields` → `varint`, `records`
 //! (the primitives readers and writers share) → `columns`, `maps`, `resync` → `decode`; then
 //! the writer and the rewrites built on them: `encode`, `rewrite`, `held`, `finish`,
-//! `compact`; `stacks` (the table of stacks a report keeps) on none.
+//! `lean`, `compact`; `stacks` (the table of stacks a report keeps) on none.
 //!
 //! - `format.rs`: constants mirrored from the C header, checked by a test;
 //!   `event.rs`: decoded types; `error.rs`: `TraceError`.
@@ -40,6 +40,8 @@
 //! - `compact.rs`: compact traces: time stamps rounded to a quantum but kept in
 //!   cross-thread order where threads touch the same block, region or break;
 //!   cycles sorted per function within a chunk.
+//! - `lean.rs`: a lean compact trace's made-up addresses (bump arenas, a free
+//!   naming a live block of its kind) and dropped free stacks.
 
 mod ahead;
 pub mod columns;
@@ -54,6 +56,7 @@ pub mod fields;
 pub mod finish;
 pub mod format;
 mod held;
+pub mod lean;
 mod predict;
 mod ring;
 pub mod keys;
