@@ -37,12 +37,15 @@ use super::TraceFile;
 /// Default rounding of time stamps, in TSC ticks.
 pub const DEFAULT_QUANTUM: u64 = 1 << 16;
 /// Most events per compacted chunk: bounds the compactor's memory per
-/// thread (each pending event is held decoded).
-const CHUNK_EVENTS: usize = 1 << 16;
+/// thread (each pending event is held decoded). 2¹⁸ events are about the
+/// 4 MiB of rows `finish_trace` joins: a record compressed alone relearns
+/// its streams' statistics, and 2¹⁶ made compact traces larger than the
+/// full ones (docs/benchmarks.md, *Records of up to 4 MiB*).
+const CHUNK_EVENTS: usize = 1 << 18;
 /// Most events held for all threads together (≈ 100 bytes each).
 const PENDING_EVENTS: usize = 1 << 20;
 /// Most row bytes per compacted chunk, as `finish_trace` joins at most.
-const CHUNK_ROW_BYTES: usize = 1 << 20;
+const CHUNK_ROW_BYTES: usize = super::finish::JOIN_MAX_BYTES;
 /// zstd level of compacted chunks: their streams are long runs, which
 /// higher levels find no better.
 const ZSTD_LEVEL: i32 = 9;
