@@ -1,7 +1,7 @@
 /*
  * n_mallocs.c — N mallocs of S bytes; all freed except the last K; exit(0).
  *
- * Usage: n_mallocs N S K      (N <= 1000000, K <= N)
+ * Usage: n_mallocs N S K      (N <= 4000000, K <= N)
  *
  * All N blocks are allocated first (by do_allocs, one call site), then the
  * first N-K are freed (by do_frees). Nothing else is done: no stdio, so the
@@ -14,7 +14,7 @@
  */
 #include <stdlib.h>
 
-#define MAX_N 1000000
+#define MAX_N 4000000
 static void *blocks[MAX_N];
 
 __attribute__((noinline)) static void do_allocs(long n, size_t s) {

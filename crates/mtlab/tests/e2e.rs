@@ -1508,8 +1508,8 @@ fn truncated_trace_is_read_up_to_the_damage() {
     let lab = Lab::new();
     let prog = lab.compile("n_mallocs");
     // Enough events for several EVENTS records after finishing joins a
-    // thread's chunks into records of up to 1 MiB of events.
-    lab.record_ok("t.mtl", &prog, &["800000", "16", "0"]);
+    // thread's chunks into records of up to 4 MiB of events.
+    lab.record_ok("t.mtl", &prog, &["2000000", "16", "0"]);
     let bytes = std::fs::read(lab.path("t.mtl")).unwrap();
     let records = raw_records(&bytes);
     assert!(records.iter().filter(|r| r.ty == 1).count() >= 4, "want several EVENTS records");
