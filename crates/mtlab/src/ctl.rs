@@ -196,6 +196,10 @@ fn page_file_of(pid: u32) -> Result<(std::fs::File, std::fs::Metadata, PathBuf),
     Ok((file, m, path))
 }
 
+/// How long a control page whose header is still 0 (its process between
+/// sizing the file and writing it) is waited for.
+const HEADER_WAIT: Duration = Duration::from_secs(2);
+
 impl CtlPage {
     pub fn open(pid: u32) -> Result<CtlPage, CtlError> {
         use std::os::unix::fs::MetadataExt;
@@ -207,10 +211,20 @@ impl CtlPage {
             Ok(page) => CtlPage { page, path, owner: m.uid() },
             Err(source) => return Err(CtlError::Io { path, source }),
         };
-        if !is_ctl_header(page.u64_at(0).load(Ordering::Relaxed), page.u32_at(8).load(Ordering::Relaxed)) {
-            return Err(CtlError::BadPage(page.path.clone()));
+        // The process sizes and maps its page before it writes the header:
+        // a page still all 0 there is waited for (briefly), any other
+        // header is not a control page.
+        let deadline = Instant::now() + HEADER_WAIT;
+        loop {
+            let (magic, version) = (page.u64_at(0).load(Ordering::Acquire), page.u32_at(8).load(Ordering::Acquire));
+            if is_ctl_header(magic, version) {
+                return Ok(page);
+            }
+            if magic != 0 || version != 0 || Instant::now() >= deadline {
+                return Err(CtlError::BadPage(page.path.clone()));
+            }
+            std::thread::sleep(Duration::from_millis(1));
         }
-        Ok(page)
     }
 
     fn u32_at(&self, off: u32) -> &AtomicU32 {
@@ -578,6 +592,37 @@ mod tests {
         fn drop(&mut self) {
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+
+    /// The process writes its page's header after it has sized and mapped
+    /// the file: `open` in between waits for it, and refuses a header that
+    /// stays 0 or is another's.
+    #[test]
+    fn a_page_whose_header_is_still_being_written_is_waited_for() {
+        let d = tempfile::tempdir().unwrap();
+        let trace = d.path().join("t.mtl");
+        let _own_pid = OWN_PID_PAGE.lock().unwrap_or_else(|e| e.into_inner());
+        let own = OwnPage::new(&trace);
+        let me = std::process::id();
+        own._map.u32_at(8).store(0, Ordering::Release);
+        own._map.u64_at(0).store(0, Ordering::Release);
+        let e = CtlPage::open(me).err().unwrap();
+        assert!(matches!(e, CtlError::BadPage(_)), "a header that stays 0: {e}");
+        let started = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(50));
+                own._map.u32_at(8).store(CTL_VERSION, Ordering::Release);
+                own._map.u64_at(0).store(CTL_MAGIC, Ordering::Release);
+            });
+            assert!(CtlPage::open(me).is_ok(), "the header written 50 ms later");
+        });
+        assert!(started.elapsed() < HEADER_WAIT);
+        own._map.u64_at(0).store(CTL_MAGIC ^ 1, Ordering::Release);
+        let started = Instant::now();
+        assert!(matches!(CtlPage::open(me), Err(CtlError::BadPage(_))));
+        assert!(started.elapsed() < Duration::from_millis(500), "a wrong magic is refused at once");
+        drop(own);
     }
 
     #[test]
