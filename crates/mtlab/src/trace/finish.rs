@@ -208,6 +208,8 @@ fn plan_runs(thread: usize, members: &[usize], groups: &[Group], batch: &[(Chunk
     let mut state = first.as_ref().map(|c| (c.runs_on(), c.pos(), c.rows(), c.draws()));
     let bytes = |from: usize, to: usize| members[from..to].iter().map(|&g| groups[g].row_bytes).sum::<usize>();
     let mut runs = vec![Run { thread, from: 0, to: members.len(), start: first, planned: None, bytes: 0 }];
+    // Rows of the groups from this one to the last, the last left out.
+    let mut rows_ahead = bytes(0, members.len().saturating_sub(1)) as u64;
     for (j, &g) in members.iter().enumerate() {
         let (pos, rows) = match state {
             Some((true, p, r, _)) => (p + 1, r),
@@ -220,8 +222,11 @@ fn plan_runs(thread: usize, members: &[usize], groups: &[Group], batch: &[(Chunk
         }
         // The next chain starts past the last group: nothing more to cut.
         let rest = members.len() - j;
-        if rest <= (CHAIN_RECORDS - pos) as usize && rows + (bytes(j, members.len() - 1) as u64) < CHAIN_ROWS {
+        if rest <= (CHAIN_RECORDS - pos) as usize && rows + rows_ahead < CHAIN_ROWS {
             break;
+        }
+        if j + 1 < members.len() {
+            rows_ahead -= groups[g].row_bytes as u64;
         }
         let draws = state.map_or(Thread::At(Draws::Unknown), |s| s.3);
         let rows = rows + groups[g].row_bytes as u64;
