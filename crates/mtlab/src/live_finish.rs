@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::platform::shared_page::SharedPage;
 use crate::trace::format::{WATERMARK_MAGIC, WATERMARK_OFF_MAGIC, WATERMARK_SIZE};
-use crate::trace::{Finisher, Source};
+use crate::trace::{Finisher, Source, Work};
 
 /// When the thread rewrites (`MTLAB_LIVE_FINISH`).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -269,11 +269,8 @@ fn rewrite_loop(
     read_ahead: &mut dyn FnMut(std::sync::Arc<Source>),
     ahead_cpu_ns: &AtomicU64,
 ) -> Stopped {
-    let mut prio = Priority::Normal;
-    prio.set(Priority::Idle);
     let mut finisher: Option<Finisher> = None;
-    let mut idle = IdleCpu::new();
-    let mut budget = Budget::new(Instant::now());
+    let mut pacer = Pacer::new(stop, ahead_cpu_ns);
     while !stop.load(Ordering::Acquire) {
         std::thread::sleep(POLL);
         // SCHED_IDLE alone does not keep this thread off a busy CPU: woken
@@ -282,9 +279,9 @@ fn rewrite_loop(
         // malloc-test's ~130 per call). So after a poll interval in which
         // some CPU sat idle it takes all there is; after one in which none
         // did, only what its budget allows (`auto`), or nothing (`idle`).
-        let was_idle = idle.was_idle();
-        budget.refill(Instant::now());
-        budget.spend(Duration::from_nanos(ahead_cpu_ns.swap(0, Ordering::Relaxed)));
+        let was_idle = pacer.idle.was_idle();
+        pacer.budget.refill(Instant::now(), BUCKET_MAX);
+        pacer.charge_ahead();
         if when == When::Off || (!was_idle && when == When::Idle) {
             continue;
         }
@@ -307,12 +304,15 @@ fn rewrite_loop(
         let budgeted = when == When::Auto && !was_idle;
         // `always` asks for the rewrite whatever the load: as SCHED_IDLE it
         // would get no CPU on a host with none idle.
-        prio.set(if budgeted || when == When::Always { Priority::Normal } else { Priority::Idle });
-        budget.set_backlog(written.saturating_sub(f.taken()), backlog_target(f));
-        while f.taken() < written && !stop.load(Ordering::Acquire) && (!budgeted || budget.left()) {
-            let cpu = thread_cpu();
+        pacer.prio.set(if budgeted || when == When::Always { Priority::Normal } else { Priority::Idle });
+        pacer.budget.set_backlog(written.saturating_sub(f.taken()), backlog_target(f));
+        pacer.budgeted = budgeted;
+        pacer.charge();
+        while f.taken() < written && !stop.load(Ordering::Acquire) && (!pacer.budgeted || pacer.budget.left()) {
             let to = written.min(f.taken() + STEP);
-            if let Err(e) = f.advance(to) {
+            let step = f.advance_paced(to, &mut |w| pacer.before(w));
+            pacer.charge();
+            if let Err(e) = step {
                 let released = f.released();
                 // Dropping it removes its temp file; with nothing released
                 // the end does it all from the file.
@@ -321,15 +321,12 @@ fn rewrite_loop(
                     _ => Stopped::Lost { why: e.to_string(), released },
                 };
             }
-            if budgeted {
-                budget.spend(thread_cpu().saturating_sub(cpu));
-            }
             if f.taken() < to {
                 break; // the next record is not all there yet
             }
         }
     }
-    prio.set(Priority::Idle);
+    pacer.prio.set(Priority::Idle);
     match finisher {
         Some(f) => Stopped::Partial(Box::new(f)),
         None => Stopped::Nothing,
@@ -353,10 +350,124 @@ fn backlog_target(f: &Finisher) -> u64 {
     (f.rewritten() / 4).max(1 << 20)
 }
 
+/// Paces the rewrite within its budget while no CPU is idle: the thread's
+/// CPU time (and the read-ahead's) is spent from the budget, and before
+/// each group's columns or compression (`Finisher::advance_paced`) it waits
+/// until the budget holds what that work is expected to cost, from the cost
+/// per row byte of the work of that kind before. A 16 MiB batch, once
+/// begun, then no longer overdraws the budget by its whole cost (measured:
+/// the program 8 % slower with no CPU idle, docs/benchmarks.md), only by
+/// the error of the estimate.
+struct Pacer<'a> {
+    budget: Budget,
+    /// This poll's rewrite works within the budget.
+    budgeted: bool,
+    stop: &'a AtomicBool,
+    ahead_cpu_ns: &'a AtomicU64,
+    /// Whether a CPU sat idle, looked at every poll and while waiting: an
+    /// idle CPU ends the wait, and the rest goes at SCHED_IDLE (`prio`).
+    idle: IdleCpu,
+    prio: Priority,
+    /// The thread's CPU time when it was last charged.
+    mark: Duration,
+    /// The work begun at the last `before` (none between steps), and the
+    /// CPU seconds per row byte of each kind so far (columns, compression).
+    doing: Option<Work>,
+    per_byte: [f64; 2],
+}
+
+/// CPU seconds per row byte assumed before the first of each kind is
+/// measured (columns, compression): about what a loaded 2-CPU host took
+/// (columns ~38 ns a byte at load 7, docs/benchmarks.md; zstd-3 on the
+/// columns less).
+const PER_BYTE_START: [f64; 2] = [40e-9, 10e-9];
+
+impl<'a> Pacer<'a> {
+    fn new(stop: &'a AtomicBool, ahead_cpu_ns: &'a AtomicU64) -> Pacer<'a> {
+        let mut prio = Priority::Normal;
+        prio.set(Priority::Idle);
+        Pacer {
+            budget: Budget::new(Instant::now()),
+            budgeted: false,
+            stop,
+            ahead_cpu_ns,
+            idle: IdleCpu::new(),
+            prio,
+            mark: thread_cpu(),
+            doing: None,
+            per_byte: PER_BYTE_START,
+        }
+    }
+
+    /// Spends the thread's CPU time since the last charge (while budgeted)
+    /// and ends the work begun.
+    fn charge(&mut self) -> Duration {
+        let now = thread_cpu();
+        let spent = now.saturating_sub(self.mark);
+        self.mark = now;
+        if self.budgeted {
+            self.budget.spend(spent);
+        }
+        if let Some(w) = self.doing.take() {
+            let (k, bytes) = kind(w);
+            if bytes > 0 {
+                self.per_byte[k] = learn(self.per_byte[k], spent.as_secs_f64() / bytes as f64);
+            }
+        }
+        spent
+    }
+
+    fn charge_ahead(&mut self) {
+        self.budget.spend(Duration::from_nanos(self.ahead_cpu_ns.swap(0, Ordering::Relaxed)));
+    }
+
+    /// Before `w`: waits (while budgeted and the program runs) until the
+    /// budget holds its expected cost.
+    fn before(&mut self, w: Work) {
+        self.charge();
+        if self.budgeted {
+            let (k, bytes) = kind(w);
+            let need = self.per_byte[k] * bytes as f64;
+            loop {
+                self.budget.refill(Instant::now(), BUCKET_MAX.max(need));
+                self.charge_ahead();
+                if self.stop.load(Ordering::Acquire) {
+                    break;
+                }
+                let Some(wait) = self.budget.wait_for(need) else { break };
+                std::thread::sleep(wait.min(POLL));
+                if self.idle.was_idle() {
+                    self.budgeted = false;
+                    self.prio.set(Priority::Idle);
+                    break;
+                }
+            }
+            self.mark = thread_cpu();
+        }
+        self.doing = Some(w);
+    }
+}
+
+/// The kind of a unit of work (0: columns, 1: compression) and its row bytes.
+fn kind(w: Work) -> (usize, usize) {
+    match w {
+        Work::Columns(b) => (0, b),
+        Work::Compression(b) => (1, b),
+    }
+}
+
+/// The cost per byte after one more measured: the mean of the two, so that
+/// one unit slowed by the host's load does not set the estimate alone.
+fn learn(was: f64, measured: f64) -> f64 {
+    (was + measured) / 2.0
+}
+
 /// The thread's CPU time on a busy host: a share of one CPU per second of
 /// wall time, from `SHARE_MIN` with no backlog up to `SHARE_MAX` when the
-/// backlog is `SHARE_MAX / SHARE_MIN` times its target. A bucket: a batch's
-/// compression (~16 MiB of rows at once) overdraws it, and it refills.
+/// backlog is `SHARE_MAX / SHARE_MIN` times its target. A bucket, that
+/// holds at most `BUCKET_MAX` or what the next unit of work needs
+/// (`Pacer`): what the work costs more than expected is owed, and paid
+/// back before the next.
 struct Budget {
     at: Instant,
     /// Seconds of CPU time the thread may still use (negative: overdrawn).
@@ -379,14 +490,21 @@ impl Budget {
         self.share = share_for(backlog, target);
     }
 
-    fn refill(&mut self, now: Instant) {
+    /// Adds the share of the time since the last refill, up to `most`
+    /// seconds held (at least what it held).
+    fn refill(&mut self, now: Instant, most: f64) {
         let dt = now.duration_since(self.at).as_secs_f64();
         self.at = now;
-        self.left = (self.left + dt * self.share).min(BUCKET_MAX);
+        self.left = (self.left + dt * self.share).min(most.max(self.left));
     }
 
     fn left(&self) -> bool {
         self.left > 0.0
+    }
+
+    /// How long until the bucket holds `need` seconds (None: it does).
+    fn wait_for(&self, need: f64) -> Option<Duration> {
+        (self.left < need).then(|| Duration::from_secs_f64((need - self.left) / self.share))
     }
 
     fn spend(&mut self, cpu: Duration) {
@@ -481,7 +599,55 @@ fn parse_idle_ticks(stat: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_idle_ticks, share_for, When, SHARE_MAX, SHARE_MIN};
+    use super::{learn, parse_idle_ticks, share_for, Budget, When, BUCKET_MAX, SHARE_MAX, SHARE_MIN};
+    use std::time::{Duration, Instant};
+
+    /// Units of work of 150 ms of CPU each (a 4 MiB group's columns on a
+    /// loaded host, three times what the bucket holds) within a budget of
+    /// `SHARE_MAX`, for 20 s: the most the CPU spent ran ahead of the share
+    /// earned, when each unit waits for the budget to hold its cost, and
+    /// when it starts as soon as the budget is not overdrawn (the check
+    /// before a step, which a 16 MiB batch once begun overdrew).
+    fn overdraw(wait_for_cost: bool) -> f64 {
+        let start = Instant::now();
+        let mut b = Budget::new(start);
+        b.set_backlog(u64::MAX, 1);
+        let (cost, mut t, mut spent, mut most) = (0.150, start, 0.0f64, 0.0f64);
+        while t < start + Duration::from_secs(20) {
+            b.refill(t, BUCKET_MAX.max(cost));
+            let wait = if wait_for_cost {
+                b.wait_for(cost)
+            } else {
+                (!b.left()).then(|| Duration::from_secs_f64(-b.left / b.share + 1e-3))
+            };
+            if let Some(w) = wait {
+                t += w;
+                continue;
+            }
+            b.spend(Duration::from_secs_f64(cost));
+            spent += cost;
+            most = most.max(spent - SHARE_MAX * (t - start).as_secs_f64());
+            t += Duration::from_secs_f64(cost);
+        }
+        assert!(spent > SHARE_MAX * 20.0 - 2.0 * cost, "the work went on: {spent} s of CPU");
+        most
+    }
+
+    #[test]
+    fn work_waits_for_the_budget_to_hold_its_cost_so_the_budget_is_never_overdrawn() {
+        assert!(overdraw(true) <= 1e-9, "{}", overdraw(true));
+        assert!(overdraw(false) >= 0.1, "the check before each unit alone overdraws by about a unit: {}", overdraw(false));
+    }
+
+    #[test]
+    fn the_cost_per_byte_follows_what_was_measured() {
+        let mut c = 40e-9;
+        for _ in 0..20 {
+            c = learn(c, 10e-9);
+        }
+        assert!((c - 10e-9).abs() < 1e-12);
+        assert!((learn(40e-9, 20e-9) - 30e-9).abs() < 1e-15);
+    }
 
     #[test]
     fn the_budget_grows_with_the_backlog_up_to_its_cap() {

@@ -55,6 +55,21 @@ pub struct FinishStages {
     pub wall: std::time::Duration,
 }
 
+/// A unit of a batch's rewrite about to start, for a caller that paces the
+/// rewrite (`Finisher::advance_paced`): a group's rows (bytes) put in
+/// columns, or compressed. A batch is 16 MiB of rows, a group at most
+/// `JOIN_MAX_BYTES`: between two groups is where a rewrite that shares a
+/// busy CPU within a budget can wait, instead of overdrawing it by a whole
+/// batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Work {
+    Columns(usize),
+    Compression(usize),
+}
+
+/// Called before each unit of work on one worker; the pace a caller sets.
+pub type Pace<'a> = &'a mut (dyn FnMut(Work) + Send);
+
 /// Uncompressed EVENTS payload bytes gathered before they are rewritten together, on all cores.
 const FINISH_BATCH_BYTES: usize = 16 << 20;
 /// Batches (of `FINISH_BATCH_BYTES`, each grouped as if alone) put in
@@ -329,6 +344,7 @@ fn write_compressed_batch(
     out: &mut impl Write,
     stats: &mut FinishStats,
     workers: usize,
+    pace: Pace<'_>,
 ) -> io::Result<u64> {
     if batch.is_empty() {
         return Ok(0);
@@ -353,8 +369,17 @@ fn write_compressed_batch(
         });
         threads[t].1.push(i);
     }
-    let cols = split_threads(&threads, &groups, batch_ref, chains, stats, workers)?;
+    // One worker runs the jobs in order on this thread: the pace is called
+    // between them (with several, nobody paces: the program has ended).
+    let pace = std::sync::Mutex::new(pace);
+    let pace_before = |w: Work| {
+        if workers <= 1 {
+            (*pace.lock().unwrap_or_else(|e| e.into_inner()))(w);
+        }
+    };
+    let cols = split_threads(&threads, &groups, batch_ref, chains, stats, workers, &pace_before)?;
     let (results, spent) = parallel(groups.len(), workers, |i| {
+        pace_before(Work::Compression(groups[i].row_bytes));
         thread_local! {
             static COMP: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
         }
@@ -392,6 +417,7 @@ fn split_threads(
     chains: &mut Chains,
     stats: &mut FinishStats,
     workers: usize,
+    pace: &(dyn Fn(Work) + Sync),
 ) -> io::Result<Vec<Option<Vec<u8>>>> {
     let t = std::time::Instant::now();
     let mut runs: Vec<Run> = Vec::new();
@@ -413,7 +439,13 @@ fn split_threads(
     let (split, spent) = parallel(runs.len(), workers, |k| {
         let r = &runs[order[k]];
         let mut chain = starts[order[k]].lock().unwrap_or_else(|e| e.into_inner()).take();
-        let cols = threads[r.thread].1[r.from..r.to].iter().map(|&g| split_group(&groups[g], batch, &mut chain)).collect::<Vec<_>>();
+        let cols = threads[r.thread].1[r.from..r.to]
+            .iter()
+            .map(|&g| {
+                pace(Work::Columns(groups[g].row_bytes));
+                split_group(&groups[g], batch, &mut chain)
+            })
+            .collect::<Vec<_>>();
         Ok((cols, chain))
     })?;
     let mut done: Vec<Option<RunDone>> = (0..runs.len()).map(|_| None).collect();
@@ -639,13 +671,21 @@ impl Finisher {
     /// A record that runs past them, or does not parse, is left for
     /// `finish`, which judges it on the whole file.
     pub fn advance(&mut self, available: u64) -> Result<(), TraceError> {
-        self.run(available)?;
+        self.advance_paced(available, &mut |_| {})
+    }
+
+    /// `advance`, calling `pace` before each group's columns and each
+    /// group's compression (on one worker, `one_worker`): it may wait there,
+    /// so that a caller within a CPU budget is never overdrawn by more than
+    /// one group's work. The bytes written do not depend on it.
+    pub fn advance_paced(&mut self, available: u64, pace: Pace<'_>) -> Result<(), TraceError> {
+        self.run(available, pace)?;
         self.release_taken(0)?;
         self.advanced_to = self.off;
         Ok(())
     }
 
-    fn run(&mut self, available: u64) -> Result<Next, TraceError> {
+    fn run(&mut self, available: u64, pace: Pace<'_>) -> Result<Next, TraceError> {
         let path = self.path.clone();
         loop {
             if self.hold_limit.is_some_and(|m| self.out.held() > m) && !self.out.try_write().map_err(self.tmp_err())? {
@@ -686,7 +726,7 @@ impl Finisher {
                         self.cuts.push(self.batch.len());
                         self.batch_bytes = 0;
                     } else {
-                        self.flush_batch()?;
+                        self.flush_batch(pace)?;
                     }
                 }
                 self.off = rec.end();
@@ -695,7 +735,7 @@ impl Finisher {
             } else if rec.ty == REC_EVENTS && rec.flags & RECORD_FLAG_CRC == 0 {
                 // Compressed already (a trace finished by an mtlab before
                 // checksums): kept as it is, with checksums added.
-                self.flush_batch()?;
+                self.flush_batch(pace)?;
                 let mut payload = vec![0u8; rec.payload_len as usize];
                 self.src.read_exact_at(&mut payload, rec.payload_offset()).map_err(TraceError::io(&path))?;
                 match parse_chunk_header(&rec, &payload) {
@@ -706,7 +746,7 @@ impl Finisher {
                 let (head, body) = payload.split_at(EVENTS_HEADER as usize);
                 self.written += write_checked_events(&mut self.out, rec.flags, head, body).map_err(self.tmp_err())?;
             } else {
-                self.flush_batch()?;
+                self.flush_batch(pace)?;
                 if rec.ty == REC_EVENTS {
                     // A finished record kept as it is: its thread's next
                     // record written here starts a chain of its own.
@@ -727,9 +767,9 @@ impl Finisher {
         }
     }
 
-    fn flush_batch(&mut self) -> Result<(), TraceError> {
+    fn flush_batch(&mut self, pace: Pace<'_>) -> Result<(), TraceError> {
         let mut batch = std::mem::take(&mut self.batch);
-        let n = write_compressed_batch(&mut batch, &self.cuts, &mut self.chains, &mut self.out, &mut self.stats, self.workers);
+        let n = write_compressed_batch(&mut batch, &self.cuts, &mut self.chains, &mut self.out, &mut self.stats, self.workers, pace);
         self.batch = batch;
         self.cuts.clear();
         self.written += n.map_err(self.tmp_err())?;
@@ -750,11 +790,11 @@ impl Finisher {
         let meta = self.src.file().metadata().map_err(TraceError::io(&path))?;
         self.stats.bytes_before = meta.len();
         let live = self.advanced_to - self.header_end;
-        if let Next::Stop(d) = self.run(meta.len())? {
+        if let Next::Stop(d) = self.run(meta.len(), &mut |_| {})? {
             self.stats.warnings.push(d.message(self.n_chunks));
         }
         self.stats.warnings.extend(self.repeated.warning());
-        self.flush_batch()?;
+        self.flush_batch(&mut |_| {})?;
         // Everything is taken: the raw records still on disk go before the
         // output is written out, for a disk the program filled has room
         // only for what was punched.
@@ -963,6 +1003,39 @@ mod tests {
         drop(src);
         f.finish(INFO).unwrap();
         assert!(same_before_runinfo(&one, &two), "the rewrites differ before RUNINFO");
+    }
+
+    /// The pace of the rewrite during the run is called before every
+    /// group's columns and compression, not once per batch (where a budget
+    /// can only be checked before a whole batch's work), and does not
+    /// change the bytes.
+    #[test]
+    fn a_paced_rewrite_is_called_before_each_groups_work_and_writes_the_same_bytes() {
+        use super::Work;
+        let dir = tempfile::tempdir().unwrap();
+        let raw = dir.path().join("raw.mtl");
+        trace(&raw);
+        // A MAPS record after the events: the batch before it is written
+        // by `advance`, not left for `finish`.
+        let mut bytes = std::fs::read(&raw).unwrap();
+        super::write_record(&mut bytes, super::REC_MAPS, 0, &[b"00400000-00401000 r-xp 00000000 00:00 0 /bin/x\n"]).unwrap();
+        std::fs::write(&raw, &bytes).unwrap();
+        let (one, two, len, mut f) = one_finished_and_a_finisher(dir.path(), &raw);
+        let mut seen = Vec::new();
+        for at in [len / 3, len] {
+            f.advance_paced(at, &mut |w| seen.push(w)).unwrap();
+        }
+        let stats = f.finish(INFO).unwrap();
+        assert!(same_before_runinfo(&one, &two), "the rewrites differ before RUNINFO");
+        let cols: Vec<usize> = seen.iter().filter_map(|w| if let Work::Columns(b) = w { Some(*b) } else { None }).collect();
+        let comp: Vec<usize> = seen.iter().filter_map(|w| if let Work::Compression(b) = w { Some(*b) } else { None }).collect();
+        // Thread 1's 100 chunks overlap and stay records of their own;
+        // thread 2's too: 200 groups of 60 events' rows each.
+        assert_eq!(cols.len(), 200, "{seen:?}");
+        assert_eq!(comp.len(), 200);
+        assert_eq!(stats.chunks_compressed, 200);
+        assert!(cols.iter().all(|&b| b > 0 && b < 64 << 10), "{cols:?}");
+        assert_eq!(cols.iter().sum::<usize>(), comp.iter().sum::<usize>());
     }
 
     #[test]

@@ -74,6 +74,6 @@ pub use encode::{ChunkEncoder, TraceWriter};
 pub use error::TraceError;
 pub use event::{Event, EventKind, Func, Item, UNTIMED};
 pub use ahead::{Progress, Source};
-pub use finish::{append_runinfo, finish_trace, FinishStages, FinishStats, Finisher, SOLO_QUANTUM};
+pub use finish::{append_runinfo, finish_trace, FinishStages, FinishStats, Finisher, Work, SOLO_QUANTUM};
 pub use records::{ChunkInfo, EndRecord};
 pub use stacks::{StackRef, StackTable};
