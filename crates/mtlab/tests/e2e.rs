@@ -2761,3 +2761,44 @@ fn the_report_says_why_the_heap_managers_in_use_differs() {
         assert!(!text.contains("mapped differs"), "no reason where the figures agree: {text}");
     }
 }
+
+/// `report` decodes on a thread of its own on a large trace (pipelined with
+/// the replay) and on the calling thread with `MTLAB_REPORT_THREADS=1`: the
+/// same report, byte for byte, on traces where the order of threads'
+/// events decides the figures (blocks handed between two threads, whose
+/// addresses glibc gives back and forth), a sampled trace, a compact one
+/// and a tree of two child processes.
+#[test]
+fn the_report_is_the_same_with_the_decoder_on_its_own_thread() {
+    let lab = Lab::new();
+    let handoff = lab.compile("handoff");
+    let threads = lab.compile("threads");
+    let sh = find_in_path("sh").expect("sh");
+    lab.record_ok("h.mtl", &handoff, &["100000", "4"]);
+    lab.record_ok("t.mtl", &threads, &["4", "40000"]);
+    let o = lab.record_cmd("s.mtl", &["--sample", "256", "--sample-seed", "7"], &threads, &["4", "40000"]).output().unwrap();
+    assert_success(&o, "mtlab record --sample");
+    let o = lab.command(MTLAB).arg("compact").arg("-o").arg(lab.path("c.mtl")).arg(lab.path("h.mtl")).output().unwrap();
+    assert_success(&o, "mtlab compact");
+    let script = format!("{0} 50000 4; {0} 40000 2", handoff.display());
+    lab.record_ok("tree.mtl", &sh, &["-c", &script]);
+    for trace in ["h.mtl", "t.mtl", "s.mtl", "c.mtl", "tree.mtl"] {
+        let run = |threads: &str, args: &[&str]| {
+            let o = lab.command(MTLAB).env("MTLAB_REPORT_THREADS", threads).arg("report").args(args).arg(lab.path(trace)).output().unwrap();
+            assert_success(&o, &format!("mtlab report {trace} with MTLAB_REPORT_THREADS={threads}"));
+            o.stdout
+        };
+        for args in [&["--json", "--threads"][..], &[][..]] {
+            let (one, two) = (run("1", args), run("2", args));
+            assert!(one == two, "{trace} {args:?}: the report with the decoder on its own thread differs");
+        }
+    }
+    // The traces are large enough to be piped (64 Ki events), and whole.
+    let r = lab.report("h.mtl");
+    assert!(u(&r["events"]) >= 200_000, "{}", r["events"]);
+    assert!(calls(&r, "malloc") >= 100_000 && calls(&r, "free") >= 100_000, "{}", r["functions"]);
+    // A value that is not a number of threads is refused, with the fix.
+    let o = lab.command(MTLAB).env("MTLAB_REPORT_THREADS", "two").arg("report").arg(lab.path("h.mtl")).output().unwrap();
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("MTLAB_REPORT_THREADS=\"two\": give a number of threads from 1 up"), "{}", stderr(&o));
+}

@@ -2,9 +2,11 @@
 //! shadow heap (`Replay`) and handed with what it did (`Step`) to the
 //! aggregators. Fed item by item (`stack`, `event`), so the same pass can
 //! follow a trace that is still being written; `feed` drives it over a
-//! whole trace with the decoder running ahead to prefetch.
+//! whole trace with the decoder running ahead to prefetch, `feed_piped`
+//! with the decoder on a thread of its own (`pipe`).
 
 use super::functions::Functions;
+use super::pipe::{self, Batch};
 use super::replay::Replay;
 use super::series::Series;
 use super::sites::Sites;
@@ -167,5 +169,78 @@ pub fn feed(items: &mut Items, pass: &mut Pass, code: &CodeRanges, mut also: imp
         if let Some(ev) = &ahead[(next + i) % AHEAD] {
             replay_one(ev, pass, &mut also);
         }
+    }
+}
+
+/// `feed` with the decoder on a thread of its own (`pipe::decode`, batches
+/// of `batch` events), the
+/// pass here: the same items in the same order, the same prefetching, the
+/// events read from the batches rather than lent by the decoder. Returns
+/// false, with nothing fed, when the thread cannot be started.
+pub fn feed_piped(items: &mut Items, pass: &mut Pass, code: &CodeRanges, batch: usize, mut also: impl FnMut(&Event, &Pass)) -> bool {
+    let (queue, full, empty) = pipe::queue(pipe::QUEUED);
+    std::thread::scope(|s| {
+        let decoder = std::thread::Builder::new()
+            .name("mtlab-decode".into())
+            .spawn_scoped(s, move || pipe::decode(items, full, empty, batch));
+        if decoder.is_err() {
+            return false;
+        }
+        let mut large = false;
+        // A panic of the decoder drops its sender: the loop ends and the
+        // scope passes the panic on.
+        for mut batch in queue.full.iter() {
+            replay_batch(&mut batch, pass, code, &mut large, &mut also);
+            // The decoder fills it again (it has gone: nothing to do).
+            let _ = queue.empty.send(batch);
+        }
+        true
+    })
+}
+
+/// Replays one batch: each stack definition taken at its place among the
+/// events, and once the tables are large (`Pass::is_large`) each event's
+/// table slots prefetched `AHEAD` events before its replay and a free's
+/// block `DEEP` before, as `feed` does, but read where the events lie in
+/// the batch instead of through a ring of copies.
+#[inline(always)]
+fn replay_batch(batch: &mut Batch, pass: &mut Pass, code: &CodeRanges, large: &mut bool, also: &mut impl FnMut(&Event, &Pass)) {
+    let events = &batch.events;
+    let mut stacks = std::mem::take(&mut batch.stacks).into_iter().peekable();
+    let mut next_stack = stacks.peek().map_or(usize::MAX, |s| s.0);
+    if *large {
+        for ev in events.iter().take(AHEAD) {
+            pass.replay.prefetch(ev);
+        }
+    }
+    for (i, ev) in events.iter().enumerate() {
+        while i == next_stack {
+            if let Some((_, id, pcs)) = stacks.next() {
+                pass.stack(id, pcs, code);
+            }
+            next_stack = stacks.peek().map_or(usize::MAX, |s| s.0);
+        }
+        if *large {
+            if let Some(ahead) = events.get(i + AHEAD) {
+                pass.replay.prefetch(ahead);
+            }
+            if let Some(deep) = events.get(i + DEEP) {
+                pass.prefetch_blocks(deep);
+            }
+            pass.event(ev);
+            also(ev, pass);
+        } else {
+            pass.event(ev);
+            also(ev, pass);
+            if pass.is_large() {
+                *large = true;
+                for ev in events.iter().skip(i + 1).take(AHEAD) {
+                    pass.replay.prefetch(ev);
+                }
+            }
+        }
+    }
+    for (_, id, pcs) in stacks {
+        pass.stack(id, pcs, code);
     }
 }

@@ -121,6 +121,7 @@ enum Command {
     #[command(after_long_help = RECORD_ENVIRONMENT)]
     Record(RecordArgs),
     /// Analyse a trace: per-function costs, heap shape, fragmentation, top sites, leaks.
+    #[command(after_long_help = REPORT_ENVIRONMENT)]
     Report(ReportArgs),
     /// A tour on built-in workloads: a heap trace and a sampled profile, then each study in small (12–25 s on 2 cores); writes one HTML report.
     Demo(DemoArgs),
@@ -286,6 +287,11 @@ system calls may see EINTR (for a program that must stay single-threaded, e.g. t
 unshare(CLONE_NEWUSER))\n  \
 MTLAB_GOT=0  with --sample, leave the program's PLT slots alone: while sampling is off its allocation \
 calls still pass through mtlab's shims (a little slower, never wrong)";
+
+const REPORT_ENVIRONMENT: &str = "Environment:\n  \
+MTLAB_REPORT_THREADS=1  decode each trace on the thread that replays it; by default a trace of 64 Ki events or \
+more is decoded on a thread of its own, beside the replay, when more than one CPU is allowed (the report is the \
+same either way)";
 
 #[derive(Args, Debug)]
 struct RecordArgs {
@@ -870,6 +876,9 @@ fn check_report_paths(a: &ReportArgs) -> Result<(), CliError> {
 
 fn cmd_report(a: ReportArgs) -> Result<ExitCode, CliError> {
     check_report_paths(&a)?;
+    // Read again by each process's pass (`analysis::pipe::wanted`): refused
+    // here, before any work, rather than taken there as 1.
+    crate::analysis::pipe::threads_from_env().map_err(CliError::Other)?;
     if let Some(base) = &a.diff {
         return report_diff::cmd_report_diff(&a, base, a.diff_by);
     }
