@@ -7,26 +7,30 @@
 //! and height of the live-bytes peak. So the peak is measured on the exact
 //! trace first and stored with the compact one; `mtlab report` shows it.
 //!
+//! With `lean` (`mtlab compact --lean`, `record --compact=lean`) the heap
+//! addresses are made up as well (`trace::lean`): the peak measured here,
+//! on the real addresses, keeps its fragmentation and utilization.
+//!
 //! A trace still being written is refused.
 
 use std::path::Path;
 
 use crate::analysis::{self, AnalyzeOptions};
 use crate::platform::process::holds_open;
-use crate::trace::compact::{compact, refuse_compact, CompactError, CompactStats};
+use crate::trace::compact::{compact_with, refuse_compact, CompactError, CompactStats};
 use crate::trace::keys::{CHILD_TRACES, COMPACT_PEAK};
 use crate::trace::TraceFile;
 
 /// Compacts `src` into `dst` (which may be `src`) with time stamps rounded
-/// to `quantum` ticks.
-pub fn compact_trace(src: &Path, dst: &Path, quantum: u64) -> Result<CompactStats, CompactError> {
+/// to `quantum` ticks; `lean`: with made-up heap addresses.
+pub fn compact_trace(src: &Path, dst: &Path, quantum: u64, lean: bool) -> Result<CompactStats, CompactError> {
     let trace = TraceFile::open(src)?;
     let pid = trace.header.pid;
     if trace.end.is_none() && holds_open(pid, src) {
         // Its writer may still be appending: a rewrite would lose what comes next.
         return Err(CompactError::StillWriting { path: src.to_path_buf(), pid });
     }
-    refuse_compact(&trace)?;
+    refuse_compact(&trace, lean)?;
     let exact = analysis::analyze(&trace, &AnalyzeOptions::for_index())?;
     let mut extra = vec![(COMPACT_PEAK.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes"))];
     // A copy elsewhere (-o) holds the root alone: listing no child traces,
@@ -34,7 +38,7 @@ pub fn compact_trace(src: &Path, dst: &Path, quantum: u64) -> Result<CompactStat
     if dst != src && trace.runinfo_get(CHILD_TRACES).is_some_and(|v| !v.is_empty()) {
         extra.push((CHILD_TRACES.to_string(), String::new()));
     }
-    compact(&trace, dst, quantum, &extra)
+    compact_with(&trace, dst, quantum, &extra, lean)
 }
 
 #[cfg(test)]
@@ -53,7 +57,7 @@ mod tests {
         TraceWriter::create(&src, [("pid", pid.as_str())]).unwrap().finish().unwrap();
         let before = std::fs::read(&src).unwrap();
         let _held = std::fs::File::open(&src).unwrap();
-        let e = compact_trace(&src, &src, 1 << 16).unwrap_err();
+        let e = compact_trace(&src, &src, 1 << 16, false).unwrap_err();
         assert!(matches!(e, CompactError::StillWriting { .. }), "{e}");
         assert!(e.to_string().contains("still being written"), "{e}");
         assert_eq!(std::fs::read(&src).unwrap(), before);
