@@ -62,4 +62,28 @@ mod tests {
         assert!(e.to_string().contains("still being written"), "{e}");
         assert_eq!(std::fs::read(&src).unwrap(), before);
     }
+
+    /// A lean trace is made from a full trace only: compacting a lean one
+    /// (lean or not) has nothing to do, and a compact one cannot be made
+    /// lean; each refusal names the case and leaves the file as it was.
+    #[test]
+    fn lean_is_made_from_a_full_trace_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let [src, plain, lean] = ["t.mtl", "c.mtl", "l.mtl"].map(|n| dir.path().join(n));
+        TraceWriter::create(&src, [("pid", "1")]).unwrap().finish().unwrap();
+        compact_trace(&src, &plain, 1 << 16, false).unwrap();
+        compact_trace(&src, &lean, 1 << 16, true).unwrap();
+        let open = |p: &Path| TraceFile::open(p).unwrap();
+        assert!(open(&lean).is_lean() && !open(&plain).is_lean() && !open(&src).is_lean());
+        let before = std::fs::read(&lean).unwrap();
+        for again in [false, true] {
+            let e = compact_trace(&lean, &lean, 1 << 16, again).unwrap_err();
+            assert!(matches!(e, CompactError::AlreadyLean { .. }), "{e}");
+        }
+        assert_eq!(std::fs::read(&lean).unwrap(), before);
+        let e = compact_trace(&plain, &plain, 1 << 16, true).unwrap_err();
+        assert!(matches!(e, CompactError::LeanOfCompact { .. }) && e.to_string().contains("from the full trace"), "{e}");
+        let e = compact_trace(&plain, &plain, 1 << 16, false).unwrap_err();
+        assert!(matches!(e, CompactError::AlreadyCompact { .. }), "{e}");
+    }
 }
