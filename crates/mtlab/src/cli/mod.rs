@@ -184,8 +184,8 @@ tens of times smaller; on cc1 it shrinks by 40 % (docs/benchmarks.md).\n\n\
 --lean also gives up the heap addresses, as heaptrack's trace keeps none: each block gets a made-up address, \
 and a free names the latest live block of the same kind (thread, stack, function, sizes) instead of its own; \
 frees keep no stack. Still exact: the events and every per-function figure, sites (calls, bytes, temporary \
-allocations, live at the end), leaks (count, bytes, sites), live and mapped bytes at the end and over time, \
-and the peak with all its figures (measured on the real addresses before compaction). Gone (null in \
+allocations, live at the end), leaks (count, bytes, sites), live and mapped bytes at the end (over time \
+as a compact trace replays them), and the peak with all its figures (measured on the real addresses before compaction). Gone (null in \
 `report --json`, \"not in a lean trace\" in the text): fragmentation, utilization and the live bytes outside \
 known regions at the end and over time, which come from block addresses, and where each block lay or which \
 block a free released. A lean trace is made from a full trace only: not from one compact already, nor again.")]
