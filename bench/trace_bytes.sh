@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Trace bytes of the four programs of issue 38 §2, mtlab against heaptrack's
 # default (compressed) trace of the same program (docs/benchmarks.md,
-# *Trace size*). Per-stream figures: bench/trace_streams.py on the traces.
+# *Trace size*), and after `mtlab compact` and `mtlab compact --lean`.
+# Per-stream figures: bench/trace_streams.py on the traces.
 #
 #   bench/trace_bytes.sh [MTLAB] [OUTDIR]     # MTLAB defaults to mtlab on PATH
 #   NO_HEAPTRACK=1 bench/trace_bytes.sh ...   # mtlab only
@@ -39,7 +40,7 @@ progs=(
   "pyjson|PYTHONMALLOC=malloc|$PY $HERE/py_json_shuffle.py"
 )
 size() { stat -c %s "$1"; }
-printf '%-9s %12s %12s %12s %8s %8s\n' program mtlab compact heaptrack ratio compact/ht
+printf '%-9s %12s %12s %12s %12s %8s %8s %8s\n' program mtlab compact lean heaptrack ratio compact/ht lean/ht
 for p in "${progs[@]}"; do
   IFS='|' read -r name envs cmd <<<"$p"
   [ -n "${ONLY:-}" ] && [[ " $ONLY " != *" $name "* ]] && continue
@@ -49,6 +50,7 @@ for p in "${progs[@]}"; do
   rm -f "$OUT/$name".mtl*
   env $envs "$MTLAB" record -o "$OUT/$name.mtl" -- "${argv[@]}" >/dev/null 2>"$OUT/$name.err" || true
   "$MTLAB" compact -o "$OUT/$name.compact.mtl" "$OUT/$name.mtl" >/dev/null 2>&1 || true
+  "$MTLAB" compact --lean -o "$OUT/$name.lean.mtl" "$OUT/$name.mtl" >/dev/null 2>&1 || true
   ht=-
   if [ -z "${NO_HEAPTRACK:-}" ]; then
     rm -f "$OUT/$name.ht".*
@@ -66,7 +68,12 @@ for p in "${progs[@]}"; do
     fi
   fi
   m=$(size "$OUT/$name.mtl"); c=$(size "$OUT/$name.compact.mtl" 2>/dev/null || echo -)
-  r=-; rc=-
-  [[ "$ht" =~ ^[0-9]+$ ]] && r=$(awk "BEGIN{printf \"%.2f\", $m/$ht}") && [ "$c" != - ] && rc=$(awk "BEGIN{printf \"%.2f\", $c/$ht}")
-  printf '%-9s %12s %12s %12s %8s %8s\n' "$name" "$m" "$c" "$ht" "$r" "$rc"
+  l=$(size "$OUT/$name.lean.mtl" 2>/dev/null || echo -)
+  r=-; rc=-; rl=-
+  if [[ "$ht" =~ ^[0-9]+$ ]]; then
+    r=$(awk "BEGIN{printf \"%.2f\", $m/$ht}")
+    [ "$c" != - ] && rc=$(awk "BEGIN{printf \"%.2f\", $c/$ht}")
+    [ "$l" != - ] && rl=$(awk "BEGIN{printf \"%.2f\", $l/$ht}")
+  fi
+  printf '%-9s %12s %12s %12s %12s %8s %8s %8s\n' "$name" "$m" "$c" "$l" "$ht" "$r" "$rc" "$rl"
 done

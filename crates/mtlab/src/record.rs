@@ -75,8 +75,9 @@ pub struct RecordConfig {
     /// Full trace: one call in `time_sample` timed on average (1: every call).
     pub time_sample: u64,
     pub baseline: bool,
-    /// Compact the traces after the run, with this quantum (`trace::compact`).
-    pub compact: Option<u64>,
+    /// Compact the traces after the run, with this quantum (`trace::compact`);
+    /// the flag: lean, with made-up heap addresses (`trace::lean`).
+    pub compact: Option<(u64, bool)>,
     /// `--live --push-every`: the window profiles the live analysis
     /// publishes (`LiveConfig::publish`), pushed over OTLP while it runs.
     pub live_push: Option<crate::otlp::periodic::Config>,
@@ -1122,7 +1123,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
                     finished_children.push(t.clone());
                 }
                 warnings.extend(stats.warnings.into_iter().map(|w| format!("{}: {w}", t.display())));
-                match cfg.compact.map(|q| crate::compact::compact_trace(t, t, q)) {
+                match cfg.compact.map(|(q, lean)| crate::compact::compact_trace(t, t, q, lean)) {
                     None => bytes += stats.bytes_after,
                     Some(Ok(c)) => bytes += c.bytes_after,
                     Some(Err(e)) => {

@@ -125,6 +125,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
     let given: Option<PeakReport> = compact_quantum
         .and_then(|_| trace.runinfo_get(keys::COMPACT_PEAK))
         .and_then(|j| serde_json::from_str(j).ok());
+    let peak_before_compaction = given.is_some();
     let peak = given.unwrap_or_else(|| pass.replay.peak(|t| pass.ns(t)));
     // Each function's cycle percentiles: shown only in a detailed report.
     let functions = Func::ALL
@@ -268,6 +269,8 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         stacks,
         slowdown,
         compact_quantum_ticks: compact_quantum,
+        compact_lean: compact_quantum.is_some() && trace.is_lean(),
+        peak_before_compaction,
         exit,
         profile,
         profile_data,

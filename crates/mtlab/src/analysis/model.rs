@@ -455,6 +455,15 @@ pub struct ProcessReport {
     /// stamps in TSC ticks. Its calls keep no cycles of their own, so the
     /// time series has no per-window malloc cycles.
     pub compact_quantum_ticks: Option<u64>,
+    /// A lean compact trace (`mtlab compact --lean`): its heap addresses are
+    /// made up, so the figures derived from them (`has_address_figures`)
+    /// are not its own.
+    #[serde(default)]
+    pub compact_lean: bool,
+    /// The peak was measured on the exact trace before compaction
+    /// (RUNINFO `compact_peak`), on the real addresses.
+    #[serde(skip)]
+    pub peak_before_compaction: bool,
     pub exit: Option<String>,
     /// Present for sampled traces (`record --sample`): the estimates.
     pub profile: Option<SampledSummary>,
@@ -474,6 +483,17 @@ pub struct ProcessReport {
     #[serde(default)]
     pub threads: Vec<ThreadReport>,
     pub warnings: Vec<String>,
+}
+
+impl ProcessReport {
+    /// Whether the heap's figures derived from block addresses —
+    /// fragmentation, utilization, live bytes outside known regions — are
+    /// real at the peak (`at_peak`) or at the end and over time: not in a
+    /// lean trace, whose addresses are made up, except at a peak measured
+    /// before compaction.
+    pub fn has_address_figures(&self, at_peak: bool) -> bool {
+        !self.compact_lean || (at_peak && self.peak_before_compaction)
+    }
 }
 
 /// One thread's figures (`ProcessReport::threads`).

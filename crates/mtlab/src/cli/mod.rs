@@ -181,7 +181,15 @@ the time series replays independent events of different threads within one quant
 Dropped: the sites live at the peak (the report's \"top sites at the peak\" table is empty and each site's \
 live objects and bytes at the peak are null), since that replay order decides which blocks were live then.\n\n\
 A trace whose process is still writing it is left alone. On an allocation-heavy program the trace becomes \
-tens of times smaller; on cc1 it shrinks by 40 % (docs/benchmarks.md).")]
+tens of times smaller; on cc1 it shrinks by 40 % (docs/benchmarks.md).\n\n\
+--lean also gives up the heap addresses, as heaptrack's trace keeps none: each block gets a made-up address, \
+and a free names the latest live block of the same kind (thread, stack, function, sizes) instead of its own; \
+frees keep no stack. Still exact: the events and every per-function figure, sites (calls, bytes, temporary \
+allocations, live at the end), leaks (count, bytes, sites), live and mapped bytes at the end (over time \
+as a compact trace replays them), and the peak with all its figures (measured on the real addresses before compaction). Gone (null in \
+`report --json`, \"not in a lean trace\" in the text): fragmentation, utilization and the live bytes outside \
+known regions at the end and over time, which come from block addresses, and where each block lay or which \
+block a free released. A lean trace is made from a full trace only: not from one compact already, nor again.")]
     Compact(CompactArgs),
 }
 
@@ -266,6 +274,19 @@ struct CompactArgs {
     /// Compact only the FILEs given, not their children's traces.
     #[arg(long)]
     no_children: bool,
+    /// Also make up the heap addresses and drop the frees' stacks: smaller, and without fragmentation,
+    /// utilization or unplaced bytes (see the long help, --help).
+    #[arg(long)]
+    lean: bool,
+}
+
+/// What `record --compact` keeps.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum CompactKind {
+    /// A compact trace (`mtlab compact`).
+    Full,
+    /// A lean compact trace (`mtlab compact --lean`).
+    Lean,
 }
 
 #[derive(Subcommand, Debug)]
@@ -351,8 +372,9 @@ struct RecordArgs {
     verbose: bool,
     /// Keep a compact trace: time stamps rounded to 65536 ticks and each function's call cycles kept
     /// as a distribution per chunk (every per-function figure stays exact); see `mtlab compact`.
-    #[arg(long)]
-    compact: bool,
+    /// `--compact=lean`: a lean one, with made-up heap addresses (`mtlab compact --lean`).
+    #[arg(long, value_name = "lean", num_args = 0..=1, require_equals = true, default_missing_value = "full")]
+    compact: Option<CompactKind>,
     #[command(flatten)]
     attach: attach::AttachArgs,
     /// Analyse the trace while the program runs and write a profile file (-o, default
@@ -618,7 +640,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
             if a.no_children || a.output.is_some() { vec![file.clone()] } else { crate::platform::names::trace_family(file) };
         for src in &family {
             let dst = a.output.clone().unwrap_or_else(|| src.clone());
-            match crate::compact::compact_trace(src, &dst, a.quantum) {
+            match crate::compact::compact_trace(src, &dst, a.quantum, a.lean) {
                 Ok(st) => {
                     let change = if st.bytes_after < st.bytes_before {
                         format!("{:.1}× smaller", st.shrink())
@@ -641,7 +663,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
                 }
                 // A family compacted before (record --compact) has nothing left to do;
                 // a file named on its own that is compact already is an error.
-                Err(e @ CompactError::AlreadyCompact { .. }) if src != file => say!("mtlab: {e}"),
+                Err(e @ (CompactError::AlreadyCompact { .. } | CompactError::AlreadyLean { .. })) if src != file => say!("mtlab: {e}"),
                 Err(e) => {
                     say!("mtlab: error: {e}");
                     failed += 1;
@@ -749,7 +771,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         free_stacks: a.free_stacks,
         time_sample: a.time,
         baseline: a.baseline,
-        compact: a.compact.then_some(crate::trace::compact::DEFAULT_QUANTUM),
+        compact: a.compact.map(|k| (crate::trace::compact::DEFAULT_QUANTUM, k == CompactKind::Lean)),
         flight: a.keep_last.map(|keep_last_ns| crate::flight::FlightConfig {
             keep_last_ns,
             max_bytes: a.keep_last_max,
@@ -1130,7 +1152,7 @@ fn cmd_demo(a: DemoArgs) -> Result<ExitCode, CliError> {
     let full = load_reports(&a.output, true, &with_profile, &Default::default(), false)?;
     emit(&report::document(&full), false, None, None)?;
     let compact_out = a.output.with_extension("compact.mtl");
-    let c = crate::compact::compact_trace(&a.output, &compact_out, crate::trace::compact::DEFAULT_QUANTUM)?;
+    let c = crate::compact::compact_trace(&a.output, &compact_out, crate::trace::compact::DEFAULT_QUANTUM, false)?;
     print_out(format!(
         "without per-call timing (`mtlab compact`): {} → {} ({:.0}× smaller), the per-function, heap, site and leak figures above unchanged\n\n",
         report::human_bytes(c.bytes_before),

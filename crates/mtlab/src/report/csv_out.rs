@@ -29,6 +29,9 @@ fn key(p: &ProcessReport) -> Vec<Cell> {
 }
 
 fn snapshot_row(p: &ProcessReport, what: &str, s: &HeapSnapshot) -> Vec<Cell> {
+    // A lean trace's made-up addresses give no figure here: empty, not invented.
+    let real = p.has_address_figures(what == "peak");
+    let addr = |x: f64| if real { num(x) } else { Cell::Empty };
     let mut row = key(p);
     row.extend([
         Cell::text(what),
@@ -39,9 +42,9 @@ fn snapshot_row(p: &ProcessReport, what: &str, s: &HeapSnapshot) -> Vec<Cell> {
         int(s.brk_bytes),
         int(s.mmap_regions),
         int(s.mmap_bytes),
-        num(s.fragmentation.mean),
-        num(s.fragmentation.total),
-        num(s.utilization),
+        addr(s.fragmentation.mean),
+        addr(s.fragmentation.total),
+        addr(s.utilization),
     ]);
     row
 }
@@ -202,6 +205,8 @@ fn exact_tables(run: &RunReport) -> Vec<Table> {
         }
         heap.push(snapshot_row(p, "peak", &p.peak.heap));
         heap.push(snapshot_row(p, "end", &p.end));
+        let real = p.has_address_figures(false);
+        let addr = |x: f64| if real { num(x) } else { Cell::Empty };
         for t in &p.time_series {
             let mut row = key(p);
             row.extend([
@@ -209,9 +214,9 @@ fn exact_tables(run: &RunReport) -> Vec<Table> {
                 t.ns.map(int).unwrap_or(Cell::Empty),
                 int(t.live_bytes),
                 int(t.mapped_bytes),
-                num(t.fragmentation_total),
-                num(t.fragmentation_mean),
-                num(t.utilization),
+                addr(t.fragmentation_total),
+                addr(t.fragmentation_mean),
+                addr(t.utilization),
                 t.malloc_mean_cycles.map(num).unwrap_or(Cell::Empty),
             ]);
             series.push(row);

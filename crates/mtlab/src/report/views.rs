@@ -84,25 +84,32 @@ fn sampled_threads(threads: &[crate::profile::sampled::SampledThread]) -> Table 
     t
 }
 
-/// A row of the heap table: its label and how it shows a snapshot.
-type HeapRow = (&'static str, fn(&HeapSnapshot) -> String);
+/// A row of the heap table: its label, whether it comes from block
+/// addresses, and how it shows a snapshot.
+type HeapRow = (&'static str, bool, fn(&HeapSnapshot) -> String);
 
-fn heap(peak: &HeapSnapshot, end: &HeapSnapshot) -> Table {
+/// Where a lean trace has no figure (`ProcessReport::has_address_figures`).
+pub const NOT_IN_A_LEAN_TRACE: &str = "not in a lean trace";
+
+fn heap(p: &ProcessReport) -> Table {
     let mut t = table("heap", "", &["heap", "at peak", "at end"], 1);
     let rows: [HeapRow; 10] = [
-        ("live objects", |s| s.live_objects.to_string()),
-        ("live bytes", |s| format!("{} ({})", s.live_bytes, human_bytes(s.live_bytes))),
-        ("mapped regions", |s| s.regions.to_string()),
-        ("mapped bytes", |s| format!("{} ({})", s.mapped_bytes, human_bytes(s.mapped_bytes))),
-        ("  brk heap bytes", |s| s.brk_bytes.to_string()),
-        ("  mmap'd regions / bytes", |s| format!("{} / {}", s.mmap_regions, s.mmap_bytes)),
-        ("fragmentation mean", |s| format!("{:.4}", s.fragmentation.mean)),
-        ("fragmentation total", |s| format!("{:.4}", s.fragmentation.total)),
-        ("utilization", |s| format!("{:.4}", s.utilization)),
-        ("live bytes outside known regions", |s| s.unplaced_bytes.to_string()),
+        ("live objects", false, |s| s.live_objects.to_string()),
+        ("live bytes", false, |s| format!("{} ({})", s.live_bytes, human_bytes(s.live_bytes))),
+        ("mapped regions", false, |s| s.regions.to_string()),
+        ("mapped bytes", false, |s| format!("{} ({})", s.mapped_bytes, human_bytes(s.mapped_bytes))),
+        ("  brk heap bytes", false, |s| s.brk_bytes.to_string()),
+        ("  mmap'd regions / bytes", false, |s| format!("{} / {}", s.mmap_regions, s.mmap_bytes)),
+        ("fragmentation mean", true, |s| format!("{:.4}", s.fragmentation.mean)),
+        ("fragmentation total", true, |s| format!("{:.4}", s.fragmentation.total)),
+        ("utilization", true, |s| format!("{:.4}", s.utilization)),
+        ("live bytes outside known regions", true, |s| s.unplaced_bytes.to_string()),
     ];
-    for (name, f) in rows {
-        t.push(vec![Cell::text(name), Cell::text(f(peak)), Cell::text(f(end))]);
+    let cell = |s: &HeapSnapshot, at_peak: bool, from_addresses: bool, f: fn(&HeapSnapshot) -> String| {
+        Cell::text(if from_addresses && !p.has_address_figures(at_peak) { NOT_IN_A_LEAN_TRACE.to_string() } else { f(s) })
+    };
+    for (name, from_addresses, f) in rows {
+        t.push(vec![Cell::text(name), cell(&p.peak.heap, true, from_addresses, f), cell(&p.end, false, from_addresses, f)]);
     }
     t
 }
@@ -420,7 +427,7 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
             }
             None => {
                 out.push(View::Table(functions(p)));
-                out.push(View::Table(heap(&p.peak.heap, &p.end)));
+                out.push(View::Table(heap(p)));
                 let split = |s: &crate::analysis::model::SpaceSplit| {
                     format!(
                         "requested {}, allocator overhead {}, free {}",
@@ -707,6 +714,16 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
                  replays threads' independent events within a quantum in an order of its own; dropped: the sites live \
                  at the peak (no top sites at the peak, no site's live objects or bytes at the peak), which that order \
                  decides, and the time series' malloc cycles"
+            ));
+        }
+        if p.compact_lean {
+            note(format!(
+                "note: lean trace (`mtlab compact --lean`): heap addresses made up (a free names the latest live block \
+                 of its kind, not its own) and frees keep no stack; exact still: counts, bytes, sites, temporary \
+                 allocations, leaks, live and mapped bytes and the peak{}; {NOT_IN_A_LEAN_TRACE}: fragmentation, \
+                 utilization and live bytes outside known regions{}, and where each block lay",
+                if p.peak_before_compaction { " (measured on the real addresses before compaction, with all its figures)" } else { "" },
+                if p.peak_before_compaction { " at the end and over time" } else { "" },
             ));
         }
         if let Some(n) = &p.stacks.note {

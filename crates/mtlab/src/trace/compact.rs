@@ -76,6 +76,16 @@ pub enum CompactError {
     Trace(#[from] TraceError),
     #[error("{} is compact already (quantum {quantum} ticks): nothing to do", path.display())]
     AlreadyCompact { path: PathBuf, quantum: String },
+    #[error("{} is a lean compact trace already: nothing to do", path.display())]
+    AlreadyLean { path: PathBuf },
+    /// A lean trace's addresses are made up from the exact replay order,
+    /// which a compact trace no longer has (nor its full timing to re-stamp).
+    #[error(
+        "{} is compact already (quantum {quantum} ticks): a lean trace is made from the full trace — run \
+         `mtlab compact --lean` on a trace that was not compacted (or record with `--compact=lean`)",
+        path.display()
+    )]
+    LeanOfCompact { path: PathBuf, quantum: String },
     #[error("the quantum must be a power of two from 2 to 2^30 ticks, not {0}")]
     BadQuantum(u64),
     #[error("{} is still being written by process {pid} (no END record yet): compact it once that process has ended", path.display())]
@@ -306,10 +316,13 @@ impl Writer {
 }
 
 /// Refuses a trace that is compact already: it has no per-call timing left
-/// to drop.
-pub fn refuse_compact(tf: &TraceFile) -> Result<(), CompactError> {
+/// to drop; `lean`: a lean trace was asked for.
+pub fn refuse_compact(tf: &TraceFile, lean: bool) -> Result<(), CompactError> {
+    let path = tf.path.clone();
     match tf.compact_quantum() {
-        Some(q) => Err(CompactError::AlreadyCompact { path: tf.path.clone(), quantum: q.to_string() }),
+        Some(_) if tf.is_lean() => Err(CompactError::AlreadyLean { path }),
+        Some(q) if lean => Err(CompactError::LeanOfCompact { path, quantum: q.to_string() }),
+        Some(q) => Err(CompactError::AlreadyCompact { path, quantum: q.to_string() }),
         None => Ok(()),
     }
 }
@@ -332,7 +345,7 @@ pub fn compact_with(
     if !quantum.is_power_of_two() || !(2..=1 << 30).contains(&quantum) {
         return Err(CompactError::BadQuantum(quantum));
     }
-    refuse_compact(tf)?;
+    refuse_compact(tf, lean)?;
     let src = tf.path.as_path();
     let source = File::open(src).map_err(TraceError::io(src))?;
     let (_version, text, header_end) = read_file_header(&source, src, tf.file_len)?;

@@ -461,6 +461,14 @@ impl TraceFile {
             .or_else(|| self.header.raw.iter().find(|(k, _)| k == keys::COMPACT_QUANTUM).map(|(_, v)| v.as_str()))
     }
 
+    /// A lean compact trace (`mtlab compact --lean`): its heap addresses
+    /// are made up. Read from the header too, as `compact_quantum` is.
+    pub fn is_lean(&self) -> bool {
+        self.runinfo_get(keys::COMPACT_LEAN)
+            .or_else(|| self.header.raw.iter().find(|(k, _)| k == keys::COMPACT_LEAN).map(|(_, v)| v.as_str()))
+            == Some("1")
+    }
+
     pub fn runinfo_get(&self, key: &str) -> Option<&str> {
         self.runinfo
             .iter()
