@@ -97,6 +97,39 @@ fn ctl_dump_writes_the_last_duration() {
     assert!(full["flight"].is_null());
 }
 
+/// `ctl status` and the sampler's commands on a flight recorder without
+/// --sample: they used to wait 3 s for a sampler page that never comes and
+/// then say the process was not recorded at all.
+#[test]
+fn ctl_status_and_start_on_a_flight_recorder_say_what_it_is() {
+    let lab = Lab::new();
+    let prog = lab.compile("flight_phases");
+    let mut rec = lab.record_cmd("t.mtl", &["--keep-last", "2s"], &prog, &phases_args("wait", "0")).stderr(Stdio::piped()).spawn().unwrap();
+    assert!(wait_for(&lab.path("ready"), Duration::from_secs(30)), "phase B did not end");
+    let pid = program_pid(&rec);
+    // The program waits for `stop`: written whatever the checks find, so that a failure leaves nothing running.
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| for target in [rec.id(), pid] {
+        let o = lab.command(MTLAB).args(["ctl", &target.to_string(), "status"]).output().unwrap();
+        assert_success(&o, "mtlab ctl status");
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains(&format!("process {pid}: flight recorder")) && out.contains("keeps the last 2.000 s"), "{out}");
+        assert!(!stderr(&o).contains("waited"), "{}", stderr(&o));
+        for cmd in [&["start"][..], &["interval", "1MiB"][..]] {
+            let o = lab.command(MTLAB).args(["ctl", &target.to_string()]).args(cmd).output().unwrap();
+            assert!(!o.status.success(), "ctl {cmd:?} on a flight recorder is refused");
+            let err = stderr(&o);
+            assert!(err.contains("--keep-last` without --sample") && err.contains("dump"), "{err}");
+        }
+    }));
+    std::fs::write(lab.path("stop"), "").unwrap();
+    let ended = wait_within(&mut rec, Duration::from_secs(30));
+    if let Err(e) = checked {
+        std::panic::resume_unwind(e);
+    }
+    assert!(ended.expect("record ends").success());
+    assert!(windows(&lab, "t.mtl").is_empty(), "status wrote no window");
+}
+
 fn death(mode: &str, sig: i32, name: &str) {
     let lab = Lab::new();
     let prog = lab.compile("flight_phases");

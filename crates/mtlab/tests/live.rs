@@ -515,6 +515,26 @@ fn killed_program_leaves_a_profile_that_says_how_it_ended() {
     assert!(calls(&v, "malloc") >= 1000);
 }
 
+/// The text report of a profile names the raw trace it was analysed from:
+/// released as it was analysed unless --keep-raw kept it, which it says.
+#[test]
+fn report_says_the_raw_trace_was_not_kept() {
+    let lab = Lab::new();
+    let known = lab.compile("h_known");
+    for (name, extra, kept) in [("gone", &[][..], false), ("kept", &["--keep-raw"][..], true)] {
+        let o = record_live(&lab, name, extra, &known, &[]);
+        assert_success(&o, "record --live");
+        let raw = lab.path(&format!("{name}.live.raw"));
+        assert_eq!(raw.exists(), kept, "{}", raw.display());
+        let o = lab.command(MTLAB).arg("report").arg(lab.path(&format!("{name}.live"))).output().unwrap();
+        assert_success(&o, "report of the profile");
+        let text = String::from_utf8_lossy(&o.stdout);
+        let line = text.lines().find(|l| l.starts_with("trace: ")).unwrap_or_else(|| panic!("no trace line: {text}"));
+        assert!(line.contains(&format!("{name}.live.raw")), "{line}");
+        assert_eq!(line.contains("not kept"), !kept, "{line}");
+    }
+}
+
 fn libc_sigabrt() -> i32 {
     6
 }

@@ -536,7 +536,7 @@ enum CtlAction {
         timeout: u64,
     },
     /// Print whether sampling is on, the interval and the number of samples;
-    /// under `record --live`, how far behind the analysis is.
+    /// under `record --live`, how far behind the analysis is; under `record --keep-last` without --sample, the window it keeps.
     Status,
 }
 
@@ -776,6 +776,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
             keep_last_ns,
             max_bytes: a.keep_last_max,
             pressure: a.pressure,
+            sampled: a.sample.is_some(),
         }),
         program,
         args: command.collect(),
@@ -1067,6 +1068,22 @@ fn cmd_ctl(a: CtlArgs) -> Result<ExitCode, CliError> {
         }
         if CtlPage::open(pid).is_err() {
             return Ok(ExitCode::SUCCESS);
+        }
+    }
+    // A flight recorder without --sample has no sampler page to wait for: only `dump` reaches it.
+    if let Some(pid) = crate::flight::control::recorded_pid(a.pid) {
+        let about = crate::flight::control::about(pid)?;
+        if !about.sampled {
+            let keeps = format!("keeps the last {:.3} s of its events", about.keep_last_ns as f64 / 1e9);
+            if let CtlAction::Status = a.action {
+                print_out(format!("process {pid}: flight recorder (`record --keep-last`), {keeps}; no sampler; `mtlab ctl {} dump` writes the window\n", a.pid));
+                return Ok(ExitCode::SUCCESS);
+            }
+            return Err(CliError::Other(format!(
+                "process {pid} runs under `mtlab record --keep-last` without --sample ({keeps}): start, stop and interval are for \
+                 a sampler; `mtlab ctl {} dump` writes the flight recorder's window",
+                a.pid
+            )));
         }
     }
     let (pid, waited) = ctl::traced_pid_waiting(a.pid, ctl::STARTING_WAIT);

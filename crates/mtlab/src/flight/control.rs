@@ -27,6 +27,11 @@ const OFF_FAILED: u32 = 24;
 const OFF_RECORDER: u32 = 32;
 /// Length of the answer's text, then the text (written before OFF_ANSWERED).
 const OFF_TEXT_LEN: u32 = 40;
+/// The window's length in ns, and 1 when the program also samples: written
+/// once at creation, for `ctl PID status` and to know whether `ctl`'s other
+/// commands have a sampler to reach.
+const OFF_KEEP_LAST: u32 = 48;
+const OFF_SAMPLED: u32 = 56;
 const OFF_TEXT: u32 = 64;
 const LAYOUT: Layout = Layout { size: SIZE, magic: MAGIC, off_magic: OFF_MAGIC, off_recorder: OFF_RECORDER };
 
@@ -42,6 +47,13 @@ pub enum FlightCtlError {
     Failed { pid: u32, why: String },
 }
 
+/// What the page tells `ctl` about the recording besides answering dumps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct About {
+    pub keep_last_ns: u64,
+    pub sampled: bool,
+}
+
 /// The recorder's side: the page, removed on drop.
 pub struct DumpRequests {
     page: SharedPage,
@@ -51,9 +63,12 @@ pub struct DumpRequests {
 impl DumpRequests {
     /// Makes the page for program `pid`. A page of this user's at the name
     /// whose recorder is gone is replaced; anything else there is an error.
-    pub fn create(pid: u32) -> std::io::Result<DumpRequests> {
+    pub fn create(pid: u32, about: About) -> std::io::Result<DumpRequests> {
         let path = names::flight_page(pid);
-        let page = recorder_page::create(&path, &LAYOUT)?;
+        let page = recorder_page::create_filled(&path, &LAYOUT, |p| {
+            p.u64_at(OFF_KEEP_LAST).store(about.keep_last_ns, Ordering::Relaxed);
+            p.u64_at(OFF_SAMPLED).store(about.sampled as u64, Ordering::Relaxed);
+        })?;
         Ok(DumpRequests { page, path })
     }
 
@@ -94,14 +109,25 @@ pub fn recorded_pid(pid: u32) -> Option<u32> {
     recorder_page::recorded_pid(pid, names::flight_page)
 }
 
+fn open(pid: u32) -> Result<SharedPage, FlightCtlError> {
+    let path = names::flight_page(pid);
+    recorder_page::open(pid, &path, &LAYOUT).map_err(|e| match e {
+        OpenError::Missing => FlightCtlError::NotRecorded(pid, path.clone()),
+        OpenError::NotIts(why) => FlightCtlError::NotItsPage { pid, path: path.clone(), why },
+    })
+}
+
+/// What the flight recorder of program `pid` says of its recording.
+pub fn about(pid: u32) -> Result<About, FlightCtlError> {
+    let page = open(pid)?;
+    let sampled = page.u64_at(OFF_SAMPLED).load(Ordering::Relaxed) != 0;
+    Ok(About { keep_last_ns: page.u64_at(OFF_KEEP_LAST).load(Ordering::Relaxed), sampled })
+}
+
 /// `mtlab ctl PID dump` to the flight recorder of program `pid`: the path
 /// of the window it wrote.
 pub fn request_dump(pid: u32, timeout: Duration) -> Result<PathBuf, FlightCtlError> {
-    let path = names::flight_page(pid);
-    let page = recorder_page::open(pid, &path, &LAYOUT).map_err(|e| match e {
-        OpenError::Missing => FlightCtlError::NotRecorded(pid, path.clone()),
-        OpenError::NotIts(why) => FlightCtlError::NotItsPage { pid, path: path.clone(), why },
-    })?;
+    let page = open(pid)?;
     let seq = page.u64_at(OFF_REQUESTS).fetch_add(1, Ordering::AcqRel) + 1;
     let start = Instant::now();
     while page.u64_at(OFF_ANSWERED).load(Ordering::Acquire) < seq {

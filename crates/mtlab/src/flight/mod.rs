@@ -35,6 +35,9 @@ pub struct FlightConfig {
     pub keep_last_ns: u64,
     pub max_bytes: u64,
     pub pressure: Option<Pressure>,
+    /// The program also samples (`--sample`): `ctl`'s commands other than
+    /// `dump` are its sampler's, and wait for its page.
+    pub sampled: bool,
 }
 
 /// A duration as people write one: `30s`, `500ms`, `2m`, `1h`, `1.5s`; a

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::control::DumpRequests;
+use super::control::{self, DumpRequests};
 use super::feed::Feed;
 use super::ring::Ring;
 use super::triggers::{CgroupWatch, PressureWatch, PSI_MEMORY};
@@ -58,6 +58,7 @@ impl Recorder {
         let stop = Arc::new(AtomicBool::new(false));
         let pid = Arc::new(AtomicU32::new(0));
         let pressure = cfg.pressure;
+        let about = control::About { keep_last_ns: cfg.keep_last_ns, sampled: cfg.sampled };
         let thread = {
             let (shared, stop, pid) = (Arc::clone(&shared), Arc::clone(&stop), Arc::clone(&pid));
             std::thread::Builder::new()
@@ -67,7 +68,7 @@ impl Recorder {
                     while !stop.load(Ordering::Acquire) {
                         std::thread::sleep(POLL);
                         if !t.ready {
-                            t.set_up(&shared, pid.load(Ordering::Acquire), pressure);
+                            t.set_up(&shared, pid.load(Ordering::Acquire), pressure, about);
                         }
                         feed.step(&mut lock(&shared.ring));
                         t.poll(&shared);
@@ -140,13 +141,13 @@ struct Triggers {
 }
 
 impl Triggers {
-    fn set_up(&mut self, shared: &Shared, pid: u32, pressure: Option<super::triggers::Pressure>) {
+    fn set_up(&mut self, shared: &Shared, pid: u32, pressure: Option<super::triggers::Pressure>, about: control::About) {
         if pid == 0 {
             return;
         }
         self.ready = true;
         let warn = |w: String| lock(&shared.outcome).warnings.push(w);
-        match DumpRequests::create(pid) {
+        match DumpRequests::create(pid, about) {
             Ok(r) => self.requests = Some(r),
             Err(e) => warn(format!(
                 "flight recorder: cannot make {} ({e}): `mtlab ctl {pid} dump` will not reach it",

@@ -31,6 +31,12 @@ pub enum OpenError {
 /// Makes the page at `path` for this recorder. A page of this user's at
 /// the name whose recorder is gone is replaced; anything else there is an error.
 pub fn create(path: &Path, l: &Layout) -> std::io::Result<SharedPage> {
+    create_filled(path, l, |_| {})
+}
+
+/// `create`, with `fill` writing the page's own fields before its magic
+/// makes it visible to `ctl`.
+pub fn create_filled(path: &Path, l: &Layout, fill: impl FnOnce(&SharedPage)) -> std::io::Result<SharedPage> {
     if let Ok(f) = super::safe_fs::open_owned_regular(path, true) {
         let whole = f.metadata().is_ok_and(|m| m.len() >= l.size as u64);
         let stale = !whole || SharedPage::map(&f, l.size).map(|p| recorder_alive(&p, l).is_none()).unwrap_or(true);
@@ -61,6 +67,7 @@ pub fn create(path: &Path, l: &Layout) -> std::io::Result<SharedPage> {
         }
     };
     page.u64_at(l.off_recorder).store(std::process::id() as u64, Ordering::Relaxed);
+    fill(&page);
     page.u64_at(l.off_magic).store(l.magic, Ordering::Release);
     Ok(page)
 }

@@ -378,7 +378,13 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
             "child process"
         };
         note(format!("══ {role} {} — {} ══", p.pid, p.cmdline.join(" ")));
-        note(format!("trace: {}", p.file));
+        // A live profile's raw trace is released as it is analysed: naming it as if it were there sends
+        // the reader looking for a file that --keep-raw alone keeps.
+        if run.live.is_some() && !std::path::Path::new(&p.file).exists() {
+            note(format!("trace: {} (not kept: analysed while the program ran; `record --live --keep-raw` keeps it)", p.file));
+        } else {
+            note(format!("trace: {}", p.file));
+        }
         if let Some(s) = run.live.as_ref().and_then(|l| l.processes.iter().find(|s| s.file == p.file)) {
             note(super::live::process_text(s));
         }
