@@ -961,6 +961,28 @@ mod tests {
     }
 
     #[test]
+    fn rank_of_agrees_with_a_plain_scan_on_random_lists() {
+        // Lists of every length around the 8-entry blocks, few distinct
+        // values (so that blocks hold several equal entries), windows
+        // shorter and longer than the list.
+        let plain = |l: &[u64], p: u64, w: usize| l.iter().rev().take(w).position(|&x| x == p);
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rnd = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n
+        };
+        for _ in 0..20_000 {
+            let len = rnd(80) as usize;
+            let distinct = 1 + rnd(40);
+            let list: Vec<u64> = (0..len).map(|_| rnd(distinct)).collect();
+            let (p, w) = (rnd(distinct + 2), rnd(90) as usize);
+            assert_eq!(rank_of(&list, p, w), plain(&list, p, w), "{list:?} {p} {w}");
+        }
+    }
+
+    #[test]
     fn address_deltas_in_16_byte_units_round_trip() {
         let mut x = 0x2545_f491_4f6c_dd1du64;
         let mut ds: Vec<i64> = vec![0, 1, -1, 15, -15, 16, -16, 17, -17, 4096, -4096, i64::MAX, i64::MIN, i64::MAX - 15, i64::MIN + 16];
