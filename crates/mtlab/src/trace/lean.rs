@@ -55,17 +55,26 @@ pub struct Lean {
     last: HashMap<u32, (u64, u64)>,
 }
 
+/// The stack an event keeps in a lean trace: a free's is dropped.
+pub fn kept_stack(e: &Event) -> Option<u32> {
+    (!matches!(e.kind, EventKind::Free { .. } | EventKind::SampleFree { .. }) && e.stack != 0).then_some(e.stack)
+}
+
 impl Lean {
     /// `items`: the whole trace once, to find the stacks a lean trace keeps.
     pub fn new(items: impl Iterator<Item = Item>) -> Lean {
         let mut keep_stacks = HashSet::default();
         for it in items {
             if let Item::Event(e) = it {
-                if !matches!(e.kind, EventKind::Free { .. } | EventKind::SampleFree { .. }) && e.stack != 0 {
-                    keep_stacks.insert(e.stack);
-                }
+                keep_stacks.extend(kept_stack(&e));
             }
         }
+        Lean::keeping(keep_stacks)
+    }
+
+    /// With the stacks to keep known: [`kept_stack`] of every event, found
+    /// by a pass that read the trace anyway (`mtlab compact`'s exact one).
+    pub fn keeping(keep_stacks: HashSet<u32>) -> Lean {
         Lean {
             keep_stacks,
             real: HashMap::default(),
