@@ -17,7 +17,10 @@ use std::path::Path;
 
 use crate::analysis::{self, AnalyzeOptions};
 use crate::platform::process::holds_open;
-use crate::trace::compact::{compact_with, refuse_compact, CompactError, CompactStats};
+use rustc_hash::FxHashSet as HashSet;
+
+use crate::trace::compact::{compact_into, refuse_compact, CompactError, CompactStats};
+use crate::trace::lean::{kept_stack, Lean};
 use crate::trace::keys::{CHILD_TRACES, COMPACT_PEAK};
 use crate::trace::TraceFile;
 
@@ -31,14 +34,21 @@ pub fn compact_trace(src: &Path, dst: &Path, quantum: u64, lean: bool) -> Result
         return Err(CompactError::StillWriting { path: src.to_path_buf(), pid });
     }
     refuse_compact(&trace, lean)?;
-    let exact = analysis::analyze(&trace, &AnalyzeOptions::for_index())?;
+    // A lean trace's stacks are those of the events other than frees: this
+    // pass finds them, and the rewrite reads the trace once more, not twice.
+    let mut keep = HashSet::default();
+    let exact = if lean {
+        analysis::analyze_seeing(&trace, &AnalyzeOptions::for_index(), |ev| keep.extend(kept_stack(ev)))?
+    } else {
+        analysis::analyze(&trace, &AnalyzeOptions::for_index())?
+    };
     let mut extra = vec![(COMPACT_PEAK.to_string(), serde_json::to_string(&exact.peak).expect("a peak serializes"))];
     // A copy elsewhere (-o) holds the root alone: listing no child traces,
     // or its report would call every child missing, "deleted or moved".
     if dst != src && trace.runinfo_get(CHILD_TRACES).is_some_and(|v| !v.is_empty()) {
         extra.push((CHILD_TRACES.to_string(), String::new()));
     }
-    compact_with(&trace, dst, quantum, &extra, lean)
+    compact_into(&trace, dst, quantum, &extra, lean.then(|| Lean::keeping(keep)))
 }
 
 #[cfg(test)]

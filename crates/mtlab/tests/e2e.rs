@@ -1956,7 +1956,7 @@ fn record_compact_lean_counts_exactly() {
     assert_success(&o, "mtlab record --compact=lean");
     let r = lab.report("t.mtl");
     strict(&r);
-    assert_eq!((r["compact_lean"].clone(), u(&r["compact_quantum_ticks"])), (true.into(), 65536));
+    assert_eq!((r["compact_lean"].clone(), u(&r["compact_quantum_ticks"])), (true.into(), 1 << 24), "a lean trace's own default quantum");
     assert_eq!(site(&r, "do_allocs"), site_of(n, n * s, k, k * s));
     assert_eq!((u(&r["leaks"]["objects"]), u(&r["leaks"]["bytes"])), (k, k * s));
     assert_eq!(live_bytes_peak(&r), n * s);

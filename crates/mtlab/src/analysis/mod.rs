@@ -57,7 +57,7 @@ pub use symbols::stack_quality_of;
 
 use crate::profile::sampled::SampledPass;
 use crate::symbolize::{parse_all_maps, CodeRanges};
-use crate::trace::{TraceError, TraceFile};
+use crate::trace::{Event, TraceError, TraceFile};
 use model::AllocatorReading;
 use pass::{feed, feed_piped, Pass};
 
@@ -111,12 +111,24 @@ pub fn analyze_for_index(trace: &TraceFile, profile: bool) -> Result<ProcessRepo
 }
 
 fn analyze_with(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool) -> Result<ProcessReport, TraceError> {
-    analyze_run(trace, opts, symbolize, pipe::wanted(trace).then_some(pipe::BATCH))
+    analyze_run(trace, opts, symbolize, pipe::wanted(trace).then_some(pipe::BATCH), |_| {})
+}
+
+/// `analyze`, also handing each event to `seen` (`mtlab compact --lean`
+/// learns its stacks in this pass instead of reading the trace again).
+pub fn analyze_seeing(trace: &TraceFile, opts: &AnalyzeOptions, seen: impl FnMut(&Event)) -> Result<ProcessReport, TraceError> {
+    analyze_run(trace, opts, true, pipe::wanted(trace).then_some(pipe::BATCH), seen)
 }
 
 /// The pass, its decoder on a thread of its own handing over batches of
 /// `piped` events when that is Some (and the thread can be started).
-fn analyze_run(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool, piped: Option<usize>) -> Result<ProcessReport, TraceError> {
+fn analyze_run(
+    trace: &TraceFile,
+    opts: &AnalyzeOptions,
+    symbolize: bool,
+    piped: Option<usize>,
+    mut seen: impl FnMut(&Event),
+) -> Result<ProcessReport, TraceError> {
     let compact = trace.compact_quantum().is_some_and(|q| q.parse::<u64>().is_ok());
     let mut pass = Pass::new(&trace.header, opts.max_points, compact);
     if opts.threads && trace.header.sample_interval == 0 {
@@ -141,13 +153,19 @@ fn analyze_run(trace: &TraceFile, opts: &AnalyzeOptions, symbolize: bool, piped:
     // Two monomorphized loops: a full trace's loop carries no test for the
     // sampled pass (it cost ~20 instructions an event, 6 % of the report).
     let fed = piped.is_some_and(|batch| match &mut sampled {
-        Some(s) => feed_piped(&mut items, &mut pass, &code, batch, |ev, _| s.event(ev)),
-        None => feed_piped(&mut items, &mut pass, &code, batch, |_, _| {}),
+        Some(s) => feed_piped(&mut items, &mut pass, &code, batch, |ev, _| {
+            s.event(ev);
+            seen(ev)
+        }),
+        None => feed_piped(&mut items, &mut pass, &code, batch, |ev, _| seen(ev)),
     });
     if !fed {
         match &mut sampled {
-            Some(s) => feed(&mut items, &mut pass, &code, |ev, _| s.event(ev)),
-            None => feed(&mut items, &mut pass, &code, |_, _| {}),
+            Some(s) => feed(&mut items, &mut pass, &code, |ev, _| {
+                s.event(ev);
+                seen(ev)
+            }),
+            None => feed(&mut items, &mut pass, &code, |ev, _| seen(ev)),
         }
     }
     pass.end_series();
@@ -177,15 +195,15 @@ mod tests {
         let trace = TraceFile::open(&path).unwrap();
         let full = AnalyzeOptions { max_points: 50, callers: true, profile: true, sites: true, threads: true, ..Default::default() };
         for (opts, symbolize) in [(AnalyzeOptions::default(), true), (full, true), (AnalyzeOptions::for_index(), false)] {
-            let one = serde_json::to_string(&analyze_run(&trace, &opts, symbolize, None).unwrap()).unwrap();
+            let one = serde_json::to_string(&analyze_run(&trace, &opts, symbolize, None, |_| {}).unwrap()).unwrap();
             // Batches of a few events: stack definitions and the switch to
             // prefetching fall at batch boundaries.
             for batch in [1, 7, 64, pipe::BATCH] {
-                let two = serde_json::to_string(&analyze_run(&trace, &opts, symbolize, Some(batch)).unwrap()).unwrap();
+                let two = serde_json::to_string(&analyze_run(&trace, &opts, symbolize, Some(batch), |_| {}).unwrap()).unwrap();
                 assert_eq!(one, two, "batch {batch}, {opts:?}");
             }
         }
-        let r = analyze_run(&trace, &AnalyzeOptions::default(), true, Some(64)).unwrap();
+        let r = analyze_run(&trace, &AnalyzeOptions::default(), true, Some(64), |_| {}).unwrap();
         assert!(r.events > 1000, "{}", r.events);
     }
 }

@@ -182,14 +182,14 @@ Dropped: the sites live at the peak (the report's \"top sites at the peak\" tabl
 live objects and bytes at the peak are null), since that replay order decides which blocks were live then.\n\n\
 A trace whose process is still writing it is left alone. On an allocation-heavy program the trace becomes \
 tens of times smaller; on cc1 it shrinks by 40 % (docs/benchmarks.md).\n\n\
---lean also gives up the heap addresses, as heaptrack's trace keeps none: each block gets a made-up address, \
-and a free names the latest live block of the same kind (thread, stack, function, sizes) instead of its own; \
-frees keep no stack. Still exact: the events and every per-function figure, sites (calls, bytes, temporary \
+--lean also gives up the heap addresses, as heaptrack's trace keeps none: each block gets a made-up address \
+(its thread's next in a bump arena), which its free names; frees keep no stack, and time stamps are rounded to \
+2^24 ticks unless --quantum says otherwise. Still exact: the events and every per-function figure, sites (calls, bytes, temporary \
 allocations, live at the end), leaks (count, bytes, sites), live and mapped bytes at the end (over time \
 as a compact trace replays them), and the peak with all its figures (measured on the real addresses before compaction). Gone (null in \
 `report --json`, \"not in a lean trace\" in the text): fragmentation, utilization and the live bytes outside \
-known regions at the end and over time, which come from block addresses, and where each block lay or which \
-block a free released. A lean trace is made from a full trace only: not from one compact already, nor again.")]
+known regions at the end and over time, which come from block addresses, and where each block lay. \
+A lean trace is made from a full trace only: not from one compact already, nor again.")]
     Compact(CompactArgs),
 }
 
@@ -268,9 +268,10 @@ struct CompactArgs {
     /// Write the compact trace here instead of in place (one FILE only; children are not included).
     #[arg(short, long, value_name = "OUT")]
     output: Option<PathBuf>,
-    /// Rounding of time stamps, in TSC ticks: a power of two.
-    #[arg(long, default_value_t = crate::trace::compact::DEFAULT_QUANTUM)]
-    quantum: u64,
+    /// Rounding of time stamps, in TSC ticks: a power of two [default: 65536 (2^16); with --lean 16777216
+    /// (2^24), as coarse as heaptrack's 10 ms time line]
+    #[arg(long)]
+    quantum: Option<u64>,
     /// Compact only the FILEs given, not their children's traces.
     #[arg(long)]
     no_children: bool,
@@ -640,7 +641,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
             if a.no_children || a.output.is_some() { vec![file.clone()] } else { crate::platform::names::trace_family(file) };
         for src in &family {
             let dst = a.output.clone().unwrap_or_else(|| src.clone());
-            match crate::compact::compact_trace(src, &dst, a.quantum, a.lean) {
+            match crate::compact::compact_trace(src, &dst, a.quantum.unwrap_or(crate::trace::compact::default_quantum(a.lean)), a.lean) {
                 Ok(st) => {
                     let change = if st.bytes_after < st.bytes_before {
                         format!("{:.1}× smaller", st.shrink())
@@ -771,7 +772,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         free_stacks: a.free_stacks,
         time_sample: a.time,
         baseline: a.baseline,
-        compact: a.compact.map(|k| (crate::trace::compact::DEFAULT_QUANTUM, k == CompactKind::Lean)),
+        compact: a.compact.map(|k| (crate::trace::compact::default_quantum(k == CompactKind::Lean), k == CompactKind::Lean)),
         flight: a.keep_last.map(|keep_last_ns| crate::flight::FlightConfig {
             keep_last_ns,
             max_bytes: a.keep_last_max,

@@ -1,19 +1,21 @@
 //! Lean traces (`mtlab compact --lean`): a compact trace whose heap
 //! addresses are made up and whose frees carry no stack.
 //!
-//! heaptrack stores an event as the index of its (size, allocation stack)
-//! pair; a free names its block's pair, not the block. All blocks of one
-//! pair are interchangeable for the counts, sites, leaks, peak and live
-//! bytes over time, not for addresses, fragmentation, mapped bytes or
-//! lifetimes. A lean trace keeps that much in the ordinary format: each
-//! allocation gets the next address of its thread's bump arena (which the
-//! column layout predicts exactly), each free the most recently allocated
-//! live block of the same kind (which it codes as a small rank), and the
-//! real addresses, with every figure derived from them, are gone.
+//! Each allocation gets the next address of its thread's bump arena
+//! (which the column layout predicts exactly), and each free or realloc
+//! names its own block's made-up address: the real addresses, with every
+//! figure derived from them (fragmentation, utilization, unplaced bytes),
+//! are gone; counts, sites, temporaries, leaks and live bytes are the
+//! trace's. A free of its own block costs what the real free cost against
+//! the real allocations (a rank among recent ones, or the allocation's
+//! number): naming instead the latest live block of the same kind, as
+//! heaptrack's (size, stack) index does, left a program's long-lived
+//! blocks the oldest made-up ones, whose frees at exit missed every
+//! window (python3's dict teardown: 211 kB of pychurn's 548 kB, issue 38 §2).
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use super::event::{Event, EventKind, Func, Item, FLAG_CHUNK_MMAPPED, FLAG_FAILED};
+use super::event::{Event, EventKind, Item, FLAG_FAILED};
 
 /// Made-up addresses start here (1 TiB): above where a non-PIE program's
 /// break heap lies, below where Linux maps PIE programs and libraries.
@@ -24,17 +26,9 @@ const ARENA: u64 = 1 << 30;
 /// the range an mmap'd chunk maps never overlaps its neighbour).
 const GAP: u64 = 16;
 
-/// What makes two blocks interchangeable: everything the report counts a
-/// block by except its address.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct Kind {
-    size: u64,
-    usable: u64,
-    align: u64,
-    stack: u32,
-    tid: u32,
-    func: Func,
-    mmapped: bool,
+/// The stack an event keeps in a lean trace: a free's is dropped.
+pub fn kept_stack(e: &Event) -> Option<u32> {
+    (!matches!(e.kind, EventKind::Free { .. } | EventKind::SampleFree { .. }) && e.stack != 0).then_some(e.stack)
 }
 
 /// Rewrites events, in the global order the report replays them, to a lean
@@ -42,17 +36,11 @@ struct Kind {
 pub struct Lean {
     /// Stacks some event other than a free names: the others are dropped.
     keep_stacks: HashSet<u32>,
-    /// Live real address → its block's kind.
-    real: HashMap<u64, Kind>,
-    /// Each kind's live made-up addresses, latest last.
-    live: HashMap<Kind, Vec<u64>>,
+    /// Live real address → its made-up one.
+    real: HashMap<u64, u64>,
     /// Each thread's next address and the end of its arena.
     arenas: HashMap<u32, (u64, u64)>,
     next_arena: u64,
-    /// Each thread's last allocated block (real, made up; 0s once freed):
-    /// a free of it is a temporary allocation (`analysis::sites`), and a
-    /// free of another block of its kind must not pick it.
-    last: HashMap<u32, (u64, u64)>,
 }
 
 impl Lean {
@@ -61,19 +49,16 @@ impl Lean {
         let mut keep_stacks = HashSet::default();
         for it in items {
             if let Item::Event(e) = it {
-                if !matches!(e.kind, EventKind::Free { .. } | EventKind::SampleFree { .. }) && e.stack != 0 {
-                    keep_stacks.insert(e.stack);
-                }
+                keep_stacks.extend(kept_stack(&e));
             }
         }
-        Lean {
-            keep_stacks,
-            real: HashMap::default(),
-            live: HashMap::default(),
-            arenas: HashMap::default(),
-            next_arena: ARENA_BASE,
-            last: HashMap::default(),
-        }
+        Lean::keeping(keep_stacks)
+    }
+
+    /// With the stacks to keep known: [`kept_stack`] of every event, found
+    /// by a pass that read the trace anyway (`mtlab compact`'s exact one).
+    pub fn keeping(keep_stacks: HashSet<u32>) -> Lean {
+        Lean { keep_stacks, real: HashMap::default(), arenas: HashMap::default(), next_arena: ARENA_BASE }
     }
 
     /// Whether a stack definition stays in the lean trace.
@@ -98,66 +83,40 @@ impl Lean {
         p
     }
 
-    fn born(&mut self, ptr: u64, kind: Kind) -> u64 {
-        let p = self.bump(kind.tid, kind.usable.max(kind.size));
-        self.real.insert(ptr, kind);
-        self.live.entry(kind).or_default().push(p);
-        self.last.insert(kind.tid, (ptr, p));
+    fn born(&mut self, tid: u32, ptr: u64, len: u64) -> u64 {
+        let p = self.bump(tid, len);
+        self.real.insert(ptr, p);
         p
     }
 
     /// The made-up address of the live block at real address `ptr`; `take`:
     /// it dies. Unknown blocks (allocated before tracing began) keep theirs.
     fn named(&mut self, ptr: u64, take: bool) -> u64 {
-        let Some(&kind) = self.real.get(&ptr) else { return ptr };
-        let list = self.live.get_mut(&kind).expect("a live kind has a list");
-        if !take {
-            return *list.last().expect("a live kind has a block");
-        }
-        // The latest block of the kind, but its thread's last allocation
-        // exactly when the real block is that one: the temporary
-        // allocations stay those of the trace.
-        let last = self.last.get(&kind.tid).copied().unwrap_or_default();
-        let at = if last.0 == ptr {
-            self.last.insert(kind.tid, (0, 0));
-            list.iter().rposition(|&p| p == last.1).expect("a thread's last block is live")
-        } else if list.len() > 1 && list.last() == Some(&last.1) {
-            list.len() - 2
-        } else {
-            list.len() - 1
-        };
-        let p = list.remove(at);
-        if list.is_empty() {
-            self.live.remove(&kind);
-        }
-        self.real.remove(&ptr);
-        p
+        let p = if take { self.real.remove(&ptr) } else { self.real.get(&ptr).copied() };
+        p.unwrap_or(ptr)
     }
 
     /// Gives `ev` its made-up addresses; a free loses its stack.
     pub fn rewrite(&mut self, ev: &mut Event) {
         let failed = ev.flags & FLAG_FAILED != 0;
-        let mmapped = ev.flags & FLAG_CHUNK_MMAPPED != 0;
-        let (tid, stack) = (ev.tid, ev.stack);
+        let tid = ev.tid;
         match &mut ev.kind {
-            EventKind::Alloc { func, size, align, ptr, usable } if *ptr != 0 => {
-                let kind = Kind { size: *size, usable: *usable, align: *align, stack, tid, func: *func, mmapped };
-                *ptr = self.born(*ptr, kind);
+            EventKind::Alloc { size, ptr, usable, .. } if *ptr != 0 => {
+                *ptr = self.born(tid, *ptr, (*usable).max(*size));
             }
             EventKind::Free { ptr, .. } => {
                 *ptr = self.named(*ptr, true);
                 ev.stack = 0;
             }
             EventKind::UsableSize { ptr, .. } => *ptr = self.named(*ptr, false),
-            EventKind::Realloc { func, old, size, ptr, usable } => {
+            EventKind::Realloc { old, size, ptr, usable, .. } => {
                 // A failed realloc leaves the old block where it was.
                 let moved = !failed && (*ptr != 0 || *size == 0);
                 if *old != 0 {
                     *old = self.named(*old, moved);
                 }
                 if *ptr != 0 && !failed {
-                    let kind = Kind { size: *size, usable: *usable, align: 0, stack, tid, func: *func, mmapped };
-                    *ptr = self.born(*ptr, kind);
+                    *ptr = self.born(tid, *ptr, (*usable).max(*size));
                 }
             }
             _ => {}
@@ -168,6 +127,7 @@ impl Lean {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::event::Func;
 
     fn alloc(tid: u32, stack: u32, size: u64, ptr: u64) -> Event {
         Event { tid, tsc: 0, cycles: 0, stack, flags: 0, kind: EventKind::Alloc { func: Func::Malloc, size, align: 0, ptr, usable: size } }
@@ -211,12 +171,14 @@ mod tests {
 
     /// Three threads allocate two sizes at two stacks and free at random
     /// (often their own last block, often another thread's): the made-up
-    /// addresses never collide, every free names a live block of the same
-    /// kind, the temporary allocations and live blocks per kind after every
-    /// event are the trace's, frees lose their stacks and the stacks only
-    /// frees named are dropped.
+    /// addresses never collide, every free names the made-up address its
+    /// own block was given (so a program's long-lived blocks stay those of
+    /// the trace, not the oldest made-up ones of their kind), the
+    /// temporary allocations and live blocks per kind after every event
+    /// are the trace's, frees lose their stacks and the stacks only frees
+    /// named are dropped.
     #[test]
-    fn made_up_addresses_keep_every_count_by_kind() {
+    fn made_up_addresses_keep_every_block_and_count() {
         let mut x = 0x9e37_79b9_7f4a_7c15u64;
         let mut rnd = |n: u64| {
             x ^= x << 13;
@@ -251,6 +213,21 @@ mod tests {
             })
             .collect();
         assert!(made.iter().all(|e| !matches!(e.kind, EventKind::Free { .. }) || e.stack == 0));
+        let (mut given, mut named_own) = (HashMap::default(), 0);
+        for (real, lean) in evs.iter().zip(&made) {
+            match (&real.kind, &lean.kind) {
+                (EventKind::Alloc { ptr: r, .. }, EventKind::Alloc { ptr: l, .. }) => {
+                    assert!(*l >= ARENA_BASE, "{l:#x} is made up");
+                    given.insert(*r, *l);
+                }
+                (EventKind::Free { ptr: r, .. }, EventKind::Free { ptr: l, .. }) => {
+                    assert_eq!(given.remove(r), Some(*l), "the free of {r:#x} names its own block");
+                    named_own += 1;
+                }
+                _ => unreachable!(),
+            }
+        }
+        assert!(named_own > 5000, "{named_own}");
         let (t0, a0) = figures(&evs);
         let (t1, a1) = figures(&made);
         assert!(t0 > 1000, "the test makes temporaries: {t0}");
