@@ -53,7 +53,7 @@ pub fn default_quantum(lean: bool) -> u64 {
 /// thread (each pending event is held decoded). 2¹⁸ events are about the
 /// 4 MiB of rows `finish_trace` joins: a record compressed alone relearns
 /// its streams' statistics, and 2¹⁶ made compact traces larger than the
-/// full ones (docs/benchmarks.md, *Records of up to 4 MiB*).
+/// full ones (docs/benchmarks.md, *What each format change bought*).
 const CHUNK_EVENTS: usize = 1 << 18;
 /// Most events held for all threads together (≈ 100 bytes each).
 const PENDING_EVENTS: usize = 1 << 20;

@@ -104,7 +104,7 @@ pub(crate) const STACK_MTF: usize = 4;
 
 /// Layout 6's codings, each of which the recoding harness can turn off
 /// (`MTLAB_RECODE_OPTS`, a mask of these) to measure what it buys
-/// (docs/benchmarks.md, *Format v8*).
+/// (docs/benchmarks.md, *What each format change bought*).
 pub(crate) const OPT_STACK: u32 = 1;
 pub(crate) const OPT_TIMESKIP: u32 = 8;
 pub(crate) const OPT_FREE16: u32 = 16;
