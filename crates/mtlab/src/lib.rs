@@ -32,6 +32,8 @@ pub mod store;
 pub mod studies;
 pub mod study;
 pub mod symbolize;
+#[cfg(test)]
+mod testutil;
 pub mod topo;
 pub mod trace;
 pub mod units;

@@ -1569,18 +1569,22 @@ fn trace_from_a_newer_version_is_refused() {
     assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v8"), "{e}");
 }
 
+/// Xorshift64 (shifts 13, 7, 17) from the seed `x`: a fixed stream of test data,
+/// the same on every run.
+fn xorshift(mut x: u64) -> impl FnMut() -> u64 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    }
+}
+
 #[test]
 fn garbage_and_empty_files_are_not_traces() {
     let lab = Lab::new();
-    let mut x: u64 = 0x9e3779b97f4a7c15;
-    let garbage: Vec<u8> = (0..4096)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let mut rnd = xorshift(0x9e3779b97f4a7c15);
+    let garbage: Vec<u8> = (0..4096).map(|_| rnd() as u8).collect();
     std::fs::write(lab.path("garbage.mtl"), &garbage).unwrap();
     std::fs::write(lab.path("empty.mtl"), b"").unwrap();
     for name in ["garbage.mtl", "empty.mtl"] {
@@ -2456,13 +2460,8 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
     assert_success(&o, "compact");
 
     // A fixed stream of positions: the test sees the same flips every run.
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = |n: usize| {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state % n as u64) as usize
-    };
+    let mut rnd = xorshift(0x2545_f491_4f6c_dd1d);
+    let mut next = |n: usize| (rnd() % n as u64) as usize;
     let mut seen = String::new();
     for trace in ["full.mtl", "sampled.mtl", "compact.mtl"] {
         let bytes = std::fs::read(lab.path(trace)).unwrap();

@@ -233,6 +233,7 @@ impl FuncStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::Xorshift;
 
     #[test]
     fn each_call_counts_for_its_function_and_a_free_for_the_size_it_freed() {
@@ -265,12 +266,10 @@ mod tests {
         // 200 000 calls of cycles 20 + i % 1000 (every value equally often, a
         // flat population: mean 519.5, p50 519, p99 1009), one in 32 timed
         // by a fixed pseudo-random draw.
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = Xorshift::new(0x9e37_79b9_7f4a_7c15);
         let (mut all, mut s) = (FuncStats::default(), FuncStats::default());
         for i in 0..200_000u64 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
+            let seed = rng.next_u64();
             let c = 20 + i % 1000;
             all.add(c, Some(64), false);
             s.add(if seed.is_multiple_of(32) { c } else { crate::trace::UNTIMED }, Some(64), false);

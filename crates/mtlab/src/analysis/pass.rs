@@ -132,9 +132,9 @@ impl Pass {
 /// 2 MiB L2, where the counters of sites met every few events stay.
 const SITES_CACHED: usize = 1 << 20;
 
-/// Events the decoder runs ahead of the replay: far enough for a cache
-/// miss started by `Replay::prefetch` to complete before the event is
-/// replayed, near enough for its line to still be cached then.
+/// Events before its replay when an event's table slots are prefetched: far
+/// enough for a cache miss started by `Replay::prefetch` to complete before
+/// the event is replayed, near enough for its line to still be cached then.
 const AHEAD: usize = 16;
 
 /// Events before its replay when a free's second miss, the slab entry its
@@ -144,50 +144,35 @@ const DEEP: usize = 8;
 
 /// Feeds every item of the trace to the pass, and each event to `also`
 /// (with the pass, just after the event).
-/// Once the live-block table or the site tables have outgrown a last-level
-/// cache (`Pass::is_large`), events are replayed `AHEAD` behind the decoder
-/// (in their order): each decoded event's table slots are prefetched while
-/// earlier ones replay. Before that, each is replayed as it comes: with
-/// everything cached the ring and the prefetches were 5 % more instructions
-/// for nothing (malloc-test, 5 live blocks). Stack definitions are taken at
-/// once; the replay does not read them.
+/// Until the live-block table or the site tables have outgrown a last-level
+/// cache (`Pass::is_large`), each event is replayed as the decoder lends it:
+/// with everything cached, copies and prefetches were 5 % more instructions
+/// for nothing (malloc-test, 5 live blocks). From then on the items are
+/// gathered in batches and replayed by `replay_batch`, as `feed_piped`'s
+/// are: each event's table slots prefetched `AHEAD` events before its replay.
 #[inline(always)]
 pub fn feed(items: &mut Items, pass: &mut Pass, code: &CodeRanges, mut also: impl FnMut(&Event, &Pass)) {
-    let mut ahead: [Option<Event>; AHEAD] = Default::default();
-    let mut next = 0;
-    // A function, not a closure: a closure's inlining is LLVM's choice,
-    // and a call per event cost eight threads' report 15 %.
-    #[inline(always)]
-    fn replay_one(ev: &Event, pass: &mut Pass, also: &mut impl FnMut(&Event, &Pass)) {
-        pass.event(ev);
-        also(ev, pass);
-    }
-    // The tables never shrink: once large, always large.
-    let mut large = false;
-    while let Some(item) = items.next_ref() {
-        match item {
-            ItemRef::Stack { id, pcs } => pass.stack(id, pcs, code),
-            ItemRef::Event(ev) if !large => {
-                replay_one(ev, pass, &mut also);
-                large = pass.is_large();
-            }
-            ItemRef::Event(ev) => {
-                pass.replay.prefetch(ev);
-                let slot = &mut ahead[next];
-                if let Some(old) = slot {
-                    replay_one(old, pass, &mut also);
+    loop {
+        match items.next_ref() {
+            None => return,
+            Some(ItemRef::Stack { id, pcs }) => pass.stack(id, pcs, code),
+            Some(ItemRef::Event(ev)) => {
+                pass.event(ev);
+                also(ev, pass);
+                // The tables never shrink: once large, always large.
+                if pass.is_large() {
+                    break;
                 }
-                *slot = Some(ev.clone());
-                if let Some(deep) = &ahead[(next + DEEP) % AHEAD] {
-                    pass.prefetch_blocks(deep);
-                }
-                next = (next + 1) % AHEAD;
             }
         }
     }
-    for i in 0..AHEAD {
-        if let Some(ev) = &ahead[(next + i) % AHEAD] {
-            replay_one(ev, pass, &mut also);
+    let mut batch = Batch::default();
+    let mut large = true;
+    loop {
+        let ended = pipe::fill(items, &mut batch, pipe::BATCH);
+        replay_batch(&mut batch, pass, code, &mut large, &mut also);
+        if ended {
+            return;
         }
     }
 }
@@ -218,11 +203,10 @@ pub fn feed_piped(items: &mut Items, pass: &mut Pass, code: &CodeRanges, batch: 
     })
 }
 
-/// Replays one batch: each stack definition taken at its place among the
-/// events, and once the tables are large (`Pass::is_large`) each event's
-/// table slots prefetched `AHEAD` events before its replay and a free's
-/// block `DEEP` before, as `feed` does, but read where the events lie in
-/// the batch instead of through a ring of copies.
+/// Replays one batch (of `feed` or `feed_piped`): each stack definition
+/// taken at its place among the events, and once the tables are large
+/// (`Pass::is_large`) each event's table slots prefetched `AHEAD` events
+/// before its replay and a free's block `DEEP` before.
 #[inline(always)]
 fn replay_batch(batch: &mut Batch, pass: &mut Pass, code: &CodeRanges, large: &mut bool, also: &mut impl FnMut(&Event, &Pass)) {
     let events = &batch.events;

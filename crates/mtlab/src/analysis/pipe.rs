@@ -83,19 +83,7 @@ pub fn wanted(trace: &TraceFile) -> bool {
 pub fn decode(items: &mut Items, full: SyncSender<Batch>, empty: Receiver<Batch>, batch: usize) {
     loop {
         let mut b = empty.try_recv().unwrap_or_else(|_| Batch::with_capacity(batch));
-        b.events.clear();
-        b.stacks.clear();
-        let mut ended = false;
-        while b.events.len() < batch {
-            match items.next_ref() {
-                Some(ItemRef::Event(ev)) => b.events.push(ev.clone()),
-                Some(ItemRef::Stack { id, pcs }) => b.stacks.push((b.events.len(), id, pcs)),
-                None => {
-                    ended = true;
-                    break;
-                }
-            }
-        }
+        let ended = fill(items, &mut b, batch);
         if (!b.events.is_empty() || !b.stacks.is_empty()) && full.send(b).is_err() {
             return;
         }
@@ -103,6 +91,21 @@ pub fn decode(items: &mut Items, full: SyncSender<Batch>, empty: Receiver<Batch>
             return;
         }
     }
+}
+
+/// Fills `b` afresh with the next items, up to `batch` events (and the
+/// stack definitions met among them); true when the items have ended.
+pub fn fill(items: &mut Items, b: &mut Batch, batch: usize) -> bool {
+    b.events.clear();
+    b.stacks.clear();
+    while b.events.len() < batch {
+        match items.next_ref() {
+            Some(ItemRef::Event(ev)) => b.events.push(ev.clone()),
+            Some(ItemRef::Stack { id, pcs }) => b.stacks.push((b.events.len(), id, pcs)),
+            None => return true,
+        }
+    }
+    false
 }
 
 /// The two ends of the queue the replay holds: batches in, used ones back.

@@ -622,6 +622,13 @@ fn run(cli: Cli) -> Result<ExitCode, CliError> {
     }
 }
 
+/// The rounding of time stamps a compaction uses, `mtlab compact`'s and
+/// `record --compact`'s alike: the one given, else the default of a full or
+/// a lean trace (`record --compact` gives none).
+fn compact_quantum(given: Option<u64>, lean: bool) -> u64 {
+    given.unwrap_or_else(|| crate::trace::compact::default_quantum(lean))
+}
+
 fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
     use crate::trace::compact::CompactError;
     if a.output.is_some() && a.files.len() > 1 {
@@ -641,7 +648,7 @@ fn cmd_compact(a: CompactArgs) -> Result<ExitCode, CliError> {
             if a.no_children || a.output.is_some() { vec![file.clone()] } else { crate::platform::names::trace_family(file) };
         for src in &family {
             let dst = a.output.clone().unwrap_or_else(|| src.clone());
-            match crate::compact::compact_trace(src, &dst, a.quantum.unwrap_or(crate::trace::compact::default_quantum(a.lean)), a.lean) {
+            match crate::compact::compact_trace(src, &dst, compact_quantum(a.quantum, a.lean), a.lean) {
                 Ok(st) => {
                     let change = if st.bytes_after < st.bytes_before {
                         format!("{:.1}× smaller", st.shrink())
@@ -772,7 +779,7 @@ fn cmd_record(a: RecordArgs) -> Result<ExitCode, CliError> {
         free_stacks: a.free_stacks,
         time_sample: a.time,
         baseline: a.baseline,
-        compact: a.compact.map(|k| (crate::trace::compact::default_quantum(k == CompactKind::Lean), k == CompactKind::Lean)),
+        compact: a.compact.map(|k| (compact_quantum(None, k == CompactKind::Lean), k == CompactKind::Lean)),
         flight: a.keep_last.map(|keep_last_ns| crate::flight::FlightConfig {
             keep_last_ns,
             max_bytes: a.keep_last_max,

@@ -399,6 +399,7 @@ fn record_bytes(ty: u16, flags: u16, payload: &[u8]) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::trace::{Event, EventKind, Func, TraceFile, TraceWriter};
+    use crate::testutil::Xorshift;
 
     const HZ: u64 = 1_000_000_000;
 
@@ -420,11 +421,9 @@ mod tests {
             c.stack(stack, &[0x1000 + s, 0x2000]);
         }
         // Addresses scattered as a real heap's are: chunks compress little.
-        let mut x = s.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut rng = Xorshift::new(s.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
         for i in 0..n {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             c.event(&malloc(s * HZ + i * 1000, (x & 0xffff_fff0) + 0x10_0000, stack));
         }
         let mut w = TraceWriter::new(Vec::new(), std::iter::empty::<(&str, &str)>()).unwrap();

@@ -85,16 +85,15 @@ impl LeafDir {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::Xorshift;
 
     #[test]
     fn holds_what_a_map_holds_across_arrays() {
         let mut d = LeafDir::new();
         let mut m: std::collections::HashMap<u64, u32> = Default::default();
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rng = Xorshift::new(0x9E37_79B9_7F4A_7C15);
         for step in 0..50_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             // Leaf numbers in three arrays far apart, one of them the last possible.
             let key = match x % 3 {
                 0 => 0x5_5555 + (x >> 8) % 3000,

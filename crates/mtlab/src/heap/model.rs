@@ -790,6 +790,7 @@ impl ShadowHeap {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::Xorshift;
 
     #[test]
     fn fragmentation_follows_the_definition() {
@@ -1055,7 +1056,7 @@ mod tests {
             let mut regs: RefMap<u64, (u64, RegionKind)> = RefMap::new();
             let mut brk_start = 0x1_0000u64;
             let mut live: HashMap<u64, u64> = HashMap::new();
-            let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            let mut rng = Xorshift::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
             fn ref_unmap(regs: &mut RefMap<u64, (u64, RegionKind)>, s: u64, e: u64) {
                 if e <= s { return; }
                 let hit: Vec<(u64, (u64, RegionKind))> = regs.iter().filter(|(&rs, &(re, _))| rs < e && re > s).map(|(&a, &b)| (a, b)).collect();
@@ -1079,7 +1080,7 @@ mod tests {
             }
             let region_of = |regs: &RefMap<u64, (u64, RegionKind)>, a: u64| regs.range(..=a).next_back().filter(|(_, &(e, _))| a < e).map(|(&s, &(_, k))| (s, k));
             for step in 0..4000u64 {
-                x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                let x = rng.next_u64();
                 let page = 0x1_0000 + (x >> 33) % 48 * 0x1000;
                 let len = 0x1000 * (1 + (x >> 50) % 5);
                 let a = page + (x >> 8) % 256 * 16;

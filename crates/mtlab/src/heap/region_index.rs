@@ -118,25 +118,20 @@ impl RegionIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::Xorshift;
 
     #[test]
     fn answers_as_a_btree_does_below_and_above_the_switch() {
         let mut ours = RegionIndex::default();
         let mut reference: BTreeMap<u64, u32> = BTreeMap::new();
-        let mut x = 88172645463325252u64;
-        let mut rnd = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
+        let mut rnd = Xorshift::new(88172645463325252);
         let mut switched_at = None;
         for step in 0..60_000u32 {
             // Keys from a small space, so that lookups hit and miss alike;
             // the count climbs past FEW in the first phase.
-            let key = (rnd() % 600) * 4096;
+            let key = rnd.below(600) * 4096;
             let grow = (step / 10_000) % 2 == 0;
-            let insert = if grow { rnd() % 3 != 0 } else { rnd() % 3 == 0 };
+            let insert = if grow { rnd.below(3) != 0 } else { rnd.below(3) == 0 };
             if insert {
                 ours.insert(key, step);
                 reference.insert(key, step);
@@ -146,14 +141,14 @@ mod tests {
             if switched_at.is_none() && matches!(ours, RegionIndex::Many(_)) {
                 switched_at = Some(step);
             }
-            let probe = rnd() % (600 * 4096 + 8192);
+            let probe = rnd.below(600 * 4096 + 8192);
             let r = &reference;
             assert_eq!(ours.len(), r.len());
             assert_eq!(ours.get(key), r.get(&key).copied());
             assert_eq!(ours.at_or_before(probe), r.range(..=probe).next_back().map(|(&s, &i)| (s, i)));
             assert_eq!(ours.before(probe), r.range(..probe).next_back().map(|(&s, &i)| (s, i)));
             assert_eq!(ours.at_or_after(probe), r.range(probe..).next().map(|(&s, &i)| (s, i)));
-            let end = probe + rnd() % 100_000;
+            let end = probe + rnd.below(100_000);
             assert_eq!(ours.starts_in(probe, end), r.range(probe..end).map(|(&s, _)| s).collect::<Vec<_>>());
             if step % 1000 == 0 {
                 assert!(ours.iter().eq(r.iter().map(|(&s, &i)| (s, i))));

@@ -235,16 +235,15 @@ impl Starts {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::Xorshift;
 
     #[test]
     fn answers_as_an_ordered_set_does() {
         let mut s = Starts::new();
         let mut r: BTreeSet<u64> = BTreeSet::new();
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        let mut rng = Xorshift::new(0x2545_F491_4F6C_DD1D);
         for step in 0..200_000u32 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             // Dense 16-byte blocks, sparse 64 KiB ones, and now and then an odd address.
             let a = match x % 7 {
                 0 => 0x7f00_0000_0000 + (x >> 8) % 512 * 65536,

@@ -514,6 +514,7 @@ pub fn independent_ratio(a: &[f64], b: &[f64]) -> Ratio {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::Xorshift;
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9 * (1.0 + b.abs())
@@ -563,13 +564,9 @@ mod tests {
     }
 
     /// Uniform values in [0, 1) from a fixed seed (xorshift), for simulations.
-    fn uniforms(mut seed: u64) -> impl FnMut() -> f64 {
-        move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            (seed >> 11) as f64 / (1u64 << 53) as f64
-        }
+    fn uniforms(seed: u64) -> impl FnMut() -> f64 {
+        let mut rng = Xorshift::new(seed);
+        move || (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     #[test]
@@ -669,13 +666,8 @@ mod tests {
     #[test]
     fn t_intervals_cover_at_their_level_in_simulation() {
         // Normal samples (Box–Muller) of 3: coverage near 95 %.
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut uniform = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            ((seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-        };
+        let mut rng = Xorshift::new(0x9e37_79b9_7f4a_7c15);
+        let mut uniform = || ((rng.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
         let (mut hit, trials) = (0, 4000);
         for _ in 0..trials {
             let v: Vec<f64> = (0..3).map(|_| (-2.0 * uniform().ln()).sqrt() * (2.0 * std::f64::consts::PI * uniform()).cos()).collect();

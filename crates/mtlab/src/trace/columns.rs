@@ -1075,6 +1075,7 @@ mod tests {
     use crate::trace::decode::{decode_chunk, RowFields};
     use crate::trace::encode::ChunkEncoder;
     use crate::trace::{Event, EventKind, Func, Item};
+    use crate::testutil::Xorshift;
 
     fn from_rows(rows: &[u8], first_tsc: u64) -> Vec<Item> {
         decode_chunk(RowFields::default(), rows, first_tsc, 1).unwrap()
@@ -1446,13 +1447,10 @@ mod tests {
     fn division_by_multiplication_is_exact() {
         for q in (2..=64u64).chain([100, 1 << 16]) {
             let d = Divisor::new(q);
-            let mut x = 0x1234_5678_9abc_def1u64;
+            let mut rng = Xorshift::new(0x1234_5678_9abc_def1);
             for v in (0..5000u64).chain([(1 << 40) - 1, 1 << 40, u64::MAX, u64::MAX - 1]) {
                 assert_eq!(d.div(v), v / q, "{v} / {q}");
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let r = x >> 24; // below 2^40
+                let r = rng.next_u64() >> 24; // below 2^40
                 assert_eq!(d.div(r), r / q, "{r} / {q}");
             }
         }
@@ -1480,14 +1478,12 @@ mod tests {
         let mut chunks = Vec::new();
         let mut t = 10_000u64;
         let mut live: Vec<u64> = Vec::new();
-        let mut x = 12345u64;
+        let mut rng = Xorshift::new(12345);
         for c in 0..3 {
             let mut enc = ChunkEncoder::new(1);
             let first = t;
             for i in 0..2000u64 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                let x = rng.next_u64();
                 t += 26 * (x % 40) + u64::from(i % 97 == 0);
                 if x.is_multiple_of(3) && !live.is_empty() {
                     let p = live.swap_remove((x as usize / 3) % live.len());
@@ -1517,35 +1513,29 @@ mod tests {
         // (so ranks, misses, reuse, realloc in place and 0 all occur), time
         // on and off a step, split over chunks of random sizes.
         let kinds = every_kind(1, 0);
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rnd = Xorshift::new(0x9e37_79b9_7f4a_7c15);
         for round in 0..40 {
             let mut chunks = Vec::new();
             let mut t = 1_000 + round;
-            for _ in 0..1 + rnd(5) {
+            for _ in 0..1 + rnd.below(5) {
                 let mut enc = ChunkEncoder::new(1);
                 let first = t;
-                for _ in 0..rnd(400) {
-                    t += if rnd(10) == 0 { rnd(1000) } else { 26 * rnd(50) };
+                for _ in 0..rnd.below(400) {
+                    t += if rnd.below(10) == 0 { rnd.below(1000) } else { 26 * rnd.below(50) };
                     let pool = |r: u64| if r == 0 { 0 } else { 0x5000_0000 + 16 * r };
-                    let mut item = kinds[rnd(kinds.len() as u64) as usize].clone();
+                    let mut item = kinds[rnd.below(kinds.len() as u64) as usize].clone();
                     if let Item::Event(e) = &mut item {
                         e.tsc = t;
-                        e.cycles = if rnd(4) == 0 { rnd(5000) } else { 26 * rnd(20) };
-                        e.stack = rnd(30) as u32;
+                        e.cycles = if rnd.below(4) == 0 { rnd.below(5000) } else { 26 * rnd.below(20) };
+                        e.stack = rnd.below(30) as u32;
                         match &mut e.kind {
-                            EventKind::Alloc { ptr, .. } => *ptr = pool(rnd(64)),
-                            EventKind::Free { ptr, .. } | EventKind::SampleFree { ptr } => *ptr = pool(rnd(64)),
+                            EventKind::Alloc { ptr, .. } => *ptr = pool(rnd.below(64)),
+                            EventKind::Free { ptr, .. } | EventKind::SampleFree { ptr } => *ptr = pool(rnd.below(64)),
                             EventKind::Realloc { old, ptr, .. } => {
-                                *old = pool(rnd(64));
-                                *ptr = if rnd(3) == 0 { *old } else { pool(rnd(64)) };
+                                *old = pool(rnd.below(64));
+                                *ptr = if rnd.below(3) == 0 { *old } else { pool(rnd.below(64)) };
                             }
-                            EventKind::Sample { ptr, .. } => *ptr = pool(rnd(64)),
+                            EventKind::Sample { ptr, .. } => *ptr = pool(rnd.below(64)),
                             _ => {}
                         }
                     }

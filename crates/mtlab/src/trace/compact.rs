@@ -501,6 +501,7 @@ pub fn compact_into(
 mod tests {
     use super::*;
     use crate::trace::{EventKind, Func, TraceWriter};
+    use crate::testutil::Xorshift;
 
     fn ev(tid: u32, tsc: u64, cycles: u64, kind: EventKind) -> Event {
         Event { tid, tsc, cycles, stack: 0, flags: 0, kind }
@@ -566,29 +567,23 @@ mod tests {
     /// around, time advancing by `min_step`..`min_step`+39 ticks per event,
     /// written as the C writer would flush them.
     fn random_handoffs(path: &Path, n: usize, min_step: u64) -> Vec<Event> {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rnd = Xorshift::new(0x2545_f491_4f6c_dd1d);
         let (mut live, mut dead): (Vec<u64>, Vec<u64>) = (Vec::new(), (1..200).map(|i| i * 64).collect());
         let mut tsc = 1000;
         let mut truth: Vec<Event> = Vec::new();
         for _ in 0..n {
-            tsc += min_step + rnd(40);
-            let tid = 1 + rnd(3) as u32;
-            let mut e = if (rnd(2) == 0 && !dead.is_empty()) || live.is_empty() {
-                let p = dead.swap_remove(rnd(dead.len() as u64) as usize);
+            tsc += min_step + rnd.below(40);
+            let tid = 1 + rnd.below(3) as u32;
+            let mut e = if (rnd.below(2) == 0 && !dead.is_empty()) || live.is_empty() {
+                let p = dead.swap_remove(rnd.below(dead.len() as u64) as usize);
                 live.push(p);
                 malloc(tid, tsc, p)
             } else {
-                let p = live.swap_remove(rnd(live.len() as u64) as usize);
+                let p = live.swap_remove(rnd.below(live.len() as u64) as usize);
                 dead.push(p);
                 free(tid, tsc, p)
             };
-            e.cycles = 26 * (1 + rnd(3));
+            e.cycles = 26 * (1 + rnd.below(3));
             truth.push(e);
         }
         let mut w = TraceWriter::create(path, [("pid", "1"), ("tsc_hz", "1000000000")]).unwrap();

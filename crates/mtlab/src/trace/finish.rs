@@ -896,6 +896,7 @@ mod tests {
     use crate::trace::draws::tests::preload_timed;
     use crate::trace::encode::TraceWriter;
     use crate::trace::{Event, EventKind, Func, Item};
+    use crate::testutil::Xorshift;
     use std::path::PathBuf;
 
     /// Thread 1: 100 chunks that overlap in time, so that none is joined to
@@ -907,16 +908,14 @@ mod tests {
         let mut w = TraceWriter::create(path, header).unwrap();
         let (per, chunks) = (60u64, 100u64);
         let timed = preload_timed((per * chunks) as usize, 32, 5000, 1);
-        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rng = Xorshift::new(0x9e37_79b9_7f4a_7c15);
         for k in 0..chunks {
             for tid in [1u32, 2] {
                 let items: Vec<Item> = (0..per)
                     .map(|i| {
                         let n = k * per + i;
-                        rng ^= rng << 13;
-                        rng ^= rng >> 7;
-                        rng ^= rng << 17;
-                        let t = if tid == 1 { timed[n as usize] } else { rng.is_multiple_of(7) };
+                        let drawn = rng.next_u64();
+                        let t = if tid == 1 { timed[n as usize] } else { drawn.is_multiple_of(7) };
                         // Chunk k's last events come after chunk k + 1's first.
                         let tsc = 5000 + k * 1000 + i * 30 + tid as u64;
                         let ptr = 0x10_0000 + (tid as u64) * 0x1000_0000 + (n / 2) * 64;

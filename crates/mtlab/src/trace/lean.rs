@@ -128,6 +128,7 @@ impl Lean {
 mod tests {
     use super::*;
     use crate::trace::event::Func;
+    use crate::testutil::Xorshift;
 
     fn alloc(tid: u32, stack: u32, size: u64, ptr: u64) -> Event {
         Event { tid, tsc: 0, cycles: 0, stack, flags: 0, kind: EventKind::Alloc { func: Func::Malloc, size, align: 0, ptr, usable: size } }
@@ -179,23 +180,17 @@ mod tests {
     /// named are dropped.
     #[test]
     fn made_up_addresses_keep_every_block_and_count() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut rnd = |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rnd = Xorshift::new(0x9e37_79b9_7f4a_7c15);
         let (mut live, mut next, mut evs) = (Vec::new(), 0x5555_0000u64, Vec::new());
         for _ in 0..20_000 {
-            let tid = 1 + rnd(3) as u32;
-            if live.is_empty() || rnd(2) == 0 {
+            let tid = 1 + rnd.below(3) as u32;
+            if live.is_empty() || rnd.below(2) == 0 {
                 next += 64;
                 live.push(next);
-                evs.push(alloc(tid, 1 + rnd(2) as u32, 16 << rnd(2), next));
+                evs.push(alloc(tid, 1 + rnd.below(2) as u32, 16 << rnd.below(2), next));
             } else {
                 // Half the time the latest block: a temporary when its thread frees it.
-                let i = if rnd(2) == 0 { live.len() - 1 } else { rnd(live.len() as u64) as usize };
+                let i = if rnd.below(2) == 0 { live.len() - 1 } else { rnd.below(live.len() as u64) as usize };
                 let p = live.swap_remove(i);
                 evs.push(free(tid, p));
             }

@@ -946,6 +946,7 @@ impl Predictor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::Xorshift;
 
     #[test]
     fn rank_of_counts_from_the_newest_within_the_window() {
@@ -966,30 +967,22 @@ mod tests {
         // values (so that blocks hold several equal entries), windows
         // shorter and longer than the list.
         let plain = |l: &[u64], p: u64, w: usize| l.iter().rev().take(w).position(|&x| x == p);
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        let mut rnd = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut rnd = Xorshift::new(0x2545_f491_4f6c_dd1d);
         for _ in 0..20_000 {
-            let len = rnd(80) as usize;
-            let distinct = 1 + rnd(40);
-            let list: Vec<u64> = (0..len).map(|_| rnd(distinct)).collect();
-            let (p, w) = (rnd(distinct + 2), rnd(90) as usize);
+            let len = rnd.below(80) as usize;
+            let distinct = 1 + rnd.below(40);
+            let list: Vec<u64> = (0..len).map(|_| rnd.below(distinct)).collect();
+            let (p, w) = (rnd.below(distinct + 2), rnd.below(90) as usize);
             assert_eq!(rank_of(&list, p, w), plain(&list, p, w), "{list:?} {p} {w}");
         }
     }
 
     #[test]
     fn address_deltas_in_16_byte_units_round_trip() {
-        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut rng = Xorshift::new(0x2545_f491_4f6c_dd1d);
         let mut ds: Vec<i64> = vec![0, 1, -1, 15, -15, 16, -16, 17, -17, 4096, -4096, i64::MAX, i64::MIN, i64::MAX - 15, i64::MIN + 16];
         for _ in 0..2000 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             ds.push(x as i64 >> (x % 60));
         }
         for &d in &ds {

@@ -249,6 +249,7 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::Xorshift;
 
     #[test]
     fn stacks_come_back_as_defined_and_a_redefinition_wins() {
@@ -292,13 +293,11 @@ mod tests {
     fn many_stacks_and_large_ids_are_kept_alike() {
         let mut t = StackTable::default();
         let mut model = std::collections::HashMap::new();
-        let mut x = 88172645463325252u64;
+        let mut rng = Xorshift::new(88172645463325252);
         // Past DENSE_FROM, with ids in and out of the dense range and
         // redefinitions on both sides of the switch.
         for n in 0..(DENSE_FROM + DENSE_FROM / 2) as u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             let id = if n % 97 == 0 { u32::MAX - (x % 1000) as u32 } else { (x % (1 << 21)) as u32 };
             let pcs: Vec<u64> = (0..x % 5).map(|k| n * 8 + k).collect();
             t.insert(id, &pcs);
