@@ -583,11 +583,64 @@ struct walk {
     uintptr_t pcs[MTLAB_MAX_DEPTH]; /* (the kept walk's only: the walk being made gives them to its caller) */
 };
 
+/* Whole walks seen before, not only the last: a program that allocates from
+ * a few places in turn (cfrac's bignum routines: pmul, pdivmod, psub, ... each
+ * calling palloc) repeats a stack every few calls but seldom twice in a row,
+ * so the last walk's repeat check misses and each call walked its inner
+ * levels again (~1 100 instructions for 2-3 levels and the splice). A walk
+ * is a function of its start (first frame, its return address, rbp where
+ * the walk reads it) and the words it read: an entry keeps those and the
+ * stack's id (stack.c's), and a start with every word unchanged has that id.
+ *
+ * The walks from one start (one allocating function at one depth) are many:
+ * cfrac calls palloc from a dozen routines, each called from a dozen places
+ * in pcfrac. They differ first in the first or second word they read (the
+ * return address into the caller, then into its caller), and the address
+ * of the first word is the same for every walk from the start (the first
+ * level's rule is the start's), that of the second the same for every walk
+ * that read the same first word. So `first` notes, by start, the first
+ * word's address, and `second`, by start and first word, the second's; the
+ * set is chosen by the start and the two words found there now. */
+#define SEEN_WORDS 24
+#define SEEN_WAYS 4
+#define SEEN_SET_BITS 7
+#define SEEN_FIRST_BITS 7
+#define SEEN_SECOND_BITS 10
+#define SEEN_SETS (1u << SEEN_SET_BITS)
+#define SEEN_FIRST (1u << SEEN_FIRST_BITS)
+#define SEEN_SECOND (1u << SEEN_SECOND_BITS)
+struct seen_walk {
+    uintptr_t lo, pc0, rbp0; /* the walk's first frame; rbp0 compared only if rbp_used */
+    uint32_t id;             /* 0: empty */
+    uint16_t nwords;
+    uint8_t rbp_used;
+    struct word words[SEEN_WORDS]; /* outermost first: the last one is the innermost */
+};
+struct seen_set {
+    uint32_t next; /* the way replaced next */
+    struct seen_walk way[SEEN_WAYS];
+};
+struct seen_first {
+    uintptr_t lo, pc0, at; /* a start, and the address of the first word its walks read */
+};
+struct seen_second {
+    uintptr_t lo, pc0, first, at; /* a start and first word, and the address of the second (0: none) */
+};
+
 struct cfi_thread {
     struct cache_entry cache[CACHE_SLOTS];
     struct walk last; /* outermost first (above); levels > WALK_LEVELS: not usable */
     struct walk cur;  /* the walk being made, innermost first, its own levels only */
+    struct seen_first first[SEEN_FIRST];
+    struct seen_second second[SEEN_SECOND];
+    struct seen_set seen[SEEN_SETS];
+    int last_fresh; /* `last` is the walk the latest mtlab_cfi_walk made (not a repeat, not seen) */
+    uint32_t turn;  /* which of a full pair of `first` or `second` is replaced */
 };
+
+static inline uint64_t seen_hash(uintptr_t lo, uintptr_t pc0, uintptr_t a, uintptr_t b) {
+    return (lo ^ pc0 * 0x9e3779b97f4a7c15ull ^ a * 0xc2b2ae3d27d4eb4full ^ b * 0x165667b19e3779f9ull) * 0xbf58476d1ce4e5b9ull;
+}
 
 static struct cfi_thread *thread_state(void) {
     struct mtlab_tls *t = &mtlab_tls;
@@ -604,6 +657,9 @@ static struct cfi_thread *thread_state(void) {
         t->cfi_gen = gen;
     } else if (t->cfi_gen != gen) { /* something was unloaded: its rules may be stale */
         memset(c->cache, 0, sizeof c->cache);
+        memset(c->first, 0, sizeof c->first);
+        memset(c->second, 0, sizeof c->second);
+        memset(c->seen, 0, sizeof c->seen);
         c->last.levels = WALK_LEVELS + 1;
         t->cfi_gen = gen;
     }
@@ -629,30 +685,44 @@ void mtlab_cfi_thread_exit(void) {
     mtlab_tls.cfi_cache = NULL;
 }
 
-/* Reads the stack word at `addr` (in bounds: checked) and notes it. */
-static inline uintptr_t load(struct walk *w, uintptr_t addr) {
+/* A word's address with this bit set: the word is a saved rbp (the next
+ * level's incoming rbp), which matters to the walk only where a level
+ * further out reads rbp before replacing it (LV_RBP_USED). Without frame
+ * pointers rbp is an ordinary register, so a saved copy of it differs from
+ * call to call under the same stack (mtlab_cfi_seen leaves those out). */
+#define RBP_WORD 1u
+#define WORD_AT(a) (*(const uintptr_t *)((a) & ~(uintptr_t)RBP_WORD))
+
+/* Reads the stack word at `addr` (in bounds: checked) and notes it, with
+ * `tag` (0 or RBP_WORD). */
+static inline uintptr_t load_tagged(struct walk *w, uintptr_t addr, uintptr_t tag) {
     uintptr_t v = *(const uintptr_t *)addr;
     if (w->windows < WALK_WORDS) {
-        w->words[w->windows].addr = addr;
+        w->words[w->windows].addr = addr | tag;
         w->words[w->windows].val = v;
     }
     w->windows++;
     return v;
 }
+static inline uintptr_t load(struct walk *w, uintptr_t addr) { return load_tagged(w, addr, 0); }
+static inline uintptr_t load_rbp(struct walk *w, uintptr_t addr) { return load_tagged(w, addr, RBP_WORD); }
 
-/* Do the first `count` words of `w` still hold what it read? */
-static int words_hold(const struct walk *w, uint32_t count) {
+/* Do the first `count` of `words` still hold what was read? */
+static int words_hold_at(const struct word *words, uint32_t count) {
     /* Every repeat of a deep stack runs this over all its words: four at a
      * time into two sums keeps the loads independent and the loop short. */
     uintptr_t d0 = 0, d1 = 0;
-    const struct word *p = w->words, *end = w->words + count;
+    const struct word *p = words, *end = words + count;
     for (; end - p >= 4; p += 4) {
-        d0 |= (*(const uintptr_t *)p[0].addr ^ p[0].val) | (*(const uintptr_t *)p[1].addr ^ p[1].val);
-        d1 |= (*(const uintptr_t *)p[2].addr ^ p[2].val) | (*(const uintptr_t *)p[3].addr ^ p[3].val);
+        d0 |= (WORD_AT(p[0].addr) ^ p[0].val) | (WORD_AT(p[1].addr) ^ p[1].val);
+        d1 |= (WORD_AT(p[2].addr) ^ p[2].val) | (WORD_AT(p[3].addr) ^ p[3].val);
     }
-    for (; p < end; p++) d0 |= *(const uintptr_t *)p->addr ^ p->val;
+    for (; p < end; p++) d0 |= WORD_AT(p->addr) ^ p->val;
     return (d0 | d1) == 0;
 }
+
+/* Do the first `count` words of `w` still hold what it read? */
+static inline int words_hold(const struct walk *w, uint32_t count) { return words_hold_at(w->words, count); }
 
 /* Is the word at `addr` inside the part of the stack the walk may read? */
 static inline int readable(uintptr_t addr, uintptr_t lo, uintptr_t hi) {
@@ -696,17 +766,98 @@ int mtlab_cfi_last_pairs(uintptr_t *base, uintptr_t *words, int max) {
     int j = 0;
     for (uint32_t i = w->windows; i >= 2; i -= 2, j++) {
         const struct word *a = &w->words[i - 2], *b = &w->words[i - 1];
-        if (a->addr + 8 != b->addr) {
-            if (b->addr + 8 != a->addr) return -1;
+        uintptr_t a_at = a->addr & ~(uintptr_t)RBP_WORD, b_at = b->addr & ~(uintptr_t)RBP_WORD;
+        if (a_at + 8 != b_at) {
+            if (b_at + 8 != a_at) return -1;
             const struct word *t = a; /* a CFI rule reads the return address first, then the rbp below it */
             a = b;
             b = t;
+            a_at = b_at;
         }
-        base[j] = a->addr;
+        base[j] = a_at;
         words[2 * j] = a->val;
         words[2 * j + 1] = b->val;
     }
     return j;
+}
+
+/* The id of a walk seen before from this start whose words all hold; 0: none.
+ * Reads only words a walk from `lo` on this thread's stack read before. */
+static inline uint32_t seen_id(struct cfi_thread *ts, uintptr_t lo, uintptr_t rbp0, uintptr_t pc0) {
+    /* `first` and `second` are sets of two: a program's hot starts must not
+     * take each other's place (direct-mapped, two of them in one slot made
+     * a fifth of cfrac's calls walk). */
+    const struct seen_first *f = &ts->first[seen_hash(lo, pc0, 0, 0) >> (64 - SEEN_FIRST_BITS) & ~1ull];
+    if (f->lo != lo || f->pc0 != pc0) {
+        f++;
+        if (f->lo != lo || f->pc0 != pc0) return 0;
+    }
+    uintptr_t v0 = *(const uintptr_t *)f->at, v1 = 0;
+    const struct seen_second *g = &ts->second[seen_hash(lo, pc0, v0, 0) >> (64 - SEEN_SECOND_BITS) & ~1ull];
+    if (g->lo != lo || g->pc0 != pc0 || g->first != v0) {
+        g++;
+        if (g->lo != lo || g->pc0 != pc0 || g->first != v0) return 0;
+    }
+    if (g->at) v1 = *(const uintptr_t *)g->at;
+    const struct seen_set *set = &ts->seen[seen_hash(lo, pc0, v0, v1) >> (64 - SEEN_SET_BITS)];
+    for (int i = 0; i < SEEN_WAYS; i++) {
+        const struct seen_walk *e = &set->way[i];
+        if (e->lo == lo && e->pc0 == pc0 && (!e->rbp_used || e->rbp0 == rbp0) && words_hold_at(e->words, e->nwords))
+            return e->id;
+    }
+    return 0;
+}
+
+void mtlab_cfi_seen_reset(void) {
+    struct cfi_thread *ts = (struct cfi_thread *)mtlab_tls.cfi_cache;
+    if (!ts) return;
+    memset(ts->first, 0, sizeof ts->first);
+    memset(ts->second, 0, sizeof ts->second);
+    memset(ts->seen, 0, sizeof ts->seen);
+}
+
+void mtlab_cfi_seen(uint32_t id) {
+    struct cfi_thread *ts = (struct cfi_thread *)mtlab_tls.cfi_cache;
+    if (!ts || !id || !ts->last_fresh) return;
+    ts->last_fresh = 0;
+    const struct walk *w = last_walk(ts);
+    if (!w || w->levels == 0) return;
+    const struct level *l0 = inner_level(w, 0);
+    if (!(l0->flags & LV_RET)) return;
+    uintptr_t lo = l0->rsp - 16, pc0 = l0->pc;
+    /* The words the stack depends on, outermost first: every word but the
+     * first frame's two (rbp0, pc0: kept apart) and the saved rbps that no
+     * level further out reads (level j's saved rbp is level j-1's incoming). */
+    struct word words[SEEN_WORDS];
+    uint32_t count = 0, from = 0;
+    for (uint32_t j = 0; j < w->levels; j++) {
+        int rbp_used = j > 0 && (w->lv[j - 1].flags & LV_RBP_USED);
+        for (uint32_t i = from; i < w->lv[j].wtail; i++) {
+            if ((w->words[i].addr & RBP_WORD) && !rbp_used) continue;
+            if (count == SEEN_WORDS) return; /* too deep to keep */
+            words[count].addr = w->words[i].addr & ~(uintptr_t)RBP_WORD;
+            words[count++].val = w->words[i].val;
+        }
+        from = w->lv[j].wtail;
+    }
+    if (count == 0) return;
+    const struct word *w0 = &words[count - 1], *w1 = count > 1 ? w0 - 1 : NULL;
+    struct seen_first *f = &ts->first[seen_hash(lo, pc0, 0, 0) >> (64 - SEEN_FIRST_BITS) & ~1ull];
+    if (f->lo != lo || f->pc0 != pc0) f += f[1].lo == lo && f[1].pc0 == pc0 ? 1 : ts->turn++ & 1;
+    *f = (struct seen_first){lo, pc0, w0->addr};
+    struct seen_second *g = &ts->second[seen_hash(lo, pc0, w0->val, 0) >> (64 - SEEN_SECOND_BITS) & ~1ull];
+    if (g->lo != lo || g->pc0 != pc0 || g->first != w0->val)
+        g += g[1].lo == lo && g[1].pc0 == pc0 && g[1].first == w0->val ? 1 : ts->turn++ & 1;
+    *g = (struct seen_second){lo, pc0, w0->val, w1 ? w1->addr : 0};
+    struct seen_set *set = &ts->seen[seen_hash(lo, pc0, w0->val, w1 ? w1->val : 0) >> (64 - SEEN_SET_BITS)];
+    struct seen_walk *e = &set->way[set->next++ % SEEN_WAYS];
+    e->lo = lo;
+    e->pc0 = pc0;
+    e->rbp0 = l0->rbp;
+    e->rbp_used = (l0->flags & LV_RBP_USED) != 0;
+    e->nwords = (uint16_t)count;
+    memcpy(e->words, words, count * sizeof *words);
+    e->id = id;
 }
 
 int mtlab_cfi_last_pcs(uintptr_t *pcs, int max) {
@@ -756,13 +907,16 @@ static void keep_walk(struct walk *last, const struct walk *cur, int k, const ui
     last->whole = whole;
 }
 
-int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo, uintptr_t self_hi) {
+int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint32_t *seen, uintptr_t self_lo,
+                   uintptr_t self_hi) {
     uintptr_t lo = (uintptr_t)frame, hi, stack_lo;
     int need_pcs = !*repeat, on_own;
     *repeat = 0;
+    *seen = 0;
     if (!mtlab_frame_bounds(lo, &stack_lo, &hi, &on_own) || lo < stack_lo || !readable(lo + 8, lo, hi)) return 0;
     struct cfi_thread *ts = thread_state();
     if (!ts) return 0;
+    ts->last_fresh = 0;
     struct walk *prev = &ts->last;
     /* A foreign stack's walk (a thread sharing this block, a sigaltstack)
      * neither uses the last walk nor is kept as it: the words it read may
@@ -782,11 +936,13 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
             return (int)n;
         }
     }
+    /* Every word read from this thread's own stack at or above `lo`, as before. */
+    if (on_own && (*seen = seen_id(ts, lo, rbp0, pc0)) != 0) return 0;
     /* cur: this walk's own levels, innermost first; its tails note where
      * each level's words and pcs start (keep_walk turns them around). */
     struct walk *cur = &ts->cur;
     cur->levels = cur->windows = 0;
-    uintptr_t rbp = load(cur, lo), pc = load(cur, lo + 8), rsp = lo + 16;
+    uintptr_t rbp = load_rbp(cur, lo), pc = load(cur, lo + 8), rsp = lo + 16;
     int ret_addr = 1; /* pc is a return address: the call is the instruction before it */
     int n = 0, whole = 0, spliced = -1;
     uint32_t k = 0; /* prev's levels below rsp are behind us: the CFA only grows */
@@ -829,7 +985,7 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
             uintptr_t a_rbp = gregs + 8 * REG_RBP, a_rsp = gregs + 8 * REG_RSP;
             uintptr_t a_rip = gregs + 8 * REG_RIP;
             if (!readable(a_rbp, rsp, hi) || !readable(a_rsp, rsp, hi) || !readable(a_rip, rsp, hi)) { whole = 1; break; }
-            next_rbp = load(cur, a_rbp);
+            next_rbp = load_rbp(cur, a_rbp);
             cfa = load(cur, a_rsp);
             ra = load(cur, a_rip);
             if (cfa <= rsp || cfa > hi) { whole = 1; break; }
@@ -841,7 +997,7 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
         }
         if (r.kind == RULE_FP) {
             if (!readable(rbp, rsp, hi) || !readable(rbp + 8, rsp, hi)) { whole = 1; break; }
-            next_rbp = load(cur, rbp);
+            next_rbp = load_rbp(cur, rbp);
             ra = load(cur, rbp + 8);
             cfa = rbp + 16;
         } else {
@@ -856,7 +1012,7 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
             uintptr_t rbp_at = r.rbp_kind == REG_AT_CFA ? cfa + r.rbp_off : r.rbp_kind == REG_AT_RBP ? rbp + r.rbp_off : 0;
             if (!readable(ra_at, rsp, hi) || (rbp_at && !readable(rbp_at, rsp, hi))) { whole = 1; break; }
             ra = load(cur, ra_at);
-            if (rbp_at) next_rbp = load(cur, rbp_at);
+            if (rbp_at) next_rbp = load_rbp(cur, rbp_at);
         }
         if (cfa <= rsp || cfa > hi) { whole = 1; break; }
         rsp = cfa;
@@ -879,6 +1035,7 @@ int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint
     }
     keep_walk(prev, cur, spliced, pcs, own, whole);
     if (!on_own) prev->levels = WALK_LEVELS + 1; /* last_walk: none to reuse */
+    ts->last_fresh = on_own;
     return n;
 }
 
@@ -894,10 +1051,14 @@ int mtlab_cfi_last_pcs(uintptr_t *pcs, int max) {
     return -1;
 }
 
-int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo, uintptr_t self_hi) {
+int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint32_t *seen, uintptr_t self_lo,
+                   uintptr_t self_hi) {
     (void)pcs; (void)max; (void)frame; (void)repeat; (void)self_lo; (void)self_hi;
+    *seen = 0;
     return -1;
 }
+void mtlab_cfi_seen(uint32_t id) { (void)id; }
+void mtlab_cfi_seen_reset(void) {}
 void mtlab_cfi_thread_exit(void) {}
 void mtlab_cfi_init(void) {}
 

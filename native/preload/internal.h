@@ -498,9 +498,15 @@ HIDDEN void mtlab_check_repeat(void);
 
 /* mtlab's DWARF unwinder (cfi.c): the walk from `frame`, innermost first;
  * -1 where it is not built (not x86-64). */
-HIDDEN int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uintptr_t self_lo,
+HIDDEN int mtlab_cfi_walk(uintptr_t *pcs, int max, const void *frame, int *repeat, uint32_t *seen, uintptr_t self_lo,
                           uintptr_t self_hi); /* *repeat: the thread's last walk again (same pcs); passed in as
-                                                * nonzero, the caller needs no pcs then (it has the id) */
+                                                * nonzero, the caller needs no pcs then (it has the id).
+                                                * *seen: nonzero, a walk seen before (mtlab_cfi_seen) again,
+                                                * and this its id; no pcs then */
+/* The id of the walk the latest mtlab_cfi_walk made (when it walked): a later
+ * walk from the same start whose words all hold is answered with it. */
+HIDDEN void mtlab_cfi_seen(uint32_t id);
+HIDDEN void mtlab_cfi_seen_reset(void); /* the fork child's ids start afresh: none seen */
 /* The thread's last walk's stack words as side-by-side pairs: `base` the lower
  * address of each, `words` the two words read there. In code built with frame
  * pointers every level reads a saved rbp and the return address above it, so

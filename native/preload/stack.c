@@ -101,6 +101,21 @@ static __attribute__((noinline)) void check_against_libgcc(const uintptr_t *pcs,
     if (!same) atomic_fetch_add_explicit(&mismatched, 1, memory_order_relaxed);
 }
 
+static _Atomic uint64_t *table;
+static uint64_t stack_hash(const uintptr_t *pcs, int n);
+
+/* A walk answered from the ones seen before (mtlab_cfi_seen) has no pcs:
+ * libgcc's stack is hashed as a walk's would be and compared with the hash
+ * the table holds for the id. */
+static __attribute__((noinline)) void check_seen_against_libgcc(uint32_t id) {
+    uintptr_t theirs[MTLAB_MAX_DEPTH];
+    struct gcc_walk w = {theirs, 0, mtlab_cfg.max_depth};
+    gcc_backtrace(gcc_step, &w);
+    int same = w.n > 0 && table && atomic_load_explicit(&table[id - 1], memory_order_relaxed) == (stack_hash(theirs, w.n) | 1);
+    atomic_fetch_add_explicit(&checked, 1, memory_order_relaxed);
+    if (!same) atomic_fetch_add_explicit(&mismatched, 1, memory_order_relaxed);
+}
+
 /* A memo hit of the DWARF walk stands for the last walk's stack: checked too,
  * or the memo's proof of a repeat would go untested. */
 void mtlab_check_repeat(void) {
@@ -197,8 +212,6 @@ void mtlab_memo_pad(struct mtlab_stack_memo *m) {
 _Static_assert(TABLE_SLOTS < (1u << 21), "stack ids fit mtlab_stack_code's 3 bytes");
 #define MAX_PROBE 64
 
-static _Atomic uint64_t *table;
-
 void mtlab_stack_table_init(void) {
     table = (_Atomic uint64_t *)mtlab_sys_mmap(TABLE_SLOTS * sizeof(uint64_t));
 }
@@ -207,6 +220,7 @@ void mtlab_stack_table_init(void) {
 void mtlab_stack_table_reset(void) {
     if (table) madvise((void *)table, TABLE_SLOTS * sizeof(uint64_t), MADV_DONTNEED);
     mtlab_tls.memo.id = 0; /* the forking thread is the child's only one */
+    mtlab_cfi_seen_reset();
     if (mtlab_tls.recent) madvise(mtlab_tls.recent, RECENT_BYTES, MADV_DONTNEED);
 }
 
@@ -231,9 +245,29 @@ void mtlab_stack_thread_exit(void) {
     mtlab_tls.recent = NULL;
 }
 
+/* Each frame multiplied by its depth's odd constant, folded, then summed:
+ * independent multiplies, so the hash costs little more than the loads. The
+ * fold (high bits into low) keeps the sum from being linear: a plain sum of
+ * position-weighted addresses gave equal hashes to stacks that differ only
+ * in which of a few return addresses sits at which depth (recursion through
+ * several functions), and the table takes an equal hash for the same stack. */
+static uint64_t stack_hash(const uintptr_t *pcs, int n) {
+    uint64_t h = 0x243f6a8885a308d3ull ^ (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        uint64_t x = (uint64_t)pcs[i] * (0x9e3779b97f4a7c15ull + 2 * (uint64_t)i);
+        h += x ^ (x >> 29);
+    }
+    h ^= h >> 29;
+    h *= 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 32;
+    return h;
+}
+
 /* Walks the stack from `frame` and returns its id; `memo_out` (frame-pointer
- * walks only, else NULL) receives what the walk read. */
-static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtlab_stack_memo *memo_out) {
+ * walks only, else NULL) receives what the walk read. *seen: set when the
+ * DWARF walk answered with a walk seen before (the thread's last walk, and
+ * so the memo, unchanged). */
+static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtlab_stack_memo *memo_out, int *seen) {
     uintptr_t pcs[MTLAB_MAX_DEPTH];
     if (memo_out) memo_out->levels = 0;
     /* The DWARF unwinders are libraries: libunwind sets errno (EAGAIN) when
@@ -246,8 +280,14 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
         struct mtlab_stack_memo *m = &mtlab_tls.memo;
         int known = m->id && m->gen == atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
         int saved = errno, repeat = known; /* in: a repeat needs no pcs, its id is known */
-        n = mtlab_cfi_walk(pcs, mtlab_cfg.max_depth, frame, &repeat, self_lo, self_hi);
+        uint32_t seen_id;
+        n = mtlab_cfi_walk(pcs, mtlab_cfg.max_depth, frame, &repeat, &seen_id, self_lo, self_hi);
         errno = saved;
+        if (seen_id) {
+            if (UNLIKELY(mtlab_cfg.unwind_check) && gcc_backtrace) check_seen_against_libgcc(seen_id);
+            *seen = 1;
+            return seen_id;
+        }
         if (n < 0) { /* not built for this architecture: frame pointers */
             n = capture(pcs, mtlab_cfg.max_depth, frame, NULL);
         } else if (repeat && known) { /* the thread's last stack again: its id */
@@ -276,21 +316,7 @@ static uint32_t stack_id_walk(struct mtlab_buf *b, const void *frame, struct mtl
         n = capture(pcs, mtlab_cfg.max_depth, frame, memo_out);
         errno = saved;
     }
-    /* Each frame multiplied by its depth's odd constant, folded, then
-     * summed: independent multiplies, so the hash costs little more than the
-     * loads. The fold (high bits into low) keeps the sum from being linear:
-     * a plain sum of position-weighted addresses gave equal hashes to stacks
-     * that differ only in which of a few return addresses sits at which
-     * depth (recursion through several functions), and the table takes an
-     * equal hash for the same stack. */
-    uint64_t h = 0x243f6a8885a308d3ull ^ (uint64_t)n;
-    for (int i = 0; i < n; i++) {
-        uint64_t x = (uint64_t)pcs[i] * (0x9e3779b97f4a7c15ull + 2 * (uint64_t)i);
-        h += x ^ (x >> 29);
-    }
-    h ^= h >> 29;
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 32;
+    uint64_t h = stack_hash(pcs, n);
     if (n == 0 || !table) return 0;
     h |= 1; /* 0 marks an empty slot */
     /* The fork child's ids start afresh: mtlab_stack_table_reset empties this too. */
@@ -339,7 +365,9 @@ uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
     struct mtlab_stack_memo *m = &mtlab_tls.memo;
     int fp = mtlab_cfg.unwind == MTLAB_UNWIND_FP;
     uint32_t gen = atomic_load_explicit(&mtlab_cfi_gen, memory_order_relaxed);
-    uint32_t id = stack_id_walk(b, frame, fp ? m : NULL);
+    int seen = 0;
+    uint32_t id = stack_id_walk(b, frame, fp ? m : NULL, &seen);
+    if (seen) return id; /* the last walk, which the memo describes, is unchanged */
     /* A walk on a foreign stack (mtlab_frame_bounds) is not kept: that
      * stack may be gone by the next call. */
     uintptr_t f = (uintptr_t)frame;
@@ -354,6 +382,7 @@ uint32_t mtlab_stack_id(struct mtlab_buf *b, const void *frame) {
      * when it is repeated (stack_id_walk then fills the memo's words where
      * it can); after any other walk, or a dlclose, the memo's words are not
      * this stack's. */
+    mtlab_cfi_seen(id); /* a walk just made (not a repeat): kept for its next time */
     if (id != m->id || m->gen != gen || !own) m->fp[0] = 0; /* never a hit of the inline check */
     m->gen = gen;
     m->id = own ? id : 0;

@@ -256,6 +256,103 @@ fn a_non_pie_program_with_canonical_plt_entries_is_routed() {
     assert_eq!(u(&r["profile"]["sample_frees"]), 200);
 }
 
+/// A program that mallocs while attached and then blocks, at detach, in a
+/// frame whose unwritten local covers where that malloc's calls inside the
+/// library wrote their return addresses (dead slots, never returned to).
+/// With "keep" it blocks instead with malloc's address in a local, read from
+/// its GOT slot while that was routed to the library's shim, and calls it
+/// after the detach.
+const DEAD_SLOTS_C: &str = r#"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static sigset_t usr1;
+
+__attribute__((noinline)) static void *deep_malloc(size_t n) { return malloc(n); }
+
+__attribute__((noinline)) static void wait_over_dead_slots(void) {
+    volatile char unwritten[16384];
+    (void)unwritten;
+    int sig;
+    sigwait(&usr1, &sig);
+}
+
+__attribute__((noinline)) static unsigned long wait_keeping_malloc(void) {
+    void *(*volatile kept)(size_t) = malloc;
+    int sig;
+    sigwait(&usr1, &sig);
+    unsigned char *p = kept(16);
+    memset(p, 7, 16);
+    unsigned long r = p[15];
+    free(p);
+    return r;
+}
+
+int main(int argc, char **argv) {
+    int keep = argc > 1 && strcmp(argv[1], "keep") == 0;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &usr1, NULL);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    printf("ready\n");
+    wait_over_dead_slots();
+    void *p[100];
+    for (int i = 0; i < 100; i++) p[i] = deep_malloc(100 + i);
+    for (int i = 0; i < 100; i++) free(p[i]);
+    printf("phase 1 done\n");
+    unsigned long r = keep ? wait_keeping_malloc() : (wait_over_dead_slots(), 7);
+    printf("phase 2 done %lu\n", r);
+    return 0;
+}
+"#;
+
+fn compile_dead_slots(lab: &Lab) -> std::path::PathBuf {
+    let src = lab.path("dead_slots.c");
+    std::fs::write(&src, DEAD_SLOTS_C).unwrap();
+    let out = lab.path("dead_slots");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let o = Command::new(&cc).args(["-O0", "-g", "-Wall", "-Wextra", "-o"]).arg(&out).arg(&src).output().unwrap();
+    assert!(o.status.success(), "compiling dead_slots.c failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// Dead slots holding return addresses into the library, on the stack of a
+/// thread blocked at detach, do not keep it loaded: only live frames count
+/// (attach/quiet.rs, unwound with the CFI). Before, every word from the
+/// stack pointer up counted, and the library stayed loaded, inert.
+#[test]
+fn dead_slots_of_the_library_on_a_blocked_stack_do_not_keep_it_loaded() {
+    let lab = Lab::new();
+    let prog = compile_dead_slots(&lab);
+    let mut t = Target::start(&lab, &prog, &[]);
+    let (m, err) = attach(&lab, t.pid(), "dead.mtl", &["--full"]);
+    assert_eq!(t.next_phase(), "phase 1 done");
+    let said = detach(m, err);
+    assert!(!said.contains("stays loaded"), "{said}");
+    assert!(!t.maps().contains("libmtlab_attach"), "the library is unloaded at detach:\n{said}\n{}", t.maps());
+    assert_eq!(finish(t), "phase 2 done 7");
+    let r = lab.report("dead.mtl");
+    assert_eq!(calls(&r, "malloc"), 100);
+    assert_eq!(calls(&r, "free"), 100);
+}
+
+/// malloc's address kept in a local across the detach (read while its GOT
+/// slot was routed: a stub outside the library, put back by the end call)
+/// does not keep the library loaded, and calling it after the unload works.
+#[test]
+fn malloc_kept_in_a_local_across_the_detach_works_after_the_unload() {
+    let lab = Lab::new();
+    let prog = compile_dead_slots(&lab);
+    let mut t = Target::start(&lab, &prog, &["keep"]);
+    let (m, err) = attach(&lab, t.pid(), "keep.mtl", &["--full"]);
+    assert_eq!(t.next_phase(), "phase 1 done");
+    let said = detach(m, err);
+    assert!(!t.maps().contains("libmtlab_attach"), "the library is unloaded at detach:\n{said}\n{}", t.maps());
+    assert_eq!(finish(t), "phase 2 done 7", "the kept function is called after the detach");
+}
+
 /// A musl-linked program: the musl build of the library is loaded (with
 /// musl's own dlopen), and every count is the glibc build's above — full,
 /// with threads, sampled, and non-PIE with canonical PLT entries. musl's

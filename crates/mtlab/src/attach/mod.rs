@@ -9,15 +9,18 @@
 //! GOT slots of every loaded module are routed to the shims). Detach: the
 //! same, calling `mtlab_attach_end()` (slots put back, trace finished), then
 //! `dlclose` once no thread holds an address of the library in its registers
-//! or on its stack. The trace is finished here, with RUNINFO saying when
+//! or in a live frame of its stack (quiet.rs: unwound with the CFI of the
+//! process's files, unwind.rs; every stack word where that fails). The trace is finished here, with RUNINFO saying when
 //! tracing started and how it ended. With `--push-every` (sampling), each
 //! window's profile is pushed over OTLP while attached (`otlp::periodic`,
 //! reading the process through its control page as `mtlab ctl dump` does).
 
 mod ptrace;
+mod quiet;
 pub mod steps;
 pub mod target;
 mod symbols;
+mod unwind;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -488,21 +491,17 @@ fn lib_code(pid: i32, lib_path: &str) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// No thread holds an address of the library's code in a register or
-/// anywhere on its stack (from its stack pointer to the top of its
-/// mapping): nothing can return or jump into it after it is unloaded.
-fn quiescent(t: &Tracee, maps: &[Mapping], code: &[(u64, u64)]) -> bool {
-    let inside = |a: u64| code.iter().any(|&(lo, hi)| a >= lo && a < hi);
-    t.regs().all(|(_, r)| {
-        if ptrace::register_values(r).into_iter().any(inside) {
-            return false;
-        }
-        let Some(stack) = maps.iter().find(|m| r.rsp >= m.start && r.rsp < m.end) else { return true };
-        let words = ((stack.end - r.rsp) / 8) as usize;
-        match t.read_u64s(r.rsp, words) {
-            Ok(w) => !w.into_iter().any(inside),
-            Err(_) => false,
-        }
+/// What the stopped thread(s) of `t` hold of the library that they may still
+/// use: nothing once none can return or jump into it after it is unloaded.
+fn still_held(t: &Tracee, maps: &[Mapping], lib: &quiet::Library, cfi: &mut unwind::CfiFiles) -> Option<(i32, quiet::Held)> {
+    t.regs().find_map(|(tid, r)| {
+        let stack = maps.iter().find(|m| r.rsp >= m.start && r.rsp < m.end).map(|m| t.read_u64s(r.rsp, ((m.end - r.rsp) / 8) as usize));
+        let stack = match stack {
+            None => None,
+            Some(Ok(words)) => Some(unwind::Stack { lo: r.rsp, words }),
+            Some(Err(_)) => return Some((tid, quiet::Held::Unreadable { rsp: r.rsp })),
+        };
+        quiet::held(r, stack.as_ref(), lib, &mut |pc| cfi.rules(maps, pc)).map(|h| (tid, h))
     })
 }
 
@@ -528,13 +527,16 @@ fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Resu
         ));
         return Ok((longest, steps, false));
     }
+    let lib = quiet::Library::new(code.clone());
+    let mut cfi = unwind::CfiFiles::new(pid);
+    let mut last_held = None;
     for _ in 0..100 {
         let maps = target::maps(pid).map_err(|e| failed(pid, e.to_string()))?;
         let mut unload = Steps::default();
-        let (quiet, slowest) = quiescent_each(pid, &maps, &code)?;
+        let (held, slowest) = held_by_any(pid, &maps, &lib, &mut cfi)?;
         unload.0.push(("the longest stop of one thread for its check", slowest));
         longest = longest.max(slowest);
-        if quiet {
+        if held.is_none() {
             let (mut t, tid, stopped_at, boost) = stop_for_call(pid, &code)?;
             let mut clock = Instant::now();
             unload.0.push(("choosing a thread", clock - stopped_at));
@@ -552,21 +554,24 @@ fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Resu
             return Ok((longest, steps, gone));
         }
         steps.unload = unload;
+        last_held = held;
         std::thread::sleep(Duration::from_millis(5));
     }
+    let (tid, held) = last_held.expect("set by every failed check");
     warnings.push(format!(
-        "mtlab's library stays loaded in process {pid}: for 0.5 s some thread still had an address of it on its stack; it does nothing more"
+        "mtlab's library stays loaded in process {pid}: for 0.5 s some thread still held an address of it (last, thread {tid}: {held}); it does nothing more"
     ));
     Ok((longest, steps, false))
 }
 
 /// The unload check thread by thread, each stopped alone for its own check
-/// (returns whether all passed, and the longest of those stops). Checking
+/// (returns what the first thread found holding the library holds, and the
+/// longest of those stops). Checking
 /// them one after the other is as good as all at once: once the end call
 /// has put every slot and stub word back, ended the control thread and put
 /// the signal disposition back, nothing enters the library's code again,
 /// so a thread found outside it stays outside.
-fn quiescent_each(pid: i32, maps: &[Mapping], code: &[(u64, u64)]) -> Result<(bool, Duration), AttachError> {
+fn held_by_any(pid: i32, maps: &[Mapping], lib: &quiet::Library, cfi: &mut unwind::CfiFiles) -> Result<(Option<(i32, quiet::Held)>, Duration), AttachError> {
     let mut slowest = Duration::ZERO;
     for tid in ptrace::task_ids(pid).map_err(|e| stop_error(pid, e))? {
         let started = Instant::now();
@@ -575,14 +580,14 @@ fn quiescent_each(pid: i32, maps: &[Mapping], code: &[(u64, u64)]) -> Result<(bo
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => continue, // ended meanwhile
             Err(e) => return Err(failed(pid, format!("cannot stop it again: {e}"))),
         };
-        let quiet = quiescent(&t, maps, code);
+        let held = still_held(&t, maps, lib, cfi);
         drop(t);
         slowest = slowest.max(started.elapsed());
-        if !quiet {
-            return Ok((false, slowest));
+        if held.is_some() {
+            return Ok((held, slowest));
         }
     }
-    Ok((true, slowest))
+    Ok((None, slowest))
 }
 
 /// Attaches, traces until the duration ends, Ctrl-C or SIGTERM, or the
