@@ -557,9 +557,9 @@ fn end_and_unload(pid: i32, loaded: &Loaded, warnings: &mut Vec<String>) -> Resu
         last_held = held;
         std::thread::sleep(Duration::from_millis(5));
     }
-    let (tid, held) = last_held.expect("set by every failed check");
+    let last = last_held.map(|(tid, held)| format!(" (last, thread {tid}: {held})")).unwrap_or_default();
     warnings.push(format!(
-        "mtlab's library stays loaded in process {pid}: for 0.5 s some thread still held an address of it (last, thread {tid}: {held}); it does nothing more"
+        "mtlab's library stays loaded in process {pid}: for 0.5 s some thread still held an address of it{last}; it does nothing more"
     ));
     Ok((longest, steps, false))
 }

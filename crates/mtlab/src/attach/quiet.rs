@@ -87,10 +87,7 @@ mod tests {
     const LIB: (u64, u64) = (0x5000_0000, 0x5001_0000);
 
     fn regs(rip: u64, rsp: u64) -> libc::user_regs_struct {
-        // SAFETY: user_regs_struct is plain integers; all-zero is a valid value.
-        let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
-        (r.rip, r.rsp) = (rip, rsp);
-        r
+        crate::attach::unwind::tests::regs(rip, rsp, 0, 0)
     }
 
     /// A thread blocked in a frame (rip 0x1000_0005, CFA = rsp + 32) with

@@ -319,11 +319,12 @@ impl CfiFiles {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::attach::ptrace::Tracee;
 
-    fn regs(rip: u64, rsp: u64, rbp: u64, rbx: u64) -> libc::user_regs_struct {
+    /// Registers with these four set and the rest 0 (quiet.rs's tests too).
+    pub(in crate::attach) fn regs(rip: u64, rsp: u64, rbp: u64, rbx: u64) -> libc::user_regs_struct {
         // SAFETY: user_regs_struct is plain integers; all-zero is a valid value.
         let mut r: libc::user_regs_struct = unsafe { std::mem::zeroed() };
         (r.rip, r.rsp, r.rbp, r.rbx) = (rip, rsp, rbp, rbx);
