@@ -325,6 +325,9 @@ static void mark_skip(uint64_t off, size_t len, size_t done) {
  * count. A record above the cut that landed before a lower failure was noted
  * counted as written; the reader finds those from END's `events_written`. */
 static _Atomic uint64_t full_at = UINT64_MAX;
+/* A record was refused because it would have crossed RLIMIT_FSIZE (STATS
+ * `size_limited`: the loss then has a cause the user can name). */
+static _Atomic int size_limited;
 static uint64_t end_used; /* STATS/END: written by the exiting thread alone */
 static int cut_done;
 /* The header is written whole, or nothing else may be (a reader would take a
@@ -478,6 +481,7 @@ static int reserve_and_write_at(const void *a, size_t alen, const void *b, size_
             do {
                 if (off + len > cap) {
                     reserved_room = 0;
+                    atomic_store_explicit(&size_limited, 1, memory_order_relaxed);
                     break;
                 }
             } while (!atomic_compare_exchange_weak(&file_off, &off, off + len));
@@ -792,6 +796,14 @@ void mtlab_write_stats(void) {
     p = mtlab_append(p, end, "trace_reopened=");
     p = mtlab_append_u64(p, end, atomic_load(&reopens));
     p = mtlab_append(p, end, "\n");
+    /* Why events were dropped, where the writer knows: the user can act on these. */
+    uint64_t full = atomic_load(&full_at);
+    if (full != UINT64_MAX) {
+        p = mtlab_append(p, end, "write_failed_at=");
+        p = mtlab_append_u64(p, end, full);
+        p = mtlab_append(p, end, "\n");
+    }
+    if (atomic_load(&size_limited)) p = mtlab_append(p, end, "size_limited=1\n");
     p = mtlab_append(p, end, "max_rss_kib=");
     p = mtlab_append_u64(p, end, mtlab_sys_max_rss_kib());
     p = mtlab_append(p, end, "\n");
@@ -837,6 +849,7 @@ void mtlab_writer_fork_child(void) {
     is_root = 0;
     atomic_store(&file_off, 0);
     atomic_store(&full_at, UINT64_MAX);
+    atomic_store(&size_limited, 0);
     end_used = 0;
     cut_done = 0;
     atomic_store(&header_ok, 0);

@@ -465,6 +465,31 @@ fn prepare_output(path: &Path) -> Result<RunStart, RecordError> {
     Ok(RunStart(m.ctime(), m.ctime_nsec()))
 }
 
+/// The warning for a finished trace whose writer dropped events (its END
+/// record's count), with the cause where the writer knows it (STATS): else
+/// `record` would say "wrote" of a trace that misses most of the run when
+/// the disk filled up.
+fn dropped_warning(t: &Path) -> Option<String> {
+    let tf = trace::TraceFile::open_without_maps(t).ok()?;
+    let end = tf.end?;
+    if end.events_dropped == 0 {
+        return None;
+    }
+    let seen = end.events_written + end.events_dropped;
+    let cause = trace::WriteLoss::from_stats(&tf.stats).cause().unwrap_or_else(|| {
+        "calls mtlab saw but could not write (no memory for a buffer, threads still allocating after the exit \
+         flush, or a process made without fork handlers); `mtlab report` counts them"
+            .into()
+    });
+    Some(format!(
+        "{}: {} of {} events ({:.1} %) were dropped: {cause}",
+        t.display(),
+        end.events_dropped,
+        seen,
+        100.0 * end.events_dropped as f64 / seen as f64
+    ))
+}
+
 /// Makes `ROOT.d`, where the traced program's descendants write their
 /// traces (`names::tree_dir`), or takes the one an earlier run of this user
 /// left; it is removed again when dropped if it stays empty (whichever way
@@ -1123,6 +1148,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
                     finished_children.push(t.clone());
                 }
                 warnings.extend(stats.warnings.into_iter().map(|w| format!("{}: {w}", t.display())));
+                warnings.extend(dropped_warning(t));
                 match cfg.compact.map(|(q, lean)| crate::compact::compact_trace(t, t, q, lean)) {
                     None => bytes += stats.bytes_after,
                     Some(Ok(c)) => bytes += c.bytes_after,
@@ -1144,6 +1170,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
                 };
                 bytes += std::fs::metadata(t).map(|m| m.len()).unwrap_or(0);
                 warnings.push(format!("{}: not finished (left as written{kept}): {e}", t.display()));
+                warnings.extend(dropped_warning(t));
             }
         }
     }

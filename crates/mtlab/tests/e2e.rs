@@ -1996,8 +1996,14 @@ fn a_file_size_limit_drops_events_and_counts_them() {
     // held a few heap-extent observations, which are not calls).
     let all = u(&unlimited["events"]);
     assert!(events + dropped >= all && events + dropped < all + 1000, "{events} + {dropped} vs {all}");
+    // The cause is named, by the report and by record itself.
+    assert_eq!(child["size_limited"], true);
+    assert!(child["write_failed_at"].is_null(), "nothing failed below the limit");
     let out = lab.command(MTLAB).args(["report", "t.mtl"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("events dropped: {dropped} — ")));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(&format!("events dropped: {dropped} — the file size limit (`ulimit -f`) was reached")), "{text}");
+    let e = stderr(&o);
+    assert!(e.contains(" events (") && e.contains("were dropped: the file size limit (`ulimit -f`) was reached"), "{e}");
 }
 
 /// The program lowers its own file size limit while traced (to 1 MiB, above
@@ -2140,6 +2146,14 @@ fn full_disk_keeps_count(lab: &Lab, disk: &SmallDisk, name: &str, prog: &std::pa
     // Without the rewrite during the run the raw rows cannot fit; with it, a
     // rewrite that keeps up (a CPU idle) can leave the disk room for all.
     assert!(events > 0 && (dropped > 0 || live_finish != "off"), "{name}: events {events}, dropped {dropped}");
+    // Where the disk refused a write, the report and record both name it.
+    if dropped > 0 && live_finish == "off" {
+        assert!(v["write_failed_at"].as_u64().is_some_and(|at| at > 0), "{name}: {}", v["write_failed_at"]);
+    }
+    if v["write_failed_at"].is_u64() {
+        let e = stderr(&o);
+        assert!(e.contains("were dropped: the file system holding the trace ran out of room"), "{name}: {e}");
+    }
     // The dropped chunks also held a few heap-extent observations, which are not calls.
     assert!(events + dropped >= all && events + dropped < all + 1000, "{name}: {events} + {dropped} vs {all}");
     std::fs::remove_file(&trace).unwrap();

@@ -7,6 +7,7 @@ use crate::export::{Cell, Table, View};
 use crate::analysis::model::{AllocatorReading, Interval, SiteReport};
 use crate::heap::model::HeapSnapshot;
 use crate::analysis::ProcessReport;
+use crate::trace::WriteLoss;
 
 /// A table for the screen: CSV gets the raw figures from `report::csv_out`.
 fn table(name: &str, title: &str, header: &[&str], numeric_from: usize) -> Table {
@@ -549,9 +550,15 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
         if !p.leaks.top.is_empty() {
             out.extend(sites("leaks", "", &p.leaks.top, SiteCount::Live, run.frames));
         }
+        let loss_cause = WriteLoss { write_failed_at: p.write_failed_at, size_limited: p.size_limited }.cause();
         let mut note = |s: String| out.push(View::Note(s));
         note(match p.events_dropped {
             Some(0) => "events dropped: 0".into(),
+            Some(d) if loss_cause.is_some() => format!(
+                "events dropped: {d} — {}; the heap figures above miss these calls (a dropped free leaves its block \
+                 counted as live)",
+                loss_cause.unwrap_or_default()
+            ),
             Some(d) => format!(
                 "events dropped: {d} — calls mtlab saw but could not write: the disk was full or the file size limit \
                  reached, no memory for a buffer, threads still allocating after the exit flush, or (see below) the \

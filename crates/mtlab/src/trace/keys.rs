@@ -104,6 +104,13 @@ pub const SHARED_TLS_CALLS: &str = "shared_tls_calls";
 /// 1 when the process was made by a raw fork or clone system call (no fork
 /// handler ran): its events before its first flush were dropped.
 pub const FORKED_WITHOUT_HANDLERS: &str = "forked_without_handlers";
+/// The file offset of the first record a write could not hold whole (the
+/// disk or the quota was full): no record was written after it but STATS
+/// and END, at that offset. Absent when every write succeeded.
+pub const WRITE_FAILED_AT: &str = "write_failed_at";
+/// 1 when a record was not written because it would have crossed the file
+/// size limit (RLIMIT_FSIZE, `ulimit -f`).
+pub const SIZE_LIMITED: &str = "size_limited";
 /// 1 when tracing was stopped (and the trace finished) before the program
 /// installed a seccomp filter under which mtlab's library could not go on
 /// writing: the events after it are not in the trace.

@@ -75,5 +75,5 @@ pub use error::TraceError;
 pub use event::{Event, EventKind, Func, Item, UNTIMED};
 pub use ahead::{Progress, Source};
 pub use finish::{append_runinfo, finish_trace, FinishStages, FinishStats, Finisher, Work, SOLO_QUANTUM};
-pub use records::{ChunkInfo, EndRecord};
+pub use records::{ChunkInfo, EndRecord, WriteLoss};
 pub use stacks::{StackRef, StackTable};

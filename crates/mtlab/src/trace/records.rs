@@ -63,6 +63,43 @@ pub struct EndRecord {
     pub stacks_overflowed: u64,
 }
 
+/// Why the preload library dropped events, where its writer knows (STATS
+/// `write_failed_at`, `size_limited`): what `record` warns of at the end of
+/// the run and the report names beside `events_dropped`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct WriteLoss {
+    /// Offset of the first record a write could not hold whole (a full disk or quota).
+    pub write_failed_at: Option<u64>,
+    /// A record would have crossed the file size limit.
+    pub size_limited: bool,
+}
+
+impl WriteLoss {
+    pub fn from_stats(stats: &[(String, String)]) -> WriteLoss {
+        let get = |k: &str| stats.iter().find(|(key, _)| key == k).map(|(_, v)| v.as_str());
+        WriteLoss {
+            write_failed_at: get(super::keys::WRITE_FAILED_AT).and_then(|v| v.parse().ok()),
+            size_limited: get(super::keys::SIZE_LIMITED) == Some("1"),
+        }
+    }
+
+    /// The cause in words, with what to do about it, when one is known.
+    pub fn cause(&self) -> Option<String> {
+        match (self.write_failed_at, self.size_limited) {
+            (Some(at), _) => Some(format!(
+                "the file system holding the trace ran out of room (a full disk or quota) after {:.1} MiB of raw trace \
+                 had been written to it, and nothing but the final counts was written after that; free space there, \
+                 write the trace elsewhere (-o), or trace in bounded disk (`record --live`, `--sample`)",
+                at as f64 / (1u64 << 20) as f64
+            )),
+            (None, true) => Some(
+                "the file size limit (`ulimit -f`) was reached; raise it, or trace less (`record --sample`, `--live`)".into(),
+            ),
+            (None, false) => None,
+        }
+    }
+}
+
 impl EndRecord {
     pub fn from_bytes(b: &[u8]) -> Option<EndRecord> {
         if b.len() < END_PAYLOAD as usize {
@@ -426,5 +463,24 @@ mod tests {
         assert_eq!(bytes, MAX_MAPS_TEXT, "writer.c's maps buffer is {size}");
         assert_eq!(size_words(MAX_MAPS_TEXT), "1 MiB");
         assert_eq!(size_words(48), "48 bytes");
+    }
+
+    #[test]
+    fn a_write_loss_is_read_from_the_stats_the_writer_spells() {
+        let kv = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        assert_eq!(WriteLoss::from_stats(&kv(&[("samples", "3")])), WriteLoss::default());
+        assert_eq!(WriteLoss::default().cause(), None);
+        let full = WriteLoss::from_stats(&kv(&[("write_failed_at", "3145728"), ("size_limited", "1")]));
+        assert_eq!(full, WriteLoss { write_failed_at: Some(3 << 20), size_limited: true });
+        // The full disk is named first: nothing was written after it.
+        let cause = full.cause().unwrap();
+        assert!(cause.starts_with("the file system holding the trace ran out of room") && cause.contains("3.0 MiB"), "{cause}");
+        let limit = WriteLoss::from_stats(&kv(&[("size_limited", "1")])).cause().unwrap();
+        assert!(limit.starts_with("the file size limit (`ulimit -f`)"), "{limit}");
+        // The keys are writer.c's own.
+        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../native/preload/writer.c")).unwrap();
+        for key in [super::super::keys::WRITE_FAILED_AT, super::super::keys::SIZE_LIMITED] {
+            assert!(src.contains(&format!("\"{key}=")), "writer.c writes {key}");
+        }
     }
 }
