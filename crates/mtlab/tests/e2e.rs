@@ -101,6 +101,35 @@ fn a_sample_of_calls_is_timed_by_default_and_every_call_with_time_every() {
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("`every` nor `1/N`"), "{o:?}");
 }
 
+/// A function none of whose calls was timed (here: 200 calls each of
+/// malloc and free at one call in a million) has unknown cycles: `null` in
+/// JSON, blank in the text and CSV reports, not a mean of 0 cycles.
+#[test]
+fn a_function_with_no_timed_call_has_no_cycle_figures() {
+    let lab = Lab::new();
+    let prog = lab.compile("n_mallocs");
+    assert_success(&lab.record_cmd("t.mtl", &["--time", "1/1000000"], &prog, &["200", "48", "0"]).output().unwrap(), "record");
+    let r = lab.report("t.mtl");
+    let untimed: Vec<&str> = ["malloc", "free"].into_iter().filter(|f| u(&r["functions"][*f]["cycles"]["timed"]) == 0).collect();
+    // A thread's first call may be timed: at most one of the two is.
+    assert!(!untimed.is_empty(), "{}", r["functions"]);
+    for func in &untimed {
+        let c = &r["functions"][*func]["cycles"];
+        assert_eq!(u(&r["functions"][*func]["calls"]), 200);
+        for key in ["total", "mean", "stddev", "p50", "p99", "max"] {
+            assert!(c[key].is_null(), "{func}: cycles.{key} = {}", c[key]);
+        }
+    }
+    let text = String::from_utf8_lossy(&lab.command(MTLAB).args(["report", "t.mtl"]).output().unwrap().stdout).into_owned();
+    for func in &untimed {
+        let row = text.lines().find(|l| l.starts_with(&format!("│ {func} "))).unwrap_or_else(|| panic!("{func} row: {text}"));
+        let cells: Vec<&str> = row.split('┆').map(str::trim).collect();
+        // function, calls, failed, timed, mean size, then the seven cycle columns, blank.
+        assert_eq!(cells[3], "0", "{row}");
+        assert!(cells[5..].iter().all(|c| c.is_empty() || *c == "│"), "{row}");
+    }
+}
+
 #[test]
 fn top_site_by_bytes_symbolizes_to_the_program_function() {
     let lab = Lab::new();

@@ -27,6 +27,7 @@ pub struct CallerReport {
 /// under `record --time every`, else of the timed sample (`total` then
 /// estimates all calls' total, `max` is the sample's).
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq)]
+#[serde(into = "CycleSummaryJson", from = "CycleSummaryJson")]
 pub struct CycleSummary {
     pub total: u64,
     pub mean: f64,
@@ -38,6 +39,60 @@ pub struct CycleSummary {
     pub timed: u64,
     /// 95 % intervals for all calls' figures when only a sample was timed.
     pub intervals: Option<CycleIntervals>,
+}
+
+impl CycleSummary {
+    /// Whether any call was timed: without one, no cycle figure is known
+    /// (the zeros are placeholders, written as `null`).
+    pub fn measured(&self) -> bool {
+        self.timed > 0
+    }
+}
+
+/// `CycleSummary` as JSON: a function none of whose calls was timed (a rare
+/// function under the default 1-in-32 sample, any function of a sampled
+/// trace) has `null` figures, not a mean of 0 cycles.
+#[derive(Serialize, serde::Deserialize)]
+struct CycleSummaryJson {
+    total: Option<u64>,
+    mean: Option<f64>,
+    stddev: Option<f64>,
+    p50: Option<u64>,
+    p99: Option<u64>,
+    max: Option<u64>,
+    timed: u64,
+    intervals: Option<CycleIntervals>,
+}
+
+impl From<CycleSummary> for CycleSummaryJson {
+    fn from(c: CycleSummary) -> CycleSummaryJson {
+        let known = c.measured();
+        CycleSummaryJson {
+            total: known.then_some(c.total),
+            mean: known.then_some(c.mean),
+            stddev: known.then_some(c.stddev),
+            p50: known.then_some(c.p50),
+            p99: known.then_some(c.p99),
+            max: known.then_some(c.max),
+            timed: c.timed,
+            intervals: c.intervals,
+        }
+    }
+}
+
+impl From<CycleSummaryJson> for CycleSummary {
+    fn from(j: CycleSummaryJson) -> CycleSummary {
+        CycleSummary {
+            total: j.total.unwrap_or(0),
+            mean: j.mean.unwrap_or(0.0),
+            stddev: j.stddev.unwrap_or(0.0),
+            p50: j.p50.unwrap_or(0),
+            p99: j.p99.unwrap_or(0),
+            max: j.max.unwrap_or(0),
+            timed: j.timed,
+            intervals: j.intervals,
+        }
+    }
 }
 
 /// Confidence intervals of a timed sample's figures for all of the calls.

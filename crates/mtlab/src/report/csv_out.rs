@@ -194,11 +194,15 @@ fn exact_tables(run: &RunReport) -> Vec<Table> {
                 int(f.calls),
                 int(f.failed),
                 num(f.mean_size),
-                int(f.cycles.total),
-                num(f.cycles.mean),
-                num(f.cycles.stddev),
-                int(f.cycles.p50),
-                int(f.cycles.p99),
+            ]);
+            // A function none of whose calls was timed has no cycle figures.
+            let known = f.cycles.measured();
+            row.extend([
+                if known { int(f.cycles.total) } else { Cell::Empty },
+                if known { num(f.cycles.mean) } else { Cell::Empty },
+                if known { num(f.cycles.stddev) } else { Cell::Empty },
+                if known { int(f.cycles.p50) } else { Cell::Empty },
+                if known { int(f.cycles.p99) } else { Cell::Empty },
                 int(f.cycles.timed),
             ]);
             functions.push(row);

@@ -36,20 +36,22 @@ fn functions(p: &ProcessReport) -> Table {
     };
     for (name, f) in p.functions.iter().filter(|(_, f)| f.calls > 0) {
         let (c, ci) = (&f.cycles, f.cycles.intervals.as_ref());
-        t.push(vec![
-            Cell::text(name),
-            Cell::Int(f.calls as i64),
-            Cell::Int(f.failed as i64),
-            Cell::Int(c.timed as i64),
-            Cell::Num(f.mean_size, 1),
-            est(c.total as f64, ci.map(|i| &i.total), 0),
-            est(c.mean, ci.map(|i| &i.mean), 1),
-            est(c.stddev, ci.map(|i| &i.stddev), 1),
-            est(c.p50 as f64, ci.map(|i| &i.p50), 0),
-            est(c.p99 as f64, ci.map(|i| &i.p99), 0),
-            ns(c.mean),
-            ns(c.p99 as f64),
-        ]);
+        let mut row = vec![Cell::text(name), Cell::Int(f.calls as i64), Cell::Int(f.failed as i64), Cell::Int(c.timed as i64), Cell::Num(f.mean_size, 1)];
+        if c.measured() {
+            row.extend([
+                est(c.total as f64, ci.map(|i| &i.total), 0),
+                est(c.mean, ci.map(|i| &i.mean), 1),
+                est(c.stddev, ci.map(|i| &i.stddev), 1),
+                est(c.p50 as f64, ci.map(|i| &i.p50), 0),
+                est(c.p99 as f64, ci.map(|i| &i.p99), 0),
+                ns(c.mean),
+                ns(c.p99 as f64),
+            ]);
+        } else {
+            // No call of it was timed: its cycles are unknown, not 0.
+            row.extend(std::iter::repeat_n(Cell::Empty, 7));
+        }
+        t.push(row);
     }
     t
 }

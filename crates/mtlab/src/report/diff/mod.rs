@@ -53,12 +53,13 @@ pub struct FunctionChange {
     pub function: String,
     pub base_calls: u64,
     pub new_calls: u64,
-    pub base_mean_cycles: f64,
-    pub new_mean_cycles: f64,
-    pub base_p50_cycles: u64,
-    pub new_p50_cycles: u64,
-    pub base_p99_cycles: u64,
-    pub new_p99_cycles: u64,
+    /// None (`null`) on a side where no call of the function was timed.
+    pub base_mean_cycles: Option<f64>,
+    pub new_mean_cycles: Option<f64>,
+    pub base_p50_cycles: Option<u64>,
+    pub new_p50_cycles: Option<u64>,
+    pub base_p99_cycles: Option<u64>,
+    pub new_p99_cycles: Option<u64>,
 }
 
 /// A side of a pair.
@@ -154,12 +155,12 @@ fn functions_of(b: &ProcessReport, n: &ProcessReport) -> Vec<FunctionChange> {
             function: name.clone(),
             base_calls: bf.calls,
             new_calls: nf.calls,
-            base_mean_cycles: bf.cycles.mean,
-            new_mean_cycles: nf.cycles.mean,
-            base_p50_cycles: bf.cycles.p50,
-            new_p50_cycles: nf.cycles.p50,
-            base_p99_cycles: bf.cycles.p99,
-            new_p99_cycles: nf.cycles.p99,
+            base_mean_cycles: bf.cycles.measured().then_some(bf.cycles.mean),
+            new_mean_cycles: nf.cycles.measured().then_some(nf.cycles.mean),
+            base_p50_cycles: bf.cycles.measured().then_some(bf.cycles.p50),
+            new_p50_cycles: nf.cycles.measured().then_some(nf.cycles.p50),
+            base_p99_cycles: bf.cycles.measured().then_some(bf.cycles.p99),
+            new_p99_cycles: nf.cycles.measured().then_some(nf.cycles.p99),
         });
     }
     out

@@ -99,12 +99,12 @@ fn pair_views(out: &mut Vec<View>, n: usize, p: &PairDiff, top: usize) {
                 Cell::text(&f.function),
                 Cell::Int(f.base_calls as i64),
                 Cell::Int(f.new_calls as i64),
-                Cell::Num(f.base_mean_cycles, 0),
-                Cell::Num(f.new_mean_cycles, 0),
-                Cell::Int(f.base_p50_cycles as i64),
-                Cell::Int(f.new_p50_cycles as i64),
-                Cell::Int(f.base_p99_cycles as i64),
-                Cell::Int(f.new_p99_cycles as i64),
+                f.base_mean_cycles.map_or(Cell::Empty, |c| Cell::Num(c, 0)),
+                f.new_mean_cycles.map_or(Cell::Empty, |c| Cell::Num(c, 0)),
+                f.base_p50_cycles.map_or(Cell::Empty, |c| Cell::Int(c as i64)),
+                f.new_p50_cycles.map_or(Cell::Empty, |c| Cell::Int(c as i64)),
+                f.base_p99_cycles.map_or(Cell::Empty, |c| Cell::Int(c as i64)),
+                f.new_p99_cycles.map_or(Cell::Empty, |c| Cell::Int(c as i64)),
             ]);
         }
         out.push(View::Table(t));
