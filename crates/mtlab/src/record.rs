@@ -475,19 +475,8 @@ fn dropped_warning(t: &Path) -> Option<String> {
     if end.events_dropped == 0 {
         return None;
     }
-    let seen = end.events_written + end.events_dropped;
-    let cause = trace::WriteLoss::from_stats(&tf.stats).cause().unwrap_or_else(|| {
-        "calls mtlab saw but could not write (no memory for a buffer, threads still allocating after the exit \
-         flush, or a process made without fork handlers); `mtlab report` counts them"
-            .into()
-    });
-    Some(format!(
-        "{}: {} of {} events ({:.1} %) were dropped: {cause}",
-        t.display(),
-        end.events_dropped,
-        seen,
-        100.0 * end.events_dropped as f64 / seen as f64
-    ))
+    let loss = trace::WriteLoss::from_stats(&tf.stats);
+    Some(format!("{}: {}", t.display(), loss.dropped_text(end.events_dropped, end.events_written + end.events_dropped)))
 }
 
 /// Makes `ROOT.d`, where the traced program's descendants write their

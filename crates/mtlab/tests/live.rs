@@ -571,6 +571,34 @@ fn full_disk_keeps_the_programs_output_and_exit_code() {
     assert_eq!(o.stdout, plain.stdout, "output unchanged");
 }
 
+/// A disk that fills while the program runs under `--live` (200 KiB free,
+/// 400 000 calls): the program's output and exit code are its own, and
+/// record says at the end how many events were dropped and why, where it
+/// used to say only that it wrote the profile.
+#[test]
+fn a_disk_that_fills_under_live_is_said_with_the_share_dropped() {
+    let lab = Lab::new();
+    let Some(disk) = SmallDisk::mount(&lab) else {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI=true: the full-disk part needs a tmpfs");
+        }
+        return;
+    };
+    let prog = lab.compile("n_mallocs");
+    let filler = disk.0.join("filler");
+    std::fs::write(&filler, vec![0u8; 200 * 4096]).unwrap();
+    let profile = disk.0.join("x.live");
+    let o = lab.command(MTLAB).args(["record", "--live", "-o"]).arg(&profile).arg("--").arg(&prog).args(["200000", "48", "0"]).output().unwrap();
+    let plain = lab.command(&prog).args(["200000", "48", "0"]).output().unwrap();
+    assert_eq!(o.status.code(), plain.status.code(), "exit code unchanged: {}", stderr(&o));
+    assert_eq!(o.stdout, plain.stdout, "output unchanged");
+    let e = stderr(&o);
+    assert!(
+        e.contains("mtlab: warning: the program's trace: ") && e.contains("were dropped: the file system holding the trace ran out of room"),
+        "{e}"
+    );
+}
+
 /// `quiet_thread ARGS` (MS [ROUNDS]) under `record --live` (extra flags
 /// first), the raw file's blocks on disk sampled every 50 ms while it runs:
 /// the output, the most seen on disk, the busy thread's rounds.

@@ -88,8 +88,8 @@ impl WriteLoss {
         match (self.write_failed_at, self.size_limited) {
             (Some(at), _) => Some(format!(
                 "the file system holding the trace ran out of room (a full disk or quota) after {:.1} MiB of raw trace \
-                 had been written to it, and nothing but the final counts was written after that; free space there, \
-                 write the trace elsewhere (-o), or trace in bounded disk (`record --live`, `--sample`)",
+                 had been written to it, and nothing but the final counts was written after that; free space there or \
+                 write the trace elsewhere (-o) (`record --live` and `--sample` hold less on disk than a full trace)",
                 at as f64 / (1u64 << 20) as f64
             )),
             (None, true) => Some(
@@ -97,6 +97,17 @@ impl WriteLoss {
             ),
             (None, false) => None,
         }
+    }
+
+    /// `record`'s warning: how many of the events the process saw were
+    /// dropped, and why.
+    pub fn dropped_text(&self, dropped: u64, seen: u64) -> String {
+        let cause = self.cause().unwrap_or_else(|| {
+            "calls mtlab saw but could not write (no memory for a buffer, threads still allocating after the exit \
+             flush, or a process made without fork handlers); `mtlab report` counts them"
+                .into()
+        });
+        format!("{dropped} of {seen} events ({:.1} %) were dropped: {cause}", 100.0 * dropped as f64 / seen.max(1) as f64)
     }
 }
 
@@ -475,6 +486,7 @@ mod tests {
         // The full disk is named first: nothing was written after it.
         let cause = full.cause().unwrap();
         assert!(cause.starts_with("the file system holding the trace ran out of room") && cause.contains("3.0 MiB"), "{cause}");
+        assert!(WriteLoss::default().dropped_text(5, 100).starts_with("5 of 100 events (5.0 %) were dropped: calls mtlab saw"));
         let limit = WriteLoss::from_stats(&kv(&[("size_limited", "1")])).cause().unwrap();
         assert!(limit.starts_with("the file size limit (`ulimit -f`)"), "{limit}");
         // The keys are writer.c's own.
