@@ -447,6 +447,24 @@ static uintptr_t find_restorer(void) {
 
 #define SIGNAL_SCAN_BYTES (256u << 10)
 
+/* A word equal to the restorer is not enough: the stack below live frames
+ * keeps stale words, and every sigaction() call leaves the restorer in one
+ * (glibc builds the kernel's struct sigaction on the stack). Taken for a
+ * handler, such a word let the allocator's own nested call be recorded
+ * beside the outer one (operator new's malloc, reallocarray's realloc: the
+ * same block twice, an overlapping allocation; node did it once a run). So
+ * the frame behind it must be the kernel's: the restorer is the handler's
+ * return address at the base of an rt_sigframe, followed by the ucontext —
+ * uc_flags, uc_link (0: the kernel's), uc_stack (3 words), then sigcontext
+ * whose 16th word is the interrupted stack pointer, which lies above the
+ * signal frame and below (within) the frame that raised the flag. */
+static int is_signal_frame(const uintptr_t *w, uintptr_t flag_sp, uintptr_t stack_hi) {
+    enum { UC_LINK = 2, SAVED_RSP = 1 + 2 + 3 + 15 };
+    if ((uintptr_t)(w + SAVED_RSP + 1) > stack_hi) return 0;
+    uintptr_t rsp = w[SAVED_RSP];
+    return w[UC_LINK] == 0 && rsp > (uintptr_t)(w + SAVED_RSP) && rsp <= flag_sp;
+}
+
 static int in_handler_since(struct mtlab_tls *t, uintptr_t here, uintptr_t flag_sp) {
     if (!flag_sp || flag_sp == UINTPTR_MAX) return 0; /* unknown, or held across fork */
     if (t->stack_hi && here >= t->stack_lo && here < t->stack_hi) {
@@ -455,7 +473,7 @@ static int in_handler_since(struct mtlab_tls *t, uintptr_t here, uintptr_t flag_
         uintptr_t hi = flag_sp < t->stack_hi ? flag_sp : t->stack_hi;
         if (hi - here > SIGNAL_SCAN_BYTES) hi = here + SIGNAL_SCAN_BYTES;
         for (const uintptr_t *w = (const uintptr_t *)(here & ~(uintptr_t)7); (uintptr_t)w < hi; w++)
-            if (*w == r) return 1;
+            if (*w == r && is_signal_frame(w, flag_sp, t->stack_hi)) return 1;
         return 0;
     }
     stack_t ss;

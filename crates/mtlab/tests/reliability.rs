@@ -127,6 +127,25 @@ fn a_signal_handlers_allocations_are_traced_or_counted() {
     assert!(String::from_utf8_lossy(&text.stdout).contains("allocator call(s) made by signal handlers are not in the trace"));
 }
 
+/// No signal is delivered, but every sigaction() leaves the restorer's
+/// address in a dead stack slot. Taken for a signal frame, it made the
+/// allocator's nested call (glibc's reallocarray calls realloc) a handler's
+/// call, recorded beside the outer one: the same block twice (found on
+/// node, whose first operator new recorded its inner malloc too).
+#[test]
+fn a_stale_restorer_on_the_stack_is_not_taken_for_a_signal_frame() {
+    let lab = Lab::new();
+    let prog = lab.compile("stale_restorer");
+    let o = lab.record_ok("r.mtl", &prog, &[]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    let made: u64 = text.trim().strip_prefix("reallocarray ").and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{text}"));
+    let r = lab.report("r.mtl");
+    assert_eq!(calls(&r, "reallocarray"), made);
+    assert_eq!(calls(&r, "realloc"), 0, "reallocarray's inner realloc recorded as a call of its own");
+    assert_eq!(u(&r["overlapping_allocs"]), 0);
+    assert_eq!(u(&r["signal_calls_untraced"]), 0);
+}
+
 /// Waits (up to 20 s) until no process runs `prog`.
 fn wait_gone(prog: &std::path::Path) {
     for _ in 0..2000 {
