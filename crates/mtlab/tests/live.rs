@@ -549,17 +549,21 @@ fn unwritable_profile_place_is_refused_before_the_program_runs() {
     assert!(err.contains("x.live") && err.contains("-o"), "names the file and what to do: {err}");
 }
 
+/// A 1 MiB tmpfs; None (the test skips) where none can be mounted, which CI does not accept.
+fn small_disk(lab: &Lab) -> Option<SmallDisk> {
+    let disk = SmallDisk::mount(lab);
+    if disk.is_none() && std::env::var_os("CI").is_some() {
+        panic!("CI=true: the full-disk part needs a tmpfs");
+    }
+    disk
+}
+
 /// On a full disk the program's output and exit code are its own, and the
 /// recorder says what it could not write.
 #[test]
 fn full_disk_keeps_the_programs_output_and_exit_code() {
     let lab = Lab::new();
-    let Some(disk) = SmallDisk::mount(&lab) else {
-        if std::env::var_os("CI").is_some() {
-            panic!("CI=true: the full-disk part needs a tmpfs");
-        }
-        return;
-    };
+    let Some(disk) = small_disk(&lab) else { return };
     let prog = lab.compile("exit_code");
     let profile = disk.0.join("x.live");
     // Fill the disk but for a few KiB.
@@ -578,12 +582,7 @@ fn full_disk_keeps_the_programs_output_and_exit_code() {
 #[test]
 fn a_disk_that_fills_under_live_is_said_with_the_share_dropped() {
     let lab = Lab::new();
-    let Some(disk) = SmallDisk::mount(&lab) else {
-        if std::env::var_os("CI").is_some() {
-            panic!("CI=true: the full-disk part needs a tmpfs");
-        }
-        return;
-    };
+    let Some(disk) = small_disk(&lab) else { return };
     let prog = lab.compile("n_mallocs");
     let filler = disk.0.join("filler");
     std::fs::write(&filler, vec![0u8; 200 * 4096]).unwrap();
