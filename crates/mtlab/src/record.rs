@@ -469,7 +469,7 @@ fn prepare_output(path: &Path) -> Result<RunStart, RecordError> {
 /// record's count), with the cause where the writer knows it (STATS): else
 /// `record` would say "wrote" of a trace that misses most of the run when
 /// the disk filled up.
-fn dropped_warning(t: &Path) -> Option<String> {
+pub(crate) fn dropped_warning(t: &Path) -> Option<String> {
     let tf = trace::TraceFile::open_without_maps(t).ok()?;
     let end = tf.end?;
     if end.events_dropped == 0 {

@@ -754,6 +754,7 @@ fn finish(paths: &Paths, runinfo: &[(String, String)], warnings: &mut Vec<String
     if let Err(e) = crate::trace::finish_trace(here, runinfo) {
         warnings.push(format!("{}: not finished (left as written): {e}", here.display()));
     }
+    warnings.extend(crate::record::dropped_warning(here));
     if *here == paths.out_final {
         return Some(here.clone());
     }
