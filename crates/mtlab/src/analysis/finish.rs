@@ -243,8 +243,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         // (cut away when the disk filled, or in a damaged chunk) are lost too.
         events_dropped: trace.end.as_ref().map(|e| e.events_dropped + e.events_written.saturating_sub(decoded.events)),
         chunks_dropped: trace.end.as_ref().map(|e| e.chunks_dropped),
-        write_failed_at: crate::trace::WriteLoss::from_stats(&trace.stats).write_failed_at,
-        size_limited: crate::trace::WriteLoss::from_stats(&trace.stats).size_limited,
+        write_loss: crate::trace::WriteLoss::from_stats(&trace.stats),
         chunks_damaged: trace.records_damaged + decoded.chunks_damaged,
         trace_reopened: stat(keys::TRACE_REOPENED).unwrap_or(0),
         forked_without_handlers: stat(keys::FORKED_WITHOUT_HANDLERS).unwrap_or(0) > 0,

@@ -452,11 +452,10 @@ pub struct ProcessReport {
     /// not end through exit (no END record), so the count is unknown.
     pub events_dropped: Option<u64>,
     pub chunks_dropped: Option<u64>,
-    /// Where the writer knows why it dropped events (STATS): the offset
-    /// into the file of the first write the disk could not hold, and
-    /// whether the file size limit refused a record.
-    pub write_failed_at: Option<u64>,
-    pub size_limited: bool,
+    /// Where the writer knows why it dropped events (STATS): JSON keys
+    /// `write_failed_at` and `size_limited`.
+    #[serde(flatten)]
+    pub write_loss: crate::trace::WriteLoss,
     /// Records of the file found damaged (their checksum did not match) and
     /// skipped; their events are counted in `events_dropped`.
     pub chunks_damaged: u64,

@@ -335,8 +335,7 @@ fn consume_while_running(
             if let Some(mut p) = c.report(&opts, &runinfo, true) {
                 // Said at the end, as `record` does of a full trace: the profile misses these calls.
                 if let Some(d) = p.events_dropped.filter(|&d| d > 0) {
-                    let loss = crate::trace::WriteLoss { write_failed_at: p.write_failed_at, size_limited: p.size_limited };
-                    summary.warnings.push(format!("the program's trace: {}", loss.dropped_text(d, p.events + d)));
+                    summary.warnings.push(format!("the program's trace: {}", p.write_loss.dropped_text(d, p.events + d)));
                 }
                 let data = p.profile_data.take();
                 if let Some(pb) = &cfg.publish {

@@ -189,22 +189,14 @@ fn exact_tables(run: &RunReport) -> Vec<Table> {
         }
         for (name, f) in &p.functions {
             let mut row = key(p);
-            row.extend([
-                Cell::text(name),
-                int(f.calls),
-                int(f.failed),
-                num(f.mean_size),
-            ]);
+            let c = &f.cycles;
+            row.extend([Cell::text(name), int(f.calls), int(f.failed), num(f.mean_size)]);
             // A function none of whose calls was timed has no cycle figures.
-            let known = f.cycles.measured();
-            row.extend([
-                if known { int(f.cycles.total) } else { Cell::Empty },
-                if known { num(f.cycles.mean) } else { Cell::Empty },
-                if known { num(f.cycles.stddev) } else { Cell::Empty },
-                if known { int(f.cycles.p50) } else { Cell::Empty },
-                if known { int(f.cycles.p99) } else { Cell::Empty },
-                int(f.cycles.timed),
-            ]);
+            row.extend(match c.measured() {
+                true => [int(c.total), num(c.mean), num(c.stddev), int(c.p50), int(c.p99)],
+                false => std::array::from_fn(|_| Cell::Empty),
+            });
+            row.push(int(c.timed));
             functions.push(row);
         }
         heap.push(snapshot_row(p, "peak", &p.peak.heap));

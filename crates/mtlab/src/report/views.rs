@@ -7,7 +7,6 @@ use crate::export::{Cell, Table, View};
 use crate::analysis::model::{AllocatorReading, Interval, SiteReport};
 use crate::heap::model::HeapSnapshot;
 use crate::analysis::ProcessReport;
-use crate::trace::WriteLoss;
 
 /// A table for the screen: CSV gets the raw figures from `report::csv_out`.
 fn table(name: &str, title: &str, header: &[&str], numeric_from: usize) -> Table {
@@ -552,7 +551,7 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
         if !p.leaks.top.is_empty() {
             out.extend(sites("leaks", "", &p.leaks.top, SiteCount::Live, run.frames));
         }
-        let loss_cause = WriteLoss { write_failed_at: p.write_failed_at, size_limited: p.size_limited }.cause();
+        let loss_cause = p.write_loss.cause();
         let mut note = |s: String| out.push(View::Note(s));
         note(match p.events_dropped {
             Some(0) => "events dropped: 0".into(),

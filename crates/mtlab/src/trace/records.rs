@@ -66,7 +66,8 @@ pub struct EndRecord {
 /// Why the preload library dropped events, where its writer knows (STATS
 /// `write_failed_at`, `size_limited`): what `record` warns of at the end of
 /// the run and the report names beside `events_dropped`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct WriteLoss {
     /// Offset of the first record a write could not hold whole (a full disk or quota).
     pub write_failed_at: Option<u64>,
