@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Trace bytes of the four programs of issue 38 §2, mtlab against heaptrack's
+# Trace bytes of issue 38 §2's programs, mtlab against heaptrack's
 # default (compressed) trace of the same program (docs/benchmarks.md,
 # *Trace size*), and after `mtlab compact` and `mtlab compact --lean`.
 # Per-stream figures: bench/trace_streams.py on the traces.
@@ -38,6 +38,7 @@ progs=(
   "pychurn|PYTHONMALLOC=malloc|$PY -c CHURN"
   "threads8||$OUT/report_shapes threads 2500000 8"
   "pyjson|PYTHONMALLOC=malloc|$PY $HERE/py_json_shuffle.py"
+  "pylive|PYTHONMALLOC=malloc|$PY $HERE/py_live_peak.py"
 )
 size() { stat -c %s "$1"; }
 printf '%-9s %12s %12s %12s %12s %8s %8s %8s\n' program mtlab compact lean heaptrack ratio compact/ht lean/ht

@@ -1595,7 +1595,7 @@ fn trace_from_a_newer_version_is_refused() {
     assert!(!o.status.success());
     assert!(o.stdout.is_empty());
     let e = stderr(&o);
-    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v8"), "{e}");
+    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v9"), "{e}");
 }
 
 /// Xorshift64 (shifts 13, 7, 17) from the seed `x`: a fixed stream of test data,
@@ -2508,7 +2508,7 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
     let mut seen = String::new();
     for trace in ["full.mtl", "sampled.mtl", "compact.mtl"] {
         let bytes = std::fs::read(lab.path(trace)).unwrap();
-        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 8, "{trace}: a rewritten trace is version 8");
+        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 9, "{trace}: a rewritten trace is version 9");
         let chunks: Vec<RawRecord> = raw_records(&bytes).into_iter().filter(|r| r.ty == 1).collect();
         assert!(chunks.len() >= 4, "{trace}: {} chunks", chunks.len());
         assert!(chunks.iter().all(|r| r.flags & 0x4 != 0), "{trace}: every chunk carries checksums");

@@ -43,7 +43,7 @@ fn recode_all(trace: &std::path::Path) -> usize {
             chunks.push((first.tsc, enc));
         }
         let rows: Vec<RowChunk> = chunks.iter().map(|(t0, e)| RowChunk { first_tsc: *t0, rows: e.body() }).collect();
-        for layout in [1, 2, 3, 4, 5, COLUMNS_LAYOUT] {
+        for layout in [1, 2, 3, 4, 5, 6, COLUMNS_LAYOUT] {
             let cols = split_layout(&rows, None, layout).unwrap();
             let back = decode_columns(&cols, rows[0].first_tsc, *tid).unwrap();
             assert_eq!(back.len(), items.len(), "thread {tid}, layout {layout}");

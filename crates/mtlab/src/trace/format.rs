@@ -6,7 +6,7 @@
 
 /// File magic: the first 8 bytes of every trace.
 pub const TRACE_MAGIC: [u8; 8] = *b"MTLABTR\0";
-/// The newest format version this mtlab reads and writes: versions 3 to 8
+/// The newest format version this mtlab reads and writes: versions 3 to 9
 /// are mtlab's rewrites (`finish`, `compact`), where every EVENTS record
 /// carries checksums (`RECORD_FLAG_CRC`); version 4's column chunks are in
 /// layout 2, version 5's in layout 3 (the timed calls' cycles coded by the
@@ -14,9 +14,10 @@ pub const TRACE_MAGIC: [u8; 8] = *b"MTLABTR\0";
 /// in layout 4 (`columns::COLUMNS_LAYOUT`: a thread's predictions run on
 /// from one record to the next), version 7's in layout 5 (the preload
 /// library's timing draws replayed, `draws`), version 8's in layout 6
-/// (stacks coded in the context of the previous event's, `predict`), which
-/// older readers do not know.
-pub const TRACE_VERSION: u32 = 8;
+/// (stacks coded in the context of the previous event's, `predict`),
+/// version 9's in layout 7 (an allocation guessed at the top's end and at
+/// its class's end plus the gap), which older readers do not know.
+pub const TRACE_VERSION: u32 = 9;
 /// The first version of mtlab's rewrites (checksummed chunks).
 pub const FIRST_REWRITTEN_VERSION: u32 = 3;
 /// The version the preload library writes (raw chunks, no checksums).
