@@ -636,6 +636,34 @@ fn the_root_pids_exit_status_belongs_to_its_last_image() {
     assert_eq!(site(&r, "before_exec"), site_of(c, c * 300, c, c * 300));
 }
 
+/// A process whose other threads are alive execs (rustup runs the real cargo
+/// or rustc so, its worker threads waiting): the exec ends them, and the
+/// events still in their buffers were lost, uncounted (rustup's 6 callocs
+/// of 66 under `cargo --version`). They are written before the exec. When
+/// the exec fails, the threads go on; what they add before their next flush
+/// is dropped and counted, and their buffers are written again after it.
+#[test]
+fn other_threads_events_are_written_before_an_exec() {
+    let lab = Lab::new();
+    let prog = lab.compile("exec_threads");
+    let (t, n, k) = (3u64, 50u64, 40u64);
+    lab.record_ok("ok.mtl", &prog, &[&t.to_string(), &n.to_string(), "ok"]);
+    let r = lab.report("ok.mtl");
+    assert_eq!(site(&r, "in_thread"), site_of(t * n, t * n * 500, t * n, t * n * 500), "the waiting threads' events");
+    let children = r["children"].as_array().unwrap();
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0]["cmdline"][1], "inner");
+    assert_eq!(site(&children[0], "main"), site_of(1, 100, 1, 100));
+
+    lab.record_ok("fail.mtl", &prog, &[&t.to_string(), &n.to_string(), "fail", &k.to_string()]);
+    let r = lab.report("fail.mtl");
+    assert_eq!(r["clean_end"], true);
+    assert_eq!(site(&r, "in_thread"), site_of(t * n, t * n * 500, t * n, t * n * 500), "written once, not twice");
+    assert_eq!(site(&r, "after_failed_exec"), Site::default(), "added after the copy, before the owner's flush");
+    assert_eq!(u(&r["events_dropped"]), t * k, "and counted as dropped");
+    assert_eq!(site(&r, "in_new_thread"), site_of(n, n * 700, n, n * 700), "buffers are written again after that flush");
+}
+
 // ---------------------------------------------------------------------------
 // Process trees: the index, --pid/--comm, what the exports took, missing traces.
 
