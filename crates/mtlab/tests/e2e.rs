@@ -2455,6 +2455,18 @@ fn a_program_ending_through_exit_group_is_told_what_is_missing() {
     assert_eq!(program_stderr(&o).as_bytes(), plain.stderr.as_slice());
     let e = stderr(&o);
     assert!(e.contains("is a Go program: Go ends its process with the exit_group system call"), "{e}");
+
+    // A Go program that ends through the C library's exit (cgo's C.exit) loses
+    // nothing: no warning, its calls and the END record are there.
+    let o = lab.record("c.mtl", &exe, &["cexit"]);
+    assert_eq!(o.status.code(), Some(5));
+    assert_eq!(o.stdout, b"cgo\n");
+    let e = stderr(&o);
+    assert!(!e.contains("is a Go program"), "{e}");
+    let r = lab.report("c.mtl");
+    assert_eq!(r["clean_end"], true);
+    assert_eq!(u(&r["events_dropped"]), 0);
+    assert_eq!(site(&r, "keep"), site_of(1, 77, 1, 77), "the last call, which os.Exit's run leaves in its buffer");
 }
 
 #[test]
