@@ -2469,6 +2469,33 @@ fn a_program_ending_through_exit_group_is_told_what_is_missing() {
     assert_eq!(site(&r, "keep"), site_of(1, 77, 1, 77), "the last call, which os.Exit's run leaves in its buffer");
 }
 
+/// A program with an allocator of its own (rustc links jemalloc) calls no
+/// heap function: its report said "allocator: glibc" over an empty heap and
+/// no more. It now says why the heap is empty and where the memory went.
+#[test]
+fn a_program_with_an_allocator_of_its_own_is_told_apart_from_an_empty_heap() {
+    let lab = Lab::new();
+    let prog = lab.compile("own_allocator");
+    lab.record_ok("t.mtl", &prog, &["1000"]);
+    let r = lab.report("t.mtl");
+    let calls: u64 = r["functions"].as_object().unwrap().values().map(|f| u(&f["calls"])).sum();
+    assert_eq!(calls, 2, "its mmap and munmap only: {}", r["functions"]);
+    assert_eq!(u(&r["program_mappings"]["calls"]), 1);
+    let o = report_output(&lab, &["t.mtl"]);
+    assert_success(&o, "mtlab report");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let said = "no call of the heap manager's functions (malloc, free, operator new, …) was seen in this process";
+    assert!(text.contains(said), "{text}");
+    assert!(text.contains("beside the heap: the program's own mappings (mmap outside the heap manager, e.g. python3's pymalloc arenas): 1 calls, 64.0 KiB"), "{text}");
+
+    // The same with one malloc beside its own region: not told so.
+    lab.record_ok("m.mtl", &prog, &["1000", "heap"]);
+    assert_eq!(u(&lab.report("m.mtl")["program_mappings"]["calls"]), 1);
+    let o = report_output(&lab, &["m.mtl"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!text.contains(said), "{text}");
+}
+
 #[test]
 fn a_trace_still_being_written_is_reported_as_running() {
     use std::io::{BufRead, Write};

@@ -13,6 +13,12 @@ fn table(name: &str, title: &str, header: &[&str], numeric_from: usize) -> Table
     Table::new(name, title, header, numeric_from).screen_only()
 }
 
+/// Whether the process made no heap call at all, only system calls that map
+/// memory (or none).
+fn no_heap_calls(p: &ProcessReport) -> bool {
+    p.functions.iter().all(|(name, f)| f.calls == 0 || matches!(name.as_str(), "mmap" | "mmap64" | "munmap" | "mremap" | "brk" | "sbrk"))
+}
+
 fn functions(p: &ProcessReport) -> Table {
     let sampled = p.functions.values().any(|f| f.cycles.timed < f.calls);
     let title = if sampled {
@@ -449,6 +455,15 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
                     split(&p.space_peak),
                     split(&p.space_end)
                 )));
+                if p.program_mappings.calls > 0 && no_heap_calls(p) {
+                    // rustc (its own jemalloc) reads as an empty heap and "allocator: glibc": say why.
+                    out.push(View::Note(
+                        "no call of the heap manager's functions (malloc, free, operator new, …) was seen in this process: \
+                         it made none, or it allocates through an allocator linked into it (rustc's jemalloc, Go's \
+                         runtime), which mtlab's library cannot see; what it mapped itself is on the next line"
+                            .to_string(),
+                    ));
+                }
                 if p.program_mappings.calls > 0 {
                     // Not heap, but the program's memory all the same (python3's pymalloc arenas):
                     // without this line the heap's peak reads as all the program used.
