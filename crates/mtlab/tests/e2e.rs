@@ -655,6 +655,15 @@ fn other_threads_events_are_written_before_an_exec() {
     assert_eq!(children[0]["cmdline"][1], "inner");
     assert_eq!(site(&children[0], "main"), site_of(1, 100, 1, 100));
 
+    // Sampled (a 1-byte mean interval: every call of 500 bytes is sampled):
+    // their samples too, flushed under each buffer's lock.
+    let o = lab.record_cmd("s.mtl", &["--sample", "1"], &prog, &[&t.to_string(), &n.to_string(), "ok"]).output().unwrap();
+    assert_success(&o, "mtlab record --sample 1");
+    let r = lab.report("s.mtl");
+    let top = r["profile"]["top"].as_array().unwrap();
+    let in_thread: u64 = top.iter().filter(|s| s["frames"][0]["function"] == "in_thread").map(|s| u(&s["samples"])).sum();
+    assert_eq!(in_thread, t * n, "{}", r["profile"]["top"]);
+
     lab.record_ok("fail.mtl", &prog, &[&t.to_string(), &n.to_string(), "fail", &k.to_string()]);
     let r = lab.report("fail.mtl");
     assert_eq!(r["clean_end"], true);
@@ -662,6 +671,9 @@ fn other_threads_events_are_written_before_an_exec() {
     assert_eq!(site(&r, "after_failed_exec"), Site::default(), "added after the copy, before the owner's flush");
     assert_eq!(u(&r["events_dropped"]), t * k, "and counted as dropped");
     assert_eq!(site(&r, "in_new_thread"), site_of(n, n * 700, n, n * 700), "buffers are written again after that flush");
+    let o = report_output(&lab, &["fail.mtl"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains(&format!("events dropped: {} — ", t * k)) && text.contains("after an exec that failed"), "{text}");
 }
 
 // ---------------------------------------------------------------------------

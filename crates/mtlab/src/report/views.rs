@@ -577,13 +577,14 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
             ),
             Some(d) => format!(
                 "events dropped: {d} — calls mtlab saw but could not write: the disk was full or the file size limit \
-                 reached, no memory for a buffer, threads still allocating after the exit flush, or (see below) the \
+                 reached, no memory for a buffer, threads still allocating after the exit flush or after an exec \
+                 that failed, or (see below) the \
                  first buffer of a process made without fork handlers; the heap figures above miss these calls (a \
                  dropped free leaves its block counted as live)"
             ),
             None if p.running => "events dropped: not known until the process ends".into(),
             None if execd => "events dropped: unknown — no END record: the process exec'd another program (its \
-                image's trace follows); events other threads had not flushed are missing"
+                image's trace follows); calls other threads made while it exec'd are missing"
                 .into(),
             None if p.exit.as_deref().is_some_and(|e| e.starts_with("exit code")) => "events dropped: unknown — no END \
                 record: the process made the exit_group system call itself instead of calling exit (as every Go \
