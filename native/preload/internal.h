@@ -187,7 +187,7 @@ HIDDEN int mtlab_pool_in_use(void); /* dlsym took pool memory: frees must see th
 struct mtlab_buf {
     struct mtlab_buf *next; /* global list, never unlinked */
     _Atomic int owned;      /* 1 while a live thread writes into it */
-    _Atomic int closed;     /* set by the exit flush: drop later appends */
+    _Atomic int closed;     /* MTLAB_CLOSED_*: set by the exit flush (or before an exec): drop later appends */
     uint32_t tid;
     uint32_t n_events;
     uint64_t first_tsc, prev_tsc; /* the chunk's last_tsc is prev_tsc (0 while it has no event) */
@@ -215,6 +215,12 @@ struct mtlab_buf {
  * handler in the middle of it, and must not wait for itself. */
 #define MTLAB_LOCK_FLUSHER 1
 #define MTLAB_LOCK_OWNER 2
+/* A buffer's `closed`: open; closed for good by the exit flush; closed by
+ * the flush before an exec, which its owner opens again at its next flush
+ * (the exec failed, or had not ended the thread yet). */
+#define MTLAB_CLOSED_NO 0
+#define MTLAB_CLOSED_EXIT 1
+#define MTLAB_CLOSED_EXEC 2
 HIDDEN int mtlab_buf_lock(struct mtlab_buf *b, int who, int tries); /* thread.c */
 #define MTLAB_BUF_HEAD (MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER)
 /* `record --live` copies a quiet thread's buffer out of the process at these offsets (mtlab_trace.h). */
@@ -375,6 +381,7 @@ HIDDEN void mtlab_set_main_stack(uint64_t lo, uint64_t hi);
 HIDDEN void mtlab_thread_init_global(void);
 HIDDEN void mtlab_flush_buf(struct mtlab_buf *b);
 HIDDEN void mtlab_flush_all(void);
+HIDDEN void mtlab_flush_others_before_exec(void); /* full trace: other threads' buffers, closed till their next flush */
 HIDDEN void mtlab_fork_child_reset(void);
 HIDDEN struct mtlab_buf *mtlab_first_buf(void);
 

@@ -913,7 +913,8 @@ EXPORT void *sbrk(intptr_t inc) {
     return r;
 }
 
-/* The thread's buffer written out now; before an exec, the writer readied too. */
+/* The thread's buffer written out now; before an exec, the other threads'
+ * too (the exec ends them) and the writer readied. */
 static void flush_before_exec_or_abort(int exec) {
     struct mtlab_tls *t = &mtlab_tls;
     ensure_real();
@@ -925,6 +926,7 @@ static void flush_before_exec_or_abort(int exec) {
         int saved = errno;
         MTLAB_GUARD_ENTER(t);
         mtlab_flush_own();
+        if (exec && atomic_load(&mtlab_threads_beyond_first)) mtlab_flush_others_before_exec();
         if (exec) mtlab_writer_before_exec();
         t->guard--;
         errno = saved;

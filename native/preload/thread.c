@@ -85,9 +85,15 @@ void mtlab_flush_buf(struct mtlab_buf *b) {
     atomic_fetch_add_explicit(&b->busy, 1, memory_order_relaxed);
     /* Pairs with the exit flusher's fence: either it sees us busy, or we see it closed. */
     atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load(&b->closed)) {
+    int closed = atomic_load(&b->closed);
+    if (closed) {
         uint32_t counted = atomic_exchange(&b->counted, 0);
         atomic_fetch_add(&mtlab_counters.events_dropped, b->n_events > counted ? b->n_events - counted : 0);
+        /* Closed before an exec this thread outlived (it failed, or had not
+         * ended the thread yet): the events added since the copy are
+         * dropped above, as they cannot be written without the copied ones
+         * before them in their chunk; from here on they are written again. */
+        if (closed == MTLAB_CLOSED_EXEC) atomic_compare_exchange_strong(&b->closed, &closed, MTLAB_CLOSED_NO);
     } else {
         /* Only the one thread could have started another: if none was, no
          * other thread's event can lie within this chunk's time. */
@@ -310,27 +316,45 @@ void mtlab_thread_init_global(void) { pthread_key_create(&exit_key, thread_exit)
  * it is unloaded. */
 void mtlab_thread_release(void) { pthread_key_delete(exit_key); }
 
-/* Copy of another thread's buffer, taken by the exit flusher. */
+/* Copy of another thread's buffer, taken by the exit flusher (or the flush
+ * before an exec); `copying` keeps the two apart. */
 static uint8_t exit_copy[MTLAB_BUF_BYTES];
+static _Atomic int copying;
 
-/* Full-trace mode, at exit: another thread may still be appending. Close the
+/* Full-trace mode, at exit (`how` MTLAB_CLOSED_EXIT) or before an exec
+ * (MTLAB_CLOSED_EXEC): another thread may still be appending. Close the
  * buffer (its owner drops what it flushes from now on), then copy it and
  * write the copy only if the owner was neither busy nor done anything during
  * the copy. An owner in the middle of an event finishes it within
- * microseconds and starts no other (tracing is off by now), so a busy buffer
- * is tried again for up to ~1 ms; what cannot be copied whole is counted as
- * dropped. Either way the events are marked counted, so that an owner that
- * flushes afterwards does not count them again. */
-static void flush_foreign(struct mtlab_buf *b) {
-    atomic_store(&b->closed, 1);
+ * microseconds (at exit it starts no other: tracing is off by then), so a
+ * busy buffer is tried again for up to ~1 ms; what cannot be copied whole is
+ * counted as dropped. Either way the events are marked counted, so that an
+ * owner that flushes afterwards does not count them again. */
+static void flush_foreign(struct mtlab_buf *b, int how) {
+    int was = atomic_exchange(&b->closed, how);
     atomic_thread_fence(memory_order_seq_cst);
+    if (was == MTLAB_CLOSED_EXEC) {
+        /* Copied before an exec that failed, and not flushed by its owner
+         * since: the copied events are written, the ones after them are
+         * dropped (they would need the copied ones in their chunk). */
+        for (int attempt = 0; attempt < 200 && atomic_load_explicit(&b->busy, memory_order_acquire); attempt++)
+            mtlab_sys_sleep_ns(5000);
+        uint32_t n = b->n_events, done = atomic_exchange(&b->counted, n);
+        if (n > done) count_dropped_chunk(n - done);
+        return;
+    }
     for (int attempt = 0; attempt < 200; attempt++) {
         if (attempt) mtlab_sys_sleep_ns(5000);
         uint32_t busy = atomic_load_explicit(&b->busy, memory_order_acquire);
         uint32_t gen = atomic_load_explicit(&b->gen, memory_order_acquire);
         uint32_t len = atomic_load_explicit(&b->len, memory_order_acquire);
         if (busy) continue;
-        if (len == 0) return;
+        if (len == 0) {
+            /* Nothing to write: an exec's close is undone (an owner that
+             * saw it meanwhile opened the buffer itself). */
+            if (how == MTLAB_CLOSED_EXEC) atomic_compare_exchange_strong(&b->closed, &how, MTLAB_CLOSED_NO);
+            return;
+        }
         uint32_t n = b->n_events;
         uint64_t first = b->first_tsc, last = n ? b->prev_tsc : 0;
         memcpy(exit_copy + MTLAB_BUF_HEAD, b->data + MTLAB_BUF_HEAD, len);
@@ -348,21 +372,50 @@ static void flush_foreign(struct mtlab_buf *b) {
 
 /* At exit: flush every buffer; other threads may still run. */
 void mtlab_flush_all(void) {
+    /* An exec's flush in another thread uses the copy buffer: waited for up to ~10 ms. */
+    int held = 0;
+    for (int i = 0; i < 10000 && !(held = !atomic_exchange(&copying, 1)); i++) mtlab_sys_sleep_ns(1000);
     struct mtlab_buf *mine = mtlab_tls.buf;
     mtlab_flush_own();
-    if (mine) atomic_store(&mine->closed, 1);
+    if (mine) atomic_store(&mine->closed, MTLAB_CLOSED_EXIT);
     for (struct mtlab_buf *b = atomic_load(&all_bufs); b; b = b->next) {
         if (b == mine) continue;
         if (mtlab_ctl) {
             /* Sampling: take the lock and keep it, so later appends drop. */
             if (mtlab_buf_lock(b, MTLAB_LOCK_FLUSHER, 0)) {
                 mtlab_flush_buf(b);
-                atomic_store(&b->closed, 1);
+                atomic_store(&b->closed, MTLAB_CLOSED_EXIT);
             }
         } else {
-            flush_foreign(b);
+            flush_foreign(b, MTLAB_CLOSED_EXIT);
         }
     }
+    if (held) atomic_store(&copying, 0);
+}
+
+/* Before an exec: the kernel ends every other thread with the image, and
+ * the events still in their buffers with them (rustup runs the real cargo
+ * or rustc by exec while its worker threads wait: their calls were lost,
+ * uncounted). They are written now, as at exit. Tracing goes on meanwhile,
+ * and the exec may fail: a buffer copied (full-trace mode) stays closed
+ * until its owner's next flush, which drops what it added since (counted)
+ * and opens it again. Sampling mode flushes under the buffer's lock and
+ * closes nothing. A buffer being appended to or flushed is passed over. */
+void mtlab_flush_others_before_exec(void) {
+    if (!mtlab_ctl && atomic_exchange(&copying, 1)) return; /* another thread's exec or exit is copying */
+    struct mtlab_buf *mine = mtlab_tls.buf;
+    for (struct mtlab_buf *b = atomic_load(&all_bufs); b; b = b->next) {
+        if (b == mine || !atomic_load(&b->owned) || atomic_load(&b->closed) || !atomic_load(&b->len)) continue;
+        if (mtlab_ctl) {
+            if (mtlab_buf_lock(b, MTLAB_LOCK_FLUSHER, 0)) {
+                mtlab_flush_buf(b);
+                atomic_store_explicit(&b->lock, 0, memory_order_release);
+            }
+        } else {
+            flush_foreign(b, MTLAB_CLOSED_EXEC);
+        }
+    }
+    if (!mtlab_ctl) atomic_store(&copying, 0);
 }
 
 /* In a fork child only the forking thread exists: other buffers hold the
@@ -371,7 +424,7 @@ void mtlab_flush_all(void) {
 void mtlab_fork_child_reset(void) {
     for (struct mtlab_buf *b = atomic_load(&all_bufs); b; b = b->next) {
         reset(b);
-        atomic_store(&b->closed, 0);
+        atomic_store(&b->closed, MTLAB_CLOSED_NO);
         atomic_store(&b->lock, 0);
         atomic_store(&b->busy, 0);
         atomic_store(&b->counted, 0);

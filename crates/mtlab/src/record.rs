@@ -1175,7 +1175,10 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             Err(e) => s.warnings.push(format!("the descendants' traces are not in the live profile (left as written): {e}")),
         }
     }
-    if !traces.is_empty() && crate::symbolize::elf_is_go(&program) == Some(true) {
+    // Only when the tail is in fact missing: a Go program that ends through
+    // the C library's exit (cgo's C.exit) writes its END like any other.
+    let no_end = || trace::TraceFile::open_without_maps(&output).map_or(true, |tf| tf.end.is_none());
+    if !traces.is_empty() && crate::symbolize::elf_is_go(&program) == Some(true) && no_end() {
         warnings.push(GO_EXIT.replace("{}", &program.display().to_string()));
     }
     let stages = stages.map(|s| (s, program_end.elapsed()));

@@ -636,6 +636,46 @@ fn the_root_pids_exit_status_belongs_to_its_last_image() {
     assert_eq!(site(&r, "before_exec"), site_of(c, c * 300, c, c * 300));
 }
 
+/// A process whose other threads are alive execs (rustup runs the real cargo
+/// or rustc so, its worker threads waiting): the exec ends them, and the
+/// events still in their buffers were lost, uncounted (rustup's 6 callocs
+/// of 66 under `cargo --version`). They are written before the exec. When
+/// the exec fails, the threads go on; what they add before their next flush
+/// is dropped and counted, and their buffers are written again after it.
+#[test]
+fn other_threads_events_are_written_before_an_exec() {
+    let lab = Lab::new();
+    let prog = lab.compile("exec_threads");
+    let (t, n, k) = (3u64, 50u64, 40u64);
+    lab.record_ok("ok.mtl", &prog, &[&t.to_string(), &n.to_string(), "ok"]);
+    let r = lab.report("ok.mtl");
+    assert_eq!(site(&r, "in_thread"), site_of(t * n, t * n * 500, t * n, t * n * 500), "the waiting threads' events");
+    let children = r["children"].as_array().unwrap();
+    assert_eq!(children.len(), 1);
+    assert_eq!(children[0]["cmdline"][1], "inner");
+    assert_eq!(site(&children[0], "main"), site_of(1, 100, 1, 100));
+
+    // Sampled (a 1-byte mean interval: every call of 500 bytes is sampled):
+    // their samples too, flushed under each buffer's lock.
+    let o = lab.record_cmd("s.mtl", &["--sample", "1"], &prog, &[&t.to_string(), &n.to_string(), "ok"]).output().unwrap();
+    assert_success(&o, "mtlab record --sample 1");
+    let r = lab.report("s.mtl");
+    let top = r["profile"]["top"].as_array().unwrap();
+    let in_thread: u64 = top.iter().filter(|s| s["frames"][0]["function"] == "in_thread").map(|s| u(&s["samples"])).sum();
+    assert_eq!(in_thread, t * n, "{}", r["profile"]["top"]);
+
+    lab.record_ok("fail.mtl", &prog, &[&t.to_string(), &n.to_string(), "fail", &k.to_string()]);
+    let r = lab.report("fail.mtl");
+    assert_eq!(r["clean_end"], true);
+    assert_eq!(site(&r, "in_thread"), site_of(t * n, t * n * 500, t * n, t * n * 500), "written once, not twice");
+    assert_eq!(site(&r, "after_failed_exec"), Site::default(), "added after the copy, before the owner's flush");
+    assert_eq!(u(&r["events_dropped"]), t * k, "and counted as dropped");
+    assert_eq!(site(&r, "in_new_thread"), site_of(n, n * 700, n, n * 700), "buffers are written again after that flush");
+    let o = report_output(&lab, &["fail.mtl"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains(&format!("events dropped: {} — ", t * k)) && text.contains("after an exec that failed"), "{text}");
+}
+
 // ---------------------------------------------------------------------------
 // Process trees: the index, --pid/--comm, what the exports took, missing traces.
 
@@ -2427,6 +2467,45 @@ fn a_program_ending_through_exit_group_is_told_what_is_missing() {
     assert_eq!(program_stderr(&o).as_bytes(), plain.stderr.as_slice());
     let e = stderr(&o);
     assert!(e.contains("is a Go program: Go ends its process with the exit_group system call"), "{e}");
+
+    // A Go program that ends through the C library's exit (cgo's C.exit) loses
+    // nothing: no warning, its calls and the END record are there.
+    let o = lab.record("c.mtl", &exe, &["cexit"]);
+    assert_eq!(o.status.code(), Some(5));
+    assert_eq!(o.stdout, b"cgo\n");
+    let e = stderr(&o);
+    assert!(!e.contains("is a Go program"), "{e}");
+    let r = lab.report("c.mtl");
+    assert_eq!(r["clean_end"], true);
+    assert_eq!(u(&r["events_dropped"]), 0);
+    assert_eq!(site(&r, "keep"), site_of(1, 77, 1, 77), "the last call, which os.Exit's run leaves in its buffer");
+}
+
+/// A program with an allocator of its own (rustc links jemalloc) calls no
+/// heap function: its report said "allocator: glibc" over an empty heap and
+/// no more. It now says why the heap is empty and where the memory went.
+#[test]
+fn a_program_with_an_allocator_of_its_own_is_told_apart_from_an_empty_heap() {
+    let lab = Lab::new();
+    let prog = lab.compile("own_allocator");
+    lab.record_ok("t.mtl", &prog, &["1000"]);
+    let r = lab.report("t.mtl");
+    let calls: u64 = r["functions"].as_object().unwrap().values().map(|f| u(&f["calls"])).sum();
+    assert_eq!(calls, 2, "its mmap and munmap only: {}", r["functions"]);
+    assert_eq!(u(&r["program_mappings"]["calls"]), 1);
+    let o = report_output(&lab, &["t.mtl"]);
+    assert_success(&o, "mtlab report");
+    let text = String::from_utf8_lossy(&o.stdout);
+    let said = "no call of the heap manager's functions (malloc, free, operator new, …) was seen in this process";
+    assert!(text.contains(said), "{text}");
+    assert!(text.contains("beside the heap: the program's own mappings (mmap outside the heap manager, e.g. python3's pymalloc arenas): 1 calls, 64.0 KiB"), "{text}");
+
+    // The same with one malloc beside its own region: not told so.
+    lab.record_ok("m.mtl", &prog, &["1000", "heap"]);
+    assert_eq!(u(&lab.report("m.mtl")["program_mappings"]["calls"]), 1);
+    let o = report_output(&lab, &["m.mtl"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(!text.contains(said), "{text}");
 }
 
 #[test]

@@ -13,6 +13,12 @@ fn table(name: &str, title: &str, header: &[&str], numeric_from: usize) -> Table
     Table::new(name, title, header, numeric_from).screen_only()
 }
 
+/// Whether the process made no heap call at all, only system calls that map
+/// memory (or none).
+fn no_heap_calls(p: &ProcessReport) -> bool {
+    p.functions.iter().all(|(name, f)| f.calls == 0 || matches!(name.as_str(), "mmap" | "mmap64" | "munmap" | "mremap" | "brk" | "sbrk"))
+}
+
 fn functions(p: &ProcessReport) -> Table {
     let sampled = p.functions.values().any(|f| f.cycles.timed < f.calls);
     let title = if sampled {
@@ -449,6 +455,15 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
                     split(&p.space_peak),
                     split(&p.space_end)
                 )));
+                if p.program_mappings.calls > 0 && no_heap_calls(p) {
+                    // rustc (its own jemalloc) reads as an empty heap and "allocator: glibc": say why.
+                    out.push(View::Note(
+                        "no call of the heap manager's functions (malloc, free, operator new, …) was seen in this process: \
+                         it made none, or it allocates through an allocator linked into it (rustc's jemalloc, Go's \
+                         runtime), which mtlab's library cannot see; what it mapped itself is on the next line"
+                            .to_string(),
+                    ));
+                }
                 if p.program_mappings.calls > 0 {
                     // Not heap, but the program's memory all the same (python3's pymalloc arenas):
                     // without this line the heap's peak reads as all the program used.
@@ -562,13 +577,14 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
             ),
             Some(d) => format!(
                 "events dropped: {d} — calls mtlab saw but could not write: the disk was full or the file size limit \
-                 reached, no memory for a buffer, threads still allocating after the exit flush, or (see below) the \
+                 reached, no memory for a buffer, threads still allocating after the exit flush or after an exec \
+                 that failed, or (see below) the \
                  first buffer of a process made without fork handlers; the heap figures above miss these calls (a \
                  dropped free leaves its block counted as live)"
             ),
             None if p.running => "events dropped: not known until the process ends".into(),
             None if execd => "events dropped: unknown — no END record: the process exec'd another program (its \
-                image's trace follows); events other threads had not flushed are missing"
+                image's trace follows); calls other threads made while it exec'd are missing"
                 .into(),
             None if p.exit.as_deref().is_some_and(|e| e.starts_with("exit code")) => "events dropped: unknown — no END \
                 record: the process made the exit_group system call itself instead of calling exit (as every Go \

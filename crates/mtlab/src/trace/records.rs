@@ -105,7 +105,7 @@ impl WriteLoss {
     pub fn dropped_text(&self, dropped: u64, seen: u64) -> String {
         let cause = self.cause().unwrap_or_else(|| {
             "calls mtlab saw but could not write (no memory for a buffer, threads still allocating after the exit \
-             flush, or a process made without fork handlers); `mtlab report` counts them"
+             flush or after an exec that failed, or a process made without fork handlers); `mtlab report` counts them"
                 .into()
         });
         format!("{dropped} of {seen} events ({:.1} %) were dropped: {cause}", 100.0 * dropped as f64 / seen.max(1) as f64)
