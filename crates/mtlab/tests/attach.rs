@@ -622,6 +622,66 @@ fn attach_into_another_mount_and_pid_namespace() {
     assert_eq!(u(&live["pid"]), 1, "its own view of its pid");
 }
 
+/// A service's process runs as a user of its own and root attaches to it
+/// (`sudo mtlab record --pid`, postgres's backends): mtlab's cached library
+/// and -o's directory are closed to that user (here both in the lab, 0700),
+/// so the library is copied into the process's /tmp and the trace brought
+/// out from there, as for a container. It failed with "its dlopen of mtlab's
+/// library failed: ... Permission denied".
+#[test]
+fn root_attaches_to_a_process_of_another_user() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    if !is_root() {
+        skip("attaching to another user's process needs root");
+        return;
+    }
+    let lab = Lab::new();
+    let prog = lab.compile("attach_phases");
+    let open = tempfile::Builder::new().prefix("mtlab-e2e-other-").tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let there = open.path().join("attach_phases");
+    std::fs::copy(&prog, &there).unwrap();
+    let cache = lab.path("cache");
+    std::fs::create_dir(&cache).unwrap();
+    let mut figures = vec![];
+    for (trace, extra) in [("other.mtl", &["--full"][..]), ("other.live", &["--live", "--snapshot-every", "0.1"][..])] {
+        let mut child = Command::new(&there).uid(65534).gid(65534).current_dir(open.path()).stdin(Stdio::null()).stdout(Stdio::piped()).spawn().unwrap();
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let mut t = Target { child, out };
+        assert_eq!(t.line(), "ready");
+        let pid = t.pid();
+        let mut m = lab
+            .command(MTLAB)
+            .env("XDG_CACHE_HOME", &cache)
+            .args(["record", "--pid", &pid.to_string(), "-o"])
+            .arg(lab.path(trace))
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut err = BufReader::new(m.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        if !line.starts_with(&format!("mtlab: attached to process {pid}")) {
+            let _ = t.child.kill();
+            let _ = t.child.wait();
+            panic!("mtlab said: {line}");
+        }
+        assert_eq!(t.next_phase(), "phase 1 done");
+        let said = detach(m, err);
+        let left: Vec<_> = std::fs::read_dir("/tmp").unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("mtlab-attach-") && n.contains(&format!("-{pid}."))).collect();
+        assert!(left.is_empty(), "nothing left in /tmp: {left:?}");
+        assert_eq!(finish(t), "phase 2 done 435", "the program runs on with its own output");
+        let r = lab.report(trace);
+        assert_eq!(calls(&r, "malloc"), 100);
+        assert_eq!(calls(&r, "free"), 70);
+        assert_eq!(r["attached"]["ended_by"], "detach", "{said}");
+        figures.push(attach_figures(&r));
+    }
+    assert_eq!(figures[0], figures[1], "the live attach counts what the full one counts");
+}
+
 /// Attaches to attach_phases in its own mount and PID namespace for phase 1; its report.
 fn attach_in_namespace(lab: &Lab, trace: &str, extra: &[&str]) -> Value {
     let prog = lab.compile("attach_phases");

@@ -197,12 +197,14 @@ fn checks(cfg: &AttachConfig) -> Result<(PathBuf, Vec<Mapping>, String, Part), A
 }
 
 /// The library and the trace where the process can reach them: mtlab's own
-/// paths in the same mount namespace; in another (a container), a copy of
-/// the library and the trace in the process's /tmp, reached from here
-/// through /proc/PID/root.
+/// paths in the same mount namespace, as the same user; else (a container,
+/// or a service's process running as its own user, whom mtlab's cache in
+/// root's home and `-o`'s directory may be closed to) a copy of the library
+/// and the trace in the process's /tmp, reached from here through
+/// /proc/PID/root.
 fn place(cfg: &AttachConfig, output: &Path, part: Part) -> Result<Paths, AttachError> {
     let lib = native::path(part)?;
-    if !target::other_mount_ns(cfg.pid) {
+    if !target::other_mount_ns(cfg.pid) && !target::other_user(cfg.pid) {
         return Ok(Paths {
             lib_in_target: lib.to_string_lossy().into_owned(),
             out_in_target: output.to_string_lossy().into_owned(),
@@ -461,6 +463,12 @@ fn load_and_begin(cfg: &AttachConfig, libc_path: &str, paths: &Paths) -> Result<
         page_fd: None,
     };
     let mut loaded = loaded;
+    let taken = if r as i32 == 0 && paths.out_here != paths.out_final && target::other_user(pid) { take_over(&paths.out_here) } else { Ok(()) };
+    if let Err(e) = taken {
+        let _ = call(&mut t, tid, "mtlab_attach_end", loaded.end, &[], &[]);
+        let _ = call(&mut t, tid, "dlclose", loaded.dlclose, &[handle], &[]);
+        return Err(failed(pid, format!("cannot take over the trace it made, {}: {e}", paths.out_here.display())));
+    }
     if r as i32 != 0 {
         let _ = call(&mut t, tid, "mtlab_attach_end", loaded.end, &[], &[]);
         let _ = call(&mut t, tid, "dlclose", loaded.dlclose, &[handle], &[]);
@@ -769,6 +777,28 @@ fn finish(paths: &Paths, runinfo: &[(String, String)], warnings: &mut Vec<String
             Some(here.clone())
         }
     }
+}
+
+/// The trace in the process's /tmp made mtlab's own: a process of another
+/// user created it, and reading and finishing it open only this user's
+/// files. The process writes on through the descriptor it holds.
+fn take_over(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let f = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC).open(path) {
+        // Not made yet (the musl build opens it at its first write): left as it comes.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        r => r?,
+    };
+    let m = f.metadata()?;
+    if !m.file_type().is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    // SAFETY: geteuid and getegid cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    if m.uid() == uid {
+        return Ok(());
+    }
+    std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
 }
 
 fn cleanup(paths: &Paths) {

@@ -121,6 +121,22 @@ pub fn other_mount_ns(pid: i32) -> bool {
     }
 }
 
+/// The process opens files as another user than mtlab (root attaching to a
+/// service's process): mtlab's cached library (in its user's home) and the
+/// directory of `-o` may be closed to it.
+pub fn other_user(pid: i32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    // SAFETY: geteuid cannot fail.
+    fs_uid(&status).is_some_and(|uid| uid != unsafe { libc::geteuid() })
+}
+
+/// The file-system uid (the fourth of "Uid:"), the one the kernel checks
+/// when the process opens a file.
+fn fs_uid(status: &str) -> Option<u32> {
+    let line = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    line.split_whitespace().nth(3)?.parse().ok()
+}
+
 /// Why mtlab cannot attach, each with what to do.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum Refusal {
@@ -340,5 +356,7 @@ mod tests {
         assert_eq!(status_field(s, "Uid").as_deref(), Some("1000"));
         assert_eq!(status_field(s, "Seccomp").as_deref(), Some("2"));
         assert_eq!(status_field(s, "Nope"), None);
+        assert_eq!(fs_uid("Uid:\t0\t0\t0\t104\n"), Some(104), "the file-system uid, not the real one");
+        assert_eq!(fs_uid("Name:\tcat\n"), None);
     }
 }

@@ -337,7 +337,8 @@ struct RecordArgs {
     sample_seed: u64,
     /// With --sample or --live: push each window's heap profile over OTLP every PERIOD (e.g. 60s) while the
     /// program runs, and the last one when it ends, to --otlp-endpoint; a failed push is retried within its
-    /// window, then dropped and counted, never holding up the program.
+    /// window, then dropped and counted, never holding up the program. The started process's profile only:
+    /// the processes it starts (a server's workers) are in the trace or profile file, not pushed.
     #[arg(long, value_name = "PERIOD", value_parser = otlp::parse_every)]
     push_every: Option<std::time::Duration>,
     /// With --push-every: where to; without URL, $OTEL_EXPORTER_OTLP_ENDPOINT, else http://localhost:4318 (over gRPC :4317).
