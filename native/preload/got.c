@@ -214,13 +214,54 @@ static int collect(struct dl_phdr_info *info, size_t size, void *arg) {
     return 0;
 }
 
+/* glibc relocates the d_ptr values of a writable dynamic section in place;
+ * the vDSO's (and a read-only one's) stay offsets. */
+static uintptr_t dptr(const struct module *m, uintptr_t v) { return v < m->base ? v + m->base : v; }
+
+static const char *strtab_of(const struct module *m) {
+    for (const ElfW(Dyn) *d = (const ElfW(Dyn) *)m->dyn; d->d_tag != DT_NULL; d++)
+        if (d->d_tag == DT_STRTAB) return (const char *)dptr(m, d->d_un.d_ptr);
+    return NULL;
+}
+
+/* Whether a module among the first `n` names `m` as DT_NEEDED (by its
+ * DT_SONAME, else the last part of its path): then the loader loaded it at
+ * startup with them, or with a dlopen'ed module that needs it, which keeps
+ * it loaded as long as that one. */
+static int needed_by_another(const struct module *m, uint32_t n) {
+    const char *strtab = strtab_of(m), *name = NULL;
+    for (const ElfW(Dyn) *d = (const ElfW(Dyn) *)m->dyn; strtab && d->d_tag != DT_NULL; d++)
+        if (d->d_tag == DT_SONAME) name = strtab + d->d_un.d_val;
+    if (!name) {
+        const char *slash = strrchr(m->name, '/');
+        name = slash ? slash + 1 : m->name;
+    }
+    if (!name[0]) return 0;
+    for (uint32_t j = 0; j < n; j++) {
+        const char *st = strtab_of(&modules[j]);
+        if (!st || &modules[j] == m) continue;
+        for (const ElfW(Dyn) *d = (const ElfW(Dyn) *)modules[j].dyn; d->d_tag != DT_NULL; d++)
+            if (d->d_tag == DT_NEEDED && strcmp(st + d->d_un.d_val, name) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Set while the constructor scans: the loader may not have run every
+ * startup module's initializers yet. */
+static int at_startup;
+
 /* A module dlopen'ed before the constructor (by another library's
  * constructor) could be dlclose'd later and its slots unmapped: keep every
- * scanned module loaded (RTLD_NODELETE; modules loaded at startup are never
- * unloaded anyway). The handle must be this very module (not one of the same
- * name in another namespace). Returns 0 if the module cannot be kept. */
-static int pin(const struct module *m) {
+ * scanned module loaded (RTLD_NODELETE). The handle must be this very module
+ * (not one of the same name in another namespace). Returns 0 if the module
+ * cannot be kept. A module another one needs is left alone in the
+ * constructor: loaded at startup it is never unloaded, and a dlopen of it
+ * from the constructor is not harmless (postgres 15, which loads 44
+ * modules: after the dlopen of its libldap the program waited for ever on
+ * glibc's gettext lock in `textdomain`, before its first line). */
+static int pin(const struct module *m, int needed) {
     if (!m->name[0]) return 1; /* the program */
+    if (at_startup && needed) return 1;
     void *h = dlopen(m->name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
     if (!h) return 0;
     struct link_map *lm = NULL;
@@ -228,9 +269,6 @@ static int pin(const struct module *m) {
     return ok; /* the handle stays open: one more reference on a module that is never unloaded */
 }
 
-/* glibc relocates the d_ptr values of a writable dynamic section in place;
- * the vDSO's (and a read-only one's) stay offsets. */
-static uintptr_t dptr(const struct module *m, uintptr_t v) { return v < m->base ? v + m->base : v; }
 
 static void scan_relocs(struct module *m, const ElfW(Rela) *rel, size_t bytes, const ElfW(Sym) *symtab,
                         const char *strtab, size_t strsz) {
@@ -318,10 +356,13 @@ static void scan_module(struct module *m) {
  * slots scanned, the modules holding any kept (a module without slots is
  * looked at again next time, it costs a walk of its relocations). */
 static void scan_new(void) {
+    static uint8_t needed[MAX_MODULES];
     uint32_t kept = n_modules;
     dl_iterate_phdr(collect, NULL);
+    /* Before the loop below moves modules over the ones it drops. */
+    for (uint32_t i = kept; i < n_modules; i++) needed[i] = at_startup && needed_by_another(&modules[i], n_modules);
     for (uint32_t i = kept; i < n_modules; i++) {
-        if (!pin(&modules[i])) continue;
+        if (!pin(&modules[i], needed[i])) continue;
         modules[kept] = modules[i];
         scan_module(&modules[kept]);
         if (modules[kept].n) kept++;
@@ -367,7 +408,11 @@ void mtlab_got_scan(void) {
 #endif
     n_modules = 0;
     n_slots = 0;
+#ifndef MTLAB_ATTACH
+    at_startup = 1; /* the preload library's constructor; attached, the program has long started */
+#endif
     scan_new();
+    at_startup = 0;
 }
 
 static int count_adds(struct dl_phdr_info *info, size_t size, void *arg) {
