@@ -770,9 +770,20 @@ fn ctl_status_shows_the_lag_and_stderr_says_behind_and_caught_up() {
 /// (the parent's first line), and a channel of stderr's lines.
 fn record_daemon(lab: &Lab, name: &str, ticks: u64, n: u64) -> (std::process::Child, u32, std::sync::mpsc::Receiver<String>) {
     use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
     let prog = lab.compile("daemon_child");
-    let mut rec = lab
-        .record_cmd(name, &["--live", "--snapshot-every", "0.1"], &prog, &[&ticks.to_string(), &n.to_string()])
+    let mut cmd = lab.record_cmd(name, &["--live", "--snapshot-every", "0.1"], &prog, &[&ticks.to_string(), &n.to_string()]);
+    // record keeps ignoring a signal it was started ignoring (`nohup`), and a
+    // test run started with `&` by a script inherits SIGINT ignored: the
+    // Ctrl-C below is asked of a record started as from a terminal.
+    // SAFETY: signal() is async-signal-safe, as pre_exec requires.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut rec = cmd
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
