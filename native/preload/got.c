@@ -259,16 +259,15 @@ static int at_startup;
  * from the constructor is not harmless (postgres 15, which loads 44
  * modules: after the dlopen of its libldap the program waited for ever on
  * glibc's gettext lock in `textdomain`, before its first line). */
-static int pin(const struct module *m, int needed) {
+static int pin(const struct module *m, int needed_at_startup) {
     if (!m->name[0]) return 1; /* the program */
-    if (at_startup && needed) return 1;
+    if (needed_at_startup) return 1;
     void *h = dlopen(m->name, RTLD_LAZY | RTLD_NOLOAD | RTLD_NODELETE);
     if (!h) return 0;
     struct link_map *lm = NULL;
     int ok = dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && (uintptr_t)lm->l_ld == m->dyn;
     return ok; /* the handle stays open: one more reference on a module that is never unloaded */
 }
-
 
 static void scan_relocs(struct module *m, const ElfW(Rela) *rel, size_t bytes, const ElfW(Sym) *symtab,
                         const char *strtab, size_t strsz) {

@@ -585,7 +585,8 @@ impl Predictor {
                     ALLOC_SIZE0 + r as u64
                 } else if p != self.alloc_guess() && p != 0 && p == self.class_guess() {
                     ALLOC_CLASS
-                } else if self.layout >= 7 && p != self.alloc_guess() && p != 0 && p != self.class_guess() && p == self.top_guess() {
+                } else if self.layout >= 7 && p != self.alloc_guess() && p != 0 && p == self.top_guess() {
+                    // Not the class's guess: that was tried above.
                     ALLOC_TOP
                 } else {
                     let d = p.wrapping_sub(self.alloc_guess()) as i64;
