@@ -12,7 +12,7 @@ import sys
 NAMES = ["kind", "time", "time_rest", "cycles", "cycles_rest", "stack", "size",
          "alloc_code", "free_code", "ptr_delta", "extra", "misc", "stack_defs",
          "alloc_delta", "free_delta", "cycles_skip", "free_seq", "time_skip"]
-N_STREAMS = {1: 13, 2: 15, 3: 16, 4: 18, 5: 18, 6: 18, 7: 18}
+N_STREAMS = {1: 13, 2: 15, 3: 16, 4: 18, 5: 18, 6: 18, 7: 18, 8: 18}
 
 
 def varint(b, i):

@@ -1635,7 +1635,7 @@ fn trace_from_a_newer_version_is_refused() {
     assert!(!o.status.success());
     assert!(o.stdout.is_empty());
     let e = stderr(&o);
-    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v9"), "{e}");
+    assert!(e.contains("newer") && e.contains("v99") && e.contains("up to v10"), "{e}");
 }
 
 /// Xorshift64 (shifts 13, 7, 17) from the seed `x`: a fixed stream of test data,
@@ -2444,6 +2444,14 @@ fn a_program_ending_through_exit_group_is_told_what_is_missing() {
     let text = report_output(&lab, &["r.mtl"]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("made the exit_group system call itself instead of calling exit"), "{text}");
+    assert!(!text.contains("these estimates are of the samples the trace holds"), "a full trace: {text}");
+    // Sampled, the same loss takes the samples: the estimates say they
+    // are of what the trace holds (every malloc sampled at 1 byte, none written).
+    let o = lab.record_cmd("s.mtl", &["--sample", "1"], &prog, &[]).output().unwrap();
+    assert_eq!((o.status.code(), o.stdout.as_slice()), (Some(5), b"bye\n".as_slice()));
+    let text = report_output(&lab, &["s.mtl"]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("these estimates are of the samples the trace holds: the process ended without writing"), "{text}");
 
     let Some(go) = ["/usr/local/go/bin/go", "/usr/bin/go"].into_iter().find(|g| std::path::Path::new(g).exists()) else {
         return skip("no Go toolchain (Debian: golang-go)");
@@ -2587,7 +2595,7 @@ fn a_flipped_bit_in_any_chunk_is_reported_as_damage_never_as_a_changed_figure() 
     let mut seen = String::new();
     for trace in ["full.mtl", "sampled.mtl", "compact.mtl"] {
         let bytes = std::fs::read(lab.path(trace)).unwrap();
-        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 9, "{trace}: a rewritten trace is version 9");
+        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 10, "{trace}: a rewritten trace is version 10");
         let chunks: Vec<RawRecord> = raw_records(&bytes).into_iter().filter(|r| r.ty == 1).collect();
         assert!(chunks.len() >= 4, "{trace}: {} chunks", chunks.len());
         assert!(chunks.iter().all(|r| r.flags & 0x4 != 0), "{trace}: every chunk carries checksums");

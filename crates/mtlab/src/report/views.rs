@@ -255,7 +255,9 @@ pub const SHOWN_NOTE: &str = "a stack is listed because it was sampled, so each 
      that: a row of one sample starts at what that sample holds (a block sampled once says nothing more; \
      unconditioned, an 8 KiB block sampled once at 512 KiB got a low end of 14 KiB)";
 
-fn sampled(summary: &crate::analysis::model::SampledSummary, depth: usize) -> Vec<View> {
+/// `tail_lost`: the process ended without an END record (not still running):
+/// samples its threads still buffered then are not in the trace.
+fn sampled(summary: &crate::analysis::model::SampledSummary, depth: usize, tail_lost: bool) -> Vec<View> {
     let width = stack_width(80);
     let p = &summary.totals;
     let intervals: Vec<String> = p.intervals.iter().map(|&i| crate::units::format_size(i)).collect();
@@ -276,13 +278,20 @@ fn sampled(summary: &crate::analysis::model::SampledSummary, depth: usize) -> Ve
     let unreliable = p.alloc_objects.mixed_sizes || p.inuse_objects.mixed_sizes;
     let mut out = vec![View::Note(format!(
         "sampled profile: {} samples at mean interval {} (unwinder {}), {} sampled blocks freed\n\
-         estimated allocated: {} in {} objects; in use at the end: {inuse} ([low, high]: 95 % interval){}",
+         estimated allocated: {} in {} objects; in use at the end: {inuse} ([low, high]: 95 % interval){}{}",
         p.samples,
         if intervals.is_empty() { "-".to_string() } else { intervals.join(", ") },
         summary.unwind,
         p.sample_frees,
         estimate(&p.alloc_bytes, true),
         estimate(&p.alloc_objects, false),
+        if tail_lost {
+            "\nthese estimates are of the samples the trace holds: the process ended without writing what its \
+             threads still buffered (no END record, see `events dropped` below), so what it allocated can be more \
+             than their high ends"
+        } else {
+            ""
+        },
         if unreliable { format!("\n{UNRELIABLE_NOTE}") } else { String::new() },
     ))];
     // Stacks whose shown frames are equal share a row, as in a full trace's
@@ -434,7 +443,7 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
         note(String::new());
         match &p.profile {
             Some(profile) => {
-                out.extend(sampled(profile, run.frames));
+                out.extend(sampled(profile, run.frames, !p.clean_end && !p.running && p.flight.is_none()));
                 if !profile.threads.is_empty() {
                     out.push(View::Table(sampled_threads(&profile.threads)));
                 }

@@ -27,6 +27,7 @@
 
 use super::fields::{DecErr, Field, Fields};
 use super::format::*;
+use super::cycle_groups::{has_form, Gather, Hand, Put};
 use super::draws::{is_drawn, Draws, Replay, Thread};
 use super::predict::{Predictor, Streams, OPT_TIMESKIP};
 use super::varint::{put_svarint, put_varint, varint, zigzag};
@@ -47,7 +48,7 @@ use super::varint::{put_svarint, put_varint, varint, zigzag};
 /// deltas in units of 16 bytes (`predict`); layout 7 (version 9) guesses
 /// an allocation after the end of the last one carved fresh (the heap's
 /// top) and at its class's end plus the gap. Layouts 1 to 6 are still read.
-pub const COLUMNS_LAYOUT: u8 = 7;
+pub const COLUMNS_LAYOUT: u8 = 8;
 
 /// Records of a thread whose predictions run on from one to the next: a
 /// record that cannot be read takes at most the rest of its chain with it.
@@ -396,6 +397,26 @@ fn put_stepped(v: u64, d: Divisor, main: &mut Vec<u8>, rest: &mut Vec<u8>) {
     put_svarint(rest, v.wrapping_sub(quot.wrapping_mul(q)) as i64);
 }
 
+/// Layout 8's sorted cycles: `v` in steps as the rise from the value
+/// before it in its block (`prev`, in steps; the rounding to steps keeps
+/// the order), the rest as `put_stepped`'s.
+#[inline(always)]
+fn put_stepped_after(v: u64, d: Divisor, prev: &mut u64, main: &mut Vec<u8>, rest: &mut Vec<u8>) {
+    let q = d.q;
+    let lower = d.div(v);
+    let quot = lower + u64::from(q > 1 && v - lower * q >= q.div_ceil(2));
+    put_varint(main, quot.wrapping_sub(*prev));
+    *prev = quot;
+    put_svarint(rest, v.wrapping_sub(quot.wrapping_mul(q)) as i64);
+}
+
+/// Whether a record of `layout` whose timing draws start at `started` holds
+/// its cycles sorted per function within groups (`cycle_groups`): layout 8
+/// under sampled timing.
+fn sorts_cycles(layout: u8, started: &Draws) -> bool {
+    layout >= 8 && matches!(started, Draws::Replay { .. })
+}
+
 #[inline(always)]
 fn from_stepped(q: u64, quot: u64, rest: u64) -> u64 {
     quot.wrapping_mul(q).wrapping_add(zigzag(rest) as u64)
@@ -611,6 +632,29 @@ fn split_inner(
     // Layout 5: the events since the last whose timing departed from the
     // replay of the draws.
     let mut kept = 0u64;
+    // Layout 8, under sampled timing: each function's cycles sorted within
+    // groups of the record's items (`cycle_groups`), each coded against the
+    // one before it.
+    let sorted = sorts_cycles(layout, &started);
+    let mut groups = Gather::default();
+    let mut prev_cycles = 0u64;
+    macro_rules! put_group {
+        () => {
+            |p: Put| {
+                let (a, b) = s.split_at_mut(Stream::CyclesRest as usize);
+                let (main, rest) = (&mut a[Stream::Cycles as usize], &mut b[0]);
+                match p {
+                    Put::Key(k, n) => {
+                        put_varint(main, k as u64);
+                        put_varint(main, n as u64);
+                        prev_cycles = 0;
+                    }
+                    Put::Value(v) => put_stepped_after(v, cd, &mut prev_cycles, main, rest),
+                    Put::End => put_varint(main, 0),
+                }
+            }
+        };
+    }
     // Inlined into each of `walk_rows`' call sites, where the token's kind
     // and field are known: called, it was a fifth of the finish's time in
     // its prologue and the dispatch on the token.
@@ -618,6 +662,9 @@ fn split_inner(
         match t {
             Token::Kind(b) => {
                 pred.event();
+                if sorted {
+                    groups.event(put_group!());
+                }
                 if layout < 4 {
                     s[Stream::Kind as usize].push(b)
                 } else if b & KIND_MASK == EV_STACK_DEF {
@@ -662,7 +709,9 @@ fn split_inner(
                         put_varint(&mut s[Stream::CyclesSkip as usize], kept);
                         kept = 0;
                     }
-                    if timed {
+                    if timed && sorted {
+                        groups.timed(kind & KIND_MASK, v);
+                    } else if timed {
                         let (a, b) = s.split_at_mut(Stream::CyclesRest as usize);
                         put_stepped(v, cd, &mut a[Stream::Cycles as usize], &mut b[0]);
                     }
@@ -688,12 +737,20 @@ fn split_inner(
                 Field::Def => put_varint(&mut s[Stream::Defs as usize], v),
                 Field::Size => pred.put_size(v, &mut s),
                 Field::Extra => pred.put_extra(v, &mut s),
-                Field::Misc => put_varint(&mut s[Stream::Misc as usize], v),
+                Field::Misc => {
+                    if sorted {
+                        groups.misc(v);
+                    }
+                    put_varint(&mut s[Stream::Misc as usize], v)
+                }
                 Field::NewPtr | Field::OldPtr | Field::Addr => pred.put(f, v, &mut s),
             },
         }
         true
     })?;
+    if sorted {
+        groups.flush(put_group!());
+    }
     if zeros > 0 || kept > 0 {
         put_varint(&mut s[Stream::CyclesSkip as usize], zeros + kept);
     }
@@ -841,6 +898,10 @@ pub(crate) struct ColumnFields {
     /// Layout 5: the replay of the timing draws, and the current event's kind.
     draws: Option<Draws>,
     kind: u8,
+    /// Layout 8 under sampled timing (`sorts_cycles`): the current group's
+    /// cycles per function, handed to its timed calls.
+    sorted_cycles: bool,
+    hand: Hand,
     /// Layout 4: each item's stack comes before its kind byte, which is
     /// coded against its stack's (`Predictor::kind_at_site`); the current
     /// event's stack.
@@ -920,6 +981,8 @@ impl ColumnFields {
             time_zeros: ZeroRuns::new(layout >= 4, pred.on(OPT_TIMESKIP)),
             pred,
             chain_pos,
+            sorted_cycles: draws.as_ref().is_some_and(|d| sorts_cycles(layout, d)),
+            hand: Hand::default(),
             draws,
             kind: 0,
             kind_by_site: layout >= 4,
@@ -927,6 +990,33 @@ impl ColumnFields {
             far_at: None,
             far_prev: 0,
         })
+    }
+
+    /// Layout 8: a timed call's cycles from its group's blocks of its
+    /// function, read at the group's first timed call.
+    fn cycles_from_group(&mut self, buf: &[u8]) -> Result<u64, DecErr> {
+        if !self.hand.loaded() {
+            let (c, r) = (Stream::Cycles as usize, Stream::CyclesRest as usize);
+            let (at, step) = (std::cell::RefCell::new(&mut self.at), self.cycles_step);
+            let mut prev = 0u64;
+            let next = || varint(buf, &mut at.borrow_mut()[c]);
+            let value = |first: bool| {
+                let mut at = at.borrow_mut();
+                prev = if first { 0 } else { prev };
+                prev = prev.wrapping_add(varint(buf, &mut at[c])?);
+                Ok(from_stepped(step, prev, varint(buf, &mut at[r])?))
+            };
+            self.hand.load(next, value, DecErr::Columns)?;
+        }
+        // An operator new's or delete's form is its first misc field, not
+        // read yet.
+        let form = if has_form(self.kind) {
+            let mut at = self.at[Stream::Misc as usize];
+            Some(varint(buf, &mut at)?)
+        } else {
+            None
+        };
+        self.hand.take(self.kind, form).ok_or(DecErr::Columns("a timed call has no cycles left in its group's block"))
     }
 
     /// A far free is about to be decoded (its number next in the FreeSeq
@@ -975,6 +1065,9 @@ impl Fields for ColumnFields {
         }
         self.at[i] += 1;
         self.pred.event();
+        if self.sorted_cycles {
+            self.hand.event();
+        }
         let code = buf[self.at[i] - 1];
         if !self.kind_by_site {
             return Ok(Some(code));
@@ -1010,6 +1103,9 @@ impl Fields for ColumnFields {
                 draws.settle(due, timed, self.kind);
                 if !timed {
                     return Ok(0);
+                }
+                if self.sorted_cycles {
+                    return self.cycles_from_group(buf);
                 }
                 let (q, r) = (self.v(buf, Stream::Cycles)?, self.v(buf, Stream::CyclesRest)?);
                 Ok(from_stepped(self.cycles_step, q, r))
@@ -1071,7 +1167,7 @@ impl Fields for ColumnFields {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::trace::decode::tests::every_kind;
     use crate::trace::decode::{decode_chunk, RowFields};
@@ -1087,11 +1183,30 @@ mod tests {
         decode_columns(cols, first_tsc, 1)
     }
 
+    /// `items` with each event's cycles set apart: the events with timed
+    /// calls' cycles as 1, and each function's cycles sorted — what a
+    /// layout 8 record under sampled timing keeps (`cycle_groups`).
+    pub(crate) fn cycles_apart(items: &[Item]) -> (Vec<Item>, std::collections::BTreeMap<String, Vec<u64>>) {
+        let mut by_func: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+        let items = items
+            .iter()
+            .map(|i| match i {
+                Item::Event(e) if e.cycles != 0 && e.cycles != crate::trace::UNTIMED => {
+                    by_func.entry(format!("{:?}", e.kind.func())).or_default().push(e.cycles);
+                    Item::Event(Event { cycles: 1, ..e.clone() })
+                }
+                i => i.clone(),
+            })
+            .collect();
+        by_func.values_mut().for_each(|v| v.sort_unstable());
+        (items, by_func)
+    }
+
     /// Round trip in the previous layouts too (still read), and the current one.
     fn roundtrip_one(rows: &[u8], first_tsc: u64) -> Vec<u8> {
         let want = from_rows(rows, first_tsc);
         assert!(!want.is_empty());
-        for layout in [1, 2, 3, 4, 5, 6] {
+        for layout in [1, 2, 3, 4, 5, 6, 7] {
             let old = split_layout(&[RowChunk { first_tsc, rows }], None, layout).unwrap();
             assert_eq!(from_cols(&old, first_tsc).unwrap(), want, "layout {layout}");
         }
@@ -1152,7 +1267,11 @@ mod tests {
 
     /// The body's stream `which` of a current-layout body.
     fn stream_of(cols: &[u8], which: Stream) -> Vec<u8> {
-        assert_eq!(cols[0], COLUMNS_LAYOUT);
+        stream_of_layout(cols, which, COLUMNS_LAYOUT)
+    }
+
+    fn stream_of_layout(cols: &[u8], which: Stream, layout: u8) -> Vec<u8> {
+        assert_eq!(cols[0], layout);
         let f = ColumnFields::new(cols).unwrap();
         cols[f.at[which as usize]..f.end[which as usize]].to_vec()
     }
@@ -1269,7 +1388,9 @@ mod tests {
             let mut chains = Chains::new(32);
             let mut chain = chains.take(1);
             let cols = split_chained(&[RowChunk { first_tsc: 100, rows: &rows }], Stamps::Exact, &mut chain).unwrap();
-            assert_eq!(from_cols(&cols, 100).unwrap(), from_rows(&rows, 100), "round trip");
+            // Each function's cycles sorted within the record: the events
+            // and the timing exact, the cycles as a distribution.
+            assert_eq!(cycles_apart(&from_cols(&cols, 100).unwrap()), cycles_apart(&from_rows(&rows, 100)), "round trip");
             cols
         };
         let cols = write(&events);
@@ -1287,6 +1408,52 @@ mod tests {
         events.iter().for_each(|e| enc.event(e));
         let cols = roundtrip_one(enc.body(), 100);
         assert!(stream_of(&cols, Stream::CyclesSkip).len() >= n_timed);
+    }
+
+    #[test]
+    fn sampled_cycles_come_back_per_function_and_group() {
+        // Three groups' worth of one thread's calls, timed as the preload
+        // library draws them: malloc, operator new and new[] (one kind
+        // byte, two functions) and free, each function's cycles rising
+        // through the record in its own range.
+        use crate::trace::cycle_groups::GROUP_EVENTS;
+        let n = 3 * GROUP_EVENTS as u64 - 100;
+        let timed = crate::trace::draws::tests::preload_timed(n as usize, 32, 100, 1);
+        let events: Vec<Event> = (0..n)
+            .map(|i| {
+                let base = malloc(100 + 26 * i, 0x1000 + 64 * i);
+                let (func, range) = [(Func::Malloc, 0), (Func::New, 10_000), (Func::NewArray, 20_000), (Func::Free, 30_000)][i as usize % 4];
+                let kind = match (func, base.kind) {
+                    (Func::Free, _) => EventKind::Free { func, ptr: 0x1000 + 64 * (i - 1) },
+                    (_, EventKind::Alloc { size, align, ptr, usable, .. }) => EventKind::Alloc { func, size, align, ptr, usable },
+                    _ => unreachable!(),
+                };
+                Event { cycles: if timed[i as usize] { 1 + range + i / 100 } else { 0 }, kind, ..base }
+            })
+            .collect();
+        let mut enc = ChunkEncoder::new(1);
+        events.iter().for_each(|e| enc.event(e));
+        let rows = enc.body().to_vec();
+        let mut chain = Chains::new(32).take(1);
+        let cols = split_chained(&[RowChunk { first_tsc: 100, rows: &rows }], Stamps::Exact, &mut chain).unwrap();
+        let (back, want) = (from_cols(&cols, 100).unwrap(), from_rows(&rows, 100));
+        assert_eq!(back.len(), want.len());
+        // Each group's calls of each function hold the group's own values
+        // of that function: never another function's, never another
+        // group's; and every call's timing is as it was.
+        let g = GROUP_EVENTS as usize;
+        for (b, w) in back.chunks(g).zip(want.chunks(g)) {
+            assert_eq!(cycles_apart(b), cycles_apart(w));
+        }
+        // The values do move: a call's own value is not what comes back.
+        let moved = back.iter().zip(&want).filter(|(b, w)| b != w).count();
+        assert!(moved > 1000, "{moved} calls got another value of their function");
+        // And the sorted blocks compress to a fraction of the same values
+        // in event order (layout 7).
+        let zst = |c: &[u8]| zstd::bulk::compress(&stream_of_layout(c, Stream::Cycles, c[0]), 3).unwrap().len();
+        let in_order = split_layout(&[RowChunk { first_tsc: 100, rows: &rows }], None, 7).unwrap();
+        let (sorted, unsorted) = (zst(&cols), zst(&in_order));
+        assert!(sorted * 3 < unsorted, "{sorted} bytes sorted, {unsorted} in event order");
     }
 
     #[test]

@@ -17,7 +17,11 @@ pub const TRACE_MAGIC: [u8; 8] = *b"MTLABTR\0";
 /// (stacks coded in the context of the previous event's, `predict`),
 /// version 9's in layout 7 (an allocation guessed at the top's end and at
 /// its class's end plus the gap), which older readers do not know.
-pub const TRACE_VERSION: u32 = 9;
+/// Version 10 is layout 7 with the timed calls' cycles sorted per function
+/// within groups of a record's events under sampled timing
+/// (`cycle_groups`): read as version 9, but a call's cycles are no longer
+/// its own.
+pub const TRACE_VERSION: u32 = 10;
 /// The first version of mtlab's rewrites (checksummed chunks).
 pub const FIRST_REWRITTEN_VERSION: u32 = 3;
 /// The version the preload library writes (raw chunks, no checksums).

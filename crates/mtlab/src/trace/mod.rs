@@ -46,6 +46,7 @@
 mod ahead;
 pub mod columns;
 pub mod compact;
+mod cycle_groups;
 pub mod decode;
 mod draws;
 pub mod encode;
