@@ -47,7 +47,9 @@ use super::varint::{put_svarint, put_varint, varint, zigzag};
 /// against the previous run, and the allocation and free misses' address
 /// deltas in units of 16 bytes (`predict`); layout 7 (version 9) guesses
 /// an allocation after the end of the last one carved fresh (the heap's
-/// top) and at its class's end plus the gap. Layouts 1 to 6 are still read.
+/// top) and at its class's end plus the gap; layout 8 (version 10) keeps
+/// sampled timing's cycles per function, sorted, within groups of a
+/// record's items (`cycle_groups`). Layouts 1 to 7 are still read.
 pub const COLUMNS_LAYOUT: u8 = 8;
 
 /// Records of a thread whose predictions run on from one to the next: a
