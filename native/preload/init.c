@@ -239,6 +239,7 @@ static void mtlab_start(void) {
         mtlab_watermark_own(); /* an exec'd image: before its trace is opened below */
     }
     if (!mtlab_cfg.follow) unsetenv("MTLAB_OUT"); /* children stay untraced */
+    else mtlab_exec_keep_init(getenv("LD_PRELOAD"));
 #endif
     detect_allocator();
     mtlab_allocator_stats_start();

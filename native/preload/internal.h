@@ -375,6 +375,7 @@ HIDDEN int mtlab_frame_bounds(uintptr_t frame, uintptr_t *lo, uintptr_t *hi, int
 extern HIDDEN _Atomic uint32_t mtlab_unmap_gen;
 HIDDEN uint64_t mtlab_shared_tls_calls(void); /* calls of threads without thread storage of their own */
 HIDDEN void mtlab_release_dead_buf(void);        /* after an event of an exited thread */
+HIDDEN void mtlab_exec_keep_init(const char *ld_preload); /* the LD_PRELOAD entry an exec must keep */
 HIDDEN void mtlab_catch_abort(void);             /* SIGABRT from inside libc: the thread's buffer written */
 HIDDEN void mtlab_flush_own(void);               /* the calling thread's buffer, any mode */
 HIDDEN void mtlab_set_main_stack(uint64_t lo, uint64_t hi);

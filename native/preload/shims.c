@@ -1016,30 +1016,126 @@ EXPORT pid_t _Fork(void) {
     return r;
 }
 
+/* A traced process that execs with its own LD_PRELOAD (`env
+ * LD_PRELOAD=libjemalloc.so.2 prog`, a wrapper choosing the allocator) would
+ * start an image without this library: the image named on the command line
+ * went untraced and nothing said so. While children are followed (MTLAB_OUT
+ * still in the new environment) the entry record put first is put first
+ * again, the program's own entries after it, as record does for an
+ * LD_PRELOAD set before it runs. A program that also drops MTLAB_OUT still
+ * gets an untraced child. */
+static char keep_entry[4096];
+
+void mtlab_exec_keep_init(const char *ld_preload) {
+    if (!ld_preload) return;
+    /* The entry naming this library (record's; the musl build is found
+     * through the same `$PLATFORM` path); entries are separated by ':' or ' '. */
+    const char *p = ld_preload;
+    while (*p) {
+        size_t n = strcspn(p, ": ");
+        if (n >= 20 && n < sizeof keep_entry && memcmp(p + n - 20, "/libmtlab_preload.so", 20) == 0) {
+            memcpy(keep_entry, p, n);
+            keep_entry[n] = 0;
+            return;
+        }
+        p += n;
+        if (*p) p++;
+    }
+}
+
+static int has_entry(const char *list, const char *entry, size_t n) {
+    for (const char *p = list; *p;) {
+        size_t k = strcspn(p, ": ");
+        if (k == n && memcmp(p, entry, n) == 0) return 1;
+        p += k;
+        if (*p) p++;
+    }
+    return 0;
+}
+
+/* How many entries envp has when the exec would drop this library (0 when
+ * it would not), and the length of the LD_PRELOAD string it needs then. */
+static size_t keep_needed(char *const envp[], size_t *len) {
+    size_t n = strlen(keep_entry);
+    if (!n || !envp || !mtlab_cfg.follow) return 0;
+    const char *lp = NULL;
+    int traced = 0;
+    size_t count = 0;
+    for (; envp[count]; count++) {
+        if (strncmp(envp[count], "LD_PRELOAD=", 11) == 0) lp = envp[count] + 11;
+        else if (strncmp(envp[count], "MTLAB_OUT=", 10) == 0 && envp[count][10]) traced = 1;
+    }
+    if (!traced || (lp && has_entry(lp, keep_entry, n))) return 0;
+    *len = 11 + n + 1 + (lp ? strlen(lp) : 0) + 1;
+    return count + 1;
+}
+
+/* envp again with `LD_PRELOAD=entry:theirs` in place of theirs (or added),
+ * built in the caller's arrays: no allocation on the way to exec. */
+static char *const *keep_fill(char *const envp[], char **out, char *str) {
+    size_t n = strlen(keep_entry);
+    const char *lp = NULL;
+    size_t i = 0, at = (size_t)-1;
+    for (; envp[i]; i++) {
+        out[i] = envp[i];
+        if (strncmp(envp[i], "LD_PRELOAD=", 11) == 0) {
+            lp = envp[i] + 11;
+            at = i;
+        }
+    }
+    memcpy(str, "LD_PRELOAD=", 11);
+    memcpy(str + 11, keep_entry, n);
+    size_t o = 11 + n;
+    if (lp && *lp) {
+        str[o++] = ':';
+        size_t k = strlen(lp);
+        memcpy(str + o, lp, k);
+        o += k;
+    }
+    str[o] = 0;
+    if (at == (size_t)-1) at = i++;
+    out[at] = str;
+    out[i] = NULL;
+    return out;
+}
+
+/* The arrays live in the exec shim's own frame, which exec leaves. */
+#define KEEP_PRELOAD(envp)                                                                                   \
+    size_t keep_len_ = 0, keep_n_ = keep_needed(envp, &keep_len_);                                           \
+    char *keep_env_[keep_n_ ? keep_n_ + 1 : 1];                                                              \
+    char keep_str_[keep_n_ ? keep_len_ : 1];                                                                 \
+    char *const *keep_envp_ = keep_n_ ? keep_fill(envp, keep_env_, keep_str_) : (envp)
+
 /* If exec fails, this image goes on, and so does its tracing. */
 EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
     flush_before_exec();
-    return mtlab_real.execve(path, argv, envp);
+    KEEP_PRELOAD(envp);
+    return mtlab_real.execve(path, argv, keep_envp_);
 }
 
 EXPORT int execv(const char *path, char *const argv[]) {
     flush_before_exec();
-    return mtlab_real.execve(path, argv, environ);
+    KEEP_PRELOAD(environ);
+    return mtlab_real.execve(path, argv, keep_envp_);
 }
 
 EXPORT int execvp(const char *file, char *const argv[]) {
     flush_before_exec();
+    KEEP_PRELOAD(environ);
+    if (keep_n_) return mtlab_real.execvpe(file, argv, keep_envp_);
     return mtlab_real.execvp(file, argv);
 }
 
 EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
     flush_before_exec();
-    return mtlab_real.execvpe(file, argv, envp);
+    KEEP_PRELOAD(envp);
+    return mtlab_real.execvpe(file, argv, keep_envp_);
 }
 
 EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
     flush_before_exec();
-    return mtlab_real.fexecve(fd, argv, envp);
+    KEEP_PRELOAD(envp);
+    return mtlab_real.fexecve(fd, argv, keep_envp_);
 }
 
 /* Only with a fixed --sample-seed does mtlab step in (sampler.c: thread
@@ -1120,12 +1216,15 @@ EXPORT int dlclose(void *handle) {
 EXPORT int execl(const char *path, const char *arg, ...) {
     GATHER_ARGS(arg, ap, argv, (void)0);
     flush_before_exec();
-    return mtlab_real.execve(path, argv, environ);
+    KEEP_PRELOAD(environ);
+    return mtlab_real.execve(path, argv, keep_envp_);
 }
 
 EXPORT int execlp(const char *file, const char *arg, ...) {
     GATHER_ARGS(arg, ap, argv, (void)0);
     flush_before_exec();
+    KEEP_PRELOAD(environ);
+    if (keep_n_) return mtlab_real.execvpe(file, argv, keep_envp_);
     return mtlab_real.execvp(file, argv);
 }
 
@@ -1133,7 +1232,8 @@ EXPORT int execle(const char *path, const char *arg, ...) {
     char *const *envp;
     GATHER_ARGS(arg, ap, argv, envp = va_arg(ap, char *const *));
     flush_before_exec();
-    return mtlab_real.execve(path, argv, envp);
+    KEEP_PRELOAD(envp);
+    return mtlab_real.execve(path, argv, keep_envp_);
 }
 
 void mtlab_init_brk(uint64_t b) { atomic_store(&last_brk, b); }
