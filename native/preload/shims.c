@@ -1067,6 +1067,10 @@ static size_t keep_needed(char *const envp[], size_t *len) {
     }
     if (!traced || (lp && has_entry(lp, keep_entry, n))) return 0;
     *len = 11 + n + 1 + (lp ? strlen(lp) : 0) + 1;
+    /* The copy lives on the caller's stack, which may be a small thread
+     * stack: an environment of more than 64 KiB of pointers and preload
+     * list (far beyond any seen) execs as the program asked, untraced. */
+    if (*len + (count + 2) * sizeof(char *) > (64u << 10)) return 0;
     return count + 1;
 }
 
