@@ -443,7 +443,8 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
         note(String::new());
         match &p.profile {
             Some(profile) => {
-                out.extend(sampled(profile, run.frames, !p.clean_end && !p.running && p.flight.is_none()));
+                // An exec writes every thread's buffer first: only an end without exit loses samples.
+                out.extend(sampled(profile, run.frames, !p.clean_end && !p.running && !execd && p.flight.is_none()));
                 if !profile.threads.is_empty() {
                     out.push(View::Table(sampled_threads(&profile.threads)));
                 }
