@@ -392,11 +392,19 @@ impl Divisor {
 }
 
 fn put_stepped(v: u64, d: Divisor, main: &mut Vec<u8>, rest: &mut Vec<u8>) {
+    let (quot, r) = stepped(v, d);
+    put_varint(main, quot);
+    put_svarint(rest, r);
+}
+
+/// `v` rounded to the nearest multiple of the step, in steps, and what is
+/// left over.
+#[inline(always)]
+fn stepped(v: u64, d: Divisor) -> (u64, i64) {
     let q = d.q;
     let lower = d.div(v);
     let quot = lower + u64::from(q > 1 && v - lower * q >= q.div_ceil(2));
-    put_varint(main, quot);
-    put_svarint(rest, v.wrapping_sub(quot.wrapping_mul(q)) as i64);
+    (quot, v.wrapping_sub(quot.wrapping_mul(q)) as i64)
 }
 
 /// Layout 8's sorted cycles: `v` in steps as the rise from the value
@@ -404,12 +412,10 @@ fn put_stepped(v: u64, d: Divisor, main: &mut Vec<u8>, rest: &mut Vec<u8>) {
 /// the order), the rest as `put_stepped`'s.
 #[inline(always)]
 fn put_stepped_after(v: u64, d: Divisor, prev: &mut u64, main: &mut Vec<u8>, rest: &mut Vec<u8>) {
-    let q = d.q;
-    let lower = d.div(v);
-    let quot = lower + u64::from(q > 1 && v - lower * q >= q.div_ceil(2));
+    let (quot, r) = stepped(v, d);
     put_varint(main, quot.wrapping_sub(*prev));
     *prev = quot;
-    put_svarint(rest, v.wrapping_sub(quot.wrapping_mul(q)) as i64);
+    put_svarint(rest, r);
 }
 
 /// Whether a record of `layout` whose timing draws start at `started` holds
