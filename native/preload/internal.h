@@ -10,6 +10,7 @@
 #define MTLAB_INTERNAL_H
 
 #include <pthread.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -144,6 +145,10 @@ struct mtlab_real {
     int (*execvp)(const char *, char *const[]);
     int (*execvpe)(const char *, char *const[], char *const[]);
     int (*fexecve)(int, char *const[], char *const[]);
+    int (*posix_spawn)(pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
+                       char *const[], char *const[]);
+    int (*posix_spawnp)(pid_t *, const char *, const posix_spawn_file_actions_t *, const posix_spawnattr_t *,
+                        char *const[], char *const[]);
     void (*abort)(void) __attribute__((noreturn));
     int (*pthread_create)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
     int (*pthread_join)(pthread_t, void **);

@@ -153,6 +153,8 @@ void mtlab_resolve(void) {
     RESOLVE(execvp);
     RESOLVE(execvpe);
     RESOLVE(fexecve);
+    RESOLVE(posix_spawn);
+    RESOLVE(posix_spawnp);
     RESOLVE(abort);
     RESOLVE(pthread_create);
     RESOLVE(pthread_join);

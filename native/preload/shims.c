@@ -1142,6 +1142,28 @@ EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
     return mtlab_real.fexecve(fd, argv, keep_envp_);
 }
 
+/* posix_spawn runs exec inside libc (a vfork-like child), past the exec
+ * shims: a program that spawns with an LD_PRELOAD of its own in `envp`
+ * (Rust's `Command::env("LD_PRELOAD", …)` spawns this way) started an
+ * untraced child. The child shares this frame until it has exec'd, so the
+ * arrays KEEP_PRELOAD builds here outlive their use. Nothing is flushed:
+ * this image goes on. Not in the attach build, as for pthread_join. */
+#ifndef MTLAB_ATTACH
+EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
+                       const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+    if (UNLIKELY(!mtlab_real.posix_spawn)) mtlab_resolve();
+    KEEP_PRELOAD(envp);
+    return mtlab_real.posix_spawn(pid, path, actions, attr, argv, keep_envp_);
+}
+
+EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
+                        const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
+    if (UNLIKELY(!mtlab_real.posix_spawnp)) mtlab_resolve();
+    KEEP_PRELOAD(envp);
+    return mtlab_real.posix_spawnp(pid, file, actions, attr, argv, keep_envp_);
+}
+#endif
+
 /* Only with a fixed --sample-seed does mtlab step in (sampler.c: thread
  * lineage); otherwise the call goes straight through. */
 EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*start)(void *), void *arg) {
