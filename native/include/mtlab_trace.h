@@ -84,7 +84,7 @@
 #define MTLAB_BUF_OFF_LEN 48u
 #define MTLAB_BUF_OFF_BUSY 56u
 #define MTLAB_BUF_OFF_GEN 60u
-#define MTLAB_BUF_OFF_EVENTS 128u
+#define MTLAB_BUF_OFF_EVENTS 136u
 
 enum mtlab_record_type {
     MTLAB_REC_EVENTS = 1,  /* one thread's chunk of events */

@@ -219,6 +219,7 @@ static void mtlab_start(void) {
     mtlab_cfg.sample_seed = env_u64("MTLAB_SAMPLE_SEED", 0);
     mtlab_cfg.ctl_thread = env_u64("MTLAB_CTL_THREAD", 1) != 0;
     mtlab_cfg.tsc_hz = env_u64("MTLAB_TSC_HZ", 0);
+    mtlab_cfg.flush_age = mtlab_cfg.tsc_hz ? mtlab_cfg.tsc_hz / 10 : 300000000ull;
     MTLAB_ATTACH_MARK(2);
 #ifdef MTLAB_ATTACH
     /* The attached process writes the file named; its children and the

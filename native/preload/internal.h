@@ -75,6 +75,11 @@ struct mtlab_config {
     int live;                 /* `record --live` (MTLAB_LIVE=1): every traced image gets a watermark page */
     int is_glibc;  /* the program's malloc is glibc's: chunk headers readable */
     uint64_t tsc_hz;
+    /* TSC ticks (~100 ms) a buffer's oldest event may wait before the
+     * thread's next event writes the buffer out: what a process killed by a
+     * signal (SIGKILL, an OOM kill, SIGTERM at its default) takes with it is
+     * at most its threads' last ~100 ms, not up to 64 KiB of events each. */
+    uint64_t flush_age;
     uint64_t brk_start; /* start of the brk heap ([heap] in maps, else the break) */
     uint64_t brk_init;  /* the break when tracing started */
     uint64_t start_ns, start_tsc; /* when tracing of this process started */
@@ -212,6 +217,10 @@ struct mtlab_buf {
      * file's end after its latest chunk, and that chunk's first time stamp. */
     int32_t progress;
     uint64_t pending_tsc, flushed_end, last_first;
+    /* The time stamp past which the owner's next event writes the buffer out
+     * first: its first event's plus mtlab_cfg.flush_age; UINT64_MAX while
+     * it holds none. One compare per event (shims.c, begin). */
+    uint64_t flush_by;
     _Alignas(8) uint8_t data[]; /* events start 8-aligned, as before `counted` */       /* MTLAB_RECORD_HEADER + MTLAB_EVENTS_HEADER + events */
 };
 /* Who holds a buffer's lock (sampling mode): its owner thread appending, or
@@ -764,6 +773,7 @@ static inline uint8_t *mtlab_begin_event_code(struct mtlab_buf *b, unsigned kind
     if (tsc < b->prev_tsc) tsc = b->prev_tsc; /* per-thread time never goes back */
     if (b->n_events == 0) {
         b->first_tsc = b->prev_tsc = tsc;
+        b->flush_by = tsc + mtlab_cfg.flush_age;
         if (UNLIKELY(mtlab_watermark != NULL)) mtlab_progress_started(b);
     }
     uint8_t *p = b->data + MTLAB_BUF_HEAD + atomic_load_explicit(&b->len, memory_order_relaxed);

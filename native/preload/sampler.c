@@ -182,8 +182,7 @@ static inline void unlock_buf(struct mtlab_buf *b) { atomic_store_explicit(&b->l
 
 static void maybe_flush(struct mtlab_tls *t, struct mtlab_buf *b, uint64_t now) {
     uint64_t seq = __atomic_load_n(&mtlab_ctl->dump_seq, __ATOMIC_RELAXED);
-    uint64_t every = mtlab_cfg.tsc_hz ? mtlab_cfg.tsc_hz / 10 : 300000000ull; /* ~100 ms */
-    if (seq != t->dump_seen || now - t->last_flush_tsc > every) {
+    if (seq != t->dump_seen || now - t->last_flush_tsc > mtlab_cfg.flush_age) {
         publish_captures(t);
         mtlab_flush_buf(b); /* (the page's sample count is kept live by mtlab_sample_alloc) */
         t->dump_seen = seq;

@@ -73,7 +73,12 @@ static inline __attribute__((always_inline)) uint8_t *begin(struct mtlab_buf **b
     /* Owner-only counter: a plain increment; the fence orders it before the data. */
     mtlab_owner_add(&b->busy, 1);
     atomic_thread_fence(memory_order_release);
-    if (UNLIKELY(atomic_load_explicit(&b->len, memory_order_relaxed) > MTLAB_BUF_CAP - MTLAB_MAX_EVENT_BYTES))
+    /* Written when full, or when its oldest event is ~100 ms old (flush_by:
+     * one compare, on a line the append reads anyway): a thread that
+     * allocates seldom no longer holds minutes of events that a kill would
+     * take. */
+    if (UNLIKELY(atomic_load_explicit(&b->len, memory_order_relaxed) > MTLAB_BUF_CAP - MTLAB_MAX_EVENT_BYTES) ||
+        UNLIKELY(tsc > b->flush_by))
         mtlab_flush_buf(b);
     uint32_t stack = !MTLAB_SKIP(MTLAB_SKIP_STACK) && mtlab_cfg.stacks && frame ? mtlab_stack_code_at(b, frame)
                                                                                 : mtlab_stack_code(0);

@@ -32,6 +32,7 @@ static void reset(struct mtlab_buf *b) {
     b->n_events = 0;
     b->first_tsc = 0;
     b->prev_ptr = 0;
+    b->flush_by = UINT64_MAX;
     atomic_store_explicit(&b->len, 0, memory_order_release);
 }
 
@@ -117,6 +118,7 @@ static struct mtlab_buf *acquire_buf(void) {
     }
     struct mtlab_buf *b = (struct mtlab_buf *)mtlab_sys_mmap(MTLAB_BUF_BYTES);
     if (!b) return NULL;
+    b->flush_by = UINT64_MAX;
     atomic_store(&b->owned, 1);
     struct mtlab_buf *head = atomic_load(&all_bufs);
     do {

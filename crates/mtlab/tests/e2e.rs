@@ -1205,6 +1205,27 @@ fn a_double_free_caught_by_glibc_keeps_the_events_before_it() {
     assert_eq!(site(&r, "keep_allocs"), site_of(1000, 64_000, 1000, 64_000));
 }
 
+/// A process killed by SIGKILL (an OOM kill, `kill -9`) takes with it what
+/// its threads still buffered. A thread's buffer is written once its oldest
+/// event is ~100 ms old, at its next event: what each thread did before a
+/// pause is in the trace; only its newest event, after the pause, is lost.
+/// Before, every thread's 100 mallocs (far below a buffer's 64 KiB) died
+/// with the process: 0 calls.
+#[test]
+fn a_killed_process_loses_only_what_its_threads_did_last() {
+    let lab = Lab::new();
+    let prog = lab.compile("killed_tail");
+    let out = lab.record_cmd("t.mtl", &[], &prog, &["100", "300"]).output().unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGKILL), "record ends as the program did: {}", out.status);
+    let r = lab.report("t.mtl");
+    assert_eq!(r["exit"], "killed by signal 9");
+    assert_eq!(r["clean_end"], false);
+    for who in ["main", "worker"] {
+        assert_eq!(site(&r, &format!("{who}_before")), site_of(100, 100_000, 100, 100_000), "{who}: written before the pause's end");
+        assert_eq!(site(&r, &format!("{who}_after")).calls, 0, "{who}: the newest event died with the process");
+    }
+}
+
 #[test]
 fn abort_keeps_the_trace_readable_and_the_signal() {
     let lab = Lab::new();

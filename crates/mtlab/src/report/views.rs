@@ -565,8 +565,9 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
                 // Killed (abort, a fatal signal): what its thread buffers held at the end never reached the file.
                 note(format!(
                     "live at the last event written: {} objects, {} bytes — the program did not end through exit \
-                     ({}): events still buffered when it died are missing (abort() writes its own thread's first), so \
-                     this is not what it leaked",
+                     ({}): events still buffered when it died are missing (at most each thread's last ~100 ms of calls, \
+                     and those a thread made before it went quiet; abort() writes its own thread's first), so this is \
+                     not what it leaked",
                     p.leaks.objects,
                     p.leaks.bytes,
                     p.exit.as_deref().unwrap_or("how it ended is unknown")

@@ -69,7 +69,7 @@ pub const BUF_OFF_PREV_TSC: u64 = 32;
 pub const BUF_OFF_LEN: u64 = 48;
 pub const BUF_OFF_BUSY: u64 = 56;
 pub const BUF_OFF_GEN: u64 = 60;
-pub const BUF_OFF_EVENTS: u64 = 128;
+pub const BUF_OFF_EVENTS: u64 = 136;
 
 pub const REC_EVENTS: u16 = 1;
 pub const REC_MAPS: u16 = 2;
