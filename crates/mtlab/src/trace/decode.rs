@@ -1907,7 +1907,8 @@ pub(crate) mod tests {
     /// Thread 1: 40 chunks of 25 mallocs and (from the 13th on) 25 frees of
     /// the blocks its chunk twelve before allocated (so frees name blocks
     /// of earlier records, beyond the recent allocations); thread 2: a short chunk overlapping the start of each of
-    /// thread 1's next, so that no two of thread 1's chunks are joined.
+    /// thread 1's next and ending at its first time stamp, so that no two of
+    /// thread 1's chunks are joined (a join would flip that tie).
     fn chained_trace(path: &Path) -> Vec<Event> {
         let mut w = TraceWriter::create(path, header_pairs()).unwrap();
         let mut all = Vec::new();
@@ -1923,7 +1924,7 @@ pub(crate) mod tests {
             }
             let b = vec![
                 ev(2, t + 9_999, 0, alloc(Func::Malloc, 16, 0, 0x7000_0000 + i * 32, 24)),
-                ev(2, t + 10_001, 0, EventKind::Free { func: Func::Free, ptr: 0x7000_0000 + i * 32 }),
+                ev(2, t + 10_000, 0, EventKind::Free { func: Func::Free, ptr: 0x7000_0000 + i * 32 }),
             ];
             w.events_chunk(1, &a).unwrap();
             w.events_chunk(2, &b).unwrap();

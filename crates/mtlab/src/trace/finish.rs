@@ -104,11 +104,16 @@ struct Group {
 
 /// Sorts a batch's chunks (in file order) into groups: a chunk joins its
 /// thread's open group when it starts no earlier than the group ends, the
-/// group stays under `JOIN_MAX_BYTES`, and every other thread's chunk
-/// between the two ended before it starts. The reader orders events of equal
-/// time stamps by record position, and a joined group takes its first
-/// member's position: without the last rule, a tie between this chunk and a
-/// chunk in between would flip.
+/// group stays under `JOIN_MAX_BYTES`, and no other thread's chunk written
+/// since the group's first member could tie with it. The reader orders
+/// events of equal time stamps by record position, and a joined group takes
+/// its first member's position: a tie between this chunk and a chunk in
+/// between would flip. A chunk in between cannot tie when it ended before
+/// this one starts or starts after it ends; when it overlaps, both are
+/// small (`TIE_CHECK_ROWS`) and no time stamp is in both, neither. The
+/// second way matters since a thread's buffer is also written ~100 ms after
+/// its first event: threads that call seldom write small chunks that
+/// overlap each other's, one record each without it.
 /// `group_chunks` of `batch`, whose first chunk is chunk `base` of the
 /// rewrite's batch: the members name chunks by their place there.
 fn group_chunks_at(batch: &[(ChunkHead, Vec<u8>)], base: usize) -> Vec<Group> {
@@ -119,19 +124,27 @@ fn group_chunks_at(batch: &[(ChunkHead, Vec<u8>)], base: usize) -> Vec<Group> {
     groups
 }
 
+/// Row bytes of a chunk whose time stamps may be read to rule out ties.
+const TIE_CHECK_ROWS: usize = 16 << 10;
+/// Chunks written since a group's first member that a joining chunk is
+/// checked against, at most: a group ends when its span is longer, so
+/// that the check stays bounded.
+const TIE_CHECK_SPAN: usize = 1024;
+
 fn group_chunks_in(batch: &[(ChunkHead, Vec<u8>)]) -> Vec<Group> {
     let mut groups: Vec<Group> = Vec::new();
     let mut open: std::collections::HashMap<u32, usize> = std::collections::HashMap::new();
+    let mut stamps = StampCache::default();
     for (i, (h, payload)) in batch.iter().enumerate() {
         let rows = payload.len() - EVENTS_HEADER as usize;
         if let Some(&g) = open.get(&h.tid) {
-            let grp = &mut groups[g];
-            let after = *grp.members.last().expect("groups have members") + 1;
+            let grp = &groups[g];
             if h.first_tsc >= grp.last_tsc
                 && grp.row_bytes + rows <= JOIN_MAX_BYTES
                 && grp.n_events + h.n_events as u64 <= u32::MAX as u64
-                && batch[after..i].iter().all(|(o, _)| o.last_tsc < h.first_tsc)
+                && no_tie_since(batch, &grp.members, i, &mut stamps)
             {
+                let grp = &mut groups[g];
                 grp.members.push(i);
                 grp.row_bytes += rows;
                 grp.last_tsc = h.last_tsc;
@@ -152,6 +165,96 @@ fn group_chunks_in(batch: &[(ChunkHead, Vec<u8>)]) -> Vec<Group> {
         });
     }
     groups
+}
+
+/// Whether chunk `i` can join the group of `members` without a tie with a
+/// chunk of another thread written between the group's first member and it.
+fn no_tie_since(batch: &[(ChunkHead, Vec<u8>)], members: &[usize], i: usize, stamps: &mut StampCache) -> bool {
+    let first = members[0];
+    let h = &batch[i].0;
+    let overlapping = |j: usize| {
+        let o = &batch[j].0;
+        o.tid != h.tid && o.last_tsc >= h.first_tsc && o.first_tsc <= h.last_tsc
+    };
+    let last = *members.last().expect("groups have members");
+    // Without a member joined by the stamp check, it is enough that what
+    // was written since the last member ended before this chunk starts:
+    // what came before that ended before the last member started. This
+    // keeps a group that spans many chunks cheap.
+    if stamps.checked_joins(first) == 0 && batch[last + 1..i].iter().all(|(o, _)| o.last_tsc < h.first_tsc) {
+        return true;
+    }
+    if i - first > TIE_CHECK_SPAN {
+        return false;
+    }
+    let mine = match stamps.of(batch, i) {
+        Some(s) => s.clone(),
+        None => return false,
+    };
+    for j in (first + 1..i).filter(|&j| overlapping(j)) {
+        match stamps.of(batch, j) {
+            Some(theirs) if !shares_a_value(&mine, theirs) => {}
+            _ => return false,
+        }
+    }
+    stamps.note_checked_join(first);
+    true
+}
+
+/// Two sorted lists have a value in common.
+fn shares_a_value(a: &[u64], b: &[u64]) -> bool {
+    let (mut x, mut y) = (0, 0);
+    while x < a.len() && y < b.len() {
+        match a[x].cmp(&b[y]) {
+            std::cmp::Ordering::Less => x += 1,
+            std::cmp::Ordering::Greater => y += 1,
+            std::cmp::Ordering::Equal => return true,
+        }
+    }
+    false
+}
+
+/// The sorted time stamps of a batch's small chunks, read once each, and
+/// the groups (by first member) that took a member by the time check.
+#[derive(Default)]
+struct StampCache {
+    stamps: std::collections::HashMap<usize, Option<Vec<u64>>>,
+    checked: std::collections::HashMap<usize, usize>,
+}
+
+impl StampCache {
+    /// Chunk `i`'s stamps, as the reader will see them (None: too large,
+    /// or its rows cannot be read).
+    fn of(&mut self, batch: &[(ChunkHead, Vec<u8>)], i: usize) -> Option<&Vec<u64>> {
+        self.stamps
+            .entry(i)
+            .or_insert_with(|| {
+                let (h, payload) = &batch[i];
+                let rows = &payload[EVENTS_HEADER as usize..];
+                if rows.len() > TIE_CHECK_ROWS {
+                    return None;
+                }
+                let items = super::decode::decode_chunk(super::decode::RowFields::default(), rows, h.first_tsc, h.tid).ok()?;
+                let mut s: Vec<u64> = items
+                    .into_iter()
+                    .filter_map(|it| match it {
+                        super::Item::Event(e) => Some(e.tsc),
+                        super::Item::Stack { .. } => None,
+                    })
+                    .collect();
+                s.sort_unstable();
+                Some(s)
+            })
+            .as_ref()
+    }
+
+    fn checked_joins(&self, first: usize) -> usize {
+        self.checked.get(&first).copied().unwrap_or(0)
+    }
+
+    fn note_checked_join(&mut self, first: usize) {
+        *self.checked.entry(first).or_insert(0) += 1;
+    }
 }
 
 /// The fields of a chunk header `finish_trace` needs.
@@ -955,6 +1058,61 @@ mod tests {
         f.one_worker();
         f.releasing().unwrap();
         (one, two, len, f)
+    }
+
+    /// A batch of small chunks of threads 1 and 2, alternating in the file:
+    /// thread 1's chunk k spans [k·1000 + 1, k·1000 + 901], thread 2's
+    /// [k·1000 + 502, k·1000 + 1402], so each overlaps the other thread's
+    /// chunk written between it and its thread's previous one. `tie`:
+    /// thread 2's chunk 3 ends at a stamp of thread 1's chunk 4, written
+    /// after it.
+    fn small_overlapping_chunks(tie: bool) -> Vec<(super::ChunkHead, Vec<u8>)> {
+        let mut batch = Vec::new();
+        for k in 0..6u64 {
+            for tid in [1u32, 2] {
+                let mut enc = crate::trace::encode::ChunkEncoder::new(tid);
+                for i in 0..10u64 {
+                    let mut tsc = k * 1000 + i * 100 + if tid == 1 { 1 } else { 502 };
+                    if tie && tid == 2 && k == 3 && i == 9 {
+                        tsc = 4401; // a stamp of thread 1's chunk 4
+                    }
+                    let ptr = 0x10_0000 + tid as u64 * 0x100_0000 + (k * 10 + i) * 64;
+                    let kind = EventKind::Alloc { func: Func::Malloc, size: 24, align: 0, ptr, usable: 24 };
+                    enc.event(&Event { tid, tsc, cycles: crate::trace::UNTIMED, stack: 0, flags: 0, kind });
+                }
+                let payload = enc.payload();
+                let head = super::ChunkHead {
+                    solo: false,
+                    tid,
+                    n_events: 10,
+                    first_tsc: u64::from_le_bytes(payload[8..16].try_into().unwrap()),
+                    last_tsc: u64::from_le_bytes(payload[16..24].try_into().unwrap()),
+                };
+                batch.push((head, payload));
+            }
+        }
+        batch
+    }
+
+    /// Threads that call seldom write small chunks (a buffer is written
+    /// ~100 ms after its first event) that overlap each other's in time: the
+    /// old rule (what was written in between ended before) joined none of
+    /// them; with distinct stamps each thread's chunks are one group, and a
+    /// stamp both threads have keeps the chunk that would flip apart.
+    #[test]
+    fn small_chunks_that_overlap_other_threads_are_joined_unless_a_stamp_ties() {
+        let batch = small_overlapping_chunks(false);
+        let groups = super::group_chunks_in(&batch);
+        assert_eq!(groups.len(), 2, "one group a thread");
+        assert_eq!(groups.iter().map(|g| g.members.len()).collect::<Vec<_>>(), vec![6, 6]);
+        let batch = small_overlapping_chunks(true);
+        let groups = super::group_chunks_in(&batch);
+        // Thread 1's chunk 4 (index 8) would move before thread 2's chunk 3
+        // (index 7), which holds its first stamp: it starts a group; the
+        // chunk with the tie itself (index 7) has no later tie.
+        let of = |tid: u32| groups.iter().filter(|g| g.tid == tid).map(|g| g.members.clone()).collect::<Vec<_>>();
+        assert_eq!(of(1), vec![vec![0, 2, 4, 6], vec![8, 10]]);
+        assert_eq!(of(2), vec![vec![1, 3, 5, 7, 9, 11]]);
     }
 
     /// Whether two finished traces are the same but for their last RUNINFO
