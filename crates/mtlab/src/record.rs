@@ -865,7 +865,9 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     // With --live and --keep-last the flight recorder's ring gets what the
     // live consumer reads (which it then releases): started first.
     let flight_of_live = match (&cfg.live, &cfg.flight) {
-        (Some(l), Some(f)) if !foreign => Some(crate::flight::Recorder::start(f, &l.profile, crate::flight::Feed::pushed_by_caller(), tsc_hz())),
+        (Some(l), Some(f)) if !foreign => {
+            Some(crate::flight::Recorder::start(f, &l.profile, &output, crate::flight::Feed::pushed_by_caller(), tsc_hz()))
+        }
         _ => None,
     };
     // With --live the other images' watermark pages come over the broker's
@@ -908,7 +910,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         _ if flight_of_live.is_some() => flight_of_live,
         (Some(f), Some(l)) if !foreign => {
             let feed = crate::flight::Feed::new(output.clone(), Box::new(l.watermark()));
-            Some(crate::flight::Recorder::start(f, &output, feed, tsc_hz()))
+            Some(crate::flight::Recorder::start(f, &output, &output, feed, tsc_hz()))
         }
         (Some(_), _) => {
             return Err(RecordError::Output(

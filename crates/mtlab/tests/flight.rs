@@ -142,6 +142,36 @@ fn death(mode: &str, sig: i32, name: &str) {
     assert_b_only(&lab.report_path(&w[0]), &format!("signal {sig} ({name})"));
 }
 
+/// A root process that execs (a wrapper script's `exec PROGRAM`): the ring
+/// holds the first program's events only, and the window and `record` say
+/// so, naming the later program's trace. Before, the window of `sh -c 'exec
+/// PROG'` held sh's few calls as "the last 2 s of the run" and said nothing.
+#[test]
+fn a_window_of_a_process_that_execd_says_whose_events_it_lacks() {
+    let lab = Lab::new();
+    let prog = lab.compile("flight_phases");
+    for live in [false, true] {
+        let trace = if live { "t.live" } else { "t.mtl" };
+        let script = format!("exec {} {}", prog.display(), phases_args("segv", "0").join(" "));
+        // 10 s: bash's calls, seconds before the death, stay in the window.
+        let extra: &[&str] = if live { &["--live", "--keep-last", "10s"] } else { &["--keep-last", "10s"] };
+        // bash allocates before it execs (dash may not: then no window, and
+        // a warning that says why).
+        let o = lab.record_cmd(trace, extra, "bash", &["-c", &script]).output().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(o.status.signal(), Some(libc::SIGSEGV), "{}", stderr(&o));
+        let w = windows(&lab, trace);
+        assert_eq!(w.len(), 1, "{}", stderr(&o));
+        let p = lab.report_path(&w[0]);
+        let execd = p["flight"]["execd"].as_str().unwrap_or_else(|| panic!("live {live}: {}", p["flight"]));
+        assert!(execd.contains(&format!("{trace}{}.d/", if live { ".raw" } else { "" })), "{execd}");
+        assert_eq!(site(&p, "phase_b").calls, 0, "the exec'd program's events are not in the window");
+        assert!(stderr(&o).contains("flight recorder: the program exec'd another"), "{}", stderr(&o));
+        let text = lab.command(MTLAB).arg("report").arg(&w[0]).output().unwrap();
+        assert!(String::from_utf8_lossy(&text.stdout).contains("the process had exec'd another program by then"));
+    }
+}
+
 #[test]
 fn death_by_sigsegv_writes_the_window() {
     death("segv", libc::SIGSEGV, "SIGSEGV");

@@ -296,6 +296,7 @@ fn flight_window(trace: &TraceFile, unknown_frees: u64) -> Option<FlightWindow> 
         end_ns: num(keys::FLIGHT_END_NS).unwrap_or(0),
         events_before: num(keys::FLIGHT_EVENTS_BEFORE).unwrap_or(0),
         frees_before: unknown_frees,
+        execd: trace.runinfo_get(keys::FLIGHT_EXECD).map(str::to_string),
     })
 }
 

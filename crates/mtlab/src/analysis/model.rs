@@ -275,6 +275,10 @@ pub struct FlightWindow {
     /// Frees (and reallocs) of blocks allocated before the window: the
     /// report's unknown frees, which in a window are expected.
     pub frees_before: u64,
+    /// The root process had exec'd when the window was written: the trace
+    /// of its latest image, whose events are not in the window.
+    #[serde(default)]
+    pub execd: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]

@@ -36,6 +36,14 @@ struct Shared {
     root: PathBuf,
     keep_last_ns: u64,
     next: AtomicU32,
+    /// The program's pid once it runs (0 before).
+    pid: Arc<AtomicU32>,
+    /// The raw root trace, beside which the root process's later images
+    /// are traced (`root` under `--live` is the profile's name).
+    trace_root: PathBuf,
+    /// The root process's latest image's trace, once it has exec'd (kept:
+    /// under `--live` the file goes when the image has been read).
+    execd: Mutex<Option<PathBuf>>,
 }
 
 pub struct Recorder {
@@ -46,17 +54,21 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts the thread for root trace `root`, fed by `feed`.
-    pub fn start(cfg: &FlightConfig, root: &Path, mut feed: Feed, tsc_hz: u64) -> Recorder {
+    /// Starts the thread for the windows `root.flight-N` of the raw root
+    /// trace `trace_root`, fed by `feed`.
+    pub fn start(cfg: &FlightConfig, root: &Path, trace_root: &Path, mut feed: Feed, tsc_hz: u64) -> Recorder {
+        let pid = Arc::new(AtomicU32::new(0));
         let shared = Arc::new(Shared {
             ring: Mutex::new(Ring::new(cfg.keep_last_ns, cfg.max_bytes, tsc_hz)),
             outcome: Mutex::new(Outcome::default()),
             root: root.to_path_buf(),
             keep_last_ns: cfg.keep_last_ns,
             next: AtomicU32::new(1),
+            pid: Arc::clone(&pid),
+            trace_root: trace_root.to_path_buf(),
+            execd: Mutex::new(None),
         });
         let stop = Arc::new(AtomicBool::new(false));
-        let pid = Arc::new(AtomicU32::new(0));
         let pressure = cfg.pressure;
         let about = control::About { keep_last_ns: cfg.keep_last_ns, sampled: cfg.sampled };
         let thread = {
@@ -71,6 +83,7 @@ impl Recorder {
                             t.set_up(&shared, pid.load(Ordering::Acquire), pressure, about);
                         }
                         feed.step(&mut lock(&shared.ring));
+                        note_exec(&shared);
                         t.poll(&shared);
                     }
                     (feed, t)
@@ -191,11 +204,45 @@ impl Triggers {
     }
 }
 
+/// The trace of the root process's latest image when it has exec'd (the
+/// ring holds the root trace, its first image's): `ROOT.d/PID`, then
+/// `ROOT.d/PID.N` for its later images.
+fn latest_image(shared: &Shared) -> Option<PathBuf> {
+    let pid = shared.pid.load(Ordering::Acquire);
+    if pid == 0 {
+        return None;
+    }
+    (0..).map(|n| names::child_trace(&shared.trace_root, pid, n)).take_while(|p| p.exists()).last()
+}
+
+/// Notes (once, with a warning) that the root process has exec'd.
+fn note_exec(shared: &Shared) {
+    let Some(t) = latest_image(shared) else { return };
+    let mut execd = lock(&shared.execd);
+    if execd.is_none() {
+        lock(&shared.outcome).warnings.push(format!(
+            "flight recorder: the program exec'd another (traced as {}): windows hold the events of the first program \
+             the process ran only",
+            t.display()
+        ));
+    }
+    *execd = Some(t);
+}
+
 /// Writes the ring as the next `ROOT.flight-N`; its path, or why not.
 fn write_window(shared: &Shared, trigger: &str) -> Result<PathBuf, String> {
+    note_exec(shared);
+    let execd = lock(&shared.execd).clone();
     let mut ring = lock(&shared.ring);
     let r = (|| {
-        let window = ring.window(crate::platform::tsc::now()).ok_or("no event has been written to the trace yet")?;
+        let window = ring.window(crate::platform::tsc::now()).ok_or_else(|| match &execd {
+            Some(t) => format!(
+                "the first program the process ran (the one the flight recorder keeps) has no event in the window: it \
+                 exec'd another (traced as {})",
+                t.display()
+            ),
+            None => "no event has been written to the trace yet".to_string(),
+        })?;
         let header = ring.header().ok_or("the trace has no header yet")?;
         let hz = ring.tsc_hz() as u128;
         let ns = |tsc: u64| (tsc.saturating_sub(header.start_tsc) as u128 * 1_000_000_000 / hz.max(1)) as u64;
@@ -208,6 +255,7 @@ fn write_window(shared: &Shared, trigger: &str) -> Result<PathBuf, String> {
             (keys::FLIGHT_EVENTS_BEFORE, before.to_string()),
             ]
             .into_iter()
+            .chain(execd.iter().map(|t| (keys::FLIGHT_EXECD, t.display().to_string())))
             .map(|(k, v)| (k.to_string(), v))
             .collect()
         };

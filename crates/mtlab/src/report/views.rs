@@ -782,16 +782,24 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
 /// whole run, and its frees of earlier blocks are expected.
 fn flight_note(w: &crate::analysis::model::FlightWindow) -> String {
     let s = |ns: u64| format!("{:.3} s", ns as f64 / 1e9);
+    let execd = match &w.execd {
+        Some(t) => format!(
+            "; the process had exec'd another program by then (traced as {t}), whose events are not in this window: \
+             the flight recorder keeps the first program the process ran"
+        ),
+        None => String::new(),
+    };
     format!(
         "FLIGHT-RECORDER WINDOW: the last {} of the run, written on {}: events from {} to {} after tracing \
          started ({} earlier events are not in it); {} frees were of blocks allocated before the window (not \
-         errors), and every figure below is of the window only",
+         errors), and every figure below is of the window only{}",
         s(w.keep_last_ns),
         w.trigger,
         s(w.start_ns),
         s(w.end_ns),
         w.events_before,
-        w.frees_before
+        w.frees_before,
+        execd
     )
 }
 

@@ -67,6 +67,10 @@ pub const FLIGHT_START_NS: &str = "flight_start_ns";
 pub const FLIGHT_END_NS: &str = "flight_end_ns";
 /// Events of the run before the window (dropped from the ring).
 pub const FLIGHT_EVENTS_BEFORE: &str = "flight_events_before";
+/// The trace of the root process's latest image when it had exec'd by the
+/// time the window was written: the ring holds its first image's events
+/// only (the flight recorder does not follow an exec).
+pub const FLIGHT_EXECD: &str = "flight_execd";
 
 // ---------------------------------------------------------------------------
 // STATS: written by the preload library at process exit (`writer.c`,
