@@ -149,13 +149,22 @@ fn interrupt_a_stubborn_program(twice: bool) -> std::time::Duration {
         "case \"$LD_PRELOAD\" in *mtlab*) echo $$ > {}; trap '' TERM; exec sleep 60;; esac",
         pid_file.display()
     );
-    let mut child = lab
-        .command(MTLAB)
-        .args(["bench", "program", "--reps", "1", "--no-heaptrack", "-q", "--", "sh", "-c", &script])
+    let mut cmd = lab.command(MTLAB);
+    cmd.args(["bench", "program", "--reps", "1", "--no-heaptrack", "-q", "--", "sh", "-c", &script])
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(std::process::Stdio::piped());
+    // A test run started in the background by a non-interactive shell
+    // (`nohup … &`) inherits SIGINT ignored, and so would mtlab: the
+    // Ctrl-C this test sends would never arrive.
+    // SAFETY: signal() is async-signal-safe; between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let program: i32 = loop {
         if let Some(p) = std::fs::read_to_string(&pid_file).ok().and_then(|s| s.trim().parse().ok()) {
