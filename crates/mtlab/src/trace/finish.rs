@@ -181,7 +181,7 @@ fn no_tie_since(batch: &[(ChunkHead, Vec<u8>)], members: &[usize], i: usize, sta
     // was written since the last member ended before this chunk starts:
     // what came before that ended before the last member started. This
     // keeps a group that spans many chunks cheap.
-    if stamps.checked_joins(first) == 0 && batch[last + 1..i].iter().all(|(o, _)| o.last_tsc < h.first_tsc) {
+    if !stamps.joined_by_stamps.contains(&first) && batch[last + 1..i].iter().all(|(o, _)| o.last_tsc < h.first_tsc) {
         return true;
     }
     if i - first > TIE_CHECK_SPAN {
@@ -197,7 +197,7 @@ fn no_tie_since(batch: &[(ChunkHead, Vec<u8>)], members: &[usize], i: usize, sta
             _ => return false,
         }
     }
-    stamps.note_checked_join(first);
+    stamps.joined_by_stamps.insert(first);
     true
 }
 
@@ -214,12 +214,12 @@ fn shares_a_value(a: &[u64], b: &[u64]) -> bool {
     false
 }
 
-/// The sorted time stamps of a batch's small chunks, read once each, and
-/// the groups (by first member) that took a member by the time check.
+/// The sorted time stamps of a batch's small chunks, read once each.
 #[derive(Default)]
 struct StampCache {
     stamps: std::collections::HashMap<usize, Option<Vec<u64>>>,
-    checked: std::collections::HashMap<usize, usize>,
+    /// Groups (by first member) that took a member by the stamp check.
+    joined_by_stamps: std::collections::HashSet<usize>,
 }
 
 impl StampCache {
@@ -248,13 +248,6 @@ impl StampCache {
             .as_ref()
     }
 
-    fn checked_joins(&self, first: usize) -> usize {
-        self.checked.get(&first).copied().unwrap_or(0)
-    }
-
-    fn note_checked_join(&mut self, first: usize) {
-        *self.checked.entry(first).or_insert(0) += 1;
-    }
 }
 
 /// The fields of a chunk header `finish_trace` needs.
