@@ -17,6 +17,8 @@
 //! - `varint.rs`: the varint codec; `records.rs`: record headers: scanning,
 //!   checking, writing; chunk header and its checksums; END.
 //! - `resync.rs`: after damage in a checksummed file: the next intact record.
+//! - `far_index.rs`: the column writer's index of allocations past the
+//!   recent list (address → number), one cache line a lookup.
 //! - `ring.rs`: layout 4's ring of allocation numbers (address and usable
 //!   size packed in a word), which `predict` names far frees by.
 //! - `columns.rs`: the column layout of finished chunks: streams by field
@@ -52,6 +54,7 @@ mod draws;
 pub mod encode;
 pub mod error;
 pub mod event;
+mod far_index;
 pub mod family;
 pub mod fields;
 pub mod finish;
