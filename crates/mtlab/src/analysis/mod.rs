@@ -57,7 +57,7 @@ pub use symbols::stack_quality_of;
 
 use crate::profile::sampled::SampledPass;
 use crate::symbolize::{parse_all_maps, CodeRanges};
-use crate::trace::{Event, TraceError, TraceFile};
+use crate::trace::{keys, Event, TraceError, TraceFile};
 use model::AllocatorReading;
 use pass::{feed, feed_piped, Pass};
 
@@ -120,6 +120,19 @@ pub fn analyze_seeing(trace: &TraceFile, opts: &AnalyzeOptions, seen: impl FnMut
     analyze_run(trace, opts, true, pipe::wanted(trace).then_some(pipe::BATCH), seen)
 }
 
+/// The most blocks live at once, as the finish estimated it (RUNINFO
+/// `live_blocks_hint`), for a trace whose heap is replayed: never more
+/// than the trace's events, so that a damaged value cannot ask for more
+/// memory than the blocks could take.
+fn live_blocks_hint(trace: &TraceFile) -> Option<usize> {
+    if trace.header.sample_interval != 0 {
+        return None;
+    }
+    let hint: u64 = trace.runinfo_get(keys::LIVE_BLOCKS_HINT)?.parse().ok()?;
+    let events: u64 = trace.chunks.iter().map(|c| u64::from(c.n_events)).sum();
+    usize::try_from(hint.min(events)).ok()
+}
+
 /// The pass, its decoder on a thread of its own handing over batches of
 /// `piped` events when that is Some (and the thread can be started).
 fn analyze_run(
@@ -131,6 +144,9 @@ fn analyze_run(
 ) -> Result<ProcessReport, TraceError> {
     let compact = trace.compact_quantum().is_some_and(|q| q.parse::<u64>().is_ok());
     let mut pass = Pass::new(&trace.header, opts.max_points, compact);
+    if let Some(n) = live_blocks_hint(trace) {
+        pass.replay.heap.reserve_blocks(n);
+    }
     if opts.threads && trace.header.sample_interval == 0 {
         pass.threads = Some(Default::default());
     }

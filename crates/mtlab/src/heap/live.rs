@@ -171,6 +171,23 @@ impl LiveMap {
         LiveMap { slots: AnonPairs::zeroed(homes + spare(homes)), homes, len: 0, tombs: 0, limit, cap: cap(homes, limit), apart: None }
     }
 
+    /// A table that holds `n` entries before it grows: laid out once at
+    /// that size (in huge pages when large) rather than grown a quarter at
+    /// a time, each step a re-layout of every entry and, past 16 MiB, a
+    /// collapse of its pages — a fifth of the report's wall time on
+    /// python3 with 2.8 M live blocks.
+    pub fn with_capacity(n: usize) -> Self {
+        let mut homes = FIRST_HOMES;
+        if most(homes) < n {
+            homes = n + n / 7 + 1;
+            if most(homes) < n {
+                homes = n + n / 4 + 1;
+            }
+        }
+        debug_assert!(most(homes) >= n);
+        Self::with_homes(homes)
+    }
+
     /// The home slot of a stored key: its hash times the homes, over 2^64.
     #[inline(always)]
     fn home_of(&self, s: u64) -> usize {
@@ -440,6 +457,24 @@ mod tests {
         assert_eq!(m.slots.last().unwrap().0, EMPTY, "the last slot stays empty");
         assert_eq!((live, tombs), (m.len, m.tombs), "live entries and tombstones counted");
         assert!(m.len <= m.limit && m.len + m.tombs <= m.cap, "{} live, {} tombstones, limit {}, cap {}", m.len, m.tombs, m.limit, m.cap);
+    }
+
+    #[test]
+    fn a_table_sized_for_n_entries_takes_them_without_growing() {
+        for n in [0usize, 1, 500, 1000, 5000, FULLER_FROM - 10, FULLER_FROM * 7 / 8 + 3, 3_000_000] {
+            let mut m = LiveMap::with_capacity(n);
+            let homes = m.homes;
+            assert!(m.limit >= n, "{n}: limit {}", m.limit);
+            if n > 1000 {
+                assert!(homes <= n + n / 4 + 2, "{n}: {homes} homes, not much more than needed");
+            }
+            for k in 0..n as u64 {
+                assert!(m.insert_new(0x5555_0000_0000 + k * 48, k));
+            }
+            assert_eq!(m.homes, homes, "{n}: grew");
+            assert_eq!(m.len(), n);
+            check_invariants(&m);
+        }
     }
 
     #[test]

@@ -766,6 +766,15 @@ impl ShadowHeap {
         }
     }
 
+    /// Sizes the live blocks' table for `n` blocks at once (a trace's
+    /// `live_blocks_hint`), before any block is live; it still grows past
+    /// that when it must.
+    pub fn reserve_blocks(&mut self, n: usize) {
+        if self.objects.len() == 0 {
+            self.objects = LiveMap::with_capacity(n);
+        }
+    }
+
     /// Drops the live blocks' table and starts, for good: what is read
     /// after (snapshots) no longer counts them.
     pub fn release_blocks(&mut self) {

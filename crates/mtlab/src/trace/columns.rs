@@ -72,6 +72,34 @@ pub struct Chain {
     draws: Thread,
     /// Writer side: the row bytes of the chain's records so far.
     rows: u64,
+    /// Writer side: the live blocks' count over the last record.
+    live: LiveCount,
+}
+
+/// Writer side: how one record's events move the number of live blocks —
+/// allocations (a new pointer not null) less releases (an old pointer not
+/// null) — by its end (`net`), and the most they added at any event within
+/// it (`rise`, at least 0). The finish adds them up in file order into a
+/// reader's hint of the most blocks live at once (RUNINFO
+/// `live_blocks_hint`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LiveCount {
+    pub net: i64,
+    pub rise: i64,
+}
+
+impl LiveCount {
+    #[inline(always)]
+    fn count(&mut self, f: Field, v: u64) {
+        match f {
+            Field::NewPtr if v != 0 => {
+                self.net += 1;
+                self.rise = self.rise.max(self.net);
+            }
+            Field::OldPtr if v != 0 => self.net -= 1,
+            _ => {}
+        }
+    }
 }
 
 /// Whether a thread's next record runs on from a chain whose last record
@@ -130,7 +158,12 @@ impl Chain {
     /// A placeholder (its layout is none the writer writes) whose thread's
     /// next record starts a chain, with the thread's draws at `draws`.
     pub(crate) fn restart(draws: Thread) -> Chain {
-        Chain { pos: 0, pred: Predictor::new(1), draws, rows: 0 }
+        Chain { pos: 0, pred: Predictor::new(1), draws, rows: 0, live: LiveCount::default() }
+    }
+
+    /// How the chain's last record moved the live blocks' count.
+    pub(crate) fn live(&self) -> LiveCount {
+        self.live
     }
 
     /// Whether the thread's next record (written by `split_chained`) runs
@@ -646,6 +679,7 @@ fn split_inner(
     let sorted = sorts_cycles(layout, &started);
     let mut groups = Gather::default();
     let mut prev_cycles = 0u64;
+    let mut live = LiveCount::default();
     macro_rules! put_group {
         () => {
             |p: Put| {
@@ -751,7 +785,10 @@ fn split_inner(
                     }
                     put_varint(&mut s[Stream::Misc as usize], v)
                 }
-                Field::NewPtr | Field::OldPtr | Field::Addr => pred.put(f, v, &mut s),
+                Field::NewPtr | Field::OldPtr | Field::Addr => {
+                    live.count(f, v);
+                    pred.put(f, v, &mut s)
+                }
             },
         }
         true
@@ -770,7 +807,7 @@ fn split_inner(
     out.push(layout);
     if layout >= 4 {
         put_varint(&mut out, pos);
-        *chain = Some(Chain { pos, pred, draws: replay.end(thread), rows: chain_rows });
+        *chain = Some(Chain { pos, pred, draws: replay.end(thread), rows: chain_rows, live });
     }
     put_varint(&mut out, tq);
     put_varint(&mut out, cq);
@@ -950,7 +987,7 @@ impl ColumnFields {
     /// After the record's last event: its predictions, for the thread's
     /// next record (layout 4; None before it).
     pub fn into_chain(self) -> Option<Chain> {
-        (self.pred.layout() >= 4).then_some(Chain { pos: self.chain_pos, pred: self.pred, draws: Thread::At(Draws::Unknown), rows: 0 })
+        (self.pred.layout() >= 4).then_some(Chain { pos: self.chain_pos, pred: self.pred, draws: Thread::At(Draws::Unknown), rows: 0, live: LiveCount::default() })
     }
 
     /// Checks the layout header of `buf` (the decompressed body).
@@ -1487,7 +1524,7 @@ pub(crate) mod tests {
             if pos > 0 {
                 // Not readable alone, nor after another place of the chain.
                 assert!(decode_columns(&cols, first, 1).is_err());
-                let mut wrong = Some(Chain { pos: pos + 1, pred: Predictor::new(COLUMNS_LAYOUT), draws: Thread::At(Draws::Unknown), rows: 0 });
+                let mut wrong = Some(Chain { pos: pos + 1, pred: Predictor::new(COLUMNS_LAYOUT), draws: Thread::At(Draws::Unknown), rows: 0, live: LiveCount::default() });
                 assert!(decode_columns_chained(&cols, first, 1, &mut wrong).is_err());
             }
             let back = decode_columns_chained(&cols, first, 1, &mut rchain).unwrap();

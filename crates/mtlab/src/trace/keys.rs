@@ -43,6 +43,12 @@ pub const ATTACH_ENDED_BY: &str = "attach_ended_by";
 pub const FINISH_WARNING: &str = "finish_warning";
 /// Bytes of the trace rewritten while the program still ran (only when not 0).
 pub const REWRITTEN_WHILE_RUNNING: &str = "rewritten_while_running";
+/// The finish's estimate of the most heap blocks live at once: allocations
+/// less releases added up record by record in file order
+/// (`columns::LiveCount`). Exact to a record for one thread; with several,
+/// a record's frees of another thread's blocks may come later in the file,
+/// so it can be higher. A reader sizes its table of live blocks by it.
+pub const LIVE_BLOCKS_HINT: &str = "live_blocks_hint";
 /// The time quantum of a compact trace, in ticks (`trace::compact`); its
 /// presence marks the trace as compact.
 pub const COMPACT_QUANTUM: &str = "compact_quantum";
