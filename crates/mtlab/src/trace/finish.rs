@@ -293,7 +293,7 @@ fn chunk_head_bytes(tid: u32, n_events: u32, first_tsc: u64, last_tsc: u64) -> [
 /// A group's rows in columns, for the thread's next record in the file
 /// after `chain`'s (None when the rows cannot be read as columns: an
 /// unknown kind; the thread's next group then starts a chain).
-fn split_group(g: &Group, batch: &[(ChunkHead, Vec<u8>)], chain: &mut Option<Chain>) -> Option<(Vec<u8>, LiveCount)> {
+fn split_group(g: &Group, batch: &[(ChunkHead, Vec<u8>)], chain: &mut Option<Chain>) -> GroupColumns {
     let stamps = if g.solo { Stamps::Rounded(SOLO_QUANTUM) } else { Stamps::Exact };
     let cols = split_chained(&group_rows(g, batch), stamps, chain).ok()?;
     Some((cols, chain.as_ref().map_or_else(LiveCount::default, Chain::live)))
@@ -365,7 +365,10 @@ fn plan_runs(thread: usize, members: &[usize], groups: &[Group], batch: &[(Chunk
 
 /// A run's groups' columns (None: rows that are no columns), and the
 /// chain after its last.
-type RunDone = (Vec<Option<(Vec<u8>, LiveCount)>>, Option<Chain>);
+/// A group's columns and how its events moved the live blocks' count
+/// (None: rows that are no columns).
+type GroupColumns = Option<(Vec<u8>, LiveCount)>;
+type RunDone = (Vec<GroupColumns>, Option<Chain>);
 
 /// Whether the chain a run ended with is the one the next run was started
 /// after (`plan_runs`' replay agrees with `split_chained`).
@@ -536,7 +539,7 @@ fn split_threads(
     stats: &mut FinishStats,
     workers: usize,
     pace: &(dyn Fn(Work) + Sync),
-) -> io::Result<Vec<Option<(Vec<u8>, LiveCount)>>> {
+) -> io::Result<Vec<GroupColumns>> {
     let t = std::time::Instant::now();
     let mut runs: Vec<Run> = Vec::new();
     for (t, (tid, members)) in threads.iter().enumerate() {
@@ -573,7 +576,7 @@ fn split_threads(
     // Runs of a thread follow each other in `runs`; the first that did not
     // start where its predecessor ended (never, unless the replay and
     // `split_chained` disagree) is written again after it, with the rest.
-    let mut cols: Vec<Option<(Vec<u8>, LiveCount)>> = vec![None; groups.len()];
+    let mut cols: Vec<GroupColumns> = vec![None; groups.len()];
     let t = std::time::Instant::now();
     let mut r = 0;
     while r < runs.len() {
