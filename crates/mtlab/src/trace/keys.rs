@@ -45,9 +45,10 @@ pub const FINISH_WARNING: &str = "finish_warning";
 pub const REWRITTEN_WHILE_RUNNING: &str = "rewritten_while_running";
 /// The finish's estimate of the most heap blocks live at once: allocations
 /// less releases added up record by record in file order
-/// (`columns::LiveCount`). Exact to a record for one thread; with several,
-/// a record's frees of another thread's blocks may come later in the file,
-/// so it can be higher. A reader sizes its table of live blocks by it.
+/// (`columns::LiveCount`). Exact for one thread; with several, records
+/// that overlap in time are counted one after the other, so it can be
+/// higher (a record's frees of another thread's blocks come later in the
+/// file) or lower. A reader sizes its table of live blocks by it.
 pub const LIVE_BLOCKS_HINT: &str = "live_blocks_hint";
 /// The time quantum of a compact trace, in ticks (`trace::compact`); its
 /// presence marks the trace as compact.
