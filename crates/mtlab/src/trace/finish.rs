@@ -363,11 +363,11 @@ fn plan_runs(thread: usize, members: &[usize], groups: &[Group], batch: &[(Chunk
     runs
 }
 
-/// A run's groups' columns (None: rows that are no columns), and the
-/// chain after its last.
 /// A group's columns and how its events moved the live blocks' count
 /// (None: rows that are no columns).
 type GroupColumns = Option<(Vec<u8>, LiveCount)>;
+
+/// A run's groups' columns, and the chain after its last.
 type RunDone = (Vec<GroupColumns>, Option<Chain>);
 
 /// Whether the chain a run ended with is the one the next run was started
@@ -1114,11 +1114,6 @@ mod tests {
         batch
     }
 
-    /// Threads that call seldom write small chunks (a buffer is written
-    /// ~100 ms after its first event) that overlap each other's in time: the
-    /// old rule (what was written in between ended before) joined none of
-    /// them; with distinct stamps each thread's chunks are one group, and a
-    /// stamp both threads have keeps the chunk that would flip apart.
     /// One thread: 300 blocks allocated, 100 of them freed (with frees of
     /// NULL and failed allocations between, which move nothing, and
     /// reallocs, which move a block), 150 more allocated, then all freed:
@@ -1167,6 +1162,11 @@ mod tests {
         assert_eq!(tf.runinfo_get(crate::trace::keys::LIVE_BLOCKS_HINT), None);
     }
 
+    /// Threads that call seldom write small chunks (a buffer is written
+    /// ~100 ms after its first event) that overlap each other's in time: the
+    /// old rule (what was written in between ended before) joined none of
+    /// them; with distinct stamps each thread's chunks are one group, and a
+    /// stamp both threads have keeps the chunk that would flip apart.
     #[test]
     fn small_chunks_that_overlap_other_threads_are_joined_unless_a_stamp_ties() {
         let batch = small_overlapping_chunks(false);
