@@ -1157,6 +1157,7 @@ EXPORT int fexecve(int fd, char *const argv[], char *const envp[]) {
 EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_actions_t *actions,
                        const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
     if (UNLIKELY(!mtlab_real.posix_spawn)) mtlab_resolve();
+    if (UNLIKELY(!mtlab_real.posix_spawn)) return ENOSYS; /* a libc without it: as its absence would say */
     KEEP_PRELOAD(envp);
     return mtlab_real.posix_spawn(pid, path, actions, attr, argv, keep_envp_);
 }
@@ -1164,6 +1165,7 @@ EXPORT int posix_spawn(pid_t *pid, const char *path, const posix_spawn_file_acti
 EXPORT int posix_spawnp(pid_t *pid, const char *file, const posix_spawn_file_actions_t *actions,
                         const posix_spawnattr_t *attr, char *const argv[], char *const envp[]) {
     if (UNLIKELY(!mtlab_real.posix_spawnp)) mtlab_resolve();
+    if (UNLIKELY(!mtlab_real.posix_spawnp)) return ENOSYS; /* a libc without it: as its absence would say */
     KEEP_PRELOAD(envp);
     return mtlab_real.posix_spawnp(pid, file, actions, attr, argv, keep_envp_);
 }
