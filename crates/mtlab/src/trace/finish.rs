@@ -200,14 +200,12 @@ fn no_tie_since(batch: &[(ChunkHead, Vec<u8>)], members: &[usize], i: usize, sta
     if i - first > TIE_CHECK_SPAN {
         return false;
     }
-    let mine = match stamps.of(batch, i) {
-        Some(s) => s.clone(),
-        None => return false,
-    };
+    if !stamps.read(batch, i) {
+        return false;
+    }
     for j in (first + 1..i).filter(|&j| overlapping(j)) {
-        match stamps.of(batch, j) {
-            Some(theirs) if !shares_a_value(&mine, theirs) => {}
-            _ => return false,
+        if !stamps.read(batch, j) || shares_a_value(stamps.get(i), stamps.get(j)) {
+            return false;
         }
     }
     stamps.joined_by_stamps.insert(first);
@@ -236,9 +234,10 @@ struct StampCache {
 }
 
 impl StampCache {
-    /// Chunk `i`'s stamps, as the reader will see them (None: too large,
-    /// or its rows cannot be read).
-    fn of(&mut self, batch: &[(ChunkHead, Vec<u8>)], i: usize) -> Option<&Vec<u64>> {
+    /// Reads chunk `i`'s stamps, as the reader will see them, unless read
+    /// already; whether it has them (not: too large, or its rows cannot be
+    /// read).
+    fn read(&mut self, batch: &[(ChunkHead, Vec<u8>)], i: usize) -> bool {
         self.stamps
             .entry(i)
             .or_insert_with(|| {
@@ -258,9 +257,13 @@ impl StampCache {
                 s.sort_unstable();
                 Some(s)
             })
-            .as_ref()
+            .is_some()
     }
 
+    /// The sorted stamps of a chunk `read` has found.
+    fn get(&self, i: usize) -> &[u64] {
+        self.stamps[&i].as_deref().expect("read, and readable")
+    }
 }
 
 /// The fields of a chunk header `finish_trace` needs.
