@@ -36,8 +36,10 @@
  * reserved byte has been written; u64 at offset 8: the magic.
  *
  * Per-buffer progress (full trace, root process, when the reader set the u64
- * at OFF_PROGRESS_WANTED), so that a reader of the file while it is written
- * (`record --live`) knows which times are complete: u64 at OFF_PROGRESS_USED: slots handed out (more than PROGRESS_SLOTS: some
+ * at OFF_PROGRESS_WANTED: PROGRESS_HORIZON, or PROGRESS_SLOTS_ONLY), so that a
+ * reader of the file while it is written (`record --live`) knows which times
+ * are complete, and `record` can copy a quiet thread's buffer while the
+ * process runs (kept for a death by a signal, which writes no buffer): u64 at OFF_PROGRESS_USED: slots handed out (more than PROGRESS_SLOTS: some
  * buffers have none, and the reader cannot know); from OFF_PROGRESS, one
  * slot of 4 u64 per event buffer: a sequence number (odd while the owner
  * writes the slot), the thread id, PENDING: the first time stamp of the
@@ -65,6 +67,11 @@
 #define MTLAB_WATERMARK_OFF_MAGIC 8u
 #define MTLAB_WATERMARK_OFF_PROGRESS_USED 16u
 #define MTLAB_WATERMARK_OFF_PROGRESS_WANTED 24u
+/* `record --live`: the reader analyses up to the horizon, so a thread that
+ * starts another writes its buffer first (it may wait for it long). */
+#define MTLAB_PROGRESS_HORIZON 1u
+/* `record`: the slots only, for its copies of quiet threads' buffers. */
+#define MTLAB_PROGRESS_SLOTS_ONLY 2u
 #define MTLAB_WATERMARK_OFF_PID 32u
 #define MTLAB_WATERMARK_OFF_FILE_DEV 40u
 #define MTLAB_WATERMARK_OFF_FILE_INO 48u

@@ -426,6 +426,7 @@ HIDDEN void mtlab_progress_started(struct mtlab_buf *b);
 HIDDEN extern _Atomic uint64_t *mtlab_watermark;
 HIDDEN void mtlab_progress_flushed(struct mtlab_buf *b, uint64_t first_tsc);
 HIDDEN int mtlab_progress_wanted(void); /* a watermark page takes the root's full-trace progress */
+HIDDEN int mtlab_horizon_wanted(void);  /* ... for a reader that analyses up to its horizon (`--live`) */
 HIDDEN void mtlab_writer_path(char *out, size_t cap); /* the file this process writes */
 HIDDEN void mtlab_write_stats(void);
 /* `mtlab record` makes the trace file of a process that cannot (broker.c). */

@@ -1182,7 +1182,7 @@ EXPORT int pthread_create(pthread_t *th, const pthread_attr_t *attr, void *(*sta
     /* `record --live` analyses only up to the oldest event still in a
      * buffer: a thread that starts others and then waits for them (a main
      * thread joining its workers) would hold it back to the start. */
-    if (mtlab_progress_wanted()) flush_before_exec_or_abort(0);
+    if (mtlab_horizon_wanted()) flush_before_exec_or_abort(0);
     return r;
 }
 

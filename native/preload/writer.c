@@ -146,6 +146,12 @@ int mtlab_progress_wanted(void) {
            atomic_load_explicit(watermark + MTLAB_WATERMARK_OFF_PROGRESS_WANTED / 8, memory_order_relaxed);
 }
 
+int mtlab_horizon_wanted(void) {
+    return mtlab_progress_wanted() &&
+           atomic_load_explicit(watermark + MTLAB_WATERMARK_OFF_PROGRESS_WANTED / 8, memory_order_relaxed) ==
+               MTLAB_PROGRESS_HORIZON;
+}
+
 static struct progress_slot *progress_slot(struct mtlab_buf *b) {
     if (!mtlab_progress_wanted()) return NULL;
     if (b->progress == 0) {

@@ -28,6 +28,7 @@ pub mod platform;
 pub mod profile;
 pub mod record;
 pub mod report;
+pub mod salvage;
 pub mod store;
 pub mod studies;
 pub mod study;

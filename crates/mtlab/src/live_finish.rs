@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::platform::shared_page::SharedPage;
-use crate::trace::format::{WATERMARK_MAGIC, WATERMARK_OFF_MAGIC, WATERMARK_SIZE};
+use crate::trace::format::{PROGRESS_SLOTS_ONLY, WATERMARK_MAGIC, WATERMARK_OFF_MAGIC, WATERMARK_OFF_PROGRESS_WANTED, WATERMARK_SIZE};
 use crate::trace::{Finisher, Source, Work};
 
 /// When the thread rewrites (`MTLAB_LIVE_FINISH`).
@@ -100,6 +100,9 @@ impl LiveFinish {
             return None;
         }
         let (fd, page) = watermark_page()?;
+        // Each buffer's progress, for `record`'s copies of quiet threads'
+        // buffers (`salvage`), kept for a death by a signal.
+        page.u64_at(WATERMARK_OFF_PROGRESS_WANTED).store(PROGRESS_SLOTS_ONLY, Ordering::Release);
         let stop = Arc::new(AtomicBool::new(false));
         let tid = Arc::new(std::sync::atomic::AtomicI32::new(0));
         let watermark = Arc::clone(&page);
@@ -127,6 +130,12 @@ impl LiveFinish {
     pub fn watermark(&self) -> impl Fn() -> u64 + Send + 'static {
         let page = Arc::clone(&self.page);
         move || page.u64_at(0).load(Ordering::Acquire)
+    }
+
+    /// The watermark page, which the program's writer publishes its
+    /// buffers' progress in.
+    pub fn page(&self) -> Arc<SharedPage> {
+        Arc::clone(&self.page)
     }
 
     /// After the spawn: the program has its copy.

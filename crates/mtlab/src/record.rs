@@ -957,6 +957,8 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     let outliving = cfg.live.is_some() && cfg.follow && !foreign;
     let subreaper = outliving && crate::platform::process::set_child_subreaper(true).is_ok();
     let reaper = std::cell::RefCell::new(None);
+    // Copies of quiet threads' buffers, kept for a death by a signal.
+    let salvage = std::cell::RefCell::new(None);
     let ran = run(
         cmd,
         &shown,
@@ -970,6 +972,9 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
             }
             if subreaper {
                 *reaper.borrow_mut() = Some(crate::platform::process::Reaper::start(pid));
+            }
+            if let Some(l) = live.as_ref().filter(|_| !foreign) {
+                *salvage.borrow_mut() = crate::salvage::Salvage::start(l.page(), pid);
             }
         },
         |guard| {
@@ -1003,6 +1008,7 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
     };
     let served = broker.map(|b| b.stop()).unwrap_or_default();
     let (status, wall) = ran?;
+    let salvage_copies = salvage.into_inner().map(|s| s.stop()).unwrap_or_default();
     // Before the root is finished: the ring takes the rest of the raw file.
     // Fed by the live consumer, it stops once that has read the rest (below).
     let (flight, flight_after_live) = match flight {
@@ -1040,6 +1046,22 @@ pub fn record(cfg: &RecordConfig) -> Result<RecordOutcome, RecordError> {
         crate::ctl::remove_abandoned_pages(&traces);
     }
     let mut runinfo = vec![(keys::WALL_NS.to_string(), wall.as_nanos().to_string())];
+    // Killed by a signal, the program wrote none of its buffers: the
+    // copies of the quiet ones go into its raw trace before it is finished.
+    if status.signal().is_some() && !salvage_copies.is_empty() && traces.first() == Some(&output) {
+        match crate::salvage::append(&output, &salvage_copies) {
+            Ok(n) => {
+                runinfo.push((keys::SALVAGED_EVENTS.into(), n.events.to_string()));
+                runinfo.push((keys::SALVAGED_THREADS.into(), n.threads.to_string()));
+                warnings.push(crate::salvage::note(n));
+            }
+            Err(e) => warnings.push(format!(
+                "{}: the events its quiet threads still held at the kill, copied from them while it ran, could not be \
+                 added to it: {e}",
+                output.display()
+            )),
+        }
+    }
     match (status.code(), status.signal()) {
         (Some(code), _) => runinfo.push((keys::EXIT_CODE.into(), code.to_string())),
         (None, Some(sig)) => runinfo.push((keys::SIGNAL.into(), sig.to_string())),

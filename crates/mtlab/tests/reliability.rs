@@ -318,3 +318,38 @@ fn a_thread_made_by_raw_clone_without_tls_gets_its_stacks_and_is_counted() {
     let sampled = r["profile"].to_string();
     assert!(sampled.contains("clone_worker"), "{sampled}");
 }
+
+/// A service stopped with SIGTERM while idle: a killed process writes none
+/// of its threads' buffers, and this trace had none of the worker's 300
+/// mallocs nor the main thread's last 500 (and nothing said so). `record`
+/// copies quiet threads' buffers while the program runs and adds them to
+/// the trace of a program killed by a signal: every call is in it, once —
+/// the main thread's first buffer, copied and then written by the thread
+/// itself, is not added twice.
+#[test]
+fn a_program_killed_while_idle_keeps_the_events_its_quiet_threads_buffered() {
+    use std::io::BufRead;
+    let lab = Lab::new();
+    let prog = lab.compile("quiet_then_killed");
+    let mut rec = lab.record_cmd("q.mtl", &[], &prog, &[]).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(rec.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // Two looks of `record`'s at the quiet buffers (every 100 ms), with room for a loaded host.
+    std::thread::sleep(std::time::Duration::from_millis(1000));
+    let pid = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .find(|e| std::fs::read_link(e.path().join("exe")).is_ok_and(|x| x == prog))
+        .map(|e| e.file_name().into_string().unwrap())
+        .expect("the program runs");
+    assert!(lab.command("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let o = rec.wait_with_output().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(15), "the program's death passed on: {}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains("of 2 threads that had gone quiet were copied"), "{err}");
+    let r = lab.report("q.mtl");
+    assert_eq!(calls(&r, "malloc"), 1800, "main 1000 + 500, worker 300");
+    assert_eq!(u(&r["end"]["live_objects"]), 1800 + calls(&r, "calloc"), "nothing freed");
+}

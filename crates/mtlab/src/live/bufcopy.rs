@@ -28,6 +28,9 @@ pub struct BufferCopy {
     pub last_tsc: u64,
     /// The event bytes, as the owner's chunk of this buffer will start.
     pub events: Vec<u8>,
+    /// The buffer's generation when copied: its owner bumps it after
+    /// each append and flush (`generation`).
+    pub gen: u32,
 }
 
 /// The largest event area a buffer has (64 KiB buffers).
@@ -60,7 +63,18 @@ pub fn copy(pid: u32, addr: u64) -> std::io::Result<Option<BufferCopy>> {
         first_tsc: u64_at(&head, BUF_OFF_FIRST_TSC),
         last_tsc: u64_at(&head, BUF_OFF_PREV_TSC),
         events,
+        gen,
     }))
+}
+
+/// The generation of the buffer at `addr` in process `pid` (None while
+/// its owner appends or flushes): a copy taken at the same generation
+/// holds what the buffer holds now.
+pub fn generation(pid: u32, addr: u64) -> std::io::Result<Option<u32>> {
+    let mut w = [0u8; 8];
+    read_memory(pid, addr + BUF_OFF_BUSY, &mut w)?;
+    let busy = u32::from_le_bytes(w[0..4].try_into().unwrap());
+    Ok((busy == 0).then(|| u32::from_le_bytes(w[4..8].try_into().unwrap())))
 }
 
 #[cfg(test)]
@@ -94,8 +108,11 @@ mod tests {
         let c = copy(me, quiet.0.as_ptr() as u64).unwrap().expect("a quiet buffer with events");
         assert_eq!((c.tid, c.n_events, c.first_tsc, c.last_tsc), (77, 3, 1000, 2000));
         assert_eq!(c.events, (1..=10).collect::<Vec<u8>>());
+        assert_eq!(generation(me, quiet.0.as_ptr() as u64).unwrap(), Some(5));
+        assert_eq!(c.gen, 5);
         let busy = buf(1, 10, 3);
         assert_eq!(copy(me, busy.0.as_ptr() as u64).unwrap(), None, "its owner is appending");
+        assert_eq!(generation(me, busy.0.as_ptr() as u64).unwrap(), None);
         let empty = buf(0, 0, 0);
         assert_eq!(copy(me, empty.0.as_ptr() as u64).unwrap(), None);
         assert!(copy(me, 8).is_err(), "an address the process does not map");

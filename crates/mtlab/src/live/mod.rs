@@ -186,7 +186,7 @@ impl Live {
     pub fn start(raw: PathBuf, cfg: LiveConfig, sink: Option<Box<dyn RawSink>>, pages: Option<Receiver<Page>>) -> Option<Live> {
         let (fd, page) = crate::live_finish::watermark_page()?;
         // The writer's per-buffer progress: only this reader uses it.
-        page.u64_at(crate::trace::format::WATERMARK_OFF_PROGRESS_WANTED).store(1, Ordering::Release);
+        page.u64_at(crate::trace::format::WATERMARK_OFF_PROGRESS_WANTED).store(crate::trace::format::PROGRESS_HORIZON, Ordering::Release);
         Live::run(raw, cfg, sink, pages, Some(fd), page)
     }
 

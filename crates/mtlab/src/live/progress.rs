@@ -57,6 +57,11 @@ impl Progress {
         p
     }
 
+    /// The slots read whole.
+    pub fn slots(&self) -> &[Slot] {
+        &self.slots
+    }
+
     /// The time before which every event is in the chunks read so far;
     /// `read` holds, per thread, the first time stamp of the latest chunk
     /// read. None when the progress does not say (too many buffers).

@@ -53,6 +53,10 @@ pub const WATERMARK_MAGIC: u64 = 0x004d_5742_4c41_544d;
 pub const WATERMARK_OFF_MAGIC: u32 = 8;
 pub const WATERMARK_OFF_PROGRESS_USED: u32 = 16;
 pub const WATERMARK_OFF_PROGRESS_WANTED: u32 = 24;
+/// OFF_PROGRESS_WANTED's values: `record --live`'s reader of the horizon;
+/// `record`'s copies of quiet threads' buffers (the slots only).
+pub const PROGRESS_HORIZON: u64 = 1;
+pub const PROGRESS_SLOTS_ONLY: u64 = 2;
 pub const WATERMARK_OFF_PID: u32 = 32;
 pub const WATERMARK_OFF_FILE_DEV: u32 = 40;
 pub const WATERMARK_OFF_FILE_INO: u32 = 48;
@@ -213,6 +217,8 @@ mod tests {
             ("WATERMARK_OFF_FILE_INO", WATERMARK_OFF_FILE_INO as u64),
             ("WATERMARK_OFF_START_TSC", WATERMARK_OFF_START_TSC as u64),
             ("WATERMARK_OFF_PROGRESS_WANTED", WATERMARK_OFF_PROGRESS_WANTED as u64),
+            ("PROGRESS_HORIZON", PROGRESS_HORIZON),
+            ("PROGRESS_SLOTS_ONLY", PROGRESS_SLOTS_ONLY),
             ("WATERMARK_PROGRESS_SLOTS", WATERMARK_PROGRESS_SLOTS as u64),
             ("WATERMARK_OFF_PROGRESS_BUFS", WATERMARK_OFF_PROGRESS_BUFS as u64),
             ("BUF_OFF_TID", BUF_OFF_TID),

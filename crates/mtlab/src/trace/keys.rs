@@ -11,6 +11,11 @@ pub const WALL_NS: &str = "wall_ns";
 pub const EXIT_CODE: &str = "exit_code";
 /// The signal that killed the program, when one did.
 pub const SIGNAL: &str = "signal";
+/// Killed by a signal: events of its threads' unwritten buffers that
+/// `record` had copied from the process while it ran and added to the
+/// trace (`salvage`), and the threads they are of.
+pub const SALVAGED_EVENTS: &str = "salvaged_events";
+pub const SALVAGED_THREADS: &str = "salvaged_threads";
 /// Wall-clock time of the untraced run (`record --baseline`), in nanoseconds.
 pub const BASELINE_WALL_NS: &str = "baseline_wall_ns";
 /// "1" when `record --sample --inactive` started the sampler switched off.
