@@ -352,4 +352,9 @@ fn a_program_killed_while_idle_keeps_the_events_its_quiet_threads_buffered() {
     let r = lab.report("q.mtl");
     assert_eq!(calls(&r, "malloc"), 1800, "main 1000 + 500, worker 300");
     assert_eq!(u(&r["end"]["live_objects"]), 1800 + calls(&r, "calloc"), "nothing freed");
+    let salvaged = u(&r["salvaged_events"]);
+    assert!((800..1800).contains(&salvaged), "the worker's 300 and the main thread's last 500 at least, not its first 1 000: {salvaged}");
+    let text = lab.command(MTLAB).args(["report", "q.mtl"]).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("but for {salvaged} events of quiet threads")), "{text}");
 }

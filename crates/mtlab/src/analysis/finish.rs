@@ -208,6 +208,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         ));
     }
     let exit = run(keys::EXIT_CODE).map(|c| format!("exit code {c}")).or_else(|| run(keys::SIGNAL).map(|s| format!("killed by signal {s}")));
+    let salvaged_events = run(keys::SALVAGED_EVENTS);
     let duration_ns = trace.end.as_ref().and_then(|e| pass.ns(e.end_tsc)).or_else(|| pass.ns(last_tsc));
     let heap = &pass.replay.heap;
     ProcessReport {
@@ -273,6 +274,7 @@ pub fn report(pass: &Pass, inp: Inputs<'_>) -> ProcessReport {
         compact_lean: compact_quantum.is_some() && trace.is_lean(),
         peak_before_compaction,
         exit,
+        salvaged_events,
         profile,
         profile_data,
         all_sites,

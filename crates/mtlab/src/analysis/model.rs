@@ -528,6 +528,10 @@ pub struct ProcessReport {
     #[serde(skip)]
     pub peak_before_compaction: bool,
     pub exit: Option<String>,
+    /// Killed by a signal: events of its threads' unwritten buffers that
+    /// `record` had copied from the process while it ran (RUNINFO
+    /// `salvaged_events`).
+    pub salvaged_events: Option<u64>,
     /// Present for sampled traces (`record --sample`): the estimates.
     pub profile: Option<SampledSummary>,
     /// The whole profile, for the exports (`report --pprof`, `--flamegraph`,

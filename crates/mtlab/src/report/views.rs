@@ -436,6 +436,18 @@ pub fn views_for(run: &RunReport, page: bool) -> Vec<View> {
             });
         } else if let Some(e) = &p.exit {
             note(match e.strip_prefix("killed by signal ").and_then(|n| n.parse::<u64>().ok()) {
+                // A full trace: what its threads had not written died with it.
+                Some(sig) if p.profile.is_none() => format!(
+                    "program was killed by signal {sig}{}: the calls its threads had not written yet died with it{}",
+                    signal_name(sig),
+                    match p.salvaged_events {
+                        Some(n) => format!(
+                            ", but for {n} events of quiet threads `mtlab record` had copied from it while it ran \
+                             (a thread's calls after its last copy are missing)"
+                        ),
+                        None => " (a thread writes its calls 64 KiB at a time, or at its next call once they are ~100 ms old)".into(),
+                    }
+                ),
                 Some(sig) => format!("program was killed by signal {sig}{}", signal_name(sig)),
                 None => format!("program ended with {e}"),
             });
