@@ -39,8 +39,14 @@ use crate::trace::format::{EVENTS_HEADER, REC_EVENTS};
 
 /// How often the buffers' progress is looked at: a thread that wrote no
 /// chunk for this long is quiet. Each look costs a read of the page, and a
-/// quiet buffer's copy a few system calls, once per change.
-const POLL: Duration = Duration::from_millis(100);
+/// quiet buffer's copy a few system calls, once per change. More than the
+/// writer's ~100 ms: a buffer copied after a look that found its slot
+/// unchanged then has a first event older than that, so its owner's next
+/// call writes it as it was copied, before adding to it — and a kill inside
+/// that write, before the slot is republished, leaves a chunk the reader
+/// drops as a repeat of the copy (`trace::records::RepeatedChunks`), not a
+/// longer one the copy is only the start of.
+const POLL: Duration = Duration::from_millis(120);
 
 /// A copy and the slot's sequence number it was taken under.
 struct Kept {

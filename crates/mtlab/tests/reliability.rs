@@ -335,7 +335,7 @@ fn a_program_killed_while_idle_keeps_the_events_its_quiet_threads_buffered() {
     let mut line = String::new();
     std::io::BufReader::new(rec.stdout.take().unwrap()).read_line(&mut line).unwrap();
     assert_eq!(line, "ready\n");
-    // Two looks of `record`'s at the quiet buffers (every 100 ms), with room for a loaded host.
+    // Two looks of `record`'s at the quiet buffers (every 120 ms), with room for a loaded host.
     std::thread::sleep(std::time::Duration::from_millis(1000));
     let pid = std::fs::read_dir("/proc")
         .unwrap()
