@@ -35,7 +35,8 @@ use std::time::Duration;
 use crate::live::bufcopy::{self, BufferCopy};
 use crate::live::progress::{self, Progress};
 use crate::platform::shared_page::SharedPage;
-use crate::trace::format::{EVENTS_HEADER, REC_EVENTS};
+use crate::trace::format::REC_EVENTS;
+use crate::trace::records;
 
 /// How often the buffers' progress is looked at: a thread that wrote no
 /// chunk for this long is quiet. Each look costs a read of the page, and a
@@ -154,12 +155,8 @@ pub fn append(raw: &Path, copies: &[BufferCopy]) -> std::io::Result<Salvaged> {
     }
     let mut out = Vec::new();
     for c in copies {
-        let mut head = [0u8; EVENTS_HEADER as usize];
-        head[0..4].copy_from_slice(&c.tid.to_le_bytes());
-        head[4..8].copy_from_slice(&c.n_events.to_le_bytes());
-        head[8..16].copy_from_slice(&c.first_tsc.to_le_bytes());
-        head[16..24].copy_from_slice(&c.last_tsc.to_le_bytes());
-        crate::trace::records::write_record(&mut out, REC_EVENTS, 0, &[&head, &c.events])?;
+        let head = records::chunk_header(c.tid, c.n_events, c.first_tsc, c.last_tsc);
+        records::write_record(&mut out, REC_EVENTS, 0, &[&head, &c.events])?;
         done.events += u64::from(c.n_events);
         done.threads += 1;
     }

@@ -322,14 +322,9 @@ impl ChunkEncoder {
 
     /// The 24-byte chunk header.
     pub fn chunk_header(&self) -> [u8; EVENTS_HEADER as usize] {
-        let mut h = [0u8; EVENTS_HEADER as usize];
         let first = self.first_tsc.unwrap_or(0);
         let last = if self.first_tsc.is_some() { self.last_tsc } else { 0 };
-        h[0..4].copy_from_slice(&self.tid.to_le_bytes());
-        h[4..8].copy_from_slice(&self.n_events.to_le_bytes());
-        h[8..16].copy_from_slice(&first.to_le_bytes());
-        h[16..24].copy_from_slice(&last.to_le_bytes());
-        h
+        super::records::chunk_header(self.tid, self.n_events, first, last)
     }
 
     /// The event bytes after the chunk header.

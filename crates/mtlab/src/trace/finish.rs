@@ -284,15 +284,6 @@ struct Rewritten {
     body: Vec<u8>,
 }
 
-fn chunk_head_bytes(tid: u32, n_events: u32, first_tsc: u64, last_tsc: u64) -> [u8; EVENTS_HEADER as usize] {
-    let mut h = [0u8; EVENTS_HEADER as usize];
-    h[0..4].copy_from_slice(&tid.to_le_bytes());
-    h[4..8].copy_from_slice(&n_events.to_le_bytes());
-    h[8..16].copy_from_slice(&first_tsc.to_le_bytes());
-    h[16..24].copy_from_slice(&last_tsc.to_le_bytes());
-    h
-}
-
 /// A group's rows in columns, for the thread's next record in the file
 /// after `chain`'s (None when the rows cannot be read as columns: an
 /// unknown kind; the thread's next group then starts a chain).
@@ -395,7 +386,7 @@ fn compress_group(
     let head = EVENTS_HEADER as usize;
     if let Some(cols) = cols {
         return Ok(vec![Rewritten {
-            head: chunk_head_bytes(g.tid, g.n_events as u32, g.first_tsc, g.last_tsc),
+            head: super::records::chunk_header(g.tid, g.n_events as u32, g.first_tsc, g.last_tsc),
             flags: RECORD_FLAG_ZSTD | RECORD_FLAG_COLUMNS,
             body: comp.compress(cols)?,
         }]);

@@ -448,6 +448,17 @@ pub(crate) fn record_header(ty: u16, flags: u16, len: usize) -> [u8; RECORD_HEAD
     h
 }
 
+/// An EVENTS payload's 24-byte chunk header: thread, event count, first
+/// and last time stamps (mtlab_trace.h).
+pub(crate) fn chunk_header(tid: u32, n_events: u32, first_tsc: u64, last_tsc: u64) -> [u8; EVENTS_HEADER as usize] {
+    let mut h = [0u8; EVENTS_HEADER as usize];
+    h[0..4].copy_from_slice(&tid.to_le_bytes());
+    h[4..8].copy_from_slice(&n_events.to_le_bytes());
+    h[8..16].copy_from_slice(&first_tsc.to_le_bytes());
+    h[16..24].copy_from_slice(&last_tsc.to_le_bytes());
+    h
+}
+
 /// Writes one record whose payload is `parts` back to back; its size in the file.
 pub(crate) fn write_record(out: &mut impl Write, ty: u16, flags: u16, parts: &[&[u8]]) -> io::Result<u64> {
     let len: usize = parts.iter().map(|p| p.len()).sum();
